@@ -1,0 +1,428 @@
+//! The HTTP client: catalog calls, `/key`, and chat completions (non-streaming, and streaming
+//! through [`ChatStream`] with first-token and idle timeouts). Works against OpenRouter and any
+//! OpenAI-compatible server (`base_url` ending in `/v1` or `/api/v1`).
+
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+
+use super::catalog::{DataEnvelope, KeyInfo, Model, ModelEndpoints, ModelsEnvelope};
+use super::error::{ApiError, TimeoutKind};
+use super::key::ApiKey;
+use super::request::ChatRequest;
+use super::response::{Completion, Progress, StreamAccumulator, parse_completion_body};
+
+pub const DEFAULT_BASE_URL: &str = "https://openrouter.ai/api/v1";
+const APP_URL: &str = "https://github.com/harvest-llm/harvest";
+const APP_TITLE: &str = "harvest";
+
+/// How to reach a server.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub base_url: String,
+    pub api_key: Option<ApiKey>,
+    pub connect_timeout: Duration,
+    /// HTTP/1.1 by default: one connection per stream. Over HTTP/2 a server's
+    /// `MAX_CONCURRENT_STREAMS` (often 100-256) would silently cap a 2,000-stream run.
+    pub http2: bool,
+    /// Whether a stream must end with a usage chunk to count as complete (OpenRouter: yes).
+    pub require_usage: bool,
+    /// Attribution headers (`HTTP-Referer`, `X-OpenRouter-Title`).
+    pub app_url: String,
+    pub app_title: String,
+}
+
+impl ClientOptions {
+    pub fn new(base_url: impl Into<String>, api_key: Option<ApiKey>) -> Self {
+        ClientOptions {
+            base_url: base_url.into(),
+            api_key,
+            connect_timeout: Duration::from_secs(10),
+            http2: false,
+            require_usage: true,
+            app_url: APP_URL.to_string(),
+            app_title: APP_TITLE.to_string(),
+        }
+    }
+}
+
+/// Timers for one streamed completion.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamTimeouts {
+    /// From sending the request to the first content or reasoning token.
+    pub first_token: Duration,
+    /// Longest silence between two data events once tokens flow (keep-alive comments do not
+    /// count: a provider that stalls behind keep-alives is still stalled).
+    pub idle: Duration,
+}
+
+impl Default for StreamTimeouts {
+    fn default() -> Self {
+        StreamTimeouts {
+            first_token: Duration::from_secs(120),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A client for one base URL.
+#[derive(Clone)]
+pub struct OpenRouterClient {
+    http: reqwest::Client,
+    base: String,
+    key: Option<ApiKey>,
+    require_usage: bool,
+}
+
+impl std::fmt::Debug for OpenRouterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenRouterClient")
+            .field("base", &self.base)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+type EventStream =
+    Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+impl OpenRouterClient {
+    pub fn new(opts: ClientOptions) -> Result<Self, ApiError> {
+        let mut headers = HeaderMap::new();
+        let header = |v: &str, what: &str| {
+            HeaderValue::from_str(v).map_err(|_| ApiError::Invalid(format!("bad {what} header value")))
+        };
+        headers.insert("HTTP-Referer", header(&opts.app_url, "HTTP-Referer")?);
+        headers.insert("X-OpenRouter-Title", header(&opts.app_title, "title")?);
+        headers.insert("X-Title", header(&opts.app_title, "title")?);
+        if let Some(k) = &opts.api_key {
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
+                .map_err(|_| ApiError::Invalid("the API key contains characters not allowed in a header".into()))?;
+            v.set_sensitive(true);
+            headers.insert(AUTHORIZATION, v);
+        }
+        let mut b = reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(opts.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .user_agent(concat!("harvest/", env!("CARGO_PKG_VERSION")));
+        if !opts.http2 {
+            b = b.http1_only();
+        }
+        let http = b
+            .build()
+            .map_err(|e| ApiError::Invalid(format!("could not build HTTP client: {e}")))?;
+        let base = opts.base_url.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ApiError::Invalid(format!(
+                "base URL must start with http:// or https://, got {base:?}"
+            )));
+        }
+        Ok(OpenRouterClient {
+            http,
+            base,
+            key: opts.api_key,
+            require_usage: opts.require_usage,
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{}", self.base, path.trim_start_matches('/'))
+    }
+
+    /// Turns a transport error into our taxonomy, with no URL (it may carry a query) and the
+    /// key scrubbed from anything a server echoed.
+    fn transport_error(&self, e: reqwest::Error) -> ApiError {
+        let connect = e.is_connect();
+        let timeout = e.is_timeout();
+        let builder = e.is_builder();
+        let mut msg = error_chain(&e.without_url());
+        if let Some(k) = &self.key {
+            msg = k.scrub(&msg);
+        }
+        if timeout {
+            ApiError::Timeout(if connect {
+                TimeoutKind::Connect
+            } else {
+                TimeoutKind::Total
+            })
+        } else if connect {
+            ApiError::Connect(msg)
+        } else if builder {
+            ApiError::Invalid(msg)
+        } else {
+            ApiError::Connection(msg)
+        }
+    }
+
+    async fn error_from_response(&self, resp: reqwest::Response) -> ApiError {
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => return self.transport_error(e),
+        };
+        let err = ApiError::from_response_body(status, retry_after.as_deref(), &body);
+        self.scrub(err)
+    }
+
+    fn scrub(&self, err: ApiError) -> ApiError {
+        let Some(k) = &self.key else { return err };
+        match err {
+            ApiError::Http {
+                status,
+                code,
+                message,
+                metadata,
+                availability,
+                retry_after,
+            } => ApiError::Http {
+                status,
+                code,
+                message: k.scrub(&message),
+                metadata: metadata.map(|m| scrub_value(k, m)),
+                availability,
+                retry_after,
+            },
+            ApiError::MidStream {
+                code,
+                message,
+                metadata,
+                partial_events,
+            } => ApiError::MidStream {
+                code,
+                message: k.scrub(&message),
+                metadata: metadata.map(|m| scrub_value(k, m)),
+                partial_events,
+            },
+            other => other,
+        }
+    }
+
+    async fn get_bytes(&self, path: &str) -> Result<bytes::Bytes, ApiError> {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        if !resp.status().is_success() {
+            return Err(self.error_from_response(resp).await);
+        }
+        resp.bytes().await.map_err(|e| self.transport_error(e))
+    }
+
+    /// `GET /models`.
+    pub async fn models(&self) -> Result<Vec<Model>, ApiError> {
+        let body = self.get_bytes("models").await?;
+        let env: ModelsEnvelope = serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
+            what: "models response",
+            detail: e.to_string(),
+        })?;
+        Ok(env.data)
+    }
+
+    /// `GET /models/{author}/{slug}/endpoints` for a model id like `moonshotai/kimi-k2.5`.
+    pub async fn endpoints(&self, model: &str) -> Result<ModelEndpoints, ApiError> {
+        let (author, slug) = model.split_once('/').ok_or_else(|| {
+            ApiError::Invalid(format!("model id must be author/slug, got {model:?}"))
+        })?;
+        let body = self
+            .get_bytes(&format!("models/{author}/{slug}/endpoints"))
+            .await?;
+        ModelEndpoints::parse(&body)
+    }
+
+    /// `GET /key`: usage and limit of the key in use.
+    pub async fn key_info(&self) -> Result<KeyInfo, ApiError> {
+        let body = self.get_bytes("key").await?;
+        let env: DataEnvelope<KeyInfo> =
+            serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
+                what: "key response",
+                detail: e.to_string(),
+            })?;
+        Ok(env.data)
+    }
+
+    async fn post_chat(&self, req: &ChatRequest) -> Result<reqwest::Response, ApiError> {
+        let resp = self
+            .http
+            .post(self.url("chat/completions"))
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        if !resp.status().is_success() {
+            return Err(self.error_from_response(resp).await);
+        }
+        Ok(resp)
+    }
+
+    /// A non-streaming completion (`stream: false` is forced).
+    pub async fn chat(&self, req: &ChatRequest) -> Result<Completion, ApiError> {
+        let started = Instant::now();
+        let mut req = req.clone();
+        req.stream = false;
+        let resp = self.post_chat(&req).await?;
+        let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+        parse_completion_body(&body, self.require_usage, started.elapsed()).map_err(|e| self.scrub(e))
+    }
+
+    /// Starts a streamed completion (`stream: true` is forced). Errors before the first byte of
+    /// the body (HTTP status errors, refused connections) are returned here.
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        timeouts: StreamTimeouts,
+    ) -> Result<ChatStream, ApiError> {
+        let started = Instant::now();
+        let mut req = req.clone();
+        req.stream = true;
+        let resp = tokio::time::timeout(timeouts.first_token, self.post_chat(&req))
+            .await
+            .map_err(|_| ApiError::Timeout(TimeoutKind::FirstToken))??;
+        Ok(ChatStream {
+            events: Box::pin(resp.bytes_stream().eventsource()),
+            acc: StreamAccumulator::new(self.require_usage),
+            timeouts,
+            started,
+            ttft: None,
+            ended: false,
+            client: self.clone(),
+        })
+    }
+}
+
+/// One streamed completion in progress. Call [`ChatStream::next`] until it returns `Ok(None)`,
+/// then [`ChatStream::finish`]. Dropping it closes the connection (the provider may stop billing).
+pub struct ChatStream {
+    events: EventStream,
+    acc: StreamAccumulator,
+    timeouts: StreamTimeouts,
+    started: Instant,
+    ttft: Option<Duration>,
+    ended: bool,
+    client: OpenRouterClient,
+}
+
+impl ChatStream {
+    /// Waits for the next data event. `Ok(None)` when the stream has ended (complete or not:
+    /// [`ChatStream::finish`] decides).
+    pub async fn next(&mut self) -> Result<Option<Progress>, ApiError> {
+        loop {
+            if self.ended {
+                return Ok(None);
+            }
+            let wait = match self.ttft {
+                None => self.timeouts.first_token.saturating_sub(self.started.elapsed()),
+                Some(_) => self.timeouts.idle,
+            };
+            let item = match tokio::time::timeout(wait, self.events.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    return Err(ApiError::Timeout(if self.ttft.is_none() {
+                        TimeoutKind::FirstToken
+                    } else {
+                        TimeoutKind::Idle
+                    }));
+                }
+            };
+            match item {
+                None => {
+                    self.ended = true;
+                    return Ok(None);
+                }
+                Some(Err(e)) => {
+                    return Err(match e {
+                        EventStreamError::Transport(t) => self.client.transport_error(t),
+                        EventStreamError::Utf8(u) => ApiError::Decode {
+                            what: "stream",
+                            detail: format!("invalid UTF-8: {u}"),
+                        },
+                        EventStreamError::Parser(p) => ApiError::Decode {
+                            what: "stream",
+                            detail: p.to_string(),
+                        },
+                    });
+                }
+                Some(Ok(ev)) => {
+                    let progress = self.acc.feed(&ev.data).map_err(|e| self.client.scrub(e))?;
+                    if self.acc.saw_done() {
+                        self.ended = true;
+                    }
+                    if progress.token_events > 0 && self.ttft.is_none() {
+                        self.ttft = Some(self.started.elapsed());
+                    }
+                    if progress.token_events > 0 {
+                        return Ok(Some(progress));
+                    }
+                    // Role-only, finish and usage chunks: keep reading.
+                }
+            }
+        }
+    }
+
+    /// Display name of the serving provider, once a chunk has named it.
+    pub fn provider(&self) -> Option<&str> {
+        self.acc.provider()
+    }
+
+    pub fn events(&self) -> u64 {
+        self.acc.events()
+    }
+
+    pub fn ttft(&self) -> Option<Duration> {
+        self.ttft
+    }
+
+    /// Reads the stream to its end and returns the completion or the failure.
+    pub async fn collect(mut self) -> Result<Completion, ApiError> {
+        while self.next().await?.is_some() {}
+        self.finish()
+    }
+
+    /// The completion, if the stream ended complete (finish reason and usage seen).
+    pub fn finish(self) -> Result<Completion, ApiError> {
+        let latency = self.started.elapsed();
+        self.acc.finish(self.ttft, latency)
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let t = src.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = src.source();
+    }
+    s
+}
+
+fn scrub_value(k: &ApiKey, v: serde_json::Value) -> serde_json::Value {
+    let text = v.to_string();
+    if text.contains(k.expose()) {
+        serde_json::from_str(&k.scrub(&text)).unwrap_or(serde_json::Value::Null)
+    } else {
+        v
+    }
+}

@@ -1,0 +1,426 @@
+//! What can go wrong talking to OpenRouter (or an OpenAI-compatible server), as a taxonomy the
+//! engine can act on: retry or not, wait how long, count under which kind.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Which timer fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeoutKind {
+    Connect,
+    FirstToken,
+    Idle,
+    Total,
+}
+
+impl fmt::Display for TimeoutKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutKind::Connect => "connect",
+            TimeoutKind::FirstToken => "first token",
+            TimeoutKind::Idle => "next chunk (idle stream)",
+            TimeoutKind::Total => "whole request",
+        })
+    }
+}
+
+/// A failed call. Request failures are data for the engine, so every variant carries what is
+/// needed to decide (status, Retry-After) and to show (message, metadata); none carries the key.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// A non-2xx response, or a 200 whose whole body is `{"error": ...}`.
+    #[error("HTTP {status}: {message}")]
+    Http {
+        status: u16,
+        /// `error.code` as sent: a number or a string.
+        code: Option<Value>,
+        message: String,
+        /// `error.metadata` (free-form: provider_name, raw, retry_after_seconds, ...).
+        metadata: Option<Value>,
+        /// `error.availability` on model-availability errors.
+        availability: Option<Value>,
+        retry_after: Option<Duration>,
+    },
+    /// HTTP 200 and an `error` chunk in the stream (finish_reason `error`).
+    #[error("error in stream (code {code}): {message}")]
+    MidStream {
+        code: Value,
+        message: String,
+        metadata: Option<Value>,
+        /// Content and reasoning events received before the error.
+        partial_events: u64,
+    },
+    #[error("timed out waiting for {0}")]
+    Timeout(TimeoutKind),
+    /// No connection could be made (refused, DNS, TLS handshake).
+    #[error("could not connect: {0}")]
+    Connect(String),
+    /// The connection broke while sending the request or reading the response.
+    #[error("connection lost: {0}")]
+    Connection(String),
+    /// The stream closed cleanly but without a finish reason or usage: never a success.
+    #[error("stream ended early: {0}")]
+    Truncated(String),
+    /// A 200 with nothing in it (no content, no reasoning).
+    #[error("empty response from {provider}")]
+    Empty { provider: String },
+    /// A body or event that is not what the API documents.
+    #[error("could not decode {what}: {detail}")]
+    Decode { what: &'static str, detail: String },
+    /// The request could not be built (bad base URL, bad header value).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// The kind of a failure, for counting in stats and choosing what to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    RateLimited,
+    Server,
+    Overloaded,
+    MidStream,
+    Timeout,
+    Connection,
+    Truncated,
+    Empty,
+    Decode,
+    BadRequest,
+    Auth,
+    Payment,
+    Forbidden,
+    NotFound,
+    TooLarge,
+    Other,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 16] = [
+        ErrorKind::RateLimited,
+        ErrorKind::Server,
+        ErrorKind::Overloaded,
+        ErrorKind::MidStream,
+        ErrorKind::Timeout,
+        ErrorKind::Connection,
+        ErrorKind::Truncated,
+        ErrorKind::Empty,
+        ErrorKind::Decode,
+        ErrorKind::BadRequest,
+        ErrorKind::Auth,
+        ErrorKind::Payment,
+        ErrorKind::Forbidden,
+        ErrorKind::NotFound,
+        ErrorKind::TooLarge,
+        ErrorKind::Other,
+    ];
+
+    /// Short label for tables: `429`, `5xx`, `mid`, `timeout` ...
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited => "429",
+            ErrorKind::Server => "5xx",
+            ErrorKind::Overloaded => "overload",
+            ErrorKind::MidStream => "mid",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connection => "conn",
+            ErrorKind::Truncated => "trunc",
+            ErrorKind::Empty => "empty",
+            ErrorKind::Decode => "decode",
+            ErrorKind::BadRequest => "400",
+            ErrorKind::Auth => "401",
+            ErrorKind::Payment => "402",
+            ErrorKind::Forbidden => "403",
+            ErrorKind::NotFound => "404",
+            ErrorKind::TooLarge => "413",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl ApiError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ApiError::Http { status, .. } => match status {
+                429 => ErrorKind::RateLimited,
+                529 => ErrorKind::Overloaded,
+                408 | 504 | 524 => ErrorKind::Timeout,
+                400 | 422 => ErrorKind::BadRequest,
+                401 => ErrorKind::Auth,
+                402 => ErrorKind::Payment,
+                403 => ErrorKind::Forbidden,
+                404 => ErrorKind::NotFound,
+                413 => ErrorKind::TooLarge,
+                500..=599 => ErrorKind::Server,
+                200..=299 => ErrorKind::MidStream,
+                _ => ErrorKind::Other,
+            },
+            ApiError::MidStream { .. } => ErrorKind::MidStream,
+            ApiError::Timeout(_) => ErrorKind::Timeout,
+            ApiError::Connect(_) | ApiError::Connection(_) => ErrorKind::Connection,
+            ApiError::Truncated(_) => ErrorKind::Truncated,
+            ApiError::Empty { .. } => ErrorKind::Empty,
+            ApiError::Decode { .. } => ErrorKind::Decode,
+            ApiError::Invalid(_) => ErrorKind::BadRequest,
+        }
+    }
+
+    /// Whether sending the same request again may succeed (research §7.2).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ApiError::Http {
+                status,
+                retry_after,
+                availability,
+                ..
+            } => match status {
+                408 | 429 | 500 | 502 | 503 | 504 | 524 | 529 => true,
+                // 402 is a wait case only when the in-flight budget says when to come back.
+                402 => retry_after.is_some(),
+                // A 200 whose body is an error object: the provider failed after accepting.
+                200..=299 => true,
+                404 | 403 => availability
+                    .as_ref()
+                    .and_then(|a| a.get("retryable"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                _ => false,
+            },
+            ApiError::MidStream { .. }
+            | ApiError::Timeout(_)
+            | ApiError::Connect(_)
+            | ApiError::Connection(_)
+            | ApiError::Truncated(_)
+            | ApiError::Empty { .. }
+            | ApiError::Decode { .. } => true,
+            ApiError::Invalid(_) => false,
+        }
+    }
+
+    /// How long the server asked us to wait, when it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ApiError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The provider OpenRouter blames, when the error metadata names one.
+    pub fn provider_name(&self) -> Option<&str> {
+        let meta = match self {
+            ApiError::Http { metadata, .. } | ApiError::MidStream { metadata, .. } => {
+                metadata.as_ref()
+            }
+            _ => None,
+        }?;
+        meta.get("provider_name").and_then(Value::as_str)
+    }
+
+    /// A 402 or 401 that means "stop dispatching": no credit or a bad key.
+    pub fn stops_dispatch(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Auth) || (self.kind() == ErrorKind::Payment && !self.is_retryable())
+    }
+
+    /// Builds the error for a response with a failing status (or a 200 error body) from its
+    /// raw body and headers. Never fails: a body that is not the documented JSON (an HTML 502
+    /// page, plain text) becomes a readable snippet.
+    pub fn from_response_body(status: u16, retry_after_header: Option<&str>, body: &[u8]) -> Self {
+        let header_wait = retry_after_header.and_then(parse_retry_after);
+        match serde_json::from_slice::<ErrorEnvelope>(trim_ascii_start(body)) {
+            Ok(ErrorEnvelope { error: Some(e) }) => {
+                let retry_after = header_wait.or_else(|| e.retry_after_hint());
+                ApiError::Http {
+                    status,
+                    code: e.code,
+                    message: e.message.unwrap_or_else(|| "(no message)".to_string()),
+                    metadata: e.metadata,
+                    availability: e.availability,
+                    retry_after,
+                }
+            }
+            _ => ApiError::Http {
+                status,
+                code: None,
+                message: describe_non_json_body(body),
+                metadata: None,
+                availability: None,
+                retry_after: header_wait,
+            },
+        }
+    }
+}
+
+/// `{"error": {...}}` as OpenRouter sends it on failures.
+#[derive(Deserialize)]
+struct ErrorEnvelope {
+    error: Option<ErrorBody>,
+}
+
+/// The `error` object of a failure body or a mid-stream error chunk.
+#[derive(Deserialize, Debug, Clone, Default)]
+pub struct ErrorBody {
+    #[serde(default)]
+    pub code: Option<Value>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    #[serde(default)]
+    pub availability: Option<Value>,
+}
+
+impl ErrorBody {
+    fn retry_after_hint(&self) -> Option<Duration> {
+        let from_meta = self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("retry_after_seconds"))
+            .and_then(Value::as_f64);
+        let from_avail = self
+            .availability
+            .as_ref()
+            .and_then(|a| a.get("retry_after"))
+            .and_then(Value::as_f64);
+        from_meta
+            .or(from_avail)
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(3600.0)))
+    }
+
+    pub fn into_mid_stream(self, partial_events: u64) -> ApiError {
+        ApiError::MidStream {
+            code: self.code.unwrap_or(Value::Null),
+            message: self
+                .message
+                .unwrap_or_else(|| "(no message)".to_string()),
+            metadata: self.metadata,
+            partial_events,
+        }
+    }
+}
+
+/// `Retry-After` as delta-seconds (what OpenRouter sends) or an HTTP date.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs.min(3600.0)));
+        }
+        return None;
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+    let delta = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(delta.to_std().unwrap_or(Duration::ZERO).min(Duration::from_secs(3600)))
+}
+
+fn trim_ascii_start(b: &[u8]) -> &[u8] {
+    let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();
+    &b[n..]
+}
+
+/// A short, single-line description of a body that is not JSON: an HTML title or the first words.
+fn describe_non_json_body(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return "empty body".to_string();
+    }
+    let lower = trimmed.to_ascii_lowercase();
+    if let (Some(a), Some(b)) = (lower.find("<title>"), lower.find("</title>")) {
+        if b > a + 7 {
+            return format!("non-JSON body (HTML page: {})", trimmed[a + 7..b].trim());
+        }
+    }
+    let one_line: String = trimmed.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut snippet: String = one_line.chars().take(200).collect();
+    if one_line.chars().count() > 200 {
+        snippet.push('…');
+    }
+    format!("non-JSON body: {snippet}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_429_body_keeps_metadata_and_wait() {
+        let body = br#"{"error":{"code":429,"message":"Provider returned error",
+          "metadata":{"raw":"temporarily rate-limited upstream","provider_name":"Venice",
+           "retry_after_seconds":25,"limit_source":"upstream_provider_shared_pool"}},"user_id":"user_x"}"#;
+        let e = ApiError::from_response_body(429, None, body);
+        assert!(e.is_retryable());
+        assert_eq!(e.kind(), ErrorKind::RateLimited);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(25)));
+        assert_eq!(e.provider_name(), Some("Venice"));
+        // The header wins over the body hint.
+        let e = ApiError::from_response_body(429, Some("3"), body);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn html_502_page_is_a_clean_error() {
+        let body = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>";
+        let e = ApiError::from_response_body(502, None, body);
+        assert!(e.is_retryable());
+        assert_eq!(e.to_string(), "HTTP 502: non-JSON body (HTML page: 502 Bad Gateway)");
+        let e = ApiError::from_response_body(500, None, b"Internal Server Error\n");
+        assert_eq!(e.to_string(), "HTTP 500: non-JSON body: Internal Server Error");
+        assert!(e.is_retryable());
+    }
+
+    #[test]
+    fn status_taxonomy() {
+        for s in [408u16, 429, 502, 503, 504, 524, 529] {
+            assert!(ApiError::from_response_body(s, None, b"{}").is_retryable(), "{s}");
+        }
+        for s in [400u16, 401, 402, 403, 404, 413, 422] {
+            assert!(!ApiError::from_response_body(s, None, b"{}").is_retryable(), "{s}");
+        }
+        let e = ApiError::from_response_body(402, Some("5"), b"{}");
+        assert!(e.is_retryable());
+        assert!(!e.stops_dispatch());
+        assert!(ApiError::from_response_body(402, None, b"{}").stops_dispatch());
+        assert!(ApiError::from_response_body(401, None, b"{}").stops_dispatch());
+    }
+
+    #[test]
+    fn availability_errors_say_if_retryable() {
+        let body = br#"{"error":{"code":404,"message":"No endpoints","availability":{"code":"no_endpoints","retryable":false,"excluded_by":["quantization"]}}}"#;
+        let e = ApiError::from_response_body(404, None, body);
+        assert!(!e.is_retryable());
+        let body = br#"{"error":{"code":503,"message":"busy","availability":{"code":"temporarily_unavailable","retryable":true,"retry_after":7}}}"#;
+        let e = ApiError::from_response_body(503, None, body);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(parse_retry_after("12"), Some(Duration::from_secs(12)));
+        assert_eq!(parse_retry_after("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after("-1"), None);
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+}

@@ -1,0 +1,16 @@
+//! The OpenRouter HTTP API (and the OpenAI-compatible subset other servers speak): catalog,
+//! chat requests and streamed responses, the error taxonomy, and the redacted API key.
+
+pub mod catalog;
+pub mod client;
+pub mod error;
+pub mod key;
+pub mod request;
+pub mod response;
+
+pub use catalog::{Endpoint, EndpointPricing, KeyInfo, Model, ModelEndpoints, Percentiles};
+pub use client::{ChatStream, ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
+pub use error::{ApiError, ErrorKind, TimeoutKind};
+pub use key::ApiKey;
+pub use request::{ChatRequest, Effort, Message, ProviderPreferences, ProviderSort, Reasoning};
+pub use response::{Completion, Progress, StreamAccumulator, Usage, UsageSource};

@@ -1,0 +1,514 @@
+//! Chat completion responses: the SSE chunk shapes (parsed with borrowed strings, only the
+//! fields we use), the accumulator that turns a stream of chunks into one [`Completion`] or one
+//! [`ApiError`], and the non-streaming response.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::domain::Usd;
+
+use super::error::{ApiError, ErrorBody};
+
+/// A string that borrows from the event text when it has no escapes. `Option<Cow<str>>` through
+/// serde's default path always allocates (research/rust-client-cpu.md), hence this newtype.
+#[derive(Debug, Default)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Token counts and cost as the API reports them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+    /// USD charged, when the server reports it (OpenRouter does; local servers do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn reasoning_tokens(&self) -> u64 {
+        self.completion_tokens_details
+            .as_ref()
+            .map_or(0, |d| d.reasoning_tokens)
+    }
+    pub fn cost_usd(&self) -> Option<Usd> {
+        self.cost.map(Usd::from_f64)
+    }
+}
+
+/// One entry of `reasoning_details`: we read the text of text and summary entries.
+#[derive(Debug, Deserialize)]
+struct ReasoningDetail<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    summary: Option<Text<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Text<'a>>,
+    /// OpenRouter's reasoning delta.
+    #[serde(default, borrow)]
+    reasoning: Option<Text<'a>>,
+    /// vLLM / SGLang / DeepSeek dialect.
+    #[serde(default, borrow)]
+    reasoning_content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    reasoning_details: Option<Vec<ReasoningDetail<'a>>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunkChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    /// Non-streaming responses carry `message` instead of `delta`; same shape for our purposes.
+    #[serde(default, borrow)]
+    message: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    native_finish_reason: Option<Text<'a>>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+}
+
+/// An SSE data chunk or a whole non-streaming body.
+#[derive(Debug, Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    provider: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    model: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    choices: Vec<ChunkChoice<'a>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+}
+
+/// Where the token counts of a completion came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// The server's own usage report.
+    Reported,
+    /// Counted from streamed events (one event ≈ one token); the server sent no usage.
+    CountedEvents,
+}
+
+/// A finished, successful completion.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    pub id: Option<String>,
+    /// Display name of the provider that served it (top-level `provider`).
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub content: String,
+    /// Reasoning text, when the model returned any.
+    pub reasoning: Option<String>,
+    pub finish_reason: String,
+    pub native_finish_reason: Option<String>,
+    pub usage: Usage,
+    pub usage_source: UsageSource,
+    /// Content + reasoning events received (≈ tokens streamed).
+    pub events: u64,
+    pub ttft: Option<Duration>,
+    pub latency: Duration,
+}
+
+impl Completion {
+    pub fn cost(&self) -> Option<Usd> {
+        self.usage.cost_usd()
+    }
+}
+
+/// What one data event added, for live accounting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Content or reasoning deltas with text in this event (OpenRouter streams about one token
+    /// per event).
+    pub token_events: u32,
+    pub content_events: u32,
+}
+
+/// Folds stream events into a completion. Pure: no I/O and no clock, so it is tested on
+/// recorded byte streams.
+#[derive(Debug, Default)]
+pub struct StreamAccumulator {
+    id: Option<String>,
+    provider: Option<String>,
+    model: Option<String>,
+    content: String,
+    reasoning: String,
+    finish_reason: Option<String>,
+    native_finish_reason: Option<String>,
+    usage: Option<Usage>,
+    saw_done: bool,
+    events: u64,
+    /// Servers other than OpenRouter may send no usage; then `[DONE]` after a finish reason
+    /// is accepted as the proof of completeness.
+    require_usage: bool,
+}
+
+impl StreamAccumulator {
+    pub fn new(require_usage: bool) -> Self {
+        StreamAccumulator {
+            require_usage,
+            ..Default::default()
+        }
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn saw_done(&self) -> bool {
+        self.saw_done
+    }
+
+    pub fn provider(&self) -> Option<&str> {
+        self.provider.as_deref()
+    }
+
+    /// Feeds the `data` of one SSE event. An error chunk ends the stream with an error.
+    pub fn feed(&mut self, data: &str) -> Result<Progress, ApiError> {
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(Progress::default());
+        }
+        if data == "[DONE]" {
+            self.saw_done = true;
+            return Ok(Progress::default());
+        }
+        let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| ApiError::Decode {
+            what: "stream chunk",
+            detail: format!("{e} in {}", snippet(data)),
+        })?;
+        self.absorb(chunk)
+    }
+
+    fn absorb(&mut self, chunk: Chunk<'_>) -> Result<Progress, ApiError> {
+        if self.id.is_none() {
+            self.id = chunk.id.map(|t| t.0.into_owned());
+        }
+        if let Some(p) = chunk.provider {
+            if self.provider.as_deref() != Some(&*p.0) {
+                self.provider = Some(p.0.into_owned());
+            }
+        }
+        if self.model.is_none() {
+            self.model = chunk.model.map(|t| t.0.into_owned());
+        }
+        if let Some(err) = chunk.error {
+            return Err(err.into_mid_stream(self.events));
+        }
+        let mut progress = Progress::default();
+        if let Some(choice) = chunk.choices.into_iter().next() {
+            if let Some(err) = choice.error {
+                return Err(err.into_mid_stream(self.events));
+            }
+            if let Some(delta) = choice.delta.or(choice.message) {
+                if let Some(c) = delta.content.filter(|c| !c.0.is_empty()) {
+                    self.content.push_str(&c.0);
+                    progress.content_events = 1;
+                    progress.token_events = 1;
+                }
+                // `reasoning` and `reasoning_details` carry the same text: take one of them.
+                let reasoning = delta.reasoning.or(delta.reasoning_content);
+                let had_reasoning = match reasoning {
+                    Some(r) if !r.0.is_empty() => {
+                        self.reasoning.push_str(&r.0);
+                        true
+                    }
+                    _ => false,
+                };
+                if !had_reasoning {
+                    for d in delta.reasoning_details.into_iter().flatten() {
+                        let text = match d.kind.as_ref().map(|k| &*k.0) {
+                            Some("reasoning.summary") => d.summary,
+                            Some("reasoning.encrypted") => None,
+                            _ => d.text,
+                        };
+                        if let Some(t) = text.filter(|t| !t.0.is_empty()) {
+                            self.reasoning.push_str(&t.0);
+                            progress.token_events = 1;
+                        }
+                    }
+                } else {
+                    progress.token_events = 1;
+                }
+            }
+            if let Some(f) = choice.finish_reason {
+                if f.0 == "error" {
+                    return Err(ApiError::MidStream {
+                        code: serde_json::Value::Null,
+                        message: "finish_reason error without details".to_string(),
+                        metadata: None,
+                        partial_events: self.events,
+                    });
+                }
+                self.finish_reason = Some(f.0.into_owned());
+                self.native_finish_reason = choice.native_finish_reason.map(|t| t.0.into_owned());
+            }
+        }
+        if let Some(u) = chunk.usage {
+            self.usage = Some(u);
+        }
+        self.events += u64::from(progress.token_events);
+        Ok(progress)
+    }
+
+    /// Ends the stream: a completion when it is complete, else why it is not.
+    pub fn finish(self, ttft: Option<Duration>, latency: Duration) -> Result<Completion, ApiError> {
+        let provider = self.provider.clone().unwrap_or_else(|| "?".to_string());
+        let Some(finish_reason) = self.finish_reason else {
+            return Err(ApiError::Truncated(format!(
+                "no finish_reason after {} events{}",
+                self.events,
+                if self.saw_done { " ([DONE] seen)" } else { "" }
+            )));
+        };
+        let (usage, usage_source) = match self.usage {
+            Some(u) => (u, UsageSource::Reported),
+            None if self.require_usage => {
+                return Err(ApiError::Truncated(format!(
+                    "finish_reason {finish_reason} but no usage chunk{}",
+                    if self.saw_done { "" } else { " and no [DONE]" }
+                )));
+            }
+            None if !self.saw_done => {
+                return Err(ApiError::Truncated(format!(
+                    "finish_reason {finish_reason} but neither usage nor [DONE]"
+                )));
+            }
+            None => (
+                Usage {
+                    completion_tokens: self.events,
+                    total_tokens: self.events,
+                    ..Default::default()
+                },
+                UsageSource::CountedEvents,
+            ),
+        };
+        if self.content.is_empty() && self.reasoning.is_empty() {
+            return Err(ApiError::Empty { provider });
+        }
+        Ok(Completion {
+            id: self.id,
+            provider: self.provider,
+            model: self.model,
+            content: self.content,
+            reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
+            finish_reason,
+            native_finish_reason: self.native_finish_reason,
+            usage,
+            usage_source,
+            events: self.events,
+            ttft,
+            latency,
+        })
+    }
+}
+
+/// Parses a non-streaming body (which may start with keep-alive whitespace) into a completion.
+pub fn parse_completion_body(
+    body: &[u8],
+    require_usage: bool,
+    latency: Duration,
+) -> Result<Completion, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|e| ApiError::Decode {
+        what: "completion body",
+        detail: e.to_string(),
+    })?;
+    if text.trim().is_empty() {
+        return Err(ApiError::Empty {
+            provider: "?".to_string(),
+        });
+    }
+    let chunk: Chunk<'_> = serde_json::from_str(text.trim_start()).map_err(|e| ApiError::Decode {
+        what: "completion body",
+        detail: format!("{e} in {}", snippet(text)),
+    })?;
+    if let Some(err) = chunk.error {
+        // A whole-body error with HTTP 200: the provider failed after OpenRouter accepted.
+        return Err(ApiError::Http {
+            status: 200,
+            code: err.code,
+            message: err.message.unwrap_or_else(|| "(no message)".into()),
+            metadata: err.metadata,
+            availability: err.availability,
+            retry_after: None,
+        });
+    }
+    let mut acc = StreamAccumulator::new(require_usage);
+    acc.saw_done = true;
+    acc.absorb(chunk)?;
+    acc.finish(None, latency)
+}
+
+fn snippet(s: &str) -> String {
+    let mut out: String = s.chars().take(120).collect();
+    if s.chars().count() > 120 {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(events: &[&str], require_usage: bool) -> Result<Completion, ApiError> {
+        let mut acc = StreamAccumulator::new(require_usage);
+        for e in events {
+            acc.feed(e)?;
+        }
+        acc.finish(None, Duration::from_millis(5))
+    }
+
+    #[test]
+    fn text_borrows_when_unescaped() {
+        let c: Chunk<'_> =
+            serde_json::from_str(r#"{"provider":"DeepInfra","choices":[{"delta":{"content":"a\nb"}}]}"#)
+                .expect("chunk");
+        assert!(matches!(c.provider.expect("p").0, Cow::Borrowed(_)));
+        let d = c.choices.into_iter().next().and_then(|c| c.delta).expect("delta");
+        assert_eq!(&*d.content.expect("c").0, "a\nb");
+    }
+
+    #[test]
+    fn reasoning_details_alone_are_read_once() {
+        let c = run(
+            &[
+                r#"{"choices":[{"delta":{"content":"","reasoning":"think ","reasoning_details":[{"type":"reasoning.text","text":"think "}]}}]}"#,
+                r#"{"choices":[{"delta":{"content":"","reasoning_details":[{"type":"reasoning.summary","summary":"sum"}]}}]}"#,
+                r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":"stop","native_finish_reason":"stop"}]}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3,"cost":0.00001,"completion_tokens_details":{"reasoning_tokens":2}}}"#,
+                "[DONE]",
+            ],
+            true,
+        )
+        .expect("complete");
+        assert_eq!(c.reasoning.as_deref(), Some("think sum"));
+        assert_eq!(c.content, "hi");
+        assert_eq!(c.events, 3);
+        assert_eq!(c.usage.reasoning_tokens(), 2);
+    }
+
+    #[test]
+    fn incomplete_streams_are_failures() {
+        let content = r#"{"choices":[{"delta":{"content":"x"}}]}"#;
+        let finish = r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#;
+        assert!(matches!(run(&[content], true), Err(ApiError::Truncated(_))));
+        assert!(matches!(run(&[content, "[DONE]"], true), Err(ApiError::Truncated(_))));
+        assert!(matches!(run(&[content, finish], true), Err(ApiError::Truncated(_))));
+        // Without a usage requirement, [DONE] after a finish reason completes it.
+        assert!(matches!(run(&[content, finish], false), Err(ApiError::Truncated(_))));
+        let c = run(&[content, finish, "[DONE]"], false).expect("ok");
+        assert_eq!(c.usage_source, UsageSource::CountedEvents);
+        assert_eq!(c.usage.completion_tokens, 1);
+    }
+
+    #[test]
+    fn empty_200_is_an_error() {
+        let r = run(
+            &[
+                r#"{"provider":"Fireworks","choices":[{"delta":{"content":""},"finish_reason":"stop"}]}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}}"#,
+                "[DONE]",
+            ],
+            true,
+        );
+        assert!(matches!(r, Err(ApiError::Empty { ref provider }) if provider == "Fireworks"));
+    }
+
+    #[test]
+    fn error_chunk_numeric_or_string_code() {
+        let r = run(
+            &[
+                r#"{"choices":[{"delta":{"content":"a"}}]}"#,
+                r#"{"id":"g","provider":"OpenAI","error":{"code":429,"message":"Rate limit exceeded","metadata":{"error_type":"rate_limit_exceeded"}},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}"#,
+            ],
+            true,
+        );
+        match r {
+            Err(ApiError::MidStream {
+                code,
+                partial_events,
+                ..
+            }) => {
+                assert_eq!(code, 429);
+                assert_eq!(partial_events, 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        let r = run(
+            &[r#"{"choices":[{"delta":{"content":""},"finish_reason":"error","error":{"code":"server_error","message":"boom"}}]}"#],
+            true,
+        );
+        assert!(matches!(r, Err(ApiError::MidStream { code, .. }) if code == "server_error"));
+    }
+
+    #[test]
+    fn non_streaming_body_with_leading_keepalives() {
+        let body = b"\n   \n{\"id\":\"gen-1\",\"provider\":\"Novita\",\"choices\":[{\"finish_reason\":\"stop\",\"native_finish_reason\":\"stop\",\"message\":{\"role\":\"assistant\",\"content\":\"hello\",\"reasoning\":\"The user\"}}],\"usage\":{\"prompt_tokens\":173,\"completion_tokens\":74,\"total_tokens\":247,\"cost\":0.00023947}}";
+        let c = parse_completion_body(body, true, Duration::ZERO).expect("ok");
+        assert_eq!(c.provider.as_deref(), Some("Novita"));
+        assert_eq!(c.reasoning.as_deref(), Some("The user"));
+        assert_eq!(c.cost(), Some(Usd::from_pico(239_470_000)));
+        let e = parse_completion_body(br#"{"error":{"code":502,"message":"upstream"}}"#, true, Duration::ZERO)
+            .expect_err("error body");
+        assert!(e.is_retryable());
+        assert!(matches!(parse_completion_body(b"  ", true, Duration::ZERO), Err(ApiError::Empty { .. })));
+    }
+}
