@@ -5,3 +5,4 @@
 
 pub mod domain;
 pub mod openrouter;
+pub mod sim;

@@ -1,0 +1,172 @@
+//! The OpenRouter simulator: an axum server on 127.0.0.1 that serves `/api/v1/models`,
+//! `/models/{author}/{slug}/endpoints`, `/chat/completions` (streaming and not), `/key`,
+//! `/generation` and `/credits` from a provider table, with each provider's price, latency,
+//! decode speed, capacity and failure mix, and a billing log that is the ground truth tests
+//! compare harvest's ledger against. Deterministic for a seed (per prompt, whatever the
+//! interleaving). Used by `harvest sim`, `harvest demo`, the tests and the benchmarks.
+//!
+//! Billing rules: a completed response is billed at the serving endpoint's price; a response
+//! the client cancels is billed for the tokens sent when the endpoint stops billing on cancel,
+//! in full otherwise; provider-side failures (errors, resets, truncations) are not billed.
+//!
+//! Control routes (not part of OpenRouter): `GET /sim/state`, `POST /sim/control`,
+//! `GET /sim/requests?since=N`, `GET /sim/billing`.
+
+pub mod billing;
+pub mod faults;
+pub mod generate;
+pub mod routing;
+mod server;
+pub mod table;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use billing::{BillingEntry, EndpointTotals, Outcome, RequestEntry};
+pub use faults::FaultMix;
+pub use server::{ControlRequest, EndpointPatch, SimState};
+pub use table::{ProviderTable, SimBehaviour};
+
+/// How to run a simulator.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    /// Multiplies every artificial delay: 1.0 is real pace, 0.0 serves as fast as possible.
+    pub speed_scale: f64,
+    pub table: ProviderTable,
+    /// Append every billed generation as JSON to this file.
+    pub billing_log: Option<PathBuf>,
+    /// When set, requests must carry exactly this bearer token; otherwise any non-empty one.
+    pub api_key: Option<String>,
+    /// A credit limit on the key, in USD: past it, requests get 402.
+    pub key_limit_usd: Option<f64>,
+    /// Chop some SSE writes at random byte offsets (even inside a UTF-8 character).
+    pub split_writes: bool,
+    /// Shortest interval between two writes of one stream at real pace (tokens due meanwhile
+    /// go out together).
+    pub min_tick: Duration,
+    /// `GET /generation` answers 404 for this long after a generation ends (a real quirk).
+    pub generation_visible_after: Duration,
+}
+
+impl SimConfig {
+    pub fn new(table: ProviderTable) -> Self {
+        SimConfig {
+            seed: 0,
+            speed_scale: 1.0,
+            table,
+            billing_log: None,
+            api_key: None,
+            key_limit_usd: None,
+            split_writes: true,
+            min_tick: Duration::from_millis(25),
+            generation_visible_after: Duration::from_millis(300),
+        }
+    }
+
+    /// The Kimi K2.5 table, seed 0, as fast as possible, no faults: for tests.
+    pub fn fast_no_faults() -> Self {
+        let mut table = ProviderTable::kimi_k25();
+        for e in &mut table.endpoints {
+            e.behaviour.faults = FaultMix::none();
+            e.behaviour.capacity = None;
+        }
+        let mut c = SimConfig::new(table);
+        c.speed_scale = 0.0;
+        c.generation_visible_after = Duration::ZERO;
+        c
+    }
+
+    /// Applies a `--faults` spec to every endpoint.
+    pub fn apply_faults_to_all(&mut self, spec: &str) -> Result<(), String> {
+        for e in &mut self.table.endpoints {
+            e.behaviour.faults.apply_spec(spec)?;
+        }
+        Ok(())
+    }
+}
+
+/// A running simulator.
+pub struct SimHandle {
+    pub addr: SocketAddr,
+    pub state: Arc<SimState>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SimHandle {
+    /// `http://127.0.0.1:PORT/api/v1`, the base URL clients use.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/api/v1", self.addr)
+    }
+
+    /// Stops accepting, lets open responses end, and waits.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
+    }
+
+    /// Waits until the server stops (Ctrl-C in `harvest sim`).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot open billing log {path}: {source}")]
+    BillingLog {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Starts a simulator on `127.0.0.1:port` (0 for any free port).
+pub async fn start(cfg: SimConfig, port: u16) -> Result<SimHandle, SimError> {
+    let addr = format!("127.0.0.1:{port}");
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|source| SimError::Bind { addr, source })?;
+    start_on(cfg, listener)
+}
+
+/// Starts a simulator on a listener the caller bound.
+pub fn start_on(cfg: SimConfig, listener: TcpListener) -> Result<SimHandle, SimError> {
+    let addr = listener.local_addr().map_err(|source| SimError::Bind {
+        addr: "listener".into(),
+        source,
+    })?;
+    let state = Arc::new(SimState::new(cfg)?);
+    // Stopping the server also ends paced and stalled responses, so shutdown never hangs.
+    let shutdown = state.stopping.clone();
+    let app = server::router(state.clone());
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            token.cancelled().await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!("simulator stopped: {e}");
+        }
+    });
+    Ok(SimHandle {
+        addr,
+        state,
+        shutdown,
+        task,
+    })
+}

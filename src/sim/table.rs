@@ -1,0 +1,302 @@
+//! The simulator's provider table: one model and its endpoints in OpenRouter's wire format, each
+//! with a `sim` block saying how the simulated provider behaves. Loaded from a JSON file
+//! (default: the embedded `assets/providers/kimi-k2.5.json`).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::domain::{EndpointTag, Price, Quantization};
+
+use super::faults::FaultMix;
+
+/// The embedded default table.
+pub const KIMI_K25_TABLE: &str = include_str!("../../assets/providers/kimi-k2.5.json");
+
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("cannot read provider table {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("provider table {path}, line {line} column {column}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("provider table {path}: endpoint #{index} ({tag}): {message}")]
+    Endpoint {
+        path: String,
+        index: usize,
+        tag: String,
+        message: String,
+    },
+    #[error("provider table {path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// How one simulated endpoint behaves.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimBehaviour {
+    /// Median time to first token at speed scale 1.
+    #[serde(default = "default_ttft")]
+    pub ttft_ms: f64,
+    /// Decode speed of one stream at speed scale 1.
+    #[serde(default = "default_tps")]
+    pub tokens_per_s: f64,
+    /// Concurrent streams the provider takes before it answers 429 (None: unlimited).
+    #[serde(default)]
+    pub capacity: Option<u32>,
+    /// Whether closing the connection stops billing (DeepInfra, Together, Novita, Fireworks,
+    /// Chutes per the docs); otherwise a cancelled request is billed in full.
+    #[serde(default)]
+    pub cancel_stops_billing: bool,
+    #[serde(default)]
+    pub faults: FaultMix,
+    /// Share of prompts on which this endpoint's output departs from the reference text after a
+    /// few tokens (a re-quantized model).
+    #[serde(default)]
+    pub divergence: f64,
+    /// Taken out of routing entirely (as if the provider vanished), set through the control route.
+    #[serde(default)]
+    pub down: bool,
+}
+
+fn default_ttft() -> f64 {
+    1000.0
+}
+fn default_tps() -> f64 {
+    40.0
+}
+
+impl Default for SimBehaviour {
+    fn default() -> Self {
+        SimBehaviour {
+            ttft_ms: default_ttft(),
+            tokens_per_s: default_tps(),
+            capacity: None,
+            cancel_stops_billing: false,
+            faults: FaultMix::default(),
+            divergence: 0.0,
+            down: false,
+        }
+    }
+}
+
+/// One endpoint: what the API shows (`wire`) plus the fields the simulator needs, typed.
+#[derive(Clone, Debug)]
+pub struct SimEndpoint {
+    pub tag: EndpointTag,
+    pub provider_name: String,
+    pub quantization: Quantization,
+    pub price_in: Price,
+    pub price_out: Price,
+    pub context_length: u64,
+    pub max_completion_tokens: Option<u64>,
+    pub supported_parameters: Vec<String>,
+    pub behaviour: SimBehaviour,
+    /// The endpoint object as served by `/endpoints` (without the `sim` block).
+    pub wire: Value,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OutputLength {
+    /// Mean completion length in tokens (log-normal).
+    pub mean: f64,
+    /// Log-space standard deviation: the long tail.
+    pub sigma: f64,
+}
+
+impl Default for OutputLength {
+    fn default() -> Self {
+        OutputLength {
+            mean: 1700.0,
+            sigma: 0.7,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    #[serde(default, rename = "_comment")]
+    _comment: Option<Value>,
+    model: Value,
+    #[serde(default)]
+    output_tokens: OutputLength,
+    #[serde(default = "default_reasoning_share")]
+    reasoning_share: f64,
+    endpoints: Vec<Value>,
+}
+
+fn default_reasoning_share() -> f64 {
+    0.3
+}
+
+/// A whole table.
+#[derive(Clone, Debug)]
+pub struct ProviderTable {
+    /// The `/models` entry, as served.
+    pub model: Value,
+    pub model_id: String,
+    pub canonical_slug: Option<String>,
+    pub output_tokens: OutputLength,
+    /// Share of the completion spent reasoning when reasoning is on.
+    pub reasoning_share: f64,
+    pub endpoints: Vec<SimEndpoint>,
+}
+
+impl ProviderTable {
+    pub fn kimi_k25() -> Self {
+        // The embedded table is checked by a unit test, so this cannot fail in a release.
+        Self::parse(KIMI_K25_TABLE, "assets/providers/kimi-k2.5.json")
+            .unwrap_or_else(|e| panic!("embedded provider table is invalid: {e}"))
+    }
+
+    pub fn load(path: &Path) -> Result<Self, TableError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TableError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<Self, TableError> {
+        let raw: RawTable = serde_json::from_str(text).map_err(|e| TableError::Parse {
+            path: path.to_string(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        let invalid = |message: String| TableError::Invalid {
+            path: path.to_string(),
+            message,
+        };
+        let model_id = raw
+            .model
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid("model.id is missing".into()))?
+            .to_string();
+        let canonical_slug = raw
+            .model
+            .get("canonical_slug")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if raw.endpoints.is_empty() {
+            return Err(invalid("no endpoints".into()));
+        }
+        let mut endpoints = Vec::with_capacity(raw.endpoints.len());
+        for (index, mut v) in raw.endpoints.into_iter().enumerate() {
+            let tag = v
+                .get("tag")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string();
+            let err = |message: String| TableError::Endpoint {
+                path: path.to_string(),
+                index,
+                tag: tag.clone(),
+                message,
+            };
+            let sim = match v.as_object_mut().and_then(|o| o.remove("sim")) {
+                Some(s) => serde_json::from_value::<SimBehaviour>(s)
+                    .map_err(|e| err(format!("sim: {e}")))?,
+                None => SimBehaviour::default(),
+            };
+            let typed: crate::openrouter::Endpoint =
+                serde_json::from_value(v.clone()).map_err(|e| err(e.to_string()))?;
+            sim.faults.validate().map_err(err)?;
+            if !(sim.tokens_per_s > 0.0) || !(sim.ttft_ms >= 0.0) {
+                return Err(err("sim.tokens_per_s must be > 0 and ttft_ms >= 0".into()));
+            }
+            endpoints.push(SimEndpoint {
+                tag: typed.tag,
+                provider_name: typed.provider_name,
+                quantization: typed.quantization,
+                price_in: typed.pricing.prompt,
+                price_out: typed.pricing.completion,
+                context_length: typed.context_length.unwrap_or(131_072),
+                max_completion_tokens: typed.max_completion_tokens,
+                supported_parameters: typed.supported_parameters.unwrap_or_default(),
+                behaviour: sim,
+                wire: v,
+            });
+        }
+        Ok(ProviderTable {
+            model: raw.model,
+            model_id,
+            canonical_slug,
+            output_tokens: raw.output_tokens,
+            reasoning_share: raw.reasoning_share.clamp(0.0, 0.95),
+            endpoints,
+        })
+    }
+
+    /// Whether a request's `model` names this table's model.
+    pub fn serves(&self, model: &str) -> bool {
+        model == self.model_id || self.canonical_slug.as_deref() == Some(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_table_matches_the_seed_story() {
+        let t = ProviderTable::kimi_k25();
+        assert_eq!(t.model_id, "moonshotai/kimi-k2.5");
+        assert_eq!(t.endpoints.len(), 11);
+        let q = |tag: &str| {
+            t.endpoints
+                .iter()
+                .find(|e| e.tag.as_str() == tag)
+                .map(|e| e.quantization.clone())
+        };
+        for tag in [
+            "chutes/int4",
+            "siliconflow/int4",
+            "atlas-cloud/int4",
+            "parasail/int4",
+            "moonshotai/int4",
+        ] {
+            assert_eq!(q(tag), Some(Quantization::Int4), "{tag}");
+        }
+        assert_eq!(q("baseten/fp4"), Some(Quantization::Fp4));
+        for tag in ["deepinfra", "together", "novita", "fireworks", "venice"] {
+            assert_eq!(q(tag), Some(Quantization::Unknown), "{tag}");
+        }
+        let baseten = t
+            .endpoints
+            .iter()
+            .find(|e| e.tag.as_str() == "baseten/fp4")
+            .expect("baseten");
+        assert_eq!(baseten.wire["status"], -5);
+        assert_eq!(baseten.wire["uptime_last_30m"], 29.8);
+        assert!(baseten.wire.get("sim").is_none());
+        let outs: Vec<String> = t
+            .endpoints
+            .iter()
+            .map(|e| e.price_out.usd_per_million().to_string())
+            .collect();
+        assert!(outs.contains(&"2.2".to_string()) && outs.contains(&"3.75".to_string()));
+    }
+
+    #[test]
+    fn bad_tables_name_the_place() {
+        let e = ProviderTable::parse("{\n  \"model\": 3,\n", "t.json").expect_err("bad");
+        assert!(e.to_string().starts_with("provider table t.json, line"), "{e}");
+        let e = ProviderTable::parse(
+            r#"{"model":{"id":"m"},"endpoints":[{"provider_name":"X","tag":"x","pricing":{"prompt":"0","completion":"0"},"sim":{"ttft":1}}]}"#,
+            "t.json",
+        )
+        .expect_err("bad sim");
+        assert!(e.to_string().contains("endpoint #0 (x): sim: unknown field `ttft`"), "{e}");
+    }
+}
