@@ -395,6 +395,7 @@ impl<'de> Deserialize<'de> for Quantization {
     }
 }
 
+#[allow(clippy::derivable_impls)]
 impl Default for Quantization {
     fn default() -> Self {
         Quantization::Unknown

@@ -1,1 +1,54 @@
-fn main(){}
+//! The `harvest` binary: parse the command line, run a command, map errors to exit codes
+//! (0 done, 1 runtime failure, 2 bad config or input, 130 interrupted).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use harvest::cli::{Cli, Command};
+use harvest::commands::{self, exit};
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HARVEST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    // The simulator serves thousands of streams and may use both cores; the client side is
+    // cheapest on one thread (research/rust-client-cpu.md).
+    let rt = match &cli.command {
+        Command::Sim(_) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    };
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("harvest: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Providers(a) => commands::providers::run(a).await,
+            Command::Sim(a) => commands::sim::run(a).await,
+            Command::Demo(a) => commands::demo::run(a).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) => {
+            eprintln!("harvest: {e:#}");
+            ExitCode::from(commands::exit_code(&e))
+        }
+    }
+}

@@ -274,14 +274,22 @@ mod tests {
 
     #[test]
     fn malformed_responses_name_what_is_wrong() {
-        let err = |b: &str| ModelEndpoints::parse(b.as_bytes()).expect_err("should fail").to_string();
+        let err = |b: &str| {
+            ModelEndpoints::parse(b.as_bytes())
+                .expect_err("should fail")
+                .to_string()
+        };
         assert!(err("<html>").contains("not JSON"));
         assert!(err(r#"{"error":{}}"#).contains("no `data`"));
         assert!(err(r#"{"data":{"endpoints":3}}"#).contains("not a list"));
-        let e = err(r#"{"data":{"endpoints":[{"provider_name":"Chutes","tag":"chutes/int4","pricing":{"prompt":"0.1"}}]}}"#);
+        let e = err(
+            r#"{"data":{"endpoints":[{"provider_name":"Chutes","tag":"chutes/int4","pricing":{"prompt":"0.1"}}]}}"#,
+        );
         assert!(e.contains("endpoint #0 (chutes/int4)"), "{e}");
         assert!(e.contains("completion"), "{e}");
-        let e = err(r#"{"data":{"endpoints":[{"provider_name":"Chutes","tag":"chutes/int4","pricing":{"prompt":"abc","completion":"1"}}]}}"#);
+        let e = err(
+            r#"{"data":{"endpoints":[{"provider_name":"Chutes","tag":"chutes/int4","pricing":{"prompt":"abc","completion":"1"}}]}}"#,
+        );
         assert!(e.contains("bad price"), "{e}");
     }
 

@@ -93,14 +93,16 @@ impl OpenRouterClient {
     pub fn new(opts: ClientOptions) -> Result<Self, ApiError> {
         let mut headers = HeaderMap::new();
         let header = |v: &str, what: &str| {
-            HeaderValue::from_str(v).map_err(|_| ApiError::Invalid(format!("bad {what} header value")))
+            HeaderValue::from_str(v)
+                .map_err(|_| ApiError::Invalid(format!("bad {what} header value")))
         };
         headers.insert("HTTP-Referer", header(&opts.app_url, "HTTP-Referer")?);
         headers.insert("X-OpenRouter-Title", header(&opts.app_title, "title")?);
         headers.insert("X-Title", header(&opts.app_title, "title")?);
         if let Some(k) = &opts.api_key {
-            let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
-                .map_err(|_| ApiError::Invalid("the API key contains characters not allowed in a header".into()))?;
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(|_| {
+                ApiError::Invalid("the API key contains characters not allowed in a header".into())
+            })?;
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
@@ -184,32 +186,32 @@ impl OpenRouterClient {
 
     fn scrub(&self, err: ApiError) -> ApiError {
         let Some(k) = &self.key else { return err };
+        let clean = |d: Box<super::error::ErrorBody>| {
+            let mut d = *d;
+            d.message = d.message.map(|m| k.scrub(&m));
+            d.metadata = d.metadata.map(|m| scrub_value(k, m));
+            Box::new(d)
+        };
         match err {
             ApiError::Http {
                 status,
-                code,
                 message,
-                metadata,
-                availability,
                 retry_after,
+                detail,
             } => ApiError::Http {
                 status,
-                code,
                 message: k.scrub(&message),
-                metadata: metadata.map(|m| scrub_value(k, m)),
-                availability,
                 retry_after,
+                detail: clean(detail),
             },
             ApiError::MidStream {
-                code,
                 message,
-                metadata,
                 partial_events,
+                detail,
             } => ApiError::MidStream {
-                code,
                 message: k.scrub(&message),
-                metadata: metadata.map(|m| scrub_value(k, m)),
                 partial_events,
+                detail: clean(detail),
             },
             other => other,
         }
@@ -281,7 +283,8 @@ impl OpenRouterClient {
         req.stream = false;
         let resp = self.post_chat(&req).await?;
         let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
-        parse_completion_body(&body, self.require_usage, started.elapsed()).map_err(|e| self.scrub(e))
+        parse_completion_body(&body, self.require_usage, started.elapsed())
+            .map_err(|e| self.scrub(e))
     }
 
     /// Starts a streamed completion (`stream: true` is forced). Errors before the first byte of
@@ -330,7 +333,10 @@ impl ChatStream {
                 return Ok(None);
             }
             let wait = match self.ttft {
-                None => self.timeouts.first_token.saturating_sub(self.started.elapsed()),
+                None => self
+                    .timeouts
+                    .first_token
+                    .saturating_sub(self.started.elapsed()),
                 Some(_) => self.timeouts.idle,
             };
             let item = match tokio::time::timeout(wait, self.events.next()).await {

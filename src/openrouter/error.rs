@@ -35,23 +35,18 @@ pub enum ApiError {
     #[error("HTTP {status}: {message}")]
     Http {
         status: u16,
-        /// `error.code` as sent: a number or a string.
-        code: Option<Value>,
         message: String,
-        /// `error.metadata` (free-form: provider_name, raw, retry_after_seconds, ...).
-        metadata: Option<Value>,
-        /// `error.availability` on model-availability errors.
-        availability: Option<Value>,
         retry_after: Option<Duration>,
+        /// The `error` object as sent: code (number or string), metadata, availability.
+        detail: Box<ErrorBody>,
     },
     /// HTTP 200 and an `error` chunk in the stream (finish_reason `error`).
-    #[error("error in stream (code {code}): {message}")]
+    #[error("error in stream (code {}): {message}", detail.code_text())]
     MidStream {
-        code: Value,
         message: String,
-        metadata: Option<Value>,
         /// Content and reasoning events received before the error.
         partial_events: u64,
+        detail: Box<ErrorBody>,
     },
     #[error("timed out waiting for {0}")]
     Timeout(TimeoutKind),
@@ -182,7 +177,7 @@ impl ApiError {
             ApiError::Http {
                 status,
                 retry_after,
-                availability,
+                detail,
                 ..
             } => match status {
                 408 | 429 | 500 | 502 | 503 | 504 | 524 | 529 => true,
@@ -190,7 +185,8 @@ impl ApiError {
                 402 => retry_after.is_some(),
                 // A 200 whose body is an error object: the provider failed after accepting.
                 200..=299 => true,
-                404 | 403 => availability
+                404 | 403 => detail
+                    .availability
                     .as_ref()
                     .and_then(|a| a.get("retryable"))
                     .and_then(Value::as_bool)
@@ -225,18 +221,22 @@ impl ApiError {
 
     /// The provider OpenRouter blames, when the error metadata names one.
     pub fn provider_name(&self) -> Option<&str> {
-        let meta = match self {
-            ApiError::Http { metadata, .. } | ApiError::MidStream { metadata, .. } => {
-                metadata.as_ref()
-            }
-            _ => None,
-        }?;
+        let meta = self.detail()?.metadata.as_ref()?;
         meta.get("provider_name").and_then(Value::as_str)
+    }
+
+    /// The `error` object of HTTP and mid-stream errors.
+    pub fn detail(&self) -> Option<&ErrorBody> {
+        match self {
+            ApiError::Http { detail, .. } | ApiError::MidStream { detail, .. } => Some(detail),
+            _ => None,
+        }
     }
 
     /// A 402 or 401 that means "stop dispatching": no credit or a bad key.
     pub fn stops_dispatch(&self) -> bool {
-        matches!(self.kind(), ErrorKind::Auth) || (self.kind() == ErrorKind::Payment && !self.is_retryable())
+        matches!(self.kind(), ErrorKind::Auth)
+            || (self.kind() == ErrorKind::Payment && !self.is_retryable())
     }
 
     /// Builds the error for a response with a failing status (or a 200 error body) from its
@@ -247,22 +247,32 @@ impl ApiError {
         match serde_json::from_slice::<ErrorEnvelope>(trim_ascii_start(body)) {
             Ok(ErrorEnvelope { error: Some(e) }) => {
                 let retry_after = header_wait.or_else(|| e.retry_after_hint());
+                let mut message = e
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "(no message)".to_string());
+                if let Some(why) = e
+                    .availability
+                    .as_ref()
+                    .and_then(|a| a.get("excluded_by"))
+                    .and_then(Value::as_array)
+                    .filter(|w| !w.is_empty())
+                {
+                    let why: Vec<&str> = why.iter().filter_map(Value::as_str).collect();
+                    message.push_str(&format!(" (excluded by: {})", why.join(", ")));
+                }
                 ApiError::Http {
                     status,
-                    code: e.code,
-                    message: e.message.unwrap_or_else(|| "(no message)".to_string()),
-                    metadata: e.metadata,
-                    availability: e.availability,
+                    message,
                     retry_after,
+                    detail: Box::new(e),
                 }
             }
             _ => ApiError::Http {
                 status,
-                code: None,
                 message: describe_non_json_body(body),
-                metadata: None,
-                availability: None,
                 retry_after: header_wait,
+                detail: Box::default(),
             },
         }
     }
@@ -307,12 +317,21 @@ impl ErrorBody {
 
     pub fn into_mid_stream(self, partial_events: u64) -> ApiError {
         ApiError::MidStream {
-            code: self.code.unwrap_or(Value::Null),
             message: self
                 .message
+                .clone()
                 .unwrap_or_else(|| "(no message)".to_string()),
-            metadata: self.metadata,
             partial_events,
+            detail: Box::new(self),
+        }
+    }
+
+    /// `code` as text: `429`, `server_error`, or `none`.
+    pub fn code_text(&self) -> String {
+        match &self.code {
+            None | Some(Value::Null) => "none".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
         }
     }
 }
@@ -328,7 +347,12 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
     }
     let when = chrono::DateTime::parse_from_rfc2822(v).ok()?;
     let delta = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
-    Some(delta.to_std().unwrap_or(Duration::ZERO).min(Duration::from_secs(3600)))
+    Some(
+        delta
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .min(Duration::from_secs(3600)),
+    )
 }
 
 fn trim_ascii_start(b: &[u8]) -> &[u8] {
@@ -381,19 +405,31 @@ mod tests {
         let body = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>";
         let e = ApiError::from_response_body(502, None, body);
         assert!(e.is_retryable());
-        assert_eq!(e.to_string(), "HTTP 502: non-JSON body (HTML page: 502 Bad Gateway)");
+        assert_eq!(
+            e.to_string(),
+            "HTTP 502: non-JSON body (HTML page: 502 Bad Gateway)"
+        );
         let e = ApiError::from_response_body(500, None, b"Internal Server Error\n");
-        assert_eq!(e.to_string(), "HTTP 500: non-JSON body: Internal Server Error");
+        assert_eq!(
+            e.to_string(),
+            "HTTP 500: non-JSON body: Internal Server Error"
+        );
         assert!(e.is_retryable());
     }
 
     #[test]
     fn status_taxonomy() {
         for s in [408u16, 429, 502, 503, 504, 524, 529] {
-            assert!(ApiError::from_response_body(s, None, b"{}").is_retryable(), "{s}");
+            assert!(
+                ApiError::from_response_body(s, None, b"{}").is_retryable(),
+                "{s}"
+            );
         }
         for s in [400u16, 401, 402, 403, 404, 413, 422] {
-            assert!(!ApiError::from_response_body(s, None, b"{}").is_retryable(), "{s}");
+            assert!(
+                !ApiError::from_response_body(s, None, b"{}").is_retryable(),
+                "{s}"
+            );
         }
         let e = ApiError::from_response_body(402, Some("5"), b"{}");
         assert!(e.is_retryable());

@@ -238,8 +238,10 @@ mod tests {
             effort: Some(Effort::High),
             ..Default::default()
         });
-        r.extra
-            .insert("chat_template_kwargs".into(), serde_json::json!({"thinking": true}));
+        r.extra.insert(
+            "chat_template_kwargs".into(),
+            serde_json::json!({"thinking": true}),
+        );
         let v = serde_json::to_value(&r).expect("json");
         assert_eq!(v["max_tokens"], 64);
         assert_eq!(v["provider"]["order"][0], "chutes/int4");

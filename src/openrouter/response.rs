@@ -291,10 +291,9 @@ impl StreamAccumulator {
             if let Some(f) = choice.finish_reason {
                 if f.0 == "error" {
                     return Err(ApiError::MidStream {
-                        code: serde_json::Value::Null,
                         message: "finish_reason error without details".to_string(),
-                        metadata: None,
                         partial_events: self.events,
+                        detail: Box::default(),
                     });
                 }
                 self.finish_reason = Some(f.0.into_owned());
@@ -375,19 +374,18 @@ pub fn parse_completion_body(
             provider: "?".to_string(),
         });
     }
-    let chunk: Chunk<'_> = serde_json::from_str(text.trim_start()).map_err(|e| ApiError::Decode {
-        what: "completion body",
-        detail: format!("{e} in {}", snippet(text)),
-    })?;
+    let chunk: Chunk<'_> =
+        serde_json::from_str(text.trim_start()).map_err(|e| ApiError::Decode {
+            what: "completion body",
+            detail: format!("{e} in {}", snippet(text)),
+        })?;
     if let Some(err) = chunk.error {
         // A whole-body error with HTTP 200: the provider failed after OpenRouter accepted.
         return Err(ApiError::Http {
             status: 200,
-            code: err.code,
-            message: err.message.unwrap_or_else(|| "(no message)".into()),
-            metadata: err.metadata,
-            availability: err.availability,
+            message: err.message.clone().unwrap_or_else(|| "(no message)".into()),
             retry_after: None,
+            detail: Box::new(err),
         });
     }
     let mut acc = StreamAccumulator::new(require_usage);
@@ -418,11 +416,17 @@ mod tests {
 
     #[test]
     fn text_borrows_when_unescaped() {
-        let c: Chunk<'_> =
-            serde_json::from_str(r#"{"provider":"DeepInfra","choices":[{"delta":{"content":"a\nb"}}]}"#)
-                .expect("chunk");
+        let c: Chunk<'_> = serde_json::from_str(
+            r#"{"provider":"DeepInfra","choices":[{"delta":{"content":"a\nb"}}]}"#,
+        )
+        .expect("chunk");
         assert!(matches!(c.provider.expect("p").0, Cow::Borrowed(_)));
-        let d = c.choices.into_iter().next().and_then(|c| c.delta).expect("delta");
+        let d = c
+            .choices
+            .into_iter()
+            .next()
+            .and_then(|c| c.delta)
+            .expect("delta");
         assert_eq!(&*d.content.expect("c").0, "a\nb");
     }
 
@@ -450,10 +454,19 @@ mod tests {
         let content = r#"{"choices":[{"delta":{"content":"x"}}]}"#;
         let finish = r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#;
         assert!(matches!(run(&[content], true), Err(ApiError::Truncated(_))));
-        assert!(matches!(run(&[content, "[DONE]"], true), Err(ApiError::Truncated(_))));
-        assert!(matches!(run(&[content, finish], true), Err(ApiError::Truncated(_))));
+        assert!(matches!(
+            run(&[content, "[DONE]"], true),
+            Err(ApiError::Truncated(_))
+        ));
+        assert!(matches!(
+            run(&[content, finish], true),
+            Err(ApiError::Truncated(_))
+        ));
         // Without a usage requirement, [DONE] after a finish reason completes it.
-        assert!(matches!(run(&[content, finish], false), Err(ApiError::Truncated(_))));
+        assert!(matches!(
+            run(&[content, finish], false),
+            Err(ApiError::Truncated(_))
+        ));
         let c = run(&[content, finish, "[DONE]"], false).expect("ok");
         assert_eq!(c.usage_source, UsageSource::CountedEvents);
         assert_eq!(c.usage.completion_tokens, 1);
@@ -483,20 +496,24 @@ mod tests {
         );
         match r {
             Err(ApiError::MidStream {
-                code,
+                detail,
                 partial_events,
                 ..
             }) => {
-                assert_eq!(code, 429);
+                assert_eq!(detail.code, Some(serde_json::json!(429)));
                 assert_eq!(partial_events, 1);
             }
             other => panic!("{other:?}"),
         }
         let r = run(
-            &[r#"{"choices":[{"delta":{"content":""},"finish_reason":"error","error":{"code":"server_error","message":"boom"}}]}"#],
+            &[
+                r#"{"choices":[{"delta":{"content":""},"finish_reason":"error","error":{"code":"server_error","message":"boom"}}]}"#,
+            ],
             true,
         );
-        assert!(matches!(r, Err(ApiError::MidStream { code, .. }) if code == "server_error"));
+        assert!(
+            matches!(r, Err(ApiError::MidStream { ref detail, .. }) if detail.code_text() == "server_error")
+        );
     }
 
     #[test]
@@ -506,9 +523,16 @@ mod tests {
         assert_eq!(c.provider.as_deref(), Some("Novita"));
         assert_eq!(c.reasoning.as_deref(), Some("The user"));
         assert_eq!(c.cost(), Some(Usd::from_pico(239_470_000)));
-        let e = parse_completion_body(br#"{"error":{"code":502,"message":"upstream"}}"#, true, Duration::ZERO)
-            .expect_err("error body");
+        let e = parse_completion_body(
+            br#"{"error":{"code":502,"message":"upstream"}}"#,
+            true,
+            Duration::ZERO,
+        )
+        .expect_err("error body");
         assert!(e.is_retryable());
-        assert!(matches!(parse_completion_body(b"  ", true, Duration::ZERO), Err(ApiError::Empty { .. })));
+        assert!(matches!(
+            parse_completion_body(b"  ", true, Duration::ZERO),
+            Err(ApiError::Empty { .. })
+        ));
     }
 }

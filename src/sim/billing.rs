@@ -106,7 +106,14 @@ impl Billing {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn record_request(&self, at_ms: u64, tag: &str, status: u16, fault: &str, prompt_hash: u64) {
+    pub fn record_request(
+        &self,
+        at_ms: u64,
+        tag: &str,
+        status: u16,
+        fault: &str,
+        prompt_hash: u64,
+    ) {
         let mut g = self.lock();
         let seq = g.next_seq;
         g.next_seq += 1;
@@ -164,7 +171,11 @@ impl Billing {
     /// Routed requests with `seq >= since`.
     pub fn requests_since(&self, since: u64) -> Vec<RequestEntry> {
         let g = self.lock();
-        g.requests.iter().filter(|r| r.seq >= since).cloned().collect()
+        g.requests
+            .iter()
+            .filter(|r| r.seq >= since)
+            .cloned()
+            .collect()
     }
 
     pub fn billing_entries(&self) -> Vec<BillingEntry> {

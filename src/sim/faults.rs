@@ -87,10 +87,7 @@ impl FaultMix {
                 .parse()
                 .map_err(|_| format!("fault {name}: {value:?} is not a number"))?;
             let slot = self.slot(name.trim()).ok_or_else(|| {
-                format!(
-                    "unknown fault {name:?}; known: {}",
-                    Self::NAMES.join(", ")
-                )
+                format!("unknown fault {name:?}; known: {}", Self::NAMES.join(", "))
             })?;
             *slot = v;
         }
@@ -113,13 +110,17 @@ impl FaultMix {
                 return Err(format!("fault {n} must be a probability in 0..1, got {p}"));
             }
         }
-        let total: f64 = probs.iter().filter(|(n, _)| *n != "slow_start").map(|(_, p)| p).sum();
+        let total: f64 = probs
+            .iter()
+            .filter(|(n, _)| *n != "slow_start")
+            .map(|(_, p)| p)
+            .sum();
         if total > 1.0 + 1e-9 {
             return Err(format!(
                 "fault probabilities (besides slow_start) add up to {total:.3} > 1"
             ));
         }
-        if !(self.retry_after_s >= 0.0) {
+        if self.retry_after_s.is_nan() || self.retry_after_s < 0.0 {
             return Err("retry_after_s must be >= 0".into());
         }
         Ok(())
@@ -164,9 +165,14 @@ mod tests {
     #[test]
     fn spec_parsing_and_validation() {
         let mut m = FaultMix::none();
-        m.apply_spec("rate_limit=0.1, reset=0.05,retry_after_s=3").expect("ok");
+        m.apply_spec("rate_limit=0.1, reset=0.05,retry_after_s=3")
+            .expect("ok");
         assert_eq!((m.rate_limit, m.reset, m.retry_after_s), (0.1, 0.05, 3.0));
-        assert!(m.apply_spec("bogus=1").expect_err("unknown").contains("unknown fault"));
+        assert!(
+            m.apply_spec("bogus=1")
+                .expect_err("unknown")
+                .contains("unknown fault")
+        );
         assert!(m.apply_spec("stall=x").is_err());
         assert!(m.apply_spec("stall=1.5").is_err());
         let mut m = FaultMix::none();

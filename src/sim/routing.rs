@@ -129,7 +129,9 @@ fn exclusion(
         }
     }
     if let Some(mp) = &prefs.max_price {
-        let over_in = mp.prompt.is_some_and(|m| price_per_m(ep.price_in) > m + 1e-12);
+        let over_in = mp
+            .prompt
+            .is_some_and(|m| price_per_m(ep.price_in) > m + 1e-12);
         let over_out = mp
             .completion
             .is_some_and(|m| price_per_m(ep.price_out) > m + 1e-12);
@@ -254,8 +256,13 @@ mod tests {
     fn pinned_without_fallbacks_is_one_endpoint() {
         let (eps, b) = setup();
         let mut rng = SmallRng::seed_from_u64(1);
-        let c = candidates(&eps, &b, &req(ProviderPreferences::pinned("chutes/int4")), &mut rng)
-            .expect("some");
+        let c = candidates(
+            &eps,
+            &b,
+            &req(ProviderPreferences::pinned("chutes/int4")),
+            &mut rng,
+        )
+        .expect("some");
         assert_eq!(tags(&eps, &c), vec!["chutes/int4"]);
     }
 
@@ -282,7 +289,11 @@ mod tests {
         let (eps, b) = setup();
         let mut rng = SmallRng::seed_from_u64(3);
         let p = ProviderPreferences {
-            only: Some(vec!["chutes".into(), "siliconflow/int4".into(), "venice".into()]),
+            only: Some(vec![
+                "chutes".into(),
+                "siliconflow/int4".into(),
+                "venice".into(),
+            ]),
             ignore: Some(vec!["venice".into()]),
             sort: Some(ProviderSort::Price),
             ..Default::default()
@@ -318,14 +329,18 @@ mod tests {
         let mut r = req(ProviderPreferences::pinned("venice"));
         r.max_tokens = 40_000;
         assert_eq!(
-            candidates(&eps, &b, &r, &mut rng).expect_err("none").excluded_by,
+            candidates(&eps, &b, &r, &mut rng)
+                .expect_err("none")
+                .excluded_by,
             vec!["max_tokens"]
         );
         // Moonshot's own endpoint does not list temperature.
         let mut r = req(ProviderPreferences::pinned("moonshotai/int4"));
         r.temperature = Some(0.6);
         assert_eq!(
-            candidates(&eps, &b, &r, &mut rng).expect_err("none").excluded_by,
+            candidates(&eps, &b, &r, &mut rng)
+                .expect_err("none")
+                .excluded_by,
             vec!["require_parameters"]
         );
     }

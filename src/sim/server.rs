@@ -24,8 +24,8 @@ use crate::openrouter::{ChatRequest, Effort};
 use super::billing::{Billing, BillingEntry, EndpointTotals, Outcome, RequestEntry};
 use super::faults::{Fault, FaultMix};
 use super::generate::{
-    ChunkWriter, DONE, KEEPALIVE, TextPlan, Vocabulary, count_prompt_tokens, draw_length, fnv1a,
-    mix, pico_to_json, prompt_hash, text_rng, FNV_OFFSET,
+    ChunkWriter, DONE, FNV_OFFSET, KEEPALIVE, TextPlan, Vocabulary, count_prompt_tokens,
+    draw_length, fnv1a, mix, pico_to_json, prompt_hash, text_rng,
 };
 use super::routing::candidates;
 use super::table::{ProviderTable, SimBehaviour};
@@ -95,7 +95,7 @@ impl EndpointPatch {
             b.ttft_ms = v.max(0.0);
         }
         if let Some(v) = self.tokens_per_s {
-            if !(v > 0.0) {
+            if v.is_nan() || v <= 0.0 {
                 return Err("tokens_per_s must be > 0".into());
             }
             b.tokens_per_s = v;
@@ -143,7 +143,12 @@ impl SimState {
                 .map(|e| e.behaviour.clone())
                 .collect(),
         };
-        let in_flight = cfg.table.endpoints.iter().map(|_| AtomicU32::new(0)).collect();
+        let in_flight = cfg
+            .table
+            .endpoints
+            .iter()
+            .map(|_| AtomicU32::new(0))
+            .collect();
         Ok(SimState {
             cfg,
             live: RwLock::new(live),
@@ -268,6 +273,7 @@ fn error_response(status: u16, message: &str, extra: Option<(&str, Value)>) -> R
 }
 
 /// The bearer token, when it is acceptable.
+#[allow(clippy::result_large_err)] // a handler helper: the error is the response to send
 fn authorize(state: &SimState, headers: &HeaderMap) -> Result<String, Response> {
     let token = headers
         .get(header::AUTHORIZATION)
@@ -283,8 +289,10 @@ fn authorize(state: &SimState, headers: &HeaderMap) -> Result<String, Response> 
 }
 
 async fn models(State(state): State<Arc<SimState>>) -> Response {
-    axum::Json(json!({"data": [state.cfg.table.model.clone()], "total_count": 1, "links": {"next": null}}))
-        .into_response()
+    axum::Json(
+        json!({"data": [state.cfg.table.model.clone()], "total_count": 1, "links": {"next": null}}),
+    )
+    .into_response()
 }
 
 async fn endpoints(
@@ -376,23 +384,21 @@ async fn generation(
         return error_response(400, "Missing id", None);
     };
     match state.billing.generation(&id) {
-        Some((e, age)) if age >= state.cfg.generation_visible_after => {
-            axum::Json(json!({"data": {
-                "id": e.id, "created_at": e.at, "model": state.cfg.table.model_id,
-                "provider_name": e.provider, "streamed": e.streamed,
-                "cancelled": e.outcome == Outcome::Cancelled,
-                "finish_reason": e.finish_reason, "native_finish_reason": e.finish_reason,
-                "latency": e.latency_ms, "generation_time": e.latency_ms,
-                "tokens_prompt": e.prompt_tokens, "tokens_completion": e.completion_tokens,
-                "native_tokens_prompt": e.prompt_tokens,
-                "native_tokens_completion": e.completion_tokens,
-                "native_tokens_reasoning": e.reasoning_tokens, "native_tokens_cached": 0,
-                "total_cost": e.cost_usd.as_f64(), "usage": e.cost_usd.as_f64(),
-                "upstream_inference_cost": null, "cache_discount": null,
-                "provider_responses": [{"provider_name": e.provider, "status": 200}]
-            }}))
-            .into_response()
-        }
+        Some((e, age)) if age >= state.cfg.generation_visible_after => axum::Json(json!({"data": {
+            "id": e.id, "created_at": e.at, "model": state.cfg.table.model_id,
+            "provider_name": e.provider, "streamed": e.streamed,
+            "cancelled": e.outcome == Outcome::Cancelled,
+            "finish_reason": e.finish_reason, "native_finish_reason": e.finish_reason,
+            "latency": e.latency_ms, "generation_time": e.latency_ms,
+            "tokens_prompt": e.prompt_tokens, "tokens_completion": e.completion_tokens,
+            "native_tokens_prompt": e.prompt_tokens,
+            "native_tokens_completion": e.completion_tokens,
+            "native_tokens_reasoning": e.reasoning_tokens, "native_tokens_cached": 0,
+            "total_cost": e.cost_usd.as_f64(), "usage": e.cost_usd.as_f64(),
+            "upstream_inference_cost": null, "cache_discount": null,
+            "provider_responses": [{"provider_name": e.provider, "status": 200}]
+        }}))
+        .into_response(),
         _ => error_response(404, &format!("Generation {id} not found"), None),
     }
 }
@@ -539,7 +545,12 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
         }
     }
     let prompt_tokens = count_prompt_tokens(&req.messages);
-    let max_ctx = table.endpoints.iter().map(|e| e.context_length).max().unwrap_or(0);
+    let max_ctx = table
+        .endpoints
+        .iter()
+        .map(|e| e.context_length)
+        .max()
+        .unwrap_or(0);
     if prompt_tokens > max_ctx {
         return error_response(
             400,
@@ -575,7 +586,11 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
         let busy = b
             .capacity
             .is_some_and(|c| state.in_flight[i].load(Ordering::Relaxed) >= c);
-        let fault = if busy { Fault::RateLimit } else { b.faults.draw(&mut rng) };
+        let fault = if busy {
+            Fault::RateLimit
+        } else {
+            b.faults.draw(&mut rng)
+        };
         if fault.is_pre_stream() {
             let (status, msg) = if fault == Fault::RateLimit {
                 (429, "Provider returned error")
@@ -678,7 +693,11 @@ fn make_plan(
     };
     let scale = live.speed_scale;
     let jitter = 0.5 + rng.random::<f64>();
-    let slow = if b.faults.draw_slow_start(rng) { 10.0 } else { 1.0 };
+    let slow = if b.faults.draw_slow_start(rng) {
+        10.0
+    } else {
+        1.0
+    };
     let ttft = Duration::from_secs_f64((b.ttft_ms / 1000.0) * scale * jitter * slow);
     let per_token = Duration::from_secs_f64(scale / b.tokens_per_s);
     let seq = state.ids.fetch_add(1, Ordering::Relaxed);
@@ -724,10 +743,16 @@ fn respond(state: Arc<SimState>, plan: Plan, rng: SmallRng) -> Response {
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
     if stream {
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     } else {
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
     }
     if let Ok(v) = HeaderValue::from_str(&id) {
         h.insert("x-generation-id", v);
@@ -779,9 +804,17 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
     };
     let stopping = state.stopping.clone();
     let writer = ChunkWriter::new(&plan.id, plan.created, &plan.model, &plan.provider);
-    let hidden = if plan.reasoning_visible { 0 } else { plan.reasoning_tokens };
+    let hidden = if plan.reasoning_visible {
+        0
+    } else {
+        plan.reasoning_tokens
+    };
     let first_at = started + plan.ttft + plan.per_token.mul_f64(hidden as f64);
-    let limit = if plan.fault == Fault::None { plan.completion_tokens } else { plan.fault_at };
+    let limit = if plan.fault == Fault::None {
+        plan.completion_tokens
+    } else {
+        plan.fault_at
+    };
 
     if plan.stream && !out.send(KEEPALIVE.to_string()).await {
         return cancelled(&state, &plan, 0, started);
@@ -816,7 +849,8 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
     while i < limit {
         if !plan.per_token.is_zero() {
             let since = Instant::now().saturating_duration_since(first_at);
-            let due = ((since.as_secs_f64() / plan.per_token.as_secs_f64()).floor() as u64 + 1).min(limit);
+            let due = ((since.as_secs_f64() / plan.per_token.as_secs_f64()).floor() as u64 + 1)
+                .min(limit);
             if due <= i {
                 let next_due = first_at + plan.per_token.mul_f64(i as f64);
                 let wake = next_due.max(Instant::now() + min_tick);
@@ -867,12 +901,22 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
     match plan.fault {
         Fault::None | Fault::Empty => {
             let n = plan.completion_tokens;
-            let cost = if plan.fault == Fault::Empty { Usd::ZERO } else { plan.cost(n) };
+            let cost = if plan.fault == Fault::Empty {
+                Usd::ZERO
+            } else {
+                plan.cost(n)
+            };
             let cost_json = pico_to_json(cost.pico());
             let body = if plan.stream {
                 let mut b = String::new();
                 writer.finish(plan.finish_reason, &mut b);
-                writer.usage(plan.prompt_tokens, n, plan.reasoning_tokens, &cost_json, &mut b);
+                writer.usage(
+                    plan.prompt_tokens,
+                    n,
+                    plan.reasoning_tokens,
+                    &cost_json,
+                    &mut b,
+                );
                 b.push_str(DONE);
                 b
             } else {
@@ -886,7 +930,11 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
             }
         }
         Fault::MidStream => {
-            let code = if out.rng.random::<bool>() { "502" } else { "\"server_error\"" };
+            let code = if out.rng.random::<bool>() {
+                "502"
+            } else {
+                "\"server_error\""
+            };
             let body = if plan.stream {
                 let mut b = String::new();
                 writer.error(code, "Provider returned error", &plan.provider, &mut b);
@@ -917,7 +965,7 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
         }
         Fault::Stall => {
             tokio::select! {
-                _ = out.tx.closed() => return cancelled(&state, &plan, i, started),
+                _ = out.tx.closed() => cancelled(&state, &plan, i, started),
                 _ = tokio::time::sleep(STALL_LIMIT) => {}
                 _ = stopping.cancelled() => {}
             }

@@ -212,7 +212,11 @@ impl ProviderTable {
             let typed: crate::openrouter::Endpoint =
                 serde_json::from_value(v.clone()).map_err(|e| err(e.to_string()))?;
             sim.faults.validate().map_err(err)?;
-            if !(sim.tokens_per_s > 0.0) || !(sim.ttft_ms >= 0.0) {
+            if sim.tokens_per_s.is_nan()
+                || sim.tokens_per_s <= 0.0
+                || sim.ttft_ms.is_nan()
+                || sim.ttft_ms < 0.0
+            {
                 return Err(err("sim.tokens_per_s must be > 0 and ttft_ms >= 0".into()));
             }
             endpoints.push(SimEndpoint {
@@ -291,12 +295,19 @@ mod tests {
     #[test]
     fn bad_tables_name_the_place() {
         let e = ProviderTable::parse("{\n  \"model\": 3,\n", "t.json").expect_err("bad");
-        assert!(e.to_string().starts_with("provider table t.json, line"), "{e}");
+        assert!(
+            e.to_string().starts_with("provider table t.json, line"),
+            "{e}"
+        );
         let e = ProviderTable::parse(
             r#"{"model":{"id":"m"},"endpoints":[{"provider_name":"X","tag":"x","pricing":{"prompt":"0","completion":"0"},"sim":{"ttft":1}}]}"#,
             "t.json",
         )
         .expect_err("bad sim");
-        assert!(e.to_string().contains("endpoint #0 (x): sim: unknown field `ttft`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("endpoint #0 (x): sim: unknown field `ttft`"),
+            "{e}"
+        );
     }
 }

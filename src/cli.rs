@@ -1,0 +1,132 @@
+//! Command-line definitions (clap derive). Parsing only: the commands live in `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::domain::Quantization;
+use crate::engine::policy::PolicyMode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "harvest",
+    version,
+    about = "Generate LLM training data at scale through OpenRouter or any OpenAI-compatible server",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The endpoint table of a model: price, quantization, context, status, uptime, and which
+    /// endpoints the policy allows.
+    Providers(ProvidersArgs),
+    /// Run the built-in OpenRouter simulator on 127.0.0.1 (for tests, demos and other clients).
+    Sim(SimArgs),
+    /// The whole experience with no key and no network: the simulator in-process, its provider
+    /// table, and live streamed completions from the endpoints the policy allows.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Quantization policy: faithful (released precision or a lossless upcast) or any.
+    #[arg(long, value_enum, default_value = "faithful")]
+    pub mode: PolicyModeArg,
+    /// The model's released precision (default: known for Kimi K2.x, DeepSeek V3/R1, gpt-oss).
+    #[arg(long, value_name = "QUANT", value_parser = parse_quant)]
+    pub native: Option<Quantization>,
+    /// Endpoint tag or provider slug to always allow (repeatable).
+    #[arg(long, value_name = "TAG")]
+    pub include: Vec<String>,
+    /// Endpoint tag or provider slug never to use (repeatable).
+    #[arg(long, value_name = "TAG")]
+    pub exclude: Vec<String>,
+    /// Allow endpoints whose quantization is undisclosed.
+    #[arg(long)]
+    pub allow_unknown: bool,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum PolicyModeArg {
+    Faithful,
+    Any,
+}
+
+impl From<PolicyModeArg> for PolicyMode {
+    fn from(m: PolicyModeArg) -> Self {
+        match m {
+            PolicyModeArg::Faithful => PolicyMode::Faithful,
+            PolicyModeArg::Any => PolicyMode::Any,
+        }
+    }
+}
+
+fn parse_quant(s: &str) -> Result<Quantization, String> {
+    Ok(Quantization::parse(s))
+}
+
+#[derive(Args, Debug)]
+pub struct ProvidersArgs {
+    /// Model id, e.g. moonshotai/kimi-k2.5
+    pub model: String,
+    /// API base URL (OpenRouter or the simulator).
+    #[arg(long, env = "HARVEST_BASE_URL", default_value = crate::openrouter::DEFAULT_BASE_URL)]
+    pub base_url: String,
+    /// Environment variable holding the API key (the listing works without one, with fewer
+    /// statistics).
+    #[arg(long, default_value = "OPENROUTER_API_KEY")]
+    pub api_key_env: String,
+    /// Print a stable machine-readable JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Port on 127.0.0.1 (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8089)]
+    pub port: u16,
+    /// Seed: the same seed and prompts give the same responses.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Provider table (JSON); default: the embedded Kimi K2.5 table.
+    #[arg(long, value_name = "FILE")]
+    pub providers: Option<PathBuf>,
+    /// Multiplies every latency: 1 is real pace, 0.1 ten times faster, 0 no delay at all.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed_scale: f64,
+    /// Fault probabilities for every endpoint, e.g. rate_limit=0.1,mid_stream=0.05,reset=0.01
+    /// (also: server_error, stall, slow_start, empty, truncate, retry_after_s).
+    #[arg(long, value_name = "SPEC")]
+    pub faults: Option<String>,
+    /// Remove every fault of the table first (then --faults applies).
+    #[arg(long)]
+    pub no_faults: bool,
+    /// Append every billed generation to this JSONL file.
+    #[arg(long, value_name = "FILE")]
+    pub billing_log: Option<PathBuf>,
+    /// Credit limit of the key in USD; past it, requests get 402.
+    #[arg(long, value_name = "USD")]
+    pub key_limit: Option<f64>,
+    /// Accept only this bearer token (default: any non-empty one).
+    #[arg(long, env = "HARVEST_SIM_KEY", hide_env_values = true)]
+    pub require_key: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Completions to stream.
+    #[arg(long, default_value_t = 6)]
+    pub requests: usize,
+    /// Simulator speed scale (see `harvest sim --help`).
+    #[arg(long, default_value_t = 0.05)]
+    pub speed_scale: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}

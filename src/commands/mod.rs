@@ -1,0 +1,28 @@
+//! The subcommands. This is the binary's edge: commands return `anyhow` errors, and
+//! [`BadInput`] marks the ones that are the user's input (exit code 2, not 1).
+
+pub mod demo;
+pub mod providers;
+pub mod sim;
+
+/// An error caused by the user's input (a config, a flag, a file): exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Exit codes (SPEC §1).
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILURE: u8 = 1;
+    pub const BAD_INPUT: u8 = 2;
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// The exit code for an error returned by a command.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if err.chain().any(|e| e.is::<BadInput>()) {
+        exit::BAD_INPUT
+    } else {
+        exit::FAILURE
+    }
+}

@@ -1,0 +1,68 @@
+//! `harvest sim`: the simulator alone, until Ctrl-C.
+
+use anyhow::Context;
+
+use crate::cli::SimArgs;
+use crate::sim::{self, FaultMix, ProviderTable, SimConfig};
+
+use super::BadInput;
+
+/// Builds the simulator configuration from the flags.
+pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
+    let table = match &args.providers {
+        Some(p) => ProviderTable::load(p).map_err(|e| BadInput(e.to_string()))?,
+        None => ProviderTable::kimi_k25(),
+    };
+    if !(args.speed_scale >= 0.0 && args.speed_scale.is_finite()) {
+        return Err(BadInput(format!(
+            "--speed-scale must be a number >= 0, got {}",
+            args.speed_scale
+        ))
+        .into());
+    }
+    let mut cfg = SimConfig::new(table);
+    cfg.seed = args.seed;
+    cfg.speed_scale = args.speed_scale;
+    cfg.billing_log = args.billing_log.clone();
+    cfg.key_limit_usd = args.key_limit;
+    cfg.api_key = args.require_key.clone();
+    if args.no_faults {
+        for e in &mut cfg.table.endpoints {
+            e.behaviour.faults = FaultMix::none();
+        }
+    }
+    if let Some(spec) = &args.faults {
+        cfg.apply_faults_to_all(spec)
+            .map_err(|e| BadInput(format!("--faults: {e}")))?;
+    }
+    Ok(cfg)
+}
+
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let cfg = config(&args)?;
+    let model = cfg.table.model_id.clone();
+    let n = cfg.table.endpoints.len();
+    let handle = sim::start(cfg, args.port)
+        .await
+        .context("starting the simulator")?;
+    println!(
+        "harvest simulator: {model} at {n} endpoints on {}  (speed scale {}, seed {})",
+        handle.base_url(),
+        args.speed_scale,
+        args.seed
+    );
+    println!(
+        "try: harvest providers {model} --base-url {}   control: GET/POST http://{}/sim/state|control",
+        handle.base_url(),
+        handle.addr
+    );
+    let token = handle.shutdown_token();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("stopping (billed {})", handle.state.billed_total());
+            handle.stop().await;
+        }
+        _ = token.cancelled() => {}
+    }
+    Ok(())
+}
