@@ -1,0 +1,500 @@
+//! The OpenRouter client against the simulator on 127.0.0.1: listing, streaming and
+//! non-streaming completions, routing filters, every fault kind, cancellation billing, `/key`
+//! and `/generation`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use harvest::domain::{Quantization, Usd};
+use harvest::openrouter::{
+    ApiError, ApiKey, ChatRequest, ClientOptions, ErrorKind, Message, OpenRouterClient,
+    ProviderPreferences, StreamTimeouts, TimeoutKind,
+};
+use harvest::sim::{self, ControlRequest, EndpointPatch, Outcome, SimConfig, SimHandle};
+
+const MODEL: &str = "moonshotai/kimi-k2.5";
+
+async fn start(cfg: SimConfig) -> (SimHandle, OpenRouterClient) {
+    let sim = sim::start(cfg, 0).await.expect("simulator starts");
+    let client = OpenRouterClient::new(ClientOptions::new(
+        sim.base_url(),
+        ApiKey::new("sk-or-v1-test-key-0123456789"),
+    ))
+    .expect("client");
+    (sim, client)
+}
+
+fn req(prompt: &str, max_tokens: u32, pin: &str) -> ChatRequest {
+    ChatRequest::new(MODEL, vec![Message::user(prompt)], max_tokens)
+        .with_provider(ProviderPreferences::pinned(pin))
+}
+
+fn fast_timeouts() -> StreamTimeouts {
+    StreamTimeouts {
+        first_token: Duration::from_secs(10),
+        idle: Duration::from_secs(5),
+    }
+}
+
+fn patch(sim: &SimHandle, tag: &str, p: EndpointPatch) {
+    let mut c = ControlRequest::default();
+    c.endpoints.insert(tag.to_string(), p);
+    sim.state.control(&c).expect("control");
+}
+
+fn faults(sim: &SimHandle, tag: &str, spec: &str) {
+    patch(
+        sim,
+        tag,
+        EndpointPatch {
+            faults_spec: Some(spec.to_string()),
+            ..Default::default()
+        },
+    );
+}
+
+#[tokio::test]
+async fn lists_models_and_endpoints() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    let models = client.models().await.expect("models");
+    assert_eq!(models.len(), 1);
+    assert_eq!(models[0].id, MODEL);
+    assert_eq!(models[0].context_length, Some(262_144));
+
+    let listing = client.endpoints(MODEL).await.expect("endpoints");
+    assert_eq!(listing.endpoints.len(), 11);
+    let chutes = listing
+        .endpoints
+        .iter()
+        .find(|e| e.tag.as_str() == "chutes/int4")
+        .expect("chutes");
+    assert_eq!(chutes.provider_name, "Chutes");
+    assert_eq!(chutes.quantization, Quantization::Int4);
+    assert_eq!(chutes.pricing.completion.to_string(), "$2.20/M");
+    assert!(
+        chutes.latency_last_30m.is_some(),
+        "stats are there with a key"
+    );
+
+    // Without a key the listing works but the 30-minute stats are null, as on the real API.
+    let anon = OpenRouterClient::new(ClientOptions::new(sim.base_url(), None)).expect("client");
+    let listing = anon.endpoints(MODEL).await.expect("endpoints");
+    assert!(
+        listing
+            .endpoints
+            .iter()
+            .all(|e| e.latency_last_30m.is_none())
+    );
+
+    let err = client
+        .endpoints("moonshotai/kimi-k9")
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.status(), Some(404));
+    let err = client.endpoints("no-slash").await.expect_err("bad id");
+    assert!(matches!(err, ApiError::Invalid(_)));
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn streamed_completion_is_served_and_billed_by_the_pinned_endpoint() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    let c = client
+        .chat_stream(
+            &req("Explain EAGLE-3.", 4096, "chutes/int4"),
+            fast_timeouts(),
+        )
+        .await
+        .expect("stream starts")
+        .collect()
+        .await
+        .expect("complete");
+    assert_eq!(c.provider.as_deref(), Some("Chutes"));
+    assert!(c.id.as_deref().is_some_and(|i| i.starts_with("gen-")));
+    assert!(!c.content.is_empty());
+    let reasoning = c.reasoning.as_deref().expect("Kimi reasons by default");
+    assert!(!reasoning.is_empty());
+    // One event per token: what we counted is what the server reports.
+    assert_eq!(c.events, c.usage.completion_tokens);
+    assert!(c.usage.reasoning_tokens() > 0);
+    assert!(c.finish_reason == "stop" || c.finish_reason == "length");
+    // Cost: prompt at $0.45/M and completion at $2.20/M, to the picodollar.
+    let expected = Usd::from_pico(
+        c.usage.prompt_tokens as i64 * 450_000 + c.usage.completion_tokens as i64 * 2_200_000,
+    );
+    assert_eq!(c.cost(), Some(expected));
+    assert_eq!(sim.state.billed_total(), expected);
+    let per = sim.state.billing_per_tag();
+    assert_eq!(per["chutes/int4"].billed, 1);
+    assert_eq!(
+        per["chutes/int4"].completion_tokens,
+        c.usage.completion_tokens
+    );
+
+    // The request log names the endpoint that served.
+    let log = sim.state.requests_since(0);
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].tag, "chutes/int4");
+    assert_eq!(log[0].status, 200);
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn non_streamed_completion_matches_the_streamed_text_for_greedy_requests() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    let mut r = req("Prove sqrt(2) is irrational.", 300, "siliconflow/int4");
+    r.temperature = Some(0.0);
+    let a = client.chat(&r).await.expect("non-streamed");
+    let b = client
+        .chat_stream(&r, fast_timeouts())
+        .await
+        .expect("stream")
+        .collect()
+        .await
+        .expect("streamed");
+    assert_eq!(a.provider.as_deref(), Some("SiliconFlow"));
+    assert_eq!(a.content, b.content);
+    assert_eq!(a.reasoning, b.reasoning);
+    assert_eq!(a.usage.completion_tokens, b.usage.completion_tokens);
+    assert_eq!(a.cost(), b.cost());
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn max_tokens_truncates_with_finish_reason_length() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    let c = client
+        .chat_stream(&req("long one", 16, "chutes/int4"), fast_timeouts())
+        .await
+        .expect("stream")
+        .collect()
+        .await
+        .expect("complete");
+    assert_eq!(c.finish_reason, "length");
+    assert_eq!(c.usage.completion_tokens, 16);
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn routing_filters() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    // A filter that leaves nothing: the documented 404 with `excluded_by`, not retryable.
+    let mut r = ChatRequest::new(MODEL, vec![Message::user("x")], 10);
+    r.provider = Some(ProviderPreferences {
+        quantizations: Some(vec![Quantization::Fp8]),
+        ..Default::default()
+    });
+    let err = client.chat(&r).await.expect_err("nothing matches");
+    assert_eq!(err.status(), Some(404));
+    assert!(!err.is_retryable());
+    assert!(
+        err.to_string().contains("excluded by: quantization"),
+        "{err}"
+    );
+
+    // `fp4` matches the fp4 family: only BaseTen.
+    r.provider = Some(ProviderPreferences {
+        quantizations: Some(vec![Quantization::Fp4]),
+        allow_fallbacks: Some(false),
+        ..Default::default()
+    });
+    let c = client.chat(&r).await.expect("baseten serves");
+    assert_eq!(c.provider.as_deref(), Some("BaseTen"));
+
+    // `only` with several tags never goes elsewhere.
+    let only = ProviderPreferences::only(vec!["chutes/int4".into(), "atlas-cloud/int4".into()]);
+    for i in 0..20 {
+        let r = ChatRequest::new(MODEL, vec![Message::user(format!("q{i}"))], 8)
+            .with_provider(only.clone());
+        let c = client.chat(&r).await.expect("served");
+        let p = c.provider.expect("provider");
+        assert!(p == "Chutes" || p == "AtlasCloud", "{p}");
+    }
+    // A wrong model id is a 400.
+    let r = ChatRequest::new("moonshotai/kimi-k9", vec![Message::user("x")], 8);
+    assert_eq!(
+        client.chat(&r).await.expect_err("bad model").status(),
+        Some(400)
+    );
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn fallbacks_route_around_a_failing_endpoint_only_when_allowed() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    faults(&sim, "chutes/int4", "server_error=1");
+    let mut p = ProviderPreferences {
+        order: Some(vec!["chutes/int4".into()]),
+        ..Default::default()
+    };
+    let r = ChatRequest::new(MODEL, vec![Message::user("x")], 8).with_provider(p.clone());
+    let c = client.chat(&r).await.expect("fell back");
+    assert_ne!(c.provider.as_deref(), Some("Chutes"));
+    p.allow_fallbacks = Some(false);
+    let r = r.with_provider(p);
+    let e = client.chat(&r).await.expect_err("no fallback");
+    assert_eq!(e.status(), Some(502));
+    assert!(e.is_retryable());
+    assert_eq!(e.provider_name(), Some("Chutes"));
+    sim.stop().await;
+}
+
+async fn stream_error(client: &OpenRouterClient, pin: &str, timeouts: StreamTimeouts) -> ApiError {
+    match client.chat_stream(&req("fault", 2000, pin), timeouts).await {
+        Err(e) => e,
+        Ok(s) => s
+            .collect()
+            .await
+            .expect_err("the fault must fail the stream"),
+    }
+}
+
+#[tokio::test]
+async fn every_fault_kind_is_a_typed_retryable_error() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    let cases: [(&str, &str, ErrorKind); 6] = [
+        (
+            "chutes/int4",
+            "rate_limit=1,retry_after_s=7",
+            ErrorKind::RateLimited,
+        ),
+        ("deepinfra", "server_error=1", ErrorKind::Server),
+        ("siliconflow/int4", "mid_stream=1", ErrorKind::MidStream),
+        ("atlas-cloud/int4", "reset=1", ErrorKind::Connection),
+        ("parasail/int4", "empty=1", ErrorKind::Empty),
+        ("together", "truncate=1", ErrorKind::Truncated),
+    ];
+    for (tag, spec, kind) in cases {
+        faults(&sim, tag, spec);
+        let e = stream_error(&client, tag, fast_timeouts()).await;
+        assert_eq!(e.kind(), kind, "{tag} {spec}: {e}");
+        assert!(e.is_retryable(), "{tag}: {e}");
+    }
+    // A 429 carries the Retry-After the provider asked for (scaled by the speed, at least 0 s)
+    // and the provider's name.
+    let e = stream_error(&client, "chutes/int4", fast_timeouts()).await;
+    assert!(e.retry_after().is_some());
+    assert_eq!(e.provider_name(), Some("Chutes"));
+
+    // A stall hits the idle (or first-token) timeout.
+    faults(&sim, "novita", "stall=1");
+    let t = StreamTimeouts {
+        first_token: Duration::from_millis(400),
+        idle: Duration::from_millis(400),
+    };
+    let e = stream_error(&client, "novita", t).await;
+    assert!(
+        matches!(
+            e,
+            ApiError::Timeout(TimeoutKind::Idle | TimeoutKind::FirstToken)
+        ),
+        "{e}"
+    );
+    // Provider-side failures are not billed; the stall was cancelled by us, and Novita stops
+    // billing on cancel, so at most the tokens sent before the stall are.
+    let per = sim.state.billing_per_tag();
+    for tag in [
+        "chutes/int4",
+        "deepinfra",
+        "siliconflow/int4",
+        "atlas-cloud/int4",
+        "together",
+    ] {
+        assert_eq!(per.get(tag).map_or(0, |t| t.billed), 0, "{tag} billed");
+    }
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn slow_start_delays_the_first_token() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.01; // Chutes: 900 ms TTFT → ~9 ms, x10 on a slow start.
+    let (sim, client) = start(cfg).await;
+    faults(&sim, "chutes/int4", "slow_start=1");
+    let t = StreamTimeouts {
+        first_token: Duration::from_millis(30),
+        idle: Duration::from_secs(5),
+    };
+    let e = stream_error(&client, "chutes/int4", t).await;
+    assert!(
+        matches!(e, ApiError::Timeout(TimeoutKind::FirstToken)),
+        "{e}"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn auth_and_credit_errors_stop_dispatch() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.api_key = Some("sk-or-v1-the-right-key-000000".into());
+    cfg.key_limit_usd = Some(0.000001);
+    let (sim, wrong) = start(cfg).await;
+    let e = wrong
+        .chat(&req("x", 8, "chutes/int4"))
+        .await
+        .expect_err("wrong key");
+    assert_eq!(e.kind(), ErrorKind::Auth);
+    assert!(e.stops_dispatch() && !e.is_retryable());
+    let anon = OpenRouterClient::new(ClientOptions::new(sim.base_url(), None)).expect("client");
+    assert_eq!(
+        anon.key_info().await.expect_err("no key").status(),
+        Some(401)
+    );
+
+    let right = OpenRouterClient::new(ClientOptions::new(
+        sim.base_url(),
+        ApiKey::new("sk-or-v1-the-right-key-000000"),
+    ))
+    .expect("client");
+    right
+        .chat(&req("x", 8, "chutes/int4"))
+        .await
+        .expect("first fits");
+    let e = right
+        .chat(&req("y", 8, "chutes/int4"))
+        .await
+        .expect_err("over the limit");
+    assert_eq!(e.status(), Some(402));
+    assert!(e.stops_dispatch(), "402 without Retry-After stops dispatch");
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn key_and_generation_report_what_was_billed() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.key_limit_usd = Some(100.0);
+    cfg.generation_visible_after = Duration::from_millis(200);
+    let (sim, client) = start(cfg).await;
+    let mut total = Usd::ZERO;
+    let mut last_id = String::new();
+    for i in 0..5 {
+        let c = client
+            .chat_stream(&req(&format!("p{i}"), 500, "deepinfra"), fast_timeouts())
+            .await
+            .expect("stream")
+            .collect()
+            .await
+            .expect("complete");
+        total += c.cost().expect("cost");
+        last_id = c.id.expect("id");
+    }
+    let k = client.key_info().await.expect("key");
+    assert_eq!(Usd::from_f64(k.usage), total);
+    assert_eq!(k.limit, Some(100.0));
+    assert!((k.limit_remaining.expect("remaining") - (100.0 - total.as_f64())).abs() < 1e-9);
+    // The label shows only a prefix and suffix of the key.
+    assert!(!k.label.expect("label").contains("test-key-0123456789"));
+
+    // /generation 404s right after the end (a real quirk), then answers.
+    let url = format!("{}/generation?id={last_id}", sim.base_url());
+    let http = reqwest::Client::new();
+    let get = || {
+        http.get(&url)
+            .bearer_auth("sk-or-v1-test-key-0123456789")
+            .send()
+    };
+    assert_eq!(get().await.expect("get").status().as_u16(), 404);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let v: serde_json::Value = get().await.expect("get").json().await.expect("json");
+    assert_eq!(v["data"]["provider_name"], "DeepInfra");
+    assert_eq!(v["data"]["cancelled"], false);
+    sim.stop().await;
+}
+
+/// Reads `n` token events, then drops the stream (closing the connection).
+async fn read_then_cancel(client: &OpenRouterClient, tag: &str, n: u64) -> u64 {
+    let mut s = client
+        .chat_stream(&req("a long answer please", 60_000, tag), fast_timeouts())
+        .await
+        .expect("stream");
+    while s.events() < n {
+        s.next().await.expect("event").expect("not ended");
+    }
+    s.events()
+}
+
+#[tokio::test]
+async fn cancelling_stops_billing_only_where_the_provider_does() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.05; // 48 tok/s → ~1 ms a token: a 20,000-token answer takes ~20 s.
+    let (sim, client) = start(cfg).await;
+    sim.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(20_000.0),
+            output_tokens_sigma: Some(0.0),
+            ..Default::default()
+        })
+        .expect("control");
+    // Chutes stops billing when the client goes; SiliconFlow bills the whole generation.
+    let got_chutes = read_then_cancel(&client, "chutes/int4", 200).await;
+    let got_sf = read_then_cancel(&client, "siliconflow/int4", 200).await;
+    // Wait for the simulator to notice the closed connections.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let billed = loop {
+        let b = sim.state.billing_entries();
+        if b.len() == 2 || tokio::time::Instant::now() > deadline {
+            break b;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let by_tag: HashMap<&str, _> = billed.iter().map(|e| (e.tag.as_str(), e)).collect();
+    let c = by_tag["chutes/int4"];
+    assert_eq!(c.outcome, Outcome::Cancelled);
+    assert!(
+        c.completion_tokens >= got_chutes && c.completion_tokens < got_chutes + 200,
+        "chutes billed {} after we read {got_chutes}",
+        c.completion_tokens
+    );
+    let s = by_tag["siliconflow/int4"];
+    assert_eq!(s.outcome, Outcome::Cancelled);
+    assert!(got_sf < 1000);
+    assert_eq!(s.completion_tokens, 20_000, "billed in full");
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn thousands_of_concurrent_streams() {
+    // Bounded: 2,000 short streams at once against one simulator, all complete.
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    sim.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(40.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let tags = [
+        "chutes/int4",
+        "siliconflow/int4",
+        "atlas-cloud/int4",
+        "parasail/int4",
+    ];
+    let jobs = (0..2000).map(|i| {
+        let client = client.clone();
+        async move {
+            client
+                .chat_stream(
+                    &req(&format!("prompt {i}"), 200, tags[i % 4]),
+                    fast_timeouts(),
+                )
+                .await?
+                .collect()
+                .await
+        }
+    });
+    let results = tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(jobs))
+        .await
+        .expect("bounded in time");
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(
+        ok,
+        2000,
+        "first error: {:?}",
+        results.iter().find(|r| r.is_err())
+    );
+    let total: Usd = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().and_then(|c| c.cost()))
+        .sum();
+    assert_eq!(total, sim.state.billed_total());
+    sim.stop().await;
+}
