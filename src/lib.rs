@@ -9,3 +9,16 @@ pub mod domain;
 pub mod engine;
 pub mod openrouter;
 pub mod sim;
+
+/// Raises this process's soft open-files limit to its hard limit: 2,000 concurrent streams need
+/// 2,000 sockets (4,000 when the simulator runs in the same process), above the common default
+/// of 1,024. Returns the limit now in force.
+pub fn raise_open_files_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("could not raise the open-files limit: {e}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(0, |(soft, _)| soft)
+        }
+    }
+}

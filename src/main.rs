@@ -20,6 +20,7 @@ fn init_logging() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    harvest::raise_open_files_limit();
     // The simulator serves thousands of streams and may use both cores; the client side is
     // cheapest on one thread (research/rust-client-cpu.md).
     let rt = match &cli.command {

@@ -455,6 +455,10 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
 #[tokio::test]
 async fn thousands_of_concurrent_streams() {
     // Bounded: 2,000 short streams at once against one simulator, all complete.
+    assert!(
+        harvest::raise_open_files_limit() >= 4100,
+        "need 4,100 open files"
+    );
     let (sim, client) = start(SimConfig::fast_no_faults()).await;
     sim.state
         .control(&ControlRequest {

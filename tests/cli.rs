@@ -1,0 +1,219 @@
+//! The `harvest` binary as a user runs it: `providers` (table and JSON) against the simulator,
+//! `sim` and `demo`, and bad input with its exit code 2.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use harvest::sim::{self, SimConfig};
+
+fn harvest() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env_remove("OPENROUTER_API_KEY")
+        .env_remove("HARVEST_BASE_URL");
+    c
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_table_and_json_against_the_simulator() {
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let base = s.base_url();
+    let b = base.clone();
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        run(harvest().args(["providers", "moonshotai/kimi-k2.5", "--base-url", &b]))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(
+            "moonshotai/kimi-k2.5: 11 endpoints, 5 allowed by policy faithful (native int4)"
+        ),
+        "{out}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].starts_with("provider") && lines[1].contains("$/M out"));
+    assert!(lines[2].starts_with("Chutes") && lines[2].contains("chutes/int4"));
+    assert!(
+        lines[12].starts_with("Venice"),
+        "sorted by output price: {out}"
+    );
+    let baseten = lines
+        .iter()
+        .find(|l| l.starts_with("BaseTen"))
+        .expect("baseten");
+    assert!(baseten.contains("fp4 !") && baseten.contains("-5") && baseten.contains("29.8%"));
+    assert!(
+        baseten.ends_with("no: policy: fp4 re-quantized"),
+        "{baseten}"
+    );
+
+    let b = base.clone();
+    let (code, out, _) = tokio::task::spawn_blocking(move || {
+        run(harvest().args([
+            "providers",
+            "moonshotai/kimi-k2.5",
+            "--base-url",
+            &b,
+            "--json",
+            "--mode",
+            "any",
+            "--exclude",
+            "fireworks",
+        ]))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["model"], "moonshotai/kimi-k2.5");
+    assert_eq!(v["native_quantization"], "int4");
+    let eps = v["endpoints"].as_array().expect("list");
+    assert_eq!(eps.len(), 11);
+    let by_tag = |t: &str| eps.iter().find(|e| e["tag"] == t).expect("tag").clone();
+    assert_eq!(by_tag("fireworks")["excluded"]["kind"], "operator");
+    assert_eq!(by_tag("baseten/fp4")["excluded"]["kind"], "down");
+    assert_eq!(by_tag("deepinfra")["allowed"], true);
+    assert_eq!(by_tag("venice")["price_out_per_m"], 3.75);
+    assert_eq!(by_tag("venice")["pricing"]["completion"], "0.00000375");
+    // 11 endpoints: fireworks excluded by the operator, baseten down.
+    assert_eq!(v["allowed"], 9);
+
+    // A model the server does not know is bad input.
+    let b = base.clone();
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        run(harvest().args(["providers", "moonshotai/kimi-k9", "--base-url", &b]))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not found"), "{err}");
+    s.stop().await;
+}
+
+#[test]
+fn bad_input_exits_2_with_a_clear_message() {
+    let (code, _, err) = run(harvest().args([
+        "providers",
+        "kimi",
+        "--base-url",
+        "http://127.0.0.1:9/api/v1",
+    ]));
+    assert_eq!(code, 2);
+    assert!(err.contains("author/slug"), "{err}");
+    let (code, _, err) = run(harvest().args(["providers", "a/b", "--base-url", "ftp://x"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("http://"), "{err}");
+    let (code, _, err) = run(harvest().args(["sim", "--faults", "bogus=1"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown fault \"bogus\""), "{err}");
+    let dir = tempfile::tempdir().expect("tmp");
+    let table = dir.path().join("table.json");
+    std::fs::write(
+        &table,
+        "{\n  \"model\": {\"id\": \"m/x\"},\n  \"endpoints\": [\n    {\"tag\": \"a\",}\n  ]\n}\n",
+    )
+    .expect("write");
+    let (code, _, err) = run(harvest().args(["sim", "--providers"]).arg(&table));
+    assert_eq!(code, 2);
+    assert!(err.contains("table.json, line 4"), "{err}");
+    // Unknown flags: clap's usage error, also 2.
+    let (code, _, _) = run(harvest().args(["providers", "a/b", "--frobnicate"]));
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn unreachable_server_is_a_runtime_failure() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let (code, _, err) = run(harvest().args([
+        "providers",
+        "moonshotai/kimi-k2.5",
+        "--base-url",
+        &format!("http://{addr}/api/v1"),
+    ]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("listing the endpoints"), "{err}");
+}
+
+#[test]
+fn sim_serves_until_stopped() {
+    let mut child = harvest()
+        .args(["sim", "--port", "0", "--speed-scale", "0", "--seed", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut first = String::new();
+    BufReader::new(stdout).read_line(&mut first).expect("line");
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .expect("address printed")
+        .to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let models: serde_json::Value = rt.block_on(async {
+        reqwest::get(format!("{base}/models"))
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json")
+    });
+    assert_eq!(models["data"][0]["id"], "moonshotai/kimi-k2.5");
+    child.kill().expect("kill");
+    let _ = child.wait();
+}
+
+#[test]
+fn demo_runs_with_no_key_and_no_network() {
+    let mut child = harvest()
+        .args(["demo", "--requests", "5", "--speed-scale", "0.01"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "demo took over 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("11 endpoints, 5 allowed"), "{stdout}");
+    assert_eq!(stdout.matches(" tok (").count(), 5, "{stdout}");
+    let last = stdout.lines().last().expect("summary");
+    // What usage.cost said we were charged equals what the simulator billed.
+    let figures: Vec<&str> = last.split('$').skip(1).collect();
+    assert_eq!(figures.len(), 2, "{last}");
+    assert_eq!(
+        figures[0].split(',').next(),
+        Some(figures[1].trim()),
+        "{last}"
+    );
+    let _ = std::io::stdout().flush();
+}
