@@ -21,6 +21,11 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the job of a config file: headless progress lines (the TUI is coming), outputs
+    /// written as they finish, resumable.
+    Run(RunArgs),
+    /// Progress of a running or finished run, read from its state file.
+    Status(StatusArgs),
     /// The endpoint table of a model: price, quantization, context, status, uptime, and which
     /// endpoints the policy allows.
     Providers(ProvidersArgs),
@@ -129,4 +134,35 @@ pub struct DemoArgs {
     pub speed_scale: f64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The config file.
+    #[arg(short = 'c', long, default_value = "harvest.toml")]
+    pub config: PathBuf,
+    /// Progress lines instead of the TUI (the default until the TUI lands).
+    #[arg(long)]
+    pub headless: bool,
+    /// Run only the prompts whose id hashes to shard K of N (0-based), e.g. 0/4.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
+    /// Resume into an output directory even if it was started with other parameters.
+    #[arg(long)]
+    pub force: bool,
+    /// Seconds between progress lines.
+    #[arg(long, default_value_t = 5.0)]
+    pub progress_every: f64,
+    /// On SIGINT/SIGTERM, seconds to let in-flight requests finish before cancelling them.
+    #[arg(long, default_value_t = 30.0)]
+    pub drain_grace_s: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The run's output directory (default: out).
+    pub dir: Option<PathBuf>,
+    /// The whole state as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -5,10 +5,13 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod headless;
 pub mod openrouter;
 pub mod sim;
+pub mod store;
 
 /// Raises this process's soft open-files limit to its hard limit: 2,000 concurrent streams need
 /// 2,000 sockets (4,000 when the simulator runs in the same process), above the common default

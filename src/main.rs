@@ -40,13 +40,15 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::Providers(a) => commands::providers::run(a).await,
-            Command::Sim(a) => commands::sim::run(a).await,
-            Command::Demo(a) => commands::demo::run(a).await,
+            Command::Run(a) => commands::run::run(a).await,
+            Command::Status(a) => commands::status::run(a).map(|()| exit::OK),
+            Command::Providers(a) => commands::providers::run(a).await.map(|()| exit::OK),
+            Command::Sim(a) => commands::sim::run(a).await.map(|()| exit::OK),
+            Command::Demo(a) => commands::demo::run(a).await.map(|()| exit::OK),
         }
     });
     match result {
-        Ok(()) => ExitCode::from(exit::OK),
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("harvest: {e:#}");
             ExitCode::from(commands::exit_code(&e))

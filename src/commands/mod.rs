@@ -3,7 +3,9 @@
 
 pub mod demo;
 pub mod providers;
+pub mod run;
 pub mod sim;
+pub mod status;
 
 /// An error caused by the user's input (a config, a flag, a file): exit code 2.
 #[derive(Debug, thiserror::Error)]

@@ -1,3 +1,350 @@
 //! The engine: everything that decides and runs requests. No terminal imports here.
+//!
+//! [`start`] checks the config and the output directory (resume, manifest), counts the prompts,
+//! lists the model's endpoints, starts the writer and spawns the supervisor. The caller gets an
+//! [`EngineHandle`]: a command sender, a `watch` of snapshots, and the summary at the end.
 
+pub mod control;
+pub mod health;
 pub mod policy;
+pub mod snapshot;
+pub mod stats;
+mod supervisor;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, RequestParams};
+use crate::domain::Usd;
+use crate::openrouter::{ApiError, ApiKey, ClientOptions, OpenRouterClient};
+use crate::store::output::{self, Writer, WriterThread};
+use crate::store::prompts::{PromptReader, count_prompts, shard_of};
+
+pub use control::{Command, ShutdownMode};
+pub use snapshot::{RunState, Snapshot};
+pub use supervisor::RunSummary;
+
+use stats::Counters;
+use worker::{RunEndpoint, Shared};
+
+/// Options of one run that are not in the config file.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Run only the prompts whose id hashes to shard `k` of `n`.
+    pub shard: Option<(u32, u32)>,
+    /// Resume even if the manifest pins other parameters.
+    pub force: bool,
+    /// How often snapshots are published (default 200 ms).
+    pub tick: Option<Duration>,
+    /// The API key, when not from the environment variable the config names (library use).
+    pub api_key: Option<ApiKey>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The user's input (config, prompt files, output dir of another run): exit code 2.
+    #[error("{0}")]
+    Input(String),
+    /// The API or the machine failed before the run could start: exit code 1.
+    #[error("{0}")]
+    Startup(String),
+}
+
+/// What an output directory is pinned to: a resume with other parameters would mix two
+/// distributions in one training set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub model: String,
+    pub params: HashMap<String, RequestParams>,
+    pub created_at: String,
+    pub harvest_version: String,
+}
+
+pub fn manifest_path(dir: &Path) -> PathBuf {
+    dir.join("manifest.json")
+}
+
+pub fn state_path(dir: &Path) -> PathBuf {
+    dir.join("state.json")
+}
+
+/// A running engine.
+pub struct EngineHandle {
+    pub commands: mpsc::Sender<Command>,
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    task: tokio::task::JoinHandle<RunSummary>,
+    writer_thread: Option<WriterThread>,
+    client: OpenRouterClient,
+}
+
+impl EngineHandle {
+    /// Waits for the end of the run; reconciles with `GET /key` when the key allows.
+    pub async fn finish(mut self) -> Result<RunSummary, EngineError> {
+        let mut summary = (&mut self.task)
+            .await
+            .map_err(|e| EngineError::Startup(format!("the engine task failed: {e}")))?;
+        if let Some(t) = self.writer_thread.take() {
+            // The supervisor (and with it every Writer handle) is gone: the thread ends.
+            tokio::task::spawn_blocking(move || t.join())
+                .await
+                .map_err(|e| EngineError::Startup(e.to_string()))?
+                .map_err(|e| EngineError::Startup(format!("writing outputs failed: {e}")))?;
+        }
+        if self.client.has_key()
+            && let Ok(Ok(k)) =
+                tokio::time::timeout(Duration::from_secs(10), self.client.key_info()).await
+        {
+            summary.snapshot.key_usage_now = Some(k.usage);
+        }
+        Ok(summary)
+    }
+}
+
+fn check_manifest(dir: &Path, cfg: &Config, force: bool) -> Result<(), EngineError> {
+    let path = manifest_path(dir);
+    let mine = Manifest {
+        model: cfg.model.clone(),
+        params: cfg
+            .datasets
+            .iter()
+            .map(|d| (d.name.clone(), cfg.request_for(d)))
+            .collect(),
+        created_at: chrono::Utc::now().to_rfc3339(),
+        harvest_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let old: Manifest = serde_json::from_str(&text).map_err(|e| {
+            EngineError::Input(format!("{}: not a harvest manifest: {e}", path.display()))
+        })?;
+        let mut diffs = Vec::new();
+        if old.model != mine.model {
+            diffs.push(format!("model {} (now {})", old.model, mine.model));
+        }
+        for (name, p) in &mine.params {
+            if let Some(o) = old.params.get(name)
+                && o != p
+            {
+                diffs.push(format!("request parameters of dataset {name}"));
+            }
+        }
+        if !diffs.is_empty() && !force {
+            return Err(EngineError::Input(format!(
+                "{} holds a run with other settings: {}. Use another output_dir, or --force to mix them",
+                dir.display(),
+                diffs.join(", ")
+            )));
+        }
+        if diffs.is_empty() {
+            return Ok(());
+        }
+    }
+    let bytes =
+        serde_json::to_vec_pretty(&mine).map_err(|e| EngineError::Startup(e.to_string()))?;
+    output::write_atomic(&path, &bytes)
+        .map_err(|e| EngineError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+/// The OpenRouter client for the config (key from the named environment variable unless given).
+pub fn client_for(cfg: &Config, key: Option<ApiKey>) -> Result<OpenRouterClient, EngineError> {
+    let key = key.or_else(|| ApiKey::from_env(&cfg.api_key_env));
+    let mut opts = ClientOptions::new(cfg.base_url.clone(), key);
+    opts.connect_timeout = cfg.timeouts.connect();
+    OpenRouterClient::new(opts).map_err(|e| EngineError::Input(e.to_string()))
+}
+
+/// Starts a run.
+pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
+    if cfg.datasets.is_empty() {
+        return Err(EngineError::Input("no [[dataset]] in the config".into()));
+    }
+    let dir = cfg.output_dir.clone();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| EngineError::Input(format!("cannot create {}: {e}", dir.display())))?;
+    check_manifest(&dir, &cfg, opts.force)?;
+
+    // What earlier runs left: finished ids, and the spend ledger.
+    let (ledger_total, _, ledger_completes) =
+        output::scan_ledger(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
+    let mut carried = ledger_total;
+    let mut datasets = Vec::new();
+    for d in &cfg.datasets {
+        let existing =
+            output::scan_dataset(&dir, &d.name).map_err(|e| EngineError::Input(e.to_string()))?;
+        // Outputs whose ledger line was lost in a crash still cost money.
+        let missing = output::missing_from_ledger(&dir, &d.name, &ledger_completes)
+            .map_err(|e| EngineError::Input(e.to_string()))?;
+        carried += missing;
+        // Count this run's prompts (and refuse bad lines up front unless told to skip them).
+        let counted = count_prompts(&d.prompts).map_err(|e| EngineError::Input(e.to_string()))?;
+        if counted.invalid > 0 && !supervisor::skip_bad_lines(&cfg) {
+            let first_bad = PromptReader::open(&d.prompts)
+                .map_err(|e| EngineError::Input(e.to_string()))?
+                .find_map(|r| r.err());
+            return Err(EngineError::Input(match first_bad {
+                Some(e) => format!(
+                    "{e} ({} bad lines in all; set on_bad_line = \"skip\" to reject them and go on)",
+                    counted.invalid
+                ),
+                None => format!("{}: {} bad lines", d.prompts.display(), counted.invalid),
+            }));
+        }
+        // In skip mode bad lines become rejects (of shard 0 only, when sharded).
+        let bad = if supervisor::skip_bad_lines(&cfg) && opts.shard.is_none_or(|(k, _)| k == 0) {
+            counted.invalid
+        } else {
+            0
+        };
+        let total = bad
+            + match opts.shard {
+                None => counted.valid,
+                Some((k, n)) => {
+                    let mut t = 0;
+                    for p in PromptReader::open(&d.prompts)
+                        .map_err(|e| EngineError::Input(e.to_string()))?
+                        .flatten()
+                    {
+                        if shard_of(&p.id, n) == k {
+                            t += 1;
+                        }
+                    }
+                    t
+                }
+            };
+        if total == 0 {
+            return Err(EngineError::Input(format!(
+                "dataset {}: {} holds no prompts{}",
+                d.name,
+                d.prompts.display(),
+                if opts.shard.is_some() {
+                    " in this shard"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let reader =
+            PromptReader::open(&d.prompts).map_err(|e| EngineError::Input(e.to_string()))?;
+        datasets.push(supervisor::ready_dataset(
+            d,
+            cfg.request_for(d),
+            reader,
+            existing,
+            total,
+        ));
+    }
+
+    let client = client_for(&cfg, opts.api_key.clone())?;
+    let listing = client.endpoints(&cfg.model).await.map_err(|e| match e {
+        ApiError::Http {
+            status: 400 | 404, ..
+        } => EngineError::Input(format!(
+            "model {} not found at {}: {e}",
+            cfg.model,
+            client.base_url()
+        )),
+        ApiError::Http { status: 401, .. } => EngineError::Input(format!(
+            "the API key in {} was refused: {e}",
+            cfg.api_key_env
+        )),
+        other => EngineError::Startup(format!(
+            "cannot list the endpoints of {} at {}: {other}",
+            cfg.model,
+            client.base_url()
+        )),
+    })?;
+    let endpoints: Vec<RunEndpoint> = listing
+        .endpoints
+        .iter()
+        .map(|e| RunEndpoint {
+            tag: e.tag.to_string(),
+            provider: e.provider_name.clone(),
+            quantization: e.quantization.clone(),
+            price_in: e.pricing.prompt,
+            price_out: e.pricing.completion,
+            max_completion_tokens: e.max_completion_tokens,
+            supported_parameters: e.supported_parameters.clone(),
+            status: e.status,
+            uptime_30m: e.uptime_last_30m,
+        })
+        .collect();
+    let mut by_provider = HashMap::new();
+    for (i, e) in endpoints.iter().enumerate() {
+        by_provider.entry(e.provider.clone()).or_insert(i);
+    }
+    let key_usage_start = if client.has_key() {
+        match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
+            Ok(Ok(k)) => Some(k.usage),
+            _ => None,
+        }
+    } else {
+        None
+    };
+
+    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
+    let (writer, writer_thread): (Writer, WriterThread) =
+        Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
+
+    let budget = cfg.budget();
+    let n = endpoints.len();
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        endpoint_stats: (0..n).map(|_| Counters::default()).collect(),
+        dataset_stats: (0..datasets.len()).map(|_| Counters::default()).collect(),
+        totals: Counters::default(),
+        endpoints,
+        by_provider,
+        accrued_pico: AtomicI64::new(0),
+        spent_pico: AtomicI64::new(carried.pico()),
+        budget_pico: budget.pico(),
+        budget_hit: CancellationToken::new(),
+        timeouts: cfg.timeouts.stream(),
+        total_timeout: cfg.timeouts.total(),
+        attempts_started: AtomicU64::new(0),
+    });
+    if carried >= budget {
+        shared.budget_hit.cancel();
+    }
+    let sup = supervisor::Supervisor::new(
+        cfg,
+        shared,
+        writer,
+        datasets,
+        carried,
+        key_usage_start,
+        opts.shard,
+        state_path(&dir),
+    );
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let mut sup = sup;
+    let first = Arc::new(sup.snapshot());
+    let (snap_tx, snap_rx) = watch::channel(first);
+    let tick = opts.tick.unwrap_or(Duration::from_millis(200));
+    let task = tokio::spawn(sup.run(cmd_rx, snap_tx, tick));
+    Ok(EngineHandle {
+        commands: cmd_tx,
+        snapshots: snap_rx,
+        task,
+        writer_thread: Some(writer_thread),
+        client,
+    })
+}
+
+/// Spend already recorded in an output directory (ledger plus outputs missing from it).
+pub fn recorded_spend(dir: &Path, datasets: &[String]) -> Result<Usd, EngineError> {
+    let (total, _, completes) =
+        output::scan_ledger(dir).map_err(|e| EngineError::Input(e.to_string()))?;
+    let mut t = total;
+    for d in datasets {
+        t += output::missing_from_ledger(dir, d, &completes)
+            .map_err(|e| EngineError::Input(e.to_string()))?;
+    }
+    Ok(t)
+}

@@ -37,6 +37,9 @@ pub struct PolicyConfig {
     pub allow_unknown: bool,
     /// Endpoints whose API-reported 30-minute uptime is below this percentage count as down.
     pub min_uptime_30m: f64,
+    /// Let OpenRouter fall back to endpoints outside the allowed set (never by default: the
+    /// point of the policy is that nothing else serves).
+    pub allow_fallbacks: bool,
 }
 
 impl Default for PolicyConfig {
@@ -50,6 +53,7 @@ impl Default for PolicyConfig {
             deny_quantizations: Vec::new(),
             allow_unknown: false,
             min_uptime_30m: 50.0,
+            allow_fallbacks: false,
         }
     }
 }
@@ -205,10 +209,10 @@ impl PolicyConfig {
                 }
             }
         }
-        if let Some(u) = e.uptime_30m {
-            if u < self.min_uptime_30m {
-                return Some(Exclusion::Down(format!("uptime {u:.1}%")));
-            }
+        if let Some(u) = e.uptime_30m
+            && u < self.min_uptime_30m
+        {
+            return Some(Exclusion::Down(format!("uptime {u:.1}%")));
         }
         None
     }

@@ -225,6 +225,29 @@ pub struct KeyInfo {
     pub is_free_tier: Option<bool>,
 }
 
+/// `GET /generation`: the API's own record of one generation (most fields nullable).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct GenerationInfo {
+    pub id: String,
+    #[serde(default)]
+    pub provider_name: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub cancelled: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub finish_reason: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub tokens_prompt: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub tokens_completion: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub native_tokens_prompt: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub native_tokens_completion: Option<u64>,
+    /// USD charged.
+    #[serde(default, deserialize_with = "lenient")]
+    pub total_cost: Option<f64>,
+}
+
 #[derive(Deserialize)]
 pub(crate) struct DataEnvelope<T> {
     pub data: T,

@@ -9,7 +9,9 @@ use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 
-use super::catalog::{DataEnvelope, KeyInfo, Model, ModelEndpoints, ModelsEnvelope};
+use super::catalog::{
+    DataEnvelope, GenerationInfo, KeyInfo, Model, ModelEndpoints, ModelsEnvelope,
+};
 use super::error::{ApiError, TimeoutKind};
 use super::key::ApiKey;
 use super::request::ChatRequest;
@@ -262,6 +264,28 @@ impl OpenRouterClient {
         Ok(env.data)
     }
 
+    /// `GET /generation?id=`: what a generation cost, cancelled ones included. Answers 404 for
+    /// a moment after a generation ends; the caller retries.
+    pub async fn generation(&self, id: &str) -> Result<GenerationInfo, ApiError> {
+        let resp = self
+            .http
+            .get(self.url("generation"))
+            .query(&[("id", id)])
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        if !resp.status().is_success() {
+            return Err(self.error_from_response(resp).await);
+        }
+        let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+        let env: DataEnvelope<GenerationInfo> =
+            serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
+                what: "generation response",
+                detail: e.to_string(),
+            })?;
+        Ok(env.data)
+    }
+
     async fn post_chat(&self, req: &ChatRequest) -> Result<reqwest::Response, ApiError> {
         let resp = self
             .http
@@ -300,7 +324,15 @@ impl OpenRouterClient {
         let resp = tokio::time::timeout(timeouts.first_token, self.post_chat(&req))
             .await
             .map_err(|_| ApiError::Timeout(TimeoutKind::FirstToken))??;
+        // OpenRouter names the generation in a header before the first token, so even a
+        // stream we cancel early can be looked up (`GET /generation`) for what it cost.
+        let generation_id = resp
+            .headers()
+            .get("x-generation-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         Ok(ChatStream {
+            generation_id,
             events: Box::pin(resp.bytes_stream().eventsource()),
             acc: StreamAccumulator::new(self.require_usage),
             timeouts,
@@ -315,6 +347,7 @@ impl OpenRouterClient {
 /// One streamed completion in progress. Call [`ChatStream::next`] until it returns `Ok(None)`,
 /// then [`ChatStream::finish`]. Dropping it closes the connection (the provider may stop billing).
 pub struct ChatStream {
+    generation_id: Option<String>,
     events: EventStream,
     acc: StreamAccumulator,
     timeouts: StreamTimeouts,
@@ -382,6 +415,11 @@ impl ChatStream {
                 }
             }
         }
+    }
+
+    /// The generation id: from the `X-Generation-Id` header, else from the first chunk.
+    pub fn generation_id(&self) -> Option<&str> {
+        self.generation_id.as_deref().or(self.acc.id())
     }
 
     /// Display name of the serving provider, once a chunk has named it.

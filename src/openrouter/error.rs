@@ -368,10 +368,10 @@ fn describe_non_json_body(body: &[u8]) -> String {
         return "empty body".to_string();
     }
     let lower = trimmed.to_ascii_lowercase();
-    if let (Some(a), Some(b)) = (lower.find("<title>"), lower.find("</title>")) {
-        if b > a + 7 {
-            return format!("non-JSON body (HTML page: {})", trimmed[a + 7..b].trim());
-        }
+    if let (Some(a), Some(b)) = (lower.find("<title>"), lower.find("</title>"))
+        && b > a + 7
+    {
+        return format!("non-JSON body (HTML page: {})", trimmed[a + 7..b].trim());
     }
     let one_line: String = trimmed.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut snippet: String = one_line.chars().take(200).collect();

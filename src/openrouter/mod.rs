@@ -8,7 +8,9 @@ pub mod key;
 pub mod request;
 pub mod response;
 
-pub use catalog::{Endpoint, EndpointPricing, KeyInfo, Model, ModelEndpoints, Percentiles};
+pub use catalog::{
+    Endpoint, EndpointPricing, GenerationInfo, KeyInfo, Model, ModelEndpoints, Percentiles,
+};
 pub use client::{ChatStream, ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
 pub use error::{ApiError, ErrorKind, TimeoutKind};
 pub use key::ApiKey;

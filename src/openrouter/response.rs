@@ -212,6 +212,10 @@ impl StreamAccumulator {
         self.events
     }
 
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
     pub fn saw_done(&self) -> bool {
         self.saw_done
     }
@@ -241,10 +245,10 @@ impl StreamAccumulator {
         if self.id.is_none() {
             self.id = chunk.id.map(|t| t.0.into_owned());
         }
-        if let Some(p) = chunk.provider {
-            if self.provider.as_deref() != Some(&*p.0) {
-                self.provider = Some(p.0.into_owned());
-            }
+        if let Some(p) = chunk.provider
+            && self.provider.as_deref() != Some(&*p.0)
+        {
+            self.provider = Some(p.0.into_owned());
         }
         if self.model.is_none() {
             self.model = chunk.model.map(|t| t.0.into_owned());

@@ -149,10 +149,10 @@ impl Billing {
                 tracing::warn!("simulator billing log write failed");
             }
         }
-        if g.generation_order.len() >= LOG_CAPACITY {
-            if let Some(old) = g.generation_order.pop_front() {
-                g.generations.remove(&old);
-            }
+        if g.generation_order.len() >= LOG_CAPACITY
+            && let Some(old) = g.generation_order.pop_front()
+        {
+            g.generations.remove(&old);
         }
         g.generation_order.push_back(entry.id.clone());
         g.generations

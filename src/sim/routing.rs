@@ -71,10 +71,10 @@ pub fn candidates(
     let collect = |pick: &dyn Fn(usize) -> bool| {
         let mut why: Vec<&'static str> = Vec::new();
         for (i, r) in reason.iter().enumerate() {
-            if let Some(r) = r.filter(|_| pick(i)) {
-                if !why.contains(&r) {
-                    why.push(r);
-                }
+            if let Some(r) = r.filter(|_| pick(i))
+                && !why.contains(&r)
+            {
+                why.push(r);
             }
         }
         why
@@ -113,20 +113,20 @@ fn exclusion(
     if b.down {
         return Some("unavailable");
     }
-    if let Some(only) = &prefs.only {
-        if !only.iter().any(|s| slug_matches(s, ep)) {
-            return Some("allowed_providers");
-        }
+    if let Some(only) = &prefs.only
+        && !only.iter().any(|s| slug_matches(s, ep))
+    {
+        return Some("allowed_providers");
     }
-    if let Some(ignore) = &prefs.ignore {
-        if ignore.iter().any(|s| slug_matches(s, ep)) {
-            return Some("ignored_providers");
-        }
+    if let Some(ignore) = &prefs.ignore
+        && ignore.iter().any(|s| slug_matches(s, ep))
+    {
+        return Some("ignored_providers");
     }
-    if let Some(qs) = &prefs.quantizations {
-        if !qs.iter().any(|q| ep.quantization.matches_filter(q)) {
-            return Some("quantization");
-        }
+    if let Some(qs) = &prefs.quantizations
+        && !qs.iter().any(|q| ep.quantization.matches_filter(q))
+    {
+        return Some("quantization");
     }
     if let Some(mp) = &prefs.max_price {
         let over_in = mp

@@ -535,14 +535,14 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
     if req.messages.is_empty() {
         return error_response(400, "messages must not be empty", None);
     }
-    if let Some(limit) = state.cfg.key_limit_usd {
-        if state.billed_total().as_f64() >= limit {
-            return error_response(
-                402,
-                "Key limit exceeded. Manage it using https://openrouter.ai/settings/keys",
-                Some(("metadata", json!({"limit_source": "openrouter_credits"}))),
-            );
-        }
+    if let Some(limit) = state.cfg.key_limit_usd
+        && state.billed_total().as_f64() >= limit
+    {
+        return error_response(
+            402,
+            "Key limit exceeded. Manage it using https://openrouter.ai/settings/keys",
+            Some(("metadata", json!({"limit_source": "openrouter_credits"}))),
+        );
     }
     let prompt_tokens = count_prompt_tokens(&req.messages);
     let max_ctx = table

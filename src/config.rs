@@ -1,0 +1,1134 @@
+//! The `harvest.toml` configuration (SPEC §2): what to run, against which servers, under which
+//! budgets. Every key has a default except `[[dataset]]`; unknown keys are errors. Errors name the
+//! file, the 1-based line and the key path (`dataset[1].output_token_budget`, indices from 0).
+
+use std::collections::HashMap;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use toml::de::{DeTable, DeValue};
+
+use crate::domain::{Price, Quantization, Usd};
+use crate::engine::policy::PolicyConfig;
+use crate::openrouter::StreamTimeouts;
+use crate::openrouter::request::{ChatRequest, Effort, Message, Reasoning};
+
+/// A bad or unreadable config file. Every variant maps to exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {}", path.display(), io_reason(source))]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{}: TOML syntax error: {message}", loc(path, line))]
+    Syntax {
+        path: PathBuf,
+        line: Option<usize>,
+        message: String,
+    },
+    #[error("{}: unknown key `{name}` in {table} ({expected})", loc(path, line))]
+    UnknownKey {
+        path: PathBuf,
+        line: Option<usize>,
+        name: String,
+        /// Where it was found: `the top level`, `[request]`, `dataset[1].request`.
+        table: String,
+        expected: String,
+    },
+    /// A wrong type or value, a missing required key, or a failed check after parsing.
+    #[error("{}: {key}: {message}", loc(path, line))]
+    Invalid {
+        path: PathBuf,
+        line: Option<usize>,
+        key: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The 1-based line the error points at, when the file has one for it.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Syntax { line, .. }
+            | ConfigError::UnknownKey { line, .. }
+            | ConfigError::Invalid { line, .. } => *line,
+        }
+    }
+}
+
+fn loc(path: &Path, line: &Option<usize>) -> String {
+    match line {
+        Some(l) => format!("{}:{l}", path.display()),
+        None => path.display().to_string(),
+    }
+}
+
+/// `No such file or directory`, without the `(os error 2)` suffix meant for programmers.
+fn io_reason(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// How requests reach providers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// OpenRouter routes each request within the allowed set (`provider.only`, no fallbacks).
+    #[default]
+    Openrouter,
+    /// harvest picks one endpoint per request itself, so each can be measured and capped.
+    Pinned,
+}
+
+/// How datasets share the concurrency.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    #[default]
+    Interleaved,
+    /// One dataset after another, in file order.
+    Sequential,
+}
+
+/// What to do with a prompt line that cannot be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadLine {
+    /// Stop before the run starts (exit code 2).
+    #[default]
+    Error,
+    /// Write it to the dataset's rejects file and go on.
+    Skip,
+}
+
+/// What to do with a response cut off at `max_tokens` (finish_reason `length`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLength {
+    #[default]
+    Keep,
+    Reject,
+    Retry,
+}
+
+/// The whole file, with relative paths already resolved against the file's directory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub model: String,
+    pub base_url: String,
+    /// Name of the environment variable holding the API key (never the key itself).
+    pub api_key_env: String,
+    pub output_dir: PathBuf,
+    /// Hard cap on spend, in dollars.
+    pub budget_usd: f64,
+    pub concurrency: u32,
+    pub requests_per_second: Option<f64>,
+    pub routing: Routing,
+    pub schedule: Schedule,
+    pub on_bad_line: OnBadLine,
+    pub request: RequestParams,
+    pub timeouts: Timeouts,
+    pub retry: RetryConfig,
+    pub breaker: BreakerConfig,
+    pub policy: PolicyConfig,
+    #[serde(rename = "dataset")]
+    pub datasets: Vec<DatasetConfig>,
+    #[serde(rename = "endpoint")]
+    pub endpoints: Vec<EndpointConfig>,
+    /// The file this was read from (not a key).
+    #[serde(skip)]
+    pub source: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model: "moonshotai/kimi-k2.5".into(),
+            base_url: crate::openrouter::DEFAULT_BASE_URL.into(),
+            api_key_env: "OPENROUTER_API_KEY".into(),
+            output_dir: PathBuf::from("out"),
+            budget_usd: 10.0,
+            concurrency: 256,
+            requests_per_second: None,
+            routing: Routing::default(),
+            schedule: Schedule::default(),
+            on_bad_line: OnBadLine::default(),
+            request: RequestParams::default(),
+            timeouts: Timeouts::default(),
+            retry: RetryConfig::default(),
+            breaker: BreakerConfig::default(),
+            policy: PolicyConfig::default(),
+            datasets: Vec::new(),
+            endpoints: Vec::new(),
+            source: PathBuf::new(),
+        }
+    }
+}
+
+/// Request parameters: `[request]`, and the result of merging a dataset's overrides into it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestParams {
+    pub max_tokens: u32,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f64>,
+    pub seed: Option<u64>,
+    pub stop: Option<Vec<String>>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    #[serde(deserialize_with = "reasoning")]
+    pub reasoning: Option<Reasoning>,
+    /// Passed through as top-level JSON body fields (`chat_template_kwargs`, ...).
+    pub extra: Map<String, Value>,
+}
+
+impl Default for RequestParams {
+    fn default() -> Self {
+        RequestParams {
+            max_tokens: 16384,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            min_p: None,
+            seed: None,
+            stop: None,
+            presence_penalty: None,
+            frequency_penalty: None,
+            repetition_penalty: None,
+            reasoning: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+impl RequestParams {
+    /// A non-streaming request for `model` with these parameters; the caller sets `stream`,
+    /// `provider` and `stream_options`.
+    pub fn chat_request(&self, model: &str, messages: Vec<Message>) -> ChatRequest {
+        let mut r = ChatRequest::new(model, messages, self.max_tokens);
+        r.temperature = self.temperature;
+        r.top_p = self.top_p;
+        r.top_k = self.top_k;
+        r.min_p = self.min_p;
+        r.seed = self.seed;
+        r.stop = self.stop.clone();
+        r.presence_penalty = self.presence_penalty;
+        r.frequency_penalty = self.frequency_penalty;
+        r.repetition_penalty = self.repetition_penalty;
+        r.reasoning = self.reasoning.clone();
+        r.extra = self.extra.clone();
+        r
+    }
+}
+
+/// A dataset's `request` table: any key set here replaces `[request]`'s; `extra` is merged
+/// key by key (the dataset's keys win).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestOverride {
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f64>,
+    pub seed: Option<u64>,
+    pub stop: Option<Vec<String>>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    #[serde(deserialize_with = "reasoning")]
+    pub reasoning: Option<Reasoning>,
+    pub extra: Map<String, Value>,
+}
+
+/// [`Reasoning`] as written in TOML, strict about its keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasoningToml {
+    #[serde(default)]
+    effort: Option<Effort>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    exclude: Option<bool>,
+    #[serde(default)]
+    enabled: Option<bool>,
+}
+
+fn reasoning<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Reasoning>, D::Error> {
+    let r = ReasoningToml::deserialize(d)?;
+    Ok(Some(Reasoning {
+        effort: r.effort,
+        max_tokens: r.max_tokens,
+        exclude: r.exclude,
+        enabled: r.enabled,
+    }))
+}
+
+/// `[timeouts]`, in seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    pub connect_s: f64,
+    /// From sending the request to the first token.
+    pub first_token_s: f64,
+    /// Longest silence between two chunks.
+    pub idle_s: f64,
+    /// Whole request, first byte to last.
+    pub total_s: f64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_s: 10.0,
+            first_token_s: 120.0,
+            idle_s: 60.0,
+            total_s: 1800.0,
+        }
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+}
+
+impl Timeouts {
+    pub fn connect(&self) -> Duration {
+        secs(self.connect_s)
+    }
+    pub fn first_token(&self) -> Duration {
+        secs(self.first_token_s)
+    }
+    pub fn idle(&self) -> Duration {
+        secs(self.idle_s)
+    }
+    pub fn total(&self) -> Duration {
+        secs(self.total_s)
+    }
+    pub fn stream(&self) -> StreamTimeouts {
+        StreamTimeouts {
+            first_token: self.first_token(),
+            idle: self.idle(),
+        }
+    }
+}
+
+/// `[retry]`: exponential backoff with jitter between `base_delay_ms` and `max_delay_s`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Attempts per prompt, the first included.
+    pub max_attempts: u32,
+    pub base_delay_ms: u64,
+    pub max_delay_s: f64,
+    pub on_length: OnLength,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 6,
+            base_delay_ms: 500,
+            max_delay_s: 60.0,
+            on_length: OnLength::Keep,
+        }
+    }
+}
+
+impl RetryConfig {
+    pub fn base_delay(&self) -> Duration {
+        Duration::from_millis(self.base_delay_ms)
+    }
+    pub fn max_delay(&self) -> Duration {
+        secs(self.max_delay_s)
+    }
+}
+
+/// `[breaker]`: an endpoint is paused after `failures` consecutive failures, for `cooldown_s`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    pub failures: u32,
+    pub cooldown_s: f64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failures: 5,
+            cooldown_s: 60.0,
+        }
+    }
+}
+
+impl BreakerConfig {
+    pub fn cooldown(&self) -> Duration {
+        secs(self.cooldown_s)
+    }
+}
+
+/// One `[[dataset]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    /// Unique; names the output files, so only `[A-Za-z0-9._-]`.
+    pub name: String,
+    /// JSONL prompt file (resolved against the config file's directory).
+    pub prompts: PathBuf,
+    /// Stop taking prompts when finished plus in-flight expected output tokens reach this.
+    #[serde(default)]
+    pub output_token_budget: Option<u64>,
+    #[serde(default)]
+    pub max_samples: Option<u64>,
+    /// Prepended as a system message to prompts that have none.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub request: RequestOverride,
+}
+
+/// One `[[endpoint]]`: an OpenAI-compatible server outside OpenRouter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    pub name: String,
+    pub base_url: String,
+    /// Env var holding this server's key; none means no `Authorization` header.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// The model's name on that server.
+    pub model: String,
+    #[serde(default)]
+    pub quantization: Quantization,
+    #[serde(default)]
+    pub price_in_per_m: f64,
+    #[serde(default)]
+    pub price_out_per_m: f64,
+    #[serde(default = "default_endpoint_concurrency")]
+    pub concurrency: u32,
+    /// Whether a stream must end with a usage chunk to count as complete.
+    #[serde(default)]
+    pub require_usage: bool,
+    /// Top-level JSON body fields for this server (`chat_template_kwargs`, ...).
+    #[serde(default)]
+    pub extra: Map<String, Value>,
+}
+
+fn default_endpoint_concurrency() -> u32 {
+    64
+}
+
+impl EndpointConfig {
+    /// Input price; validated at load, so never falls back in practice.
+    pub fn price_in(&self) -> Price {
+        Price::per_million_f64(self.price_in_per_m).unwrap_or(Price::ZERO)
+    }
+    pub fn price_out(&self) -> Price {
+        Price::per_million_f64(self.price_out_per_m).unwrap_or(Price::ZERO)
+    }
+}
+
+impl Config {
+    /// Reads, parses and checks `path`, prompt files included.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses `text` as if read from `path`: relative paths resolve against its directory, and
+    /// every prompt file must exist.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Self::parse_inner(text, path, true)
+    }
+
+    /// [`Config::parse`] without the prompt-file existence check (sample configs, `providers`).
+    pub fn parse_unchecked(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Self::parse_inner(text, path, false)
+    }
+
+    fn parse_inner(text: &str, path: &Path, check_files: bool) -> Result<Config, ConfigError> {
+        let doc = DeTable::parse(text).map_err(|e| {
+            let (line, snippet) = match e.span() {
+                Some(s) => (Some(line_of(text, s.start)), text.get(s).unwrap_or("")),
+                None => (None, ""),
+            };
+            let mut message = e.message().to_string();
+            if !snippet.is_empty() && snippet.len() <= 40 && !snippet.contains('\n') {
+                message.push_str(&format!(" at `{snippet}`"));
+            }
+            ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                message,
+            }
+        })?;
+        let spans = Spans::new(doc.get_ref());
+        let check = Check {
+            file: path,
+            text,
+            spans: &spans,
+        };
+        let mut config: Config = toml::from_str(text).map_err(|e| check.toml_error(&e))?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        config.source = path.to_path_buf();
+        config.output_dir = base.join(&config.output_dir);
+        for d in &mut config.datasets {
+            d.prompts = base.join(&d.prompts);
+        }
+        config.validate(&check, check_files)?;
+        Ok(config)
+    }
+
+    /// The dollar cap.
+    pub fn budget(&self) -> Usd {
+        Usd::from_f64(self.budget_usd)
+    }
+
+    /// `[request]` with `dataset`'s overrides applied.
+    pub fn request_for(&self, dataset: &DatasetConfig) -> RequestParams {
+        let (b, o) = (&self.request, &dataset.request);
+        let mut extra = b.extra.clone();
+        extra.extend(o.extra.clone());
+        RequestParams {
+            max_tokens: o.max_tokens.unwrap_or(b.max_tokens),
+            temperature: o.temperature.or(b.temperature),
+            top_p: o.top_p.or(b.top_p),
+            top_k: o.top_k.or(b.top_k),
+            min_p: o.min_p.or(b.min_p),
+            seed: o.seed.or(b.seed),
+            stop: o.stop.clone().or_else(|| b.stop.clone()),
+            presence_penalty: o.presence_penalty.or(b.presence_penalty),
+            frequency_penalty: o.frequency_penalty.or(b.frequency_penalty),
+            repetition_penalty: o.repetition_penalty.or(b.repetition_penalty),
+            reasoning: o.reasoning.clone().or_else(|| b.reasoning.clone()),
+            extra,
+        }
+    }
+
+    fn validate(&self, c: &Check<'_>, check_files: bool) -> Result<(), ConfigError> {
+        c.ensure(!self.model.trim().is_empty(), "model", "must not be empty")?;
+        c.ensure(
+            !self.api_key_env.trim().is_empty(),
+            "api_key_env",
+            "must not be empty",
+        )?;
+        http_url(c, "base_url", &self.base_url)?;
+        positive(c, "budget_usd", self.budget_usd)?;
+        let conc_ok = (1..=100_000).contains(&self.concurrency);
+        c.ensure(conc_ok, "concurrency", "must be between 1 and 100000")?;
+        if let Some(rps) = self.requests_per_second {
+            positive(c, "requests_per_second", rps)?;
+        }
+        let r = &self.request;
+        check_request(c, "request", Some(r.max_tokens), &r.reasoning)?;
+        let t = &self.timeouts;
+        positive(c, "timeouts.connect_s", t.connect_s)?;
+        positive(c, "timeouts.first_token_s", t.first_token_s)?;
+        positive(c, "timeouts.idle_s", t.idle_s)?;
+        positive(c, "timeouts.total_s", t.total_s)?;
+        let attempts_ok = self.retry.max_attempts > 0;
+        c.ensure(attempts_ok, "retry.max_attempts", "must be at least 1")?;
+        positive(c, "retry.max_delay_s", self.retry.max_delay_s)?;
+        let failures_ok = self.breaker.failures > 0;
+        c.ensure(failures_ok, "breaker.failures", "must be at least 1")?;
+        positive(c, "breaker.cooldown_s", self.breaker.cooldown_s)?;
+
+        let msg = "at least one [[dataset]] table is required";
+        c.ensure(!self.datasets.is_empty(), "dataset", msg)?;
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, d) in self.datasets.iter().enumerate() {
+            let key = |field: &str| format!("dataset[{i}].{field}");
+            let name_ok = !d.name.is_empty()
+                && (d.name.chars()).all(|ch| ch.is_ascii_alphanumeric() || ".-_".contains(ch));
+            let msg = format!("bad name {:?}: use only A-Z a-z 0-9 . _ -", d.name);
+            c.ensure(name_ok, key("name"), msg)?;
+            if let Some(first) = seen.insert(&d.name, i) {
+                let msg = format!(
+                    "duplicate dataset name `{}` (also dataset[{first}])",
+                    d.name
+                );
+                return Err(c.err(key("name"), msg));
+            }
+            let budget_ok = d.output_token_budget != Some(0);
+            c.ensure(budget_ok, key("output_token_budget"), "must be > 0")?;
+            c.ensure(d.max_samples != Some(0), key("max_samples"), "must be > 0")?;
+            let o = &d.request;
+            check_request(c, &key("request"), o.max_tokens, &o.reasoning)?;
+            let exists = !check_files || d.prompts.is_file();
+            let msg = format!(
+                "prompt file of dataset {} not found: {}",
+                d.name,
+                d.prompts.display()
+            );
+            c.ensure(exists, key("prompts"), msg)?;
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let key = |field: &str| format!("endpoint[{i}].{field}");
+            c.ensure(!e.name.trim().is_empty(), key("name"), "must not be empty")?;
+            if let Some(first) = seen.insert(&e.name, i) {
+                let msg = format!(
+                    "duplicate endpoint name `{}` (also endpoint[{first}])",
+                    e.name
+                );
+                return Err(c.err(key("name"), msg));
+            }
+            http_url(c, &key("base_url"), &e.base_url)?;
+            c.ensure(
+                !e.model.trim().is_empty(),
+                key("model"),
+                "must not be empty",
+            )?;
+            for (field, v) in [
+                ("price_in_per_m", e.price_in_per_m),
+                ("price_out_per_m", e.price_out_per_m),
+            ] {
+                let ok = v.is_finite() && v >= 0.0 && Price::per_million_f64(v).is_some();
+                c.ensure(ok, key(field), format!("must be >= 0, got {v}"))?;
+            }
+            c.ensure(e.concurrency > 0, key("concurrency"), "must be at least 1")?;
+        }
+        Ok(())
+    }
+}
+
+fn positive(c: &Check<'_>, key: &str, v: f64) -> Result<(), ConfigError> {
+    let ok = v.is_finite() && v > 0.0;
+    c.ensure(ok, key, format!("must be a number > 0, got {v}"))
+}
+
+fn http_url(c: &Check<'_>, key: &str, url: &str) -> Result<(), ConfigError> {
+    let host = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let ok = host.is_some_and(|h| !h.is_empty());
+    c.ensure(
+        ok,
+        key,
+        format!("must be an http:// or https:// URL, got {url:?}"),
+    )
+}
+
+fn check_request(
+    c: &Check<'_>,
+    table: &str,
+    max_tokens: Option<u32>,
+    reasoning: &Option<Reasoning>,
+) -> Result<(), ConfigError> {
+    c.ensure(
+        max_tokens != Some(0),
+        format!("{table}.max_tokens"),
+        "must be > 0",
+    )?;
+    let both = reasoning
+        .as_ref()
+        .is_some_and(|r| r.effort.is_some() && r.max_tokens.is_some());
+    let msg = "set `effort` or `max_tokens`, not both";
+    c.ensure(!both, format!("{table}.reasoning"), msg)
+}
+
+/// Where keys and values sit in the text, by key path (`dataset[1].name`): the deserializer's
+/// errors carry only a byte span, and checks after parsing only a path.
+struct Spans(Vec<SpanEntry>);
+
+struct SpanEntry {
+    path: String,
+    /// `None` for array elements.
+    key: Option<Range<usize>>,
+    value: Range<usize>,
+}
+
+impl Spans {
+    fn new(doc: &DeTable<'_>) -> Self {
+        let mut out = Vec::new();
+        walk_table(doc, "", &mut out);
+        Spans(out)
+    }
+
+    /// The path of the key at `offset`, else of the innermost value around it.
+    fn path_at(&self, offset: usize) -> Option<&str> {
+        let within = |r: &Range<usize>| r.start <= offset && offset < r.end.max(r.start + 1);
+        if let Some(e) = self.0.iter().find(|e| e.key.as_ref().is_some_and(within)) {
+            return Some(&e.path);
+        }
+        let mut best: Option<&SpanEntry> = None;
+        for e in self.0.iter().filter(|e| within(&e.value)) {
+            // `<=`: on equal spans (a `[[table]]` header and its element) the deeper one wins.
+            if best.is_none_or(|b| e.value.len() <= b.value.len()) {
+                best = Some(e);
+            }
+        }
+        best.map(|e| e.path.as_str())
+    }
+
+    /// Where `path`'s key is, or its nearest ancestor's when the key is not in the file.
+    fn offset_of(&self, path: &str) -> Option<usize> {
+        let mut p = path;
+        loop {
+            if let Some(e) = self.0.iter().find(|e| e.path == p) {
+                return Some(e.key.as_ref().unwrap_or(&e.value).start);
+            }
+            p = &p[..parent_len(p)?];
+        }
+    }
+}
+
+/// Length of the parent path: `dataset[1].name` → `dataset[1]` → `dataset` → none.
+fn parent_len(path: &str) -> Option<usize> {
+    path.rfind(['.', '['])
+}
+
+fn walk_table(t: &DeTable<'_>, prefix: &str, out: &mut Vec<SpanEntry>) {
+    for (k, v) in t.iter() {
+        let path = if prefix.is_empty() {
+            k.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", k.get_ref())
+        };
+        out.push(SpanEntry {
+            path: path.clone(),
+            key: Some(k.span()),
+            value: v.span(),
+        });
+        walk_value(v.get_ref(), &path, out);
+    }
+}
+
+fn walk_value(v: &DeValue<'_>, path: &str, out: &mut Vec<SpanEntry>) {
+    match v {
+        DeValue::Table(t) => walk_table(t, path, out),
+        DeValue::Array(a) => {
+            for (i, e) in a.iter().enumerate() {
+                let p = format!("{path}[{i}]");
+                out.push(SpanEntry {
+                    path: p.clone(),
+                    key: None,
+                    value: e.span(),
+                });
+                walk_value(e.get_ref(), &p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// What errors need to point into the file.
+struct Check<'a> {
+    file: &'a Path,
+    text: &'a str,
+    spans: &'a Spans,
+}
+
+impl Check<'_> {
+    fn ensure(
+        &self,
+        ok: bool,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Result<(), ConfigError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(self.err(key, message))
+        }
+    }
+
+    fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        let key = key.into();
+        ConfigError::Invalid {
+            path: self.file.to_path_buf(),
+            line: self.spans.offset_of(&key).map(|o| line_of(self.text, o)),
+            key,
+            message: message.into(),
+        }
+    }
+
+    /// Names the key of a deserializer error (serde's messages say "field"; operators say "key").
+    fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
+        let offset = e.span().map(|s| s.start);
+        let line = offset.map(|o| line_of(self.text, o));
+        let at = offset
+            .and_then(|o| self.spans.path_at(o))
+            .unwrap_or("")
+            .to_string();
+        let msg = e.message();
+        if let Some((name, expected)) = msg
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split_once("`, "))
+        {
+            let table = &at[..parent_len(&at).unwrap_or(0)];
+            let table = if table.is_empty() {
+                "the top level".to_string()
+            } else if table.contains('[') {
+                table.to_string()
+            } else {
+                format!("[{table}]")
+            };
+            return ConfigError::UnknownKey {
+                path: self.file.to_path_buf(),
+                line,
+                name: name.to_string(),
+                table,
+                expected: expected.to_string(),
+            };
+        }
+        let (key, message) = match msg.strip_prefix("missing field `") {
+            Some(rest) => {
+                let name = rest.trim_end_matches('`');
+                let key = if at.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{at}.{name}")
+                };
+                (key, "required key is missing".to_string())
+            }
+            None => (at, msg.to_string()),
+        };
+        ConfigError::Invalid {
+            path: self.file.to_path_buf(),
+            line,
+            key,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::policy::PolicyMode;
+
+    const EXAMPLE: &str = include_str!("../assets/config/example.toml");
+    const MINIMAL: &str = include_str!("../assets/config/minimal.toml");
+    const ONE: &str = "[[dataset]]\nname = \"B3\"\nprompts = \"data/b3.jsonl\"\n";
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_unchecked(text, Path::new("harvest.toml"))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(ONE).expect("config");
+        assert_eq!(c.model, "moonshotai/kimi-k2.5");
+        assert_eq!(c.base_url, "https://openrouter.ai/api/v1");
+        assert_eq!(c.api_key_env, "OPENROUTER_API_KEY");
+        assert_eq!(c.output_dir, PathBuf::from("out"));
+        assert_eq!((c.budget_usd, c.concurrency), (10.0, 256));
+        assert_eq!(c.requests_per_second, None);
+        assert_eq!(
+            (c.routing, c.schedule, c.on_bad_line),
+            (Routing::Openrouter, Schedule::Interleaved, OnBadLine::Error)
+        );
+        assert_eq!(c.request, RequestParams::default());
+        assert_eq!(c.request.max_tokens, 16384);
+        assert_eq!(c.timeouts.first_token(), Duration::from_secs(120));
+        assert_eq!(c.timeouts.total(), Duration::from_secs(1800));
+        assert_eq!(c.retry, RetryConfig::default());
+        assert_eq!(c.retry.base_delay(), Duration::from_millis(500));
+        assert_eq!(c.retry.on_length, OnLength::Keep);
+        assert_eq!(
+            (c.breaker.failures, c.breaker.cooldown()),
+            (5, Duration::from_secs(60))
+        );
+        assert_eq!(c.policy, PolicyConfig::default());
+        assert_eq!(c.datasets[0].prompts, PathBuf::from("data/b3.jsonl"));
+        assert_eq!(c.datasets[0].output_token_budget, None);
+        assert!(c.endpoints.is_empty());
+        assert_eq!(c.budget(), Usd::from_pico(10 * Usd::PICO_PER_USD));
+    }
+
+    /// Bad configs, each followed by a `=> ` line: a fragment its error must contain.
+    const BAD: &str = r#"
+budget = 1
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:1: unknown key `budget` in the top level (expected one of `model`, `base_url`
+dataset = [{ name = "a", prompts = "a" }]
+[request]
+max_tokens = 5
+budget = 3
+=> harvest.toml:4: unknown key `budget` in [request] (expected one of `max_tokens`
+[[dataset]]
+name = "a"
+prompts = "a"
+[[dataset]]
+name = "b"
+prompts = "b"
+output_token_budget = "lots"
+=> harvest.toml:7: dataset[1].output_token_budget: invalid type: string "lots", expected u64
+dataset = [{ name = "a", prompts = "a" }, { name = "b", prompts = "b", max_samples = -1 }]
+=> harvest.toml:1: dataset[1].max_samples: invalid value: integer `-1`, expected u64
+[[dataset]]
+prompts = "a"
+=> harvest.toml:1: dataset[0].name: required key is missing
+[[dataset]]
+name = "a"
+prompts = "a"
+[[dataset]]
+prompts = "b"
+name = "a"
+=> harvest.toml:6: dataset[1].name: duplicate dataset name `a` (also dataset[0])
+dataset = [{ name = "b 3", prompts = "a" }]
+=> harvest.toml:1: dataset[0].name: bad name "b 3": use only
+model = "x"
+=> harvest.toml: dataset: at least one [[dataset]] table is required
+dataset = []
+=> harvest.toml:1: dataset: at least one [[dataset]] table is required
+dataset = [{ name = "a", prompts = "a" }]
+concurrency = 0
+=> harvest.toml:2: concurrency: must be between 1 and 100000
+concurrency = 100001
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:1: concurrency: must be between 1 and 100000
+budget_usd = 0
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:1: budget_usd: must be a number > 0, got 0
+budget_usd = -5.0
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:1: budget_usd: must be a number > 0, got -5
+base_url = "openrouter.ai"
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:1: base_url: must be an http:// or https:// URL
+routing = "fast"
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:1: routing: unknown variant `fast`, expected `openrouter` or `pinned`
+dataset = [{ name = "a", prompts = "a" }]
+[request]
+max_tokens = 0
+=> harvest.toml:3: request.max_tokens: must be > 0
+dataset = [{ name = "a", prompts = "a" }]
+[request]
+reasoning = { effort = "high", budget = 3 }
+=> harvest.toml:3: unknown key `budget` in [request.reasoning] (expected one of `effort`
+dataset = [{ name = "a", prompts = "a" }]
+[request]
+reasoning = { effort = "high", max_tokens = 3 }
+=> harvest.toml:3: request.reasoning: set `effort` or `max_tokens`, not both
+dataset = [{ name = "a", prompts = "a" }]
+[request]
+reasoning = { effort = "hgih" }
+=> harvest.toml:3: request.reasoning.effort: unknown variant `hgih`
+dataset = [{ name = "a", prompts = "a" }]
+[timeouts]
+idle_s = 0.0
+=> harvest.toml:3: timeouts.idle_s: must be a number > 0, got 0
+[[dataset]]
+name = "a"
+prompts = "a"
+[dataset.request]
+temprature = 0.5
+=> harvest.toml:5: unknown key `temprature` in dataset[0].request (expected one of
+dataset = [{ name = "a", prompts = "a" }]
+[policy]
+mode = "strict"
+=> harvest.toml:3: policy.mode: unknown variant `strict`, expected `faithful` or `any`
+dataset = [{ name = "a", prompts = "a" }]
+[[endpoint]]
+name = "x"
+base_url = "ftp://h"
+model = "m"
+=> harvest.toml:4: endpoint[0].base_url: must be an http:// or https:// URL, got "ftp://h"
+dataset = [{ name = "a", prompts = "a" }]
+[[endpoint]]
+name = "x"
+base_url = "http://h"
+=> harvest.toml:2: endpoint[0].model: required key is missing
+dataset = [{ name = "a", prompts = "a" }]
+endpoint = [{ name = "x", base_url = "http://h", model = "m", price_out_per_m = -1.0 }]
+=> harvest.toml:2: endpoint[0].price_out_per_m: must be >= 0, got -1
+dataset = [{ name = "a", prompts = "a" }]
+[[endpoint]]
+name = "x"
+base_url = "http://h"
+model = "m"
+[[endpoint]]
+name = "x"
+base_url = "http://h"
+model = "m"
+=> harvest.toml:7: endpoint[1].name: duplicate endpoint name `x` (also endpoint[0])
+dataset = [{ name = "a", prompts = "a" }]
+[request]
+max_tokens = 5
+[request]
+=> harvest.toml:4: TOML syntax error: duplicate key at `request`
+model =
+=> harvest.toml:1: TOML syntax error:
+"#;
+
+    #[test]
+    fn bad_configs_name_file_line_and_key() {
+        let (mut text, mut cases) = (String::new(), 0);
+        for line in BAD.trim_start().lines() {
+            let Some(want) = line.strip_prefix("=> ") else {
+                text.push_str(line);
+                text.push('\n');
+                continue;
+            };
+            let err = parse(&text).expect_err(&text).to_string();
+            assert!(
+                err.contains(want),
+                "config:\n{text}error: {err}\nwanted: {want}"
+            );
+            text.clear();
+            cases += 1;
+        }
+        assert_eq!(cases, 28);
+    }
+
+    #[test]
+    fn prompt_files_must_exist_and_paths_resolve_against_the_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("harvest.toml");
+        let err = Config::parse(ONE, &path).expect_err("missing prompts");
+        assert_eq!(err.line(), Some(3));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("dataset[0].prompts: prompt file of dataset B3 not found"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&dir.path().join("data/b3.jsonl").display().to_string()),
+            "{msg}"
+        );
+
+        std::fs::create_dir(dir.path().join("data")).expect("mkdir");
+        std::fs::write(dir.path().join("data/b3.jsonl"), "{\"prompt\":\"hi\"}\n").expect("write");
+        std::fs::write(&path, format!("output_dir = \"/abs/out\"\n{ONE}")).expect("write");
+        let c = Config::load(&path).expect("loads");
+        assert_eq!(c.output_dir, PathBuf::from("/abs/out"));
+        assert_eq!(c.datasets[0].prompts, dir.path().join("data/b3.jsonl"));
+        assert_eq!(c.source, path);
+
+        let c = Config::parse_unchecked(ONE, Path::new("/srv/run/harvest.toml")).expect("cfg");
+        assert_eq!(c.output_dir, PathBuf::from("/srv/run/out"));
+    }
+
+    #[test]
+    fn unreadable_file() {
+        let err = Config::load(Path::new("/nonexistent/harvest.toml")).expect_err("no file");
+        assert_eq!(
+            err.to_string(),
+            "cannot read /nonexistent/harvest.toml: No such file or directory"
+        );
+    }
+
+    #[test]
+    fn dataset_overrides_merge_into_request() {
+        let text = r#"
+[request]
+max_tokens = 1000
+temperature = 0.6
+stop = ["</s>"]
+reasoning = { effort = "high" }
+extra = { chat_template_kwargs = { thinking = true }, keep = 1 }
+
+[[dataset]]
+name = "B3"
+prompts = "b3.jsonl"
+output_token_budget = 10_000_000
+system_prompt = "Be brief."
+request = { temperature = 1.0, seed = 7, reasoning = { max_tokens = 512, exclude = true }, extra = { chat_template_kwargs = { thinking = false } } }
+
+[[dataset]]
+name = "B4"
+prompts = "b4.jsonl"
+"#;
+        let c = parse(text).expect("config");
+        let r = c.request_for(&c.datasets[0]);
+        assert_eq!(c.datasets[0].output_token_budget, Some(10_000_000));
+        assert_eq!(c.datasets[0].system_prompt.as_deref(), Some("Be brief."));
+        assert_eq!(
+            (r.max_tokens, r.temperature, r.seed),
+            (1000, Some(1.0), Some(7))
+        );
+        assert_eq!(r.stop, Some(vec!["</s>".to_string()]));
+        let reasoning = r.reasoning.clone().expect("reasoning");
+        assert_eq!((reasoning.effort, reasoning.max_tokens), (None, Some(512)));
+        assert_eq!(reasoning.exclude, Some(true));
+        assert_eq!(r.extra["chat_template_kwargs"]["thinking"], false);
+        assert_eq!(r.extra["keep"], 1);
+        assert_eq!(c.request_for(&c.datasets[1]), c.request);
+
+        let body =
+            serde_json::to_value(r.chat_request("m", vec![Message::user("hi")])).expect("json");
+        assert_eq!(body["max_tokens"], 1000);
+        assert_eq!(body["reasoning"]["max_tokens"], 512);
+        assert_eq!(body["chat_template_kwargs"]["thinking"], false);
+    }
+
+    #[test]
+    fn example_config_is_the_kimi_run() {
+        let c = parse(EXAMPLE).expect("example.toml");
+        assert_eq!(c.model, "moonshotai/kimi-k2.5");
+        assert_eq!((c.budget_usd, c.concurrency), (100.0, 2000));
+        let names: Vec<&str> = c.datasets.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["B3", "B4", "B5", "B6", "B7", "B8"]);
+        assert!(
+            c.datasets
+                .iter()
+                .all(|d| d.output_token_budget == Some(10_000_000))
+        );
+        assert_eq!(c.policy.mode, PolicyMode::Faithful);
+        assert_eq!(c.policy.native_quantization, Some(Quantization::Int4));
+        assert_eq!(c.policy.exclude, ["fireworks"]);
+        assert!(c.endpoints.is_empty());
+
+        // The commented-out endpoint (lines `#key = ...`, no space after `#`) parses when enabled.
+        let enabled: String = EXAMPLE
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(rest) if !rest.starts_with([' ', '#']) && !rest.is_empty() => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = parse(&enabled).expect("example.toml with the endpoint enabled");
+        let e = &c.endpoints[0];
+        assert_eq!((e.name.as_str(), e.concurrency), ("local-sglang", 64));
+        assert_eq!(e.quantization, Quantization::Int4);
+        assert_eq!((e.price_in(), e.price_out()), (Price::ZERO, Price::ZERO));
+        assert_eq!(e.extra["chat_template_kwargs"]["thinking"], true);
+    }
+
+    #[test]
+    fn minimal_config_has_one_dataset() {
+        let c = parse(MINIMAL).expect("minimal.toml");
+        assert_eq!(c.datasets.len(), 1);
+        assert_eq!(c.budget_usd, 10.0);
+    }
+
+    #[test]
+    fn endpoint_prices_convert_exactly() {
+        let text = format!(
+            "{ONE}[[endpoint]]\nname = \"vllm\"\nbase_url = \"https://h/v1\"\nmodel = \"m\"\nprice_in_per_m = 0.45\nprice_out_per_m = 2.2\nquantization = \"FP8\"\n"
+        );
+        let c = parse(&text).expect("config");
+        let e = &c.endpoints[0];
+        assert_eq!(e.price_out(), "0.0000022".parse::<Price>().expect("price"));
+        assert_eq!(e.price_in().cost(1_000_000), Usd::from_f64(0.45));
+        assert_eq!(e.quantization, Quantization::Fp8);
+        assert_eq!(e.api_key_env, None);
+    }
+}

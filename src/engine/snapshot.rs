@@ -1,0 +1,157 @@
+//! The one view of a run that everything reads: the TUI, headless progress lines, the state file
+//! and `harvest status`. Plain data, cloned out of the engine a few times a second.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Usd;
+
+use super::health::BreakerState;
+use super::policy::Fidelity;
+
+/// Where the run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Starting,
+    Running,
+    Paused,
+    /// Dispatch stopped; in-flight requests are finishing.
+    Draining,
+    /// Stopped before the work was done (operator, budget, credit); resumable.
+    Stopped,
+    Done,
+}
+
+impl RunState {
+    pub fn label(self) -> &'static str {
+        match self {
+            RunState::Starting => "STARTING",
+            RunState::Running => "RUNNING",
+            RunState::Paused => "PAUSED",
+            RunState::Draining => "DRAINING",
+            RunState::Stopped => "STOPPED",
+            RunState::Done => "DONE",
+        }
+    }
+}
+
+/// Where one dataset is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetState {
+    Queued,
+    Running,
+    /// Its output-token budget (or sample cap) is reached; in-flight requests finish.
+    BudgetReached,
+    Done,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DatasetSnap {
+    pub name: String,
+    /// Prompts in this run's share (after `--shard`), duplicates counted once.
+    pub total: u64,
+    pub done: u64,
+    pub rejected: u64,
+    pub in_flight: u64,
+    /// Completion tokens of finished prompts (carried over from earlier runs included).
+    pub output_tokens: u64,
+    pub output_token_budget: Option<u64>,
+    pub max_samples: Option<u64>,
+    pub tok_per_s: f64,
+    pub spent: Usd,
+    pub eta_s: Option<f64>,
+    pub state: DatasetState,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointSnap {
+    pub tag: String,
+    pub provider: String,
+    pub quantization: String,
+    pub fidelity: Fidelity,
+    pub price_in_per_m: f64,
+    pub price_out_per_m: f64,
+    /// API status and 30-minute uptime, as listed.
+    pub status: Option<i64>,
+    pub uptime_30m: Option<f64>,
+    /// Allowed to serve the next request.
+    pub allowed: bool,
+    /// Why not, when not: `operator`, `policy: fp4 re-quantized`, `breaker 38s`, `429 wait 4s`.
+    pub why_off: Option<String>,
+    /// The operator's own choice, when they made one (overrides the policy).
+    pub operator: Option<bool>,
+    pub breaker: BreakerState,
+    pub in_flight: u64,
+    pub done: u64,
+    pub errors: u64,
+    /// Dominant error kind and its count.
+    pub top_error: Option<(String, u64)>,
+    pub tok_per_s: f64,
+    pub ttft_p50_ms: Option<u64>,
+    pub ttft_p95_ms: Option<u64>,
+    pub mean_output_tokens: Option<f64>,
+    pub truncation_rate: Option<f64>,
+    pub spent: Usd,
+}
+
+/// One line of the event log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventLine {
+    /// Seconds since the run started.
+    pub at_s: f64,
+    pub text: String,
+}
+
+/// A point of the throughput/spend history.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryPoint {
+    pub at_s: f64,
+    pub tok_per_s: f64,
+    pub usd_per_min: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub model: String,
+    pub routing: String,
+    pub state: RunState,
+    /// Why the run stopped or is draining, when it did.
+    pub reason: Option<String>,
+    pub started_at: String,
+    pub elapsed_s: f64,
+    pub concurrency_limit: u32,
+    pub in_flight: u64,
+    pub budget: Usd,
+    /// Confirmed spend, this run and earlier ones.
+    pub spent: Usd,
+    /// Spend carried over from earlier runs of this output directory.
+    pub carried_over: Usd,
+    /// Cost of tokens streamed by requests still in flight.
+    pub accrued: Usd,
+    /// Where spend will end if the remaining work runs at the current rate (capped at budget).
+    pub projected: Option<Usd>,
+    pub done: u64,
+    pub rejected: u64,
+    pub total: u64,
+    pub retries: u64,
+    pub output_tokens: u64,
+    pub prompt_tokens: u64,
+    pub tok_per_s: f64,
+    pub usd_per_min: f64,
+    pub eta_s: Option<f64>,
+    pub datasets: Vec<DatasetSnap>,
+    pub endpoints: Vec<EndpointSnap>,
+    pub events: Vec<EventLine>,
+    pub history: Vec<HistoryPoint>,
+    /// `GET /key` usage at the start and at the last reconciliation, when the key allows.
+    pub key_usage_start: Option<f64>,
+    pub key_usage_now: Option<f64>,
+}
+
+impl Snapshot {
+    /// Total spend including what in-flight requests have accrued.
+    pub fn spent_with_accrued(&self) -> Usd {
+        self.spent + self.accrued
+    }
+}

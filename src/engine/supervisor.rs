@@ -1,0 +1,1373 @@
+//! The supervisor: the one task that decides. It reads prompts, admits them against the token
+//! and dollar budgets, routes each to the allowed endpoints, spawns attempts, books their
+//! results (outputs, rejects, retries, spend), applies operator commands, and publishes a
+//! [`Snapshot`] a few times a second. Workers only stream and count.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, OnBadLine, OnLength, RequestParams, Routing, Schedule};
+use crate::domain::{Price, Quantization, Usd};
+use crate::openrouter::{ApiError, Completion, ErrorKind, Message, ProviderPreferences};
+use crate::store::output::{
+    OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, Writer,
+};
+use crate::store::prompts::{Prompt, PromptReader, shard_of};
+
+use super::control::{Command, ShutdownMode};
+use super::health::{BreakerState, Health, HealthEvent, backoff};
+use super::policy::{EndpointFacts, Exclusion, PolicyConfig, PolicyMode};
+use super::snapshot::{
+    DatasetSnap, DatasetState, EndpointSnap, EventLine, HistoryPoint, RunState, Snapshot,
+};
+use super::stats::{Counters, Rate};
+use super::worker::{
+    AttemptOutcome, AttemptResult, AttemptSpec, Shared, estimate_prompt_tokens, run_attempt,
+};
+
+const EVENT_CAPACITY: usize = 200;
+const HISTORY_CAPACITY: usize = 360;
+const HISTORY_EVERY_S: f64 = 5.0;
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A prompt waiting for (another) attempt.
+struct Job {
+    dataset: usize,
+    prompt: Prompt,
+    /// Attempts already made.
+    attempts: u32,
+    last_error: Option<String>,
+}
+
+struct Pending {
+    not_before: Instant,
+    seq: u64,
+    job: Job,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.not_before, self.seq) == (o.not_before, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.not_before, self.seq).cmp(&(o.not_before, o.seq))
+    }
+}
+
+/// One dataset of the run.
+pub(super) struct DatasetRun {
+    pub name: String,
+    pub params: RequestParams,
+    pub system_prompt: Option<String>,
+    pub reader: Option<PromptReader>,
+    pub done_ids: HashSet<String>,
+    pub total: u64,
+    pub done: u64,
+    pub rejected: u64,
+    pub output_tokens: u64,
+    pub spent: Usd,
+    pub budget: Option<u64>,
+    pub max_samples: Option<u64>,
+    /// Finished this run (for the observed mean output length).
+    pub finished_here: u64,
+    pub output_tokens_here: u64,
+    pub in_flight: u64,
+    pub retries_pending: u64,
+    pub exhausted: bool,
+    pub budget_reached: bool,
+    pub rate: Rate,
+}
+
+/// One attempt in flight.
+struct InFlight {
+    job: Job,
+    endpoint: Option<usize>,
+    expected_pico: i64,
+    accrued: Arc<AtomicI64>,
+}
+
+pub(super) struct Supervisor {
+    pub cfg: Config,
+    pub shared: Arc<Shared>,
+    pub writer: Writer,
+    pub datasets: Vec<DatasetRun>,
+    pub policy: PolicyConfig,
+    pub native: Quantization,
+    pub operator: Vec<Option<bool>>,
+    pub health: Vec<Health>,
+    pub carried_over: Usd,
+    pub key_usage_start: Option<f64>,
+    pub shard: Option<(u32, u32)>,
+    pub state_path: PathBuf,
+    concurrency: u32,
+    paused: bool,
+    stopping: Option<String>,
+    stop_now: CancellationToken,
+    retry: BinaryHeap<Reverse<Pending>>,
+    seq: u64,
+    in_flight: HashMap<u64, InFlight>,
+    reserved_pico: i64,
+    next_dataset: usize,
+    events: VecDeque<EventLine>,
+    history: VecDeque<HistoryPoint>,
+    last_history: f64,
+    started: Instant,
+    started_at: String,
+    rng: SmallRng,
+    rate: Rate,
+    spend_rate: Rate,
+    endpoint_rates: Vec<Rate>,
+    retries: u64,
+    budget_event_sent: bool,
+    fatal: Option<String>,
+    /// Streams we closed, to look up what they really cost.
+    to_reconcile: Vec<(String, SpendEntry)>,
+}
+
+/// What is booked for a stream we closed.
+struct ClosedAttempt {
+    booked_pico: i64,
+    generation_id: Option<String>,
+    streamed_tokens: u64,
+}
+
+/// Most closed streams remembered for reconciliation (a cap hit closes at most `concurrency`).
+const RECONCILE_CAPACITY: usize = 100_000;
+
+/// What the run did, for the summary and the exit code.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub state: RunState,
+    pub reason: Option<String>,
+    /// A stop caused by the API (bad key, no credit): exit code 1.
+    pub failed: bool,
+    pub snapshot: Snapshot,
+    /// How far spend went past the budget (zero when it did not).
+    pub overshoot: Usd,
+}
+
+impl Supervisor {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        cfg: Config,
+        shared: Arc<Shared>,
+        writer: Writer,
+        datasets: Vec<DatasetRun>,
+        carried_over: Usd,
+        key_usage_start: Option<f64>,
+        shard: Option<(u32, u32)>,
+        state_path: PathBuf,
+    ) -> Self {
+        let policy = cfg.policy.clone();
+        let (native, _) = policy.native_for(&cfg.model);
+        let n = shared.endpoints.len();
+        let health = (0..n)
+            .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
+            .collect();
+        Supervisor {
+            concurrency: cfg.concurrency,
+            cfg,
+            writer,
+            datasets,
+            policy,
+            native,
+            operator: vec![None; n],
+            health,
+            carried_over,
+            key_usage_start,
+            shard,
+            state_path,
+            paused: false,
+            stopping: None,
+            stop_now: shared.budget_hit.child_token(),
+            shared,
+            retry: BinaryHeap::new(),
+            seq: 0,
+            in_flight: HashMap::new(),
+            reserved_pico: 0,
+            next_dataset: 0,
+            events: VecDeque::new(),
+            history: VecDeque::new(),
+            last_history: -HISTORY_EVERY_S,
+            started: Instant::now(),
+            started_at: now_rfc3339(),
+            rng: SmallRng::seed_from_u64(0x4841_5256),
+            rate: Rate::new(10.0),
+            spend_rate: Rate::new(60.0),
+            endpoint_rates: (0..n).map(|_| Rate::new(10.0)).collect(),
+            retries: 0,
+            budget_event_sent: false,
+            fatal: None,
+            to_reconcile: Vec::new(),
+        }
+    }
+
+    fn event(&mut self, text: impl Into<String>) {
+        let text = text.into();
+        tracing::info!("{text}");
+        if self.events.len() >= EVENT_CAPACITY {
+            self.events.pop_front();
+        }
+        self.events.push_back(EventLine {
+            at_s: self.started.elapsed().as_secs_f64(),
+            text,
+        });
+    }
+
+    /// The policy verdict of endpoint `i`, before health and operator choices.
+    fn policy_exclusion(&self, i: usize) -> Option<Exclusion> {
+        let e = &self.shared.endpoints[i];
+        let tag = crate::domain::EndpointTag::new(e.tag.clone());
+        self.policy.verdict(
+            &self.native,
+            &EndpointFacts {
+                tag: &tag,
+                provider_name: &e.provider,
+                quantization: &e.quantization,
+                uptime_30m: e.uptime_30m,
+            },
+        )
+    }
+
+    /// Allowed by operator and policy (health aside).
+    fn permitted(&self, i: usize) -> bool {
+        match self.operator[i] {
+            Some(v) => v,
+            None => self.policy_exclusion(i).is_none(),
+        }
+    }
+
+    fn why_off(&self, i: usize, now: Instant) -> Option<String> {
+        if self.operator[i] == Some(false) {
+            return Some("operator".into());
+        }
+        if self.operator[i].is_none()
+            && let Some(x) = self.policy_exclusion(i)
+        {
+            return Some(x.to_string());
+        }
+        let h = &self.health[i];
+        if let Some(d) = h.open_for(now) {
+            return Some(format!("breaker {}s", d.as_secs()));
+        }
+        if h.state() == BreakerState::HalfOpen {
+            return Some("breaker: probing".into());
+        }
+        if let Some(d) = h.rate_limited_for(now) {
+            return Some(format!("429 wait {:.0}s", d.as_secs_f64().ceil()));
+        }
+        None
+    }
+
+    fn expected_output_tokens(&self, d: usize) -> u64 {
+        let ds = &self.datasets[d];
+        if ds.finished_here >= 10 {
+            ds.output_tokens_here / ds.finished_here
+        } else {
+            u64::from(ds.params.max_tokens).min(1024)
+        }
+    }
+
+    fn admitting(&self, d: usize) -> bool {
+        let ds = &self.datasets[d];
+        if ds.budget_reached || ds.exhausted {
+            return false;
+        }
+        if let Some(cap) = ds.max_samples
+            && ds.done + ds.in_flight + ds.retries_pending >= cap
+        {
+            return false;
+        }
+        if let Some(b) = ds.budget {
+            let expected = ds.output_tokens + ds.in_flight * self.expected_output_tokens(d);
+            if expected >= b {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Reads the next fresh prompt of dataset `d` (skipping finished, other shards and, in
+    /// skip mode, bad lines, which go to the rejects file).
+    async fn next_prompt(&mut self, d: usize) -> Option<Prompt> {
+        loop {
+            let item = self.datasets[d].reader.as_mut()?.next();
+            let Some(item) = item else {
+                self.datasets[d].exhausted = true;
+                self.datasets[d].reader = None;
+                return None;
+            };
+            match item {
+                Ok(mut p) => {
+                    if self.shard.is_some_and(|(k, n)| shard_of(&p.id, n) != k) {
+                        continue;
+                    }
+                    if self.datasets[d].done_ids.contains(&p.id) {
+                        continue;
+                    }
+                    if let Some(sys) = &self.datasets[d].system_prompt
+                        && p.messages.first().is_none_or(|m| m.role != "system")
+                    {
+                        p.messages.insert(0, Message::system(sys.clone()));
+                    }
+                    return Some(p);
+                }
+                Err(_) if self.shard.is_some_and(|(k, _)| k != 0) => continue,
+                Err(e) => {
+                    // The pre-scan refused bad lines in error mode, so this is skip mode.
+                    let id = format!("@line:{}", e.line);
+                    if self.datasets[d].done_ids.insert(id.clone()) {
+                        self.datasets[d].rejected += 1;
+                        let rec = RejectRecord {
+                            id,
+                            line: Some(e.line),
+                            error: e.to_string(),
+                            error_kind: "input".into(),
+                            attempts: 0,
+                            created_at: now_rfc3339(),
+                        };
+                        if let Err(err) = self.writer.reject(d, &rec).await {
+                            self.fatal = Some(err.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next job to dispatch: a due retry first, then a fresh prompt by the schedule.
+    async fn next_job(&mut self, now: Instant) -> Option<Job> {
+        if let Some(Reverse(p)) = self.retry.peek()
+            && p.not_before <= now
+        {
+            let Reverse(p) = self.retry.pop()?;
+            self.datasets[p.job.dataset].retries_pending -= 1;
+            return Some(p.job);
+        }
+        let n = self.datasets.len();
+        for k in 0..n {
+            let d = match self.cfg.schedule {
+                Schedule::Interleaved => (self.next_dataset + k) % n,
+                Schedule::Sequential => k,
+            };
+            if self.cfg.schedule == Schedule::Sequential
+                && !self.dataset_finished(d)
+                && !self.admitting(d)
+            {
+                // In sequence, a dataset that is still running holds the line.
+                if self.datasets[d].in_flight > 0 || self.datasets[d].retries_pending > 0 {
+                    return None;
+                }
+                continue;
+            }
+            if !self.admitting(d) {
+                continue;
+            }
+            if let Some(p) = self.next_prompt(d).await {
+                self.next_dataset = (d + 1) % n;
+                return Some(Job {
+                    dataset: d,
+                    prompt: p,
+                    attempts: 0,
+                    last_error: None,
+                });
+            }
+        }
+        None
+    }
+
+    fn dataset_finished(&self, d: usize) -> bool {
+        let ds = &self.datasets[d];
+        ds.in_flight == 0 && ds.retries_pending == 0 && (ds.exhausted || !self.admitting(d))
+    }
+
+    /// Chooses where the job goes: `(pinned endpoint, provider preferences, price in, price out)`.
+    fn route(
+        &mut self,
+        now: Instant,
+    ) -> Option<(Option<usize>, ProviderPreferences, Price, Price)> {
+        let n = self.shared.endpoints.len();
+        let mut candidates: Vec<usize> = Vec::new();
+        for i in 0..n {
+            if self.permitted(i) && self.health[i].available(now) {
+                candidates.push(i);
+            }
+        }
+        if candidates.is_empty() {
+            return None;
+        }
+        match self.cfg.routing {
+            Routing::Pinned => {
+                let eps = &self.shared.endpoints;
+                let stats = &self.shared.endpoint_stats;
+                let best = candidates.into_iter().min_by(|&a, &b| {
+                    (
+                        eps[a].price_out,
+                        eps[a].price_in,
+                        Counters::get(&stats[a].in_flight),
+                    )
+                        .cmp(&(
+                            eps[b].price_out,
+                            eps[b].price_in,
+                            Counters::get(&stats[b].in_flight),
+                        ))
+                })?;
+                let e = &eps[best];
+                Some((
+                    Some(best),
+                    ProviderPreferences::pinned(&e.tag),
+                    e.price_in,
+                    e.price_out,
+                ))
+            }
+            Routing::Openrouter => {
+                let eps = &self.shared.endpoints;
+                let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
+                // A base slug in `only` also matches its other variants: ignore those we did
+                // not allow.
+                let bases: HashSet<&str> = tags
+                    .iter()
+                    .map(|t| t.split('/').next().unwrap_or(t))
+                    .collect();
+                let ignore: Vec<String> = (0..n)
+                    .filter(|i| !candidates.contains(i))
+                    .filter(|&i| {
+                        bases.contains(eps[i].tag.split('/').next().unwrap_or(&eps[i].tag))
+                    })
+                    .map(|i| eps[i].tag.clone())
+                    .collect();
+                let price_in = candidates.iter().map(|&i| eps[i].price_in).max()?;
+                let price_out = candidates.iter().map(|&i| eps[i].price_out).max()?;
+                let mut prefs = ProviderPreferences::only(tags);
+                prefs.allow_fallbacks = Some(self.policy.allow_fallbacks);
+                if !ignore.is_empty() {
+                    prefs.ignore = Some(ignore);
+                }
+                Some((None, prefs, price_in, price_out))
+            }
+        }
+    }
+
+    fn committed_pico(&self) -> i64 {
+        self.shared.spent_pico.load(Ordering::Relaxed)
+            + self.shared.accrued_pico.load(Ordering::Relaxed)
+            + self.reserved_pico
+    }
+
+    fn recompute_reserved(&mut self) {
+        self.reserved_pico = self
+            .in_flight
+            .values()
+            .map(|f| (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0))
+            .sum();
+    }
+
+    fn can_dispatch(&self) -> bool {
+        self.stopping.is_none()
+            && !self.paused
+            && self.fatal.is_none()
+            && (self.in_flight.len() as u64) < u64::from(self.concurrency)
+    }
+
+    /// Dispatches as many jobs as the limits allow right now.
+    async fn dispatch(&mut self, tasks: &mut JoinSet<AttemptResult>) {
+        let now = Instant::now();
+        while self.can_dispatch() {
+            let Some((pinned, prefs, price_in, price_out)) = self.route(now) else {
+                return;
+            };
+            // Dollar budget: what is spent, accrued and still expected must leave room for one
+            // more average request.
+            let Some(job) = self.next_job(now).await else {
+                return;
+            };
+            let d = job.dataset;
+            let prompt_tokens = estimate_prompt_tokens(&job.prompt);
+            let expected_out = self.expected_output_tokens(d);
+            let expected = price_in.cost(prompt_tokens) + price_out.cost(expected_out);
+            if self.committed_pico() + expected.pico() > self.shared.budget_pico {
+                self.requeue_front(job);
+                if self.in_flight.is_empty() {
+                    // Not even one more average request fits: the run is over.
+                    self.begin_stop("dollar budget reached");
+                } else if !self.budget_event_sent {
+                    // Wait for in-flight requests to settle what they really cost.
+                    self.budget_event_sent = true;
+                    self.event(format!(
+                        "dollar budget nearly committed ({} of {}): dispatching only as requests finish",
+                        Usd::from_pico(self.committed_pico()),
+                        Usd::from_pico(self.shared.budget_pico)
+                    ));
+                }
+                return;
+            }
+            self.spawn(
+                tasks,
+                job,
+                pinned,
+                prefs,
+                price_in,
+                price_out,
+                prompt_tokens,
+                expected,
+            );
+        }
+    }
+
+    /// Puts a job back for the next run or the next dispatch, without counting an attempt.
+    fn requeue_front(&mut self, job: Job) {
+        self.datasets[job.dataset].retries_pending += 1;
+        self.seq += 1;
+        self.retry.push(Reverse(Pending {
+            not_before: Instant::now(),
+            seq: self.seq,
+            job,
+        }));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn(
+        &mut self,
+        tasks: &mut JoinSet<AttemptResult>,
+        job: Job,
+        pinned: Option<usize>,
+        prefs: ProviderPreferences,
+        price_in: Price,
+        price_out: Price,
+        prompt_tokens: u64,
+        expected: Usd,
+    ) {
+        let d = job.dataset;
+        let mut req = self.datasets[d]
+            .params
+            .chat_request(&self.cfg.model, job.prompt.messages.clone());
+        // Pinned requests require every parameter they send: drop what the endpoint does not
+        // list rather than have OpenRouter refuse the request.
+        if let Some(e) = pinned {
+            if let Some(sp) = &self.shared.endpoints[e].supported_parameters {
+                let has = |p: &str| sp.iter().any(|s| s == p);
+                if !has("temperature") {
+                    req.temperature = None;
+                }
+                if !has("top_p") {
+                    req.top_p = None;
+                }
+                if !has("top_k") {
+                    req.top_k = None;
+                }
+                if !has("seed") {
+                    req.seed = None;
+                }
+            }
+            self.health[e].on_dispatch();
+            self.shared.endpoint_stats[e]
+                .in_flight
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        req.provider = Some(prefs);
+        self.seq += 1;
+        let key = self.seq;
+        let accrued = Arc::new(AtomicI64::new(0));
+        let cancel = self.stop_now.child_token();
+        let spec = AttemptSpec {
+            key,
+            dataset: d,
+            request: req,
+            pinned,
+            price_out_guess: price_out,
+            price_in_guess: price_in,
+            prompt_tokens_estimate: prompt_tokens,
+            accrued: accrued.clone(),
+        };
+        self.datasets[d].in_flight += 1;
+        self.shared.dataset_stats[d]
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        self.shared.totals.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.reserved_pico += expected.pico();
+        self.in_flight.insert(
+            key,
+            InFlight {
+                job,
+                endpoint: pinned,
+                expected_pico: expected.pico(),
+                accrued,
+            },
+        );
+        tasks.spawn(run_attempt(self.shared.clone(), spec, cancel));
+    }
+
+    fn begin_stop(&mut self, reason: &str) {
+        if self.stopping.is_none() {
+            self.stopping = Some(reason.to_string());
+            self.event(format!("stopping: {reason}"));
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::Pause => {
+                self.paused = true;
+                self.event("paused: no new requests");
+            }
+            Command::Resume => {
+                self.paused = false;
+                self.event("resumed");
+            }
+            Command::SetConcurrency(n) => {
+                self.concurrency = n.clamp(1, 100_000);
+                self.event(format!("concurrency set to {}", self.concurrency));
+            }
+            Command::AdjustConcurrency(delta) => {
+                let n = (i64::from(self.concurrency) + delta).clamp(1, 100_000);
+                self.concurrency = n as u32;
+                self.event(format!("concurrency set to {}", self.concurrency));
+            }
+            Command::SetEndpoint { tag, allowed } => {
+                for i in self.endpoint_indices(&tag) {
+                    self.operator[i] = allowed;
+                }
+                self.event(match allowed {
+                    Some(true) => format!("operator included {tag} (applies to the next request)"),
+                    Some(false) => format!("operator excluded {tag} (applies to the next request)"),
+                    None => format!("{tag} follows the policy again"),
+                });
+            }
+            Command::ToggleEndpoint(tag) => {
+                let idx = self.endpoint_indices(&tag);
+                if let Some(&first) = idx.first() {
+                    let now_allowed = self.permitted(first);
+                    self.apply(Command::SetEndpoint {
+                        tag,
+                        allowed: Some(!now_allowed),
+                    });
+                }
+            }
+            Command::Preset(mode) => {
+                self.policy.mode = mode;
+                self.operator.iter_mut().for_each(|o| *o = None);
+                self.event(match mode {
+                    PolicyMode::Faithful => format!("policy: faithful (native {})", self.native),
+                    PolicyMode::Any => "policy: any quantization".to_string(),
+                });
+            }
+            Command::Shutdown(ShutdownMode::Drain) => {
+                self.begin_stop("operator: drain");
+            }
+            Command::Shutdown(ShutdownMode::Now) => {
+                self.begin_stop("operator: stop now");
+                self.stop_now.cancel();
+            }
+        }
+    }
+
+    fn endpoint_indices(&self, tag: &str) -> Vec<usize> {
+        self.shared
+            .endpoints
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.tag == tag)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn schedule_retry(&mut self, mut job: Job, err: &ApiError) {
+        let unit: f64 = self.rng.random();
+        let wait = backoff(
+            job.attempts,
+            self.cfg.retry.base_delay(),
+            self.cfg.retry.max_delay(),
+            err.retry_after(),
+            unit,
+        );
+        job.last_error = Some(err.to_string());
+        self.retries += 1;
+        self.datasets[job.dataset].retries_pending += 1;
+        self.seq += 1;
+        self.retry.push(Reverse(Pending {
+            not_before: Instant::now() + wait,
+            seq: self.seq,
+            job,
+        }));
+    }
+
+    async fn reject(&mut self, job: Job, error: String, kind: &str) {
+        let d = job.dataset;
+        self.datasets[d].rejected += 1;
+        self.datasets[d].done_ids.insert(job.prompt.id.clone());
+        let rec = RejectRecord {
+            id: job.prompt.id,
+            line: Some(job.prompt.line),
+            error,
+            error_kind: kind.to_string(),
+            attempts: job.attempts,
+            created_at: now_rfc3339(),
+        };
+        if let Err(e) = self.writer.reject(d, &rec).await {
+            self.fatal = Some(e.to_string());
+        }
+    }
+
+    /// Books a stream we closed at our estimate and remembers it for reconciliation.
+    async fn book_closed(&mut self, job: &Job, endpoint: Option<usize>, r: &ClosedAttempt) {
+        let d = job.dataset;
+        if r.booked_pico == 0 && r.generation_id.is_none() {
+            return;
+        }
+        let entry = SpendEntry {
+            at: now_rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[d].name.clone(),
+            endpoint: endpoint.map(|e| self.shared.endpoints[e].tag.clone()),
+            kind: SpendKind::Cancelled,
+            usd: Usd::from_pico(r.booked_pico),
+            prompt_tokens: estimate_prompt_tokens(&job.prompt),
+            completion_tokens: r.streamed_tokens,
+            estimated: true,
+        };
+        if let Some(g) = &r.generation_id {
+            if self.to_reconcile.len() < RECONCILE_CAPACITY {
+                self.to_reconcile.push((g.clone(), entry.clone()));
+            }
+        }
+        self.book_spend(entry).await;
+    }
+
+    /// Asks the API what each closed stream really cost and books the difference, so the
+    /// ledger matches the bill and not our estimate. Bounded: a few tries per generation
+    /// (the API answers 404 for a moment after the end), 32 at a time, 60 s in all.
+    async fn reconcile(&mut self) {
+        use futures::StreamExt;
+        let items = std::mem::take(&mut self.to_reconcile);
+        if items.is_empty() || !self.shared.client.has_key() {
+            return;
+        }
+        let client = self.shared.client.clone();
+        let lookups = futures::stream::iter(items.into_iter().map(|(id, entry)| {
+            let client = client.clone();
+            async move {
+                for attempt in 0..8u32 {
+                    match client.generation(&id).await {
+                        Ok(g) => return (entry, g.total_cost),
+                        Err(e) if e.status() == Some(404) || e.is_retryable() => {
+                            tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt + 1)))
+                                .await;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                (entry, None)
+            }
+        }))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>();
+        let results = match tokio::time::timeout(Duration::from_secs(60), lookups).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.event("reconciliation with /generation timed out: closed streams stay at our estimate");
+                return;
+            }
+        };
+        let (mut fixed, mut delta_total) = (0u64, Usd::ZERO);
+        for (entry, actual) in results {
+            let Some(actual) = actual else { continue };
+            let delta = Usd::from_f64(actual) - entry.usd;
+            fixed += 1;
+            if delta != Usd::ZERO {
+                delta_total += delta;
+                self.shared
+                    .spent_pico
+                    .fetch_add(delta.pico(), Ordering::Relaxed);
+                self.book_spend(SpendEntry {
+                    at: now_rfc3339(),
+                    kind: SpendKind::Adjustment,
+                    usd: delta,
+                    estimated: false,
+                    ..entry
+                })
+                .await;
+            }
+        }
+        if fixed > 0 {
+            self.event(format!(
+                "reconciled {fixed} closed streams with /generation: {:+.6} USD",
+                delta_total.as_f64()
+            ));
+        }
+    }
+
+    /// Writes a ledger line (the worker already booked the amount into the live spend).
+    async fn book_spend(&mut self, entry: SpendEntry) {
+        if let Some(d) = self.datasets.iter_mut().find(|d| d.name == entry.dataset) {
+            d.spent += entry.usd;
+        }
+        if let Err(e) = self.writer.spend(&entry).await {
+            self.fatal = Some(e.to_string());
+        }
+    }
+
+    async fn on_result(&mut self, r: AttemptResult) {
+        let Some(f) = self.in_flight.remove(&r.key) else {
+            return;
+        };
+        self.reserved_pico -= (f.expected_pico - r.accrued_pico).max(0);
+        let mut job = f.job;
+        job.attempts += 1;
+        let d = job.dataset;
+        self.datasets[d].in_flight -= 1;
+        self.shared.dataset_stats[d]
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        self.shared.totals.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(e) = f.endpoint {
+            self.shared.endpoint_stats[e]
+                .in_flight
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+        let endpoint = r.endpoint;
+        let now = Instant::now();
+        let closed = ClosedAttempt {
+            booked_pico: r.booked_pico,
+            generation_id: r.generation_id.clone(),
+            streamed_tokens: r.streamed_tokens,
+        };
+        match r.outcome {
+            AttemptOutcome::Done(c) => {
+                let cost = Usd::from_pico(r.booked_pico);
+                self.on_done(job, *c, endpoint, r.elapsed, cost).await
+            }
+            AttemptOutcome::Cancelled => {
+                // We closed it; the provider may bill what it generated: book our estimate,
+                // corrected from `GET /generation` at the end of the run.
+                self.book_closed(&job, endpoint, &closed).await;
+                // Not done and not rejected: a resume will take it again.
+            }
+            AttemptOutcome::Failed(err) => {
+                let kind = err.kind();
+                self.shared.totals.error(kind);
+                self.shared.dataset_stats[d].error(kind);
+                if let Some(e) = endpoint {
+                    self.shared.endpoint_stats[e].error(kind);
+                    if kind == ErrorKind::RateLimited {
+                        let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
+                        self.health[e].on_rate_limited(now, wait);
+                    } else if err.is_retryable()
+                        && let Some(HealthEvent::Opened { failures, cooldown }) =
+                            self.health[e].on_failure(now)
+                    {
+                        let tag = self.shared.endpoints[e].tag.clone();
+                        self.event(format!(
+                                "breaker opened: {tag} after {failures} failures in a row ({}); probe in {}s",
+                                kind.label(),
+                                cooldown.as_secs()
+                            ));
+                    }
+                }
+                // A timeout is our own close: the provider may bill what it generated.
+                if kind == ErrorKind::Timeout {
+                    self.book_closed(&job, endpoint, &closed).await;
+                }
+                if err.stops_dispatch() {
+                    let msg = match kind {
+                        ErrorKind::Auth => format!(
+                            "the API key was refused ({err}): check {}",
+                            self.cfg.api_key_env
+                        ),
+                        _ => format!("out of credit ({err}): add credit or raise the key's limit"),
+                    };
+                    self.event(msg.clone());
+                    self.fatal = Some(msg.clone());
+                    self.begin_stop(&msg);
+                    self.requeue_front(job);
+                } else if err.is_retryable() && job.attempts < self.cfg.retry.max_attempts {
+                    self.schedule_retry(job, &err);
+                } else {
+                    let why = if err.is_retryable() {
+                        format!("{err} (after {} attempts)", job.attempts)
+                    } else {
+                        err.to_string()
+                    };
+                    self.reject(job, why, kind.label()).await;
+                }
+            }
+        }
+    }
+
+    async fn on_done(
+        &mut self,
+        job: Job,
+        c: Completion,
+        endpoint: Option<usize>,
+        elapsed: Duration,
+        cost: Usd,
+    ) {
+        let d = job.dataset;
+        if let Some(e) = endpoint
+            && let Some(HealthEvent::Closed) = self.health[e].on_success()
+        {
+            let tag = self.shared.endpoints[e].tag.clone();
+            self.event(format!("breaker closed: {tag} answered again"));
+        }
+        let truncated = c.finish_reason == "length";
+        let shared = self.shared.clone();
+        let ep = endpoint.map(|e| &shared.endpoints[e]);
+        // Whatever happens to the text, the response was paid for.
+        self.book_spend(SpendEntry {
+            at: now_rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[d].name.clone(),
+            endpoint: ep.map(|e| e.tag.clone()),
+            kind: SpendKind::Complete,
+            usd: cost,
+            prompt_tokens: c.usage.prompt_tokens,
+            completion_tokens: c.usage.completion_tokens,
+            estimated: c.cost().is_none(),
+        })
+        .await;
+        let counters: Vec<&Counters> = [Some(&shared.totals), Some(&shared.dataset_stats[d])]
+            .into_iter()
+            .chain([endpoint.map(|e| &shared.endpoint_stats[e])])
+            .flatten()
+            .collect();
+        for k in &counters {
+            k.spent_pico.fetch_add(cost.pico(), Ordering::Relaxed);
+            k.prompt_tokens
+                .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
+            k.output_tokens
+                .fetch_add(c.usage.completion_tokens, Ordering::Relaxed);
+            if truncated {
+                k.truncated.fetch_add(1, Ordering::Relaxed);
+            }
+            k.record_timing(
+                c.ttft.map(|t| t.as_millis() as u64),
+                elapsed.as_millis() as u64,
+            );
+        }
+        if truncated
+            && job.attempts < self.cfg.retry.max_attempts
+            && self.cfg.retry.on_length == OnLength::Retry
+        {
+            let err =
+                ApiError::Truncated("finish_reason length (retrying per retry.on_length)".into());
+            self.schedule_retry(job, &err);
+            return;
+        }
+        if truncated && self.cfg.retry.on_length != OnLength::Keep {
+            self.reject(
+                job,
+                "finish_reason length: cut at max_tokens".into(),
+                "length",
+            )
+            .await;
+            return;
+        }
+        for k in &counters {
+            k.done.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut conversations: Vec<Turn> = job
+            .prompt
+            .messages
+            .iter()
+            .map(|m| Turn {
+                role: m.role.clone(),
+                content: m.content.clone(),
+                reasoning_content: None,
+            })
+            .collect();
+        conversations.push(Turn {
+            role: "assistant".into(),
+            content: c.content,
+            reasoning_content: c.reasoning,
+        });
+        let params = serde_json::to_value(&self.datasets[d].params).unwrap_or_default();
+        let rec = OutputRecord {
+            id: job.prompt.id.clone(),
+            conversations,
+            provider: c.provider.clone().unwrap_or_else(|| "?".into()),
+            endpoint_tag: ep.map(|e| e.tag.clone()),
+            quantization: ep.map(|e| e.quantization.to_string()),
+            model: c.model.unwrap_or_else(|| self.cfg.model.clone()),
+            finish_reason: c.finish_reason,
+            truncated,
+            usage: RecordUsage {
+                prompt_tokens: c.usage.prompt_tokens,
+                completion_tokens: c.usage.completion_tokens,
+                reasoning_tokens: c.usage.reasoning_tokens(),
+                source: match c.usage_source {
+                    crate::openrouter::UsageSource::Reported => "reported".into(),
+                    crate::openrouter::UsageSource::CountedEvents => "counted".into(),
+                },
+            },
+            cost_usd: cost,
+            ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
+            latency_ms: elapsed.as_millis() as u64,
+            attempts: job.attempts,
+            created_at: now_rfc3339(),
+            generation_id: c.id,
+            params,
+        };
+        if let Err(e) = self.writer.output(d, &rec).await {
+            self.fatal = Some(e.to_string());
+            return;
+        }
+        let ds = &mut self.datasets[d];
+        ds.done += 1;
+        ds.done_ids.insert(job.prompt.id);
+        ds.output_tokens += rec.usage.completion_tokens;
+        ds.finished_here += 1;
+        ds.output_tokens_here += rec.usage.completion_tokens;
+    }
+
+    /// Updates dataset states and emits events for budgets reached.
+    fn update_datasets(&mut self) {
+        for d in 0..self.datasets.len() {
+            let ds = &self.datasets[d];
+            if ds.budget_reached {
+                continue;
+            }
+            let over_tokens = ds.budget.is_some_and(|b| {
+                ds.output_tokens + ds.in_flight * self.expected_output_tokens(d) >= b
+            });
+            let over_samples = ds
+                .max_samples
+                .is_some_and(|m| ds.done + ds.in_flight + ds.retries_pending >= m);
+            if (over_tokens || over_samples) && !ds.exhausted {
+                let name = ds.name.clone();
+                let what = if over_tokens {
+                    "output-token budget"
+                } else {
+                    "sample cap"
+                };
+                self.datasets[d].budget_reached = true;
+                self.event(format!("{name}: {what} reached; in-flight requests finish"));
+            }
+        }
+    }
+
+    pub(super) fn snapshot(&mut self) -> Snapshot {
+        let now = Instant::now();
+        let t = self.started.elapsed().as_secs_f64();
+        let sh = &self.shared;
+        let streamed = Counters::get(&sh.totals.streamed_tokens) as f64;
+        let tok_per_s = self.rate.update(t, streamed);
+        let spent = Usd::from_pico(sh.spent_pico.load(Ordering::Relaxed));
+        let accrued = Usd::from_pico(sh.accrued_pico.load(Ordering::Relaxed).max(0));
+        let usd_per_min = self.spend_rate.update(t, (spent + accrued).as_f64()) * 60.0;
+        let mut datasets = Vec::with_capacity(self.datasets.len());
+        for d in 0..self.datasets.len() {
+            let finished = self.dataset_finished(d);
+            let ds = &mut self.datasets[d];
+            let ds_streamed = Counters::get(&sh.dataset_stats[d].streamed_tokens) as f64;
+            let rate = ds.rate.update(t, ds_streamed);
+            let remaining_prompts = ds.total.saturating_sub(ds.done + ds.rejected);
+            let state = if finished && (ds.exhausted || ds.budget_reached || remaining_prompts == 0)
+            {
+                DatasetState::Done
+            } else if ds.budget_reached {
+                DatasetState::BudgetReached
+            } else if ds.in_flight > 0 || ds.done > 0 {
+                DatasetState::Running
+            } else {
+                DatasetState::Queued
+            };
+            let eta_s = match ds.budget {
+                Some(b) if rate > 0.0 => Some(b.saturating_sub(ds.output_tokens) as f64 / rate),
+                _ if ds.finished_here > 0 && rate > 0.0 => {
+                    let mean = ds.output_tokens_here as f64 / ds.finished_here as f64;
+                    Some(remaining_prompts as f64 * mean / rate)
+                }
+                _ => None,
+            }
+            .filter(|_| state != DatasetState::Done);
+            datasets.push(DatasetSnap {
+                name: ds.name.clone(),
+                total: ds.total,
+                done: ds.done,
+                rejected: ds.rejected,
+                in_flight: ds.in_flight,
+                output_tokens: ds.output_tokens,
+                output_token_budget: ds.budget,
+                max_samples: ds.max_samples,
+                tok_per_s: rate,
+                spent: ds.spent,
+                eta_s,
+                state,
+            });
+        }
+        let mut endpoints = Vec::with_capacity(sh.endpoints.len());
+        for (i, e) in sh.endpoints.iter().enumerate() {
+            let c = &sh.endpoint_stats[i];
+            let rate = self.endpoint_rates[i].update(t, Counters::get(&c.streamed_tokens) as f64);
+            let done = Counters::get(&c.done);
+            let finished = done + Counters::get(&c.truncated).min(done);
+            let ttft = c.ttft();
+            let errs = c.errors_by_kind();
+            let why_off = self.why_off(i, now);
+            endpoints.push(EndpointSnap {
+                tag: e.tag.clone(),
+                provider: e.provider.clone(),
+                quantization: e.quantization.to_string(),
+                fidelity: self.policy.fidelity(&self.native, &e.quantization),
+                price_in_per_m: price_per_m(e.price_in),
+                price_out_per_m: price_per_m(e.price_out),
+                status: e.status,
+                uptime_30m: e.uptime_30m,
+                allowed: why_off.is_none(),
+                why_off,
+                operator: self.operator[i],
+                breaker: self.health[i].state(),
+                in_flight: Counters::get(&c.in_flight),
+                done,
+                errors: Counters::get(&c.failed_attempts),
+                top_error: errs.first().map(|(k, n)| (k.label().to_string(), *n)),
+                tok_per_s: rate,
+                ttft_p50_ms: ttft.p50,
+                ttft_p95_ms: ttft.p95,
+                mean_output_tokens: (done > 0)
+                    .then(|| Counters::get(&c.output_tokens) as f64 / done as f64),
+                truncation_rate: (finished > 0)
+                    .then(|| Counters::get(&c.truncated) as f64 / done.max(1) as f64),
+                spent: Usd::from_pico(c.spent_pico.load(Ordering::Relaxed)),
+            });
+        }
+        if t - self.last_history >= HISTORY_EVERY_S {
+            self.last_history = t;
+            if self.history.len() >= HISTORY_CAPACITY {
+                self.history.pop_front();
+            }
+            self.history.push_back(HistoryPoint {
+                at_s: t,
+                tok_per_s,
+                usd_per_min,
+            });
+        }
+        let total: u64 = self.datasets.iter().map(|d| d.total).sum();
+        let done: u64 = self.datasets.iter().map(|d| d.done).sum();
+        let rejected: u64 = self.datasets.iter().map(|d| d.rejected).sum();
+        let eta_s = datasets
+            .iter()
+            .filter_map(|d| d.eta_s)
+            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+        let budget = Usd::from_pico(sh.budget_pico);
+        let projected = eta_s.map(|eta| {
+            let p = (spent + accrued).as_f64() + usd_per_min / 60.0 * eta;
+            Usd::from_f64(p.min(budget.as_f64()))
+        });
+        let state = if self.paused && self.stopping.is_none() {
+            RunState::Paused
+        } else if self.stopping.is_some() {
+            RunState::Draining
+        } else if self.in_flight.is_empty() && done == 0 && t < 1.0 {
+            RunState::Starting
+        } else {
+            RunState::Running
+        };
+        Snapshot {
+            model: self.cfg.model.clone(),
+            routing: match self.cfg.routing {
+                Routing::Openrouter => "openrouter".into(),
+                Routing::Pinned => "pinned".into(),
+            },
+            state,
+            reason: self.stopping.clone(),
+            started_at: self.started_at.clone(),
+            elapsed_s: t,
+            concurrency_limit: self.concurrency,
+            in_flight: self.in_flight.len() as u64,
+            budget,
+            spent,
+            carried_over: self.carried_over,
+            accrued,
+            projected,
+            done,
+            rejected,
+            total,
+            retries: self.retries,
+            output_tokens: Counters::get(&sh.totals.output_tokens),
+            prompt_tokens: Counters::get(&sh.totals.prompt_tokens),
+            tok_per_s,
+            usd_per_min,
+            eta_s,
+            datasets,
+            endpoints,
+            events: self.events.iter().rev().take(50).rev().cloned().collect(),
+            history: self.history.iter().copied().collect(),
+            key_usage_start: self.key_usage_start,
+            key_usage_now: None,
+        }
+    }
+
+    fn all_finished(&self) -> bool {
+        (0..self.datasets.len()).all(|d| self.dataset_finished(d))
+    }
+
+    /// Runs until the work is done or the run is stopped; returns the summary.
+    pub(super) async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        publish: watch::Sender<Arc<Snapshot>>,
+        tick_every: Duration,
+    ) -> RunSummary {
+        let mut tasks: JoinSet<AttemptResult> = JoinSet::new();
+        let mut tick = tokio::time::interval(tick_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut last_state_write = Instant::now() - Duration::from_secs(10);
+        let budget_hit = self.shared.budget_hit.clone();
+        let mut budget_handled = false;
+        let mut commands_open = true;
+        loop {
+            self.dispatch(&mut tasks).await;
+            let stop_done = self.stopping.is_some() && self.in_flight.is_empty();
+            if (self.all_finished() && self.in_flight.is_empty()) || stop_done {
+                break;
+            }
+            let next_retry = self.retry.peek().map(|Reverse(p)| p.not_before);
+            tokio::select! {
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(c) => self.apply(c),
+                    None => commands_open = false,
+                },
+                Some(res) = tasks.join_next(), if !tasks.is_empty() => {
+                    match res {
+                        Ok(r) => self.on_result(r).await,
+                        Err(e) => {
+                            tracing::error!("an attempt task failed: {e}");
+                            self.fatal = Some(format!("internal error: {e}"));
+                        }
+                    }
+                }
+                _ = budget_hit.cancelled(), if !budget_handled => {
+                    budget_handled = true;
+                    self.event(format!(
+                        "dollar budget reached ({}): cancelling {} in-flight requests",
+                        Usd::from_pico(self.shared.budget_pico),
+                        self.in_flight.len()
+                    ));
+                    self.begin_stop("dollar budget reached");
+                }
+                _ = async {
+                    match next_retry {
+                        Some(t) => tokio::time::sleep_until(t.into()).await,
+                        None => std::future::pending().await,
+                    }
+                }, if next_retry.is_some() && !self.paused => {}
+                _ = tick.tick() => {
+                    self.recompute_reserved();
+                    self.update_datasets();
+                    let snap = Arc::new(self.snapshot());
+                    if last_state_write.elapsed() >= Duration::from_secs(1) {
+                        last_state_write = Instant::now();
+                        write_state(&self.state_path, &snap);
+                    }
+                    publish.send_replace(snap);
+                }
+            }
+            if self.fatal.is_some() && self.stopping.is_none() {
+                let msg = self.fatal.clone().unwrap_or_default();
+                self.begin_stop(&msg);
+            }
+        }
+        self.reconcile().await;
+        if let Err(e) = self.writer.flush().await {
+            self.fatal = Some(e.to_string());
+        }
+        self.update_datasets();
+        let mut snap = self.snapshot();
+        let done_all = self.stopping.is_none() || self.all_finished() && self.retry.is_empty();
+        snap.state = if self.stopping.is_none() && done_all {
+            RunState::Done
+        } else {
+            RunState::Stopped
+        };
+        let total_spent = snap.spent;
+        let overshoot = total_spent.saturating_sub(snap.budget).max(Usd::ZERO);
+        if overshoot > Usd::ZERO {
+            self.event(format!(
+                "spend {} exceeded the budget by {} (tokens in transit when the cap hit)",
+                total_spent, overshoot
+            ));
+            snap.events = self.events.iter().rev().take(50).rev().cloned().collect();
+        }
+        write_state(&self.state_path, &snap);
+        publish.send_replace(Arc::new(snap.clone()));
+        RunSummary {
+            state: snap.state,
+            reason: self.stopping.clone(),
+            failed: self.fatal.is_some(),
+            snapshot: snap,
+            overshoot,
+        }
+    }
+}
+
+fn price_per_m(p: Price) -> f64 {
+    use rust_decimal::prelude::ToPrimitive;
+    p.usd_per_million().to_f64().unwrap_or(f64::NAN)
+}
+
+fn write_state(path: &std::path::Path, snap: &Snapshot) {
+    match serde_json::to_vec_pretty(snap) {
+        Ok(bytes) => {
+            if let Err(e) = crate::store::output::write_atomic(path, &bytes) {
+                tracing::warn!("cannot write {}: {e}", path.display());
+            }
+        }
+        Err(e) => tracing::warn!("cannot serialise the state: {e}"),
+    }
+}
+
+pub(super) fn ready_dataset(
+    d: &crate::config::DatasetConfig,
+    params: RequestParams,
+    reader: PromptReader,
+    existing: crate::store::output::ExistingDataset,
+    total: u64,
+) -> DatasetRun {
+    DatasetRun {
+        name: d.name.clone(),
+        params,
+        system_prompt: d.system_prompt.clone(),
+        reader: Some(reader),
+        done_ids: existing.done.into_keys().collect(),
+        total,
+        done: existing.outputs,
+        rejected: existing.rejects,
+        output_tokens: existing.output_tokens,
+        spent: existing.cost,
+        budget: d.output_token_budget,
+        max_samples: d.max_samples,
+        finished_here: 0,
+        output_tokens_here: 0,
+        in_flight: 0,
+        retries_pending: 0,
+        exhausted: false,
+        budget_reached: false,
+        rate: Rate::new(10.0),
+    }
+}
+
+/// For `OnBadLine` checks in `engine::start`.
+pub(super) fn skip_bad_lines(cfg: &Config) -> bool {
+    cfg.on_bad_line == OnBadLine::Skip
+}

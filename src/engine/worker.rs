@@ -1,0 +1,240 @@
+//! One attempt at one prompt: send the request, stream the answer, accrue its cost token by
+//! token into shared atomics (and trip the dollar cap the moment it is reached), and hand back
+//! the completion or the failure. Knows nothing of retries or routing: the supervisor decides.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::Price;
+use crate::openrouter::{
+    ApiError, ChatRequest, Completion, OpenRouterClient, StreamTimeouts, TimeoutKind,
+};
+use crate::store::prompts::Prompt;
+
+use super::stats::Counters;
+
+/// Static facts about an endpoint the run may use.
+#[derive(Clone, Debug)]
+pub struct RunEndpoint {
+    pub tag: String,
+    pub provider: String,
+    pub quantization: crate::domain::Quantization,
+    pub price_in: Price,
+    pub price_out: Price,
+    pub max_completion_tokens: Option<u64>,
+    pub supported_parameters: Option<Vec<String>>,
+    pub status: Option<i64>,
+    pub uptime_30m: Option<f64>,
+}
+
+/// What every worker shares with the supervisor.
+pub struct Shared {
+    pub client: OpenRouterClient,
+    pub endpoints: Vec<RunEndpoint>,
+    /// Display name → endpoint index, for attributing OpenRouter-routed responses.
+    pub by_provider: HashMap<String, usize>,
+    pub endpoint_stats: Vec<Counters>,
+    pub dataset_stats: Vec<Counters>,
+    pub totals: Counters,
+    /// Picodollars streamed by requests in flight (their running cost).
+    pub accrued_pico: AtomicI64,
+    /// Picodollars confirmed: finished requests at their reported cost, cancelled ones at our
+    /// estimate, plus what earlier runs spent.
+    pub spent_pico: AtomicI64,
+    pub budget_pico: i64,
+    /// Cancelled when spent + accrued reaches the budget.
+    pub budget_hit: CancellationToken,
+    pub timeouts: StreamTimeouts,
+    pub total_timeout: Duration,
+    pub attempts_started: AtomicU64,
+}
+
+impl Shared {
+    /// Adds `pico` to the running cost; trips the dollar cap when it is reached.
+    fn accrue(&self, pico: i64) {
+        if pico == 0 {
+            return;
+        }
+        let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
+        if self.spent_pico.load(Ordering::Relaxed) + accrued >= self.budget_pico {
+            self.budget_hit.cancel();
+        }
+    }
+
+    pub fn endpoint_by_provider(&self, name: &str) -> Option<usize> {
+        self.by_provider.get(name).copied()
+    }
+}
+
+/// Prompt tokens as estimated without a tokenizer: ~4 characters a token, plus 4 per message.
+pub fn estimate_prompt_tokens(p: &Prompt) -> u64 {
+    p.messages
+        .iter()
+        .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
+        .sum::<u64>()
+        .max(1)
+}
+
+/// How one attempt ended.
+#[derive(Debug)]
+pub enum AttemptOutcome {
+    Done(Box<Completion>),
+    Failed(ApiError),
+    /// We closed it: stop-now or the dollar cap.
+    Cancelled,
+}
+
+#[derive(Debug)]
+pub struct AttemptResult {
+    pub key: u64,
+    pub outcome: AttemptOutcome,
+    /// The endpoint that served (pinned, or named by the stream), when known.
+    pub endpoint: Option<usize>,
+    pub streamed_tokens: u64,
+    /// Our estimate of what this attempt cost so far (prompt + streamed tokens).
+    pub accrued_pico: i64,
+    /// What the worker booked into the confirmed spend: the reported cost of a finished
+    /// response, our estimate for one we closed (cancelled, timed out), zero otherwise.
+    pub booked_pico: i64,
+    /// The generation id, for looking up later what a closed stream really cost.
+    pub generation_id: Option<String>,
+    pub elapsed: Duration,
+}
+
+/// One dispatched attempt.
+pub struct AttemptSpec {
+    pub key: u64,
+    pub dataset: usize,
+    pub request: ChatRequest,
+    pub pinned: Option<usize>,
+    /// Price used to accrue output tokens until the serving endpoint is known.
+    pub price_out_guess: Price,
+    pub price_in_guess: Price,
+    pub prompt_tokens_estimate: u64,
+    /// This attempt's running cost, also read by the supervisor for its reservations.
+    pub accrued: Arc<AtomicI64>,
+}
+
+pub async fn run_attempt(
+    shared: Arc<Shared>,
+    spec: AttemptSpec,
+    cancel: CancellationToken,
+) -> AttemptResult {
+    let started = Instant::now();
+    shared.attempts_started.fetch_add(1, Ordering::Relaxed);
+    let mut endpoint = spec.pinned;
+    let mut price_out = spec.price_out_guess.pico_per_token();
+    let mut streamed: u64 = 0;
+    let mut generation_id: Option<String> = None;
+    let local = spec.accrued.clone();
+    let accrue = |pico: i64| {
+        local.fetch_add(pico, Ordering::Relaxed);
+        shared.accrue(pico);
+    };
+    let prompt_cost = spec.price_in_guess.cost(spec.prompt_tokens_estimate).pico();
+
+    let work = async {
+        let mut stream = shared
+            .client
+            .chat_stream(&spec.request, shared.timeouts)
+            .await?;
+        generation_id = stream.generation_id().map(str::to_string);
+        // The provider has the prompt: it is paid for from here on.
+        accrue(prompt_cost);
+        let mut first = true;
+        while let Some(p) = stream.next().await? {
+            if first {
+                first = false;
+                if endpoint.is_none() {
+                    endpoint = stream
+                        .provider()
+                        .and_then(|name| shared.endpoint_by_provider(name));
+                }
+                if let Some(e) = endpoint {
+                    price_out = shared.endpoints[e].price_out.pico_per_token();
+                }
+            }
+            let n = u64::from(p.token_events);
+            streamed += n;
+            accrue(price_out * n as i64);
+            shared
+                .totals
+                .streamed_tokens
+                .fetch_add(n, Ordering::Relaxed);
+            shared.dataset_stats[spec.dataset]
+                .streamed_tokens
+                .fetch_add(n, Ordering::Relaxed);
+            if let Some(e) = endpoint {
+                shared.endpoint_stats[e]
+                    .streamed_tokens
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        if endpoint.is_none() {
+            endpoint = stream
+                .provider()
+                .and_then(|name| shared.endpoint_by_provider(name));
+        }
+        if generation_id.is_none() {
+            generation_id = stream.generation_id().map(str::to_string);
+        }
+        stream.finish()
+    };
+
+    let outcome = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => AttemptOutcome::Cancelled,
+        r = tokio::time::timeout(shared.total_timeout, work) => match r {
+            Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
+            Ok(Err(e)) => AttemptOutcome::Failed(e),
+            Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
+        },
+    };
+    let accrued = spec.accrued.load(Ordering::Relaxed);
+    let endpoint = endpoint.or_else(|| match &outcome {
+        AttemptOutcome::Failed(e) => e
+            .provider_name()
+            .and_then(|n| shared.endpoint_by_provider(n)),
+        _ => None,
+    });
+    // Book the attempt's cost before its running cost leaves the in-flight sum, so that
+    // spent + accrued never dips and the dollar cap never misses a beat.
+    let booked = match &outcome {
+        AttemptOutcome::Done(c) => final_cost(&shared, c, endpoint).pico(),
+        AttemptOutcome::Cancelled => accrued,
+        AttemptOutcome::Failed(e) if e.kind() == crate::openrouter::ErrorKind::Timeout => accrued,
+        AttemptOutcome::Failed(_) => 0,
+    };
+    shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
+    shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed);
+    if shared.spent_pico.load(Ordering::Relaxed) + shared.accrued_pico.load(Ordering::Relaxed)
+        >= shared.budget_pico
+    {
+        shared.budget_hit.cancel();
+    }
+    AttemptResult {
+        key: spec.key,
+        outcome,
+        endpoint,
+        streamed_tokens: streamed,
+        accrued_pico: accrued,
+        booked_pico: booked,
+        generation_id,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.
+pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> crate::domain::Usd {
+    c.cost().unwrap_or_else(|| match endpoint {
+        Some(e) => {
+            let ep = &shared.endpoints[e];
+            ep.price_in.cost(c.usage.prompt_tokens) + ep.price_out.cost(c.usage.completion_tokens)
+        }
+        None => crate::domain::Usd::ZERO,
+    })
+}

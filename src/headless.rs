@@ -1,0 +1,162 @@
+//! Progress lines and the end-of-run summary, from the same [`Snapshot`] the TUI draws, so the
+//! numbers agree everywhere.
+
+use crate::domain::{Tokens, group_thousands};
+use crate::engine::snapshot::{DatasetState, Snapshot};
+
+/// `1h02m`, `12m03s`, `45s`.
+pub fn duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "-".into();
+    }
+    let s = secs.round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `00:12:41`.
+pub fn clock(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, (s % 3600) / 60, s % 60)
+}
+
+/// One progress line.
+pub fn progress_line(s: &Snapshot) -> String {
+    let errors: u64 = s.endpoints.iter().map(|e| e.errors).sum();
+    let mut line = format!(
+        "[{}] {:<8} done {}/{}",
+        clock(s.elapsed_s),
+        s.state.label(),
+        group_thousands(s.done),
+        group_thousands(s.total)
+    );
+    if s.rejected > 0 {
+        line.push_str(&format!(" +{} rej", group_thousands(s.rejected)));
+    }
+    line.push_str(&format!(
+        "  in flight {}/{}  {} tok/s  {:.2}/{:.2} USD",
+        group_thousands(s.in_flight),
+        group_thousands(u64::from(s.concurrency_limit)),
+        group_thousands(s.tok_per_s.round() as u64),
+        s.spent_with_accrued().as_f64(),
+        s.budget.as_f64()
+    ));
+    if let Some(p) = s.projected {
+        line.push_str(&format!(" (proj {:.2})", p.as_f64()));
+    }
+    if let Some(eta) = s.eta_s {
+        line.push_str(&format!("  ETA {}", duration(eta)));
+    }
+    if errors > 0 || s.retries > 0 {
+        line.push_str(&format!("  errors {errors} retries {}", s.retries));
+    }
+    line
+}
+
+/// The end-of-run (or `harvest status`) summary.
+pub fn summary(s: &Snapshot) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{}  {}  {} after {}{}\n",
+        s.model,
+        s.routing,
+        s.state.label(),
+        duration(s.elapsed_s),
+        s.reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    ));
+    out.push_str(&format!(
+        "prompts: {} done, {} rejected, {} total; {} retries\n",
+        group_thousands(s.done),
+        group_thousands(s.rejected),
+        group_thousands(s.total),
+        group_thousands(s.retries)
+    ));
+    out.push_str(&format!(
+        "spend: {:.4} USD of {:.2} (ledger; {:.4} carried over from earlier runs)",
+        s.spent.as_f64(),
+        s.budget.as_f64(),
+        s.carried_over.as_f64()
+    ));
+    if s.spent > s.budget {
+        out.push_str(&format!(
+            "; over budget by {:.4}",
+            (s.spent - s.budget).as_f64()
+        ));
+    }
+    out.push('\n');
+    if let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now) {
+        out.push_str(&format!(
+            "API key usage: {:.4} USD this run ({a:.4} -> {b:.4})\n",
+            b - a
+        ));
+    }
+    out.push_str("dataset      done / total    rej   output tokens          spent  state\n");
+    for d in &s.datasets {
+        let budget = d
+            .output_token_budget
+            .map(|b| format!(" / {}", Tokens(b)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:<10} {:>7} / {:<7} {:>5}   {:>20} {:>10.4}  {}\n",
+            d.name,
+            group_thousands(d.done),
+            group_thousands(d.total),
+            group_thousands(d.rejected),
+            format!("{}{budget}", Tokens(d.output_tokens)),
+            d.spent.as_f64(),
+            match d.state {
+                DatasetState::Queued => "queued",
+                DatasetState::Running => "running",
+                DatasetState::BudgetReached => "budget reached",
+                DatasetState::Done => "done",
+            }
+        ));
+    }
+    let used: Vec<_> = s
+        .endpoints
+        .iter()
+        .filter(|e| e.done > 0 || e.errors > 0)
+        .collect();
+    if !used.is_empty() {
+        out.push_str("endpoint            done  errors  ttft p50  mean out  trunc       spent\n");
+        for e in used {
+            out.push_str(&format!(
+                "{:<18} {:>5} {:>7}  {:>8}  {:>8}  {:>5}  {:>10.4}\n",
+                e.tag,
+                group_thousands(e.done),
+                match &e.top_error {
+                    Some((k, _)) => format!("{} {k}", e.errors),
+                    None => e.errors.to_string(),
+                },
+                e.ttft_p50_ms.map_or("-".into(), |t| format!("{t} ms")),
+                e.mean_output_tokens
+                    .map_or("-".into(), |m| format!("{m:.0}")),
+                e.truncation_rate
+                    .map_or("-".into(), |t| format!("{:.1}%", t * 100.0)),
+                e.spent.as_f64()
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(45.2), "45s");
+        assert_eq!(duration(723.0), "12m03s");
+        assert_eq!(duration(3725.0), "1h02m");
+        assert_eq!(clock(761.0), "00:12:41");
+    }
+}

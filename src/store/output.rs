@@ -1,0 +1,550 @@
+//! Output records and the one writer that appends them: `<dataset>.jsonl` (finished prompts),
+//! `<dataset>.rejects.jsonl` (prompts that failed for good) and `spend.jsonl` (the spend
+//! ledger). The writer runs on its own thread, takes records from a bounded queue, writes and
+//! flushes them in small batches (and fsyncs at most every second), so a crash or `kill -9`
+//! loses at most what was still in the queue, never a line already acknowledged.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::Usd;
+
+/// One turn of the `conversations` list (SpecForge / EAGLE-3 trainers read this shape).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub role: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub reasoning_tokens: u64,
+    /// `reported` by the server, or `counted` from streamed events.
+    pub source: String,
+}
+
+/// One finished prompt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputRecord {
+    pub id: String,
+    pub conversations: Vec<Turn>,
+    /// Display name of the provider that served it.
+    pub provider: String,
+    pub endpoint_tag: Option<String>,
+    pub quantization: Option<String>,
+    pub model: String,
+    pub finish_reason: String,
+    /// `finish_reason` was `length`: the answer was cut at `max_tokens`.
+    pub truncated: bool,
+    pub usage: RecordUsage,
+    pub cost_usd: Usd,
+    pub ttft_ms: Option<u64>,
+    pub latency_ms: u64,
+    pub attempts: u32,
+    pub created_at: String,
+    pub generation_id: Option<String>,
+    /// The sampling parameters sent (max_tokens, temperature, ...).
+    pub params: serde_json::Value,
+}
+
+/// One prompt that failed for good.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RejectRecord {
+    pub id: String,
+    /// Line of the prompt file, when known.
+    pub line: Option<u64>,
+    pub error: String,
+    pub error_kind: String,
+    pub attempts: u32,
+    pub created_at: String,
+}
+
+/// What a ledger line records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpendKind {
+    /// A finished response, at its reported `usage.cost`.
+    Complete,
+    /// A response we closed (budget cap, stop-now, timeout): tokens received at the endpoint's
+    /// price, an estimate until reconciled.
+    Cancelled,
+    /// A correction of an estimate, from the API's own figure (`GET /generation`).
+    Adjustment,
+    /// A probe or any other spend.
+    Other,
+}
+
+/// One line of `spend.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpendEntry {
+    pub at: String,
+    pub id: String,
+    pub dataset: String,
+    pub endpoint: Option<String>,
+    pub kind: SpendKind,
+    pub usd: Usd,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// True when the amount is our estimate, not the server's figure.
+    pub estimated: bool,
+}
+
+/// The files of one dataset.
+pub fn output_path(dir: &Path, dataset: &str) -> PathBuf {
+    dir.join(format!("{dataset}.jsonl"))
+}
+
+pub fn rejects_path(dir: &Path, dataset: &str) -> PathBuf {
+    dir.join(format!("{dataset}.rejects.jsonl"))
+}
+
+pub fn ledger_path(dir: &Path) -> PathBuf {
+    dir.join("spend.jsonl")
+}
+
+enum Op {
+    Output(usize, String),
+    Reject(usize, String),
+    Spend(String),
+    Flush(oneshot::Sender<std::io::Result<()>>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the output writer has stopped (a write failed earlier: see the log)")]
+    WriterGone,
+    #[error("writing outputs failed: {0}")]
+    Write(std::io::Error),
+    #[error("cannot serialise a record: {0}")]
+    Serialise(String),
+}
+
+/// Handle to the writer thread. Cloneable; sends wait when the queue is full (back-pressure on
+/// workers, never unbounded memory).
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<Op>,
+}
+
+struct Files {
+    outputs: Vec<BufWriter<File>>,
+    rejects: Vec<BufWriter<File>>,
+    ledger: BufWriter<File>,
+    raw: Vec<File>,
+}
+
+fn open_append(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+impl Writer {
+    /// Opens (appending) the files of `datasets` in `dir` and starts the writer thread.
+    pub fn start(dir: &Path, datasets: &[String]) -> Result<(Writer, WriterThread), StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let mut raw = Vec::new();
+        let mut outputs = Vec::new();
+        let mut rejects = Vec::new();
+        for d in datasets {
+            let o = open_append(&output_path(dir, d))?;
+            let r = open_append(&rejects_path(dir, d))?;
+            raw.push(o.try_clone().map_err(StoreError::Write)?);
+            raw.push(r.try_clone().map_err(StoreError::Write)?);
+            outputs.push(BufWriter::with_capacity(256 * 1024, o));
+            rejects.push(BufWriter::new(r));
+        }
+        let l = open_append(&ledger_path(dir))?;
+        raw.push(l.try_clone().map_err(StoreError::Write)?);
+        let files = Files {
+            outputs,
+            rejects,
+            ledger: BufWriter::new(l),
+            raw,
+        };
+        let (tx, rx) = mpsc::channel(4096);
+        let handle = std::thread::Builder::new()
+            .name("harvest-writer".into())
+            .spawn(move || run(files, rx))
+            .map_err(StoreError::Write)?;
+        Ok((Writer { tx }, WriterThread(Some(handle))))
+    }
+
+    async fn send(&self, op: Op) -> Result<(), StoreError> {
+        self.tx.send(op).await.map_err(|_| StoreError::WriterGone)
+    }
+
+    pub async fn output(&self, dataset: usize, rec: &OutputRecord) -> Result<(), StoreError> {
+        let line = serde_json::to_string(rec).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        self.send(Op::Output(dataset, line)).await
+    }
+
+    pub async fn reject(&self, dataset: usize, rec: &RejectRecord) -> Result<(), StoreError> {
+        let line = serde_json::to_string(rec).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        self.send(Op::Reject(dataset, line)).await
+    }
+
+    pub async fn spend(&self, e: &SpendEntry) -> Result<(), StoreError> {
+        let line = serde_json::to_string(e).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        self.send(Op::Spend(line)).await
+    }
+
+    /// Waits until everything sent so far is written, flushed and synced.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Op::Flush(tx)).await?;
+        rx.await
+            .map_err(|_| StoreError::WriterGone)?
+            .map_err(StoreError::Write)
+    }
+}
+
+/// Joins the writer thread when dropped (after every `Writer` handle is gone).
+pub struct WriterThread(Option<std::thread::JoinHandle<std::io::Result<()>>>);
+
+impl WriterThread {
+    /// Waits for the thread to finish its queue. Call after dropping every `Writer`.
+    pub fn join(mut self) -> std::io::Result<()> {
+        match self.0.take() {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("writer thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
+    let mut last_sync = Instant::now();
+    let mut dirty = false;
+    let write_line = |w: &mut BufWriter<File>, line: &str| -> std::io::Result<()> {
+        w.write_all(line.as_bytes())?;
+        w.write_all(b"\n")
+    };
+    while let Some(first) = rx.blocking_recv() {
+        let mut op = Some(first);
+        let mut waiters = Vec::new();
+        // Drain what is queued now: one batch, then one flush.
+        while let Some(o) = op.take() {
+            match o {
+                Op::Output(d, line) => write_line(&mut f.outputs[d], &line)?,
+                Op::Reject(d, line) => write_line(&mut f.rejects[d], &line)?,
+                Op::Spend(line) => write_line(&mut f.ledger, &line)?,
+                Op::Flush(w) => waiters.push(w),
+            }
+            dirty = true;
+            op = rx.try_recv().ok();
+        }
+        for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
+            w.flush()?;
+        }
+        f.ledger.flush()?;
+        let must_sync = !waiters.is_empty() || last_sync.elapsed() >= Duration::from_secs(1);
+        if dirty && must_sync {
+            for file in &f.raw {
+                file.sync_data()?;
+            }
+            last_sync = Instant::now();
+            dirty = false;
+        }
+        for w in waiters {
+            let _ = w.send(Ok(()));
+        }
+    }
+    for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
+        w.flush()?;
+    }
+    f.ledger.flush()?;
+    for file in &f.raw {
+        file.sync_data()?;
+    }
+    Ok(())
+}
+
+/// What an existing output directory holds for one dataset.
+#[derive(Clone, Debug, Default)]
+pub struct ExistingDataset {
+    /// Ids finished (output) or failed for good (rejects).
+    pub done: HashMap<String, ()>,
+    pub outputs: u64,
+    pub rejects: u64,
+    pub output_tokens: u64,
+    pub prompt_tokens: u64,
+    pub cost: Usd,
+    /// Bytes cut from a torn last line.
+    pub repaired_bytes: u64,
+}
+
+/// Reads a JSONL file written by the writer: every complete line's value, and the file cut back
+/// to its last complete line if a crash tore the end.
+fn scan_jsonl<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    mut each: impl FnMut(T),
+) -> Result<u64, StoreError> {
+    use std::io::{BufRead, BufReader};
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => {
+            return Err(StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+    };
+    let len = file.metadata().map_err(StoreError::Write)?.len();
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut good_end: u64 = 0;
+    let mut pos: u64 = 0;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(StoreError::Write)?;
+        if n == 0 {
+            break;
+        }
+        pos += n as u64;
+        let complete = buf.last() == Some(&b'\n');
+        match serde_json::from_slice::<T>(&buf) {
+            Ok(v) if complete => {
+                each(v);
+                good_end = pos;
+            }
+            // A line that does not parse, or the last line without its newline: torn by a
+            // crash. Only the tail may be torn; anything after it is dropped with it.
+            _ => break,
+        }
+    }
+    let cut = len - good_end;
+    if cut > 0 {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
+        f.set_len(good_end).map_err(StoreError::Write)?;
+        f.sync_all().map_err(StoreError::Write)?;
+        tracing::warn!("{}: cut {cut} bytes of a torn last line", path.display());
+    }
+    Ok(cut)
+}
+
+/// The fields resume needs from an output line (the rest is not parsed).
+#[derive(Deserialize)]
+struct OutputHead {
+    id: String,
+    usage: RecordUsage,
+    cost_usd: Usd,
+}
+
+#[derive(Deserialize)]
+struct RejectHead {
+    id: String,
+}
+
+/// Scans the outputs and rejects of `dataset` in `dir`, repairing torn tails.
+pub fn scan_dataset(dir: &Path, dataset: &str) -> Result<ExistingDataset, StoreError> {
+    let mut done = HashMap::new();
+    let (mut outputs, mut output_tokens, mut prompt_tokens, mut cost) = (0, 0, 0, Usd::ZERO);
+    let cut_out = scan_jsonl::<OutputHead>(&output_path(dir, dataset), |h| {
+        outputs += 1;
+        output_tokens += h.usage.completion_tokens;
+        prompt_tokens += h.usage.prompt_tokens;
+        cost += h.cost_usd;
+        done.insert(h.id, ());
+    })?;
+    let mut rejects = 0;
+    let cut_rej = scan_jsonl::<RejectHead>(&rejects_path(dir, dataset), |h| {
+        rejects += 1;
+        done.insert(h.id, ());
+    })?;
+    Ok(ExistingDataset {
+        done,
+        outputs,
+        rejects,
+        output_tokens,
+        prompt_tokens,
+        cost,
+        repaired_bytes: cut_out + cut_rej,
+    })
+}
+
+/// Sums the spend ledger: (total, entries, the ids of completes it holds).
+pub fn scan_ledger(dir: &Path) -> Result<(Usd, u64, HashMap<String, ()>), StoreError> {
+    let mut total = Usd::ZERO;
+    let mut n = 0;
+    let mut completes = HashMap::new();
+    scan_jsonl::<SpendEntry>(&ledger_path(dir), |e| {
+        total += e.usd;
+        n += 1;
+        if e.kind == SpendKind::Complete {
+            completes.insert(e.id, ());
+        }
+    })?;
+    Ok((total, n, completes))
+}
+
+/// Cost of the outputs of `dataset` whose `complete` ledger line is missing (a crash between the
+/// two writes): they were paid for all the same.
+pub fn missing_from_ledger(
+    dir: &Path,
+    dataset: &str,
+    completes: &HashMap<String, ()>,
+) -> Result<Usd, StoreError> {
+    let mut missing = Usd::ZERO;
+    scan_jsonl::<OutputHead>(&output_path(dir, dataset), |h| {
+        if !completes.contains_key(&h.id) {
+            missing += h.cost_usd;
+        }
+    })?;
+    Ok(missing)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, synced, then
+/// renamed over the target.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("state")
+    ));
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &str, cost: i64) -> OutputRecord {
+        OutputRecord {
+            id: id.into(),
+            conversations: vec![
+                Turn {
+                    role: "user".into(),
+                    content: "hi".into(),
+                    reasoning_content: None,
+                },
+                Turn {
+                    role: "assistant".into(),
+                    content: "hello".into(),
+                    reasoning_content: Some("think".into()),
+                },
+            ],
+            provider: "Chutes".into(),
+            endpoint_tag: Some("chutes/int4".into()),
+            quantization: Some("int4".into()),
+            model: "m".into(),
+            finish_reason: "stop".into(),
+            truncated: false,
+            usage: RecordUsage {
+                prompt_tokens: 5,
+                completion_tokens: 7,
+                reasoning_tokens: 1,
+                source: "reported".into(),
+            },
+            cost_usd: Usd::from_pico(cost),
+            ttft_ms: Some(10),
+            latency_ms: 20,
+            attempts: 1,
+            created_at: "2026-11-29T00:00:00Z".into(),
+            generation_id: None,
+            params: serde_json::json!({"max_tokens": 16}),
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_then_resumes_and_repairs_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (w, thread) = Writer::start(dir.path(), &["B3".into()]).expect("start");
+        for i in 0..100 {
+            w.output(0, &rec(&format!("p{i}"), 1000))
+                .await
+                .expect("write");
+        }
+        w.reject(
+            0,
+            &RejectRecord {
+                id: "bad".into(),
+                line: Some(3),
+                error: "HTTP 400".into(),
+                error_kind: "400".into(),
+                attempts: 1,
+                created_at: "x".into(),
+            },
+        )
+        .await
+        .expect("reject");
+        w.flush().await.expect("flush");
+        drop(w);
+        thread.join().expect("join");
+        // A crash tore the last line.
+        let p = output_path(dir.path(), "B3");
+        let mut f = OpenOptions::new().append(true).open(&p).expect("open");
+        f.write_all(b"{\"id\":\"p100\",\"conv").expect("write");
+        drop(f);
+        let ex = scan_dataset(dir.path(), "B3").expect("scan");
+        assert_eq!(ex.outputs, 100);
+        assert_eq!(ex.rejects, 1);
+        assert_eq!(ex.done.len(), 101);
+        assert_eq!(ex.output_tokens, 700);
+        assert_eq!(ex.cost, Usd::from_pico(100_000));
+        assert_eq!(ex.repaired_bytes, 18);
+        let text = std::fs::read_to_string(&p).expect("read");
+        assert!(text.ends_with("}\n"));
+        assert_eq!(text.lines().count(), 100);
+        // Every line is a full record with provenance.
+        let first: OutputRecord =
+            serde_json::from_str(text.lines().next().expect("line")).expect("record");
+        assert_eq!(first, rec("p0", 1000));
+    }
+
+    #[test]
+    fn atomic_write_replaces() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("state.json");
+        write_atomic(&p, b"one").expect("w1");
+        write_atomic(&p, b"two").expect("w2");
+        assert_eq!(std::fs::read_to_string(&p).expect("read"), "two");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
+    }
+}
