@@ -746,10 +746,10 @@ impl Supervisor {
             completion_tokens: r.streamed_tokens,
             estimated: true,
         };
-        if let Some(g) = &r.generation_id {
-            if self.to_reconcile.len() < RECONCILE_CAPACITY {
-                self.to_reconcile.push((g.clone(), entry.clone()));
-            }
+        if let Some(g) = &r.generation_id
+            && self.to_reconcile.len() < RECONCILE_CAPACITY
+        {
+            self.to_reconcile.push((g.clone(), entry.clone()));
         }
         self.book_spend(entry).await;
     }
