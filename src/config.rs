@@ -266,7 +266,10 @@ struct ReasoningToml {
 }
 
 fn reasoning<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Reasoning>, D::Error> {
-    let r = ReasoningToml::deserialize(d)?;
+    // `null` (the manifest's JSON of "no reasoning object") is none; TOML has no null.
+    let Some(r) = Option::<ReasoningToml>::deserialize(d)? else {
+        return Ok(None);
+    };
     Ok(Some(Reasoning {
         effort: r.effort,
         max_tokens: r.max_tokens,

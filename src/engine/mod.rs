@@ -171,15 +171,17 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     check_manifest(&dir, &cfg, opts.force)?;
 
     // What earlier runs left: finished ids, and the spend ledger.
-    let (ledger_total, _, ledger_completes) =
-        output::scan_ledger(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    let mut carried = ledger_total;
+    let ledger = output::scan_ledger(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
+    let ledger_completes = &ledger.completes;
+    let mut carried = ledger.total;
+    let mut output_generations = std::collections::HashSet::new();
     let mut datasets = Vec::new();
     for d in &cfg.datasets {
         let existing =
             output::scan_dataset(&dir, &d.name).map_err(|e| EngineError::Input(e.to_string()))?;
         // Outputs whose ledger line was lost in a crash still cost money.
-        let missing = output::missing_from_ledger(&dir, &d.name, &ledger_completes)
+        output_generations.extend(existing.generation_ids.iter().cloned());
+        let missing = output::missing_from_ledger(&dir, &d.name, ledger_completes)
             .map_err(|e| EngineError::Input(e.to_string()))?;
         carried += missing;
         // Count this run's prompts (and refuse bad lines up front unless told to skip them).
@@ -288,6 +290,18 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         None
     };
 
+    // Generations a crash left open (started, never closed, not among the outputs): the
+    // supervisor asks the API what they cost before it dispatches anything.
+    let unknown = ledger.unknown;
+    let orphans: Vec<output::SpendEntry> = ledger
+        .open
+        .into_iter()
+        .filter(|e| {
+            e.generation_id
+                .as_ref()
+                .is_some_and(|g| !output_generations.contains(g))
+        })
+        .collect();
     let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
     let (writer, writer_thread): (Writer, WriterThread) =
         Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
@@ -295,6 +309,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let budget = cfg.budget();
     let n = endpoints.len();
     let shared = Arc::new(Shared {
+        writer: writer.clone(),
         client: client.clone(),
         endpoint_stats: (0..n).map(|_| Counters::default()).collect(),
         dataset_stats: (0..datasets.len()).map(|_| Counters::default()).collect(),
@@ -321,6 +336,8 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         key_usage_start,
         opts.shard,
         state_path(&dir),
+        orphans,
+        unknown,
     );
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let mut sup = sup;
@@ -339,11 +356,10 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
 
 /// Spend already recorded in an output directory (ledger plus outputs missing from it).
 pub fn recorded_spend(dir: &Path, datasets: &[String]) -> Result<Usd, EngineError> {
-    let (total, _, completes) =
-        output::scan_ledger(dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    let mut t = total;
+    let ledger = output::scan_ledger(dir).map_err(|e| EngineError::Input(e.to_string()))?;
+    let mut t = ledger.total;
     for d in datasets {
-        t += output::missing_from_ledger(dir, d, &completes)
+        t += output::missing_from_ledger(dir, d, &ledger.completes)
             .map_err(|e| EngineError::Input(e.to_string()))?;
     }
     Ok(t)

@@ -102,6 +102,7 @@ pub(super) struct DatasetRun {
 /// One attempt in flight.
 struct InFlight {
     job: Job,
+    attempt: String,
     endpoint: Option<usize>,
     expected_pico: i64,
     accrued: Arc<AtomicI64>,
@@ -143,10 +144,17 @@ pub(super) struct Supervisor {
     fatal: Option<String>,
     /// Streams we closed, to look up what they really cost.
     to_reconcile: Vec<(String, SpendEntry)>,
+    /// Generations a crash of an earlier run left open.
+    orphans: Vec<SpendEntry>,
+    /// Requests a crash of an earlier run left before any answer.
+    unknown: Vec<SpendEntry>,
+    /// Prefix of this run's attempt keys.
+    run_id: String,
 }
 
 /// What is booked for a stream we closed.
 struct ClosedAttempt {
+    attempt: String,
     booked_pico: i64,
     generation_id: Option<String>,
     streamed_tokens: u64,
@@ -178,6 +186,8 @@ impl Supervisor {
         key_usage_start: Option<f64>,
         shard: Option<(u32, u32)>,
         state_path: PathBuf,
+        orphans: Vec<SpendEntry>,
+        unknown: Vec<SpendEntry>,
     ) -> Self {
         let policy = cfg.policy.clone();
         let (native, _) = policy.native_for(&cfg.model);
@@ -220,6 +230,9 @@ impl Supervisor {
             budget_event_sent: false,
             fatal: None,
             to_reconcile: Vec::new(),
+            orphans,
+            unknown,
+            run_id: format!("{:x}", chrono::Utc::now().timestamp_millis()),
         }
     }
 
@@ -531,7 +544,8 @@ impl Supervisor {
                 price_out,
                 prompt_tokens,
                 expected,
-            );
+            )
+            .await;
         }
     }
 
@@ -547,7 +561,7 @@ impl Supervisor {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn spawn(
+    async fn spawn(
         &mut self,
         tasks: &mut JoinSet<AttemptResult>,
         job: Job,
@@ -588,11 +602,31 @@ impl Supervisor {
         req.provider = Some(prefs);
         self.seq += 1;
         let key = self.seq;
+        let attempt = format!("{}-{key}", self.run_id);
+        // Written before the request leaves: a crash from here on is accounted for.
+        self.book_spend(SpendEntry {
+            at: now_rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[d].name.clone(),
+            endpoint: pinned.map(|e| self.shared.endpoints[e].tag.clone()),
+            kind: SpendKind::Dispatched,
+            usd: Usd::ZERO,
+            prompt_tokens,
+            completion_tokens: 0,
+            estimated: true,
+            generation_id: None,
+            attempt: Some(attempt.clone()),
+            expected_usd: Some(expected),
+        })
+        .await;
         let accrued = Arc::new(AtomicI64::new(0));
         let cancel = self.stop_now.child_token();
         let spec = AttemptSpec {
             key,
             dataset: d,
+            dataset_name: self.datasets[d].name.clone(),
+            prompt_id: job.prompt.id.clone(),
+            attempt: attempt.clone(),
             request: req,
             pinned,
             price_out_guess: price_out,
@@ -610,6 +644,7 @@ impl Supervisor {
             key,
             InFlight {
                 job,
+                attempt,
                 endpoint: pinned,
                 expected_pico: expected.pico(),
                 accrued,
@@ -732,9 +767,6 @@ impl Supervisor {
     /// Books a stream we closed at our estimate and remembers it for reconciliation.
     async fn book_closed(&mut self, job: &Job, endpoint: Option<usize>, r: &ClosedAttempt) {
         let d = job.dataset;
-        if r.booked_pico == 0 && r.generation_id.is_none() {
-            return;
-        }
         let entry = SpendEntry {
             at: now_rfc3339(),
             id: job.prompt.id.clone(),
@@ -745,6 +777,9 @@ impl Supervisor {
             prompt_tokens: estimate_prompt_tokens(&job.prompt),
             completion_tokens: r.streamed_tokens,
             estimated: true,
+            generation_id: r.generation_id.clone(),
+            attempt: Some(r.attempt.clone()),
+            expected_usd: None,
         };
         if let Some(g) = &r.generation_id
             && self.to_reconcile.len() < RECONCILE_CAPACITY
@@ -754,14 +789,89 @@ impl Supervisor {
         self.book_spend(entry).await;
     }
 
-    /// Asks the API what each closed stream really cost and books the difference, so the
-    /// ledger matches the bill and not our estimate. Bounded: a few tries per generation
-    /// (the API answers 404 for a moment after the end), 32 at a time, 60 s in all.
-    async fn reconcile(&mut self) {
-        use futures::StreamExt;
-        let items = std::mem::take(&mut self.to_reconcile);
-        if items.is_empty() || !self.shared.client.has_key() {
+    /// Books requests a crash left before any answer at their expected cost: the API cannot
+    /// be asked about them, and the budget must not assume they were free.
+    async fn book_unknown(&mut self) {
+        let unknown = std::mem::take(&mut self.unknown);
+        if unknown.is_empty() {
             return;
+        }
+        let n = unknown.len();
+        let mut total = Usd::ZERO;
+        for e in unknown {
+            let usd = e.expected_usd.unwrap_or_default();
+            total += usd;
+            self.shared
+                .spent_pico
+                .fetch_add(usd.pico(), Ordering::Relaxed);
+            self.carried_over += usd;
+            self.book_spend(SpendEntry {
+                at: now_rfc3339(),
+                kind: SpendKind::Unknown,
+                usd,
+                estimated: true,
+                expected_usd: None,
+                ..e
+            })
+            .await;
+        }
+        self.event(format!(
+            "an earlier run stopped with {n} requests sent but unanswered: booked at their expected cost, {:.6} USD",
+            total.as_f64()
+        ));
+    }
+
+    /// Looks up what each generation left open by a crash cost, and books it.
+    async fn recover_orphans(&mut self) {
+        let orphans = std::mem::take(&mut self.orphans);
+        if orphans.is_empty() {
+            return;
+        }
+        let n = orphans.len();
+        let found = self
+            .look_up(
+                orphans
+                    .into_iter()
+                    .filter_map(|e| Some((e.generation_id.clone()?, e)))
+                    .collect(),
+            )
+            .await;
+        let mut total = Usd::ZERO;
+        let mut booked = 0;
+        for (entry, cost) in found {
+            let Some(cost) = cost else { continue };
+            let usd = Usd::from_f64(cost);
+            booked += 1;
+            total += usd;
+            self.shared
+                .spent_pico
+                .fetch_add(usd.pico(), Ordering::Relaxed);
+            self.carried_over += usd;
+            self.book_spend(SpendEntry {
+                at: now_rfc3339(),
+                kind: SpendKind::Recovered,
+                usd,
+                estimated: false,
+                ..entry
+            })
+            .await;
+        }
+        self.event(format!(
+            "an earlier run stopped with {n} requests in flight: {booked} found at the API, {:.6} USD booked{}",
+            total.as_f64(),
+            if booked < n { "; the others are unknown to the API" } else { "" }
+        ));
+    }
+
+    /// `GET /generation` for each entry: 32 at a time, a few tries each (the API answers 404
+    /// for a moment after a generation ends), 60 s in all.
+    async fn look_up(
+        &mut self,
+        items: Vec<(String, SpendEntry)>,
+    ) -> Vec<(SpendEntry, Option<f64>)> {
+        use futures::StreamExt;
+        if items.is_empty() || !self.shared.client.has_key() {
+            return Vec::new();
         }
         let client = self.shared.client.clone();
         let lookups = futures::stream::iter(items.into_iter().map(|(id, entry)| {
@@ -782,13 +892,23 @@ impl Supervisor {
         }))
         .buffer_unordered(32)
         .collect::<Vec<_>>();
-        let results = match tokio::time::timeout(Duration::from_secs(60), lookups).await {
+        match tokio::time::timeout(Duration::from_secs(60), lookups).await {
             Ok(r) => r,
             Err(_) => {
-                self.event("reconciliation with /generation timed out: closed streams stay at our estimate");
-                return;
+                self.event(
+                    "looking up generations with /generation timed out: their cost stays estimated",
+                );
+                Vec::new()
             }
-        };
+        }
+    }
+
+    /// Asks the API what each closed stream really cost and books the difference, so the
+    /// ledger matches the bill and not our estimate. Bounded: a few tries per generation
+    /// (the API answers 404 for a moment after the end), 32 at a time, 60 s in all.
+    async fn reconcile(&mut self) {
+        let items = std::mem::take(&mut self.to_reconcile);
+        let results = self.look_up(items).await;
         let (mut fixed, mut delta_total) = (0u64, Usd::ZERO);
         for (entry, actual) in results {
             let Some(actual) = actual else { continue };
@@ -846,16 +966,22 @@ impl Supervisor {
                 .fetch_sub(1, Ordering::Relaxed);
         }
         let endpoint = r.endpoint;
+        let r_streamed = r.streamed_tokens;
         let now = Instant::now();
         let closed = ClosedAttempt {
+            attempt: f.attempt.clone(),
             booked_pico: r.booked_pico,
             generation_id: r.generation_id.clone(),
             streamed_tokens: r.streamed_tokens,
         };
         match r.outcome {
-            AttemptOutcome::Done(c) => {
+            AttemptOutcome::Done(mut c) => {
                 let cost = Usd::from_pico(r.booked_pico);
-                self.on_done(job, *c, endpoint, r.elapsed, cost).await
+                if r.generation_id.is_some() {
+                    c.id = r.generation_id.clone();
+                }
+                self.on_done(job, *c, endpoint, r.elapsed, cost, &f.attempt)
+                    .await
             }
             AttemptOutcome::Cancelled => {
                 // We closed it; the provider may bill what it generated: book our estimate,
@@ -887,6 +1013,22 @@ impl Supervisor {
                 // A timeout is our own close: the provider may bill what it generated.
                 if kind == ErrorKind::Timeout {
                     self.book_closed(&job, endpoint, &closed).await;
+                } else {
+                    self.book_spend(SpendEntry {
+                        at: now_rfc3339(),
+                        id: job.prompt.id.clone(),
+                        dataset: self.datasets[d].name.clone(),
+                        endpoint: endpoint.map(|e| self.shared.endpoints[e].tag.clone()),
+                        kind: SpendKind::Failed,
+                        usd: Usd::ZERO,
+                        prompt_tokens: 0,
+                        completion_tokens: r_streamed,
+                        estimated: false,
+                        generation_id: closed.generation_id.clone(),
+                        attempt: Some(closed.attempt.clone()),
+                        expected_usd: None,
+                    })
+                    .await;
                 }
                 if err.stops_dispatch() {
                     let msg = match kind {
@@ -921,6 +1063,7 @@ impl Supervisor {
         endpoint: Option<usize>,
         elapsed: Duration,
         cost: Usd,
+        attempt: &str,
     ) {
         let d = job.dataset;
         if let Some(e) = endpoint
@@ -943,6 +1086,9 @@ impl Supervisor {
             prompt_tokens: c.usage.prompt_tokens,
             completion_tokens: c.usage.completion_tokens,
             estimated: c.cost().is_none(),
+            generation_id: c.id.clone(),
+            attempt: Some(attempt.to_string()),
+            expected_usd: None,
         })
         .await;
         let counters: Vec<&Counters> = [Some(&shared.totals), Some(&shared.dataset_stats[d])]
@@ -1229,6 +1375,8 @@ impl Supervisor {
         publish: watch::Sender<Arc<Snapshot>>,
         tick_every: Duration,
     ) -> RunSummary {
+        self.recover_orphans().await;
+        self.book_unknown().await;
         let mut tasks: JoinSet<AttemptResult> = JoinSet::new();
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -13,6 +13,7 @@ use crate::domain::Price;
 use crate::openrouter::{
     ApiError, ChatRequest, Completion, OpenRouterClient, StreamTimeouts, TimeoutKind,
 };
+use crate::store::output::{SpendEntry, SpendKind};
 use crate::store::prompts::Prompt;
 
 use super::stats::Counters;
@@ -34,6 +35,8 @@ pub struct RunEndpoint {
 /// What every worker shares with the supervisor.
 pub struct Shared {
     pub client: OpenRouterClient,
+    /// For the `started` ledger line of each generation.
+    pub writer: crate::store::output::Writer,
     pub endpoints: Vec<RunEndpoint>,
     /// Display name → endpoint index, for attributing OpenRouter-routed responses.
     pub by_provider: HashMap<String, usize>,
@@ -109,6 +112,11 @@ pub struct AttemptResult {
 pub struct AttemptSpec {
     pub key: u64,
     pub dataset: usize,
+    /// Names of the dataset and prompt, for the ledger.
+    pub dataset_name: String,
+    pub prompt_id: String,
+    /// `<run>-<n>`: ties this attempt's ledger lines together.
+    pub attempt: String,
     pub request: ChatRequest,
     pub pinned: Option<usize>,
     /// Price used to accrue output tokens until the serving endpoint is known.
@@ -145,6 +153,27 @@ pub async fn run_attempt(
         generation_id = stream.generation_id().map(str::to_string);
         // The provider has the prompt: it is paid for from here on.
         accrue(prompt_cost);
+        if let Some(g) = &generation_id {
+            // If we crash now, the next start finds this line open and asks the API for the
+            // cost. A failed write stops the run through the supervisor's own writes.
+            let _ = shared
+                .writer
+                .spend(&SpendEntry {
+                    at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    id: spec.prompt_id.clone(),
+                    dataset: spec.dataset_name.clone(),
+                    endpoint: spec.pinned.map(|e| shared.endpoints[e].tag.clone()),
+                    kind: SpendKind::Started,
+                    usd: crate::domain::Usd::ZERO,
+                    prompt_tokens: spec.prompt_tokens_estimate,
+                    completion_tokens: 0,
+                    estimated: true,
+                    generation_id: Some(g.clone()),
+                    attempt: Some(spec.attempt.clone()),
+                    expected_usd: None,
+                })
+                .await;
+        }
         let mut first = true;
         while let Some(p) = stream.next().await? {
             if first {

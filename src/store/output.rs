@@ -4,11 +4,11 @@
 //! flushes them in small batches (and fsyncs at most every second), so a crash or `kill -9`
 //! loses at most what was still in the queue, never a line already acknowledged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -80,6 +80,19 @@ pub enum SpendKind {
     Cancelled,
     /// A correction of an estimate, from the API's own figure (`GET /generation`).
     Adjustment,
+    /// A generation began (headers received); zero dollars. A `started` line with no closing
+    /// line after a crash is looked up on the next start.
+    Started,
+    /// What a generation left open by a crash cost, per the API.
+    Recovered,
+    /// A request was sent (zero dollars; `expected_usd` holds what it should cost). Every
+    /// attempt is closed by a later line; one left open by a crash, with no generation id to
+    /// look up, is booked `unknown` at its expected cost on the next start.
+    Dispatched,
+    /// An attempt that failed without being billed (zero dollars).
+    Failed,
+    /// Our estimate for a request a crash left without any trace at the API we could look up.
+    Unknown,
     /// A probe or any other spend.
     Other,
 }
@@ -97,6 +110,14 @@ pub struct SpendEntry {
     pub completion_tokens: u64,
     /// True when the amount is our estimate, not the server's figure.
     pub estimated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_id: Option<String>,
+    /// The attempt (`<run>-<n>`) a line belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<String>,
+    /// On `dispatched` lines: the cost the request is expected to have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_usd: Option<Usd>,
 }
 
 /// The files of one dataset.
@@ -246,8 +267,26 @@ impl Drop for WriterThread {
 }
 
 fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
-    let mut last_sync = Instant::now();
-    let mut dirty = false;
+    // fsync (for power loss) happens on a thread of its own once a second, so that it never
+    // holds up writes: a line handed to the OS survives `kill -9` whatever the disk does.
+    let (stop_sync, sync_rx) = std::sync::mpsc::channel::<()>();
+    let sync_files: Vec<File> = f.raw.iter().filter_map(|x| x.try_clone().ok()).collect();
+    let syncer = std::thread::Builder::new()
+        .name("harvest-fsync".into())
+        .spawn(move || {
+            use std::sync::mpsc::RecvTimeoutError;
+            loop {
+                match sync_rx.recv_timeout(Duration::from_secs(1)) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                for file in &sync_files {
+                    if let Err(e) = file.sync_data() {
+                        tracing::warn!("fsync of outputs failed: {e}");
+                    }
+                }
+            }
+        })?;
     let write_line = |w: &mut BufWriter<File>, line: &str| -> std::io::Result<()> {
         w.write_all(line.as_bytes())?;
         w.write_all(b"\n")
@@ -255,7 +294,7 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     while let Some(first) = rx.blocking_recv() {
         let mut op = Some(first);
         let mut waiters = Vec::new();
-        // Drain what is queued now: one batch, then one flush.
+        // Drain what is queued now: one batch, then one flush to the OS.
         while let Some(o) = op.take() {
             match o {
                 Op::Output(d, line) => write_line(&mut f.outputs[d], &line)?,
@@ -263,20 +302,16 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
                 Op::Spend(line) => write_line(&mut f.ledger, &line)?,
                 Op::Flush(w) => waiters.push(w),
             }
-            dirty = true;
             op = rx.try_recv().ok();
         }
         for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
             w.flush()?;
         }
         f.ledger.flush()?;
-        let must_sync = !waiters.is_empty() || last_sync.elapsed() >= Duration::from_secs(1);
-        if dirty && must_sync {
+        if !waiters.is_empty() {
             for file in &f.raw {
                 file.sync_data()?;
             }
-            last_sync = Instant::now();
-            dirty = false;
         }
         for w in waiters {
             let _ = w.send(Ok(()));
@@ -289,6 +324,8 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     for file in &f.raw {
         file.sync_data()?;
     }
+    drop(stop_sync);
+    let _ = syncer.join();
     Ok(())
 }
 
@@ -297,6 +334,8 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
 pub struct ExistingDataset {
     /// Ids finished (output) or failed for good (rejects).
     pub done: HashMap<String, ()>,
+    /// Generation ids of the outputs.
+    pub generation_ids: HashSet<String>,
     pub outputs: u64,
     pub rejects: u64,
     pub output_tokens: u64,
@@ -370,6 +409,8 @@ struct OutputHead {
     id: String,
     usage: RecordUsage,
     cost_usd: Usd,
+    #[serde(default)]
+    generation_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -380,8 +421,12 @@ struct RejectHead {
 /// Scans the outputs and rejects of `dataset` in `dir`, repairing torn tails.
 pub fn scan_dataset(dir: &Path, dataset: &str) -> Result<ExistingDataset, StoreError> {
     let mut done = HashMap::new();
+    let mut generation_ids = HashSet::new();
     let (mut outputs, mut output_tokens, mut prompt_tokens, mut cost) = (0, 0, 0, Usd::ZERO);
     let cut_out = scan_jsonl::<OutputHead>(&output_path(dir, dataset), |h| {
+        if let Some(g) = h.generation_id {
+            generation_ids.insert(g);
+        }
         outputs += 1;
         output_tokens += h.usage.completion_tokens;
         prompt_tokens += h.usage.prompt_tokens;
@@ -395,6 +440,7 @@ pub fn scan_dataset(dir: &Path, dataset: &str) -> Result<ExistingDataset, StoreE
     })?;
     Ok(ExistingDataset {
         done,
+        generation_ids,
         outputs,
         rejects,
         output_tokens,
@@ -404,19 +450,61 @@ pub fn scan_dataset(dir: &Path, dataset: &str) -> Result<ExistingDataset, StoreE
     })
 }
 
-/// Sums the spend ledger: (total, entries, the ids of completes it holds).
-pub fn scan_ledger(dir: &Path) -> Result<(Usd, u64, HashMap<String, ()>), StoreError> {
-    let mut total = Usd::ZERO;
-    let mut n = 0;
-    let mut completes = HashMap::new();
+/// What the spend ledger holds.
+#[derive(Debug, Default)]
+pub struct LedgerScan {
+    pub total: Usd,
+    pub entries: u64,
+    /// Prompt ids with a `complete` line.
+    pub completes: HashMap<String, ()>,
+    /// `started` attempts with no closing line: what a crash left open, with a generation id
+    /// to look up.
+    pub open: Vec<SpendEntry>,
+    /// `dispatched` attempts a crash left before any answer: nothing to look up.
+    pub unknown: Vec<SpendEntry>,
+}
+
+/// Reads the spend ledger (repairing a torn tail).
+pub fn scan_ledger(dir: &Path) -> Result<LedgerScan, StoreError> {
+    let mut scan = LedgerScan::default();
+    let mut dispatched: HashMap<String, SpendEntry> = HashMap::new();
+    let mut started: HashMap<String, SpendEntry> = HashMap::new();
+    let mut closed: HashSet<String> = HashSet::new();
     scan_jsonl::<SpendEntry>(&ledger_path(dir), |e| {
-        total += e.usd;
-        n += 1;
+        scan.total += e.usd;
+        scan.entries += 1;
         if e.kind == SpendKind::Complete {
-            completes.insert(e.id, ());
+            scan.completes.insert(e.id.clone(), ());
+        }
+        let Some(a) = e.attempt.clone() else { return };
+        match e.kind {
+            SpendKind::Dispatched => {
+                dispatched.insert(a, e);
+            }
+            SpendKind::Started => {
+                started.insert(a, e);
+            }
+            SpendKind::Complete
+            | SpendKind::Cancelled
+            | SpendKind::Failed
+            | SpendKind::Recovered
+            | SpendKind::Unknown => {
+                closed.insert(a);
+            }
+            SpendKind::Adjustment | SpendKind::Other => {}
         }
     })?;
-    Ok((total, n, completes))
+    scan.unknown = dispatched
+        .into_iter()
+        .filter(|(a, _)| !closed.contains(a) && !started.contains_key(a))
+        .map(|(_, e)| e)
+        .collect();
+    scan.open = started
+        .into_iter()
+        .filter(|(a, _)| !closed.contains(a))
+        .map(|(_, e)| e)
+        .collect();
+    Ok(scan)
 }
 
 /// Cost of the outputs of `dataset` whose `complete` ledger line is missing (a crash between the

@@ -1,0 +1,178 @@
+//! Crash safety: `harvest run` is killed with SIGKILL at several points of a run, restarted,
+//! and finishes. No id appears twice, none is missing, and the spend carried over (outputs,
+//! ledger, and generations the crashes left open, looked up at the API) matches the
+//! simulator's billing log.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use harvest::sim::SimHandle;
+use harvest::sim::{self, ControlRequest, SimConfig};
+use harvest::store::output::{OutputRecord, SpendEntry, SpendKind};
+
+/// What the simulator billed for generations harvest never heard of (killed before headers).
+fn sim_billed_without_trace(sim: &SimHandle, entries: &[SpendEntry]) -> f64 {
+    let known: HashSet<&str> = entries
+        .iter()
+        .filter_map(|e| e.generation_id.as_deref())
+        .collect();
+    sim.state
+        .billing_entries()
+        .iter()
+        .filter(|b| !known.contains(b.id.as_str()))
+        .map(|b| b.cost_usd.as_f64())
+        .sum()
+}
+
+const KEY: &str = "sk-or-v1-resume-test-key-0000000";
+
+fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
+}
+
+fn harvest_run(config: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.args(["run", "--headless", "--progress-every", "1", "-c"])
+        .arg(config)
+        .env("HARVEST_RESUME_TEST_KEY", KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_several_points_then_finish() {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(0.05),
+            output_tokens_mean: Some(300.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let dir = tempfile::tempdir().expect("tmp");
+    let n = 800;
+    let mut prompts = String::new();
+    for i in 0..n {
+        prompts.push_str(&format!(
+            "{{\"id\": \"q{i}\", \"prompt\": \"question {i}\"}}\n"
+        ));
+    }
+    std::fs::write(dir.path().join("p.jsonl"), prompts).expect("prompts");
+    let config = dir.path().join("harvest.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_RESUME_TEST_KEY\"\nbudget_usd = 50.0\nconcurrency = 100\n\
+             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"R\"\nprompts = \"p.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let out = dir.path().join("out").join("R.jsonl");
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for kill_at in [100usize, 300, 500] {
+        let mut child = harvest_run(&config).spawn().expect("spawn");
+        let mut exited = None;
+        while lines(&out) < kill_at {
+            assert!(Instant::now() < deadline, "run too slow");
+            if let Some(status) = child.try_wait().expect("wait") {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                exited = Some((status, err));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            exited.is_none(),
+            "the run ended before the kill at {kill_at}: {exited:?}"
+        );
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
+    // The last run finishes.
+    let output = tokio::task::spawn_blocking(move || harvest_run(&config).output())
+        .await
+        .expect("join")
+        .expect("run");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let text = std::fs::read_to_string(&out).expect("outputs");
+    let recs: Vec<OutputRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is a whole record"))
+        .collect();
+    let ids: HashSet<&str> = recs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), recs.len(), "an id appears twice");
+    assert_eq!(ids.len(), n, "an id is missing");
+
+    let entries: Vec<SpendEntry> =
+        std::fs::read_to_string(dir.path().join("out").join("spend.jsonl"))
+            .expect("ledger")
+            .lines()
+            .map(|l| serde_json::from_str::<SpendEntry>(l).expect("ledger line"))
+            .collect();
+    let ledger: f64 = entries.iter().map(|e| e.usd.as_f64()).sum();
+    // Requests a kill caught after sending and before any answer cannot be looked up: they are
+    // booked at their expected cost. Only they may differ from the bill.
+    let unknown: Vec<&SpendEntry> = entries
+        .iter()
+        .filter(|e| e.kind == SpendKind::Unknown)
+        .collect();
+    let unknown_usd: f64 = unknown.iter().map(|e| e.usd.as_f64()).sum();
+    eprintln!("{} unknown requests booked at {unknown_usd}", unknown.len());
+    assert!(
+        unknown.len() <= 3 * 100,
+        "at most the in-flight requests of three kills"
+    );
+    let billed = sim.state.billed_total().as_f64();
+    if (ledger - billed).abs() > billed * 0.001 {
+        eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+        let state =
+            std::fs::read_to_string(dir.path().join("out").join("state.json")).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&state).unwrap_or_default();
+        eprintln!("events: {:#}", v["events"]);
+        let entries = sim.state.billing_entries();
+        let cancelled: Vec<_> = entries
+            .iter()
+            .filter(|e| e.outcome == harvest::sim::Outcome::Cancelled)
+            .collect();
+        eprintln!("sim cancelled: {}", cancelled.len());
+        let led =
+            std::fs::read_to_string(dir.path().join("out").join("spend.jsonl")).unwrap_or_default();
+        let gens: HashSet<String> = led
+            .lines()
+            .filter_map(|l| serde_json::from_str::<SpendEntry>(l).ok())
+            .filter_map(|e| e.generation_id)
+            .collect();
+        for e in entries.iter().filter(|e| !gens.contains(&e.id)) {
+            eprintln!("not in ledger: {e:?}");
+        }
+    }
+    let known = ledger - unknown_usd;
+    let billed_for_known = billed - sim_billed_without_trace(&sim, &entries);
+    assert!(
+        (known - billed_for_known).abs() <= billed * 0.001,
+        "ledger {known} vs simulator {billed_for_known} (unknown {unknown_usd})"
+    );
+    // The estimates are in the right range: each within what one request can cost.
+    let untraced = billed - billed_for_known;
+    assert!(
+        (unknown_usd - untraced).abs() <= unknown.len() as f64 * 2000.0 * 3.75e-6 + 1e-9,
+        "unknown booked {unknown_usd}, billed {untraced}"
+    );
+    sim.stop().await;
+}
