@@ -138,6 +138,9 @@ pub struct Config {
     pub retry: RetryConfig,
     pub breaker: BreakerConfig,
     pub policy: PolicyConfig,
+    /// Most requests in flight at one endpoint (by tag), honoured in pinned routing:
+    /// `endpoint_concurrency = { "chutes/int4" = 500 }`.
+    pub endpoint_concurrency: std::collections::BTreeMap<String, u32>,
     #[serde(rename = "dataset")]
     pub datasets: Vec<DatasetConfig>,
     #[serde(rename = "endpoint")]
@@ -165,6 +168,7 @@ impl Default for Config {
             retry: RetryConfig::default(),
             breaker: BreakerConfig::default(),
             policy: PolicyConfig::default(),
+            endpoint_concurrency: Default::default(),
             datasets: Vec::new(),
             endpoints: Vec::new(),
             source: PathBuf::new(),
@@ -533,6 +537,13 @@ impl Config {
         positive(c, "budget_usd", self.budget_usd)?;
         let conc_ok = (1..=100_000).contains(&self.concurrency);
         c.ensure(conc_ok, "concurrency", "must be between 1 and 100000")?;
+        for (tag, cap) in &self.endpoint_concurrency {
+            c.ensure(
+                *cap > 0,
+                format!("endpoint_concurrency.{tag}"),
+                "must be at least 1",
+            )?;
+        }
         if let Some(rps) = self.requests_per_second {
             positive(c, "requests_per_second", rps)?;
         }

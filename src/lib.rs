@@ -9,9 +9,11 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod headless;
+pub mod logging;
 pub mod openrouter;
 pub mod sim;
 pub mod store;
+pub mod tui;
 
 /// Raises this process's soft open-files limit to its hard limit: 2,000 concurrent streams need
 /// 2,000 sockets (4,000 when the simulator runs in the same process), above the common default

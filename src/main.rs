@@ -7,19 +7,12 @@ use clap::Parser;
 use harvest::cli::{Cli, Command};
 use harvest::commands::{self, exit};
 
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("HARVEST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // `run` logs to a file in its output directory; the others to stderr.
+    if !matches!(cli.command, Command::Run(_)) {
+        harvest::logging::to_stderr();
+    }
     harvest::raise_open_files_limit();
     // The simulator serves thousands of streams and may use both cores; the client side is
     // cheapest on one thread (research/rust-client-cpu.md).

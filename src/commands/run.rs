@@ -65,6 +65,12 @@ async fn signal() {
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let (cfg, opts) = load(&args)?;
     let out_dir = cfg.output_dir.clone();
+    let _log = crate::logging::to_file(&out_dir).map_err(|e| {
+        BadInput(format!(
+            "cannot write the log in {}: {e}",
+            out_dir.display()
+        ))
+    })?;
     let handle = engine::start(cfg, opts).await.map_err(engine_error)?;
     let commands = handle.commands.clone();
     let mut snaps = handle.snapshots.clone();

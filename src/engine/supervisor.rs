@@ -50,6 +50,8 @@ struct Job {
     /// Attempts already made.
     attempts: u32,
     last_error: Option<String>,
+    /// The endpoint the last attempt failed at.
+    failed_at: Option<usize>,
 }
 
 struct Pending {
@@ -404,6 +406,7 @@ impl Supervisor {
                     prompt: p,
                     attempts: 0,
                     last_error: None,
+                    failed_at: None,
                 });
             }
         }
@@ -419,6 +422,7 @@ impl Supervisor {
     fn route(
         &mut self,
         now: Instant,
+        avoid: Option<usize>,
     ) -> Option<(Option<usize>, ProviderPreferences, Price, Price)> {
         let n = self.shared.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
@@ -427,6 +431,11 @@ impl Supervisor {
                 candidates.push(i);
             }
         }
+        if let Some(a) = avoid
+            && candidates.len() > 1
+        {
+            candidates.retain(|&i| i != a);
+        }
         if candidates.is_empty() {
             return None;
         }
@@ -434,6 +443,13 @@ impl Supervisor {
             Routing::Pinned => {
                 let eps = &self.shared.endpoints;
                 let stats = &self.shared.endpoint_stats;
+                // Per-endpoint caps: an endpoint at its cap takes no more until one finishes.
+                candidates.retain(|&i| {
+                    self.cfg
+                        .endpoint_concurrency
+                        .get(&eps[i].tag)
+                        .is_none_or(|&cap| Counters::get(&stats[i].in_flight) < u64::from(cap))
+                });
                 let best = candidates.into_iter().min_by(|&a, &b| {
                     (
                         eps[a].price_out,
@@ -507,14 +523,20 @@ impl Supervisor {
     async fn dispatch(&mut self, tasks: &mut JoinSet<AttemptResult>) {
         let now = Instant::now();
         while self.can_dispatch() {
-            let Some((pinned, prefs, price_in, price_out)) = self.route(now) else {
+            // Nothing to route to: do not even take a job.
+            if self.route(now, None).is_none() {
+                return;
+            }
+            let Some(job) = self.next_job(now).await else {
+                return;
+            };
+            // A retry goes elsewhere than where it just failed, when there is elsewhere.
+            let Some((pinned, prefs, price_in, price_out)) = self.route(now, job.failed_at) else {
+                self.requeue_front(job);
                 return;
             };
             // Dollar budget: what is spent, accrued and still expected must leave room for one
             // more average request.
-            let Some(job) = self.next_job(now).await else {
-                return;
-            };
             let d = job.dataset;
             let prompt_tokens = estimate_prompt_tokens(&job.prompt);
             let expected_out = self.expected_output_tokens(d);
@@ -1043,6 +1065,7 @@ impl Supervisor {
                     self.begin_stop(&msg);
                     self.requeue_front(job);
                 } else if err.is_retryable() && job.attempts < self.cfg.retry.max_attempts {
+                    job.failed_at = endpoint;
                     self.schedule_retry(job, &err);
                 } else {
                     let why = if err.is_retryable() {

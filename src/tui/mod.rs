@@ -1,0 +1,1 @@
+//! The terminal UI (being written).

@@ -1,0 +1,241 @@
+//! `harvest run` and `harvest status` as a user runs them: bad input gets a clear error and
+//! exit code 2 before anything is sent; a prompt too long for the model is a recorded reject;
+//! the API key never lands in any file harvest writes (outputs, ledger, state, log).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use harvest::sim::{self, ControlRequest, SimConfig};
+
+const KEY: &str = "sk-or-v1-run-cli-SECRET-77aa55";
+
+fn harvest() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env("HARVEST_RUN_CLI_KEY", KEY);
+    c
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+fn config(base: &str, extra: &str) -> String {
+    format!(
+        "base_url = \"{base}\"\napi_key_env = \"HARVEST_RUN_CLI_KEY\"\nbudget_usd = 5.0\nconcurrency = 16\n{extra}"
+    )
+}
+
+#[test]
+fn bad_input_is_refused_with_file_line_and_exit_2() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    write(d, "ok.jsonl", "{\"prompt\": \"hi\"}\n");
+    let base = "http://127.0.0.1:9/api/v1";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            config(
+                base,
+                "[request]\nmax_tokens = 10\nbudget = 3\n[[dataset]]\nname = \"A\"\nprompts = \"ok.jsonl\"\n",
+            ),
+            "harvest.toml:7: unknown key `budget` in [request]",
+        ),
+        (
+            config(
+                base,
+                "[[dataset]]\nname = \"A\"\nprompts = \"missing.jsonl\"\n",
+            ),
+            "dataset[0].prompts: prompt file of dataset A not found",
+        ),
+        (config(base, ""), "at least one [[dataset]]"),
+        (
+            config(
+                base,
+                "budget_usd = -1\n[[dataset]]\nname = \"A\"\nprompts = \"ok.jsonl\"\n",
+            ),
+            "duplicate key",
+        ),
+    ];
+    for (text, want) in cases {
+        let cfg = write(d, "harvest.toml", &text);
+        let (code, _, err) = run(harvest().args(["run", "-c"]).arg(&cfg));
+        assert_eq!(code, 2, "{want}: {err}");
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    }
+    let (code, _, err) = run(harvest().args(["run", "-c"]).arg(d.join("nope.toml")));
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read"), "{err}");
+    let (code, _, err) = run(harvest().args(["status"]).arg(d.join("nothing-here")));
+    assert_eq!(code, 2);
+    assert!(err.contains("no run state"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    s.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(50.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let base = s.base_url();
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    write(
+        &d,
+        "bad.jsonl",
+        "{\"prompt\": \"fine\"}\n{\"prompt\": \"fine too\"}\n{\"promt\": \"typo\"}\n",
+    );
+    write(&d, "empty.jsonl", "\n\n");
+    // ~300k tokens: longer than Kimi's 262k context.
+    let long = "word ".repeat(240_000);
+    write(
+        &d,
+        "long.jsonl",
+        &format!(
+            "{{\"id\": \"short\", \"prompt\": \"hello\"}}\n{{\"id\": \"huge\", \"prompt\": \"{long}\"}}\n"
+        ),
+    );
+
+    let cfg = write(
+        &d,
+        "harvest.toml",
+        &config(
+            &base,
+            "[[dataset]]\nname = \"A\"\nprompts = \"bad.jsonl\"\n",
+        ),
+    );
+    let (code, _, err) = tokio::task::spawn_blocking({
+        let cfg = cfg.clone();
+        move || run(harvest().args(["run", "-c"]).arg(&cfg))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bad.jsonl:3: needs one of"), "{err}");
+    assert!(
+        err.contains("on_bad_line"),
+        "the error says how to go on: {err}"
+    );
+
+    // Skip mode: the bad line is a recorded reject, the rest runs.
+    write(
+        &d,
+        "harvest.toml",
+        &config(
+            &base,
+            "on_bad_line = \"skip\"\n[[dataset]]\nname = \"A\"\nprompts = \"bad.jsonl\"\n",
+        ),
+    );
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let cfg = cfg.clone();
+        move || run(harvest().args(["run", "-c"]).arg(&cfg))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("out/A.jsonl"))
+            .expect("out")
+            .lines()
+            .count(),
+        2
+    );
+    let rej = std::fs::read_to_string(d.join("out/A.rejects.jsonl")).expect("rejects");
+    assert!(
+        rej.contains("\"line\":3") && rej.contains("needs one of"),
+        "{rej}"
+    );
+
+    write(
+        &d,
+        "harvest.toml",
+        &config(
+            &base,
+            "output_dir = \"out2\"\n[[dataset]]\nname = \"E\"\nprompts = \"empty.jsonl\"\n",
+        ),
+    );
+    let (code, _, err) = tokio::task::spawn_blocking({
+        let cfg = cfg.clone();
+        move || run(harvest().args(["run", "-c"]).arg(&cfg))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("dataset E") && err.contains("holds no prompts"),
+        "{err}"
+    );
+
+    write(
+        &d,
+        "harvest.toml",
+        &config(
+            &base,
+            "output_dir = \"out3\"\n[[dataset]]\nname = \"L\"\nprompts = \"long.jsonl\"\n",
+        ),
+    );
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let cfg = cfg.clone();
+        move || run(harvest().args(["run", "-c"]).arg(&cfg))
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 0, "{out}{err}");
+    let rej = std::fs::read_to_string(d.join("out3/L.rejects.jsonl")).expect("rejects");
+    assert!(
+        rej.contains("\"id\":\"huge\"") && rej.contains("maximum context length"),
+        "{rej}"
+    );
+    assert!(rej.contains("\"attempts\":1"), "not retried: {rej}");
+    assert!(
+        std::fs::read_to_string(d.join("out3/L.jsonl"))
+            .expect("out")
+            .contains("\"id\":\"short\"")
+    );
+
+    // `harvest status` reads the state of that run.
+    let (code, out, _) = run(harvest().args(["status"]).arg(d.join("out3")));
+    assert_eq!(code, 0);
+    assert!(out.contains("1 done, 1 rejected, 2 total"), "{out}");
+    let (code, out, _) = run(harvest().args(["status", "--json"]).arg(d.join("out3")));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["state"], "done");
+
+    // The key is in no file harvest wrote, log included.
+    let mut checked = 0;
+    for sub in ["out", "out2", "out3"] {
+        let Ok(rd) = std::fs::read_dir(d.join(sub)) else {
+            continue;
+        };
+        for f in rd.flatten() {
+            let bytes = std::fs::read(f.path()).expect("read");
+            checked += 1;
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("SECRET"),
+                "key found in {}",
+                f.path().display()
+            );
+        }
+    }
+    assert!(
+        checked >= 8,
+        "outputs, rejects, ledger, state, manifest and log were checked"
+    );
+    assert!(d.join("out3/harvest.log").exists());
+    s.stop().await;
+}
