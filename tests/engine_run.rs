@@ -177,8 +177,9 @@ async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
         .expect("control");
     let p = write_prompts(&s.dir, "big", 6000);
     let budget = 0.5;
+    // Pinned: everything goes to the cheapest endpoint, Chutes, which stops billing on cancel.
     let body = format!(
-        "budget_usd = {budget}\nconcurrency = 2000\n[request]\nmax_tokens = 4000\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
+        "budget_usd = {budget}\nconcurrency = 2000\nrouting = \"pinned\"\n[request]\nmax_tokens = 4000\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
         p.display()
     );
     let summary = run(config(&s, &sim.base_url(), &body)).await;
@@ -582,5 +583,50 @@ async fn sequence_sample_caps_and_shards() {
         }
     }
     assert_eq!(all.len(), 200);
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
+    let s = setup();
+    let sim = fast_sim(300.0).await;
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(0.2),
+            ..Default::default()
+        })
+        .expect("control");
+    let p = write_prompts(&s.dir, "nc", 2000);
+    let budget = 0.2;
+    // SiliconFlow (next cheapest once Chutes is excluded) bills a cancelled generation in full.
+    let body = format!(
+        "budget_usd = {budget}\nconcurrency = 200\nrouting = \"pinned\"\n[policy]\nexclude = [\"chutes\"]\n\
+         [request]\nmax_tokens = 3000\n[[dataset]]\nname = \"N\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let summary = run(config(&s, &sim.base_url(), &body)).await;
+    assert_eq!(summary.reason.as_deref(), Some("dollar budget reached"));
+    assert!(
+        summary.snapshot.events.iter().any(|e| e.text.contains("run to the end")),
+        "{:?}",
+        summary.snapshot.events
+    );
+    let billed = sim.state.billed_total().as_f64();
+    let ledger = ledger_total(&s.out).as_f64();
+    assert!((ledger - billed).abs() <= billed * 0.001, "ledger {ledger} vs {billed}");
+    // Nothing paid for was thrown away: every generation the simulator billed at SiliconFlow
+    // that ran to its end is in the outputs.
+    let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("N.jsonl"));
+    let complete_billed = sim
+        .state
+        .billing_entries()
+        .iter()
+        .filter(|b| b.outcome == harvest::sim::Outcome::Complete)
+        .count();
+    assert_eq!(outs.len(), complete_billed);
+    // The overshoot is reported, and bounded by what was in flight: 200 x max_tokens.
+    assert!(billed >= budget);
+    assert!(billed - budget <= 200.0 * 3000.0 * 2.25e-6, "{billed}");
+    assert_eq!(summary.overshoot.as_f64() > 0.0, billed > budget);
     sim.stop().await;
 }

@@ -275,6 +275,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
             supported_parameters: e.supported_parameters.clone(),
             status: e.status,
             uptime_30m: e.uptime_last_30m,
+            cancel_stops_billing: worker::stops_billing_on_cancel(e.tag.as_str()),
         })
         .collect();
     let mut by_provider = HashMap::new();
@@ -323,6 +324,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         timeouts: cfg.timeouts.stream(),
         total_timeout: cfg.timeouts.total(),
         attempts_started: AtomicU64::new(0),
+        finishing_past_cap: AtomicU64::new(0),
     });
     if carried >= budget {
         shared.budget_hit.cancel();

@@ -212,7 +212,7 @@ impl Supervisor {
             state_path,
             paused: false,
             stopping: None,
-            stop_now: shared.budget_hit.child_token(),
+            stop_now: CancellationToken::new(),
             shared,
             retry: BinaryHeap::new(),
             seq: 0,
@@ -1431,7 +1431,7 @@ impl Supervisor {
                 _ = budget_hit.cancelled(), if !budget_handled => {
                     budget_handled = true;
                     self.event(format!(
-                        "dollar budget reached ({}): cancelling {} in-flight requests",
+                        "dollar budget reached ({}): closing {} in-flight requests where that stops the bill; the others run to the end (they are paid for)",
                         Usd::from_pico(self.shared.budget_pico),
                         self.in_flight.len()
                     ));

@@ -30,6 +30,21 @@ pub struct RunEndpoint {
     pub supported_parameters: Option<Vec<String>>,
     pub status: Option<i64>,
     pub uptime_30m: Option<f64>,
+    /// Closing the connection stops billing here (OpenRouter documents DeepInfra, Together,
+    /// Novita, Fireworks and Chutes); elsewhere a cancelled generation is billed in full.
+    pub cancel_stops_billing: bool,
+}
+
+/// Providers whose billing stops when the client disconnects (OpenRouter docs, streaming
+/// cancellation), by base slug.
+pub const CANCEL_STOPS_BILLING: [&str; 5] =
+    ["chutes", "deepinfra", "together", "novita", "fireworks"];
+
+pub fn stops_billing_on_cancel(tag: &str) -> bool {
+    let base = tag.split('/').next().unwrap_or(tag);
+    CANCEL_STOPS_BILLING
+        .iter()
+        .any(|p| p.eq_ignore_ascii_case(base))
 }
 
 /// What every worker shares with the supervisor.
@@ -54,6 +69,8 @@ pub struct Shared {
     pub timeouts: StreamTimeouts,
     pub total_timeout: Duration,
     pub attempts_started: AtomicU64,
+    /// Streams let run past the dollar cap because closing them would not stop the bill.
+    pub finishing_past_cap: AtomicU64,
 }
 
 impl Shared {
@@ -135,6 +152,8 @@ pub async fn run_attempt(
     let started = Instant::now();
     shared.attempts_started.fetch_add(1, Ordering::Relaxed);
     let mut endpoint = spec.pinned;
+    // The serving endpoint as soon as it is known, for the decision at the dollar cap.
+    let known_endpoint = std::sync::atomic::AtomicUsize::new(spec.pinned.unwrap_or(usize::MAX));
     let mut price_out = spec.price_out_guess.pico_per_token();
     let mut streamed: u64 = 0;
     let mut generation_id: Option<String> = None;
@@ -185,6 +204,7 @@ pub async fn run_attempt(
                 }
                 if let Some(e) = endpoint {
                     price_out = shared.endpoints[e].price_out.pico_per_token();
+                    known_endpoint.store(e, Ordering::Relaxed);
                 }
             }
             let n = u64::from(p.token_events);
@@ -214,14 +234,32 @@ pub async fn run_attempt(
         stream.finish()
     };
 
-    let outcome = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => AttemptOutcome::Cancelled,
-        r = tokio::time::timeout(shared.total_timeout, work) => match r {
-            Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
-            Ok(Err(e)) => AttemptOutcome::Failed(e),
-            Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
-        },
+    // At the dollar cap a stream is closed where that stops the bill; where the provider bills
+    // the whole generation anyway, it runs to the end so that what is paid for is kept.
+    let outcome = {
+        let work = tokio::time::timeout(shared.total_timeout, work);
+        tokio::pin!(work);
+        let mut past_cap = false;
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break AttemptOutcome::Cancelled,
+                _ = shared.budget_hit.cancelled(), if !past_cap => {
+                    let e = known_endpoint.load(Ordering::Relaxed);
+                    if e != usize::MAX && !shared.endpoints[e].cancel_stops_billing {
+                        past_cap = true;
+                        shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        break AttemptOutcome::Cancelled;
+                    }
+                }
+                r = &mut work => break match r {
+                    Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
+                    Ok(Err(e)) => AttemptOutcome::Failed(e),
+                    Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
+                },
+            }
+        }
     };
     let accrued = spec.accrued.load(Ordering::Relaxed);
     let endpoint = endpoint.or_else(|| match &outcome {

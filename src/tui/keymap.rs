@@ -1,0 +1,196 @@
+//! Keys to actions, and the key hints the footer and the help overlay show (one table, so
+//! what is shown is what works).
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+/// What a key asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Up,
+    Down,
+    First,
+    Last,
+    /// Include or exclude the selected endpoint.
+    Toggle,
+    PresetFaithful,
+    PresetAny,
+    SortNext,
+    SortReverse,
+    PauseResume,
+    MoreConcurrency,
+    LessConcurrency,
+    SwitchPane,
+    Help,
+    /// `q`: the quit dialog.
+    Quit,
+    /// Ctrl-C: the quit dialog, or stop now when the dialog is already open.
+    Interrupt,
+    /// Esc: close what is open.
+    Back,
+    /// In the quit dialog.
+    Drain,
+    StopNow,
+}
+
+/// Which keys are live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Normal,
+    /// The quit dialog is open: only its own keys act.
+    QuitDialog,
+}
+
+/// The action of a key press, if any. Releases (kitty protocol, Windows) act on nothing.
+pub fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    if ctrl && matches!(key.code, KeyCode::Char('c' | 'C')) {
+        return Some(Action::Interrupt);
+    }
+    if ctrl {
+        return None;
+    }
+    match mode {
+        Mode::QuitDialog => match key.code {
+            KeyCode::Char('d' | 'D') => Some(Action::Drain),
+            KeyCode::Char('n' | 'N') => Some(Action::StopNow),
+            KeyCode::Esc | KeyCode::Char('q') => Some(Action::Back),
+            _ => None,
+        },
+        Mode::Normal => match key.code {
+            KeyCode::Up | KeyCode::Char('k') => Some(Action::Up),
+            KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
+            KeyCode::Home | KeyCode::Char('g') => Some(Action::First),
+            KeyCode::End | KeyCode::Char('G') => Some(Action::Last),
+            KeyCode::Char(' ') => Some(Action::Toggle),
+            KeyCode::Char('f') => Some(Action::PresetFaithful),
+            KeyCode::Char('a') => Some(Action::PresetAny),
+            KeyCode::Char('s') => Some(Action::SortNext),
+            KeyCode::Char('S') => Some(Action::SortReverse),
+            KeyCode::Char('p') => Some(Action::PauseResume),
+            KeyCode::Char('+' | '=') => Some(Action::MoreConcurrency),
+            KeyCode::Char('-' | '_') => Some(Action::LessConcurrency),
+            KeyCode::Tab | KeyCode::BackTab => Some(Action::SwitchPane),
+            KeyCode::Char('?') | KeyCode::F(1) => Some(Action::Help),
+            KeyCode::Char('q') => Some(Action::Quit),
+            KeyCode::Esc => Some(Action::Back),
+            _ => None,
+        },
+    }
+}
+
+/// One entry of the footer and of the help overlay.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyHint {
+    /// Keys as the footer shows them on a wide, a medium and an 80-column terminal.
+    pub keys: [&'static str; 3],
+    /// What they do, in the same three widths.
+    pub labels: [&'static str; 3],
+    /// Keys and meaning for the help overlay.
+    pub help_keys: &'static str,
+    pub help: &'static str,
+}
+
+/// The footer's keys, in order. An entry whose narrow form is empty is folded into the one
+/// before it on narrow terminals.
+pub const HINTS: &[KeyHint] = &[
+    KeyHint {
+        keys: ["↑↓/jk", "↑↓", "jk"],
+        labels: ["move", "move", "move"],
+        help_keys: "↑ ↓  j k  g G",
+        help: "move the selection (g / G: first / last)",
+    },
+    KeyHint {
+        keys: ["space", "space", "space"],
+        labels: ["include/exclude", "incl/excl", "incl"],
+        help_keys: "space",
+        help: "include or exclude the selected endpoint (from the next request)",
+    },
+    KeyHint {
+        keys: ["f", "f", "f/a"],
+        labels: ["faithful", "faithful", "preset"],
+        help_keys: "f",
+        help: "preset: native precision only (clears your include/exclude choices)",
+    },
+    KeyHint {
+        keys: ["a", "a", ""],
+        labels: ["any", "any", ""],
+        help_keys: "a",
+        help: "preset: any quantization (clears your include/exclude choices)",
+    },
+    KeyHint {
+        keys: ["s", "s", "s"],
+        labels: ["sort", "sort", "sort"],
+        help_keys: "s  S",
+        help: "sort providers by the next column / reverse the order",
+    },
+    KeyHint {
+        keys: ["p", "p", "p"],
+        labels: ["pause", "pause", "pause"],
+        help_keys: "p",
+        help: "pause or resume dispatch (in-flight requests go on)",
+    },
+    KeyHint {
+        keys: ["+/-", "+/-", "+/-"],
+        labels: ["concurrency", "conc", "conc"],
+        help_keys: "+  -",
+        help: "concurrency limit up / down by 10% (at least 1)",
+    },
+    KeyHint {
+        keys: ["tab", "tab", "tab"],
+        labels: ["pane", "pane", ""],
+        help_keys: "tab",
+        help: "switch pane: providers / datasets",
+    },
+    KeyHint {
+        keys: ["?", "?", "?"],
+        labels: ["help", "help", "help"],
+        help_keys: "?  Esc",
+        help: "this help / close it",
+    },
+    KeyHint {
+        keys: ["q", "q", "q"],
+        labels: ["quit", "quit", "quit"],
+        help_keys: "q  Ctrl-C",
+        help: "quit: drain (finish in-flight, save) or stop now (cancel, save)",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    #[test]
+    fn keys_by_mode() {
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        let cases = [
+            (key(KeyCode::Char('j')), Mode::Normal, Some(Action::Down)),
+            (key(KeyCode::Down), Mode::Normal, Some(Action::Down)),
+            (key(KeyCode::Char('k')), Mode::Normal, Some(Action::Up)),
+            (key(KeyCode::Up), Mode::Normal, Some(Action::Up)),
+            (key(KeyCode::Char(' ')), Mode::Normal, Some(Action::Toggle)),
+            (key(KeyCode::Char('q')), Mode::Normal, Some(Action::Quit)),
+            (ctrl_c, Mode::Normal, Some(Action::Interrupt)),
+            (ctrl_c, Mode::QuitDialog, Some(Action::Interrupt)),
+            (key(KeyCode::Char('d')), Mode::QuitDialog, Some(Action::Drain)),
+            (key(KeyCode::Char('n')), Mode::QuitDialog, Some(Action::StopNow)),
+            (key(KeyCode::Esc), Mode::QuitDialog, Some(Action::Back)),
+            // The dialog swallows everything else.
+            (key(KeyCode::Char(' ')), Mode::QuitDialog, None),
+            (key(KeyCode::Char('d')), Mode::Normal, None),
+            (key(KeyCode::Char('x')), Mode::Normal, None),
+        ];
+        for (k, mode, want) in cases {
+            assert_eq!(action(k, mode), want, "{k:?} in {mode:?}");
+        }
+        let mut release = key(KeyCode::Char('j'));
+        release.kind = KeyEventKind::Release;
+        assert_eq!(action(release, Mode::Normal), None);
+    }
+}

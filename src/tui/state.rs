@@ -1,0 +1,243 @@
+//! What the TUI remembers between frames: the latest snapshot, the selection (by endpoint tag,
+//! so it stays on the same row when the order changes), sort, focus, overlays and a transient
+//! status message. Plain data; [`super::update`] changes it, the views read it.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use crate::engine::control::ShutdownMode;
+use crate::engine::snapshot::{EndpointSnap, RunState, Snapshot};
+
+use super::theme::Theme;
+
+/// The pane that arrows act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pane {
+    Providers,
+    Datasets,
+}
+
+/// Columns the providers table sorts by (`s` cycles them in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortColumn {
+    PriceOut,
+    Provider,
+    TokPerS,
+    Spent,
+    Errors,
+    Done,
+}
+
+impl SortColumn {
+    pub const ALL: [SortColumn; 6] = [
+        SortColumn::PriceOut,
+        SortColumn::Provider,
+        SortColumn::TokPerS,
+        SortColumn::Spent,
+        SortColumn::Errors,
+        SortColumn::Done,
+    ];
+
+    pub fn next(self) -> SortColumn {
+        let i = Self::ALL.iter().position(|c| *c == self).unwrap_or(0);
+        Self::ALL[(i + 1) % Self::ALL.len()]
+    }
+
+    /// The direction a column is first sorted in: cheapest and A-Z first, biggest first for
+    /// the observed figures.
+    pub fn natural(self) -> SortDir {
+        match self {
+            SortColumn::PriceOut | SortColumn::Provider => SortDir::Asc,
+            _ => SortDir::Desc,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SortColumn::PriceOut => "$/M out",
+            SortColumn::Provider => "provider",
+            SortColumn::TokPerS => "tok/s",
+            SortColumn::Spent => "spent",
+            SortColumn::Errors => "errors",
+            SortColumn::Done => "done",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortDir {
+    Asc,
+    Desc,
+}
+
+impl SortDir {
+    pub fn flip(self) -> SortDir {
+        match self {
+            SortDir::Asc => SortDir::Desc,
+            SortDir::Desc => SortDir::Asc,
+        }
+    }
+
+    pub fn arrow(self) -> &'static str {
+        match self {
+            SortDir::Asc => "↑",
+            SortDir::Desc => "↓",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sort {
+    pub column: SortColumn,
+    pub dir: SortDir,
+}
+
+impl Default for Sort {
+    fn default() -> Self {
+        Sort {
+            column: SortColumn::PriceOut,
+            dir: SortDir::Asc,
+        }
+    }
+}
+
+/// A transient line in the footer: what a key did, or why it could not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub text: String,
+    /// Snapshots left before it clears (the engine publishes ~5 a second).
+    pub ttl: u8,
+}
+
+/// Snapshots a status message stays for (about three seconds).
+pub const STATUS_TTL: u8 = 15;
+
+#[derive(Clone, Debug)]
+pub struct UiState {
+    pub snapshot: Arc<Snapshot>,
+    pub theme: Theme,
+    /// Selected endpoint, by tag.
+    pub selected: Option<String>,
+    /// Selected dataset, by name.
+    pub selected_dataset: Option<String>,
+    pub sort: Sort,
+    pub focus: Pane,
+    pub help: bool,
+    pub quit_dialog: bool,
+    /// The shutdown the operator asked for, once sent.
+    pub shutdown: Option<ShutdownMode>,
+    pub status: Option<Status>,
+    /// Last known terminal size (columns, rows).
+    pub size: (u16, u16),
+}
+
+impl UiState {
+    pub fn new(snapshot: Arc<Snapshot>, theme: Theme) -> Self {
+        let mut s = UiState {
+            snapshot,
+            theme,
+            selected: None,
+            selected_dataset: None,
+            sort: Sort::default(),
+            focus: Pane::Providers,
+            help: false,
+            quit_dialog: false,
+            shutdown: None,
+            status: None,
+            size: (0, 0),
+        };
+        s.fix_selection();
+        s
+    }
+
+    /// The endpoints in table order.
+    pub fn endpoints(&self) -> Vec<&EndpointSnap> {
+        sorted_endpoints(&self.snapshot, self.sort)
+    }
+
+    /// Row of the selected endpoint in table order.
+    pub fn selected_row(&self) -> Option<usize> {
+        let tag = self.selected.as_deref()?;
+        self.endpoints().iter().position(|e| e.tag == tag)
+    }
+
+    pub fn selected_dataset_row(&self) -> Option<usize> {
+        let name = self.selected_dataset.as_deref()?;
+        self.snapshot.datasets.iter().position(|d| d.name == name)
+    }
+
+    /// Keeps the selections on rows that exist: the same tag if it is still listed, else the
+    /// first row.
+    pub fn fix_selection(&mut self) {
+        let keep = self
+            .selected
+            .as_deref()
+            .is_some_and(|t| self.snapshot.endpoints.iter().any(|e| e.tag == t));
+        if !keep {
+            self.selected = self.endpoints().first().map(|e| e.tag.clone());
+        }
+        let keep = self
+            .selected_dataset
+            .as_deref()
+            .is_some_and(|n| self.snapshot.datasets.iter().any(|d| d.name == n));
+        if !keep {
+            self.selected_dataset = self.snapshot.datasets.first().map(|d| d.name.clone());
+        }
+    }
+
+    pub fn set_status(&mut self, text: impl Into<String>) {
+        self.status = Some(Status {
+            text: text.into(),
+            ttl: STATUS_TTL,
+        });
+    }
+
+    /// Whether the run is over (nothing left to steer).
+    pub fn finished(&self) -> bool {
+        matches!(self.snapshot.state, RunState::Stopped | RunState::Done)
+    }
+}
+
+/// Whether the operator and the policy let the endpoint serve, health aside: an open breaker
+/// or a 429 wait keeps the mark `[x]` (the why-off column says it is resting).
+pub fn included(e: &EndpointSnap) -> bool {
+    match e.operator {
+        Some(v) => v,
+        None => !e
+            .why_off
+            .as_deref()
+            .is_some_and(|w| w.starts_with("policy") || w.starts_with("down")),
+    }
+}
+
+/// The endpoints in the order of `sort`; ties by tag, so the order is stable between
+/// snapshots.
+pub fn sorted_endpoints(s: &Snapshot, sort: Sort) -> Vec<&EndpointSnap> {
+    let mut v: Vec<&EndpointSnap> = s.endpoints.iter().collect();
+    v.sort_by(|a, b| {
+        let o = match sort.column {
+            SortColumn::PriceOut => a
+                .price_out_per_m
+                .total_cmp(&b.price_out_per_m)
+                .then(a.price_in_per_m.total_cmp(&b.price_in_per_m)),
+            SortColumn::Provider => a
+                .provider
+                .to_lowercase()
+                .cmp(&b.provider.to_lowercase()),
+            SortColumn::TokPerS => a.tok_per_s.total_cmp(&b.tok_per_s),
+            SortColumn::Spent => a.spent.cmp(&b.spent),
+            SortColumn::Errors => a.errors.cmp(&b.errors),
+            SortColumn::Done => a.done.cmp(&b.done),
+        };
+        let o = match sort.dir {
+            SortDir::Asc => o,
+            SortDir::Desc => o.reverse(),
+        };
+        if o == Ordering::Equal {
+            a.tag.cmp(&b.tag)
+        } else {
+            o
+        }
+    });
+    v
+}

@@ -1,0 +1,225 @@
+//! Small text helpers shared by the views: fitting columns to a width, truncating with `…`,
+//! and the number formats of the tables.
+
+use ratatui::style::Style;
+use ratatui::text::Span;
+
+use crate::domain::{Usd, group_thousands};
+
+/// Display width of a string. The views write ASCII, box-drawing and block characters, all one
+/// cell wide, so characters are cells.
+pub fn width(s: &str) -> u16 {
+    s.chars().count().min(u16::MAX as usize) as u16
+}
+
+/// `s` cut to `w` cells, ending in `…` when cut.
+pub fn truncate(s: &str, w: u16) -> String {
+    let w = usize::from(w);
+    if s.chars().count() <= w {
+        return s.to_string();
+    }
+    if w == 0 {
+        return String::new();
+    }
+    let mut out: String = s.chars().take(w - 1).collect();
+    out.push('…');
+    out
+}
+
+/// One column of a table whose columns come and go with the width.
+#[derive(Clone, Copy, Debug)]
+pub struct ColSpec {
+    /// Narrowest useful width.
+    pub min: u16,
+    /// Width of the widest content (and header).
+    pub want: u16,
+    /// Higher is kept longer; `MUST` is never dropped.
+    pub keep: u8,
+    /// Takes whatever width is left over.
+    pub flex: bool,
+}
+
+pub const MUST: u8 = u8::MAX;
+
+/// Which columns fit in `width` (with `gap` cells between columns) and how wide each is:
+/// `None` for a dropped column. Columns are dropped lowest `keep` first; the width left is
+/// handed out in `keep` order up to each column's `want`, then to the flex columns.
+pub fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
+    let mut shown = vec![true; cols.len()];
+    let total = |shown: &[bool]| -> u32 {
+        let n = shown.iter().filter(|s| **s).count() as u32;
+        let mins: u32 = cols
+            .iter()
+            .zip(shown)
+            .filter(|(_, s)| **s)
+            .map(|(c, _)| u32::from(c.min))
+            .sum();
+        mins + u32::from(gap) * n.saturating_sub(1)
+    };
+    while total(&shown) > u32::from(width) {
+        let victim = cols
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| shown[*i] && c.keep != MUST)
+            .min_by_key(|(i, c)| (c.keep, std::cmp::Reverse(*i)))
+            .map(|(i, _)| i);
+        match victim {
+            Some(i) => shown[i] = false,
+            None => break,
+        }
+    }
+    let mut extra = u32::from(width).saturating_sub(total(&shown));
+    let mut widths: Vec<Option<u16>> = cols
+        .iter()
+        .zip(&shown)
+        .map(|(c, s)| s.then_some(c.min))
+        .collect();
+    let mut order: Vec<usize> = (0..cols.len()).filter(|i| shown[*i]).collect();
+    order.sort_by_key(|i| (std::cmp::Reverse(cols[*i].keep), *i));
+    for i in order {
+        if let Some(w) = widths[i].as_mut() {
+            let add = u32::from(cols[i].want.saturating_sub(*w)).min(extra);
+            *w += add as u16;
+            extra -= add;
+        }
+    }
+    let flex: Vec<usize> = (0..cols.len())
+        .filter(|i| shown[*i] && cols[*i].flex)
+        .collect();
+    if !flex.is_empty() {
+        let each = extra / flex.len() as u32;
+        let mut rem = extra % flex.len() as u32;
+        for i in flex {
+            if let Some(w) = widths[i].as_mut() {
+                let add = each + u32::from(rem > 0);
+                rem = rem.saturating_sub(1);
+                *w = w.saturating_add(add.min(u32::from(u16::MAX)) as u16);
+            }
+        }
+    }
+    widths
+}
+
+/// `$11.92`; `<$0.01` for dust; `-` for nothing.
+pub fn money(u: Usd) -> String {
+    let v = u.as_f64();
+    if u == Usd::ZERO {
+        "-".into()
+    } else if v.abs() < 0.01 {
+        "<$0.01".into()
+    } else {
+        format!("${}", grouped_f64(v, 2))
+    }
+}
+
+/// `1,234.56`.
+pub fn grouped_f64(v: f64, decimals: usize) -> String {
+    let s = format!("{:.*}", decimals, v.abs());
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let int = int.parse::<u64>().map(group_thousands).unwrap_or_else(|_| int.to_string());
+    let sign = if v < 0.0 { "-" } else { "" };
+    if frac.is_empty() {
+        format!("{sign}{int}")
+    } else {
+        format!("{sign}{int}.{frac}")
+    }
+}
+
+/// A whole count with thousands separators.
+pub fn count(n: u64) -> String {
+    group_thousands(n)
+}
+
+/// A rate rounded to a whole number, `-` when zero.
+pub fn rate(v: f64) -> String {
+    if !v.is_finite() || v <= 0.0 {
+        "-".into()
+    } else {
+        group_thousands(v.round() as u64)
+    }
+}
+
+/// Compact token count: `950`, `12.3k`, `9.1M`.
+pub fn tokens(n: u64) -> String {
+    if n >= 1_000_000 {
+        let m = n as f64 / 1e6;
+        if m >= 100.0 || (m.fract() < 0.05 && m >= 10.0) {
+            format!("{m:.0}M")
+        } else {
+            format!("{m:.1}M")
+        }
+    } else if n >= 10_000 {
+        format!("{:.0}k", n as f64 / 1e3)
+    } else if n >= 1_000 {
+        format!("{:.1}k", n as f64 / 1e3)
+    } else {
+        n.to_string()
+    }
+}
+
+/// A text bar `width` cells wide: `█` done, `▒` expected (e.g. projected), `░` the rest.
+/// The characters differ, so the bar reads without colour.
+pub fn bar(
+    ratio: f64,
+    expected: Option<f64>,
+    width: u16,
+    filled: Style,
+    empty: Style,
+) -> Vec<Span<'static>> {
+    let w = usize::from(width);
+    let cells = |r: f64| -> usize {
+        let r = if r.is_finite() { r.clamp(0.0, 1.0) } else { 0.0 };
+        ((r * w as f64).round() as usize).min(w)
+    };
+    let done = cells(ratio);
+    let exp = expected.map_or(done, cells).max(done);
+    let mut spans = Vec::with_capacity(3);
+    if done > 0 {
+        spans.push(Span::styled("█".repeat(done), filled));
+    }
+    if exp > done {
+        spans.push(Span::styled("▒".repeat(exp - done), empty));
+    }
+    if w > exp {
+        spans.push(Span::styled("░".repeat(w - exp), empty));
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_and_formats() {
+        assert_eq!(truncate("SiliconFlow", 9), "SiliconF…");
+        assert_eq!(truncate("Chutes", 9), "Chutes");
+        assert_eq!(truncate("abc", 0), "");
+        assert_eq!(money(Usd::from_f64(11.924)), "$11.92");
+        assert_eq!(money(Usd::from_f64(1234.5)), "$1,234.50");
+        assert_eq!(money(Usd::from_f64(0.004)), "<$0.01");
+        assert_eq!(money(Usd::ZERO), "-");
+        assert_eq!(tokens(9_100_000), "9.1M");
+        assert_eq!(tokens(10_000_000), "10M");
+        assert_eq!(tokens(12_345), "12k");
+        assert_eq!(tokens(1_234), "1.2k");
+        assert_eq!(rate(9840.4), "9,840");
+        assert_eq!(rate(0.0), "-");
+    }
+
+    #[test]
+    fn fit_drops_lowest_keep_first_and_fills_flex() {
+        let c = |min, want, keep, flex| ColSpec {
+            min,
+            want,
+            keep,
+            flex,
+        };
+        let cols = [c(5, 5, MUST, false), c(4, 8, 10, false), c(6, 6, 5, false), c(4, 20, 20, true)];
+        // 5+8+6+20 + 3 gaps = 42.
+        assert_eq!(fit(&cols, 50, 1), vec![Some(5), Some(8), Some(6), Some(28)]);
+        // Too narrow for all minimums (5+4+6+4+3 = 22): the keep-5 column goes first.
+        assert_eq!(fit(&cols, 20, 1), vec![Some(5), Some(4), None, Some(9)]);
+        assert_eq!(fit(&cols, 3, 1), vec![Some(5), None, None, None]);
+    }
+}
