@@ -607,13 +607,20 @@ async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
     let summary = run(config(&s, &sim.base_url(), &body)).await;
     assert_eq!(summary.reason.as_deref(), Some("dollar budget reached"));
     assert!(
-        summary.snapshot.events.iter().any(|e| e.text.contains("run to the end")),
+        summary
+            .snapshot
+            .events
+            .iter()
+            .any(|e| e.text.contains("run to the end")),
         "{:?}",
         summary.snapshot.events
     );
     let billed = sim.state.billed_total().as_f64();
     let ledger = ledger_total(&s.out).as_f64();
-    assert!((ledger - billed).abs() <= billed * 0.001, "ledger {ledger} vs {billed}");
+    assert!(
+        (ledger - billed).abs() <= billed * 0.001,
+        "ledger {ledger} vs {billed}"
+    );
     // Nothing paid for was thrown away: every generation the simulator billed at SiliconFlow
     // that ran to its end is in the outputs.
     let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("N.jsonl"));
@@ -628,5 +635,31 @@ async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
     assert!(billed >= budget);
     assert!(billed - budget <= 200.0 * 3000.0 * 2.25e-6, "{billed}");
     assert_eq!(summary.overshoot.as_f64() > 0.0, billed > budget);
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_second_cap_spaces_requests() {
+    let s = setup();
+    let sim = fast_sim(20.0).await;
+    let p = write_prompts(&s.dir, "rps", 60);
+    let body = format!(
+        "budget_usd = 100.0\nconcurrency = 64\nrequests_per_second = 20.0\n[request]\nmax_tokens = 100\n\
+         [[dataset]]\nname = \"P\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let summary = run(config(&s, &sim.base_url(), &body)).await;
+    assert_eq!(summary.snapshot.done, 60);
+    let log = sim.state.requests_since(0);
+    let first = log.first().map_or(0, |r| r.at_ms);
+    let last = log.last().map_or(0, |r| r.at_ms);
+    // 60 requests at 20/s: about 3 s (less the one-second burst allowance), never all at once.
+    assert!(last - first >= 1800, "spread over {} ms", last - first);
+    for w in log.windows(41) {
+        assert!(
+            w[40].at_ms - w[0].at_ms >= 900,
+            "41 requests within a second"
+        );
+    }
     sim.stop().await;
 }

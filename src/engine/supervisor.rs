@@ -152,6 +152,8 @@ pub(super) struct Supervisor {
     unknown: Vec<SpendEntry>,
     /// Prefix of this run's attempt keys.
     run_id: String,
+    /// Under a requests-per-second cap, the earliest time of the next request.
+    next_send_at: Option<Instant>,
 }
 
 /// What is booked for a stream we closed.
@@ -235,6 +237,7 @@ impl Supervisor {
             orphans,
             unknown,
             run_id: format!("{:x}", chrono::Utc::now().timestamp_millis()),
+            next_send_at: None,
         }
     }
 
@@ -517,6 +520,20 @@ impl Supervisor {
             && !self.paused
             && self.fatal.is_none()
             && (self.in_flight.len() as u64) < u64::from(self.concurrency)
+            && self.next_send_at.is_none_or(|t| t <= Instant::now())
+    }
+
+    /// Spaces requests out under `requests_per_second` (a burst of at most one second's worth).
+    fn note_sent(&mut self) {
+        let Some(rps) = self.cfg.requests_per_second.filter(|r| *r > 0.0) else {
+            return;
+        };
+        let gap = Duration::from_secs_f64(1.0 / rps);
+        let now = Instant::now();
+        let base = self
+            .next_send_at
+            .map_or(now, |t| t.max(now - Duration::from_secs(1)));
+        self.next_send_at = Some(base + gap);
     }
 
     /// Dispatches as many jobs as the limits allow right now.
@@ -673,6 +690,7 @@ impl Supervisor {
             },
         );
         tasks.spawn(run_attempt(self.shared.clone(), spec, cancel));
+        self.note_sent();
     }
 
     fn begin_stop(&mut self, reason: &str) {
@@ -1414,6 +1432,14 @@ impl Supervisor {
                 break;
             }
             let next_retry = self.retry.peek().map(|Reverse(p)| p.not_before);
+            // Wake for a due retry, or when the rate cap lets the next request go.
+            let next_retry = match (
+                next_retry,
+                self.next_send_at.filter(|t| *t > Instant::now()),
+            ) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 cmd = commands.recv(), if commands_open => match cmd {
                     Some(c) => self.apply(c),
