@@ -663,3 +663,79 @@ async fn requests_per_second_cap_spaces_requests() {
     }
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_server_endpoints_join_the_pool_with_their_cap_and_price() {
+    let s = setup();
+    // Like a local server, the simulator takes requests without a key here.
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.open_access = true;
+    let sim = sim::start(cfg, 0).await.expect("sim");
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(0.05),
+            output_tokens_mean: Some(150.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let p = write_prompts(&s.dir, "own", 200);
+    // The simulator stands in for a local SGLang server too: free, at most 4 at a time.
+    let body = format!(
+        "budget_usd = 100.0\nconcurrency = 24\n[request]\nmax_tokens = 1000\n\
+         [[dataset]]\nname = \"O\"\nprompts = \"{}\"\n\
+         [[endpoint]]\nname = \"local-sglang\"\nbase_url = \"{}\"\napi_key_env = \"HARVEST_TEST_UNSET\"\n\
+         model = \"moonshotai/kimi-k2.5\"\nquantization = \"int4\"\nconcurrency = 4\nrequire_usage = true\n\
+         extra = {{ chat_template_kwargs = {{ thinking = true }} }}\n",
+        p.display(),
+        sim.base_url()
+    );
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(10)),
+        ..Default::default()
+    };
+    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
+        .await
+        .expect("start");
+    let mut snaps = h.snapshots.clone();
+    let mut max_local = 0;
+    let sampler = tokio::spawn(async move {
+        while snaps.changed().await.is_ok() {
+            let s = snaps.borrow().clone();
+            if let Some(e) = s.endpoints.iter().find(|e| e.tag == "local-sglang") {
+                max_local = max_local.max(e.in_flight);
+            }
+            if matches!(s.state, RunState::Done | RunState::Stopped) {
+                break;
+            }
+        }
+        max_local
+    });
+    let summary = h.finish().await.expect("finish");
+    let max_local = sampler.await.expect("sampler");
+    assert_eq!(
+        summary.state,
+        RunState::Done,
+        "{:?}",
+        summary.snapshot.events
+    );
+    let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("O.jsonl"));
+    assert_eq!(outs.len(), 200);
+    let local: Vec<&OutputRecord> = outs
+        .iter()
+        .filter(|o| o.endpoint_tag.as_deref() == Some("local-sglang"))
+        .collect();
+    assert!(!local.is_empty(), "the free local server served");
+    assert!(local.len() < 200, "and OpenRouter took the rest");
+    for o in &local {
+        assert_eq!(o.provider, "local-sglang");
+        assert_eq!(
+            o.cost_usd,
+            Usd::ZERO,
+            "priced by the config, not by what the server says"
+        );
+        assert_eq!(o.quantization.as_deref(), Some("int4"));
+    }
+    assert!(max_local <= 4, "cap of 4 exceeded: {max_local}");
+    sim.stop().await;
+}

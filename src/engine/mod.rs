@@ -276,10 +276,46 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
             status: e.status,
             uptime_30m: e.uptime_last_30m,
             cancel_stops_billing: worker::stops_billing_on_cancel(e.tag.as_str()),
+            custom: None,
         })
         .collect();
+    let mut endpoints = endpoints;
+    // The operator's own servers join the pool, reached directly.
+    for c in &cfg.endpoints {
+        let mut o = ClientOptions::new(
+            c.base_url.clone(),
+            c.api_key_env.as_deref().and_then(ApiKey::from_env),
+        );
+        o.connect_timeout = cfg.timeouts.connect();
+        o.require_usage = c.require_usage;
+        let client = OpenRouterClient::new(o)
+            .map_err(|e| EngineError::Input(format!("endpoint {}: {e}", c.name)))?;
+        endpoints.push(RunEndpoint {
+            tag: c.name.clone(),
+            provider: c.name.clone(),
+            quantization: c.quantization.clone(),
+            price_in: c.price_in(),
+            price_out: c.price_out(),
+            max_completion_tokens: None,
+            supported_parameters: None,
+            status: None,
+            uptime_30m: None,
+            // Aborting a request on one's own server stops the generation.
+            cancel_stops_billing: true,
+            custom: Some(worker::CustomTarget {
+                client,
+                model: c.model.clone(),
+                extra: c.extra.clone(),
+                concurrency: c.concurrency,
+            }),
+        });
+    }
     let mut by_provider = HashMap::new();
-    for (i, e) in endpoints.iter().enumerate() {
+    for (i, e) in endpoints
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.custom.is_none())
+    {
         by_provider.entry(e.provider.clone()).or_insert(i);
     }
     let key_usage_start = if client.has_key() {

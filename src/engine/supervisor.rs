@@ -426,7 +426,7 @@ impl Supervisor {
         &mut self,
         now: Instant,
         avoid: Option<usize>,
-    ) -> Option<(Option<usize>, ProviderPreferences, Price, Price)> {
+    ) -> Option<(Option<usize>, Option<ProviderPreferences>, Price, Price)> {
         let n = self.shared.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {
@@ -442,39 +442,63 @@ impl Supervisor {
         if candidates.is_empty() {
             return None;
         }
+        let eps = &self.shared.endpoints;
+        let stats = &self.shared.endpoint_stats;
+        // Caps: an endpoint at its cap takes no more until one finishes (the operator's own
+        // servers always; OpenRouter endpoints in pinned routing, where we choose them).
+        candidates.retain(|&i| {
+            let in_flight = Counters::get(&stats[i].in_flight);
+            let cap = match &eps[i].custom {
+                Some(c) => Some(c.concurrency),
+                None => self.cfg.endpoint_concurrency.get(&eps[i].tag).copied(),
+            };
+            cap.is_none_or(|cap| in_flight < u64::from(cap))
+        });
+        let cheapest = |list: &mut dyn Iterator<Item = usize>| {
+            list.min_by(|&a, &b| {
+                (
+                    eps[a].price_out,
+                    eps[a].price_in,
+                    Counters::get(&stats[a].in_flight),
+                )
+                    .cmp(&(
+                        eps[b].price_out,
+                        eps[b].price_in,
+                        Counters::get(&stats[b].in_flight),
+                    ))
+            })
+        };
+        let own = cheapest(
+            &mut candidates
+                .iter()
+                .copied()
+                .filter(|&i| eps[i].custom.is_some()),
+        );
+        let pin = |i: usize| {
+            let e = &eps[i];
+            let prefs = e
+                .custom
+                .is_none()
+                .then(|| ProviderPreferences::pinned(&e.tag));
+            Some((Some(i), prefs, e.price_in, e.price_out))
+        };
         match self.cfg.routing {
             Routing::Pinned => {
-                let eps = &self.shared.endpoints;
-                let stats = &self.shared.endpoint_stats;
-                // Per-endpoint caps: an endpoint at its cap takes no more until one finishes.
-                candidates.retain(|&i| {
-                    self.cfg
-                        .endpoint_concurrency
-                        .get(&eps[i].tag)
-                        .is_none_or(|&cap| Counters::get(&stats[i].in_flight) < u64::from(cap))
-                });
-                let best = candidates.into_iter().min_by(|&a, &b| {
-                    (
-                        eps[a].price_out,
-                        eps[a].price_in,
-                        Counters::get(&stats[a].in_flight),
-                    )
-                        .cmp(&(
-                            eps[b].price_out,
-                            eps[b].price_in,
-                            Counters::get(&stats[b].in_flight),
-                        ))
-                })?;
-                let e = &eps[best];
-                Some((
-                    Some(best),
-                    ProviderPreferences::pinned(&e.tag),
-                    e.price_in,
-                    e.price_out,
-                ))
+                let best = cheapest(&mut candidates.into_iter())?;
+                pin(best)
             }
             Routing::Openrouter => {
-                let eps = &self.shared.endpoints;
+                // An own server with room goes first when it is no dearer than OpenRouter.
+                candidates.retain(|&i| eps[i].custom.is_none());
+                let cheapest_or = cheapest(&mut candidates.iter().copied());
+                if let Some(o) = own {
+                    if cheapest_or.is_none_or(|c| eps[o].price_out <= eps[c].price_out) {
+                        return pin(o);
+                    }
+                }
+                if candidates.is_empty() {
+                    return None;
+                }
                 let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
                 // A base slug in `only` also matches its other variants: ignore those we did
                 // not allow.
@@ -496,7 +520,7 @@ impl Supervisor {
                 if !ignore.is_empty() {
                     prefs.ignore = Some(ignore);
                 }
-                Some((None, prefs, price_in, price_out))
+                Some((None, Some(prefs), price_in, price_out))
             }
         }
     }
@@ -605,7 +629,7 @@ impl Supervisor {
         tasks: &mut JoinSet<AttemptResult>,
         job: Job,
         pinned: Option<usize>,
-        prefs: ProviderPreferences,
+        prefs: Option<ProviderPreferences>,
         price_in: Price,
         price_out: Price,
         prompt_tokens: u64,
@@ -615,6 +639,16 @@ impl Supervisor {
         let mut req = self.datasets[d]
             .params
             .chat_request(&self.cfg.model, job.prompt.messages.clone());
+        if let Some(c) = pinned.and_then(|e| self.shared.endpoints[e].custom.as_ref()) {
+            req.model = c.model.clone();
+            for (k, v) in &c.extra {
+                req.extra.insert(k.clone(), v.clone());
+            }
+            // vLLM and SGLang report usage in a stream only when asked.
+            req.stream_options = Some(crate::openrouter::request::StreamOptions {
+                include_usage: true,
+            });
+        }
         // Pinned requests require every parameter they send: drop what the endpoint does not
         // list rather than have OpenRouter refuse the request.
         if let Some(e) = pinned {
@@ -638,7 +672,7 @@ impl Supervisor {
                 .in_flight
                 .fetch_add(1, Ordering::Relaxed);
         }
-        req.provider = Some(prefs);
+        req.provider = prefs;
         self.seq += 1;
         let key = self.seq;
         let attempt = format!("{}-{key}", self.run_id);
@@ -1070,7 +1104,17 @@ impl Supervisor {
                     })
                     .await;
                 }
-                if err.stops_dispatch() {
+                let own_server = endpoint.filter(|&e| self.shared.endpoints[e].custom.is_some());
+                if let (Some(e), true) = (own_server, err.stops_dispatch()) {
+                    // One of the operator's own servers refused us: take it out, go on.
+                    let tag = self.shared.endpoints[e].tag.clone();
+                    self.operator[e] = Some(false);
+                    self.event(format!(
+                        "{tag} refused the request ({err}): excluded; check its api_key_env"
+                    ));
+                    job.failed_at = endpoint;
+                    self.schedule_retry(job, &err);
+                } else if err.stops_dispatch() {
                     let msg = match kind {
                         ErrorKind::Auth => format!(
                             "the API key was refused ({err}): check {}",
@@ -1191,7 +1235,10 @@ impl Supervisor {
         let rec = OutputRecord {
             id: job.prompt.id.clone(),
             conversations,
-            provider: c.provider.clone().unwrap_or_else(|| "?".into()),
+            provider: match ep {
+                Some(e) if e.custom.is_some() => e.provider.clone(),
+                _ => c.provider.clone().unwrap_or_else(|| "?".into()),
+            },
             endpoint_tag: ep.map(|e| e.tag.clone()),
             quantization: ep.map(|e| e.quantization.to_string()),
             model: c.model.unwrap_or_else(|| self.cfg.model.clone()),

@@ -33,6 +33,21 @@ pub struct RunEndpoint {
     /// Closing the connection stops billing here (OpenRouter documents DeepInfra, Together,
     /// Novita, Fireworks and Chutes); elsewhere a cancelled generation is billed in full.
     pub cancel_stops_billing: bool,
+    /// A server of the operator's own (`[[endpoint]]`), reached directly rather than through
+    /// OpenRouter.
+    pub custom: Option<CustomTarget>,
+}
+
+/// How to reach an `[[endpoint]]` server.
+#[derive(Clone, Debug)]
+pub struct CustomTarget {
+    pub client: OpenRouterClient,
+    /// The model's name on that server.
+    pub model: String,
+    /// Extra JSON body fields for it (merged over the dataset's).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Most requests in flight there.
+    pub concurrency: u32,
 }
 
 /// Providers whose billing stops when the client disconnects (OpenRouter docs, streaming
@@ -165,10 +180,14 @@ pub async fn run_attempt(
     let prompt_cost = spec.price_in_guess.cost(spec.prompt_tokens_estimate).pico();
 
     let work = async {
-        let mut stream = shared
-            .client
-            .chat_stream(&spec.request, shared.timeouts)
-            .await?;
+        let client = match spec
+            .pinned
+            .and_then(|e| shared.endpoints[e].custom.as_ref())
+        {
+            Some(c) => &c.client,
+            None => &shared.client,
+        };
+        let mut stream = client.chat_stream(&spec.request, shared.timeouts).await?;
         generation_id = stream.generation_id().map(str::to_string);
         // The provider has the prompt: it is paid for from here on.
         accrue(prompt_cost);
@@ -297,6 +316,12 @@ pub async fn run_attempt(
 
 /// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.
 pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> crate::domain::Usd {
+    // An operator's own server costs what the config says, whatever it reports.
+    if let Some(e) = endpoint.filter(|&e| shared.endpoints[e].custom.is_some()) {
+        let ep = &shared.endpoints[e];
+        return ep.price_in.cost(c.usage.prompt_tokens)
+            + ep.price_out.cost(c.usage.completion_tokens);
+    }
     c.cost().unwrap_or_else(|| match endpoint {
         Some(e) => {
             let ep = &shared.endpoints[e];

@@ -43,6 +43,8 @@ pub struct SimConfig {
     pub billing_log: Option<PathBuf>,
     /// When set, requests must carry exactly this bearer token; otherwise any non-empty one.
     pub api_key: Option<String>,
+    /// Accept requests with no key at all, as a local server does (tests of own endpoints).
+    pub open_access: bool,
     /// A credit limit on the key, in USD: past it, requests get 402.
     pub key_limit_usd: Option<f64>,
     /// Chop some SSE writes at random byte offsets (even inside a UTF-8 character).
@@ -62,6 +64,7 @@ impl SimConfig {
             table,
             billing_log: None,
             api_key: None,
+            open_access: false,
             key_limit_usd: None,
             split_writes: true,
             min_tick: Duration::from_millis(25),

@@ -282,6 +282,7 @@ fn authorize(state: &SimState, headers: &HeaderMap) -> Result<String, Response> 
         .map(str::trim)
         .filter(|t| !t.is_empty());
     match (token, &state.cfg.api_key) {
+        (None, _) if state.cfg.open_access => Ok(String::new()),
         (None, _) => Err(error_response(401, "No auth credentials found", None)),
         (Some(t), Some(k)) if t != k => Err(error_response(401, "User not found.", None)),
         (Some(t), _) => Ok(t.to_string()),
