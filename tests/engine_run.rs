@@ -1,102 +1,18 @@
-//! The engine against the simulator on 127.0.0.1: several datasets to completion, the dollar
-//! cap at 2,000 concurrent streams, token budgets, excluding an endpoint mid-run, faults.
-//! Every run is bounded in prompts and time.
+//! The engine against the simulator on 127.0.0.1: several datasets to completion, token
+//! budgets, excluding an endpoint mid-run, faults, caps, sequence, shards, own servers. Every
+//! run is bounded in prompts and time.
+
+mod common;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use harvest::config::Config;
+use common::*;
 use harvest::domain::Usd;
-use harvest::engine::{self, Command, RunOptions, RunState, RunSummary, ShutdownMode};
+use harvest::engine::{self, Command, RunOptions, RunState, ShutdownMode};
 use harvest::openrouter::ApiKey;
-use harvest::sim::{self, ControlRequest, EndpointPatch, SimConfig, SimHandle};
-use harvest::store::output::{OutputRecord, RejectRecord, SpendEntry, SpendKind};
-
-const KEY: &str = "sk-or-v1-engine-test-key-000000";
-
-fn write_prompts(dir: &Path, name: &str, n: usize) -> PathBuf {
-    let p = dir.join(format!("{name}.prompts.jsonl"));
-    let mut text = String::new();
-    for i in 0..n {
-        text.push_str(&format!(
-            "{{\"prompt\": \"{name} question number {i}: explain something.\"}}\n"
-        ));
-    }
-    std::fs::write(&p, text).expect("write prompts");
-    p
-}
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    out: PathBuf,
-}
-
-fn setup() -> Setup {
-    let d = tempfile::tempdir().expect("tmp");
-    let dir = d.path().to_path_buf();
-    Setup {
-        out: dir.join("out"),
-        dir,
-        _dir: d,
-    }
-}
-
-/// A config for the simulator at `base` with the given body (datasets etc.).
-fn config(s: &Setup, base: &str, body: &str) -> Config {
-    let text = format!(
-        "base_url = \"{base}\"\napi_key_env = \"HARVEST_TEST_UNSET_KEY\"\noutput_dir = \"out\"\n{body}"
-    );
-    let path = s.dir.join("harvest.toml");
-    std::fs::write(&path, &text).expect("write config");
-    Config::load(&path).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
-async fn run(cfg: Config) -> RunSummary {
-    let opts = RunOptions {
-        api_key: ApiKey::new(KEY),
-        tick: Some(Duration::from_millis(50)),
-        ..Default::default()
-    };
-    let h = engine::start(cfg, opts).await.expect("engine starts");
-    tokio::time::timeout(Duration::from_secs(180), h.finish())
-        .await
-        .expect("run bounded in time")
-        .expect("run finishes")
-}
-
-fn read_jsonl<T: serde::de::DeserializeOwned>(p: &Path) -> Vec<T> {
-    match std::fs::read_to_string(p) {
-        Ok(t) => t
-            .lines()
-            .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", p.display()))
-            })
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
-fn ledger_total(out: &Path) -> Usd {
-    read_jsonl::<SpendEntry>(&out.join("spend.jsonl"))
-        .iter()
-        .map(|e| e.usd)
-        .sum()
-}
-
-async fn fast_sim(mean_tokens: f64) -> SimHandle {
-    let s = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    s.state
-        .control(&ControlRequest {
-            output_tokens_mean: Some(mean_tokens),
-            ..Default::default()
-        })
-        .expect("control");
-    s
-}
+use harvest::sim::{self, ControlRequest, EndpointPatch, SimConfig};
+use harvest::store::output::{OutputRecord, RejectRecord};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_datasets_finish_with_every_prompt_accounted_for() {
@@ -154,80 +70,6 @@ async fn several_datasets_finish_with_every_prompt_accounted_for() {
     for t in &served {
         assert!(t.ends_with("/int4"), "{t} served under the faithful policy");
     }
-    sim.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
-    assert!(harvest::raise_open_files_limit() >= 4500);
-    let s = setup();
-    // Real pace (TTFT ~1 s, ~48 tok/s a stream) so that the client keeps up with the streams,
-    // as it does against real providers; short answers so that the budget goes in seconds.
-    let sim = fast_sim(150.0).await;
-    sim.state
-        .control(&ControlRequest {
-            all: Some(EndpointPatch {
-                // Stop billing on cancel everywhere: the simulator then bills what it sent.
-                cancel_stops_billing: Some(true),
-                ..Default::default()
-            }),
-            speed_scale: Some(1.0),
-            ..Default::default()
-        })
-        .expect("control");
-    let p = write_prompts(&s.dir, "big", 6000);
-    let budget = 0.5;
-    // Pinned: everything goes to the cheapest endpoint, Chutes, which stops billing on cancel.
-    let body = format!(
-        "budget_usd = {budget}\nconcurrency = 2000\nrouting = \"pinned\"\n[request]\nmax_tokens = 4000\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
-        p.display()
-    );
-    let summary = run(config(&s, &sim.base_url(), &body)).await;
-    for e in &summary.snapshot.events {
-        eprintln!("event {:.2} {}", e.at_s, e.text);
-    }
-    assert_eq!(summary.state, RunState::Stopped);
-    assert_eq!(summary.reason.as_deref(), Some("dollar budget reached"));
-    let billed = sim.state.billed_total().as_f64();
-    let ledger = ledger_total(&s.out).as_f64();
-    eprintln!("budget {budget} billed {billed} ledger {ledger}");
-    assert!(billed > budget * 0.9, "the budget was used: {billed}");
-    assert!(
-        (ledger - billed).abs() <= billed * 0.001,
-        "ledger {ledger} vs simulator {billed}"
-    );
-    // The bound (README): harvest's own count stops within one streamed token (or one prompt)
-    // per stream of the budget; past that, the overshoot is the tokens that were in transit
-    // (generated, not yet read) when the cap hit, which the ledger learns from /generation.
-    let entries: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));
-    let own: f64 = entries
-        .iter()
-        .filter(|e| e.kind != SpendKind::Adjustment)
-        .map(|e| e.usd.as_f64())
-        .sum();
-    let step = 2000.0 * (3.75e-6 + 20.0 * 0.75e-6);
-    assert!(
-        own <= budget + step,
-        "own accounting {own} passed the budget by more than a step"
-    );
-    let in_transit: f64 = entries
-        .iter()
-        .filter(|e| e.kind == SpendKind::Adjustment)
-        .map(|e| e.usd.as_f64())
-        .sum();
-    let closed = entries
-        .iter()
-        .filter(|e| e.kind == SpendKind::Cancelled)
-        .count();
-    eprintln!("own {own} in transit {in_transit} over {closed} closed streams");
-    // What the API billed = our own count + what /generation told us (+ streams closed before
-    // their headers came, which nobody can look up: a few prompts' worth at most).
-    assert!((billed - own - in_transit).abs() <= billed * 0.001);
-    // A reader that keeps up has little in transit: under 64 tokens a closed stream.
-    assert!(
-        in_transit <= closed as f64 * 64.0 * 2.2e-6,
-        "{in_transit} in transit"
-    );
     sim.stop().await;
 }
 

@@ -1,0 +1,98 @@
+//! Helpers shared by the engine tests: prompt files, configs for the simulator, running the
+//! engine bounded in time, reading outputs and the ledger.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use harvest::config::Config;
+use harvest::domain::Usd;
+use harvest::engine::{self, RunOptions, RunSummary};
+use harvest::openrouter::ApiKey;
+use harvest::sim::{self, ControlRequest, SimConfig, SimHandle};
+use harvest::store::output::SpendEntry;
+
+pub const KEY: &str = "sk-or-v1-engine-test-key-000000";
+
+pub fn write_prompts(dir: &Path, name: &str, n: usize) -> PathBuf {
+    let p = dir.join(format!("{name}.prompts.jsonl"));
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!(
+            "{{\"prompt\": \"{name} question number {i}: explain something.\"}}\n"
+        ));
+    }
+    std::fs::write(&p, text).expect("write prompts");
+    p
+}
+
+pub struct Setup {
+    _dir: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub out: PathBuf,
+}
+
+pub fn setup() -> Setup {
+    let d = tempfile::tempdir().expect("tmp");
+    let dir = d.path().to_path_buf();
+    Setup {
+        out: dir.join("out"),
+        dir,
+        _dir: d,
+    }
+}
+
+/// A config for the simulator at `base` with the given body (datasets etc.).
+pub fn config(s: &Setup, base: &str, body: &str) -> Config {
+    let text = format!(
+        "base_url = \"{base}\"\napi_key_env = \"HARVEST_TEST_UNSET_KEY\"\noutput_dir = \"out\"\n{body}"
+    );
+    let path = s.dir.join("harvest.toml");
+    std::fs::write(&path, &text).expect("write config");
+    Config::load(&path).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+pub async fn run(cfg: Config) -> RunSummary {
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let h = engine::start(cfg, opts).await.expect("engine starts");
+    tokio::time::timeout(Duration::from_secs(180), h.finish())
+        .await
+        .expect("run bounded in time")
+        .expect("run finishes")
+}
+
+pub fn read_jsonl<T: serde::de::DeserializeOwned>(p: &Path) -> Vec<T> {
+    match std::fs::read_to_string(p) {
+        Ok(t) => t
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", p.display()))
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+pub fn ledger_total(out: &Path) -> Usd {
+    read_jsonl::<SpendEntry>(&out.join("spend.jsonl"))
+        .iter()
+        .map(|e| e.usd)
+        .sum()
+}
+
+pub async fn fast_sim(mean_tokens: f64) -> SimHandle {
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    s.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(mean_tokens),
+            ..Default::default()
+        })
+        .expect("control");
+    s
+}
