@@ -176,3 +176,72 @@ async fn kill_9_at_several_points_then_finish() {
     );
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_drains_in_flight_requests_saves_and_exits_130() {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(0.05),
+            output_tokens_mean: Some(300.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut prompts = String::new();
+    for i in 0..2000 {
+        prompts.push_str(&format!("{{\"prompt\": \"question {i}\"}}\n"));
+    }
+    std::fs::write(dir.path().join("p.jsonl"), prompts).expect("prompts");
+    let config = dir.path().join("harvest.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_RESUME_TEST_KEY\"\nconcurrency = 50\n\
+             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"I\"\nprompts = \"p.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let out = dir.path().join("out").join("I.jsonl");
+    let mut child = harvest_run(&config).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines(&out) < 100 {
+        assert!(Instant::now() < deadline, "too slow");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pid = child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert_eq!(status.code(), Some(130), "interrupted: exit code 130");
+    // Drained: every request that was in flight finished and was saved; nothing was cancelled.
+    let billed = sim.state.billing_entries();
+    assert!(
+        billed
+            .iter()
+            .all(|b| b.outcome == harvest::sim::Outcome::Complete)
+    );
+    let recs = std::fs::read_to_string(&out).expect("outputs");
+    assert_eq!(
+        recs.lines().count(),
+        billed.len(),
+        "every billed answer is saved"
+    );
+    assert!(recs.lines().count() < 2000, "stopped early");
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("out").join("state.json")).expect("state"),
+    )
+    .expect("json");
+    assert_eq!(state["state"], "stopped");
+    assert_eq!(state["reason"], "operator: drain");
+    sim.stop().await;
+}

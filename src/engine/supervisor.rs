@@ -520,6 +520,22 @@ impl Supervisor {
                 if !ignore.is_empty() {
                     prefs.ignore = Some(ignore);
                 }
+                // When the allowed set is the quantization policy alone (no operator choices,
+                // no include list), say so to OpenRouter too: a variant it routes to under an
+                // allowed slug must still be of an allowed precision.
+                let pure_filter = self.policy.mode == PolicyMode::Faithful
+                    && self.policy.include.is_empty()
+                    && self.operator.iter().all(Option::is_none)
+                    && !self.policy.allow_unknown;
+                if pure_filter {
+                    let mut qs: Vec<Quantization> = Vec::new();
+                    for &i in &candidates {
+                        if !qs.contains(&eps[i].quantization) {
+                            qs.push(eps[i].quantization.clone());
+                        }
+                    }
+                    prefs.quantizations = Some(qs);
+                }
                 Some((None, Some(prefs), price_in, price_out))
             }
         }
