@@ -491,10 +491,10 @@ impl Supervisor {
                 // An own server with room goes first when it is no dearer than OpenRouter.
                 candidates.retain(|&i| eps[i].custom.is_none());
                 let cheapest_or = cheapest(&mut candidates.iter().copied());
-                if let Some(o) = own {
-                    if cheapest_or.is_none_or(|c| eps[o].price_out <= eps[c].price_out) {
-                        return pin(o);
-                    }
+                if let Some(o) = own
+                    && cheapest_or.is_none_or(|c| eps[o].price_out <= eps[c].price_out)
+                {
+                    return pin(o);
                 }
                 if candidates.is_empty() {
                     return None;
