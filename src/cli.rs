@@ -21,7 +21,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the job of a config file: headless progress lines (the TUI is coming), outputs
+    /// Run the job of a config file: the TUI in a terminal, progress lines otherwise; outputs
     /// written as they finish, resumable.
     Run(RunArgs),
     /// Progress of a running or finished run, read from its state file.
@@ -31,8 +31,8 @@ pub enum Command {
     Providers(ProvidersArgs),
     /// Run the built-in OpenRouter simulator on 127.0.0.1 (for tests, demos and other clients).
     Sim(SimArgs),
-    /// The whole experience with no key and no network: the simulator in-process, its provider
-    /// table, and live streamed completions from the endpoints the policy allows.
+    /// The whole experience with no key and no network: the simulator in-process with the Kimi
+    /// K2.5 providers, three demo datasets, and a budgeted run through the real engine.
     Demo(DemoArgs),
 }
 
@@ -126,14 +126,24 @@ pub struct SimArgs {
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Completions to stream.
-    #[arg(long, default_value_t = 6)]
-    pub requests: usize,
-    /// Simulator speed scale (see `harvest sim --help`).
-    #[arg(long, default_value_t = 0.05)]
+    /// Directory for the demo's prompts, outputs and log (default: a new one under the
+    /// system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Simulator speed: 1 is real provider pace (the demo's budget goes in about two minutes).
+    #[arg(long, default_value_t = 1.0)]
     pub speed_scale: f64,
+    /// Dollar budget of the demo job (default: the $2 of assets/demo/harvest.toml).
+    #[arg(long, value_name = "USD")]
+    pub budget: Option<f64>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Progress lines instead of the TUI.
+    #[arg(long)]
+    pub headless: bool,
+    /// Seconds between progress lines (headless).
+    #[arg(long, default_value_t = 5.0)]
+    pub progress_every: f64,
 }
 
 #[derive(Args, Debug)]
@@ -141,7 +151,7 @@ pub struct RunArgs {
     /// The config file.
     #[arg(short = 'c', long, default_value = "harvest.toml")]
     pub config: PathBuf,
-    /// Progress lines instead of the TUI (the default until the TUI lands).
+    /// Progress lines instead of the TUI (also when stdout is not a terminal).
     #[arg(long)]
     pub headless: bool,
     /// Run only the prompts whose id hashes to shard K of N (0-based), e.g. 0/4.

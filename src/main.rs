@@ -10,7 +10,7 @@ use harvest::commands::{self, exit};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // `run` logs to a file in its output directory; the others to stderr.
-    if !matches!(cli.command, Command::Run(_)) {
+    if !matches!(cli.command, Command::Run(_) | Command::Demo(_)) {
         harvest::logging::to_stderr();
     }
     harvest::raise_open_files_limit();
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             Command::Status(a) => commands::status::run(a).map(|()| exit::OK),
             Command::Providers(a) => commands::providers::run(a).await.map(|()| exit::OK),
             Command::Sim(a) => commands::sim::run(a).await.map(|()| exit::OK),
-            Command::Demo(a) => commands::demo::run(a).await.map(|()| exit::OK),
+            Command::Demo(a) => commands::demo::run(a).await,
         }
     });
     match result {

@@ -452,7 +452,7 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
     sim.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_concurrent_streams() {
     // Bounded: 2,000 short streams at once against one simulator, all complete.
     assert!(

@@ -1,133 +1,103 @@
-//! `harvest demo`: no key, no network. Starts the simulator in-process on 127.0.0.1, shows its
-//! provider table as `harvest providers` would, then streams completions from the endpoints the
-//! default (faithful) policy allows and checks what we were charged against the simulator's
-//! billing log. (The full-screen operator view arrives with the TUI.)
+//! `harvest demo`: the whole experience with no key and no network. Starts the OpenRouter
+//! simulator in-process on 127.0.0.1 with the Kimi K2.5 provider table, writes the demo
+//! datasets from `assets/demo/` into an output directory, and runs the demo job (three
+//! datasets, token budgets and a $2 dollar budget reached in a couple of minutes) through the
+//! real engine: the TUI when stdout is a terminal, progress lines otherwise.
 
-use std::time::Instant;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
-use futures::StreamExt;
 
 use crate::cli::DemoArgs;
-use crate::domain::Usd;
-use crate::engine::policy::PolicyConfig;
-use crate::openrouter::{
-    ApiKey, ChatRequest, ClientOptions, Message, OpenRouterClient, ProviderPreferences,
-    StreamTimeouts,
-};
+use crate::config::Config;
+use crate::engine::{self, RunOptions};
+use crate::openrouter::ApiKey;
 use crate::sim::{self, ProviderTable, SimConfig};
 
-use super::providers::{fetch, render_text, report};
+use super::providers::{render_text, report};
+use super::run::{Watch, drive_headless, drive_tui, engine_error, use_tui};
 
-const PROMPTS: &[&str] = &[
-    "Explain speculative decoding to a new ML engineer in three paragraphs.",
-    "Write a Python function that merges overlapping intervals, with tests.",
-    "Prove that the square root of 2 is irrational.",
-    "Summarise the trade-offs of INT4 versus FP8 weight quantization.",
-    "Plan a 3-day trip to Kyoto on a budget.",
-    "What is the time complexity of Dijkstra's algorithm with a binary heap, and why?",
+const CONFIG: &str = include_str!("../../assets/demo/harvest.toml");
+const PROMPTS: [(&str, &str); 3] = [
+    ("b3.jsonl", include_str!("../../assets/demo/b3.jsonl")),
+    ("b4.jsonl", include_str!("../../assets/demo/b4.jsonl")),
+    ("b5.jsonl", include_str!("../../assets/demo/b5.jsonl")),
 ];
 
-pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let mut cfg = SimConfig::new(ProviderTable::kimi_k25());
-    cfg.seed = args.seed;
-    cfg.speed_scale = args.speed_scale.max(0.0);
-    let model = cfg.table.model_id.clone();
-    let sim = sim::start(cfg, 0).await.context("starting the simulator")?;
-    println!(
-        "simulator: {} (OpenRouter API, Kimi K2.5 provider table)\n",
+fn default_dir() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "harvest-demo-{}",
+        chrono::Local::now().format("%Y%m%d-%H%M%S")
+    ))
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
+    let dir = args.out.clone().unwrap_or_else(default_dir);
+    let prompts = dir.join("prompts");
+    std::fs::create_dir_all(&prompts).with_context(|| format!("creating {}", prompts.display()))?;
+    for (name, text) in PROMPTS {
+        std::fs::write(prompts.join(name), text)
+            .with_context(|| format!("writing {}", prompts.join(name).display()))?;
+    }
+    let _log = crate::logging::to_file(&dir)
+        .with_context(|| format!("opening the log in {}", dir.display()))?;
+
+    let mut sim_cfg = SimConfig::new(ProviderTable::kimi_k25());
+    sim_cfg.seed = args.seed;
+    sim_cfg.speed_scale = args.speed_scale.max(0.0);
+    let sim = sim::start(sim_cfg, 0)
+        .await
+        .context("starting the simulator")?;
+
+    let mut text = format!(
+        "base_url = \"{}\"\noutput_dir = \"out\"\n{CONFIG}",
         sim.base_url()
     );
-
-    let key = ApiKey::new("sk-or-v1-demo-key-not-secret");
-    let client = OpenRouterClient::new(ClientOptions::new(sim.base_url(), key))?;
-    let listing = fetch(&client, &model).await?;
-    let policy = PolicyConfig::default();
-    let r = report(&model, &listing, &policy);
-    print!("{}", render_text(&r));
-    // Pinned requests require every parameter they send; send temperature only where the
-    // endpoint lists it (Moonshot's own endpoint does not).
-    let allowed: Vec<(String, bool)> = r
-        .endpoints
-        .iter()
-        .filter(|e| e.allowed)
-        .map(|e| {
-            let temp = listing
-                .endpoints
-                .iter()
-                .find(|l| l.tag.as_str() == e.tag)
-                .is_some_and(|l| l.supports("temperature"));
-            (e.tag.clone(), temp)
-        })
-        .collect();
-    anyhow::ensure!(!allowed.is_empty(), "the policy allows no endpoint");
-
-    println!(
-        "\nstreaming {} completions, pinned round-robin over the {} allowed endpoints:",
-        args.requests,
-        allowed.len()
-    );
-    let started = Instant::now();
-    let jobs = (0..args.requests).map(|i| {
-        let client = client.clone();
-        let (tag, temperature) = allowed[i % allowed.len()].clone();
-        let model = model.clone();
-        async move {
-            let prompt = PROMPTS[i % PROMPTS.len()];
-            let mut req = ChatRequest::new(model, vec![Message::user(prompt)], 2048)
-                .with_provider(ProviderPreferences::pinned(&tag));
-            if temperature {
-                req.temperature = Some(0.6);
-            }
-            // The demo runs at a fraction of real pace; keep its timeouts proportionate.
-            let res = match client.chat_stream(&req, StreamTimeouts::default()).await {
-                Ok(s) => s.collect().await,
-                Err(e) => Err(e),
-            };
-            (tag, prompt, res)
-        }
-    });
-    let mut results = futures::stream::iter(jobs).buffer_unordered(32);
-    let mut charged = Usd::ZERO;
-    let mut tokens = 0u64;
-    while let Some((tag, prompt, res)) = results.next().await {
-        match res {
-            Ok(c) => {
-                let cost = c.cost().unwrap_or_default();
-                charged += cost;
-                tokens += c.usage.completion_tokens;
-                let preview: String = c.content.chars().take(48).collect();
-                println!(
-                    "  {:<17} {:>5} tok ({:>4} reasoning)  ttft {:>6.0} ms  {:<6}  {:>10}  {:?}…",
-                    tag,
-                    c.usage.completion_tokens,
-                    c.usage.reasoning_tokens(),
-                    c.ttft.map_or(0.0, |t| t.as_secs_f64() * 1000.0),
-                    c.finish_reason,
-                    cost.to_string(),
-                    preview.trim()
-                );
-            }
-            Err(e) => println!(
-                "  {tag:<17} failed ({}; {}): {e}   [{}]",
-                e.kind(),
-                if e.is_retryable() {
-                    "retryable"
-                } else {
-                    "final"
-                },
-                &prompt[..prompt.len().min(30)]
-            ),
-        }
+    if let Some(b) = args.budget {
+        text = text.replace("budget_usd = 2.0", &format!("budget_usd = {b}"));
     }
-    let billed = sim.state.billed_total();
+    let cfg_path = dir.join("harvest.toml");
+    std::fs::write(&cfg_path, &text).with_context(|| format!("writing {}", cfg_path.display()))?;
+    let cfg = Config::load(&cfg_path).map_err(|e| anyhow::anyhow!("demo config: {e}"))?;
+    let out = cfg.output_dir.clone();
+
+    let opts = RunOptions {
+        api_key: ApiKey::new("sk-or-v1-harvest-demo-not-a-real-key"),
+        ..Default::default()
+    };
+    let handle = engine::start(cfg.clone(), opts)
+        .await
+        .map_err(engine_error)?;
+    if use_tui(args.headless) {
+        let code = drive_tui(handle).await?;
+        println!("outputs: {}", out.display());
+        sim.stop().await;
+        return Ok(code);
+    }
     println!(
-        "\n{} output tokens in {:.1}s; charged per usage.cost ${:.6}, simulator billed ${:.6}",
-        tokens,
-        started.elapsed().as_secs_f64(),
-        charged.as_f64(),
-        billed.as_f64()
+        "harvest demo: simulator at {}, outputs in {}",
+        sim.base_url(),
+        out.display()
     );
+    // What the policy does with the simulated providers, as `harvest providers` shows it.
+    let client = engine::client_for(&cfg, ApiKey::new("sk-or-v1-harvest-demo-not-a-real-key"))
+        .map_err(engine_error)?;
+    if let Ok(listing) = client.endpoints(&cfg.model).await {
+        print!(
+            "{}",
+            render_text(&report(&cfg.model, &listing, &cfg.policy))
+        );
+    }
+    let code = drive_headless(
+        handle,
+        Watch {
+            progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
+            drain_grace: Duration::from_secs(30),
+        },
+    )
+    .await?;
+    println!("outputs: {}", out.display());
     sim.stop().await;
-    Ok(())
+    Ok(code)
 }

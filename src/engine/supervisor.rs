@@ -98,6 +98,7 @@ pub(super) struct DatasetRun {
     pub retries_pending: u64,
     pub exhausted: bool,
     pub budget_reached: bool,
+    pub budget_event_sent: bool,
     pub rate: Rate,
 }
 
@@ -105,6 +106,9 @@ pub(super) struct DatasetRun {
 struct InFlight {
     job: Job,
     attempt: String,
+    price_in: Price,
+    price_out: Price,
+    prompt_tokens: u64,
     endpoint: Option<usize>,
     expected_pico: i64,
     accrued: Arc<AtomicI64>,
@@ -309,7 +313,7 @@ impl Supervisor {
 
     fn admitting(&self, d: usize) -> bool {
         let ds = &self.datasets[d];
-        if ds.budget_reached || ds.exhausted {
+        if ds.exhausted {
             return false;
         }
         if let Some(cap) = ds.max_samples
@@ -547,12 +551,19 @@ impl Supervisor {
             + self.reserved_pico
     }
 
+    /// What in-flight requests are still expected to cost, with today's expectations: the
+    /// observed mean output length replaces the guess each was dispatched with.
     fn recompute_reserved(&mut self) {
-        self.reserved_pico = self
-            .in_flight
-            .values()
-            .map(|f| (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0))
-            .sum();
+        let expected: Vec<u64> = (0..self.datasets.len())
+            .map(|d| self.expected_output_tokens(d))
+            .collect();
+        let mut total = 0;
+        for f in self.in_flight.values_mut() {
+            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico()
+                + f.price_out.cost(expected[f.job.dataset]).pico();
+            total += (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0);
+        }
+        self.reserved_pico = total;
     }
 
     fn can_dispatch(&self) -> bool {
@@ -737,6 +748,9 @@ impl Supervisor {
                 endpoint: pinned,
                 expected_pico: expected.pico(),
                 accrued,
+                price_in,
+                price_out,
+                prompt_tokens,
             },
         );
         tasks.spawn(run_attempt(self.shared.clone(), spec, cancel));
@@ -1289,29 +1303,30 @@ impl Supervisor {
         ds.output_tokens_here += rec.usage.completion_tokens;
     }
 
-    /// Updates dataset states and emits events for budgets reached.
+    /// Updates dataset states and emits an event the first time a budget is reached. Not
+    /// sticky: if in-flight answers come in shorter than expected, the dataset takes prompts
+    /// again until its budget is met.
     fn update_datasets(&mut self) {
         for d in 0..self.datasets.len() {
             let ds = &self.datasets[d];
-            if ds.budget_reached {
-                continue;
-            }
             let over_tokens = ds.budget.is_some_and(|b| {
                 ds.output_tokens + ds.in_flight * self.expected_output_tokens(d) >= b
             });
             let over_samples = ds
                 .max_samples
                 .is_some_and(|m| ds.done + ds.in_flight + ds.retries_pending >= m);
-            if (over_tokens || over_samples) && !ds.exhausted {
+            let reached = (over_tokens || over_samples) && !ds.exhausted;
+            if reached && !ds.budget_event_sent {
                 let name = ds.name.clone();
                 let what = if over_tokens {
                     "output-token budget"
                 } else {
                     "sample cap"
                 };
-                self.datasets[d].budget_reached = true;
+                self.datasets[d].budget_event_sent = true;
                 self.event(format!("{name}: {what} reached; in-flight requests finish"));
             }
+            self.datasets[d].budget_reached = reached;
         }
     }
 
@@ -1420,10 +1435,16 @@ impl Supervisor {
             .filter_map(|d| d.eta_s)
             .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
         let budget = Usd::from_pico(sh.budget_pico);
-        let projected = eta_s.map(|eta| {
-            let p = (spent + accrued).as_f64() + usd_per_min / 60.0 * eta;
-            Usd::from_f64(p.min(budget.as_f64()))
-        });
+        let projected = if self.stopping.is_some() {
+            // No more dispatch: what is spent, accrued and still expected of in-flight requests.
+            Some(Usd::from_pico(self.committed_pico().max(0)))
+        } else {
+            eta_s.map(|eta| {
+                let p = (spent + accrued).as_f64() + usd_per_min / 60.0 * eta;
+                Usd::from_f64(p.min(budget.as_f64()))
+            })
+        };
+        let eta_s = if self.stopping.is_some() { None } else { eta_s };
         let state = if self.paused && self.stopping.is_none() {
             RunState::Paused
         } else if self.stopping.is_some() {
@@ -1623,6 +1644,7 @@ pub(super) fn ready_dataset(
         retries_pending: 0,
         exhausted: false,
         budget_reached: false,
+        budget_event_sent: false,
         rate: Rate::new(10.0),
     }
 }

@@ -106,19 +106,19 @@ pub const HINTS: &[KeyHint] = &[
         keys: ["space", "space", "space"],
         labels: ["include/exclude", "incl/excl", "incl"],
         help_keys: "space",
-        help: "include or exclude the selected endpoint (from the next request)",
+        help: "include/exclude the selected endpoint (next request on)",
     },
     KeyHint {
         keys: ["f", "f", "f/a"],
         labels: ["faithful", "faithful", "preset"],
         help_keys: "f",
-        help: "preset: native precision only (clears your include/exclude choices)",
+        help: "preset: native precision only; clears your choices",
     },
     KeyHint {
         keys: ["a", "a", ""],
         labels: ["any", "any", ""],
         help_keys: "a",
-        help: "preset: any quantization (clears your include/exclude choices)",
+        help: "preset: any quantization; clears your choices",
     },
     KeyHint {
         keys: ["s", "s", "s"],
@@ -154,7 +154,7 @@ pub const HINTS: &[KeyHint] = &[
         keys: ["q", "q", "q"],
         labels: ["quit", "quit", "quit"],
         help_keys: "q  Ctrl-C",
-        help: "quit: drain (finish in-flight, save) or stop now (cancel, save)",
+        help: "quit: drain (finish in-flight) or stop now; both save",
     },
 ];
 
@@ -178,8 +178,16 @@ mod tests {
             (key(KeyCode::Char('q')), Mode::Normal, Some(Action::Quit)),
             (ctrl_c, Mode::Normal, Some(Action::Interrupt)),
             (ctrl_c, Mode::QuitDialog, Some(Action::Interrupt)),
-            (key(KeyCode::Char('d')), Mode::QuitDialog, Some(Action::Drain)),
-            (key(KeyCode::Char('n')), Mode::QuitDialog, Some(Action::StopNow)),
+            (
+                key(KeyCode::Char('d')),
+                Mode::QuitDialog,
+                Some(Action::Drain),
+            ),
+            (
+                key(KeyCode::Char('n')),
+                Mode::QuitDialog,
+                Some(Action::StopNow),
+            ),
             (key(KeyCode::Esc), Mode::QuitDialog, Some(Action::Back)),
             // The dialog swallows everything else.
             (key(KeyCode::Char(' ')), Mode::QuitDialog, None),

@@ -1,1 +1,24 @@
-//! The terminal UI (being written).
+//! The terminal UI: watches the engine's [`Snapshot`](crate::engine::Snapshot)s and turns keys
+//! into [`Command`](crate::engine::control::Command)s.
+//!
+//! - [`run`]: the only code that touches the terminal and the channels ([`run_tui`]).
+//! - [`update`]: the pure reducer `update(state, msg) -> effects`; [`state`] holds what it
+//!   changes; [`keymap`] maps keys to actions and lists the hints.
+//! - [`view`]: pure drawing of one frame from the state; [`theme`]: 16 ANSI colours, or none
+//!   under `NO_COLOR`.
+
+pub mod keymap;
+pub mod run;
+pub mod state;
+pub mod theme;
+pub mod update;
+pub mod view;
+
+#[cfg(test)]
+mod testkit;
+
+pub use run::{TuiExit, run_tui};
+pub use state::UiState;
+pub use theme::Theme;
+pub use update::{Msg, UiEffect, update};
+pub use view::render;

@@ -220,10 +220,7 @@ pub fn sorted_endpoints(s: &Snapshot, sort: Sort) -> Vec<&EndpointSnap> {
                 .price_out_per_m
                 .total_cmp(&b.price_out_per_m)
                 .then(a.price_in_per_m.total_cmp(&b.price_in_per_m)),
-            SortColumn::Provider => a
-                .provider
-                .to_lowercase()
-                .cmp(&b.provider.to_lowercase()),
+            SortColumn::Provider => a.provider.to_lowercase().cmp(&b.provider.to_lowercase()),
             SortColumn::TokPerS => a.tok_per_s.total_cmp(&b.tok_per_s),
             SortColumn::Spent => a.spent.cmp(&b.spent),
             SortColumn::Errors => a.errors.cmp(&b.errors),

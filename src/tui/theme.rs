@@ -220,7 +220,10 @@ mod tests {
         ];
         for s in Theme::ansi16().all_styles() {
             for c in [s.fg, s.bg].into_iter().flatten() {
-                assert!(basic.contains(&c), "{c:?} is not one of the 16 ANSI colours");
+                assert!(
+                    basic.contains(&c),
+                    "{c:?} is not one of the 16 ANSI colours"
+                );
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The header line: model, run state and elapsed time, in flight vs limit, spend vs budget with
 //! a gauge and the projected final spend, overall ETA. Parts give way as the width shrinks:
-//! the brand, then the model, then long labels; state, spend and ETA always stay.
+//! the brand, then the model (the providers title takes it), then long labels and the gauge;
+//! state, spend with its projection and ETA always stay.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -10,7 +11,7 @@ use ratatui::widgets::Paragraph;
 use crate::headless::{clock, duration};
 
 use super::super::state::UiState;
-use super::text::{bar, count, width};
+use super::text::{bar, count};
 
 #[derive(Clone, Copy)]
 struct Opts {
@@ -18,84 +19,109 @@ struct Opts {
     model: bool,
     reason: bool,
     long_fly: bool,
+    /// Gauge cells (0: none).
     gauge: u16,
+    /// Blanks between parts.
+    sep: usize,
 }
+
+const FULL: Opts = Opts {
+    brand: true,
+    model: true,
+    reason: true,
+    long_fly: true,
+    gauge: 20,
+    sep: 2,
+};
+
+/// From the richest header to the barest.
+const TRIES: [Opts; 9] = [
+    FULL,
+    Opts {
+        brand: false,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        gauge: 12,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        gauge: 12,
+        long_fly: false,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        model: false,
+        gauge: 12,
+        long_fly: false,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        model: false,
+        gauge: 8,
+        long_fly: false,
+        sep: 1,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        model: false,
+        gauge: 5,
+        long_fly: false,
+        sep: 1,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        model: false,
+        gauge: 0,
+        long_fly: false,
+        sep: 1,
+        ..FULL
+    },
+    Opts {
+        brand: false,
+        model: false,
+        reason: false,
+        gauge: 0,
+        long_fly: false,
+        sep: 1,
+    },
+];
 
 /// Draws the header; returns whether it shows the model (else the providers title does).
 pub fn render(frame: &mut Frame, area: Rect, state: &UiState) -> bool {
-    let full = Opts {
-        brand: true,
-        model: true,
-        reason: true,
-        long_fly: true,
-        gauge: 20,
-    };
-    let tries = [
-        full,
-        Opts {
-            brand: false,
-            ..full
-        },
-        Opts {
-            brand: false,
-            gauge: 12,
-            ..full
-        },
-        Opts {
-            brand: false,
-            gauge: 12,
-            long_fly: false,
-            ..full
-        },
-        Opts {
-            brand: false,
-            model: false,
-            gauge: 12,
-            long_fly: false,
-            ..full
-        },
-        Opts {
-            brand: false,
-            model: false,
-            reason: false,
-            gauge: 10,
-            long_fly: false,
-        },
-        Opts {
-            brand: false,
-            model: false,
-            reason: false,
-            gauge: 6,
-            long_fly: false,
-        },
-    ];
-    let mut chosen = (tries[tries.len() - 1], line(state, tries[tries.len() - 1]));
-    for o in tries {
-        let l = line(state, o);
-        if l.width() <= usize::from(area.width) {
-            chosen = (o, l);
-            break;
-        }
-    }
-    frame.render_widget(Paragraph::new(chosen.1), area);
-    chosen.0.model
+    let last = TRIES[TRIES.len() - 1];
+    let (opts, line) = TRIES
+        .iter()
+        .map(|o| (*o, line(state, *o)))
+        .find(|(_, l)| l.width() <= usize::from(area.width))
+        .unwrap_or_else(|| (last, line(state, last)));
+    frame.render_widget(Paragraph::new(line), area);
+    opts.model
 }
 
 fn line(state: &UiState, o: Opts) -> Line<'static> {
     let s = &state.snapshot;
     let t = &state.theme;
     let mut spans: Vec<Span<'static>> = Vec::new();
-    let sep = || Span::raw("  ");
-    spans.push(Span::raw(" "));
+    let sep = || Span::raw(" ".repeat(o.sep));
     if o.brand {
-        spans.push(Span::styled("harvest", t.title));
+        spans.push(Span::styled(" harvest", t.title));
         spans.push(sep());
     }
     if o.model {
         spans.push(Span::styled(s.model.clone(), t.bold));
         spans.push(sep());
     }
-    spans.push(Span::styled(format!(" {} ", s.state.label()), t.run_state(s.state)));
+    spans.push(Span::styled(
+        format!(" {} ", s.state.label()),
+        t.run_state(s.state),
+    ));
     spans.push(Span::raw(format!(" {}", clock(s.elapsed_s))));
     if o.reason
         && let Some(r) = &s.reason
@@ -115,25 +141,27 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
     spans.push(sep());
     let spent = s.spent_with_accrued();
     spans.push(Span::raw(format!("{spent}/{}", s.budget)));
-    spans.push(Span::raw(" "));
-    let budget = s.budget.as_f64();
-    let ratio = if budget > 0.0 {
-        spent.as_f64() / budget
-    } else {
-        0.0
-    };
-    let proj = s
-        .projected
-        .filter(|_| budget > 0.0)
-        .map(|p| p.as_f64() / budget);
-    let fill = if ratio >= 0.9 {
-        t.bad
-    } else if proj.is_some_and(|p| p >= 0.99) {
-        t.warn
-    } else {
-        t.gauge_filled
-    };
-    spans.extend(bar(ratio, proj, o.gauge, fill, t.gauge_empty));
+    if o.gauge > 0 {
+        let budget = s.budget.as_f64();
+        let ratio = if budget > 0.0 {
+            spent.as_f64() / budget
+        } else {
+            0.0
+        };
+        let proj = s
+            .projected
+            .filter(|_| budget > 0.0)
+            .map(|p| p.as_f64() / budget);
+        let fill = if ratio >= 0.9 {
+            t.bad
+        } else if proj.is_some_and(|p| p >= 0.99) {
+            t.warn
+        } else {
+            t.gauge_filled
+        };
+        spans.push(Span::raw(" "));
+        spans.extend(bar(ratio, proj, o.gauge, fill, t.gauge_empty));
+    }
     if let Some(p) = s.projected {
         spans.push(Span::styled(" proj ", t.dim));
         spans.push(Span::raw(p.to_string()));
@@ -141,10 +169,8 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
     spans.push(sep());
     spans.push(Span::styled("ETA ", t.dim));
     spans.push(Span::raw(match s.eta_s {
-        Some(e) if !matches!(s.state.label(), "DONE" | "STOPPED") => duration(e),
+        Some(e) if !state.finished() => duration(e),
         _ => "-".into(),
     }));
-    let l = Line::from(spans);
-    debug_assert!(width(&l.to_string()) as usize == l.width());
-    l
+    Line::from(spans)
 }

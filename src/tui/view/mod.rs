@@ -26,7 +26,9 @@ pub const MIN_WIDTH: u16 = 80;
 pub const MIN_HEIGHT: u16 = 24;
 
 /// Below this width the chart, when shown, goes under the datasets instead of beside them.
-const SIDE_BY_SIDE_WIDTH: u16 = 120;
+const SIDE_BY_SIDE_WIDTH: u16 = 140;
+/// Width the datasets table keeps beside the chart.
+const DATASETS_BESIDE_CHART: u16 = 90;
 /// Rows of an event pane worth having (two lines); fewer and the last event folds into a
 /// line under the header.
 const EVENTS_MIN: u16 = 4;
@@ -112,8 +114,9 @@ pub fn plan(area: Rect, s: &Snapshot) -> Plan {
         ..footer
     };
     let (datasets, chart_rect) = if chart && side {
-        let [l, r] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
-            .areas(ds_area);
+        let left = (ds_area.width * 11 / 20).max(DATASETS_BESIDE_CHART);
+        let [l, r] =
+            Layout::horizontal([Constraint::Length(left), Constraint::Fill(1)]).areas(ds_area);
         (l, Some(r))
     } else if chart {
         (ds_area, Some(chart_area))
@@ -174,3 +177,6 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
         height: h,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,22 +6,35 @@ use ratatui::text::Span;
 
 use crate::domain::{Usd, group_thousands};
 
-/// Display width of a string. The views write ASCII, box-drawing and block characters, all one
-/// cell wide, so characters are cells.
+/// Display width of a string in terminal cells (wide characters count two).
 pub fn width(s: &str) -> u16 {
-    s.chars().count().min(u16::MAX as usize) as u16
+    Span::raw(s).width().min(usize::from(u16::MAX)) as u16
+}
+
+fn char_width(c: char) -> usize {
+    let mut b = [0; 4];
+    Span::raw(&*c.encode_utf8(&mut b)).width()
 }
 
 /// `s` cut to `w` cells, ending in `…` when cut.
 pub fn truncate(s: &str, w: u16) -> String {
     let w = usize::from(w);
-    if s.chars().count() <= w {
+    if Span::raw(s).width() <= w {
         return s.to_string();
     }
     if w == 0 {
         return String::new();
     }
-    let mut out: String = s.chars().take(w - 1).collect();
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let cw = char_width(c);
+        if used + cw > w - 1 {
+            break;
+        }
+        out.push(c);
+        used += cw;
+    }
     out.push('…');
     out
 }
@@ -33,6 +46,9 @@ pub struct ColSpec {
     pub min: u16,
     /// Width of the widest content (and header).
     pub want: u16,
+    /// Width at which the column says all it must (`want`, or less when the rest is a bonus,
+    /// like the error kind after the count): what the drop decisions count.
+    pub whole: u16,
     /// Higher is kept longer; `MUST` is never dropped.
     pub keep: u8,
     /// Takes whatever width is left over.
@@ -42,21 +58,28 @@ pub struct ColSpec {
 pub const MUST: u8 = u8::MAX;
 
 /// Which columns fit in `width` (with `gap` cells between columns) and how wide each is:
-/// `None` for a dropped column. Columns are dropped lowest `keep` first; the width left is
-/// handed out in `keep` order up to each column's `want`, then to the flex columns.
+/// `None` for a dropped column. Columns are dropped lowest `keep` first until the others fit
+/// whole (whole columns read better than more columns cut short); only when the columns that
+/// must stay do not fit whole are they narrowed toward their `min`. The width left is handed
+/// out in `keep` order up to each column's `want`, then all of the rest to the flex columns.
 pub fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
     let mut shown = vec![true; cols.len()];
-    let total = |shown: &[bool]| -> u32 {
+    // Width of the shown columns, each whole (flex columns at `min`) or all at `min`.
+    let total = |shown: &[bool], whole: bool| -> u32 {
         let n = shown.iter().filter(|s| **s).count() as u32;
-        let mins: u32 = cols
+        let sum: u32 = cols
             .iter()
             .zip(shown)
             .filter(|(_, s)| **s)
-            .map(|(c, _)| u32::from(c.min))
+            .map(|(c, _)| u32::from(if whole && !c.flex { c.whole } else { c.min }))
             .sum();
-        mins + u32::from(gap) * n.saturating_sub(1)
+        sum + u32::from(gap) * n.saturating_sub(1)
     };
-    while total(&shown) > u32::from(width) {
+    let must_whole = {
+        let musts: Vec<bool> = cols.iter().map(|c| c.keep == MUST).collect();
+        total(&musts, true) <= u32::from(width)
+    };
+    while total(&shown, must_whole) > u32::from(width) {
         let victim = cols
             .iter()
             .enumerate()
@@ -68,13 +91,16 @@ pub fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
             None => break,
         }
     }
-    let mut extra = u32::from(width).saturating_sub(total(&shown));
+    let mut extra = u32::from(width).saturating_sub(total(&shown, false));
     let mut widths: Vec<Option<u16>> = cols
         .iter()
         .zip(&shown)
         .map(|(c, s)| s.then_some(c.min))
         .collect();
-    let mut order: Vec<usize> = (0..cols.len()).filter(|i| shown[*i]).collect();
+    // Flex columns wait until the others have what they want, then take all that is left.
+    let mut order: Vec<usize> = (0..cols.len())
+        .filter(|i| shown[*i] && !cols[*i].flex)
+        .collect();
     order.sort_by_key(|i| (std::cmp::Reverse(cols[*i].keep), *i));
     for i in order {
         if let Some(w) = widths[i].as_mut() {
@@ -116,7 +142,10 @@ pub fn money(u: Usd) -> String {
 pub fn grouped_f64(v: f64, decimals: usize) -> String {
     let s = format!("{:.*}", decimals, v.abs());
     let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
-    let int = int.parse::<u64>().map(group_thousands).unwrap_or_else(|_| int.to_string());
+    let int = int
+        .parse::<u64>()
+        .map(group_thousands)
+        .unwrap_or_else(|_| int.to_string());
     let sign = if v < 0.0 { "-" } else { "" };
     if frac.is_empty() {
         format!("{sign}{int}")
@@ -168,7 +197,11 @@ pub fn bar(
 ) -> Vec<Span<'static>> {
     let w = usize::from(width);
     let cells = |r: f64| -> usize {
-        let r = if r.is_finite() { r.clamp(0.0, 1.0) } else { 0.0 };
+        let r = if r.is_finite() {
+            r.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         ((r * w as f64).round() as usize).min(w)
     };
     let done = cells(ratio);
@@ -195,6 +228,9 @@ mod tests {
         assert_eq!(truncate("SiliconFlow", 9), "SiliconF…");
         assert_eq!(truncate("Chutes", 9), "Chutes");
         assert_eq!(truncate("abc", 0), "");
+        // Wide characters take two cells.
+        assert_eq!(width("深度求索"), 8);
+        assert_eq!(truncate("深度求索", 6), "深度…");
         assert_eq!(money(Usd::from_f64(11.924)), "$11.92");
         assert_eq!(money(Usd::from_f64(1234.5)), "$1,234.50");
         assert_eq!(money(Usd::from_f64(0.004)), "<$0.01");
@@ -212,14 +248,24 @@ mod tests {
         let c = |min, want, keep, flex| ColSpec {
             min,
             want,
+            whole: want,
             keep,
             flex,
         };
-        let cols = [c(5, 5, MUST, false), c(4, 8, 10, false), c(6, 6, 5, false), c(4, 20, 20, true)];
+        let cols = [
+            c(5, 5, MUST, false),
+            c(4, 8, 10, false),
+            c(6, 6, 5, false),
+            c(4, 20, 20, true),
+        ];
         // 5+8+6+20 + 3 gaps = 42.
         assert_eq!(fit(&cols, 50, 1), vec![Some(5), Some(8), Some(6), Some(28)]);
-        // Too narrow for all minimums (5+4+6+4+3 = 22): the keep-5 column goes first.
-        assert_eq!(fit(&cols, 20, 1), vec![Some(5), Some(4), None, Some(9)]);
+        // Too narrow for all minimums (5+4+6+4+3 = 22): the keep-5 column goes first; the
+        // fixed column grows before the flex one.
+        assert_eq!(fit(&cols, 20, 1), vec![Some(5), Some(8), None, Some(5)]);
+        // Whole columns over more columns cut short: the keep-10 column goes too, though
+        // it would fit at its minimum.
+        assert_eq!(fit(&cols, 17, 1), vec![Some(5), None, None, Some(11)]);
         assert_eq!(fit(&cols, 3, 1), vec![Some(5), None, None, None]);
     }
 }

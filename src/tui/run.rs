@@ -1,0 +1,187 @@
+//! The driver: owns the terminal, reads keys and snapshots, runs [`update`] and its effects,
+//! and draws. Input redraws at once; snapshots mark the screen dirty and are drawn at most
+//! ~5 times a second. Each frame is one synchronized update (no tearing over ssh or tmux); a
+//! resize or regained focus (a tmux reattach) repaints the whole screen.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crossterm::event::{
+    DisableFocusChange, DisableMouseCapture, EnableFocusChange, Event, EventStream,
+};
+use crossterm::execute;
+use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
+use futures::StreamExt;
+use ratatui::DefaultTerminal;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::engine::control::{Command, ShutdownMode};
+use crate::engine::snapshot::Snapshot;
+
+use super::state::UiState;
+use super::theme::Theme;
+use super::update::{Msg, UiEffect, update};
+use super::view;
+
+/// Time between two frames drawn for snapshots alone.
+const FRAME: Duration = Duration::from_millis(200);
+
+/// How the TUI ended.
+#[derive(Clone, Debug)]
+pub struct TuiExit {
+    /// The last snapshot it saw.
+    pub last: Arc<Snapshot>,
+    /// The shutdown the operator asked for, if they did (else the run ended, or the engine
+    /// closed its snapshot channel).
+    pub requested: Option<ShutdownMode>,
+}
+
+/// Whether a [`TerminalGuard`] holds the terminal (for the panic hook).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static HOOK: std::sync::Once = std::sync::Once::new();
+
+/// Raw mode and the alternate screen for as long as it lives; restored on drop and on panic.
+struct TerminalGuard {
+    terminal: DefaultTerminal,
+}
+
+impl TerminalGuard {
+    fn enter() -> io::Result<Self> {
+        // `try_init` chains ratatui's own hook (restore) in front of the existing one; ours,
+        // chained in front of that, also turns focus reporting off.
+        let terminal = match ratatui::try_init() {
+            Ok(t) => t,
+            Err(e) => {
+                ratatui::restore();
+                return Err(e);
+            }
+        };
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if ACTIVE.swap(false, Ordering::SeqCst) {
+                    let _ = execute!(io::stdout(), DisableFocusChange);
+                }
+                previous(info);
+            }));
+        });
+        ACTIVE.store(true, Ordering::SeqCst);
+        let guard = TerminalGuard { terminal };
+        // Mouse capture stays off so that tmux copy mode and terminal selection work.
+        execute!(io::stdout(), DisableMouseCapture, EnableFocusChange)?;
+        Ok(guard)
+    }
+
+    fn draw(&mut self, state: &UiState) -> io::Result<()> {
+        execute!(self.terminal.backend_mut(), BeginSynchronizedUpdate)?;
+        let drawn = self.terminal.draw(|f| view::render(f, state)).map(|_| ());
+        // End the update even when drawing failed, so the terminal does not stay frozen.
+        let ended = execute!(self.terminal.backend_mut(), EndSynchronizedUpdate);
+        drawn
+            .and(ended)
+            .and_then(|()| self.terminal.backend_mut().flush())
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        if ACTIVE.swap(false, Ordering::SeqCst) {
+            let _ = execute!(io::stdout(), DisableFocusChange);
+        }
+        let _ = self.terminal.show_cursor();
+        ratatui::restore();
+    }
+}
+
+/// Runs the TUI until the operator's shutdown has finished (the snapshot says Stopped or
+/// Done), the operator quits a finished run, or the engine closes its snapshot channel.
+/// Commands are sent with `try_send`: a full channel never blocks the UI; it says so instead.
+pub async fn run_tui(
+    commands: mpsc::Sender<Command>,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+) -> io::Result<TuiExit> {
+    let first = snapshots.borrow_and_update().clone();
+    let mut state = UiState::new(first, Theme::from_env());
+    let mut term = TerminalGuard::enter()?;
+    let size = term.terminal.size()?;
+    update(&mut state, Msg::Resize(size.width, size.height));
+    let mut input = EventStream::new();
+    let mut input_open = true;
+    let mut dirty = false;
+    term.draw(&state)?;
+    let mut last_draw = Instant::now();
+    let exit = |state: &UiState| TuiExit {
+        last: state.snapshot.clone(),
+        requested: state.shutdown,
+    };
+    loop {
+        let next_frame = last_draw + FRAME;
+        let msg = tokio::select! {
+            ev = input.next(), if input_open => match ev {
+                Some(Ok(Event::Key(k))) => Some(Msg::Key(k)),
+                Some(Ok(Event::Resize(w, h))) => {
+                    term.terminal.autoresize()?;
+                    term.terminal.clear()?;
+                    Some(Msg::Resize(w, h))
+                }
+                Some(Ok(Event::FocusGained)) => {
+                    // A tmux reattach: the screen may hold anything; repaint all of it.
+                    term.terminal.clear()?;
+                    dirty = true;
+                    let now = Instant::now();
+                    last_draw = now.checked_sub(FRAME).unwrap_or(now);
+                    None
+                }
+                Some(Ok(_)) => None,
+                Some(Err(e)) => return Err(e),
+                // No more input (the terminal went away): keep following the run.
+                None => {
+                    input_open = false;
+                    None
+                }
+            },
+            changed = snapshots.changed() => match changed {
+                Ok(()) => Some(Msg::Snapshot(snapshots.borrow_and_update().clone())),
+                Err(_) => return Ok(exit(&state)),
+            },
+            () = tokio::time::sleep_until(next_frame), if dirty => {
+                term.draw(&state)?;
+                last_draw = Instant::now();
+                dirty = false;
+                None
+            }
+        };
+        let Some(msg) = msg else {
+            continue;
+        };
+        let at_once = !matches!(msg, Msg::Snapshot(_));
+        for effect in update(&mut state, msg) {
+            match effect {
+                UiEffect::Send(cmd) => match commands.try_send(cmd) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(cmd)) => {
+                        if matches!(cmd, Command::Shutdown(_)) {
+                            // Not sent: do not wait for a shutdown that is not coming.
+                            state.shutdown = None;
+                        }
+                        state.set_status("the engine is busy: command not sent; try again");
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        state.set_status("the engine has stopped taking commands");
+                    }
+                },
+                UiEffect::Quit => return Ok(exit(&state)),
+            }
+        }
+        if at_once {
+            term.draw(&state)?;
+            last_draw = Instant::now();
+            dirty = false;
+        } else {
+            dirty = true;
+        }
+    }
+}

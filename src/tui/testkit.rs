@@ -1,0 +1,364 @@
+//! Test fixtures: a snapshot of a Kimi K2.5 run twelve minutes in (the 11 endpoints of
+//! `assets/providers/kimi-k2.5.json`, three datasets, history and events), fixed in time.
+
+use std::sync::Arc;
+
+use crate::domain::Usd;
+use crate::engine::health::BreakerState;
+use crate::engine::policy::Fidelity;
+use crate::engine::snapshot::{
+    DatasetSnap, DatasetState, EndpointSnap, EventLine, HistoryPoint, RunState, Snapshot,
+};
+
+use super::state::UiState;
+use super::theme::Theme;
+
+/// An endpoint as listed, with nothing observed yet.
+#[allow(clippy::too_many_arguments)]
+pub fn endpoint(
+    provider: &str,
+    tag: &str,
+    quant: &str,
+    fidelity: Fidelity,
+    price_in: f64,
+    price_out: f64,
+    status: i64,
+    uptime: f64,
+) -> EndpointSnap {
+    EndpointSnap {
+        tag: tag.into(),
+        provider: provider.into(),
+        quantization: quant.into(),
+        fidelity,
+        price_in_per_m: price_in,
+        price_out_per_m: price_out,
+        status: Some(status),
+        uptime_30m: Some(uptime),
+        allowed: true,
+        why_off: None,
+        operator: None,
+        breaker: BreakerState::Closed,
+        in_flight: 0,
+        done: 0,
+        errors: 0,
+        top_error: None,
+        tok_per_s: 0.0,
+        ttft_p50_ms: None,
+        ttft_p95_ms: None,
+        mean_output_tokens: None,
+        truncation_rate: None,
+        spent: Usd::ZERO,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn observed(
+    mut e: EndpointSnap,
+    in_flight: u64,
+    done: u64,
+    errors: u64,
+    top: Option<(&str, u64)>,
+    tok_per_s: f64,
+    ttft_ms: u64,
+    mean_len: f64,
+    trunc: f64,
+    spent: f64,
+) -> EndpointSnap {
+    e.in_flight = in_flight;
+    e.done = done;
+    e.errors = errors;
+    e.top_error = top.map(|(k, n)| (k.to_string(), n));
+    e.tok_per_s = tok_per_s;
+    e.ttft_p50_ms = Some(ttft_ms);
+    e.ttft_p95_ms = Some(ttft_ms * 3);
+    e.mean_output_tokens = Some(mean_len);
+    e.truncation_rate = Some(trunc);
+    e.spent = Usd::from_f64(spent);
+    e
+}
+
+fn off(mut e: EndpointSnap, why: &str, operator: Option<bool>) -> EndpointSnap {
+    e.allowed = false;
+    e.why_off = Some(why.into());
+    e.operator = operator;
+    e
+}
+
+/// The 11 Kimi K2.5 endpoints: five serving, Parasail resting behind an open breaker,
+/// BaseTen (fp4) and three unknown-quantization endpoints excluded by the faithful policy,
+/// Fireworks excluded by the operator, DeepInfra (unknown) included by the operator.
+pub fn kimi_endpoints() -> Vec<EndpointSnap> {
+    use Fidelity::{Native, Requantized, Unknown};
+    let mut deepinfra = observed(
+        endpoint(
+            "DeepInfra",
+            "deepinfra",
+            "unknown",
+            Unknown,
+            0.45,
+            2.25,
+            0,
+            98.7,
+        ),
+        301,
+        2_204,
+        5,
+        Some(("mid", 5)),
+        7_010.0,
+        1_400,
+        1_701.0,
+        0.010,
+        8.61,
+    );
+    deepinfra.operator = Some(true);
+    let mut parasail = observed(
+        endpoint(
+            "Parasail",
+            "parasail/int4",
+            "int4",
+            Native,
+            0.55,
+            2.60,
+            0,
+            97.0,
+        ),
+        0,
+        41,
+        21,
+        Some(("5xx", 21)),
+        0.0,
+        1_300,
+        1_650.0,
+        0.0,
+        0.31,
+    );
+    parasail = off(parasail, "breaker 38s", None);
+    parasail.breaker = BreakerState::Open;
+    vec![
+        observed(
+            endpoint("Chutes", "chutes/int4", "int4", Native, 0.45, 2.20, 0, 99.1),
+            412,
+            3_120,
+            12,
+            Some(("429", 9)),
+            9_840.0,
+            900,
+            1_702.0,
+            0.012,
+            11.92,
+        ),
+        deepinfra,
+        observed(
+            endpoint(
+                "SiliconFlow",
+                "siliconflow/int4",
+                "int4",
+                Native,
+                0.45,
+                2.25,
+                0,
+                99.8,
+            ),
+            398,
+            2_987,
+            3,
+            Some(("5xx", 3)),
+            9_120.0,
+            1_100,
+            1_688.0,
+            0.009,
+            11.40,
+        ),
+        observed(
+            endpoint(
+                "AtlasCloud",
+                "atlas-cloud/int4",
+                "int4",
+                Native,
+                0.50,
+                2.50,
+                0,
+                99.4,
+            ),
+            350,
+            1_510,
+            0,
+            None,
+            5_600.0,
+            1_000,
+            1_690.0,
+            0.011,
+            6.47,
+        ),
+        parasail,
+        observed(
+            endpoint(
+                "Moonshot AI",
+                "moonshotai/int4",
+                "int4",
+                Native,
+                0.60,
+                3.00,
+                0,
+                99.9,
+            ),
+            523,
+            560,
+            2,
+            Some(("timeout", 2)),
+            4_300.0,
+            800,
+            1_710.0,
+            0.015,
+            2.56,
+        ),
+        off(
+            endpoint(
+                "BaseTen",
+                "baseten/fp4",
+                "fp4",
+                Requantized,
+                0.50,
+                2.50,
+                -5,
+                29.8,
+            ),
+            "policy: fp4 re-quantized",
+            None,
+        ),
+        off(
+            endpoint(
+                "Together", "together", "unknown", Unknown, 0.50, 2.80, 0, 99.6,
+            ),
+            "policy: unknown quant",
+            None,
+        ),
+        off(
+            endpoint("Novita", "novita", "unknown", Unknown, 0.57, 2.85, -2, 80.2),
+            "policy: unknown quant",
+            None,
+        ),
+        off(
+            endpoint(
+                "Fireworks",
+                "fireworks",
+                "unknown",
+                Unknown,
+                0.60,
+                3.00,
+                0,
+                99.3,
+            ),
+            "operator",
+            Some(false),
+        ),
+        off(
+            endpoint("Venice", "venice", "unknown", Unknown, 0.75, 3.75, 0, 98.2),
+            "policy: unknown quant",
+            None,
+        ),
+    ]
+}
+
+pub fn dataset(name: &str, done: u64, total: u64, out: u64, state: DatasetState) -> DatasetSnap {
+    DatasetSnap {
+        name: name.into(),
+        total,
+        done,
+        rejected: 0,
+        in_flight: 0,
+        output_tokens: out,
+        output_token_budget: Some(10_000_000),
+        max_samples: None,
+        tok_per_s: 0.0,
+        spent: Usd::ZERO,
+        eta_s: None,
+        state,
+    }
+}
+
+/// The whole run, at 00:12:41.
+pub fn kimi_snapshot() -> Snapshot {
+    let mut b3 = dataset("B3", 6_210, 6_666, 9_100_000, DatasetState::Running);
+    b3.rejected = 12;
+    b3.in_flight = 1_100;
+    b3.tok_per_s = 8_120.0;
+    b3.spent = Usd::from_f64(20.10);
+    b3.eta_s = Some(110.0);
+    let mut b4 = dataset("B4", 4_002, 7_100, 5_600_000, DatasetState::Running);
+    b4.in_flight = 884;
+    b4.tok_per_s = 7_990.0;
+    b4.spent = Usd::from_f64(12.40);
+    b4.eta_s = Some(550.0);
+    let b5 = dataset("B5", 0, 6_800, 0, DatasetState::Queued);
+    // A ramp to ~28k tok/s over the first minutes, then a plateau with a dip.
+    let history = (0..150)
+        .map(|i| {
+            let t = f64::from(i) * 5.0;
+            let ramp = (t / 240.0).min(1.0);
+            let dip = if (100..110).contains(&i) { 0.6 } else { 1.0 };
+            let tok = 28_000.0 * ramp * dip + f64::from(i % 7) * 150.0;
+            HistoryPoint {
+                at_s: t,
+                tok_per_s: tok,
+                usd_per_min: tok * 60.0 * 2.3 / 1e6,
+            }
+        })
+        .collect();
+    let events = [
+        (0.4, "policy: faithful (native int4)"),
+        (
+            0.4,
+            "operator excluded fireworks (applies to the next request)",
+        ),
+        (
+            3.1,
+            "operator included deepinfra (applies to the next request)",
+        ),
+        (
+            723.8,
+            "breaker opened: parasail/int4 after 5 failures in a row (5xx); probe in 60s",
+        ),
+        (740.2, "concurrency set to 2000"),
+    ]
+    .into_iter()
+    .map(|(at_s, text)| EventLine {
+        at_s,
+        text: text.into(),
+    })
+    .collect();
+    Snapshot {
+        model: "moonshotai/kimi-k2.5".into(),
+        routing: "pinned".into(),
+        state: RunState::Running,
+        reason: None,
+        started_at: "2026-01-30T12:28:00Z".into(),
+        elapsed_s: 761.0,
+        concurrency_limit: 2_000,
+        in_flight: 1_984,
+        budget: Usd::from_f64(100.0),
+        spent: Usd::from_f64(40.90),
+        carried_over: Usd::ZERO,
+        accrued: Usd::from_f64(0.37),
+        projected: Some(Usd::from_f64(86.10)),
+        done: 10_212,
+        rejected: 12,
+        total: 20_566,
+        retries: 43,
+        output_tokens: 14_700_000,
+        prompt_tokens: 6_100_000,
+        tok_per_s: 28_310.0,
+        usd_per_min: 3.91,
+        eta_s: Some(1_200.0),
+        datasets: vec![b3, b4, b5],
+        endpoints: kimi_endpoints(),
+        events,
+        history,
+        key_usage_start: None,
+        key_usage_now: None,
+    }
+}
+
+pub fn state_with(s: Snapshot) -> UiState {
+    UiState::new(Arc::new(s), Theme::ansi16())
+}

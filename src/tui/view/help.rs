@@ -1,0 +1,68 @@
+//! The `?` overlay: every key (from the same table as the footer) and what the marks mean.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Padding, Paragraph, Wrap};
+
+use super::super::keymap::HINTS;
+use super::super::state::UiState;
+use super::centered;
+
+pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+    let t = &state.theme;
+    let key_w = HINTS
+        .iter()
+        .map(|h| h.help_keys.chars().count())
+        .max()
+        .unwrap_or(8);
+    let mut lines: Vec<Line> = vec![Line::styled("Keys (each acts at once)", t.title)];
+    for h in HINTS {
+        lines.push(Line::from(vec![
+            Span::styled(format!(" {:<key_w$}  ", h.help_keys), t.key),
+            Span::raw(h.help),
+        ]));
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::styled("Marks", t.title));
+    let legend: [(&str, &str); 5] = [
+        ("[x] [ ]", "included / excluded (by you or by the policy)"),
+        (
+            "* + ! ?",
+            "native precision, lossless upcast, re-quantized, unknown",
+        ),
+        (
+            "why off",
+            "operator, policy: ..., down: (API uptime), breaker Ns",
+        ),
+        ("█ ▒ ░", "spent, projected, rest of the budget"),
+        (
+            "err",
+            "failed attempts and their main kind (429, 5xx, mid...)",
+        ),
+    ];
+    for (k, v) in legend {
+        lines.push(Line::from(vec![
+            Span::styled(format!(" {k:<key_w$}  "), t.bold),
+            Span::raw(v),
+        ]));
+    }
+    let content = lines.iter().map(Line::width).max().unwrap_or(40) as u16;
+    let w = (content + 4).min(area.width.saturating_sub(2));
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = centered(area, w, h);
+    frame.render_widget(Clear, r);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .style(t.overlay)
+            .block(
+                Block::bordered()
+                    .padding(Padding::horizontal(1))
+                    .border_style(t.border_focused)
+                    .title(Span::styled(" Help ", t.title))
+                    .title_bottom(Line::styled(" Esc or ? closes ", t.dim).right_aligned()),
+            ),
+        r,
+    );
+}

@@ -1,0 +1,411 @@
+//! The providers table: one row per endpoint with the include mark, what the API lists (tag,
+//! quantization with its fidelity mark, prices, status, uptime), what we observed (in flight,
+//! done, errors and their main kind, tok/s, TTFT p50, mean output length, truncation, spend)
+//! and why the endpoint is off. Columns drop as the width shrinks: TTFT, length and truncation
+//! first, then $/M in, then the rest of what is not needed at 80 columns.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Row, Table};
+
+use crate::engine::policy::Fidelity;
+use crate::engine::snapshot::EndpointSnap;
+
+use super::super::state::{Pane, SortColumn, UiState, included};
+use super::super::theme::Theme;
+use super::text::{ColSpec, MUST, count, fit, money, rate, truncate, width};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Col {
+    Mark,
+    Provider,
+    Tag,
+    Quant,
+    PriceIn,
+    PriceOut,
+    Api,
+    Up,
+    Fly,
+    Done,
+    Err,
+    TokS,
+    Ttft,
+    Len,
+    Trunc,
+    Spent,
+    Why,
+}
+
+const COLS: [Col; 17] = [
+    Col::Mark,
+    Col::Provider,
+    Col::Tag,
+    Col::Quant,
+    Col::PriceIn,
+    Col::PriceOut,
+    Col::Api,
+    Col::Up,
+    Col::Fly,
+    Col::Done,
+    Col::Err,
+    Col::TokS,
+    Col::Ttft,
+    Col::Len,
+    Col::Trunc,
+    Col::Spent,
+    Col::Why,
+];
+
+impl Col {
+    fn header(self) -> &'static str {
+        match self {
+            Col::Mark => "",
+            Col::Provider => "provider",
+            Col::Tag => "tag",
+            Col::Quant => "quant",
+            Col::PriceIn => "$/M in",
+            Col::PriceOut => "$/M out",
+            Col::Api => "api",
+            Col::Up => "up30m",
+            Col::Fly => "fly",
+            Col::Done => "done",
+            Col::Err => "err",
+            Col::TokS => "tok/s",
+            Col::Ttft => "ttft50",
+            Col::Len => "len",
+            Col::Trunc => "trunc",
+            Col::Spent => "spent",
+            Col::Why => "why off",
+        }
+    }
+
+    fn right(self) -> bool {
+        !matches!(
+            self,
+            Col::Mark | Col::Provider | Col::Tag | Col::Quant | Col::Why | Col::Err
+        )
+    }
+
+    /// Drop order: lowest first.
+    fn keep(self) -> u8 {
+        match self {
+            Col::Mark
+            | Col::Provider
+            | Col::Quant
+            | Col::PriceOut
+            | Col::Up
+            | Col::TokS
+            | Col::Spent => MUST,
+            Col::Why => 90,
+            Col::Err => 85,
+            Col::Done => 80,
+            Col::Fly => 75,
+            Col::Api => 70,
+            Col::Tag => 65,
+            Col::PriceIn => 60,
+            Col::Trunc => 50,
+            Col::Len => 45,
+            Col::Ttft => 40,
+        }
+    }
+
+    fn sort(self) -> Option<SortColumn> {
+        match self {
+            Col::PriceOut => Some(SortColumn::PriceOut),
+            Col::Provider => Some(SortColumn::Provider),
+            Col::TokS => Some(SortColumn::TokPerS),
+            Col::Spent => Some(SortColumn::Spent),
+            Col::Err => Some(SortColumn::Errors),
+            Col::Done => Some(SortColumn::Done),
+            _ => None,
+        }
+    }
+}
+
+/// The text of a cell before it is fitted (also what its width is measured on).
+fn text(c: Col, e: &EndpointSnap, quant_w: usize) -> String {
+    let dash = || "-".to_string();
+    match c {
+        Col::Mark => format!("  {}", if included(e) { "[x]" } else { "[ ]" }),
+        Col::Provider => e.provider.clone(),
+        Col::Tag => e.tag.clone(),
+        Col::Quant => format!("{:<quant_w$} {}", e.quantization, e.fidelity.mark()),
+        Col::PriceIn => format!("{:.2}", e.price_in_per_m),
+        Col::PriceOut => format!("{:.2}", e.price_out_per_m),
+        Col::Api => match e.status {
+            Some(0) => "ok".into(),
+            Some(n) => n.to_string(),
+            None => dash(),
+        },
+        Col::Up => e.uptime_30m.map_or_else(dash, |u| format!("{u:.1}%")),
+        Col::Fly => count(e.in_flight),
+        Col::Done => count(e.done),
+        Col::Err => match (&e.top_error, e.errors) {
+            (_, 0) => dash(),
+            (Some((kind, _)), n) => format!("{} {kind}", count(n)),
+            (None, n) => count(n),
+        },
+        Col::TokS => rate(e.tok_per_s),
+        Col::Ttft => e
+            .ttft_p50_ms
+            .map_or_else(dash, |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+        Col::Len => e
+            .mean_output_tokens
+            .map_or_else(dash, |m| count(m.round() as u64)),
+        Col::Trunc => e
+            .truncation_rate
+            .map_or_else(dash, |t| format!("{:.1}%", t * 100.0)),
+        Col::Spent => money(e.spent),
+        Col::Why => e.why_off.clone().unwrap_or_default(),
+    }
+}
+
+/// A reason that fits `w`: whole, else without its `policy: ` / `down: ` prefix (the rest
+/// still says what is wrong), else cut with `…`.
+pub fn fit_reason(reason: &str, w: u16) -> String {
+    if width(reason) <= w {
+        return reason.to_string();
+    }
+    let short = reason
+        .strip_prefix("policy: ")
+        .or_else(|| reason.strip_prefix("down: "))
+        .unwrap_or(reason);
+    truncate(short, w)
+}
+
+fn why_style(t: &Theme, why: &str) -> Style {
+    if why.starts_with("down") {
+        t.bad
+    } else if why.starts_with("breaker") || why.starts_with("429") {
+        t.warn
+    } else {
+        t.text
+    }
+}
+
+fn cell(
+    c: Col,
+    e: &EndpointSnap,
+    w: u16,
+    quant_w: usize,
+    selected: bool,
+    t: &Theme,
+) -> Cell<'static> {
+    let raw = text(c, e, quant_w);
+    let line = match c {
+        Col::Mark => {
+            let sel = if selected { ">" } else { " " };
+            let mark = if included(e) { "[x]" } else { "[ ]" };
+            Line::from(vec![
+                Span::styled(sel, t.bold),
+                Span::raw(" "),
+                Span::raw(mark),
+            ])
+        }
+        Col::Quant => {
+            let mark_style = t.fidelity(e.fidelity);
+            let q = format!("{:<quant_w$} ", e.quantization);
+            let q_style = match e.fidelity {
+                Fidelity::Requantized | Fidelity::Unknown => mark_style,
+                _ => t.text,
+            };
+            Line::from(vec![
+                Span::styled(truncate(&q, w.saturating_sub(1)), q_style),
+                Span::styled(e.fidelity.mark(), mark_style.patch(t.bold)),
+            ])
+        }
+        Col::Err => {
+            let s = if width(&raw) > w {
+                count(e.errors)
+            } else {
+                raw
+            };
+            let style = if e.errors > 0 { t.warn } else { t.text };
+            Line::styled(s, style)
+        }
+        Col::Api => {
+            let style = match e.status {
+                Some(0) | None => t.text,
+                Some(_) => t.bad,
+            };
+            Line::styled(raw, style)
+        }
+        Col::Up => {
+            let style = match e.uptime_30m {
+                Some(u) if u < 50.0 => t.bad,
+                Some(u) if u < 90.0 => t.warn,
+                _ => t.text,
+            };
+            Line::styled(raw, style)
+        }
+        Col::Why => {
+            let style = why_style(t, &raw);
+            Line::styled(fit_reason(&raw, w), style)
+        }
+        _ => Line::raw(truncate(&raw, w)),
+    };
+    Cell::new(if c.right() {
+        line.right_aligned()
+    } else {
+        line
+    })
+}
+
+pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) {
+    let t = &state.theme;
+    let s = &state.snapshot;
+    let order = state.endpoints();
+    let focused = state.focus == Pane::Providers;
+    let allowed = s.endpoints.iter().filter(|e| e.allowed).count();
+
+    let native_span = s
+        .endpoints
+        .iter()
+        .find(|e| e.fidelity == Fidelity::Native)
+        .map(|e| Span::styled(format!(" native {} ", e.quantization), t.dim));
+    let sort = Span::styled(
+        format!(
+            " sort: {} {} ",
+            state.sort.column.label(),
+            state.sort.dir.arrow()
+        ),
+        t.dim,
+    );
+    let title = |with_native: bool, with_sort: bool| {
+        let mut v = vec![Span::styled(" Providers ", t.title)];
+        if with_model {
+            v.push(Span::styled(format!(" {} ", s.model), t.bold));
+        }
+        v.push(Span::raw(format!(
+            " {} of {} allowed ",
+            allowed,
+            s.endpoints.len()
+        )));
+        if with_native && let Some(n) = &native_span {
+            v.push(n.clone());
+        }
+        if with_sort {
+            v.push(sort.clone());
+        }
+        Line::from(v)
+    };
+    let room = usize::from(area.width.saturating_sub(2));
+    let title = [(true, true), (false, true), (false, false)]
+        .into_iter()
+        .map(|(n, so)| title(n, so))
+        .find(|l| l.width() <= room)
+        .unwrap_or_else(|| title(false, false));
+    let block = Block::bordered()
+        .border_style(if focused { t.border_focused } else { t.border })
+        .title(title);
+    let inner = block.inner(area);
+
+    let quant_w = order
+        .iter()
+        .map(|e| e.quantization.chars().count())
+        .max()
+        .unwrap_or(4);
+    let specs: Vec<ColSpec> = COLS
+        .iter()
+        .map(|&c| {
+            let want = order
+                .iter()
+                .map(|e| width(&text(c, e, quant_w)))
+                .chain([width(c.header())])
+                .max()
+                .unwrap_or(1);
+            let min = match c {
+                Col::Provider => want.min(10),
+                Col::Tag => want.min(10),
+                Col::Why => want.min(16),
+                Col::Err => want.min(3),
+                _ => want,
+            };
+            // The error count is whole without its kind.
+            let whole = if c == Col::Err {
+                order
+                    .iter()
+                    .map(|e| width(&count(e.errors)))
+                    .chain([width(c.header())])
+                    .max()
+                    .unwrap_or(3)
+            } else {
+                want
+            };
+            ColSpec {
+                min: min.min(whole),
+                want,
+                whole,
+                keep: c.keep(),
+                flex: c == Col::Why,
+            }
+        })
+        .collect();
+    let widths = fit(&specs, inner.width, 1);
+    let shown: Vec<(Col, u16)> = COLS
+        .iter()
+        .zip(&widths)
+        .filter_map(|(c, w)| w.map(|w| (*c, w)))
+        .collect();
+
+    let header = Row::new(shown.iter().map(|(c, w)| {
+        let style = if c.sort() == Some(state.sort.column) {
+            t.sort_column
+        } else {
+            t.header_row
+        };
+        let l = Line::styled(truncate(c.header(), *w), style);
+        Cell::new(if c.right() { l.right_aligned() } else { l })
+    }));
+
+    // Scroll so the selected row is visible.
+    let visible = usize::from(inner.height.saturating_sub(1));
+    let sel = state.selected_row().unwrap_or(0);
+    let offset = if visible == 0 {
+        0
+    } else {
+        sel.saturating_sub(visible - 1)
+    };
+    let rows: Vec<Row> = order
+        .iter()
+        .skip(offset)
+        .take(visible)
+        .map(|e| {
+            let selected = state.selected.as_deref() == Some(e.tag.as_str());
+            let mut style = if included(e) { t.text } else { t.dim };
+            if selected {
+                style = style.patch(if focused {
+                    t.selected
+                } else {
+                    t.selected_unfocused
+                });
+            }
+            Row::new(
+                shown
+                    .iter()
+                    .map(|(c, w)| cell(*c, e, *w, quant_w, selected, t)),
+            )
+            .style(style)
+        })
+        .collect();
+    let hidden = order.len().saturating_sub(offset + rows.len());
+    let mut block = block;
+    if offset > 0 || hidden > 0 {
+        let mut parts = Vec::new();
+        if offset > 0 {
+            parts.push(format!("↑ {offset} more"));
+        }
+        if hidden > 0 {
+            parts.push(format!("↓ {hidden} more"));
+        }
+        block = block
+            .title_bottom(Line::styled(format!(" {} ", parts.join("  ")), t.dim).right_aligned());
+    }
+    let table = Table::new(rows, shown.iter().map(|(_, w)| Constraint::Length(*w)))
+        .header(header)
+        .column_spacing(1)
+        .block(block);
+    frame.render_widget(table, area);
+}

@@ -1,0 +1,62 @@
+//! The quit dialog: drain (finish in-flight, save, exit) or stop now (cancel, save, exit).
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
+
+use crate::engine::control::ShutdownMode;
+
+use super::super::state::UiState;
+use super::centered;
+use super::text::count;
+
+pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+    let t = &state.theme;
+    let s = &state.snapshot;
+    let draining = state.shutdown == Some(ShutdownMode::Drain);
+    let mut lines = vec![
+        Line::raw(if draining {
+            format!(
+                "Draining: {} requests in flight still to finish.",
+                count(s.in_flight)
+            )
+        } else {
+            format!(
+                "{} requests in flight, {} spent.",
+                count(s.in_flight),
+                s.spent_with_accrued()
+            )
+        }),
+        Line::raw(""),
+    ];
+    let option = |k: &str, v: &str| {
+        Line::from(vec![
+            Span::styled(format!(" {k:<4} "), t.key),
+            Span::raw(v.to_string()),
+        ])
+    };
+    if !draining {
+        lines.push(option("d", "drain: finish in-flight requests, save, exit"));
+    }
+    lines.push(option(
+        "n",
+        "stop now: cancel in-flight requests, save, exit",
+    ));
+    lines.push(option("Esc", "keep running"));
+    let w = 56.min(area.width);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = centered(area, w, h);
+    frame.render_widget(Clear, r);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .style(t.overlay)
+            .block(
+                Block::bordered()
+                    .border_style(t.border_focused)
+                    .title(Span::styled(" Quit harvest? ", t.title)),
+            ),
+        r,
+    );
+}

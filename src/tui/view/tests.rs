@@ -1,0 +1,325 @@
+//! Whole screens drawn on ratatui's `TestBackend` from the Kimi fixture: insta snapshots of the
+//! text, plus the checks a person would make by eye.
+
+use std::sync::Arc;
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::Color;
+
+use crate::engine::snapshot::{DatasetState, RunState};
+
+use super::super::state::UiState;
+use super::super::testkit::{kimi_snapshot, state_with};
+use super::super::theme::Theme;
+use super::super::update::{Msg, update};
+use super::render;
+
+fn draw(state: &UiState, w: u16, h: u16) -> Buffer {
+    let mut t = Terminal::new(TestBackend::new(w, h)).expect("test terminal");
+    t.draw(|f| render(f, state)).expect("draw");
+    t.backend().buffer().clone()
+}
+
+/// The screen as text, one line per row, trailing blanks trimmed.
+fn text(b: &Buffer) -> String {
+    let mut out = String::new();
+    for y in 0..b.area.height {
+        let row: String = (0..b.area.width).map(|x| b[(x, y)].symbol()).collect();
+        out.push_str(row.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in\n{screen}"))
+}
+
+/// Position of the first cell of `needle` on the screen.
+fn find(b: &Buffer, needle: &str) -> (u16, u16) {
+    let screen = text(b);
+    for (y, l) in screen.lines().enumerate() {
+        if let Some(byte) = l.find(needle) {
+            return (l[..byte].chars().count() as u16, y as u16);
+        }
+    }
+    panic!("{needle:?} not on screen:\n{screen}");
+}
+
+#[test]
+fn screen_80x24() {
+    let st = state_with(kimi_snapshot());
+    let b = draw(&st, 80, 24);
+    let s = text(&b);
+    insta::assert_snapshot!("screen_80x24", s);
+
+    // Header: state, elapsed, in flight, spend vs budget with projection, ETA.
+    let header = s.lines().next().unwrap_or_default();
+    for want in [
+        "RUNNING",
+        "00:12:41",
+        "1,984/2,000",
+        "$41.27/$100.00",
+        "proj $86.10",
+        "ETA 20m00s",
+    ] {
+        assert!(header.contains(want), "header lacks {want:?}: {header}");
+    }
+    // The model moved to the providers title.
+    assert!(line_with(&s, "Providers").contains("moonshotai/kimi-k2.5"));
+    // The latest event folds under the header.
+    assert!(
+        s.lines()
+            .nth(1)
+            .unwrap_or_default()
+            .contains("concurrency set to 2000")
+    );
+
+    // Providers: include mark, price, quantization mark, uptime, tok/s, spend, why off.
+    let chutes = line_with(&s, "Chutes");
+    for want in ["[x]", "int4", "*", "2.20", "99.1%", "9,840", "$11.92"] {
+        assert!(chutes.contains(want), "Chutes row lacks {want:?}: {chutes}");
+    }
+    assert!(chutes.contains('>'), "the first row is selected: {chutes}");
+    let baseten = line_with(&s, "BaseTen");
+    for want in ["[ ]", "fp4", "!", "2.50", "29.8%", "fp4 re-quantized"] {
+        assert!(
+            baseten.contains(want),
+            "BaseTen row lacks {want:?}: {baseten}"
+        );
+    }
+    let fireworks = line_with(&s, "Fireworks");
+    assert!(fireworks.contains("[ ]") && fireworks.contains("unknown ?"));
+    assert!(fireworks.contains("operator"), "{fireworks}");
+    let parasail = line_with(&s, "Parasail");
+    assert!(
+        parasail.contains("[x]") && parasail.contains("breaker 38s"),
+        "{parasail}"
+    );
+    assert!(
+        line_with(&s, "DeepInfra").contains("[x]"),
+        "the operator included it"
+    );
+    assert_eq!(
+        s.matches("[x]").count() + s.matches("[ ]").count(),
+        11,
+        "all 11 endpoints"
+    );
+    // Dropped first at 80 columns: TTFT, length, truncation and $/M in.
+    for gone in ["ttft50", "trunc", "$/M in"] {
+        assert!(!s.contains(gone), "{gone} should be dropped at 80x24");
+    }
+
+    // Datasets: prompts (+ rejected), tokens vs budget, tok/s, dollars, ETA, state.
+    let b3 = line_with(&s, "B3");
+    for want in [
+        "6,210/6,666 +12 rej",
+        "█",
+        "9.1M/10M",
+        "8,120",
+        "$20.10",
+        "1m50s",
+        "running",
+    ] {
+        assert!(b3.contains(want), "B3 row lacks {want:?}: {b3}");
+    }
+    let b5 = line_with(&s, "B5");
+    assert!(
+        b5.contains("0/6,800") && b5.contains("0/10M") && b5.contains("queued"),
+        "{b5}"
+    );
+
+    // Footer.
+    let footer = s.lines().last().unwrap_or_default();
+    for want in ["space", "incl", "sort", "pause", "+/-", "? help", "q quit"] {
+        assert!(footer.contains(want), "footer lacks {want:?}: {footer}");
+    }
+    // No line is wider than the screen (nothing wraps or spills).
+    assert!(s.lines().all(|l| l.chars().count() <= 80));
+}
+
+#[test]
+fn screen_160x48() {
+    let st = state_with(kimi_snapshot());
+    let b = draw(&st, 160, 48);
+    let s = text(&b);
+    insta::assert_snapshot!("screen_160x48", s);
+    let header = s.lines().next().unwrap_or_default();
+    assert!(header.contains("moonshotai/kimi-k2.5") && header.contains("harvest"));
+    // Every column, every reason in full.
+    let hdr = line_with(&s, "provider");
+    for col in [
+        "tag", "quant", "$/M in", "$/M out", "api", "up30m", "fly", "done", "err", "tok/s",
+        "ttft50", "len", "trunc", "spent", "why off",
+    ] {
+        assert!(hdr.contains(col), "no {col:?} column: {hdr}");
+    }
+    let chutes = line_with(&s, "Chutes");
+    for want in [
+        "chutes/int4",
+        "0.45",
+        "2.20",
+        "ok",
+        "412",
+        "3,120",
+        "12 429",
+        "0.9s",
+        "1,702",
+        "1.2%",
+    ] {
+        assert!(chutes.contains(want), "Chutes row lacks {want:?}: {chutes}");
+    }
+    let baseten = line_with(&s, "BaseTen");
+    assert!(
+        baseten.contains("policy: fp4 re-quantized") && baseten.contains("-5"),
+        "{baseten}"
+    );
+    assert!(line_with(&s, "Venice").contains("policy: unknown quant"));
+    assert!(line_with(&s, "Parasail").contains("21 5xx"));
+    // Chart and events.
+    assert!(s.contains("Output tok/s and $/min"));
+    assert!(line_with(&s, "tok/s now").contains("peak"));
+    assert!(line_with(&s, "$/min now").contains("peak"));
+    assert!(s.contains("Events"));
+    assert!(s.contains("breaker opened: parasail/int4"));
+    assert!(s.contains("operator excluded fireworks"));
+}
+
+#[test]
+fn screen_100x30_keeps_events_drops_chart() {
+    let st = state_with(kimi_snapshot());
+    let s = text(&draw(&st, 100, 30));
+    insta::assert_snapshot!("screen_100x30", s);
+    assert!(s.contains("Events"));
+    assert!(!s.contains("Output tok/s"));
+}
+
+#[test]
+fn too_small_says_how_big_it_must_be() {
+    let st = state_with(kimi_snapshot());
+    for (w, h) in [(60, 20), (79, 24), (80, 23)] {
+        let s = text(&draw(&st, w, h));
+        assert!(
+            s.contains("harvest needs at least 80x24")
+                && s.contains(&format!("this one is {w}x{h}")),
+            "{w}x{h}:\n{s}"
+        );
+    }
+    insta::assert_snapshot!("too_small_60x20", text(&draw(&st, 60, 20)));
+}
+
+#[test]
+fn help_and_quit_overlays() {
+    let mut st = state_with(kimi_snapshot());
+    update(
+        &mut st,
+        Msg::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char('?'),
+        )),
+    );
+    let s = text(&draw(&st, 80, 24));
+    insta::assert_snapshot!("help_80x24", s);
+    assert!(s.contains("re-quantized") && s.contains("drain"));
+    let mut st = state_with(kimi_snapshot());
+    update(
+        &mut st,
+        Msg::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char('q'),
+        )),
+    );
+    let s = text(&draw(&st, 80, 24));
+    insta::assert_snapshot!("quit_80x24", s);
+    assert!(s.contains("d    drain") && s.contains("n    stop now") && s.contains("Esc"));
+}
+
+#[test]
+fn finished_and_paused_states_read_right() {
+    let mut snap = kimi_snapshot();
+    snap.state = RunState::Stopped;
+    snap.reason = Some("budget reached".into());
+    snap.in_flight = 0;
+    for d in &mut snap.datasets {
+        d.state = DatasetState::BudgetReached;
+    }
+    let st = state_with(snap);
+    let s = text(&draw(&st, 120, 30));
+    let header = s.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("STOPPED") && header.contains("(budget reached)"),
+        "{header}"
+    );
+    assert!(header.contains("ETA -"), "{header}");
+    assert!(line_with(&s, "B4").contains("budget reached"), "{s}");
+
+    let mut snap = kimi_snapshot();
+    snap.state = RunState::Paused;
+    let st = state_with(snap);
+    let s = text(&draw(&st, 80, 24));
+    assert!(s.lines().next().unwrap_or_default().contains("PAUSED"));
+    assert!(s.lines().last().unwrap_or_default().contains("p resume"));
+}
+
+#[test]
+fn many_endpoints_scroll_to_the_selection() {
+    let mut snap = kimi_snapshot();
+    let base = snap.endpoints.clone();
+    for i in 0..3 {
+        for e in &base {
+            let mut e = e.clone();
+            e.tag = format!("{}-{i}", e.tag);
+            e.price_out_per_m += 10.0 * f64::from(i + 1);
+            snap.endpoints.push(e);
+        }
+    }
+    let mut st = state_with(snap);
+    update(
+        &mut st,
+        Msg::Key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::End,
+        )),
+    );
+    let s = text(&draw(&st, 80, 24));
+    // The last row (the priciest Venice copy) is visible and selected; the rest is counted.
+    let selected = line_with(&s, "> [");
+    assert!(
+        selected.contains("Venice") && selected.contains("33.75"),
+        "{s}"
+    );
+    assert!(s.contains("more"), "{s}");
+    assert!(s.lines().all(|l| l.chars().count() <= 80));
+}
+
+#[test]
+fn no_color_draws_no_colour_and_colour_only_repeats_marks() {
+    let mono = UiState::new(Arc::new(kimi_snapshot()), Theme::mono());
+    let colored = state_with(kimi_snapshot());
+    for (w, h) in [(80, 24), (160, 48)] {
+        let b = draw(&mono, w, h);
+        for c in b.content() {
+            assert_eq!(
+                (c.fg, c.bg),
+                (Color::Reset, Color::Reset),
+                "{c:?} at {w}x{h}"
+            );
+        }
+        // Same text either way: colour never carries meaning alone.
+        assert_eq!(text(&b), text(&draw(&colored, w, h)));
+    }
+    // In colour, the re-quantized mark is red and the unknown one yellow.
+    let b = draw(&colored, 80, 24);
+    let (_, y) = find(&b, "BaseTen");
+    let row: Vec<_> = (0..80).map(|x| &b[(x, y)]).collect();
+    let bang = row.iter().find(|c| c.symbol() == "!").expect("a ! mark");
+    assert_eq!(bang.fg, Color::Red);
+    let (_, y) = find(&b, "Venice");
+    let q = (0..80)
+        .map(|x| &b[(x, y)])
+        .find(|c| c.symbol() == "?")
+        .expect("a ? mark");
+    assert_eq!(q.fg, Color::Yellow);
+}
