@@ -224,6 +224,12 @@ pub async fn run_attempt(
                 if let Some(e) = endpoint {
                     price_out = shared.endpoints[e].price_out.pico_per_token();
                     known_endpoint.store(e, Ordering::Relaxed);
+                    if spec.pinned.is_none() {
+                        // Routed by OpenRouter: in flight at the endpoint it named, from now.
+                        shared.endpoint_stats[e]
+                            .in_flight
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             let n = u64::from(p.token_events);
@@ -281,6 +287,12 @@ pub async fn run_attempt(
         }
     };
     let accrued = spec.accrued.load(Ordering::Relaxed);
+    let attributed = known_endpoint.load(Ordering::Relaxed);
+    if spec.pinned.is_none() && attributed != usize::MAX {
+        shared.endpoint_stats[attributed]
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
     let endpoint = endpoint.or_else(|| match &outcome {
         AttemptOutcome::Failed(e) => e
             .provider_name()
