@@ -144,6 +144,10 @@ pub struct Snapshot {
     pub endpoints: Vec<EndpointSnap>,
     pub events: Vec<EventLine>,
     pub history: Vec<HistoryPoint>,
+    /// How late the engine's own loop ran its last ticks, in ms (decaying maximum): a slow
+    /// client shows here, a slow provider does not.
+    #[serde(default)]
+    pub loop_lag_ms: f64,
     /// `GET /key` usage at the start and at the last reconciliation, when the key allows.
     pub key_usage_start: Option<f64>,
     pub key_usage_now: Option<f64>,

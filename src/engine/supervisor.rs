@@ -158,6 +158,7 @@ pub(super) struct Supervisor {
     run_id: String,
     /// Under a requests-per-second cap, the earliest time of the next request.
     next_send_at: Option<Instant>,
+    loop_lag_ms: f64,
 }
 
 /// What is booked for a stream we closed.
@@ -242,6 +243,7 @@ impl Supervisor {
             unknown,
             run_id: format!("{:x}", chrono::Utc::now().timestamp_millis()),
             next_send_at: None,
+            loop_lag_ms: 0.0,
         }
     }
 
@@ -1484,6 +1486,7 @@ impl Supervisor {
             endpoints,
             events: self.events.iter().rev().take(50).rev().cloned().collect(),
             history: self.history.iter().copied().collect(),
+            loop_lag_ms: self.loop_lag_ms,
             key_usage_start: self.key_usage_start,
             key_usage_now: None,
         }
@@ -1553,7 +1556,9 @@ impl Supervisor {
                         None => std::future::pending().await,
                     }
                 }, if next_retry.is_some() && !self.paused => {}
-                _ = tick.tick() => {
+                at = tick.tick() => {
+                    let lag = at.elapsed().as_secs_f64() * 1000.0;
+                    self.loop_lag_ms = lag.max(self.loop_lag_ms * 0.8);
                     self.recompute_reserved();
                     self.update_datasets();
                     let snap = Arc::new(self.snapshot());

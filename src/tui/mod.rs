@@ -14,8 +14,9 @@ pub mod theme;
 pub mod update;
 pub mod view;
 
-#[cfg(test)]
-mod testkit;
+/// Snapshot fixtures for the view tests and the frame benchmark.
+#[doc(hidden)]
+pub mod testkit;
 
 pub use run::{TuiExit, run_tui};
 pub use state::UiState;

@@ -354,6 +354,7 @@ pub fn kimi_snapshot() -> Snapshot {
         endpoints: kimi_endpoints(),
         events,
         history,
+        loop_lag_ms: 2.0,
         key_usage_start: None,
         key_usage_now: None,
     }
@@ -361,4 +362,43 @@ pub fn kimi_snapshot() -> Snapshot {
 
 pub fn state_with(s: Snapshot) -> UiState {
     UiState::new(Arc::new(s), Theme::ansi16())
+}
+
+/// A busy run for the frame benchmark: 30 endpoints, 8 datasets, a full history and event log.
+pub fn busy_snapshot() -> Snapshot {
+    let mut s = kimi_snapshot();
+    let base = s.endpoints.clone();
+    let mut i = 0;
+    while s.endpoints.len() < 30 {
+        let mut e = base[i % base.len()].clone();
+        e.tag = format!("{}/r{}", e.tag, i);
+        e.provider = format!("{} {}", e.provider, i);
+        e.done = 1_000 + i as u64 * 37;
+        e.in_flight = 40 + i as u64;
+        e.tok_per_s = 900.0 + i as f64 * 13.0;
+        s.endpoints.push(e);
+        i += 1;
+    }
+    let proto = s.datasets[0].clone();
+    while s.datasets.len() < 8 {
+        let mut d = proto.clone();
+        d.name = format!("B{}", s.datasets.len() + 3);
+        s.datasets.push(d);
+    }
+    s.history = (0..360)
+        .map(|i| HistoryPoint {
+            at_s: f64::from(i) * 5.0,
+            tok_per_s: 20_000.0 + f64::from(i % 50) * 200.0,
+            usd_per_min: 3.0 + f64::from(i % 30) * 0.05,
+        })
+        .collect();
+    s.events = (0..50)
+        .map(|i| EventLine {
+            at_s: f64::from(i) * 10.0,
+            text: format!(
+                "breaker opened: parasail/int4 after 5 failures in a row (5xx); probe in {i}s"
+            ),
+        })
+        .collect();
+    s
 }

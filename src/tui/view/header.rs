@@ -15,6 +15,8 @@ use super::text::{bar, count};
 
 #[derive(Clone, Copy)]
 struct Opts {
+    /// The client's own health: event-loop lag.
+    health: bool,
     brand: bool,
     model: bool,
     reason: bool,
@@ -26,6 +28,7 @@ struct Opts {
 }
 
 const FULL: Opts = Opts {
+    health: true,
     brand: true,
     model: true,
     reason: true,
@@ -35,24 +38,32 @@ const FULL: Opts = Opts {
 };
 
 /// From the richest header to the barest.
-const TRIES: [Opts; 9] = [
+const TRIES: [Opts; 10] = [
     FULL,
     Opts {
+        health: false,
+        ..FULL
+    },
+    Opts {
+        health: false,
         brand: false,
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         gauge: 12,
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         gauge: 12,
         long_fly: false,
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         model: false,
         gauge: 12,
@@ -60,6 +71,7 @@ const TRIES: [Opts; 9] = [
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         model: false,
         gauge: 8,
@@ -68,6 +80,7 @@ const TRIES: [Opts; 9] = [
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         model: false,
         gauge: 5,
@@ -76,6 +89,7 @@ const TRIES: [Opts; 9] = [
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         model: false,
         gauge: 0,
@@ -84,6 +98,7 @@ const TRIES: [Opts; 9] = [
         ..FULL
     },
     Opts {
+        health: false,
         brand: false,
         model: false,
         reason: false,
@@ -172,5 +187,13 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         Some(e) if !state.finished() => duration(e),
         _ => "-".into(),
     }));
+    if o.health {
+        // Tells a slow provider from a slow client: how late the engine's own loop runs.
+        spans.push(sep());
+        spans.push(Span::styled("client lag ", t.dim));
+        let lag = s.loop_lag_ms;
+        let style = if lag >= 100.0 { t.warn } else { t.dim };
+        spans.push(Span::styled(format!("{lag:.0}ms"), style));
+    }
     Line::from(spans)
 }
