@@ -24,6 +24,14 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
+/// `harvest run -c CFG` off the async runtime (the simulator serves on it meanwhile).
+async fn run_config(cfg: &Path) -> (i32, String, String) {
+    let cfg = cfg.to_path_buf();
+    tokio::task::spawn_blocking(move || run(harvest().args(["run", "-c"]).arg(&cfg)))
+        .await
+        .expect("join")
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write");
@@ -118,12 +126,7 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
             "[[dataset]]\nname = \"A\"\nprompts = \"bad.jsonl\"\n",
         ),
     );
-    let (code, _, err) = tokio::task::spawn_blocking({
-        let cfg = cfg.clone();
-        move || run(harvest().args(["run", "-c"]).arg(&cfg))
-    })
-    .await
-    .expect("join");
+    let (code, _, err) = run_config(&cfg).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("bad.jsonl:3: needs one of"), "{err}");
     assert!(
@@ -140,12 +143,7 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
             "on_bad_line = \"skip\"\n[[dataset]]\nname = \"A\"\nprompts = \"bad.jsonl\"\n",
         ),
     );
-    let (code, out, err) = tokio::task::spawn_blocking({
-        let cfg = cfg.clone();
-        move || run(harvest().args(["run", "-c"]).arg(&cfg))
-    })
-    .await
-    .expect("join");
+    let (code, out, err) = run_config(&cfg).await;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(
         std::fs::read_to_string(d.join("out/A.jsonl"))
@@ -168,12 +166,7 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
             "output_dir = \"out2\"\n[[dataset]]\nname = \"E\"\nprompts = \"empty.jsonl\"\n",
         ),
     );
-    let (code, _, err) = tokio::task::spawn_blocking({
-        let cfg = cfg.clone();
-        move || run(harvest().args(["run", "-c"]).arg(&cfg))
-    })
-    .await
-    .expect("join");
+    let (code, _, err) = run_config(&cfg).await;
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("dataset E") && err.contains("holds no prompts"),
@@ -188,12 +181,7 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
             "output_dir = \"out3\"\n[[dataset]]\nname = \"L\"\nprompts = \"long.jsonl\"\n",
         ),
     );
-    let (code, out, err) = tokio::task::spawn_blocking({
-        let cfg = cfg.clone();
-        move || run(harvest().args(["run", "-c"]).arg(&cfg))
-    })
-    .await
-    .expect("join");
+    let (code, out, err) = run_config(&cfg).await;
     assert_eq!(code, 0, "{out}{err}");
     let rej = std::fs::read_to_string(d.join("out3/L.rejects.jsonl")).expect("rejects");
     assert!(

@@ -895,6 +895,24 @@ impl Supervisor {
         self.book_spend(entry).await;
     }
 
+    /// Books what an earlier run left open: into the live spend, the carried-over figure and the
+    /// ledger (closing the open line).
+    async fn book_carried(&mut self, open: SpendEntry, kind: SpendKind, usd: Usd, estimated: bool) {
+        self.shared
+            .spent_pico
+            .fetch_add(usd.pico(), Ordering::Relaxed);
+        self.carried_over += usd;
+        self.book_spend(SpendEntry {
+            at: now_rfc3339(),
+            kind,
+            usd,
+            estimated,
+            expected_usd: None,
+            ..open
+        })
+        .await;
+    }
+
     /// Books requests a crash left before any answer at their expected cost: the API cannot
     /// be asked about them, and the budget must not assume they were free.
     async fn book_unknown(&mut self) {
@@ -907,19 +925,7 @@ impl Supervisor {
         for e in unknown {
             let usd = e.expected_usd.unwrap_or_default();
             total += usd;
-            self.shared
-                .spent_pico
-                .fetch_add(usd.pico(), Ordering::Relaxed);
-            self.carried_over += usd;
-            self.book_spend(SpendEntry {
-                at: now_rfc3339(),
-                kind: SpendKind::Unknown,
-                usd,
-                estimated: true,
-                expected_usd: None,
-                ..e
-            })
-            .await;
+            self.book_carried(e, SpendKind::Unknown, usd, true).await;
         }
         self.event(format!(
             "an earlier run stopped with {n} requests sent but unanswered: booked at their expected cost, {:.6} USD",
@@ -949,18 +955,8 @@ impl Supervisor {
             let usd = Usd::from_f64(cost);
             booked += 1;
             total += usd;
-            self.shared
-                .spent_pico
-                .fetch_add(usd.pico(), Ordering::Relaxed);
-            self.carried_over += usd;
-            self.book_spend(SpendEntry {
-                at: now_rfc3339(),
-                kind: SpendKind::Recovered,
-                usd,
-                estimated: false,
-                ..entry
-            })
-            .await;
+            self.book_carried(entry, SpendKind::Recovered, usd, false)
+                .await;
         }
         self.event(format!(
             "an earlier run stopped with {n} requests in flight: {booked} found at the API, {:.6} USD booked{}",

@@ -202,28 +202,7 @@ impl Default for Vocabulary {
     }
 }
 
-/// FNV-1a, 64 bit: a hash that stays the same across Rust releases (the sim is seeded).
-pub fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// Stable hash of a conversation.
-pub fn prompt_hash(messages: &[Message]) -> u64 {
-    let mut h = FNV_OFFSET;
-    for m in messages {
-        h = fnv1a(m.role.as_bytes(), h);
-        h = fnv1a(&[0], h);
-        h = fnv1a(m.content.as_bytes(), h);
-        h = fnv1a(&[1], h);
-    }
-    h
-}
+pub use crate::store::prompts::{FNV_OFFSET, content_hash as prompt_hash, fnv1a};
 
 /// splitmix64: a cheap stateless mix, so token `i` of a text is computed without replaying 0..i.
 pub fn mix(mut x: u64) -> u64 {

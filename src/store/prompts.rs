@@ -24,15 +24,16 @@ use serde_json::{Map, Value};
 
 use crate::openrouter::Message;
 
-/// FNV-1a 64-bit offset basis. Own copy (not shared with the simulator): ids and shards derived
-/// from it are persisted in output files, so it must never change.
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a 64-bit offset basis. Ids and shards derived from it are persisted in output files, so
+/// it must never change (the simulator uses the same hash for its per-prompt seeds).
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 /// FNV-1a 64-bit prime.
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
 /// At most this many duplicates are kept in [`PromptReader::duplicates`]; all are counted.
 const MAX_DUPLICATES_KEPT: usize = 1_000;
 
-fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
+/// FNV-1a 64 over `bytes`, continuing from `h` (start with [`FNV_OFFSET`]).
+pub fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(FNV_PRIME);
@@ -46,6 +47,11 @@ fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
 /// The messages are those sent (after trailing assistant turns are dropped), so formats denoting
 /// the same conversation get the same id. This rule is persisted in outputs: never change it.
 pub fn content_id(messages: &[Message]) -> String {
+    format!("h{:016x}", content_hash(messages))
+}
+
+/// The hash behind [`content_id`].
+pub fn content_hash(messages: &[Message]) -> u64 {
     let mut h = FNV_OFFSET;
     for m in messages {
         h = fnv1a(m.role.as_bytes(), h);
@@ -53,7 +59,7 @@ pub fn content_id(messages: &[Message]) -> String {
         h = fnv1a(m.content.as_bytes(), h);
         h = fnv1a(&[1], h);
     }
-    format!("h{h:016x}")
+    h
 }
 
 /// The shard (in `0..n`) of a prompt id for `--shard k/n`: the FNV-1a 64-bit hash of the id's UTF-8
