@@ -12,7 +12,7 @@ use harvest::store::output::{SpendEntry, SpendKind};
 async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
     assert!(harvest::raise_open_files_limit() >= 4500);
     let s = setup();
-    // A quarter of real pace (TTFT ~4 s, ~12 tok/s a stream): the client keeps up with 2,000
+    // Half of real pace (TTFT ~2 s, ~24 tok/s a stream): the client keeps up with 2,000
     // streams even in a debug build on a busy machine, as it does against real providers.
     let sim = fast_sim(150.0).await;
     sim.state
@@ -22,23 +22,39 @@ async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
                 cancel_stops_billing: Some(true),
                 ..Default::default()
             }),
-            speed_scale: Some(4.0),
+            speed_scale: Some(2.0),
             ..Default::default()
         })
         .expect("control");
     let p = write_prompts(&s.dir, "big", 6000);
-    let budget = 0.5;
+    let budget = 1.5;
     // Pinned: everything goes to the cheapest endpoint, Chutes, which stops billing on cancel.
     let body = format!(
-        "budget_usd = {budget}\nconcurrency = 2000\nrouting = \"pinned\"\n[request]\nmax_tokens = 4000\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
+        "budget_usd = {budget}\nconcurrency = 2000\nrouting = \"pinned\"\n[request]\nmax_tokens = 600\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
         p.display()
     );
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let sampler = tokio::spawn({
+        let (state, peak) = (sim.state.clone(), peak.clone());
+        async move {
+            loop {
+                let open: u32 = state.in_flight().iter().map(|(_, n)| n).sum();
+                peak.fetch_max(open, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    });
     let summary = run(config(&s, &sim.base_url(), &body)).await;
     for e in &summary.snapshot.events {
         eprintln!("event {:.2} {}", e.at_s, e.text);
     }
     assert_eq!(summary.state, RunState::Stopped);
     assert_eq!(summary.reason.as_deref(), Some("dollar budget reached"));
+    // The run went to full width: most of the 2,000 streams were open at once.
+    sampler.abort();
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("peak streams open at the simulator: {peak}");
+    assert!(peak >= 1500, "only {peak} streams at once");
     let billed = sim.state.billed_total().as_f64();
     let ledger = ledger_total(&s.out).as_f64();
     eprintln!("budget {budget} billed {billed} ledger {ledger}");

@@ -304,12 +304,18 @@ impl Supervisor {
         None
     }
 
+    /// Output tokens a request of dataset `d` is expected to produce. Short answers finish
+    /// first, so the mean of the first finishers is biased low: until as many have finished as
+    /// are in flight (a whole wave), the estimate is never below a prior of
+    /// min(max_tokens, 2048).
     fn expected_output_tokens(&self, d: usize) -> u64 {
         let ds = &self.datasets[d];
-        if ds.finished_here >= 10 {
-            ds.output_tokens_here / ds.finished_here
-        } else {
-            u64::from(ds.params.max_tokens).min(1024)
+        let prior = u64::from(ds.params.max_tokens).min(2048);
+        let mean = (ds.finished_here > 0).then(|| ds.output_tokens_here / ds.finished_here);
+        match mean {
+            Some(m) if ds.finished_here >= ds.in_flight.max(30) => m.max(1),
+            Some(m) => m.max(prior),
+            None => prior,
         }
     }
 
