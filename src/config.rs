@@ -138,6 +138,9 @@ pub struct Config {
     pub retry: RetryConfig,
     pub breaker: BreakerConfig,
     pub policy: PolicyConfig,
+    /// Seconds between refreshes of the model's endpoint listing (status, uptime, endpoints that
+    /// come and go); 0 turns it off.
+    pub catalog_refresh_s: f64,
     /// Most requests in flight at one endpoint (by tag), honoured in pinned routing:
     /// `endpoint_concurrency = { "chutes/int4" = 500 }`.
     pub endpoint_concurrency: std::collections::BTreeMap<String, u32>,
@@ -169,6 +172,7 @@ impl Default for Config {
             breaker: BreakerConfig::default(),
             policy: PolicyConfig::default(),
             endpoint_concurrency: Default::default(),
+            catalog_refresh_s: 300.0,
             datasets: Vec::new(),
             endpoints: Vec::new(),
             source: PathBuf::new(),
@@ -501,6 +505,12 @@ impl Config {
     }
 
     /// The dollar cap.
+    /// How often to refresh the endpoint listing, if at all.
+    pub fn catalog_refresh(&self) -> Option<Duration> {
+        (self.catalog_refresh_s > 0.0 && self.catalog_refresh_s.is_finite())
+            .then(|| Duration::from_secs_f64(self.catalog_refresh_s))
+    }
+
     pub fn budget(&self) -> Usd {
         Usd::from_f64(self.budget_usd)
     }

@@ -581,3 +581,105 @@ async fn own_server_endpoints_join_the_pool_with_their_cap_and_price() {
     assert!(max_local <= 4, "cap of 4 exceeded: {max_local}");
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_leaves_and_comes_back_mid_run() {
+    let s = setup();
+    let sim = fast_sim(200.0).await;
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(0.05),
+            ..Default::default()
+        })
+        .expect("control");
+    let p = write_prompts(&s.dir, "gone", 900);
+    let body = format!(
+        "budget_usd = 100.0\nconcurrency = 30\nrouting = \"pinned\"\ncatalog_refresh_s = 0.3\n\
+         [request]\nmax_tokens = 1000\n[[dataset]]\nname = \"G\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(20)),
+        ..Default::default()
+    };
+    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
+        .await
+        .expect("start");
+    let mut snaps = h.snapshots.clone();
+    let watch = h.snapshots.clone();
+    let wait_done = |n: u64| {
+        let mut snaps = watch.clone();
+        async move {
+            loop {
+                snaps.changed().await.expect("snapshot");
+                if snaps.borrow().done >= n {
+                    break;
+                }
+            }
+        }
+    };
+    let set_down = |down: bool| {
+        let mut c = ControlRequest::default();
+        c.endpoints.insert(
+            "chutes/int4".into(),
+            EndpointPatch {
+                down: Some(down),
+                ..Default::default()
+            },
+        );
+        sim.state.control(&c).expect("control");
+    };
+    wait_done(100).await;
+    set_down(true);
+    loop {
+        snaps.changed().await.expect("snapshot");
+        let s = snaps.borrow();
+        let c = s
+            .endpoints
+            .iter()
+            .find(|e| e.tag == "chutes/int4")
+            .expect("chutes");
+        if c.why_off.as_deref() == Some("gone from the listing") {
+            break;
+        }
+    }
+    let done_when_gone = snaps.borrow().done;
+    wait_done(done_when_gone + 150).await;
+    set_down(false);
+    let summary = h.finish().await.expect("finish");
+    assert_eq!(summary.state, RunState::Done);
+    assert_eq!(
+        summary.snapshot.done, 900,
+        "nothing rejected: {:?}",
+        summary.snapshot.events
+    );
+    let texts: Vec<&str> = summary
+        .snapshot
+        .events
+        .iter()
+        .map(|e| e.text.as_str())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("chutes/int4")
+            && (t.contains("left the model's listing") || t.contains("not served any more"))),
+        "{texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("chutes/int4 is listed again")),
+        "{texts:?}"
+    );
+    // Chutes served before it left and after it came back.
+    let log = sim.state.requests_since(0);
+    let last_chutes = log
+        .iter()
+        .rposition(|r| r.tag == "chutes/int4" && r.status == 200);
+    let first_other = log.iter().position(|r| r.tag != "chutes/int4");
+    assert!(
+        matches!((first_other, last_chutes), (Some(a), Some(b)) if b > a),
+        "traffic came back"
+    );
+    sim.stop().await;
+}

@@ -227,3 +227,30 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
     assert!(d.join("out3/harvest.log").exists());
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_allows_no_endpoint_is_refused_up_front() {
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "p.jsonl", "{\"prompt\": \"hi\"}\n");
+    // Claim the model ships in fp8: no endpoint of the table serves fp8.
+    let cfg = write(
+        dir.path(),
+        "harvest.toml",
+        &config(
+            &s.base_url(),
+            "[policy]\nnative_quantization = \"fp8\"\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+        ),
+    );
+    let (code, _, err) = run_config(&cfg).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("allows none of the 11 endpoints"), "{err}");
+    assert!(
+        err.contains("policy.mode"),
+        "the error says what to change: {err}"
+    );
+    assert!(s.state.requests_since(0).is_empty(), "nothing was sent");
+    s.stop().await;
+}

@@ -318,6 +318,35 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     {
         by_provider.entry(e.provider.clone()).or_insert(i);
     }
+    // A run whose policy allows no endpoint at all would wait forever: say so now.
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    let allowed = endpoints.iter().any(|e| {
+        cfg.policy
+            .verdict(
+                &native,
+                &policy::EndpointFacts {
+                    tag: &crate::domain::EndpointTag::new(e.tag.clone()),
+                    provider_name: &e.provider,
+                    quantization: &e.quantization,
+                    uptime_30m: e.uptime_30m,
+                },
+            )
+            .is_none()
+    });
+    if !allowed {
+        let seen: Vec<String> = endpoints
+            .iter()
+            .map(|e| format!("{} ({})", e.tag, e.quantization))
+            .collect();
+        return Err(EngineError::Input(format!(
+            "the policy ({:?}, native {native}) allows none of the {} endpoints of {}: {}. \
+             Set policy.mode = \"any\", or list tags in policy.include",
+            cfg.policy.mode,
+            endpoints.len(),
+            cfg.model,
+            seen.join(", ")
+        )));
+    }
     let key_usage_start = if client.has_key() {
         match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
             Ok(Ok(k)) => Some(k.usage),

@@ -159,6 +159,18 @@ pub(super) struct Supervisor {
     /// Under a requests-per-second cap, the earliest time of the next request.
     next_send_at: Option<Instant>,
     loop_lag_ms: f64,
+    listed: Vec<Listed>,
+    /// Tags of new endpoints already reported, so each is said once.
+    reported_new: HashSet<String>,
+}
+
+/// What the latest listing says of an endpoint (refreshed every `catalog_refresh_s`).
+#[derive(Clone, Debug)]
+struct Listed {
+    status: Option<i64>,
+    uptime_30m: Option<f64>,
+    /// Still in the listing (own servers always are).
+    present: bool,
 }
 
 /// What is booked for a stream we closed.
@@ -200,6 +212,7 @@ impl Supervisor {
     ) -> Self {
         let policy = cfg.policy.clone();
         let (native, _) = policy.native_for(&cfg.model);
+        let shared_ref_endpoints = shared.endpoints.clone();
         let n = shared.endpoints.len();
         let health = (0..n)
             .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
@@ -244,6 +257,8 @@ impl Supervisor {
             run_id: format!("{:x}", chrono::Utc::now().timestamp_millis()),
             next_send_at: None,
             loop_lag_ms: 0.0,
+            listed: shared_listed(&shared_ref_endpoints),
+            reported_new: HashSet::new(),
         }
     }
 
@@ -269,7 +284,7 @@ impl Supervisor {
                 tag: &tag,
                 provider_name: &e.provider,
                 quantization: &e.quantization,
-                uptime_30m: e.uptime_30m,
+                uptime_30m: self.listed[i].uptime_30m,
             },
         )
     }
@@ -283,6 +298,9 @@ impl Supervisor {
     }
 
     fn why_off(&self, i: usize, now: Instant) -> Option<String> {
+        if !self.listed[i].present {
+            return Some("gone from the listing".into());
+        }
         if self.operator[i] == Some(false) {
             return Some("operator".into());
         }
@@ -442,7 +460,7 @@ impl Supervisor {
         let n = self.shared.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {
-            if self.permitted(i) && self.health[i].available(now) {
+            if self.listed[i].present && self.permitted(i) && self.health[i].available(now) {
                 candidates.push(i);
             }
         }
@@ -939,6 +957,48 @@ impl Supervisor {
         ));
     }
 
+    /// Folds a fresh listing in: status and uptime of known endpoints, endpoints that left
+    /// (no longer routed to), endpoints that came back, and new ones (reported; a restart
+    /// brings them into the run, where the policy or the operator decides).
+    fn apply_listing(&mut self, listing: crate::openrouter::ModelEndpoints) {
+        let eps = self.shared.endpoints.clone();
+        for (i, e) in eps.iter().enumerate().filter(|(_, e)| e.custom.is_none()) {
+            let found = listing
+                .endpoints
+                .iter()
+                .find(|l| l.tag.as_str() == e.tag && l.provider_name == e.provider);
+            match found {
+                Some(l) => {
+                    if !self.listed[i].present {
+                        self.event(format!("{} is listed again", e.tag));
+                    }
+                    self.listed[i] = Listed {
+                        status: l.status,
+                        uptime_30m: l.uptime_last_30m,
+                        present: true,
+                    };
+                }
+                None if self.listed[i].present => {
+                    self.listed[i].present = false;
+                    self.event(format!(
+                        "{} left the model's listing: no more requests go there",
+                        e.tag
+                    ));
+                }
+                None => {}
+            }
+        }
+        for l in &listing.endpoints {
+            let known = eps.iter().any(|e| e.tag == l.tag.as_str());
+            if !known && self.reported_new.insert(l.tag.to_string()) {
+                self.event(format!(
+                    "new endpoint listed: {} {} ({}, {} out); restart the run to consider it",
+                    l.provider_name, l.tag, l.quantization, l.pricing.completion
+                ));
+            }
+        }
+    }
+
     /// Looks up what each generation left open by a crash cost, and books it.
     async fn recover_orphans(&mut self) {
         let orphans = std::mem::take(&mut self.orphans);
@@ -1146,6 +1206,21 @@ impl Supervisor {
                     self.event(format!(
                         "{tag} refused the request ({err}): excluded; check its api_key_env"
                     ));
+                    job.failed_at = endpoint;
+                    self.schedule_retry(job, &err);
+                } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
+                    && self.shared.endpoints[e].custom.is_none()
+                    && job.attempts < self.cfg.retry.max_attempts
+                {
+                    // A pinned endpoint OpenRouter no longer has: out of routing until the
+                    // listing shows it again; the prompt goes elsewhere.
+                    if self.listed[e].present {
+                        let tag = self.shared.endpoints[e].tag.clone();
+                        self.listed[e].present = false;
+                        self.event(format!(
+                            "{tag} is not served any more ({err}): taken out of routing"
+                        ));
+                    }
                     job.failed_at = endpoint;
                     self.schedule_retry(job, &err);
                 } else if err.stops_dispatch() {
@@ -1400,8 +1475,8 @@ impl Supervisor {
                 fidelity: self.policy.fidelity(&self.native, &e.quantization),
                 price_in_per_m: price_per_m(e.price_in),
                 price_out_per_m: price_per_m(e.price_out),
-                status: e.status,
-                uptime_30m: e.uptime_30m,
+                status: self.listed[i].status,
+                uptime_30m: self.listed[i].uptime_30m,
                 allowed: why_off.is_none(),
                 why_off,
                 operator: self.operator[i],
@@ -1513,6 +1588,13 @@ impl Supervisor {
         let mut last_state_write = Instant::now() - Duration::from_secs(10);
         let budget_hit = self.shared.budget_hit.clone();
         let mut budget_handled = false;
+        let refresh_every = self.cfg.catalog_refresh();
+        let mut next_refresh = refresh_every.map(|d| Instant::now() + d);
+        let mut refreshing: Option<
+            tokio::task::JoinHandle<
+                Result<crate::openrouter::ModelEndpoints, crate::openrouter::ApiError>,
+            >,
+        > = None;
         let mut commands_open = true;
         loop {
             self.dispatch(&mut tasks).await;
@@ -1558,7 +1640,29 @@ impl Supervisor {
                         None => std::future::pending().await,
                     }
                 }, if next_retry.is_some() && !self.paused => {}
+                listing = async {
+                    match refreshing.as_mut() {
+                        Some(h) => h.await,
+                        None => std::future::pending().await,
+                    }
+                }, if refreshing.is_some() => {
+                    refreshing = None;
+                    match listing {
+                        Ok(Ok(l)) => self.apply_listing(l),
+                        Ok(Err(e)) => tracing::warn!("refreshing the endpoint listing failed: {e}"),
+                        Err(e) => tracing::warn!("the listing refresh task failed: {e}"),
+                    }
+                }
                 at = tick.tick() => {
+                    if let (Some(every), Some(due)) = (refresh_every, next_refresh)
+                        && Instant::now() >= due
+                        && refreshing.is_none()
+                    {
+                        next_refresh = Some(Instant::now() + every);
+                        let client = self.shared.client.clone();
+                        let model = self.cfg.model.clone();
+                        refreshing = Some(tokio::spawn(async move { client.endpoints(&model).await }));
+                    }
                     let lag = at.elapsed().as_secs_f64() * 1000.0;
                     self.loop_lag_ms = lag.max(self.loop_lag_ms * 0.8);
                     self.recompute_reserved();
@@ -1607,6 +1711,17 @@ impl Supervisor {
             overshoot,
         }
     }
+}
+
+fn shared_listed(endpoints: &[super::worker::RunEndpoint]) -> Vec<Listed> {
+    endpoints
+        .iter()
+        .map(|e| Listed {
+            status: e.status,
+            uptime_30m: e.uptime_30m,
+            present: true,
+        })
+        .collect()
 }
 
 fn price_per_m(p: Price) -> f64 {
