@@ -14,7 +14,7 @@ async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
     let s = setup();
     // Half of real pace (TTFT ~2 s, ~24 tok/s a stream): the client keeps up with 2,000
     // streams even in a debug build on a busy machine, as it does against real providers.
-    let sim = fast_sim(150.0).await;
+    let sim = fast_sim(100.0).await;
     sim.state
         .control(&ControlRequest {
             all: Some(EndpointPatch {
@@ -26,11 +26,11 @@ async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
             ..Default::default()
         })
         .expect("control");
-    let p = write_prompts(&s.dir, "big", 6000);
-    let budget = 1.5;
+    let p = write_prompts(&s.dir, "big", 14000);
+    let budget = 2.5;
     // Pinned: everything goes to the cheapest endpoint, Chutes, which stops billing on cancel.
     let body = format!(
-        "budget_usd = {budget}\nconcurrency = 2000\nrouting = \"pinned\"\n[request]\nmax_tokens = 600\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
+        "budget_usd = {budget}\nconcurrency = 2000\nrouting = \"pinned\"\n[request]\nmax_tokens = 400\n[[dataset]]\nname = \"big\"\nprompts = \"{}\"\n",
         p.display()
     );
     let peak = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));

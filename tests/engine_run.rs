@@ -683,3 +683,107 @@ async fn an_endpoint_that_leaves_and_comes_back_mid_run() {
     );
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_endpoint_in_the_listing_joins_under_the_policy() {
+    let s = setup();
+    let sim = fast_sim(200.0).await;
+    let patch = |tag: &str, down: bool| {
+        let mut c = ControlRequest::default();
+        c.endpoints.insert(
+            tag.into(),
+            EndpointPatch {
+                down: Some(down),
+                ..Default::default()
+            },
+        );
+        sim.state.control(&c).expect("control");
+    };
+    // SiliconFlow (int4, faithful) is not listed when the run starts; Fireworks (unknown) neither.
+    patch("siliconflow/int4", true);
+    patch("fireworks", true);
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(0.05),
+            ..Default::default()
+        })
+        .expect("control");
+    let p = write_prompts(&s.dir, "new", 600);
+    // Chutes takes 3 at a time; the rest overflow to the next cheapest allowed endpoint.
+    let body = format!(
+        "budget_usd = 100.0\nconcurrency = 12\nrouting = \"pinned\"\ncatalog_refresh_s = 0.2\n\
+         endpoint_concurrency = {{ \"chutes/int4\" = 3 }}\n\
+         [request]\nmax_tokens = 1000\n[[dataset]]\nname = \"N\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(20)),
+        ..Default::default()
+    };
+    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
+        .await
+        .expect("start");
+    let mut snaps = h.snapshots.clone();
+    loop {
+        snaps.changed().await.expect("snapshot");
+        if snaps.borrow().done >= 60 {
+            break;
+        }
+    }
+    assert!(
+        !snaps
+            .borrow()
+            .endpoints
+            .iter()
+            .any(|e| e.tag == "siliconflow/int4")
+    );
+    patch("siliconflow/int4", false);
+    patch("fireworks", false);
+    loop {
+        snaps.changed().await.expect("snapshot");
+        let s = snaps.borrow();
+        if s.endpoints
+            .iter()
+            .any(|e| e.tag == "siliconflow/int4" && e.done > 20)
+        {
+            break;
+        }
+    }
+    let snap = snaps.borrow().clone();
+    h.commands
+        .send(Command::Shutdown(ShutdownMode::Drain))
+        .await
+        .expect("send");
+    let summary = h.finish().await.expect("finish");
+    let texts: Vec<&str> = summary
+        .snapshot
+        .events
+        .iter()
+        .map(|e| e.text.as_str())
+        .collect();
+    assert!(
+        texts.iter().any(
+            |t| t.contains("new endpoint listed: SiliconFlow siliconflow/int4")
+                && t.contains("allowed by the policy")
+        ),
+        "{texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("new endpoint listed: Fireworks fireworks")
+                && t.contains("not used")),
+        "{texts:?}"
+    );
+    let fw = snap
+        .endpoints
+        .iter()
+        .find(|e| e.tag == "fireworks")
+        .expect("listed");
+    assert!(
+        !fw.allowed && fw.done == 0,
+        "an unknown-quantization newcomer is not used"
+    );
+    sim.stop().await;
+}

@@ -35,6 +35,9 @@ pub use supervisor::RunSummary;
 use stats::Counters;
 use worker::{RunEndpoint, Shared};
 
+/// Endpoints that may join a run when the listing shows them (statistics slots kept free).
+const SPARE_ENDPOINTS: usize = 32;
+
 /// Options of one run that are not in the config file.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -377,11 +380,14 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let shared = Arc::new(Shared {
         writer: writer.clone(),
         client: client.clone(),
-        endpoint_stats: (0..n).map(|_| Counters::default()).collect(),
+        // Spare slots for endpoints that appear in the listing during the run.
+        endpoint_stats: (0..n + SPARE_ENDPOINTS)
+            .map(|_| Counters::default())
+            .collect(),
         dataset_stats: (0..datasets.len()).map(|_| Counters::default()).collect(),
         totals: Counters::default(),
-        endpoints,
-        by_provider,
+        endpoint_list: std::sync::RwLock::new(Arc::new(endpoints)),
+        by_provider: std::sync::RwLock::new(by_provider),
         accrued_pico: AtomicI64::new(0),
         spent_pico: AtomicI64::new(carried.pico()),
         budget_pico: budget.pico(),

@@ -212,8 +212,8 @@ impl Supervisor {
     ) -> Self {
         let policy = cfg.policy.clone();
         let (native, _) = policy.native_for(&cfg.model);
-        let shared_ref_endpoints = shared.endpoints.clone();
-        let n = shared.endpoints.len();
+        let shared_ref_endpoints = shared.endpoints();
+        let n = shared.endpoints().len();
         let health = (0..n)
             .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
             .collect();
@@ -276,7 +276,8 @@ impl Supervisor {
 
     /// The policy verdict of endpoint `i`, before health and operator choices.
     fn policy_exclusion(&self, i: usize) -> Option<Exclusion> {
-        let e = &self.shared.endpoints[i];
+        let eps = self.shared.endpoints();
+        let e = &eps[i];
         let tag = crate::domain::EndpointTag::new(e.tag.clone());
         self.policy.verdict(
             &self.native,
@@ -457,7 +458,7 @@ impl Supervisor {
         now: Instant,
         avoid: Option<usize>,
     ) -> Option<(Option<usize>, Option<ProviderPreferences>, Price, Price)> {
-        let n = self.shared.endpoints.len();
+        let n = self.shared.endpoints().len();
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {
             if self.listed[i].present && self.permitted(i) && self.health[i].available(now) {
@@ -472,7 +473,7 @@ impl Supervisor {
         if candidates.is_empty() {
             return None;
         }
-        let eps = &self.shared.endpoints;
+        let eps = self.shared.endpoints();
         let stats = &self.shared.endpoint_stats;
         // Caps: an endpoint at its cap takes no more until one finishes (the operator's own
         // servers always; OpenRouter endpoints in pinned routing, where we choose them).
@@ -692,7 +693,8 @@ impl Supervisor {
         let mut req = self.datasets[d]
             .params
             .chat_request(&self.cfg.model, job.prompt.messages.clone());
-        if let Some(c) = pinned.and_then(|e| self.shared.endpoints[e].custom.as_ref()) {
+        let eps = self.shared.endpoints();
+        if let Some(c) = pinned.and_then(|e| eps[e].custom.as_ref()) {
             req.model = c.model.clone();
             for (k, v) in &c.extra {
                 req.extra.insert(k.clone(), v.clone());
@@ -705,7 +707,7 @@ impl Supervisor {
         // Pinned requests require every parameter they send: drop what the endpoint does not
         // list rather than have OpenRouter refuse the request.
         if let Some(e) = pinned {
-            if let Some(sp) = &self.shared.endpoints[e].supported_parameters {
+            if let Some(sp) = &self.shared.endpoints()[e].supported_parameters {
                 let has = |p: &str| sp.iter().any(|s| s == p);
                 if !has("temperature") {
                     req.temperature = None;
@@ -734,7 +736,7 @@ impl Supervisor {
             at: now_rfc3339(),
             id: job.prompt.id.clone(),
             dataset: self.datasets[d].name.clone(),
-            endpoint: pinned.map(|e| self.shared.endpoints[e].tag.clone()),
+            endpoint: pinned.map(|e| self.shared.endpoints()[e].tag.clone()),
             kind: SpendKind::Dispatched,
             usd: Usd::ZERO,
             prompt_tokens,
@@ -849,7 +851,7 @@ impl Supervisor {
 
     fn endpoint_indices(&self, tag: &str) -> Vec<usize> {
         self.shared
-            .endpoints
+            .endpoints()
             .iter()
             .enumerate()
             .filter(|(_, e)| e.tag == tag)
@@ -901,7 +903,7 @@ impl Supervisor {
             at: now_rfc3339(),
             id: job.prompt.id.clone(),
             dataset: self.datasets[d].name.clone(),
-            endpoint: endpoint.map(|e| self.shared.endpoints[e].tag.clone()),
+            endpoint: endpoint.map(|e| self.shared.endpoints()[e].tag.clone()),
             kind: SpendKind::Cancelled,
             usd: Usd::from_pico(r.booked_pico),
             prompt_tokens: estimate_prompt_tokens(&job.prompt),
@@ -961,7 +963,7 @@ impl Supervisor {
     /// (no longer routed to), endpoints that came back, and new ones (reported; a restart
     /// brings them into the run, where the policy or the operator decides).
     fn apply_listing(&mut self, listing: crate::openrouter::ModelEndpoints) {
-        let eps = self.shared.endpoints.clone();
+        let eps = self.shared.endpoints();
         for (i, e) in eps.iter().enumerate().filter(|(_, e)| e.custom.is_none()) {
             let found = listing
                 .endpoints
@@ -990,11 +992,48 @@ impl Supervisor {
         }
         for l in &listing.endpoints {
             let known = eps.iter().any(|e| e.tag == l.tag.as_str());
-            if !known && self.reported_new.insert(l.tag.to_string()) {
-                self.event(format!(
-                    "new endpoint listed: {} {} ({}, {} out); restart the run to consider it",
-                    l.provider_name, l.tag, l.quantization, l.pricing.completion
-                ));
+            if known || !self.reported_new.insert(l.tag.to_string()) {
+                continue;
+            }
+            let e = super::worker::RunEndpoint {
+                tag: l.tag.to_string(),
+                provider: l.provider_name.clone(),
+                quantization: l.quantization.clone(),
+                price_in: l.pricing.prompt,
+                price_out: l.pricing.completion,
+                max_completion_tokens: l.max_completion_tokens,
+                supported_parameters: l.supported_parameters.clone(),
+                status: l.status,
+                uptime_30m: l.uptime_last_30m,
+                cancel_stops_billing: super::worker::stops_billing_on_cancel(l.tag.as_str()),
+                custom: None,
+            };
+            let what = format!(
+                "{} {} ({}, {} out)",
+                l.provider_name, l.tag, l.quantization, l.pricing.completion
+            );
+            match self.shared.add_endpoint(e) {
+                Some(i) => {
+                    self.operator.push(None);
+                    self.health.push(Health::new(
+                        self.cfg.breaker.failures,
+                        self.cfg.breaker.cooldown(),
+                    ));
+                    self.listed.push(Listed {
+                        status: l.status,
+                        uptime_30m: l.uptime_last_30m,
+                        present: true,
+                    });
+                    self.endpoint_rates.push(Rate::new(10.0));
+                    let verdict = match self.policy_exclusion(i) {
+                        None => "allowed by the policy".to_string(),
+                        Some(x) => format!("not used ({x}); space includes it"),
+                    };
+                    self.event(format!("new endpoint listed: {what}: {verdict}"));
+                }
+                None => self.event(format!(
+                    "new endpoint listed: {what}; restart the run to consider it"
+                )),
             }
         }
     }
@@ -1170,7 +1209,7 @@ impl Supervisor {
                         && let Some(HealthEvent::Opened { failures, cooldown }) =
                             self.health[e].on_failure(now)
                     {
-                        let tag = self.shared.endpoints[e].tag.clone();
+                        let tag = self.shared.endpoints()[e].tag.clone();
                         self.event(format!(
                                 "breaker opened: {tag} after {failures} failures in a row ({}); probe in {}s",
                                 kind.label(),
@@ -1186,7 +1225,7 @@ impl Supervisor {
                         at: now_rfc3339(),
                         id: job.prompt.id.clone(),
                         dataset: self.datasets[d].name.clone(),
-                        endpoint: endpoint.map(|e| self.shared.endpoints[e].tag.clone()),
+                        endpoint: endpoint.map(|e| self.shared.endpoints()[e].tag.clone()),
                         kind: SpendKind::Failed,
                         usd: Usd::ZERO,
                         prompt_tokens: 0,
@@ -1198,10 +1237,10 @@ impl Supervisor {
                     })
                     .await;
                 }
-                let own_server = endpoint.filter(|&e| self.shared.endpoints[e].custom.is_some());
+                let own_server = endpoint.filter(|&e| self.shared.endpoints()[e].custom.is_some());
                 if let (Some(e), true) = (own_server, err.stops_dispatch()) {
                     // One of the operator's own servers refused us: take it out, go on.
-                    let tag = self.shared.endpoints[e].tag.clone();
+                    let tag = self.shared.endpoints()[e].tag.clone();
                     self.operator[e] = Some(false);
                     self.event(format!(
                         "{tag} refused the request ({err}): excluded; check its api_key_env"
@@ -1209,13 +1248,13 @@ impl Supervisor {
                     job.failed_at = endpoint;
                     self.schedule_retry(job, &err);
                 } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
-                    && self.shared.endpoints[e].custom.is_none()
+                    && self.shared.endpoints()[e].custom.is_none()
                     && job.attempts < self.cfg.retry.max_attempts
                 {
                     // A pinned endpoint OpenRouter no longer has: out of routing until the
                     // listing shows it again; the prompt goes elsewhere.
                     if self.listed[e].present {
-                        let tag = self.shared.endpoints[e].tag.clone();
+                        let tag = self.shared.endpoints()[e].tag.clone();
                         self.listed[e].present = false;
                         self.event(format!(
                             "{tag} is not served any more ({err}): taken out of routing"
@@ -1263,12 +1302,13 @@ impl Supervisor {
         if let Some(e) = endpoint
             && let Some(HealthEvent::Closed) = self.health[e].on_success()
         {
-            let tag = self.shared.endpoints[e].tag.clone();
+            let tag = self.shared.endpoints()[e].tag.clone();
             self.event(format!("breaker closed: {tag} answered again"));
         }
         let truncated = c.finish_reason == "length";
         let shared = self.shared.clone();
-        let ep = endpoint.map(|e| &shared.endpoints[e]);
+        let eps_now = shared.endpoints();
+        let ep = endpoint.map(|e| &eps_now[e]);
         // Whatever happens to the text, the response was paid for.
         self.book_spend(SpendEntry {
             at: now_rfc3339(),
@@ -1459,8 +1499,9 @@ impl Supervisor {
                 state,
             });
         }
-        let mut endpoints = Vec::with_capacity(sh.endpoints.len());
-        for (i, e) in sh.endpoints.iter().enumerate() {
+        let eps = sh.endpoints();
+        let mut endpoints = Vec::with_capacity(eps.len());
+        for (i, e) in eps.iter().enumerate() {
             let c = &sh.endpoint_stats[i];
             let rate = self.endpoint_rates[i].update(t, Counters::get(&c.streamed_tokens) as f64);
             let done = Counters::get(&c.done);

@@ -65,11 +65,13 @@ pub fn stops_billing_on_cancel(tag: &str) -> bool {
 /// What every worker shares with the supervisor.
 pub struct Shared {
     pub client: OpenRouterClient,
+    /// The endpoints of the run; grows when the listing shows a new one (read with
+    /// [`Shared::endpoints`]).
+    pub endpoint_list: std::sync::RwLock<Arc<Vec<RunEndpoint>>>,
     /// For the `started` ledger line of each generation.
     pub writer: crate::store::output::Writer,
-    pub endpoints: Vec<RunEndpoint>,
     /// Display name → endpoint index, for attributing OpenRouter-routed responses.
-    pub by_provider: HashMap<String, usize>,
+    pub by_provider: std::sync::RwLock<HashMap<String, usize>>,
     pub endpoint_stats: Vec<Counters>,
     pub dataset_stats: Vec<Counters>,
     pub totals: Counters,
@@ -101,7 +103,40 @@ impl Shared {
     }
 
     pub fn endpoint_by_provider(&self, name: &str) -> Option<usize> {
-        self.by_provider.get(name).copied()
+        self.by_provider
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied()
+    }
+
+    /// The endpoints as they are now (a cheap shared copy).
+    pub fn endpoints(&self) -> Arc<Vec<RunEndpoint>> {
+        self.endpoint_list
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Adds an endpoint the listing newly shows, when a statistics slot is free; its index.
+    pub fn add_endpoint(&self, e: RunEndpoint) -> Option<usize> {
+        let mut list = self
+            .endpoint_list
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if list.len() >= self.endpoint_stats.len() {
+            return None;
+        }
+        let mut next = list.as_ref().clone();
+        let i = next.len();
+        self.by_provider
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(e.provider.clone())
+            .or_insert(i);
+        next.push(e);
+        *list = Arc::new(next);
+        Some(i)
     }
 }
 
@@ -180,10 +215,8 @@ pub async fn run_attempt(
     let prompt_cost = spec.price_in_guess.cost(spec.prompt_tokens_estimate).pico();
 
     let work = async {
-        let client = match spec
-            .pinned
-            .and_then(|e| shared.endpoints[e].custom.as_ref())
-        {
+        let eps = shared.endpoints();
+        let client = match spec.pinned.and_then(|e| eps[e].custom.as_ref()) {
             Some(c) => &c.client,
             None => &shared.client,
         };
@@ -200,7 +233,7 @@ pub async fn run_attempt(
                     at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                     id: spec.prompt_id.clone(),
                     dataset: spec.dataset_name.clone(),
-                    endpoint: spec.pinned.map(|e| shared.endpoints[e].tag.clone()),
+                    endpoint: spec.pinned.map(|e| shared.endpoints()[e].tag.clone()),
                     kind: SpendKind::Started,
                     usd: crate::domain::Usd::ZERO,
                     prompt_tokens: spec.prompt_tokens_estimate,
@@ -222,7 +255,7 @@ pub async fn run_attempt(
                         .and_then(|name| shared.endpoint_by_provider(name));
                 }
                 if let Some(e) = endpoint {
-                    price_out = shared.endpoints[e].price_out.pico_per_token();
+                    price_out = shared.endpoints()[e].price_out.pico_per_token();
                     known_endpoint.store(e, Ordering::Relaxed);
                     if spec.pinned.is_none() {
                         // Routed by OpenRouter: in flight at the endpoint it named, from now.
@@ -271,7 +304,7 @@ pub async fn run_attempt(
                 _ = cancel.cancelled() => break AttemptOutcome::Cancelled,
                 _ = shared.budget_hit.cancelled(), if !past_cap => {
                     let e = known_endpoint.load(Ordering::Relaxed);
-                    if e != usize::MAX && !shared.endpoints[e].cancel_stops_billing {
+                    if e != usize::MAX && !shared.endpoints()[e].cancel_stops_billing {
                         past_cap = true;
                         shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
                     } else {
@@ -329,14 +362,16 @@ pub async fn run_attempt(
 /// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.
 pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> crate::domain::Usd {
     // An operator's own server costs what the config says, whatever it reports.
-    if let Some(e) = endpoint.filter(|&e| shared.endpoints[e].custom.is_some()) {
-        let ep = &shared.endpoints[e];
+    if let Some(e) = endpoint.filter(|&e| shared.endpoints()[e].custom.is_some()) {
+        let eps = shared.endpoints();
+        let ep = &eps[e];
         return ep.price_in.cost(c.usage.prompt_tokens)
             + ep.price_out.cost(c.usage.completion_tokens);
     }
     c.cost().unwrap_or_else(|| match endpoint {
         Some(e) => {
-            let ep = &shared.endpoints[e];
+            let eps = shared.endpoints();
+            let ep = &eps[e];
             ep.price_in.cost(c.usage.prompt_tokens) + ep.price_out.cost(c.usage.completion_tokens)
         }
         None => crate::domain::Usd::ZERO,
