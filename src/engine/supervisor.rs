@@ -1468,6 +1468,8 @@ impl Supervisor {
             let state = if finished && (ds.exhausted || ds.budget_reached || remaining_prompts == 0)
             {
                 DatasetState::Done
+            } else if self.stopping.is_some() && ds.in_flight == 0 {
+                DatasetState::Stopped
             } else if ds.budget_reached {
                 DatasetState::BudgetReached
             } else if ds.in_flight > 0 || ds.done > 0 {

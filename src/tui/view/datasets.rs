@@ -70,6 +70,7 @@ fn state_label(s: DatasetState) -> &'static str {
         DatasetState::Queued => "queued",
         DatasetState::Running => "running",
         DatasetState::BudgetReached => "budget reached",
+        DatasetState::Stopped => "stopped",
         DatasetState::Done => "done",
     }
 }
@@ -145,7 +146,7 @@ fn cell(c: Col, d: &DatasetSnap, w: u16, selected: bool, t: &Theme) -> Cell<'sta
             let style = match d.state {
                 DatasetState::Queued => t.dim,
                 DatasetState::Running => t.good,
-                DatasetState::BudgetReached | DatasetState::Done => t.bold,
+                DatasetState::BudgetReached | DatasetState::Stopped | DatasetState::Done => t.bold,
             };
             let label = state_label(d.state);
             let label = if width(label) > w && d.state == DatasetState::BudgetReached {
