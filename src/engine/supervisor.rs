@@ -584,11 +584,20 @@ impl Supervisor {
         let expected: Vec<u64> = (0..self.datasets.len())
             .map(|d| self.expected_output_tokens(d))
             .collect();
+        let eps = self.shared.endpoints();
         let mut total = 0;
         for f in self.in_flight.values_mut() {
-            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico()
-                + f.price_out.cost(expected[f.job.dataset]).pico();
-            total += (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0);
+            let out = f.price_out.cost(expected[f.job.dataset]).pico();
+            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + out;
+            let mut remaining = (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0);
+            // Output lengths have a long tail: an answer already past the mean is likely to go
+            // on. Where closing a stream does not stop the bill, keep half a mean answer in
+            // reserve for every stream, however far along it is.
+            let cancellable = f.endpoint.is_some_and(|e| eps[e].cancel_stops_billing);
+            if !cancellable {
+                remaining = remaining.max(out / 2);
+            }
+            total += remaining;
         }
         self.reserved_pico = total;
     }
