@@ -111,26 +111,14 @@ async fn token_budgets_stop_each_dataset_within_one_in_flight_window() {
 async fn excluding_an_endpoint_mid_run_applies_to_the_next_request() {
     let s = setup();
     let sim = fast_sim(200.0).await;
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            ..Default::default()
-        })
-        .expect("control");
+    set_speed(&sim, 0.05);
     let p = write_prompts(&s.dir, "x", 600);
     let body = format!(
         "budget_usd = 100.0\nconcurrency = 40\nrouting = \"pinned\"\n[request]\nmax_tokens = 1000\n\
          [[dataset]]\nname = \"X\"\nprompts = \"{}\"\n",
         p.display()
     );
-    let opts = RunOptions {
-        api_key: ApiKey::new(KEY),
-        tick: Some(Duration::from_millis(20)),
-        ..Default::default()
-    };
-    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
-        .await
-        .expect("start");
+    let h = start_engine(config(&s, &sim.base_url(), &body), 20).await;
     let mut snaps = h.snapshots.clone();
     // Pinned mode sends everything to the cheapest allowed endpoint: Chutes.
     loop {
@@ -303,12 +291,7 @@ async fn a_429_storm_at_one_endpoint_does_not_slow_the_others() {
 async fn pinned_routing_respects_per_endpoint_caps() {
     let s = setup();
     let sim = fast_sim(200.0).await;
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            ..Default::default()
-        })
-        .expect("control");
+    set_speed(&sim, 0.05);
     let p = write_prompts(&s.dir, "c", 300);
     let body = format!(
         "budget_usd = 100.0\nconcurrency = 60\nrouting = \"pinned\"\n\
@@ -316,14 +299,7 @@ async fn pinned_routing_respects_per_endpoint_caps() {
          [request]\nmax_tokens = 1000\n[[dataset]]\nname = \"C\"\nprompts = \"{}\"\n",
         p.display()
     );
-    let opts = RunOptions {
-        api_key: ApiKey::new(KEY),
-        tick: Some(Duration::from_millis(20)),
-        ..Default::default()
-    };
-    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
-        .await
-        .expect("start");
+    let h = start_engine(config(&s, &sim.base_url(), &body), 20).await;
     let (mut max_c, mut max_s) = (0, 0);
     let watcher = {
         let sim_state = sim.state.clone();
@@ -432,12 +408,7 @@ async fn sequence_sample_caps_and_shards() {
 async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
     let s = setup();
     let sim = fast_sim(300.0).await;
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.2),
-            ..Default::default()
-        })
-        .expect("control");
+    set_speed(&sim, 0.2);
     let p = write_prompts(&s.dir, "nc", 2000);
     let budget = 0.2;
     // SiliconFlow (next cheapest once Chutes is excluded) bills a cancelled generation in full.
@@ -531,14 +502,7 @@ async fn own_server_endpoints_join_the_pool_with_their_cap_and_price() {
         p.display(),
         sim.base_url()
     );
-    let opts = RunOptions {
-        api_key: ApiKey::new(KEY),
-        tick: Some(Duration::from_millis(10)),
-        ..Default::default()
-    };
-    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
-        .await
-        .expect("start");
+    let h = start_engine(config(&s, &sim.base_url(), &body), 10).await;
     let mut snaps = h.snapshots.clone();
     let mut max_local = 0;
     let sampler = tokio::spawn(async move {
@@ -586,26 +550,14 @@ async fn own_server_endpoints_join_the_pool_with_their_cap_and_price() {
 async fn an_endpoint_that_leaves_and_comes_back_mid_run() {
     let s = setup();
     let sim = fast_sim(200.0).await;
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            ..Default::default()
-        })
-        .expect("control");
+    set_speed(&sim, 0.05);
     let p = write_prompts(&s.dir, "gone", 900);
     let body = format!(
         "budget_usd = 100.0\nconcurrency = 30\nrouting = \"pinned\"\ncatalog_refresh_s = 0.3\n\
          [request]\nmax_tokens = 1000\n[[dataset]]\nname = \"G\"\nprompts = \"{}\"\n",
         p.display()
     );
-    let opts = RunOptions {
-        api_key: ApiKey::new(KEY),
-        tick: Some(Duration::from_millis(20)),
-        ..Default::default()
-    };
-    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
-        .await
-        .expect("start");
+    let h = start_engine(config(&s, &sim.base_url(), &body), 20).await;
     let mut snaps = h.snapshots.clone();
     let watch = h.snapshots.clone();
     let wait_done = |n: u64| {
@@ -619,17 +571,7 @@ async fn an_endpoint_that_leaves_and_comes_back_mid_run() {
             }
         }
     };
-    let set_down = |down: bool| {
-        let mut c = ControlRequest::default();
-        c.endpoints.insert(
-            "chutes/int4".into(),
-            EndpointPatch {
-                down: Some(down),
-                ..Default::default()
-            },
-        );
-        sim.state.control(&c).expect("control");
-    };
+    let set_down = |down: bool| set_down(&sim, "chutes/int4", down);
     wait_done(100).await;
     set_down(true);
     loop {
@@ -688,26 +630,11 @@ async fn an_endpoint_that_leaves_and_comes_back_mid_run() {
 async fn a_new_endpoint_in_the_listing_joins_under_the_policy() {
     let s = setup();
     let sim = fast_sim(200.0).await;
-    let patch = |tag: &str, down: bool| {
-        let mut c = ControlRequest::default();
-        c.endpoints.insert(
-            tag.into(),
-            EndpointPatch {
-                down: Some(down),
-                ..Default::default()
-            },
-        );
-        sim.state.control(&c).expect("control");
-    };
+    let patch = |tag: &str, down: bool| set_down(&sim, tag, down);
     // SiliconFlow (int4, faithful) is not listed when the run starts; Fireworks (unknown) neither.
     patch("siliconflow/int4", true);
     patch("fireworks", true);
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            ..Default::default()
-        })
-        .expect("control");
+    set_speed(&sim, 0.05);
     let p = write_prompts(&s.dir, "new", 600);
     // Chutes takes 3 at a time; the rest overflow to the next cheapest allowed endpoint.
     let body = format!(
@@ -716,14 +643,7 @@ async fn a_new_endpoint_in_the_listing_joins_under_the_policy() {
          [request]\nmax_tokens = 1000\n[[dataset]]\nname = \"N\"\nprompts = \"{}\"\n",
         p.display()
     );
-    let opts = RunOptions {
-        api_key: ApiKey::new(KEY),
-        tick: Some(Duration::from_millis(20)),
-        ..Default::default()
-    };
-    let h = engine::start(config(&s, &sim.base_url(), &body), opts)
-        .await
-        .expect("start");
+    let h = start_engine(config(&s, &sim.base_url(), &body), 20).await;
     let mut snaps = h.snapshots.clone();
     loop {
         snaps.changed().await.expect("snapshot");

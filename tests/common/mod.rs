@@ -96,3 +96,36 @@ pub async fn fast_sim(mean_tokens: f64) -> SimHandle {
         .expect("control");
     s
 }
+
+/// Sets the simulator's speed scale (1 is real provider pace).
+pub fn set_speed(sim: &SimHandle, scale: f64) {
+    sim.state
+        .control(&ControlRequest {
+            speed_scale: Some(scale),
+            ..Default::default()
+        })
+        .expect("control");
+}
+
+/// Takes an endpoint of the simulator out of the listing and routing, or brings it back.
+pub fn set_down(sim: &SimHandle, tag: &str, down: bool) {
+    let mut c = ControlRequest::default();
+    c.endpoints.insert(
+        tag.into(),
+        harvest::sim::EndpointPatch {
+            down: Some(down),
+            ..Default::default()
+        },
+    );
+    sim.state.control(&c).expect("control");
+}
+
+/// Starts the engine with the test key, publishing snapshots every `tick_ms`.
+pub async fn start_engine(cfg: Config, tick_ms: u64) -> engine::EngineHandle {
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(tick_ms)),
+        ..Default::default()
+    };
+    engine::start(cfg, opts).await.expect("engine starts")
+}
