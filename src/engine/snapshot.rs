@@ -117,6 +117,9 @@ pub struct HistoryPoint {
 pub struct Snapshot {
     pub model: String,
     pub routing: String,
+    /// The quantization policy in force: `faithful (native int4)` or `any`.
+    #[serde(default)]
+    pub policy: String,
     pub state: RunState,
     /// Why the run stopped or is draining, when it did.
     pub reason: Option<String>,

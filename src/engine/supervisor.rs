@@ -1591,6 +1591,10 @@ impl Supervisor {
                 Routing::Openrouter => "openrouter".into(),
                 Routing::Pinned => "pinned".into(),
             },
+            policy: match self.policy.mode {
+                PolicyMode::Faithful => format!("faithful (native {})", self.native),
+                PolicyMode::Any => "any".into(),
+            },
             state,
             reason: self.stopping.clone(),
             started_at: self.started_at.clone(),

@@ -330,6 +330,7 @@ pub fn kimi_snapshot() -> Snapshot {
     Snapshot {
         model: "moonshotai/kimi-k2.5".into(),
         routing: "pinned".into(),
+        policy: "faithful (native int4)".into(),
         state: RunState::Running,
         reason: None,
         started_at: "2026-01-30T12:28:00Z".into(),

@@ -260,11 +260,15 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
     let focused = state.focus == Pane::Providers;
     let allowed = s.endpoints.iter().filter(|e| e.allowed).count();
 
-    let native_span = s
-        .endpoints
-        .iter()
-        .find(|e| e.fidelity == Fidelity::Native)
-        .map(|e| Span::styled(format!(" native {} ", e.quantization), t.dim));
+    // The policy in force, as the engine states it (older state files: inferred from marks).
+    let native_span = if s.policy.is_empty() {
+        s.endpoints
+            .iter()
+            .find(|e| e.fidelity == Fidelity::Native)
+            .map(|e| Span::styled(format!(" native {} ", e.quantization), t.dim))
+    } else {
+        Some(Span::styled(format!(" policy: {} ", s.policy), t.dim))
+    };
     let sort = Span::styled(
         format!(
             " sort: {} {} ",
