@@ -138,6 +138,10 @@ pub struct Config {
     pub retry: RetryConfig,
     pub breaker: BreakerConfig,
     pub policy: PolicyConfig,
+    /// Provider slugs or tags whose billing stops when a stream is closed (replaces the list
+    /// OpenRouter documents: chutes, deepinfra, together, novita, fireworks). At the dollar cap
+    /// those streams are closed; the others run to the end, since they are billed anyway.
+    pub cancel_stops_billing: Option<Vec<String>>,
     /// Seconds between refreshes of the model's endpoint listing (status, uptime, endpoints that
     /// come and go); 0 turns it off.
     pub catalog_refresh_s: f64,
@@ -173,6 +177,7 @@ impl Default for Config {
             policy: PolicyConfig::default(),
             endpoint_concurrency: Default::default(),
             catalog_refresh_s: 300.0,
+            cancel_stops_billing: None,
             datasets: Vec::new(),
             endpoints: Vec::new(),
             source: PathBuf::new(),

@@ -278,7 +278,11 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
             supported_parameters: e.supported_parameters.clone(),
             status: e.status,
             uptime_30m: e.uptime_last_30m,
-            cancel_stops_billing: worker::stops_billing_on_cancel(e.tag.as_str()),
+            cancel_stops_billing: worker::stops_billing_on_cancel(
+                cfg.cancel_stops_billing.as_deref(),
+                e.tag.as_str(),
+                &e.provider_name,
+            ),
             custom: None,
         })
         .collect();

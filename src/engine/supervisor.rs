@@ -1014,7 +1014,11 @@ impl Supervisor {
                 supported_parameters: l.supported_parameters.clone(),
                 status: l.status,
                 uptime_30m: l.uptime_last_30m,
-                cancel_stops_billing: super::worker::stops_billing_on_cancel(l.tag.as_str()),
+                cancel_stops_billing: super::worker::stops_billing_on_cancel(
+                    self.cfg.cancel_stops_billing.as_deref(),
+                    l.tag.as_str(),
+                    &l.provider_name,
+                ),
                 custom: None,
             };
             let what = format!(

@@ -55,11 +55,22 @@ pub struct CustomTarget {
 pub const CANCEL_STOPS_BILLING: [&str; 5] =
     ["chutes", "deepinfra", "together", "novita", "fireworks"];
 
-pub fn stops_billing_on_cancel(tag: &str) -> bool {
-    let base = tag.split('/').next().unwrap_or(tag);
-    CANCEL_STOPS_BILLING
-        .iter()
-        .any(|p| p.eq_ignore_ascii_case(base))
+/// Whether closing a stream at this endpoint stops its bill: per the config's list when it
+/// gives one, else per OpenRouter's documented list.
+pub fn stops_billing_on_cancel(configured: Option<&[String]>, tag: &str, provider: &str) -> bool {
+    match configured {
+        Some(list) => super::policy::list_matches(
+            list,
+            &crate::domain::EndpointTag::new(tag.to_string()),
+            provider,
+        ),
+        None => {
+            let base = tag.split('/').next().unwrap_or(tag);
+            CANCEL_STOPS_BILLING
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(base))
+        }
+    }
 }
 
 /// What every worker shares with the supervisor.
@@ -376,4 +387,43 @@ pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> c
         }
         None => crate::domain::Usd::ZERO,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_stops_billing_on_cancel() {
+        // OpenRouter's documented list, by base slug.
+        assert!(stops_billing_on_cancel(None, "chutes/int4", "Chutes"));
+        assert!(stops_billing_on_cancel(
+            None,
+            "deepinfra/turbo",
+            "DeepInfra"
+        ));
+        assert!(!stops_billing_on_cancel(
+            None,
+            "siliconflow/int4",
+            "SiliconFlow"
+        ));
+        // The config's list replaces it; tags, base slugs and display names all match.
+        let cfg = crate::config::Config::parse_unchecked(
+            "cancel_stops_billing = [\"siliconflow\", \"Moonshot AI\"]\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+            std::path::Path::new("harvest.toml"),
+        )
+        .expect("config");
+        let list = cfg.cancel_stops_billing.as_deref();
+        assert!(stops_billing_on_cancel(
+            list,
+            "siliconflow/int4",
+            "SiliconFlow"
+        ));
+        assert!(stops_billing_on_cancel(
+            list,
+            "moonshotai/int4",
+            "Moonshot AI"
+        ));
+        assert!(!stops_billing_on_cancel(list, "chutes/int4", "Chutes"));
+    }
 }
