@@ -160,6 +160,8 @@ pub(super) struct Supervisor {
     next_send_at: Option<Instant>,
     loop_lag_ms: f64,
     listed: Vec<Listed>,
+    /// The policy's verdict per endpoint (see `refresh_verdicts`).
+    verdicts: Vec<Option<Exclusion>>,
     /// Tags of new endpoints already reported, so each is said once.
     reported_new: HashSet<String>,
 }
@@ -217,7 +219,7 @@ impl Supervisor {
         let health = (0..n)
             .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
             .collect();
-        Supervisor {
+        let mut sup = Supervisor {
             concurrency: cfg.concurrency,
             cfg,
             writer,
@@ -259,7 +261,10 @@ impl Supervisor {
             loop_lag_ms: 0.0,
             listed: shared_listed(&shared_ref_endpoints),
             reported_new: HashSet::new(),
-        }
+            verdicts: Vec::new(),
+        };
+        sup.refresh_verdicts();
+        sup
     }
 
     fn event(&mut self, text: impl Into<String>) {
@@ -274,20 +279,30 @@ impl Supervisor {
         });
     }
 
-    /// The policy verdict of endpoint `i`, before health and operator choices.
-    fn policy_exclusion(&self, i: usize) -> Option<Exclusion> {
+    /// The policy verdict of endpoint `i`, before health and operator choices (cached: it only
+    /// changes with the policy or the listing, not per request).
+    fn policy_exclusion(&self, i: usize) -> Option<&Exclusion> {
+        self.verdicts.get(i).and_then(Option::as_ref)
+    }
+
+    /// Recomputes every endpoint's policy verdict; after a preset or a listing refresh.
+    fn refresh_verdicts(&mut self) {
         let eps = self.shared.endpoints();
-        let e = &eps[i];
-        let tag = crate::domain::EndpointTag::new(e.tag.clone());
-        self.policy.verdict(
-            &self.native,
-            &EndpointFacts {
-                tag: &tag,
-                provider_name: &e.provider,
-                quantization: &e.quantization,
-                uptime_30m: self.listed[i].uptime_30m,
-            },
-        )
+        self.verdicts = eps
+            .iter()
+            .zip(&self.listed)
+            .map(|(e, l)| {
+                self.policy.verdict(
+                    &self.native,
+                    &EndpointFacts {
+                        tag: &crate::domain::EndpointTag::new(e.tag.clone()),
+                        provider_name: &e.provider,
+                        quantization: &e.quantization,
+                        uptime_30m: l.uptime_30m,
+                    },
+                )
+            })
+            .collect();
     }
 
     /// Allowed by operator and policy (health aside).
@@ -842,6 +857,7 @@ impl Supervisor {
             }
             Command::Preset(mode) => {
                 self.policy.mode = mode;
+                self.refresh_verdicts();
                 self.operator.iter_mut().for_each(|o| *o = None);
                 self.event(match mode {
                     PolicyMode::Faithful => format!("policy: faithful (native {})", self.native),
@@ -1038,6 +1054,7 @@ impl Supervisor {
                         present: true,
                     });
                     self.endpoint_rates.push(Rate::new(10.0));
+                    self.refresh_verdicts();
                     let verdict = match self.policy_exclusion(i) {
                         None => "allowed by the policy".to_string(),
                         Some(x) => format!("not used ({x}); space includes it"),
@@ -1049,6 +1066,7 @@ impl Supervisor {
                 )),
             }
         }
+        self.refresh_verdicts();
     }
 
     /// Looks up what each generation left open by a crash cost, and books it.
