@@ -3,13 +3,15 @@
 //! ledger, and generations the crashes left open, looked up at the API) matches the
 //! simulator's billing log.
 
+mod common;
+
+use common::{paced_sim, write_job};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harvest::sim::SimHandle;
-use harvest::sim::{self, ControlRequest, SimConfig};
 use harvest::store::output::{OutputRecord, SpendEntry, SpendKind};
 
 /// What the simulator billed for generations harvest never heard of (killed before headers).
@@ -44,35 +46,17 @@ fn harvest_run(config: &Path) -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_several_points_then_finish() {
-    let sim = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            output_tokens_mean: Some(300.0),
-            ..Default::default()
-        })
-        .expect("control");
+    let sim = paced_sim(0.05, 300.0).await;
     let dir = tempfile::tempdir().expect("tmp");
     let n = 800;
-    let mut prompts = String::new();
-    for i in 0..n {
-        prompts.push_str(&format!(
-            "{{\"id\": \"q{i}\", \"prompt\": \"question {i}\"}}\n"
-        ));
-    }
-    std::fs::write(dir.path().join("p.jsonl"), prompts).expect("prompts");
-    let config = dir.path().join("harvest.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "base_url = \"{}\"\napi_key_env = \"HARVEST_RESUME_TEST_KEY\"\nbudget_usd = 50.0\nconcurrency = 100\n\
-             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"R\"\nprompts = \"p.jsonl\"\n",
-            sim.base_url()
-        ),
-    )
-    .expect("config");
+    let config = write_job(
+        dir.path(),
+        n,
+        &sim.base_url(),
+        "HARVEST_RESUME_TEST_KEY",
+        "budget_usd = 50.0\nconcurrency = 100\n[request]\nmax_tokens = 2000",
+        "R",
+    );
     let out = dir.path().join("out").join("R.jsonl");
 
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -179,32 +163,16 @@ async fn kill_9_at_several_points_then_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_drains_in_flight_requests_saves_and_exits_130() {
-    let sim = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            output_tokens_mean: Some(300.0),
-            ..Default::default()
-        })
-        .expect("control");
+    let sim = paced_sim(0.05, 300.0).await;
     let dir = tempfile::tempdir().expect("tmp");
-    let mut prompts = String::new();
-    for i in 0..2000 {
-        prompts.push_str(&format!("{{\"prompt\": \"question {i}\"}}\n"));
-    }
-    std::fs::write(dir.path().join("p.jsonl"), prompts).expect("prompts");
-    let config = dir.path().join("harvest.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "base_url = \"{}\"\napi_key_env = \"HARVEST_RESUME_TEST_KEY\"\nconcurrency = 50\n\
-             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"I\"\nprompts = \"p.jsonl\"\n",
-            sim.base_url()
-        ),
-    )
-    .expect("config");
+    let config = write_job(
+        dir.path(),
+        2000,
+        &sim.base_url(),
+        "HARVEST_RESUME_TEST_KEY",
+        "concurrency = 50\n[request]\nmax_tokens = 2000",
+        "I",
+    );
     let out = dir.path().join("out").join("I.jsonl");
     let mut child = harvest_run(&config).spawn().expect("spawn");
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -4,12 +4,14 @@
 //! and that the simulator got no later request for that endpoint, then quits with drain and
 //! checks the outputs are complete. Needs tmux (`.ci/run` installs it).
 
+mod common;
+
+use common::{paced_sim, write_job};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use harvest::sim::{self, ControlRequest, SimConfig};
 use harvest::store::output::OutputRecord;
 
 const SOCKET: &str = "harvest-e2e-test";
@@ -72,33 +74,17 @@ async fn operator_excludes_an_endpoint_in_the_tui_then_drains() {
         );
         return;
     }
-    let sim = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    sim.state
-        .control(&ControlRequest {
-            speed_scale: Some(0.05),
-            output_tokens_mean: Some(300.0),
-            ..Default::default()
-        })
-        .expect("control");
+    let sim = paced_sim(0.05, 300.0).await;
     let dir = tempfile::tempdir().expect("tmp");
-    let mut prompts = String::new();
-    for i in 0..3000 {
-        prompts.push_str(&format!("{{\"prompt\": \"question {i}\"}}\n"));
-    }
-    std::fs::write(dir.path().join("p.jsonl"), prompts).expect("prompts");
-    let config = dir.path().join("harvest.toml");
     // Pinned routing: everything goes to the cheapest allowed endpoint, Chutes, the first row.
-    std::fs::write(
-        &config,
-        format!(
-            "base_url = \"{}\"\napi_key_env = \"HARVEST_TMUX_KEY\"\nconcurrency = 20\nrouting = \"pinned\"\n\
-             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"T\"\nprompts = \"p.jsonl\"\n",
-            sim.base_url()
-        ),
-    )
-    .expect("config");
+    let config = write_job(
+        dir.path(),
+        3000,
+        &sim.base_url(),
+        "HARVEST_TMUX_KEY",
+        "concurrency = 20\nrouting = \"pinned\"\n[request]\nmax_tokens = 2000",
+        "T",
+    );
     let _cleanup = KillServer;
     let _ = tmux(&["kill-server"]);
     let cmd = format!(

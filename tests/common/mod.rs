@@ -129,3 +129,37 @@ pub async fn start_engine(cfg: Config, tick_ms: u64) -> engine::EngineHandle {
     };
     engine::start(cfg, opts).await.expect("engine starts")
 }
+
+/// A simulator without faults at `speed` (1 = real pace) answering `mean_tokens` on average.
+pub async fn paced_sim(speed: f64, mean_tokens: f64) -> SimHandle {
+    let sim = fast_sim(mean_tokens).await;
+    set_speed(&sim, speed);
+    sim
+}
+
+/// Writes `n` short prompts to `dir/p.jsonl` and a `dir/harvest.toml` for the simulator at
+/// `base` (key from `key_env`), with `settings` (top-level keys, then tables) and one dataset
+/// `dataset` over those prompts. Returns the config's path.
+pub fn write_job(
+    dir: &Path,
+    n: usize,
+    base: &str,
+    key_env: &str,
+    settings: &str,
+    dataset: &str,
+) -> PathBuf {
+    let prompts: String = (0..n)
+        .map(|i| format!("{{\"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
+    let config = dir.join("harvest.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "base_url = \"{base}\"\napi_key_env = \"{key_env}\"\n{settings}\n\
+             [[dataset]]\nname = \"{dataset}\"\nprompts = \"p.jsonl\"\n"
+        ),
+    )
+    .expect("config");
+    config
+}
