@@ -11,7 +11,7 @@ use crate::headless::duration;
 
 use super::super::state::{Pane, UiState};
 use super::super::theme::Theme;
-use super::text::{ColSpec, MUST, bar, count, fit, money, rate, tokens, truncate, width};
+use super::text::{ColSpec, MUST, bar, count, fit, money, rate, shown, tokens, truncate, width};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Col {
@@ -209,11 +209,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
         })
         .collect();
     let widths = fit(&specs, inner.width, 1);
-    let shown: Vec<(Col, u16)> = COLS
-        .iter()
-        .zip(&widths)
-        .filter_map(|(c, w)| w.map(|w| (*c, w)))
-        .collect();
+    let shown: Vec<(Col, u16)> = shown(&COLS, &widths);
     let header = Row::new(shown.iter().map(|(c, w)| {
         let label = if *c == Col::Gauge {
             ["output tokens vs budget", "output tokens", "tokens"]

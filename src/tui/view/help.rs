@@ -3,11 +3,11 @@
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Clear, Padding, Paragraph, Wrap};
+use ratatui::widgets::{Block, Padding};
 
 use super::super::keymap::HINTS;
 use super::super::state::UiState;
-use super::centered;
+use super::overlay;
 
 pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
@@ -49,20 +49,16 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     }
     let content = lines.iter().map(Line::width).max().unwrap_or(40) as u16;
     let w = (content + 4).min(area.width.saturating_sub(2));
-    let h = (lines.len() as u16 + 2).min(area.height);
-    let r = centered(area, w, h);
-    frame.render_widget(Clear, r);
-    frame.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: false })
-            .style(t.overlay)
-            .block(
-                Block::bordered()
-                    .padding(Padding::horizontal(1))
-                    .border_style(t.border_focused)
-                    .title(Span::styled(" Help ", t.title))
-                    .title_bottom(Line::styled(" Esc or ? closes ", t.dim).right_aligned()),
-            ),
-        r,
+    overlay(
+        frame,
+        area,
+        w,
+        lines,
+        Block::bordered()
+            .padding(Padding::horizontal(1))
+            .border_style(t.border_focused)
+            .title(Span::styled(" Help ", t.title))
+            .title_bottom(Line::styled(" Esc or ? closes ", t.dim).right_aligned()),
+        t.overlay,
     );
 }

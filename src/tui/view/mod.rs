@@ -167,6 +167,28 @@ pub fn render(frame: &mut Frame, state: &UiState) {
 }
 
 /// A `w` x `h` rectangle centred in `area` (clipped to it).
+/// Draws `lines` in a box `w` wide, centred over whatever is below (help, quit dialog).
+fn overlay(
+    frame: &mut Frame,
+    area: Rect,
+    w: u16,
+    lines: Vec<ratatui::text::Line<'static>>,
+    block: ratatui::widgets::Block<'static>,
+    style: ratatui::style::Style,
+) {
+    use ratatui::widgets::{Clear, Paragraph, Wrap};
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = centered(area, w, h);
+    frame.render_widget(Clear, r);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .style(style)
+            .block(block),
+        r,
+    );
+}
+
 fn centered(area: Rect, w: u16, h: u16) -> Rect {
     let w = w.min(area.width);
     let h = h.min(area.height);

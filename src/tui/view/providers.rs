@@ -15,7 +15,7 @@ use crate::engine::snapshot::EndpointSnap;
 
 use super::super::state::{Pane, SortColumn, UiState, included};
 use super::super::theme::Theme;
-use super::text::{ColSpec, MUST, count, fit, money, rate, truncate, width};
+use super::text::{ColSpec, MUST, count, fit, money, rate, shown, truncate, width};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Col {
@@ -348,11 +348,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
         })
         .collect();
     let widths = fit(&specs, inner.width, 1);
-    let shown: Vec<(Col, u16)> = COLS
-        .iter()
-        .zip(&widths)
-        .filter_map(|(c, w)| w.map(|w| (*c, w)))
-        .collect();
+    let shown: Vec<(Col, u16)> = shown(&COLS, &widths);
 
     let header = Row::new(shown.iter().map(|(c, w)| {
         let style = if c.sort() == Some(state.sort.column) {

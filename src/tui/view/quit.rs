@@ -3,12 +3,12 @@
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
+use ratatui::widgets::Block;
 
 use crate::engine::control::ShutdownMode;
 
 use super::super::state::UiState;
-use super::centered;
+use super::overlay;
 use super::text::count;
 
 pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
@@ -45,18 +45,14 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     ));
     lines.push(option("Esc", "keep running"));
     let w = 56.min(area.width);
-    let h = (lines.len() as u16 + 2).min(area.height);
-    let r = centered(area, w, h);
-    frame.render_widget(Clear, r);
-    frame.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: false })
-            .style(t.overlay)
-            .block(
-                Block::bordered()
-                    .border_style(t.border_focused)
-                    .title(Span::styled(" Quit harvest? ", t.title)),
-            ),
-        r,
+    overlay(
+        frame,
+        area,
+        w,
+        lines,
+        Block::bordered()
+            .border_style(t.border_focused)
+            .title(Span::styled(" Quit harvest? ", t.title)),
+        t.overlay,
     );
 }

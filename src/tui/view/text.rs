@@ -62,6 +62,14 @@ pub const MUST: u8 = u8::MAX;
 /// whole (whole columns read better than more columns cut short); only when the columns that
 /// must stay do not fit whole are they narrowed toward their `min`. The width left is handed
 /// out in `keep` order up to each column's `want`, then all of the rest to the flex columns.
+/// The columns `fit` kept, with their widths.
+pub fn shown<C: Copy>(cols: &[C], widths: &[Option<u16>]) -> Vec<(C, u16)> {
+    cols.iter()
+        .zip(widths)
+        .filter_map(|(c, w)| w.map(|w| (*c, w)))
+        .collect()
+}
+
 pub fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
     let mut shown = vec![true; cols.len()];
     // Width of the shown columns, each whole (flex columns at `min`) or all at `min`.
