@@ -3,6 +3,8 @@
 //! OpenAI-compatible server (`base_url` ending in `/v1` or `/api/v1`).
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use eventsource_stream::{Event, EventStreamError, Eventsource};
@@ -74,6 +76,11 @@ impl Default for StreamTimeouts {
 #[derive(Clone)]
 pub struct OpenRouterClient {
     http: reqwest::Client,
+    /// Same settings, no idle pool: every request on a new connection. Used to resend a
+    /// request whose pooled connection turned out to be dead.
+    fresh: reqwest::Client,
+    /// Requests resent on a new connection after a pooled one died before any response byte.
+    stale_retries: Arc<AtomicU64>,
     base: String,
     key: Option<ApiKey>,
     require_usage: bool,
@@ -108,18 +115,21 @@ impl OpenRouterClient {
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
-        let mut b = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(opts.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            .user_agent(concat!("harvest/", env!("CARGO_PKG_VERSION")));
-        if !opts.http2 {
-            b = b.http1_only();
-        }
-        let http = b
-            .build()
-            .map_err(|e| ApiError::Invalid(format!("could not build HTTP client: {e}")))?;
+        let builder = || {
+            let b = reqwest::Client::builder()
+                .default_headers(headers.clone())
+                .connect_timeout(opts.connect_timeout)
+                .pool_idle_timeout(Duration::from_secs(60))
+                .tcp_nodelay(true)
+                .user_agent(concat!("harvest/", env!("CARGO_PKG_VERSION")));
+            if opts.http2 { b } else { b.http1_only() }
+        };
+        let build = |b: reqwest::ClientBuilder| {
+            b.build()
+                .map_err(|e| ApiError::Invalid(format!("could not build HTTP client: {e}")))
+        };
+        let http = build(builder())?;
+        let fresh = build(builder().pool_max_idle_per_host(0))?;
         let base = opts.base_url.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ApiError::Invalid(format!(
@@ -128,6 +138,8 @@ impl OpenRouterClient {
         }
         Ok(OpenRouterClient {
             http,
+            fresh,
+            stale_retries: Arc::new(AtomicU64::new(0)),
             base,
             key: opts.api_key,
             require_usage: opts.require_usage,
@@ -140,6 +152,12 @@ impl OpenRouterClient {
 
     pub fn has_key(&self) -> bool {
         self.key.is_some()
+    }
+
+    /// How many requests were resent on a new connection because the pooled connection they
+    /// were given was dead (closed by the server before any response byte).
+    pub fn stale_retries(&self) -> u64 {
+        self.stale_retries.load(Ordering::Relaxed)
     }
 
     fn url(&self, path: &str) -> String {
@@ -286,14 +304,22 @@ impl OpenRouterClient {
         Ok(env.data)
     }
 
+    /// Sends a chat request. A pooled connection can be dead without the pool knowing yet:
+    /// llama.cpp's server, for one, closes the connection after every streamed response while
+    /// advertising keep-alive. When the connection closes before any response byte, nothing
+    /// was generated, so the request is resent at once on a new connection; it does not count
+    /// as a failure of the endpoint.
     async fn post_chat(&self, req: &ChatRequest) -> Result<reqwest::Response, ApiError> {
-        let resp = self
-            .http
-            .post(self.url("chat/completions"))
-            .json(req)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(e))?;
+        let send = |http: &reqwest::Client| http.post(self.url("chat/completions")).json(req).send();
+        let resp = match send(&self.http).await {
+            Ok(resp) => resp,
+            Err(e) if died_before_response(&e) => {
+                self.stale_retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(base = %self.base, "pooled connection was dead; resending on a new one");
+                send(&self.fresh).await.map_err(|e| self.transport_error(e))?
+            }
+            Err(e) => return Err(self.transport_error(e)),
+        };
         if !resp.status().is_success() {
             return Err(self.error_from_response(resp).await);
         }
@@ -446,6 +472,35 @@ impl ChatStream {
         let latency = self.started.elapsed();
         self.acc.finish(self.ttft, latency)
     }
+}
+
+/// Whether a request failed because its connection closed (or was reset) before any response
+/// byte arrived, as a dead keep-alive connection does; not a refused connect or a timeout.
+fn died_before_response(e: &reqwest::Error) -> bool {
+    if e.is_connect() || e.is_timeout() || e.is_builder() || e.is_status() {
+        return false;
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

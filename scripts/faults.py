@@ -1,0 +1,77 @@
+"""mitmproxy add-on that injects network faults in front of an OpenAI-compatible server.
+
+Used by harvest's tests (tests/llama_server.rs) through scripts/peers.sh start-mitm. One fault can be
+forced per request with the header `x-fault` (delay:MS, reset, status:CODE, abort:BYTES,
+trunc:BYTES, hang), or drawn at random with the fault_* options below. From
+shared/research/real-peers.md, where each fault was checked with curl.
+"""
+import asyncio, random
+from mitmproxy import ctx, http
+
+class Faults:
+    def load(self, loader):
+        loader.add_option("fault_delay_ms", int, 0, "delay every request by N ms before forwarding")
+        loader.add_option("fault_reset_pct", int, 0, "percent of requests killed (connection dropped, no response)")
+        loader.add_option("fault_status_pct", int, 0, "percent of requests answered with fault_status")
+        loader.add_option("fault_status", int, 503, "status code for synthetic errors")
+        loader.add_option("fault_cut_pct", int, 0, "percent of responses aborted after fault_cut_bytes")
+        loader.add_option("fault_cut_bytes", int, 300, "bytes of body passed before a cut")
+        loader.add_option("fault_trunc_pct", int, 0, "percent of responses ended cleanly after fault_cut_bytes (no [DONE])")
+        loader.add_option("fault_hang_pct", int, 0, "percent of requests never answered (for fault_hang_s seconds)")
+        loader.add_option("fault_hang_s", int, 3600, "how long a hung request hangs")
+
+    async def request(self, flow: http.HTTPFlow):
+        forced = flow.request.headers.get("x-fault", "")
+        o = ctx.options
+        if forced.startswith("delay:"):
+            await asyncio.sleep(int(forced[6:]) / 1000)
+        elif o.fault_delay_ms:
+            await asyncio.sleep(o.fault_delay_ms / 1000)
+        if forced == "hang" or (o.fault_hang_pct and random.randrange(100) < o.fault_hang_pct):
+            await asyncio.sleep(o.fault_hang_s)
+            flow.kill()
+            return
+        if forced == "reset" or (o.fault_reset_pct and random.randrange(100) < o.fault_reset_pct):
+            flow.kill()
+            return
+        code = None
+        if forced.startswith("status:"):
+            code = int(forced[7:])
+        elif o.fault_status_pct and random.randrange(100) < o.fault_status_pct:
+            code = o.fault_status
+        if code:
+            headers = {"content-type": "application/json"}
+            if code == 429:
+                headers["retry-after"] = "1"
+            flow.response = http.Response.make(
+                code, b'{"error":{"message":"injected fault","type":"fault","code":%d}}' % code, headers)
+            return
+        for m in ("abort", "trunc"):
+            if forced.startswith(m + ":"):
+                flow.metadata["cut"], flow.metadata["cut_mode"] = int(forced[len(m) + 1:]), m
+        if "cut" not in flow.metadata and o.fault_cut_pct and random.randrange(100) < o.fault_cut_pct:
+            flow.metadata["cut"], flow.metadata["cut_mode"] = o.fault_cut_bytes, "abort"
+        elif "cut" not in flow.metadata and o.fault_trunc_pct and random.randrange(100) < o.fault_trunc_pct:
+            flow.metadata["cut"], flow.metadata["cut_mode"] = o.fault_cut_bytes, "trunc"
+
+    def responseheaders(self, flow: http.HTTPFlow):
+        cut = flow.metadata.get("cut")
+        mode = flow.metadata.get("cut_mode", "abort")
+        if cut is None:
+            flow.response.stream = True       # unbuffered pass-through keeps SSE timing
+            return
+        state = {"sent": 0}
+
+        def chunk(data: bytes) -> bytes:
+            room = max(0, cut - state["sent"])
+            state["sent"] += len(data)
+            if len(data) <= room:
+                return data
+            if mode == "abort":
+                # raising inside the stream hook makes mitmproxy drop the client connection at once
+                raise ConnectionAbortedError("injected mid-stream abort")
+            return data[:room]                # trunc: swallow the rest, end the body cleanly (no [DONE])
+
+        flow.response.stream = chunk
+
+addons = [Faults()]

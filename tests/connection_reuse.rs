@@ -1,0 +1,195 @@
+//! Connection-level behaviour found in real OpenAI-compatible servers, reproduced with a raw
+//! TCP server so each case is deterministic: a pooled keep-alive connection that the server
+//! already dropped (llama.cpp's server closes after every stream while advertising
+//! keep-alive), a 503 "Loading model" before readiness, a plain-text 500 body.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use harvest::openrouter::{
+    ApiError, ChatRequest, ClientOptions, ErrorKind, Message, OpenRouterClient, StreamTimeouts,
+};
+
+const SSE_BODY: &str = concat!(
+    "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"hello\"}}]}\n\n",
+    "data: {\"id\":\"x\",\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+    "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+fn sse_response() -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nkeep-alive: timeout=5, max=100\r\ncontent-length: {}\r\n\r\n{SSE_BODY}",
+        SSE_BODY.len()
+    )
+}
+
+/// Reads one HTTP request (head and content-length body). `false` when the peer closed.
+async fn read_request(sock: &mut TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match sock.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                match sock.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            return true;
+        }
+    }
+}
+
+/// A server that answers the first request of each connection and then, on the same
+/// connection, reads the next request and closes without a byte of response. Counts
+/// connections and requests answered.
+async fn one_shot_keepalive_server() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let conns = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let (c, a) = (conns.clone(), answered.clone());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let a = a.clone();
+            tokio::spawn(async move {
+                if !read_request(&mut sock).await {
+                    return;
+                }
+                let _ = sock.write_all(sse_response().as_bytes()).await;
+                a.fetch_add(1, Ordering::SeqCst);
+                // The connection stays open and looks reusable; the next request on it is
+                // read and then the socket is dropped without an answer.
+                let _ = read_request(&mut sock).await;
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), conns, answered)
+}
+
+fn client(base: String) -> OpenRouterClient {
+    let mut opts = ClientOptions::new(base, None);
+    opts.require_usage = false;
+    OpenRouterClient::new(opts).expect("client")
+}
+
+fn request() -> ChatRequest {
+    ChatRequest::new("gemma-3-270m", vec![Message::user("hi")], 16)
+}
+
+#[tokio::test]
+async fn a_dead_pooled_connection_is_replaced_at_once_without_an_error() {
+    let (base, conns, answered) = one_shot_keepalive_server().await;
+    let c = client(base);
+    for i in 0..4 {
+        let done = c
+            .chat_stream(&request(), StreamTimeouts::default())
+            .await
+            .unwrap_or_else(|e| panic!("request {i} failed to start: {e}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} failed: {e}"));
+        assert_eq!(done.content, "hello");
+        assert_eq!(done.finish_reason, "length");
+    }
+    assert_eq!(answered.load(Ordering::SeqCst), 4);
+    // 1 opens connection A (pooled); 2 is given A, which the server no longer answers on,
+    // and is resent on a new, unpooled connection B; 3 finds the pool empty and opens C
+    // (pooled); 4 is given C, dead too, and is resent on D.
+    assert_eq!(c.stale_retries(), 2, "each dead pooled connection costs one resend");
+    assert_eq!(conns.load(Ordering::SeqCst), 4);
+}
+
+/// Answers every request with the given raw response, then closes.
+async fn canned_server(response: &'static str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if read_request(&mut sock).await {
+                    let _ = sock.write_all(response.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test]
+async fn loading_model_503_is_retryable_and_readable() {
+    let body = r#"{"error":{"message":"Loading model","type":"unavailable_error","code":503}}"#;
+    let response: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_boxed_str(),
+    );
+    let c = client(canned_server(response).await);
+    let e = c
+        .chat_stream(&request(), StreamTimeouts::default())
+        .await
+        .err()
+        .expect("a 503 is an error");
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Server);
+    assert!(e.to_string().contains("Loading model"), "{e}");
+    assert_eq!(c.stale_retries(), 0, "an answered request is not resent");
+}
+
+#[tokio::test]
+async fn plain_text_500_is_a_clean_error() {
+    let c = client(
+        canned_server(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\nconnection: close\r\n\r\nInternal Server Error",
+        )
+        .await,
+    );
+    let e = c
+        .chat_stream(&request(), StreamTimeouts::default())
+        .await
+        .err()
+        .expect("a 500 is an error");
+    assert!(matches!(e, ApiError::Http { status: 500, .. }), "{e:?}");
+    assert!(e.is_retryable());
+    assert!(e.to_string().contains("Internal Server Error"), "{e}");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_not_resent_as_stale() {
+    // Bind then drop to get a port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let c = client(format!("http://127.0.0.1:{port}/v1"));
+    let e = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.chat_stream(&request(), StreamTimeouts::default()),
+    )
+    .await
+    .expect("refused quickly")
+    .err()
+    .expect("refused");
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    assert_eq!(c.stale_retries(), 0);
+}
