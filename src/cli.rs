@@ -175,4 +175,8 @@ pub struct StatusArgs {
     /// The whole state as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The end-of-run report instead: per dataset and endpoint prompts, tokens, dollars,
+    /// tok/s, TTFT p50/p95, errors by kind, truncation, and the spend reconciliation.
+    #[arg(long)]
+    pub report: bool,
 }

@@ -123,6 +123,9 @@ pub enum OnLength {
 pub struct Config {
     pub model: String,
     pub base_url: String,
+    /// Whether OpenRouter serves this run. `false`: only the `[[endpoint]]` servers do, and no
+    /// OpenRouter key or listing is needed.
+    pub openrouter: bool,
     /// Name of the environment variable holding the API key (never the key itself).
     pub api_key_env: String,
     pub output_dir: PathBuf,
@@ -161,6 +164,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             model: "moonshotai/kimi-k2.5".into(),
+            openrouter: true,
             base_url: crate::openrouter::DEFAULT_BASE_URL.into(),
             api_key_env: "OPENROUTER_API_KEY".into(),
             output_dir: PathBuf::from("out"),
@@ -512,7 +516,7 @@ impl Config {
     /// The dollar cap.
     /// How often to refresh the endpoint listing, if at all.
     pub fn catalog_refresh(&self) -> Option<Duration> {
-        (self.catalog_refresh_s > 0.0 && self.catalog_refresh_s.is_finite())
+        (self.openrouter && self.catalog_refresh_s > 0.0 && self.catalog_refresh_s.is_finite())
             .then(|| Duration::from_secs_f64(self.catalog_refresh_s))
     }
 
@@ -605,6 +609,11 @@ impl Config {
             );
             c.ensure(exists, key("prompts"), msg)?;
         }
+        c.ensure(
+            self.openrouter || !self.endpoints.is_empty(),
+            "openrouter",
+            "is false, so at least one [[endpoint]] must serve the run",
+        )?;
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, e) in self.endpoints.iter().enumerate() {
             let key = |field: &str| format!("endpoint[{i}].{field}");
@@ -895,6 +904,9 @@ budget = 1
 dataset = [{ name = "a", prompts = "a" }]
 => harvest.toml:1: unknown key `budget` in the top level (expected one of `model`, `base_url`
 dataset = [{ name = "a", prompts = "a" }]
+openrouter = false
+=> harvest.toml:2: openrouter: is false, so at least one [[endpoint]] must serve the run
+dataset = [{ name = "a", prompts = "a" }]
 [request]
 max_tokens = 5
 budget = 3
@@ -1023,7 +1035,7 @@ model =
             text.clear();
             cases += 1;
         }
-        assert_eq!(cases, 28);
+        assert_eq!(cases, 29);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod headless;
 pub mod logging;
 pub mod openrouter;
+pub mod report;
 pub mod sim;
 pub mod store;
 pub mod tui;

@@ -60,7 +60,9 @@ async fn read_request(sock: &mut TcpStream) -> bool {
 /// connection, reads the next request and closes without a byte of response. Counts
 /// connections and requests answered.
 async fn one_shot_keepalive_server() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let conns = Arc::new(AtomicUsize::new(0));
     let answered = Arc::new(AtomicUsize::new(0));
@@ -113,13 +115,19 @@ async fn a_dead_pooled_connection_is_replaced_at_once_without_an_error() {
     // 1 opens connection A (pooled); 2 is given A, which the server no longer answers on,
     // and is resent on a new, unpooled connection B; 3 finds the pool empty and opens C
     // (pooled); 4 is given C, dead too, and is resent on D.
-    assert_eq!(c.stale_retries(), 2, "each dead pooled connection costs one resend");
+    assert_eq!(
+        c.stale_retries(),
+        2,
+        "each dead pooled connection costs one resend"
+    );
     assert_eq!(conns.load(Ordering::SeqCst), 4);
 }
 
 /// Answers every request with the given raw response, then closes.
 async fn canned_server(response: &'static str) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {

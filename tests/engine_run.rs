@@ -229,6 +229,56 @@ async fn faults_are_retried_and_nothing_is_lost() {
     let errs: u64 = summary.snapshot.endpoints.iter().map(|e| e.errors).sum();
     assert!(errs >= summary.snapshot.retries);
     assert_eq!(ledger_total(&s.out), sim.state.billed_total());
+
+    // The end-of-run report, from the output directory alone, agrees with all of it.
+    let report = harvest::report::Report::from_dir(&s.out, None).expect("report");
+    assert_eq!(
+        report.total.usd,
+        sim.state.billed_total(),
+        "report = billing log"
+    );
+    assert_eq!(report.spend.ledger, ledger_total(&s.out));
+    assert_eq!(
+        report.spend.records, report.spend.answers,
+        "every paid answer written"
+    );
+    assert_eq!(report.total.prompts, outs.len() as u64);
+    assert_eq!(report.total.rejected, rejects.len() as u64);
+    let row_usd: Usd = report.rows.iter().map(|r| r.usd).sum();
+    assert_eq!(row_usd, report.total.usd);
+    let by_kind = &report.total.errors;
+    assert_eq!(
+        by_kind.values().sum::<u64>(),
+        errs,
+        "every failed attempt, by kind: {by_kind:?}"
+    );
+    for kind in ["429", "5xx"] {
+        assert!(
+            by_kind.get(kind).is_some_and(|&n| n > 0),
+            "{kind} in {by_kind:?}"
+        );
+    }
+    let tags: HashSet<&str> = summary
+        .snapshot
+        .endpoints
+        .iter()
+        .map(|e| e.tag.as_str())
+        .collect();
+    for r in &report.rows {
+        assert!(
+            tags.contains(r.endpoint.as_str()),
+            "pinned rows are endpoints: {r:?}"
+        );
+        if r.prompts > 0 {
+            assert!(
+                r.ttft_p50_ms.is_some() && r.ttft_p95_ms >= r.ttft_p50_ms,
+                "{r:?}"
+            );
+            assert!(r.tok_per_s.is_some_and(|v| v > 0.0), "{r:?}");
+        }
+    }
+    let text = report.render();
+    assert!(text.contains("429×"), "{text}");
     sim.stop().await;
 }
 

@@ -117,6 +117,10 @@ pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::R
 /// The end-of-run summary on the normal screen.
 pub fn print_summary(summary: &engine::RunSummary) {
     print!("{}", headless::summary(&summary.snapshot));
+    if let Some(report) = crate::report::after_run(&summary.output_dir, &summary.datasets) {
+        println!();
+        print!("{}", report.render());
+    }
     if summary.overshoot > crate::domain::Usd::ZERO {
         println!(
             "overshoot: {:.6} USD past the budget (tokens in transit when the cap hit, and \

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RequestParams};
 use crate::domain::Usd;
-use crate::openrouter::{ApiError, ApiKey, ClientOptions, OpenRouterClient};
+use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
 use crate::store::output::{self, Writer, WriterThread};
 use crate::store::prompts::{PromptReader, count_prompts, shard_of};
 
@@ -86,6 +86,8 @@ pub struct EngineHandle {
     task: tokio::task::JoinHandle<RunSummary>,
     writer_thread: Option<WriterThread>,
     client: OpenRouterClient,
+    output_dir: PathBuf,
+    datasets: Vec<String>,
 }
 
 impl EngineHandle {
@@ -106,7 +108,11 @@ impl EngineHandle {
                 tokio::time::timeout(Duration::from_secs(10), self.client.key_info()).await
         {
             summary.snapshot.key_usage_now = Some(k.usage);
+            // Kept in the state file for `harvest status --report`.
+            supervisor::write_state(&state_path(&self.output_dir), &summary.snapshot);
         }
+        summary.output_dir = self.output_dir.clone();
+        summary.datasets = std::mem::take(&mut self.datasets);
         Ok(summary)
     }
 }
@@ -246,25 +252,35 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         ));
     }
 
-    let client = client_for(&cfg, opts.api_key.clone())?;
-    let listing = client.endpoints(&cfg.model).await.map_err(|e| match e {
-        ApiError::Http {
-            status: 400 | 404, ..
-        } => EngineError::Input(format!(
-            "model {} not found at {}: {e}",
-            cfg.model,
-            client.base_url()
-        )),
-        ApiError::Http { status: 401, .. } => EngineError::Input(format!(
-            "the API key in {} was refused: {e}",
-            cfg.api_key_env
-        )),
-        other => EngineError::Startup(format!(
-            "cannot list the endpoints of {} at {}: {other}",
-            cfg.model,
-            client.base_url()
-        )),
-    })?;
+    // Without OpenRouter no key is read: the client stays keyless and is never called.
+    let client = if cfg.openrouter {
+        client_for(&cfg, opts.api_key.clone())?
+    } else {
+        OpenRouterClient::new(ClientOptions::new(cfg.base_url.clone(), None))
+            .map_err(|e| EngineError::Input(e.to_string()))?
+    };
+    let listing = if !cfg.openrouter {
+        ModelEndpoints::default()
+    } else {
+        client.endpoints(&cfg.model).await.map_err(|e| match e {
+            ApiError::Http {
+                status: 400 | 404, ..
+            } => EngineError::Input(format!(
+                "model {} not found at {}: {e}",
+                cfg.model,
+                client.base_url()
+            )),
+            ApiError::Http { status: 401, .. } => EngineError::Input(format!(
+                "the API key in {} was refused: {e}",
+                cfg.api_key_env
+            )),
+            other => EngineError::Startup(format!(
+                "cannot list the endpoints of {} at {}: {other}",
+                cfg.model,
+                client.base_url()
+            )),
+        })?
+    };
     let endpoints: Vec<RunEndpoint> = listing
         .endpoints
         .iter()
@@ -428,6 +444,8 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         task,
         writer_thread: Some(writer_thread),
         client,
+        output_dir: dir,
+        datasets: names,
     })
 }
 

@@ -196,6 +196,9 @@ pub struct RunSummary {
     pub snapshot: Snapshot,
     /// How far spend went past the budget (zero when it did not).
     pub overshoot: Usd,
+    /// Where the outputs are, and the datasets in config order (for the report).
+    pub output_dir: std::path::PathBuf,
+    pub datasets: Vec<String>,
 }
 
 impl Supervisor {
@@ -769,6 +772,7 @@ impl Supervisor {
             generation_id: None,
             attempt: Some(attempt.clone()),
             expected_usd: Some(expected),
+            error: None,
         })
         .await;
         let accrued = Arc::new(AtomicI64::new(0));
@@ -922,7 +926,13 @@ impl Supervisor {
     }
 
     /// Books a stream we closed at our estimate and remembers it for reconciliation.
-    async fn book_closed(&mut self, job: &Job, endpoint: Option<usize>, r: &ClosedAttempt) {
+    async fn book_closed(
+        &mut self,
+        job: &Job,
+        endpoint: Option<usize>,
+        r: &ClosedAttempt,
+        error: Option<ErrorKind>,
+    ) {
         let d = job.dataset;
         let entry = SpendEntry {
             at: now_rfc3339(),
@@ -937,6 +947,7 @@ impl Supervisor {
             generation_id: r.generation_id.clone(),
             attempt: Some(r.attempt.clone()),
             expected_usd: None,
+            error: error.map(|k| k.to_string()),
         };
         if let Some(g) = &r.generation_id
             && self.to_reconcile.len() < RECONCILE_CAPACITY
@@ -959,6 +970,7 @@ impl Supervisor {
             usd,
             estimated,
             expected_usd: None,
+            error: None,
             ..open
         })
         .await;
@@ -1224,7 +1236,7 @@ impl Supervisor {
             AttemptOutcome::Cancelled => {
                 // We closed it; the provider may bill what it generated: book our estimate,
                 // corrected from `GET /generation` at the end of the run.
-                self.book_closed(&job, endpoint, &closed).await;
+                self.book_closed(&job, endpoint, &closed, None).await;
                 // Not done and not rejected: a resume will take it again.
             }
             AttemptOutcome::Failed(err) => {
@@ -1250,7 +1262,7 @@ impl Supervisor {
                 }
                 // A timeout is our own close: the provider may bill what it generated.
                 if kind == ErrorKind::Timeout {
-                    self.book_closed(&job, endpoint, &closed).await;
+                    self.book_closed(&job, endpoint, &closed, Some(kind)).await;
                 } else {
                     self.book_spend(SpendEntry {
                         at: now_rfc3339(),
@@ -1265,6 +1277,7 @@ impl Supervisor {
                         generation_id: closed.generation_id.clone(),
                         attempt: Some(closed.attempt.clone()),
                         expected_usd: None,
+                        error: Some(kind.to_string()),
                     })
                     .await;
                 }
@@ -1354,6 +1367,7 @@ impl Supervisor {
             generation_id: c.id.clone(),
             attempt: Some(attempt.to_string()),
             expected_usd: None,
+            error: None,
         })
         .await;
         let counters: Vec<&Counters> = [Some(&shared.totals), Some(&shared.dataset_stats[d])]
@@ -1787,6 +1801,8 @@ impl Supervisor {
             failed: self.fatal.is_some(),
             snapshot: snap,
             overshoot,
+            output_dir: Default::default(),
+            datasets: Vec::new(),
         }
     }
 }
@@ -1807,7 +1823,7 @@ fn price_per_m(p: Price) -> f64 {
     p.usd_per_million().to_f64().unwrap_or(f64::NAN)
 }
 
-fn write_state(path: &std::path::Path, snap: &Snapshot) {
+pub(super) fn write_state(path: &std::path::Path, snap: &Snapshot) {
     match serde_json::to_vec_pretty(snap) {
         Ok(bytes) => {
             if let Err(e) = crate::store::output::write_atomic(path, &bytes) {

@@ -253,6 +253,7 @@ pub async fn run_attempt(
                     generation_id: Some(g.clone()),
                     attempt: Some(spec.attempt.clone()),
                     expected_usd: None,
+                    error: None,
                 })
                 .await;
         }

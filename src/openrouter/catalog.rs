@@ -153,7 +153,7 @@ impl Endpoint {
 }
 
 /// `GET /models/{author}/{slug}/endpoints`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct ModelEndpoints {
     pub id: String,
     pub name: Option<String>,

@@ -310,13 +310,16 @@ impl OpenRouterClient {
     /// was generated, so the request is resent at once on a new connection; it does not count
     /// as a failure of the endpoint.
     async fn post_chat(&self, req: &ChatRequest) -> Result<reqwest::Response, ApiError> {
-        let send = |http: &reqwest::Client| http.post(self.url("chat/completions")).json(req).send();
+        let send =
+            |http: &reqwest::Client| http.post(self.url("chat/completions")).json(req).send();
         let resp = match send(&self.http).await {
             Ok(resp) => resp,
             Err(e) if died_before_response(&e) => {
                 self.stale_retries.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(base = %self.base, "pooled connection was dead; resending on a new one");
-                send(&self.fresh).await.map_err(|e| self.transport_error(e))?
+                send(&self.fresh)
+                    .await
+                    .map_err(|e| self.transport_error(e))?
             }
             Err(e) => return Err(self.transport_error(e)),
         };

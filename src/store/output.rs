@@ -118,6 +118,10 @@ pub struct SpendEntry {
     /// On `dispatched` lines: the cost the request is expected to have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_usd: Option<Usd>,
+    /// On `failed` lines and streams closed on a timeout: the kind of error (`rate_limited`,
+    /// `timeout`, `truncated`, ...), as in the rejects file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The files of one dataset.

@@ -1,0 +1,611 @@
+//! The end-of-run report: per dataset and endpoint, what was produced (prompts, tokens), at what
+//! speed (tokens per second per stream, time to first token), with which failures, and what it
+//! cost; then the totals and the spend reconciliation (harvest's ledger, the records, and the
+//! API's own usage figure when the run had one).
+//!
+//! Built from the output directory alone (records, ledger, rejects, state file), so it is the
+//! same after a TUI run, a headless run, or later from `harvest status --report`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Tokens, Usd, group_thousands};
+use crate::engine::{Manifest, Snapshot, manifest_path, state_path};
+use crate::store::output::{
+    OutputRecord, RejectRecord, SpendEntry, SpendKind, ledger_path, output_path, rejects_path,
+};
+
+/// Version of the JSON form; bumped when a field changes meaning or goes away.
+pub const SCHEMA: u32 = 1;
+
+/// Rows whose endpoint is not known (OpenRouter routing, failed before a provider was named).
+pub const UNRESOLVED: &str = "(openrouter)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{path}: {msg}")]
+    File { path: PathBuf, msg: String },
+}
+
+/// One dataset × endpoint, or a total.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub dataset: String,
+    pub endpoint: String,
+    /// Prompts answered (records written).
+    pub prompts: u64,
+    pub prompt_tokens: u64,
+    pub output_tokens: u64,
+    /// Dollars booked in the ledger for this row: answers, closed and failed attempts.
+    pub usd: Usd,
+    /// Output tokens per second of generation (after the first token), per stream.
+    pub tok_per_s: Option<f64>,
+    pub ttft_p50_ms: Option<u64>,
+    pub ttft_p95_ms: Option<u64>,
+    pub mean_output_tokens: Option<f64>,
+    /// Share of answers cut at max_tokens (`finish_reason: length`).
+    pub truncation_rate: Option<f64>,
+    /// Failed attempts by kind (`429`, `5xx`, `timeout`, `truncated`, ...), retried or not.
+    pub errors: BTreeMap<String, u64>,
+    /// Prompts given up on (dataset and total rows only: a reject has no single endpoint).
+    pub rejected: u64,
+}
+
+/// Harvest's count against the API's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpendCheck {
+    /// Everything in the ledger (`spend.jsonl`), all runs in this directory.
+    pub ledger: Usd,
+    /// Of which: answers written as records.
+    pub answers: Usd,
+    /// Of which: streams closed before the end (budget cap, timeouts, operator stops).
+    pub closed: Usd,
+    /// Of which: corrections from `GET /generation` and recovered crash leftovers.
+    pub adjustments: Usd,
+    /// Ledger amounts that are harvest's estimate rather than the server's figure.
+    pub estimated: Usd,
+    /// Sum of `cost_usd` over the records; equals `answers` when nothing was lost.
+    pub records: Usd,
+    /// The API key's usage growth over the last run (`GET /key` before and after), when known:
+    /// key-wide, so other use of the same key counts too.
+    pub api_usage_delta_usd: Option<f64>,
+    /// What harvest counted over that same run.
+    pub run_spent: Option<Usd>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: u32,
+    pub output_dir: String,
+    pub model: Option<String>,
+    pub elapsed_s: Option<f64>,
+    pub rows: Vec<Row>,
+    /// One per dataset, over its endpoints.
+    pub datasets: Vec<Row>,
+    pub total: Row,
+    pub spend: SpendCheck,
+}
+
+/// Everything about one dataset × endpoint before it is summed up.
+#[derive(Default)]
+struct Acc {
+    row: Row,
+    ttfts: Vec<u64>,
+    gen_ms: u64,
+    gen_tokens: u64,
+    truncated: u64,
+}
+
+impl Acc {
+    fn add_record(&mut self, r: &OutputRecord) {
+        self.row.prompts += 1;
+        self.row.prompt_tokens += r.usage.prompt_tokens;
+        self.row.output_tokens += r.usage.completion_tokens;
+        if let Some(t) = r.ttft_ms {
+            self.ttfts.push(t);
+            let generating = r.latency_ms.saturating_sub(t);
+            if generating > 0 && r.usage.completion_tokens > 1 {
+                self.gen_ms += generating;
+                self.gen_tokens += r.usage.completion_tokens - 1;
+            }
+        }
+        if r.finish_reason == "length" {
+            self.truncated += 1;
+        }
+    }
+
+    fn merge(&mut self, o: &Acc) {
+        self.row.prompts += o.row.prompts;
+        self.row.prompt_tokens += o.row.prompt_tokens;
+        self.row.output_tokens += o.row.output_tokens;
+        self.row.usd += o.row.usd;
+        self.row.rejected += o.row.rejected;
+        for (k, n) in &o.row.errors {
+            *self.row.errors.entry(k.clone()).or_default() += n;
+        }
+        self.ttfts.extend_from_slice(&o.ttfts);
+        self.gen_ms += o.gen_ms;
+        self.gen_tokens += o.gen_tokens;
+        self.truncated += o.truncated;
+    }
+
+    fn finish(mut self) -> Row {
+        self.ttfts.sort_unstable();
+        let pct = |p: f64| -> Option<u64> {
+            let n = self.ttfts.len();
+            (n > 0).then(|| self.ttfts[((n as f64 * p).ceil() as usize).clamp(1, n) - 1])
+        };
+        let mut row = self.row;
+        row.ttft_p50_ms = pct(0.50);
+        row.ttft_p95_ms = pct(0.95);
+        row.tok_per_s =
+            (self.gen_ms > 0).then(|| self.gen_tokens as f64 * 1000.0 / self.gen_ms as f64);
+        if row.prompts > 0 {
+            row.mean_output_tokens = Some(row.output_tokens as f64 / row.prompts as f64);
+            row.truncation_rate = Some(self.truncated as f64 / row.prompts as f64);
+        }
+        row
+    }
+}
+
+fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, ReportError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(ReportError::File {
+                path: path.to_path_buf(),
+                msg: e.to_string(),
+            });
+        }
+    };
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(v) => out.push(v),
+            // A torn last line (a crash mid-write) is repaired by the next run: skip it.
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+            Err(e) => {
+                return Err(ReportError::File {
+                    path: path.to_path_buf(),
+                    msg: format!("line {}: {e}", i + 1),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The datasets of an output directory: the manifest's, else every `<name>.jsonl` there.
+fn dataset_names(dir: &Path) -> Result<Vec<String>, ReportError> {
+    if let Ok(text) = std::fs::read_to_string(manifest_path(dir)) {
+        let m: Manifest = serde_json::from_str(&text).map_err(|e| ReportError::File {
+            path: manifest_path(dir),
+            msg: format!("not a harvest manifest: {e}"),
+        })?;
+        let mut names: Vec<String> = m.params.into_keys().collect();
+        names.sort();
+        return Ok(names);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| ReportError::File {
+        path: dir.to_path_buf(),
+        msg: e.to_string(),
+    })?;
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter_map(|f| f.strip_suffix(".jsonl").map(str::to_string))
+        .filter(|n| n != "spend" && !n.ends_with(".rejects"))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+impl Report {
+    /// Reads an output directory. `order` lists datasets in the config's order when known.
+    pub fn from_dir(dir: &Path, order: Option<&[String]>) -> Result<Report, ReportError> {
+        let names = match order {
+            Some(o) => o.to_vec(),
+            None => dataset_names(dir)?,
+        };
+        let snapshot: Option<Snapshot> = std::fs::read_to_string(state_path(dir))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let ledger: Vec<SpendEntry> = read_lines(&ledger_path(dir))?;
+        let mut accs: BTreeMap<(usize, String), Acc> = BTreeMap::new();
+        let index: BTreeMap<&str, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let mut spend = SpendCheck::default();
+        let mut rejected = vec![0u64; names.len()];
+        for d in &names {
+            let i = index[d.as_str()];
+            for r in read_lines::<OutputRecord>(&output_path(dir, d))? {
+                let ep = r.endpoint_tag.clone().unwrap_or_else(|| r.provider.clone());
+                spend.records += r.cost_usd;
+                accs.entry((i, ep)).or_default().add_record(&r);
+            }
+            rejected[i] = read_lines::<RejectRecord>(&rejects_path(dir, d))?.len() as u64;
+        }
+        for e in &ledger {
+            spend.ledger += e.usd;
+            if e.estimated {
+                spend.estimated += e.usd;
+            }
+            match e.kind {
+                SpendKind::Complete => spend.answers += e.usd,
+                SpendKind::Cancelled | SpendKind::Failed => spend.closed += e.usd,
+                _ => spend.adjustments += e.usd,
+            }
+            let Some(&i) = index.get(e.dataset.as_str()) else {
+                continue;
+            };
+            let ep = e.endpoint.clone().unwrap_or_else(|| UNRESOLVED.to_string());
+            let acc = accs.entry((i, ep)).or_default();
+            acc.row.usd += e.usd;
+            if let Some(kind) = &e.error {
+                *acc.row.errors.entry(kind.clone()).or_default() += 1;
+            }
+        }
+        if let Some(s) = &snapshot
+            && let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now)
+        {
+            spend.api_usage_delta_usd = Some(b - a);
+            spend.run_spent = Some(s.spent - s.carried_over);
+        }
+
+        let mut rows = Vec::new();
+        let mut per_dataset: Vec<Acc> = names.iter().map(|_| Acc::default()).collect();
+        let mut total = Acc::default();
+        for ((i, ep), mut acc) in accs {
+            acc.row.dataset = names[i].clone();
+            acc.row.endpoint = ep;
+            per_dataset[i].merge(&acc);
+            total.merge(&acc);
+            rows.push(acc.finish());
+        }
+        let datasets = per_dataset
+            .into_iter()
+            .zip(&names)
+            .zip(&rejected)
+            .map(|((mut a, n), &rej)| {
+                a.row.dataset = n.clone();
+                a.row.rejected = rej;
+                total.row.rejected += rej;
+                a.row.endpoint = "all".into();
+                a.finish()
+            })
+            .collect();
+        total.row.dataset = "all".into();
+        total.row.endpoint = "all".into();
+        Ok(Report {
+            schema: SCHEMA,
+            output_dir: dir.display().to_string(),
+            model: snapshot.as_ref().map(|s| s.model.clone()),
+            elapsed_s: snapshot.as_ref().map(|s| s.elapsed_s),
+            rows,
+            datasets,
+            total: total.finish(),
+            spend,
+        })
+    }
+
+    /// The text form, about 110 columns wide.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "{:<10} {:<24} {:>7} {:>13} {:>11} {:>7} {:>6} {:>6} {:>6}  errors\n",
+            "dataset",
+            "endpoint",
+            "prompts",
+            "output tok",
+            "USD",
+            "tok/s",
+            "ttft50",
+            "ttft95",
+            "trunc"
+        ));
+        let line = |r: &Row| {
+            let opt = |v: Option<u64>| v.map(|v| format!("{v}")).unwrap_or_else(|| "-".into());
+            let mut errors: Vec<String> = r
+                .errors
+                .iter()
+                .map(|(k, n)| format!("{k}×{}", group_thousands(*n)))
+                .collect();
+            if r.rejected > 0 {
+                errors.push(format!("rejected×{}", group_thousands(r.rejected)));
+            }
+            format!(
+                "{:<10} {:<24} {:>7} {:>13} {:>11.4} {:>7} {:>6} {:>6} {:>6}  {}\n",
+                truncate(&r.dataset, 10),
+                truncate(&r.endpoint, 24),
+                group_thousands(r.prompts),
+                Tokens(r.output_tokens).to_string(),
+                r.usd.as_f64(),
+                r.tok_per_s
+                    .map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                opt(r.ttft_p50_ms),
+                opt(r.ttft_p95_ms),
+                r.truncation_rate
+                    .map(|v| format!("{:.1}%", v * 100.0))
+                    .unwrap_or_else(|| "-".into()),
+                if errors.is_empty() {
+                    "-".to_string()
+                } else {
+                    errors.join(" ")
+                }
+            )
+        };
+        for (i, d) in self.datasets.iter().enumerate() {
+            let mine: Vec<&Row> = self
+                .rows
+                .iter()
+                .filter(|r| r.dataset == d.dataset)
+                .collect();
+            for r in &mine {
+                out.push_str(&line(r));
+            }
+            if mine.len() > 1 {
+                out.push_str(&line(d));
+            }
+            if i + 1 < self.datasets.len() {
+                out.push('\n');
+            }
+        }
+        if self.datasets.len() > 1 {
+            out.push_str(&line(&self.total));
+        }
+        let s = &self.spend;
+        out.push_str(&format!(
+            "spend: ledger {:.6} USD = answers {:.6} + closed/failed {:.6} + adjustments {:.6} \
+             ({:.6} of it estimated)\n",
+            s.ledger.as_f64(),
+            s.answers.as_f64(),
+            s.closed.as_f64(),
+            s.adjustments.as_f64(),
+            s.estimated.as_f64()
+        ));
+        if s.records != s.answers {
+            out.push_str(&format!(
+                "records: {:.6} USD, ledger answers {:.6}: {:+.6} apart\n",
+                s.records.as_f64(),
+                s.answers.as_f64(),
+                (s.records - s.answers).as_f64()
+            ));
+        }
+        if let (Some(api), Some(ours)) = (s.api_usage_delta_usd, s.run_spent) {
+            out.push_str(&format!(
+                "API key usage over the last run: {api:.6} USD; harvest counted {:.6} ({:+.6}; \
+                 the key's figure includes any other use of the key)\n",
+                ours.as_f64(),
+                ours.as_f64() - api
+            ));
+        }
+        out
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// The report of `dir`, for printing after a run; a failure to read it is logged, not fatal.
+pub fn after_run(dir: &Path, order: &[String]) -> Option<Report> {
+    match Report::from_dir(dir, Some(order)) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!("could not build the end-of-run report: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::output::{RecordUsage, Turn};
+
+    fn record(
+        id: &str,
+        tag: &str,
+        out: u64,
+        ttft: u64,
+        latency: u64,
+        finish: &str,
+    ) -> OutputRecord {
+        OutputRecord {
+            id: id.into(),
+            conversations: vec![Turn {
+                role: "assistant".into(),
+                content: "x".into(),
+                reasoning_content: None,
+            }],
+            provider: tag.into(),
+            endpoint_tag: Some(tag.into()),
+            quantization: None,
+            model: "m".into(),
+            finish_reason: finish.into(),
+            truncated: finish == "length",
+            usage: RecordUsage {
+                prompt_tokens: 10,
+                completion_tokens: out,
+                reasoning_tokens: 0,
+                source: "reported".into(),
+            },
+            cost_usd: Usd::from_pico(out as i64 * 1000),
+            ttft_ms: Some(ttft),
+            latency_ms: latency,
+            attempts: 1,
+            created_at: "2026-11-30T00:00:00Z".into(),
+            generation_id: None,
+            params: serde_json::Value::Null,
+        }
+    }
+
+    fn spend(
+        dataset: &str,
+        tag: Option<&str>,
+        kind: SpendKind,
+        pico: i64,
+        error: Option<&str>,
+    ) -> SpendEntry {
+        SpendEntry {
+            at: "2026-11-30T00:00:00Z".into(),
+            id: "x".into(),
+            dataset: dataset.into(),
+            endpoint: tag.map(str::to_string),
+            kind,
+            usd: Usd::from_pico(pico),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: false,
+            generation_id: None,
+            attempt: None,
+            expected_usd: None,
+            error: error.map(str::to_string),
+        }
+    }
+
+    fn write(dir: &Path, name: &str, lines: &[String]) {
+        let mut t = lines.join("\n");
+        t.push('\n');
+        std::fs::write(dir.join(name), t).expect("write");
+    }
+
+    #[test]
+    fn rows_percentiles_speed_errors_and_spend() {
+        let d = tempfile::tempdir().expect("tmp");
+        let recs: Vec<String> = (0..20)
+            .map(|i| {
+                let r = record(
+                    &format!("a{i}"),
+                    "chutes/int4",
+                    101,
+                    100 * (i + 1),
+                    100 * (i + 1) + 1000,
+                    if i < 5 { "length" } else { "stop" },
+                );
+                serde_json::to_string(&r).expect("json")
+            })
+            .chain(std::iter::once(
+                serde_json::to_string(&record("b0", "moonshotai/int4", 11, 50, 150, "stop"))
+                    .expect("json"),
+            ))
+            .collect();
+        write(d.path(), "B1.jsonl", &recs);
+        let mut ledger: Vec<String> = (0..20)
+            .map(|_| {
+                serde_json::to_string(&spend(
+                    "B1",
+                    Some("chutes/int4"),
+                    SpendKind::Complete,
+                    101_000,
+                    None,
+                ))
+                .expect("json")
+            })
+            .collect();
+        ledger.push(
+            serde_json::to_string(&spend(
+                "B1",
+                Some("moonshotai/int4"),
+                SpendKind::Complete,
+                11_000,
+                None,
+            ))
+            .expect("json"),
+        );
+        ledger.push(
+            serde_json::to_string(&spend(
+                "B1",
+                Some("chutes/int4"),
+                SpendKind::Failed,
+                0,
+                Some("429"),
+            ))
+            .expect("json"),
+        );
+        ledger.push(
+            serde_json::to_string(&spend(
+                "B1",
+                Some("chutes/int4"),
+                SpendKind::Cancelled,
+                7,
+                Some("timeout"),
+            ))
+            .expect("json"),
+        );
+        ledger.push(
+            serde_json::to_string(&spend("B1", None, SpendKind::Failed, 0, Some("5xx")))
+                .expect("json"),
+        );
+        write(d.path(), "spend.jsonl", &ledger);
+
+        let r = Report::from_dir(d.path(), None).expect("report");
+        assert_eq!(r.schema, SCHEMA);
+        let chutes = r
+            .rows
+            .iter()
+            .find(|x| x.endpoint == "chutes/int4")
+            .expect("row");
+        assert_eq!((chutes.prompts, chutes.output_tokens), (20, 2020));
+        assert_eq!(chutes.usd, Usd::from_pico(20 * 101_000 + 7));
+        // TTFTs 100..2000 ms: nearest-rank p50 is the 10th, p95 the 19th.
+        assert_eq!(
+            (chutes.ttft_p50_ms, chutes.ttft_p95_ms),
+            (Some(1000), Some(1900))
+        );
+        // 100 tokens after the first in 1 s each.
+        assert_eq!(chutes.tok_per_s, Some(100.0));
+        assert_eq!(chutes.truncation_rate, Some(0.25));
+        assert_eq!(chutes.errors.get("429"), Some(&1));
+        assert_eq!(chutes.errors.get("timeout"), Some(&1));
+        let unresolved = r
+            .rows
+            .iter()
+            .find(|x| x.endpoint == UNRESOLVED)
+            .expect("row");
+        assert_eq!(unresolved.errors.get("5xx"), Some(&1));
+        assert_eq!(r.datasets.len(), 1);
+        assert_eq!(r.datasets[0].prompts, 21);
+        assert_eq!(r.total.output_tokens, 2020 + 11);
+        assert_eq!(r.spend.ledger, Usd::from_pico(20 * 101_000 + 11_000 + 7));
+        assert_eq!(r.spend.answers, r.spend.records);
+        assert_eq!(r.spend.closed, Usd::from_pico(7));
+        let text = r.render();
+        assert!(text.contains("chutes/int4"), "{text}");
+        assert!(text.contains("429×1 timeout×1"), "{text}");
+        assert!(text.contains("25.0%"), "{text}");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_a_bad_middle_line_named() {
+        let d = tempfile::tempdir().expect("tmp");
+        let good = serde_json::to_string(&record("a", "t", 5, 1, 2, "stop")).expect("json");
+        std::fs::write(
+            d.path().join("B1.jsonl"),
+            format!("{good}\n{{\"id\":\"b\",\"conv"),
+        )
+        .expect("write");
+        let r = Report::from_dir(d.path(), None).expect("torn tail is fine");
+        assert_eq!(r.total.prompts, 1);
+        std::fs::write(d.path().join("B1.jsonl"), format!("{{oops\n{good}\n")).expect("write");
+        let e = Report::from_dir(d.path(), None).expect_err("bad line");
+        assert!(e.to_string().contains("B1.jsonl: line 1"), "{e}");
+    }
+}
