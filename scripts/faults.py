@@ -6,6 +6,11 @@ from the comma-separated list `fault_cycle` (request i gets entry i mod len; `ok
 or drawn at random with the fault_* percentages below. `fault_log` names a file that gets one
 line per request with the fault applied. From shared/research/real-peers.md, where each fault
 was checked with curl.
+
+Known quirk: after a `trunc` cut, mitmproxy writes an empty chunk for every upstream piece the
+hook swallows, so the kept-alive client connection carries stray `0\r\n\r\n` bytes and the next
+request on it reads garbage (hyper: "invalid HTTP version parsed"). A client must treat that
+as a failed attempt (the proxy did receive the request), not resend it blindly.
 """
 import asyncio, random
 from mitmproxy import ctx, http

@@ -29,6 +29,12 @@ pub enum Command {
     /// The endpoint table of a model: price, quantization, context, status, uptime, and which
     /// endpoints the policy allows.
     Providers(ProvidersArgs),
+    /// What the remaining work of a config will cost and take: per dataset and per allowed
+    /// endpoint, at the cheapest, the price-weighted mix and the dearest, against the budget.
+    Estimate(EstimateArgs),
+    /// Canaries: the same greedy prompts to every endpoint of a model, each compared with a
+    /// reference endpoint's answers, to tell who serves the real model.
+    Probe(ProbeArgs),
     /// Run the built-in OpenRouter simulator on 127.0.0.1 (for tests, demos and other clients).
     Sim(SimArgs),
     /// The whole experience with no key and no network: the simulator in-process with the Kimi
@@ -53,6 +59,9 @@ pub struct PolicyArgs {
     /// Allow endpoints whose quantization is undisclosed.
     #[arg(long)]
     pub allow_unknown: bool,
+    /// Leave out endpoints whose probe agreement (0-1) is below this (needs --probe).
+    #[arg(long, value_name = "SIMILARITY")]
+    pub min_probe_agreement: Option<f64>,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -88,8 +97,73 @@ pub struct ProvidersArgs {
     /// Print a stable machine-readable JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// A `harvest probe` result (probe.json): its agreement becomes a column, and
+    /// `--min-probe-agreement` a policy rule.
+    #[arg(long, value_name = "FILE")]
+    pub probe: Option<PathBuf>,
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// Model id, e.g. moonshotai/kimi-k2.5 (default: the config's).
+    pub model: Option<String>,
+    /// A config: its base URL, key variable, own [[endpoint]] servers, policy (for the
+    /// reference) and output_dir (where the result and the spend go).
+    #[arg(short = 'c', long)]
+    pub config: Option<PathBuf>,
+    /// API base URL when there is no config (OpenRouter or the simulator).
+    #[arg(long, env = "HARVEST_BASE_URL", default_value = crate::openrouter::DEFAULT_BASE_URL)]
+    pub base_url: String,
+    /// Environment variable holding the API key when there is no config.
+    #[arg(long, default_value = "OPENROUTER_API_KEY")]
+    pub api_key_env: String,
+    /// The endpoint the others are compared with (default: the model author's own endpoint,
+    /// else the policy's native-precision endpoint, else the majority answer).
+    #[arg(long, value_name = "TAG")]
+    pub reference: Option<String>,
+    /// Probe only these endpoints (tags, comma-separated); the reference is always probed.
+    #[arg(long, value_delimiter = ',', value_name = "TAGS")]
+    pub only: Vec<String>,
+    /// How many of the fixed prompts to send to each endpoint (1-12).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=12))]
+    pub prompts: u16,
+    /// Output tokens per answer.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: u32,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Requests in flight at once, all endpoints together.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Refuse to start when the probe could cost more than this (every answer at max_tokens).
+    #[arg(long, default_value_t = 1.0, value_name = "USD")]
+    pub max_usd: f64,
+    /// Where to write the result (default: probe.json in the config's output_dir, else ./out).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Print the result as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EstimateArgs {
+    /// The config file.
+    #[arg(short = 'c', long, default_value = "harvest.toml")]
+    pub config: PathBuf,
+    /// Print a stable machine-readable JSON document instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Output tokens per prompt for datasets with no outputs yet (default: the token budget
+    /// spent, or max_tokens per prompt without a budget).
+    #[arg(long, value_name = "TOKENS")]
+    pub mean_output: Option<u64>,
+    /// Tokens per second of one stream, TTFT included, at every endpoint (default: observed in
+    /// the output directory, else the listing's medians, else 20).
+    #[arg(long, value_name = "N")]
+    pub stream_tps: Option<f64>,
 }
 
 #[derive(Args, Debug)]

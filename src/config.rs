@@ -609,6 +609,14 @@ impl Config {
             );
             c.ensure(exists, key("prompts"), msg)?;
         }
+        if let Some(a) = self.policy.min_probe_agreement {
+            let ok = (0.0..=1.0).contains(&a);
+            c.ensure(
+                ok,
+                "policy.min_probe_agreement",
+                format!("must be between 0 and 1, got {a}"),
+            )?;
+        }
         c.ensure(
             self.openrouter || !self.endpoints.is_empty(),
             "openrouter",
@@ -907,6 +915,10 @@ dataset = [{ name = "a", prompts = "a" }]
 openrouter = false
 => harvest.toml:2: openrouter: is false, so at least one [[endpoint]] must serve the run
 dataset = [{ name = "a", prompts = "a" }]
+[policy]
+min_probe_agreement = 90
+=> harvest.toml:3: policy.min_probe_agreement: must be between 0 and 1, got 90
+dataset = [{ name = "a", prompts = "a" }]
 [request]
 max_tokens = 5
 budget = 3
@@ -1035,7 +1047,7 @@ model =
             text.clear();
             cases += 1;
         }
-        assert_eq!(cases, 29);
+        assert_eq!(cases, 30);
     }
 
     #[test]

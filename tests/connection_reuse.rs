@@ -201,3 +201,59 @@ async fn a_refused_connection_is_not_resent_as_stale() {
     assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
     assert_eq!(c.stale_retries(), 0);
 }
+
+/// A server that reads each request and closes the connection without a byte of response
+/// (what a proxy that drops a request looks like); the first `drops` requests only.
+async fn dropping_server(drops: usize) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let s = s.clone();
+            tokio::spawn(async move {
+                while read_request(&mut sock).await {
+                    if s.fetch_add(1, Ordering::SeqCst) < drops {
+                        return; // dropped: closes without answering
+                    }
+                    let _ = sock.write_all(sse_response().as_bytes()).await;
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), seen)
+}
+
+#[tokio::test]
+async fn a_request_dropped_before_any_byte_on_a_new_connection_is_resent_once() {
+    let (base, seen) = dropping_server(1).await;
+    let c = client(base);
+    let done = c
+        .chat_stream(&request(), StreamTimeouts::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .collect()
+        .await
+        .expect("complete");
+    assert_eq!(done.content, "hello");
+    assert_eq!(c.stale_retries(), 1);
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_dropping_gets_one_resend_then_an_error() {
+    let (base, seen) = dropping_server(usize::MAX).await;
+    let c = client(base);
+    let e = c
+        .chat_stream(&request(), StreamTimeouts::default())
+        .await
+        .err()
+        .expect("fails");
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    assert!(e.is_retryable());
+    assert_eq!(c.stale_retries(), 1, "one resend, not a loop");
+    assert_eq!(seen.load(Ordering::SeqCst), 2);
+}

@@ -86,7 +86,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
     if let Ok(listing) = client.endpoints(&cfg.model).await {
         print!(
             "{}",
-            render_text(&report(&cfg.model, &listing, &cfg.policy))
+            render_text(&report(&cfg.model, &listing, &cfg.policy, None))
         );
     }
     let code = drive_headless(

@@ -2,6 +2,8 @@
 //! [`BadInput`] marks the ones that are the user's input (exit code 2, not 1).
 
 pub mod demo;
+pub mod estimate;
+pub mod probe;
 pub mod providers;
 pub mod run;
 pub mod sim;

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::domain::Quantization;
 use crate::engine::policy::{EndpointFacts, Exclusion, Fidelity, PolicyConfig};
 use crate::openrouter::{Endpoint, ModelEndpoints};
+use crate::probe::ProbeReport;
 
 /// One row of the table.
 #[derive(Clone, Debug, Serialize)]
@@ -27,6 +28,12 @@ pub struct ProviderRow {
     pub throughput_p50_30m: Option<f64>,
     pub allowed: bool,
     pub excluded: Option<Exclusion>,
+    /// From a probe result: similarity to the reference (1 = identical) and exact-match rate.
+    pub probe_similarity: Option<f64>,
+    pub probe_exact: Option<f64>,
+    /// False when the endpoint could not be asked for greedy decoding (its score is shown in
+    /// parentheses and not used by the policy).
+    pub probe_greedy: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -43,6 +50,8 @@ pub struct ProvidersReport {
     /// False when the released precision was assumed (not configured and not known).
     pub native_known: bool,
     pub policy: PolicyConfig,
+    /// The reference endpoint of the probe result shown, when one was given.
+    pub probe_reference: Option<String>,
     pub allowed: usize,
     pub endpoints: Vec<ProviderRow>,
 }
@@ -52,8 +61,14 @@ fn per_m(p: crate::domain::Price) -> f64 {
     p.usd_per_million().to_f64().unwrap_or(f64::NAN)
 }
 
-fn row(e: &Endpoint, native: &Quantization, policy: &PolicyConfig) -> ProviderRow {
-    let excluded = policy.verdict(
+fn row(
+    e: &Endpoint,
+    native: &Quantization,
+    policy: &PolicyConfig,
+    probe: Option<&ProbeReport>,
+) -> ProviderRow {
+    let scored = probe.and_then(|p| p.endpoints.iter().find(|s| s.tag == e.tag.as_str()));
+    let excluded = policy.verdict_with_probe(
         native,
         &EndpointFacts {
             tag: &e.tag,
@@ -61,6 +76,7 @@ fn row(e: &Endpoint, native: &Quantization, policy: &PolicyConfig) -> ProviderRo
             quantization: &e.quantization,
             uptime_30m: e.uptime_last_30m,
         },
+        scored.filter(|s| s.greedy).and_then(|s| s.similarity),
     );
     ProviderRow {
         provider: e.provider_name.clone(),
@@ -81,16 +97,24 @@ fn row(e: &Endpoint, native: &Quantization, policy: &PolicyConfig) -> ProviderRo
         throughput_p50_30m: e.throughput_last_30m.and_then(|p| p.p50),
         allowed: excluded.is_none(),
         excluded,
+        probe_similarity: scored.and_then(|s| s.similarity),
+        probe_exact: scored.and_then(|s| s.exact_match_rate),
+        probe_greedy: scored.is_none_or(|s| s.greedy),
     }
 }
 
 /// Builds the report: rows sorted by output price, then input price, then tag.
-pub fn report(model: &str, listing: &ModelEndpoints, policy: &PolicyConfig) -> ProvidersReport {
+pub fn report(
+    model: &str,
+    listing: &ModelEndpoints,
+    policy: &PolicyConfig,
+    probe: Option<&ProbeReport>,
+) -> ProvidersReport {
     let (native, native_known) = policy.native_for(model);
     let mut rows: Vec<ProviderRow> = listing
         .endpoints
         .iter()
-        .map(|e| row(e, &native, policy))
+        .map(|e| row(e, &native, policy, probe))
         .collect();
     rows.sort_by(|a, b| {
         a.price_out_per_m
@@ -104,6 +128,7 @@ pub fn report(model: &str, listing: &ModelEndpoints, policy: &PolicyConfig) -> P
         native_quantization: native,
         native_known,
         policy: policy.clone(),
+        probe_reference: probe.map(|p| p.reference.clone().unwrap_or_else(|| "majority".into())),
         endpoints: rows,
     }
 }
@@ -120,9 +145,9 @@ fn k(n: Option<u64>) -> String {
 pub fn render_text(r: &ProvidersReport) -> String {
     let header = [
         "provider", "tag", "quant", "$/M in", "$/M out", "context", "max out", "status", "up 30m",
-        "allowed",
+        "probe", "allowed",
     ];
-    let mut table: Vec<[String; 10]> = Vec::new();
+    let mut table: Vec<[String; 11]> = Vec::new();
     for e in &r.endpoints {
         table.push([
             e.provider.clone(),
@@ -134,6 +159,11 @@ pub fn render_text(r: &ProvidersReport) -> String {
             k(e.max_completion_tokens),
             e.status.map_or("-".into(), |s| s.to_string()),
             e.uptime_30m.map_or("-".into(), |u| format!("{u:.1}%")),
+            match (e.probe_similarity, e.probe_greedy) {
+                (None, _) => "-".into(),
+                (Some(s), true) => format!("{s:.2}"),
+                (Some(s), false) => format!("({s:.2})"),
+            },
             match &e.excluded {
                 None => "yes".into(),
                 Some(x) => format!("no: {x}"),
@@ -148,7 +178,7 @@ pub fn render_text(r: &ProvidersReport) -> String {
     }
     // Numbers are right-aligned, text left-aligned.
     let right = [
-        false, false, false, true, true, true, true, true, true, false,
+        false, false, false, true, true, true, true, true, true, true, false,
     ];
     let line = |cells: &[String]| {
         let mut s = String::new();
@@ -191,6 +221,12 @@ pub fn render_text(r: &ProvidersReport) -> String {
         out.push_str(&line(row));
     }
     out.push_str("quant: * native precision  + lossless upcast  ! re-quantized  ? undisclosed\n");
+    if let Some(r) = &r.probe_reference {
+        out.push_str(&format!(
+            "probe: word-level similarity of greedy answers to {r}'s (1.00 = identical; \
+             in parentheses: no temperature, sampled)\n"
+        ));
+    }
     out
 }
 
@@ -202,6 +238,7 @@ impl From<&crate::cli::PolicyArgs> for PolicyConfig {
             include: a.include.clone(),
             exclude: a.exclude.clone(),
             allow_unknown: a.allow_unknown,
+            min_probe_agreement: a.min_probe_agreement,
             ..Default::default()
         }
     }
@@ -238,7 +275,16 @@ pub async fn run(args: crate::cli::ProvidersArgs) -> anyhow::Result<()> {
     let client = OpenRouterClient::new(ClientOptions::new(args.base_url.clone(), key))
         .map_err(|e| super::BadInput(e.to_string()))?;
     let listing = fetch(&client, &args.model).await?;
-    let r = report(&args.model, &listing, &PolicyConfig::from(&args.policy));
+    let probe = match &args.probe {
+        Some(p) => Some(ProbeReport::load(p).map_err(|e| super::BadInput(e.to_string()))?),
+        None => None,
+    };
+    let r = report(
+        &args.model,
+        &listing,
+        &PolicyConfig::from(&args.policy),
+        probe.as_ref(),
+    );
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -261,7 +307,12 @@ mod tests {
 
     #[test]
     fn default_policy_on_kimi() {
-        let r = report("moonshotai/kimi-k2.5", &listing(), &PolicyConfig::default());
+        let r = report(
+            "moonshotai/kimi-k2.5",
+            &listing(),
+            &PolicyConfig::default(),
+            None,
+        );
         assert_eq!(r.endpoints.len(), 11);
         assert_eq!(r.endpoints[0].tag, "chutes/int4");
         assert_eq!(r.endpoints[10].tag, "venice");

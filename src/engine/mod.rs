@@ -341,11 +341,17 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     {
         by_provider.entry(e.provider.clone()).or_insert(i);
     }
+    // The probe's verdict on who serves the real model, when one was run for this model.
+    let probe = match crate::probe::ProbeReport::in_dir(&dir) {
+        Some(Ok(p)) if p.model == cfg.model => p.agreement(),
+        Some(Ok(_)) | None => HashMap::new(),
+        Some(Err(e)) => return Err(EngineError::Input(e.to_string())),
+    };
     // A run whose policy allows no endpoint at all would wait forever: say so now.
     let (native, _) = cfg.policy.native_for(&cfg.model);
     let allowed = endpoints.iter().any(|e| {
         cfg.policy
-            .verdict(
+            .verdict_with_probe(
                 &native,
                 &policy::EndpointFacts {
                     tag: &crate::domain::EndpointTag::new(e.tag.clone()),
@@ -353,6 +359,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
                     quantization: &e.quantization,
                     uptime_30m: e.uptime_30m,
                 },
+                probe.get(&e.tag).copied(),
             )
             .is_none()
     });
@@ -434,6 +441,9 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     );
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let mut sup = sup;
+    if !probe.is_empty() {
+        sup.set_probe(probe);
+    }
     let first = Arc::new(sup.snapshot());
     let (snap_tx, snap_rx) = watch::channel(first);
     let tick = opts.tick.unwrap_or(Duration::from_millis(200));

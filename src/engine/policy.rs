@@ -40,6 +40,9 @@ pub struct PolicyConfig {
     /// Let OpenRouter fall back to endpoints outside the allowed set (never by default: the
     /// point of the policy is that nothing else serves).
     pub allow_fallbacks: bool,
+    /// Endpoints whose answers agree with the reference's less than this (probe similarity,
+    /// 0 to 1) are left out, when a probe result is there (`harvest probe`).
+    pub min_probe_agreement: Option<f64>,
 }
 
 impl Default for PolicyConfig {
@@ -54,6 +57,7 @@ impl Default for PolicyConfig {
             allow_unknown: false,
             min_uptime_30m: 50.0,
             allow_fallbacks: false,
+            min_probe_agreement: None,
         }
     }
 }
@@ -95,6 +99,8 @@ pub enum Exclusion {
     Denied(String),
     /// The API reports it down (uptime below the threshold).
     Down(String),
+    /// Its probe answers drift from the reference's (agreement, threshold).
+    Probe(String),
 }
 
 impl std::fmt::Display for Exclusion {
@@ -105,6 +111,7 @@ impl std::fmt::Display for Exclusion {
             Exclusion::UnknownQuantization => f.write_str("policy: unknown quant"),
             Exclusion::Denied(q) => write!(f, "policy: {q} denied"),
             Exclusion::Down(why) => write!(f, "down: {why}"),
+            Exclusion::Probe(why) => write!(f, "probe: {why}"),
         }
     }
 }
@@ -215,6 +222,28 @@ impl PolicyConfig {
             return Some(Exclusion::Down(format!("uptime {u:.1}%")));
         }
         None
+    }
+
+    /// [`PolicyConfig::verdict`], then the probe: an endpoint the probe found drifting from
+    /// the reference (agreement below `min_probe_agreement`) is out unless the operator
+    /// included it by name. Endpoints the probe did not score are judged as before.
+    pub fn verdict_with_probe(
+        &self,
+        native: &Quantization,
+        e: &EndpointFacts<'_>,
+        agreement: Option<f64>,
+    ) -> Option<Exclusion> {
+        if let Some(x) = self.verdict(native, e) {
+            return Some(x);
+        }
+        match (self.min_probe_agreement, agreement) {
+            (Some(min), Some(a))
+                if a < min && !list_matches(&self.include, e.tag, e.provider_name) =>
+            {
+                Some(Exclusion::Probe(format!("agreement {a:.2} < {min:.2}")))
+            }
+            _ => None,
+        }
     }
 }
 

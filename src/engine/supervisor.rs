@@ -162,6 +162,8 @@ pub(super) struct Supervisor {
     listed: Vec<Listed>,
     /// The policy's verdict per endpoint (see `refresh_verdicts`).
     verdicts: Vec<Option<Exclusion>>,
+    /// Probe agreement per endpoint tag (`harvest probe`), for `policy.min_probe_agreement`.
+    probe: HashMap<String, f64>,
     /// Tags of new endpoints already reported, so each is said once.
     reported_new: HashSet<String>,
 }
@@ -265,6 +267,7 @@ impl Supervisor {
             listed: shared_listed(&shared_ref_endpoints),
             reported_new: HashSet::new(),
             verdicts: Vec::new(),
+            probe: HashMap::new(),
         };
         sup.refresh_verdicts();
         sup
@@ -295,7 +298,7 @@ impl Supervisor {
             .iter()
             .zip(&self.listed)
             .map(|(e, l)| {
-                self.policy.verdict(
+                self.policy.verdict_with_probe(
                     &self.native,
                     &EndpointFacts {
                         tag: &crate::domain::EndpointTag::new(e.tag.clone()),
@@ -303,9 +306,16 @@ impl Supervisor {
                         quantization: &e.quantization,
                         uptime_30m: l.uptime_30m,
                     },
+                    self.probe.get(&e.tag).copied(),
                 )
             })
             .collect();
+    }
+
+    /// Takes the probe's agreement per endpoint into the policy.
+    pub(super) fn set_probe(&mut self, agreement: HashMap<String, f64>) {
+        self.probe = agreement;
+        self.refresh_verdicts();
     }
 
     /// Allowed by operator and policy (health aside).
@@ -1241,6 +1251,7 @@ impl Supervisor {
             }
             AttemptOutcome::Failed(err) => {
                 let kind = err.kind();
+                tracing::debug!(prompt = %job.prompt.id, attempt = %f.attempt, "attempt failed: {err}");
                 self.shared.totals.error(kind);
                 self.shared.dataset_stats[d].error(kind);
                 if let Some(e) = endpoint {

@@ -527,6 +527,24 @@ pub fn missing_from_ledger(
     Ok(missing)
 }
 
+/// Appends lines to the spend ledger outside a run (the probe), synced before returning. Each
+/// line goes out in one `write` on an append-mode file, so a run writing at the same time
+/// cannot interleave inside it.
+pub fn append_spend(dir: &Path, entries: &[SpendEntry]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ledger_path(dir))?;
+    for e in entries {
+        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        f.write_all(&line)?;
+    }
+    f.sync_data()
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, synced, then
 /// renamed over the target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -1,0 +1,794 @@
+//! `harvest estimate [-c harvest.toml]`: what the remaining work of a config will cost and
+//! take, before (or while) running it. Gathers the facts (prompt files, the output directory's
+//! outputs, rejects and ledger, the live endpoint listing, the policy), hands them to
+//! [`crate::estimate`], and prints a table or the JSON document.
+//!
+//! Read-only: unlike a resume, it never repairs a torn last line, since a run may be writing.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::cli::EstimateArgs;
+use crate::config::{Config, EndpointConfig, OnBadLine, Routing};
+use crate::domain::{EndpointTag, Quantization, Tokens, Usd, group_thousands};
+use crate::engine::policy::{EndpointFacts, PolicyMode};
+use crate::engine::{self, RunState};
+use crate::estimate::{
+    DatasetFacts, EndpointOffer, Estimate, Fit, Inputs, ListedSpeed, Observed, SpeedSample,
+    TextStats, TokenRule, VerdictStatus, estimate,
+};
+use crate::openrouter::{ApiKey, Endpoint};
+use crate::store::output::{SpendEntry, SpendKind, ledger_path, output_path, rejects_path};
+use crate::store::prompts::PromptReader;
+
+use super::BadInput;
+
+/// Width the text output keeps to.
+const WIDTH: usize = 100;
+
+/// What `harvest estimate` takes besides the config.
+#[derive(Clone, Debug, Default)]
+pub struct EstimateOptions {
+    /// Output tokens per prompt for datasets with no outputs yet.
+    pub mean_output: Option<u64>,
+    /// Tokens per second of one stream, at every endpoint.
+    pub stream_tps: Option<f64>,
+    /// The API key, when not from the environment variable the config names (library use).
+    pub api_key: Option<ApiKey>,
+}
+
+impl EstimateOptions {
+    fn from_args(a: &EstimateArgs) -> Result<Self, BadInput> {
+        if a.mean_output == Some(0) {
+            return Err(BadInput("--mean-output must be at least 1 token".into()));
+        }
+        if let Some(t) = a.stream_tps
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(BadInput(format!(
+                "--stream-tps must be a number > 0, got {t}"
+            )));
+        }
+        Ok(EstimateOptions {
+            mean_output: a.mean_output,
+            stream_tps: a.stream_tps,
+            api_key: None,
+        })
+    }
+}
+
+pub async fn run(args: EstimateArgs) -> anyhow::Result<()> {
+    let opts = EstimateOptions::from_args(&args)?;
+    let cfg = Config::load(&args.config).map_err(|e| BadInput(e.to_string()))?;
+    let est = estimate_config(&cfg, &opts).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&est)?);
+    } else {
+        print!("{}", render_text(&est));
+    }
+    Ok(())
+}
+
+/// The estimate of a loaded config: facts gathered, then computed.
+pub async fn estimate_config(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Estimate> {
+    let inputs = gather(cfg, opts).await?;
+    estimate(&inputs).map_err(|e| BadInput(e.to_string()).into())
+}
+
+/// Reads what the estimate needs: prompt files, the output directory and the endpoint listing.
+pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inputs> {
+    let dir = &cfg.output_dir;
+    let mut notes = Vec::new();
+    let ledger = read_ledger(dir)?;
+    let mut speeds: HashMap<String, SpeedSample> = HashMap::new();
+    let mut unbooked = Usd::ZERO;
+    let mut datasets = Vec::with_capacity(cfg.datasets.len());
+    for d in &cfg.datasets {
+        let outs = read_outputs(dir, &d.name, &ledger.completes, &mut speeds)?;
+        unbooked += outs.unbooked;
+        if outs.unreadable > 0 {
+            notes.push(format!(
+                "{}: {} output or reject lines could not be read (a torn last line of a \
+                 running or crashed run): not counted",
+                d.name, outs.unreadable
+            ));
+        }
+        let cap = d
+            .max_samples
+            .map(|m| m.saturating_sub(outs.observed.outputs));
+        let scan = scan_prompts(&d.prompts, &outs.done, cap, d.system_prompt.as_deref())?;
+        if let Some(note) = bad_lines_note(&d.name, &scan, cfg.on_bad_line) {
+            notes.push(note);
+        }
+        datasets.push(DatasetFacts {
+            name: d.name.clone(),
+            prompts_in_file: scan.valid,
+            bad_lines: scan.bad,
+            rejects: outs.rejects,
+            fresh: scan.fresh,
+            remaining: scan.remaining,
+            max_samples: d.max_samples,
+            max_tokens: cfg.request_for(d).max_tokens,
+            output_token_budget: d.output_token_budget,
+            observed: outs.observed,
+        });
+    }
+    notes.extend(ledger_notes(&ledger, unbooked, dir));
+    if let Some(state) = live_state(dir) {
+        notes.push(format!(
+            "state.json says the run in {} is {} (or was, if it crashed): requests in flight \
+             count as remaining, and what they cost is not in the spend yet",
+            dir.display(),
+            state.label().to_lowercase()
+        ));
+    }
+    let (endpoints, price_source) = offers(cfg, opts, &speeds).await?;
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    Ok(Inputs {
+        model: cfg.model.clone(),
+        routing: cfg.routing,
+        policy: match cfg.policy.mode {
+            PolicyMode::Faithful => format!("faithful (native {native})"),
+            PolicyMode::Any => "any".to_string(),
+        },
+        concurrency: cfg.concurrency,
+        requests_per_second: cfg.requests_per_second,
+        budget: cfg.budget(),
+        spent: ledger.spent + unbooked,
+        mean_output: opts.mean_output,
+        stream_tps: opts.stream_tps,
+        rule: TokenRule::DEFAULT,
+        price_source,
+        datasets,
+        endpoints,
+        notes,
+    })
+}
+
+/// Calls `each` with every line of the JSONL file at `path` that parses as `T`, and returns
+/// how many non-blank lines did not. A missing file is an empty one.
+fn read_jsonl<T: DeserializeOwned>(path: &Path, mut each: impl FnMut(T)) -> Result<u64, BadInput> {
+    let cannot = |e: std::io::Error| BadInput(format!("cannot read {}: {e}", path.display()));
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(cannot(e)),
+    };
+    let mut unreadable = 0;
+    for line in BufReader::with_capacity(1 << 20, file).split(b'\n') {
+        let line = line.map_err(cannot)?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<T>(&line) {
+            Ok(v) => each(v),
+            Err(_) => unreadable += 1,
+        }
+    }
+    Ok(unreadable)
+}
+
+/// The spend ledger, read-only.
+#[derive(Debug, Default)]
+struct LedgerFacts {
+    spent: Usd,
+    /// Prompt ids with a `complete` line.
+    completes: HashSet<String>,
+    /// Attempts dispatched or started and not closed: in flight, or left by a crash.
+    open_attempts: u64,
+    unreadable: u64,
+}
+
+fn read_ledger(dir: &Path) -> Result<LedgerFacts, BadInput> {
+    let mut facts = LedgerFacts::default();
+    let (mut opened, mut closed) = (HashSet::new(), HashSet::new());
+    facts.unreadable = read_jsonl::<SpendEntry>(&ledger_path(dir), |e| {
+        facts.spent += e.usd;
+        if e.kind == SpendKind::Complete {
+            facts.completes.insert(e.id.clone());
+        }
+        let Some(attempt) = e.attempt else { return };
+        match e.kind {
+            SpendKind::Dispatched | SpendKind::Started => {
+                opened.insert(attempt);
+            }
+            SpendKind::Complete
+            | SpendKind::Cancelled
+            | SpendKind::Failed
+            | SpendKind::Recovered
+            | SpendKind::Unknown => {
+                closed.insert(attempt);
+            }
+            SpendKind::Adjustment | SpendKind::Other => {}
+        }
+    })?;
+    facts.open_attempts = opened.difference(&closed).count() as u64;
+    Ok(facts)
+}
+
+fn ledger_notes(ledger: &LedgerFacts, unbooked: Usd, dir: &Path) -> Vec<String> {
+    let mut notes = Vec::new();
+    if ledger.open_attempts > 0 {
+        let n = ledger.open_attempts;
+        let (what, are) = if n == 1 {
+            ("request", "is")
+        } else {
+            ("requests", "are")
+        };
+        notes.push(format!(
+            "{} {what} {are} open in the ledger (in flight, or left by a crash): what they cost \
+             is not in the spend yet",
+            group_thousands(n)
+        ));
+    }
+    if unbooked > Usd::ZERO {
+        notes.push(format!(
+            "{unbooked} of outputs with no ledger line (a crash between the two writes) counts \
+             as spent"
+        ));
+    }
+    if ledger.unreadable > 0 {
+        notes.push(format!(
+            "{}: {} lines could not be read: not counted",
+            ledger_path(dir).display(),
+            ledger.unreadable
+        ));
+    }
+    notes
+}
+
+/// The fields of an output line the estimate needs.
+#[derive(Deserialize)]
+struct OutputLine {
+    id: String,
+    usage: UsageLine,
+    #[serde(default)]
+    cost_usd: Usd,
+    #[serde(default)]
+    endpoint_tag: Option<String>,
+    #[serde(default)]
+    latency_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct UsageLine {
+    completion_tokens: u64,
+}
+
+#[derive(Deserialize)]
+struct IdLine {
+    id: String,
+}
+
+/// What the output directory holds for one dataset.
+#[derive(Debug, Default)]
+struct DatasetOutputs {
+    /// Ids with an output or a reject.
+    done: HashSet<String>,
+    observed: Observed,
+    rejects: u64,
+    unreadable: u64,
+    /// Cost of outputs whose ledger line is missing.
+    unbooked: Usd,
+}
+
+fn read_outputs(
+    dir: &Path,
+    dataset: &str,
+    completes: &HashSet<String>,
+    speeds: &mut HashMap<String, SpeedSample>,
+) -> Result<DatasetOutputs, BadInput> {
+    let mut o = DatasetOutputs::default();
+    let bad_out = read_jsonl::<OutputLine>(&output_path(dir, dataset), |l| {
+        o.observed.outputs += 1;
+        o.observed.completion_tokens += l.usage.completion_tokens;
+        if !completes.contains(&l.id) {
+            o.unbooked += l.cost_usd;
+        }
+        if let (Some(tag), Some(ms)) = (l.endpoint_tag, l.latency_ms.filter(|ms| *ms > 0)) {
+            let sample = speeds.entry(tag).or_default();
+            sample.add(l.usage.completion_tokens, ms as f64 / 1000.0);
+        }
+        o.done.insert(l.id);
+    })?;
+    let bad_rej = read_jsonl::<IdLine>(&rejects_path(dir, dataset), |l| {
+        o.rejects += 1;
+        o.done.insert(l.id);
+    })?;
+    o.unreadable = bad_out + bad_rej;
+    Ok(o)
+}
+
+/// A prompt file against what is done.
+#[derive(Debug, Default)]
+struct PromptScan {
+    valid: u64,
+    bad: u64,
+    first_bad: Option<String>,
+    /// Valid prompts not done.
+    fresh: u64,
+    /// The fresh prompts that will be sent (the first `cap` of them).
+    remaining: TextStats,
+}
+
+fn scan_prompts(
+    path: &Path,
+    done: &HashSet<String>,
+    cap: Option<u64>,
+    system: Option<&str>,
+) -> Result<PromptScan, BadInput> {
+    let reader = PromptReader::open(path).map_err(|e| BadInput(e.to_string()))?;
+    let mut s = PromptScan::default();
+    for item in reader {
+        let p = match item {
+            Ok(p) => p,
+            Err(e) if e.is_io() => return Err(BadInput(e.to_string())),
+            Err(e) => {
+                s.bad += 1;
+                s.first_bad.get_or_insert_with(|| e.to_string());
+                continue;
+            }
+        };
+        s.valid += 1;
+        if done.contains(&p.id) {
+            continue;
+        }
+        s.fresh += 1;
+        if cap.is_some_and(|c| s.remaining.prompts >= c) {
+            continue;
+        }
+        s.remaining.add_prompt();
+        // The engine prepends the system prompt to prompts that have none.
+        if let Some(sys) = system
+            && p.messages.first().is_none_or(|m| m.role != "system")
+        {
+            s.remaining.add_message(sys);
+        }
+        for m in &p.messages {
+            s.remaining.add_message(&m.content);
+        }
+    }
+    Ok(s)
+}
+
+fn bad_lines_note(name: &str, scan: &PromptScan, mode: OnBadLine) -> Option<String> {
+    if scan.bad == 0 {
+        return None;
+    }
+    let first = scan.first_bad.as_deref().unwrap_or("");
+    Some(match mode {
+        OnBadLine::Error => format!(
+            "{name}: {} bad prompt lines are not counted, and `harvest run` refuses the file \
+             until they are fixed or on_bad_line = \"skip\" (first: {first})",
+            scan.bad
+        ),
+        OnBadLine::Skip => format!(
+            "{name}: {} bad prompt lines are skipped (the run records them as rejects)",
+            scan.bad
+        ),
+    })
+}
+
+/// The state of the run in `dir` when state.json says it has not ended.
+fn live_state(dir: &Path) -> Option<RunState> {
+    #[derive(Deserialize)]
+    struct StateHead {
+        state: RunState,
+    }
+    let text = std::fs::read_to_string(engine::state_path(dir)).ok()?;
+    let head: StateHead = serde_json::from_str(&text).ok()?;
+    matches!(
+        head.state,
+        RunState::Starting | RunState::Running | RunState::Paused | RunState::Draining
+    )
+    .then_some(head.state)
+}
+
+/// The endpoints that could serve the run, priced and judged by the policy, and where the
+/// prices come from.
+async fn offers(
+    cfg: &Config,
+    opts: &EstimateOptions,
+    speeds: &HashMap<String, SpeedSample>,
+) -> anyhow::Result<(Vec<EndpointOffer>, String)> {
+    let mut out = Vec::new();
+    let mut sources = Vec::new();
+    if cfg.openrouter {
+        let client =
+            engine::client_for(cfg, opts.api_key.clone()).map_err(super::run::engine_error)?;
+        let listing = super::providers::fetch(&client, &cfg.model).await?;
+        out.extend(listing.endpoints.iter().map(|e| listed(cfg, e, speeds)));
+        sources.push(format!(
+            "the live endpoint listing of {} at {} (exact per-token prices, per-request fees \
+             where listed; cache discounts and price changes during the run are not modelled)",
+            cfg.model,
+            client.base_url()
+        ));
+    }
+    if !cfg.endpoints.is_empty() {
+        out.extend(cfg.endpoints.iter().map(|c| own(cfg, c, speeds)));
+        sources.push("the config's [[endpoint]] prices for its own servers".to_string());
+    }
+    Ok((out, sources.join("; ")))
+}
+
+/// The policy's verdict and fidelity for an endpoint, as the engine computes them.
+fn judge(
+    cfg: &Config,
+    tag: &str,
+    provider: &str,
+    quantization: &Quantization,
+    uptime_30m: Option<f64>,
+) -> (
+    Option<crate::engine::policy::Exclusion>,
+    crate::engine::policy::Fidelity,
+) {
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    let tag = EndpointTag::new(tag);
+    let facts = EndpointFacts {
+        tag: &tag,
+        provider_name: provider,
+        quantization,
+        uptime_30m,
+    };
+    // The probe's agreement counts as it would in a run from this output directory.
+    let agreement = match crate::probe::ProbeReport::in_dir(&cfg.output_dir) {
+        Some(Ok(p)) if p.model == cfg.model => p.agreement().get(tag.as_str()).copied(),
+        _ => None,
+    };
+    (
+        cfg.policy.verdict_with_probe(&native, &facts, agreement),
+        cfg.policy.fidelity(&native, quantization),
+    )
+}
+
+fn listed(cfg: &Config, e: &Endpoint, speeds: &HashMap<String, SpeedSample>) -> EndpointOffer {
+    let tag = e.tag.as_str();
+    let (excluded, fidelity) = judge(
+        cfg,
+        tag,
+        &e.provider_name,
+        &e.quantization,
+        e.uptime_last_30m,
+    );
+    let listed_speed = (e.throughput_last_30m.and_then(|p| p.p50)).map(|tps| ListedSpeed {
+        ttft_ms: e.latency_last_30m.and_then(|p| p.p50),
+        tok_per_s: tps,
+    });
+    EndpointOffer {
+        tag: tag.to_string(),
+        provider: e.provider_name.clone(),
+        quantization: e.quantization.clone(),
+        fidelity,
+        price_in: e.pricing.prompt,
+        price_out: e.pricing.completion,
+        price_request: e.pricing.request.filter(|p| !p.is_zero()),
+        excluded,
+        own_server: false,
+        // Caps on OpenRouter endpoints hold in pinned routing only (where harvest chooses).
+        stream_cap: (cfg.routing == Routing::Pinned)
+            .then(|| cfg.endpoint_concurrency.get(tag).copied())
+            .flatten(),
+        observed_speed: speeds.get(tag).copied(),
+        listed_speed,
+    }
+}
+
+fn own(cfg: &Config, c: &EndpointConfig, speeds: &HashMap<String, SpeedSample>) -> EndpointOffer {
+    let (excluded, fidelity) = judge(cfg, &c.name, &c.name, &c.quantization, None);
+    EndpointOffer {
+        tag: c.name.clone(),
+        provider: c.name.clone(),
+        quantization: c.quantization.clone(),
+        fidelity,
+        price_in: c.price_in(),
+        price_out: c.price_out(),
+        price_request: None,
+        excluded,
+        own_server: true,
+        stream_cap: Some(c.concurrency),
+        observed_speed: speeds.get(&c.name).copied(),
+        listed_speed: None,
+    }
+}
+
+/// `3h 05m`, `12m 40s`, `45s`, `2d 04h`.
+pub fn human_duration(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return "-".into();
+    }
+    let s = s.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3_600 => format!("{}m {:02}s", s / 60, s % 60),
+        3_600..86_400 => format!("{}h {:02}m", s / 3_600, (s % 3_600) / 60),
+        _ => format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3_600),
+    }
+}
+
+/// Columns padded to their widest cell; `right[i]` right-aligns column `i`.
+fn table(header: &[&str], rows: &[Vec<String>], right: &[bool]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, c) in width.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = " ".repeat(width[i].saturating_sub(c.chars().count()));
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if right.get(i).copied().unwrap_or(false) {
+                s.push_str(&pad);
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                if i + 1 < cells.len() {
+                    s.push_str(&pad);
+                }
+            }
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+/// `text` wrapped at [`WIDTH`], the first line after `first`, the others after `rest` (each
+/// followed by a space when not empty).
+fn wrap(text: &str, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut words = 0;
+    for word in text.split_whitespace() {
+        if words > 0 && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_string();
+            words = 0;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+        words += 1;
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
+fn dataset_table(e: &Estimate) -> String {
+    let header = [
+        "dataset",
+        "done",
+        "left",
+        "to send",
+        "input",
+        "output",
+        "out/prompt",
+        "cheapest",
+        "mix",
+        "dearest",
+    ];
+    let rows: Vec<Vec<String>> = (e.datasets.iter())
+        .map(|d| {
+            vec![
+                d.name.clone(),
+                group_thousands(d.done),
+                group_thousands(d.prompts_remaining),
+                group_thousands(d.prompts_to_send),
+                Tokens(d.input_tokens).to_string(),
+                Tokens(d.output_tokens).to_string(),
+                format!(
+                    "{} {}",
+                    group_thousands(d.mean_output_tokens.round() as u64),
+                    d.output_basis.label()
+                ),
+                d.cost_usd.cheapest.to_string(),
+                d.cost_usd.mix.to_string(),
+                d.cost_usd.dearest.to_string(),
+            ]
+        })
+        .collect();
+    let right = [false, true, true, true, true, true, true, true, true, true];
+    table(&header, &rows, &right)
+}
+
+fn endpoint_table(e: &Estimate) -> String {
+    let header = [
+        "endpoint", "quant", "$/M in", "$/M out", "share", "tok/s", "speed", "cost", "time",
+    ];
+    let rows: Vec<Vec<String>> = (e.endpoints.iter())
+        .map(|r| {
+            vec![
+                r.tag.clone(),
+                format!("{} {}", r.quantization, r.fidelity.mark()),
+                format!("{:.2}", r.price_in_per_m),
+                format!("{:.2}", r.price_out_per_m),
+                format!("{:.1}%", r.mix_share * 100.0),
+                format!("{:.1}", r.stream_tok_per_s),
+                r.speed_source.label().to_string(),
+                r.cost_usd.to_string(),
+                human_duration(r.time_s),
+            ]
+        })
+        .collect();
+    let right = [false, false, true, true, true, true, false, true, true];
+    table(&header, &rows, &right)
+}
+
+fn totals_table(e: &Estimate) -> String {
+    let t = &e.totals;
+    let mix_label = format!("{} endpoints", e.endpoints.len());
+    let rows: Vec<Vec<String>> = [
+        ("cheapest", &t.cheapest, t.cheapest.endpoint.as_deref()),
+        ("mix", &t.mix, Some(mix_label.as_str())),
+        ("dearest", &t.dearest, t.dearest.endpoint.as_deref()),
+    ]
+    .into_iter()
+    .map(|(name, p, who)| {
+        vec![
+            name.to_string(),
+            who.unwrap_or("-").to_string(),
+            p.cost_usd.to_string(),
+            human_duration(p.time_s),
+        ]
+    })
+    .collect();
+    table(
+        &["", "served by", "cost", "time"],
+        &rows,
+        &[false, false, true, true],
+    )
+}
+
+/// `deepinfra, together (policy: unknown quant); baseten/fp4 (policy: fp4 re-quantized)`.
+fn excluded_by_reason(e: &Estimate) -> String {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for x in &e.excluded {
+        match groups.iter_mut().find(|(r, _)| *r == x.reason) {
+            Some((_, tags)) => tags.push(&x.tag),
+            None => groups.push((&x.reason, vec![&x.tag])),
+        }
+    }
+    let parts: Vec<String> = (groups.iter())
+        .map(|(reason, tags)| format!("{} ({reason})", tags.join(", ")))
+        .collect();
+    parts.join("; ")
+}
+
+fn abs(u: Usd) -> Usd {
+    Usd::from_pico(u.pico().saturating_abs())
+}
+
+/// `7,326 of 10,000 prompts (44.0M of 60.0M output tokens) fit, short by $36.50`.
+fn partial(f: &Fit, e: &Estimate) -> String {
+    format!(
+        "{} of {} prompts ({} of {} output tokens) fit, short by {}",
+        group_thousands(f.prompts_that_fit),
+        group_thousands(e.totals.prompts),
+        Tokens(f.output_tokens_that_fit),
+        Tokens(e.totals.output_tokens),
+        abs(f.headroom_usd)
+    )
+}
+
+fn verdict_text(e: &Estimate) -> String {
+    let v = &e.verdict;
+    let head = format!(
+        "budget {} - {} spent = {} available: ",
+        v.budget_usd, v.spent_usd, v.available_usd
+    );
+    let body = match v.status {
+        VerdictStatus::NothingLeft => "nothing left to send".to_string(),
+        VerdictStatus::Fits => format!(
+            "fits, {} headroom at the mix ({} at the dearest)",
+            v.mix.headroom_usd, v.dearest.headroom_usd
+        ),
+        VerdictStatus::FitsAtMix => format!(
+            "fits at the mix ({} headroom), not at the dearest (short by {})",
+            v.mix.headroom_usd,
+            abs(v.dearest.headroom_usd)
+        ),
+        VerdictStatus::FitsAtCheapest => format!(
+            "fits only at the cheapest ({} headroom); at the mix {}",
+            v.cheapest.headroom_usd,
+            partial(&v.mix, e)
+        ),
+        VerdictStatus::OverBudget => format!(
+            "over budget; at the cheapest {}; at the mix {}",
+            partial(&v.cheapest, e),
+            partial(&v.mix, e)
+        ),
+    };
+    wrap(&format!("{head}{body}"), "", " ")
+}
+
+/// The human report, within 100 columns (a long dataset or endpoint name can widen a table).
+pub fn render_text(e: &Estimate) -> String {
+    let mut out = format!(
+        "{}: the remaining work of {} dataset{}\nrouting {}, policy {}, concurrency {}\n\n",
+        e.model,
+        e.datasets.len(),
+        if e.datasets.len() == 1 { "" } else { "s" },
+        match e.routing {
+            Routing::Openrouter => "openrouter",
+            Routing::Pinned => "pinned",
+        },
+        e.policy,
+        e.concurrency
+    );
+    out.push_str(&dataset_table(e));
+    out.push('\n');
+    out.push_str(&endpoint_table(e));
+    if !e.excluded.is_empty() {
+        out.push_str(&wrap(&excluded_by_reason(e), "excluded:", " "));
+    }
+    out.push_str("quant: * native precision  + lossless upcast  ! re-quantized  ? undisclosed\n\n");
+    let t = &e.totals;
+    out.push_str(&format!(
+        "remaining: {} prompts, {} input tokens (estimated), {} output tokens\n",
+        group_thousands(t.prompts),
+        Tokens(t.input_tokens),
+        Tokens(t.output_tokens)
+    ));
+    out.push_str(&totals_table(e));
+    out.push_str(&verdict_text(e));
+    out.push_str("\nassumptions:\n");
+    for a in &e.assumptions {
+        out.push_str(&wrap(a, "  -", "   "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(0.0), "0s");
+        assert_eq!(human_duration(59.4), "59s");
+        assert_eq!(human_duration(760.0), "12m 40s");
+        assert_eq!(human_duration(30_000.0), "8h 20m");
+        assert_eq!(human_duration(187_200.0), "2d 04h");
+        assert_eq!(human_duration(f64::INFINITY), "-");
+    }
+
+    #[test]
+    fn wrap_keeps_to_the_width() {
+        let text = "word ".repeat(60);
+        let w = wrap(&text, "  -", "   ");
+        assert!(w.lines().count() > 2);
+        assert!(w.lines().all(|l| l.chars().count() <= WIDTH), "{w}");
+        assert!(w.starts_with("  - word"));
+        assert!(w.lines().skip(1).all(|l| l.starts_with("    word")));
+    }
+
+    #[test]
+    fn read_jsonl_counts_torn_lines_without_touching_the_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("x.jsonl");
+        let text = "{\"id\":\"a\"}\n\n{\"id\":\"b\"}\n{\"id\":";
+        std::fs::write(&p, text).expect("write");
+        let mut ids = Vec::new();
+        let bad = read_jsonl::<IdLine>(&p, |l| ids.push(l.id)).expect("read");
+        assert_eq!((ids, bad), (vec!["a".to_string(), "b".to_string()], 1));
+        assert_eq!(std::fs::read_to_string(&p).expect("read"), text);
+        let none = read_jsonl::<IdLine>(&dir.path().join("missing"), |_| {}).expect("missing");
+        assert_eq!(none, 0);
+    }
+}

@@ -1,0 +1,166 @@
+//! `harvest probe [MODEL] [-c harvest.toml]`: canaries that tell which endpoints serve the real
+//! model (see [`crate::probe`]). The cost is estimated and capped before anything is sent, and
+//! what was spent is booked in the output directory's ledger, so a run there counts it.
+
+use std::path::PathBuf;
+
+use crate::cli::ProbeArgs;
+use crate::config::Config;
+use crate::engine::policy::{EndpointFacts, Fidelity, PolicyConfig};
+use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
+use crate::probe::{self, ProbeSettings, Target};
+
+use super::BadInput;
+
+pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
+    let cfg = match &args.config {
+        Some(path) => Some(Config::load(path).map_err(|e| BadInput(e.to_string()))?),
+        None => None,
+    };
+    let model = match (&args.model, &cfg) {
+        (Some(m), _) => m.clone(),
+        (None, Some(c)) => c.model.clone(),
+        (None, None) => return Err(BadInput("name a MODEL or give a config (-c)".into()).into()),
+    };
+    let (base_url, key_env) = match &cfg {
+        Some(c) => (c.base_url.clone(), c.api_key_env.clone()),
+        None => (args.base_url.clone(), args.api_key_env.clone()),
+    };
+    let key = ApiKey::from_env(&key_env);
+    let mut opts = ClientOptions::new(base_url, key);
+    if let Some(c) = &cfg {
+        opts.connect_timeout = c.timeouts.connect();
+    }
+    let client = OpenRouterClient::new(opts).map_err(|e| BadInput(e.to_string()))?;
+    let policy = cfg.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
+    let use_openrouter = cfg.as_ref().is_none_or(|c| c.openrouter);
+
+    // Every endpoint of the listing (the probe is how one learns about undisclosed ones),
+    // cheapest native-precision first for the reference fallback.
+    let mut targets = Vec::new();
+    let mut native_first: Vec<(crate::domain::Price, String)> = Vec::new();
+    if use_openrouter {
+        let listing = super::providers::fetch(&client, &model).await?;
+        let (native, _) = policy.native_for(&model);
+        for e in &listing.endpoints {
+            let facts = EndpointFacts {
+                tag: &e.tag,
+                provider_name: &e.provider_name,
+                quantization: &e.quantization,
+                uptime_30m: e.uptime_last_30m,
+            };
+            if policy.fidelity(&native, &e.quantization) == Fidelity::Native
+                && policy.verdict(&native, &facts).is_none()
+            {
+                native_first.push((e.pricing.completion, e.tag.to_string()));
+            }
+            targets.push(Target {
+                tag: e.tag.to_string(),
+                provider: e.provider_name.clone(),
+                quantization: e.quantization.clone(),
+                price_in: e.pricing.prompt,
+                price_out: e.pricing.completion,
+                client: client.clone(),
+                model: model.clone(),
+                via_openrouter: true,
+                supported_parameters: e.supported_parameters.clone(),
+            });
+        }
+    }
+    for c in cfg.iter().flat_map(|c| &c.endpoints) {
+        let mut o = ClientOptions::new(
+            c.base_url.clone(),
+            c.api_key_env.as_deref().and_then(ApiKey::from_env),
+        );
+        o.require_usage = c.require_usage;
+        targets.push(Target {
+            tag: c.name.clone(),
+            provider: c.name.clone(),
+            quantization: c.quantization.clone(),
+            price_in: c.price_in(),
+            price_out: c.price_out(),
+            client: OpenRouterClient::new(o)
+                .map_err(|e| BadInput(format!("endpoint {}: {e}", c.name)))?,
+            model: c.model.clone(),
+            via_openrouter: false,
+            supported_parameters: None,
+        });
+    }
+    native_first.sort();
+    let preferred: Vec<String> = native_first.into_iter().map(|(_, t)| t).collect();
+    let reference =
+        probe::choose_reference(&model, &targets, args.reference.as_deref(), &preferred)
+            .map_err(|e| BadInput(e.to_string()))?;
+    if !args.only.is_empty() {
+        let unknown: Vec<&String> = args
+            .only
+            .iter()
+            .filter(|o| !targets.iter().any(|t| &&t.tag == o))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(BadInput(format!(
+                "--only: no endpoint tagged {unknown:?} for {model}"
+            ))
+            .into());
+        }
+        targets.retain(|t| args.only.contains(&t.tag) || reference.as_ref() == Some(&t.tag));
+    }
+
+    let settings = ProbeSettings {
+        prompts: usize::from(args.prompts),
+        max_tokens: args.max_tokens,
+        seed: args.seed,
+        concurrency: args.concurrency.max(1),
+        ..Default::default()
+    };
+    let estimate = probe::estimate_cost(&targets, &settings);
+    eprintln!(
+        "probing {} endpoints of {model} with {} prompts each (max_tokens {}): at most {:.6} USD",
+        targets.len(),
+        settings.prompts,
+        settings.max_tokens,
+        estimate.as_f64()
+    );
+    if estimate.as_f64() > args.max_usd {
+        return Err(BadInput(format!(
+            "the probe could cost {:.4} USD, above --max-usd {:.4}: raise it, or lower --prompts/--max-tokens, or use --only",
+            estimate.as_f64(),
+            args.max_usd
+        ))
+        .into());
+    }
+    let (report, spend) = probe::run(&model, &targets, reference, &settings)
+        .await
+        .map_err(|e| BadInput(e.to_string()))?;
+
+    let dir = cfg
+        .as_ref()
+        .map(|c| c.output_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("out"));
+    let path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| dir.join(probe::FILE_NAME));
+    report.save(&path, &dir, &spend)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+        println!(
+            "saved to {}; spend booked in {}",
+            path.display(),
+            crate::store::output::ledger_path(&dir).display()
+        );
+        if policy_hint(&policy) {
+            println!(
+                "to leave out endpoints that drift, set [policy] min_probe_agreement (e.g. 0.9) and \
+                 run from the same output_dir"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn policy_hint(p: &PolicyConfig) -> bool {
+    p.min_probe_agreement.is_none()
+}

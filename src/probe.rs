@@ -1,0 +1,624 @@
+//! Canaries: does each endpoint serve the real model? The same small fixed prompt set goes to
+//! every endpoint with greedy settings (temperature 0, a seed), pinned (no fallbacks), and
+//! every answer is compared with the reference endpoint's answer to the same prompt: exact
+//! match rate and a word-level similarity. A re-quantized or otherwise altered model drifts
+//! from the reference after a few tokens; a faithful one agrees (up to the non-determinism of
+//! batched inference, which is why similarity is reported beside exact matches).
+//!
+//! The result is a JSON file (`probe.json` in the output directory by default) that
+//! `harvest providers` shows as a column and the policy can use (`min_probe_agreement`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Price, Quantization, Usd};
+use crate::openrouter::request::StreamOptions;
+use crate::openrouter::{
+    ApiError, ChatRequest, Completion, Message, OpenRouterClient, ProviderPreferences,
+    StreamTimeouts,
+};
+use crate::store::output::{SpendEntry, SpendKind, append_spend};
+
+/// Version of the JSON form.
+pub const SCHEMA: u32 = 1;
+
+/// The file name in an output directory.
+pub const FILE_NAME: &str = "probe.json";
+
+/// Fixed prompts: short, varied (prose, code, arithmetic, lists, translation, facts), each with
+/// one natural greedy continuation so that a faithful model is stable on them.
+pub const PROMPTS: &[&str] = &[
+    "Explain in three sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "What is 17 multiplied by 23? Show the steps.",
+    "List the first ten prime numbers, separated by commas.",
+    "Translate into French: The library opens at nine in the morning.",
+    "Summarize the plot of Romeo and Juliet in two sentences.",
+    "Give three differences between TCP and UDP as a bulleted list.",
+    "Write a haiku about autumn leaves.",
+    "What is the capital of Australia, and why is it not Sydney?",
+    "Describe the water cycle for a ten-year-old in four sentences.",
+    "Write a SQL query that returns the five most recent orders from a table named orders.",
+    "Name the planets of the solar system in order from the Sun.",
+];
+
+/// How a probe is run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProbeSettings {
+    pub prompts: usize,
+    pub max_tokens: u32,
+    pub seed: u64,
+    /// Requests in flight across all endpoints.
+    pub concurrency: usize,
+    /// Attempts per prompt and endpoint (retryable errors only).
+    pub attempts: u32,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        ProbeSettings {
+            prompts: 8,
+            max_tokens: 64,
+            seed: 42,
+            concurrency: 16,
+            attempts: 3,
+        }
+    }
+}
+
+/// One endpoint to probe.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub tag: String,
+    pub provider: String,
+    pub quantization: Quantization,
+    pub price_in: Price,
+    pub price_out: Price,
+    /// The client that reaches it (OpenRouter's, or an own server's).
+    pub client: OpenRouterClient,
+    /// The model name to send (the server's own name for own servers).
+    pub model: String,
+    /// Pinned through OpenRouter (`provider.order = [tag]`, no fallbacks); false for own servers.
+    pub via_openrouter: bool,
+    /// Parameters the endpoint lists; a pinned request with one it does not support is refused.
+    pub supported_parameters: Option<Vec<String>>,
+}
+
+impl Target {
+    fn supports(&self, p: &str) -> bool {
+        self.supported_parameters
+            .as_ref()
+            .is_none_or(|sp| sp.iter().any(|s| s == p))
+    }
+
+    /// Whether greedy decoding can be asked for (some providers fix the sampling settings).
+    pub fn can_be_greedy(&self) -> bool {
+        self.supports("temperature")
+    }
+}
+
+/// What one endpoint answered to one prompt.
+#[derive(Clone, Debug, Default)]
+struct Sample {
+    text: Option<String>,
+    finish_reason: Option<String>,
+    output_tokens: u64,
+    error: Option<String>,
+    cost: Usd,
+    estimated_cost: bool,
+    generation_id: Option<String>,
+    prompt_tokens: u64,
+}
+
+/// An endpoint's scores.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointScore {
+    pub tag: String,
+    pub provider: String,
+    pub quantization: String,
+    pub is_reference: bool,
+    /// False when the endpoint does not take `temperature`: its answers are sampled with the
+    /// provider's own settings, so disagreement says little.
+    pub greedy: bool,
+    pub prompts: u64,
+    /// Prompts answered (no error, non-empty).
+    pub answered: u64,
+    /// Prompts compared with the reference (both answered).
+    pub compared: u64,
+    /// Share of compared answers identical to the reference's.
+    pub exact_match_rate: Option<f64>,
+    /// Mean word-level similarity to the reference (1 = identical), over compared answers.
+    pub similarity: Option<f64>,
+    pub mean_output_tokens: Option<f64>,
+    /// Share of answered prompts that ran to max_tokens.
+    pub length_rate: Option<f64>,
+    /// Share of prompts answered with nothing.
+    pub empty_rate: f64,
+    pub errors: u64,
+    /// The last error, for the operator.
+    pub last_error: Option<String>,
+    pub cost: Usd,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub schema: u32,
+    pub model: String,
+    pub created_at: String,
+    /// The endpoint the others are compared with; `None`: the per-prompt majority answer.
+    pub reference: Option<String>,
+    pub settings: ProbeSettings,
+    pub estimated_cost: Usd,
+    pub cost: Usd,
+    /// Best agreement first.
+    pub endpoints: Vec<EndpointScore>,
+}
+
+impl PartialEq for ProbeSettings {
+    fn eq(&self, o: &Self) -> bool {
+        (
+            self.prompts,
+            self.max_tokens,
+            self.seed,
+            self.concurrency,
+            self.attempts,
+        ) == (o.prompts, o.max_tokens, o.seed, o.concurrency, o.attempts)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{path}: {msg}")]
+    File { path: PathBuf, msg: String },
+    #[error("no endpoint to probe")]
+    NoTargets,
+    #[error("reference endpoint {0} is not among the probed endpoints")]
+    UnknownReference(String),
+}
+
+/// Rough prompt tokens of a probe prompt (characters / 4 plus the chat template's overhead).
+fn prompt_tokens_estimate(p: &str) -> u64 {
+    (p.chars().count() as u64).div_ceil(4) + 8
+}
+
+/// The most the probe can cost: every prompt on every endpoint running to max_tokens.
+pub fn estimate_cost(targets: &[Target], s: &ProbeSettings) -> Usd {
+    let prompts = &PROMPTS[..s.prompts.min(PROMPTS.len())];
+    targets
+        .iter()
+        .map(|t| {
+            prompts
+                .iter()
+                .map(|p| {
+                    t.price_in.cost(prompt_tokens_estimate(p))
+                        + t.price_out.cost(u64::from(s.max_tokens))
+                })
+                .sum::<Usd>()
+        })
+        .sum()
+}
+
+fn request(t: &Target, prompt: &str, s: &ProbeSettings) -> ChatRequest {
+    let mut req = ChatRequest::new(t.model.clone(), vec![Message::user(prompt)], s.max_tokens);
+    // Pinned requests require every parameter they send: leave out what the endpoint ignores.
+    req.temperature = t.supports("temperature").then_some(0.0);
+    req.seed = t.supports("seed").then_some(s.seed);
+    if t.via_openrouter {
+        req.provider = Some(ProviderPreferences::pinned(&t.tag));
+    } else {
+        req.stream_options = Some(StreamOptions {
+            include_usage: true,
+        });
+    }
+    req
+}
+
+async fn ask(t: &Target, prompt: &str, s: &ProbeSettings) -> Sample {
+    let req = request(t, prompt, s);
+    let mut last: Option<ApiError> = None;
+    for attempt in 0..s.attempts.max(1) {
+        if attempt > 0 {
+            let wait = last
+                .as_ref()
+                .and_then(ApiError::retry_after)
+                .unwrap_or(Duration::from_millis(500 << attempt.min(4)))
+                .min(Duration::from_secs(10));
+            tokio::time::sleep(wait).await;
+        }
+        let result: Result<Completion, ApiError> =
+            match t.client.chat_stream(&req, StreamTimeouts::default()).await {
+                Ok(stream) => stream.collect().await,
+                Err(e) => Err(e),
+            };
+        match result {
+            Ok(c) => {
+                let (cost, estimated) = match c.cost() {
+                    Some(usd) => (usd, false),
+                    None => (
+                        t.price_in.cost(c.usage.prompt_tokens)
+                            + t.price_out.cost(c.usage.completion_tokens),
+                        true,
+                    ),
+                };
+                let mut text = c.reasoning.clone().unwrap_or_default();
+                text.push_str(&c.content);
+                return Sample {
+                    text: Some(text),
+                    finish_reason: Some(c.finish_reason.clone()),
+                    output_tokens: c.usage.completion_tokens,
+                    error: None,
+                    cost,
+                    estimated_cost: estimated,
+                    generation_id: c.id.clone(),
+                    prompt_tokens: c.usage.prompt_tokens,
+                };
+            }
+            Err(ApiError::Empty { .. }) => {
+                return Sample {
+                    text: Some(String::new()),
+                    ..Default::default()
+                };
+            }
+            Err(e) => {
+                let retry = e.is_retryable();
+                last = Some(e);
+                if !retry {
+                    break;
+                }
+            }
+        }
+    }
+    Sample {
+        error: last.map(|e| e.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Word-level similarity of two answers: 1 when identical, 0 when they share nothing.
+pub fn similarity(a: &str, b: &str) -> f64 {
+    if a == b {
+        return 1.0;
+    }
+    f64::from(similar::TextDiff::from_words(a, b).ratio())
+}
+
+/// Picks the reference: the one named, else the model author's own endpoint (its tag's
+/// provider slug is the model id's author), else the first of `preferred` (native precision,
+/// cheapest first), else none (majority answer). Only endpoints that take `temperature` can be
+/// the reference unless named: a sampled answer is no yardstick.
+pub fn choose_reference(
+    model: &str,
+    targets: &[Target],
+    named: Option<&str>,
+    preferred: &[String],
+) -> Result<Option<String>, ProbeError> {
+    if let Some(n) = named {
+        return targets
+            .iter()
+            .find(|t| t.tag == n)
+            .map(|t| Some(t.tag.clone()))
+            .ok_or_else(|| ProbeError::UnknownReference(n.to_string()));
+    }
+    let author = model
+        .split('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    if let Some(t) = targets.iter().find(|t| {
+        t.via_openrouter && t.can_be_greedy() && t.tag.split('/').next() == Some(author.as_str())
+    }) {
+        return Ok(Some(t.tag.clone()));
+    }
+    Ok(preferred
+        .iter()
+        .find(|p| targets.iter().any(|t| &t.tag == *p && t.can_be_greedy()))
+        .cloned())
+}
+
+/// Runs the probe and scores every endpoint.
+pub async fn run(
+    model: &str,
+    targets: &[Target],
+    reference: Option<String>,
+    s: &ProbeSettings,
+) -> Result<(ProbeReport, Vec<SpendEntry>), ProbeError> {
+    if targets.is_empty() {
+        return Err(ProbeError::NoTargets);
+    }
+    let prompts = &PROMPTS[..s.prompts.clamp(1, PROMPTS.len())];
+    let jobs: Vec<(usize, usize)> = (0..targets.len())
+        .flat_map(|t| (0..prompts.len()).map(move |p| (t, p)))
+        .collect();
+    let results: Vec<((usize, usize), Sample)> = futures::stream::iter(jobs)
+        .map(|(t, p)| async move { ((t, p), ask(&targets[t], prompts[p], s).await) })
+        .buffer_unordered(s.concurrency.max(1))
+        .collect()
+        .await;
+    let mut grid: Vec<Vec<Sample>> = targets
+        .iter()
+        .map(|_| vec![Sample::default(); prompts.len()])
+        .collect();
+    for ((t, p), sample) in results {
+        grid[t][p] = sample;
+    }
+
+    // The text each prompt is compared with: the reference's, or the most common answer.
+    let reference_idx = reference
+        .as_ref()
+        .and_then(|r| targets.iter().position(|t| &t.tag == r));
+    // Where the reference failed a prompt, the greedy endpoints' majority answer stands in.
+    let expected: Vec<Option<String>> = (0..prompts.len())
+        .map(|p| {
+            reference_idx
+                .and_then(|r| grid[r][p].text.clone().filter(|t| !t.is_empty()))
+                .or_else(|| {
+                    majority(
+                        grid.iter()
+                            .zip(targets)
+                            .filter(|(_, t)| t.can_be_greedy())
+                            .filter_map(|(row, _)| row[p].text.as_deref()),
+                    )
+                })
+        })
+        .collect();
+
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut spend = Vec::new();
+    let mut endpoints = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let row = &grid[i];
+        let mut score = EndpointScore {
+            tag: t.tag.clone(),
+            provider: t.provider.clone(),
+            quantization: t.quantization.to_string(),
+            is_reference: Some(i) == reference_idx,
+            greedy: t.can_be_greedy(),
+            prompts: prompts.len() as u64,
+            answered: 0,
+            compared: 0,
+            exact_match_rate: None,
+            similarity: None,
+            mean_output_tokens: None,
+            length_rate: None,
+            empty_rate: 0.0,
+            errors: 0,
+            last_error: None,
+            cost: Usd::ZERO,
+        };
+        let (mut exact, mut sim_sum, mut tokens, mut length, mut empty) =
+            (0u64, 0.0, 0u64, 0u64, 0u64);
+        for (p, sample) in row.iter().enumerate() {
+            score.cost += sample.cost;
+            if sample.cost != Usd::ZERO || sample.generation_id.is_some() {
+                spend.push(SpendEntry {
+                    at: now.clone(),
+                    id: format!("probe-{p}"),
+                    dataset: "probe".into(),
+                    endpoint: Some(t.tag.clone()),
+                    kind: SpendKind::Other,
+                    usd: sample.cost,
+                    prompt_tokens: sample.prompt_tokens,
+                    completion_tokens: sample.output_tokens,
+                    estimated: sample.estimated_cost,
+                    generation_id: sample.generation_id.clone(),
+                    attempt: None,
+                    expected_usd: None,
+                    error: None,
+                });
+            }
+            if let Some(e) = &sample.error {
+                score.errors += 1;
+                score.last_error = Some(e.clone());
+                continue;
+            }
+            let Some(text) = &sample.text else { continue };
+            if text.is_empty() {
+                empty += 1;
+                continue;
+            }
+            score.answered += 1;
+            tokens += sample.output_tokens;
+            if sample.finish_reason.as_deref() == Some("length") {
+                length += 1;
+            }
+            if let Some(want) = &expected[p] {
+                score.compared += 1;
+                if text == want {
+                    exact += 1;
+                }
+                sim_sum += similarity(text, want);
+            }
+        }
+        score.empty_rate = empty as f64 / prompts.len() as f64;
+        if score.answered > 0 {
+            score.mean_output_tokens = Some(tokens as f64 / score.answered as f64);
+            score.length_rate = Some(length as f64 / score.answered as f64);
+        }
+        if score.compared > 0 {
+            score.exact_match_rate = Some(exact as f64 / score.compared as f64);
+            score.similarity = Some(sim_sum / score.compared as f64);
+        }
+        endpoints.push(score);
+    }
+    endpoints.sort_by(|a, b| {
+        b.is_reference
+            .cmp(&a.is_reference)
+            .then(
+                b.similarity
+                    .unwrap_or(-1.0)
+                    .total_cmp(&a.similarity.unwrap_or(-1.0)),
+            )
+            .then(a.tag.cmp(&b.tag))
+    });
+    let cost = endpoints.iter().map(|e| e.cost).sum();
+    Ok((
+        ProbeReport {
+            schema: SCHEMA,
+            model: model.to_string(),
+            created_at: now,
+            reference,
+            settings: s.clone(),
+            estimated_cost: estimate_cost(targets, s),
+            cost,
+            endpoints,
+        },
+        spend,
+    ))
+}
+
+/// The most common non-empty answer (ties: the first seen).
+fn majority<'a>(answers: impl Iterator<Item = &'a str>) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for a in answers.filter(|a| !a.is_empty()) {
+        match counts.iter_mut().find(|(t, _)| *t == a) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((a, 1)),
+        }
+    }
+    let best = counts.iter().map(|(_, n)| *n).max()?;
+    counts
+        .into_iter()
+        .find(|(_, n)| *n == best)
+        .map(|(t, _)| t.to_string())
+}
+
+impl ProbeReport {
+    /// Agreement per endpoint tag: the similarity to the reference, for endpoints that
+    /// decoded greedily (a sampled answer's disagreement proves nothing).
+    pub fn agreement(&self) -> HashMap<String, f64> {
+        self.endpoints
+            .iter()
+            .filter(|e| e.greedy)
+            .filter_map(|e| e.similarity.map(|s| (e.tag.clone(), s)))
+            .collect()
+    }
+
+    pub fn load(path: &Path) -> Result<ProbeReport, ProbeError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ProbeError::File {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
+        serde_json::from_str(&text).map_err(|e| ProbeError::File {
+            path: path.to_path_buf(),
+            msg: format!("not a harvest probe result: {e}"),
+        })
+    }
+
+    /// The probe result of an output directory, when one is there.
+    pub fn in_dir(dir: &Path) -> Option<Result<ProbeReport, ProbeError>> {
+        let path = dir.join(FILE_NAME);
+        path.is_file().then(|| ProbeReport::load(&path))
+    }
+
+    /// Saves the result and books its spend in the directory's ledger.
+    pub fn save(
+        &self,
+        path: &Path,
+        ledger_dir: &Path,
+        spend: &[SpendEntry],
+    ) -> Result<(), ProbeError> {
+        let io = |p: &Path, e: std::io::Error| ProbeError::File {
+            path: p.to_path_buf(),
+            msg: e.to_string(),
+        };
+        append_spend(ledger_dir, spend).map_err(|e| io(ledger_dir, e))?;
+        let bytes =
+            serde_json::to_vec_pretty(self).map_err(|e| io(path, std::io::Error::other(e)))?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        crate::store::output::write_atomic(path, &bytes).map_err(|e| io(path, e))
+    }
+
+    /// The text table.
+    pub fn render(&self) -> String {
+        let pct = |v: Option<f64>| {
+            v.map(|v| format!("{:.0}%", v * 100.0))
+                .unwrap_or_else(|| "-".into())
+        };
+        let mut out = format!(
+            "probe of {}: {} prompts, greedy (temperature 0, seed {}), max_tokens {}; reference: {}\n",
+            self.model,
+            self.settings.prompts,
+            self.settings.seed,
+            self.settings.max_tokens,
+            self.reference
+                .as_deref()
+                .unwrap_or("the majority answer per prompt"),
+        );
+        out.push_str(&format!(
+            "{:<22} {:<8} {:>6} {:>7} {:>8} {:>7} {:>7} {:>6} {:>6} {:>10}\n",
+            "endpoint",
+            "quant",
+            "exact",
+            "similar",
+            "answered",
+            "mean tok",
+            "length",
+            "empty",
+            "errors",
+            "USD"
+        ));
+        for e in &self.endpoints {
+            out.push_str(&format!(
+                "{:<22} {:<8} {:>6} {:>7} {:>8} {:>7} {:>7} {:>6} {:>6} {:>10.6}{}\n",
+                e.tag,
+                e.quantization,
+                pct(e.exact_match_rate),
+                e.similarity
+                    .map(|v| format!("{v:.3}"))
+                    .unwrap_or_else(|| "-".into()),
+                format!("{}/{}", e.answered, e.prompts),
+                e.mean_output_tokens
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                pct(e.length_rate),
+                format!("{:.0}%", e.empty_rate * 100.0),
+                e.errors,
+                e.cost.as_f64(),
+                if e.is_reference {
+                    "  (reference)"
+                } else if !e.greedy {
+                    "  (no temperature: sampled)"
+                } else {
+                    ""
+                }
+            ));
+            if let Some(err) = &e.last_error {
+                out.push_str(&format!("  {}: {err}\n", e.tag));
+            }
+        }
+        out.push_str(&format!(
+            "cost: {:.6} USD (estimated at most {:.6})\n",
+            self.cost.as_f64(),
+            self.estimated_cost.as_f64()
+        ));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn similarity_is_one_for_equal_and_drops_with_drift() {
+        let a = "the quick brown fox jumps over the lazy dog";
+        assert_eq!(similarity(a, a), 1.0);
+        let b = "the quick brown fox sat under a tall tree";
+        let s = similarity(a, b);
+        assert!(s > 0.3 && s < 0.8, "{s}");
+        assert!(similarity(a, "") < 0.01);
+    }
+
+    #[test]
+    fn majority_takes_the_most_common_non_empty_answer() {
+        let answers = ["b", "a", "", "a", "c"];
+        assert_eq!(majority(answers.iter().copied()).as_deref(), Some("a"));
+        assert_eq!(majority(["", ""].iter().copied()), None);
+    }
+}

@@ -1,0 +1,183 @@
+//! `harvest probe` against the simulator, whose re-quantized endpoints drift from the
+//! reference's greedy answers after a few tokens on a share of prompts: they must rank below
+//! the faithful ones, the probe's spend must land in the ledger (and equal the simulator's
+//! bill), and the policy must be able to leave drifting endpoints out of a run.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use common::*;
+use harvest::probe::ProbeReport;
+use harvest::sim::{self, SimConfig};
+use harvest::store::output::{SpendEntry, SpendKind};
+
+fn harvest() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env("HARVEST_PROBE_TEST_KEY", KEY)
+        .env_remove("HARVEST_BASE_URL");
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_ranks_requantized_endpoints_below_faithful_ones_and_books_its_spend() {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let s = setup();
+    let prompts = write_prompts(&s.dir, "p", 40);
+    let cfg = s.dir.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PROBE_TEST_KEY\"\noutput_dir = \"out\"\n\
+             budget_usd = 5.0\n[policy]\nmode = \"any\"\nmin_probe_agreement = 0.95\n\
+             [[dataset]]\nname = \"P\"\nprompts = \"{}\"\n",
+            sim.base_url(),
+            prompts.display()
+        ),
+    )
+    .expect("config");
+
+    // Refused up front when it could cost more than allowed: nothing sent, exit code 2.
+    let out = harvest()
+        .args(["probe", "-c"])
+        .arg(&cfg)
+        .args(["--max-usd", "0.001"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-usd"));
+    assert!(sim.state.billed_total().pico() == 0, "nothing billed");
+
+    let out = harvest()
+        .args(["probe", "-c"])
+        .arg(&cfg)
+        .args(["--prompts", "12", "--json"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: ProbeReport = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report.schema, harvest::probe::SCHEMA);
+    // Moonshot's own endpoint takes no temperature here: the reference falls back to the
+    // cheapest native-precision endpoint that can decode greedily.
+    assert_eq!(report.reference.as_deref(), Some("chutes/int4"));
+    let score: HashMap<&str, f64> = report
+        .endpoints
+        .iter()
+        .map(|e| (e.tag.as_str(), e.similarity.expect("scored")))
+        .collect();
+    // The simulator table: baseten/fp4, fireworks, venice and novita are configured to drift
+    // (on 50%, 40%, 20% and 10% of prompts); the int4 endpoints and the other undisclosed
+    // ones are faithful.
+    for faithful in [
+        "chutes/int4",
+        "siliconflow/int4",
+        "atlas-cloud/int4",
+        "parasail/int4",
+        "deepinfra",
+        "together",
+    ] {
+        assert_eq!(score[faithful], 1.0, "{faithful}: {score:?}");
+    }
+    for drifting in ["baseten/fp4", "fireworks", "venice"] {
+        assert!(score[drifting] < 0.97, "{drifting}: {score:?}");
+    }
+    assert!(
+        score["baseten/fp4"] < score["venice"],
+        "more drift, lower score: {score:?}"
+    );
+    let moonshot = report
+        .endpoints
+        .iter()
+        .find(|e| e.tag == "moonshotai/int4")
+        .expect("row");
+    assert!(!moonshot.greedy);
+
+    // Its spend is in the ledger of the output directory, to the picodollar of the bill.
+    let ledger: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));
+    assert_eq!(ledger.len(), 11 * 12);
+    assert!(
+        ledger
+            .iter()
+            .all(|e| e.kind == SpendKind::Other && e.dataset == "probe")
+    );
+    let booked: harvest::domain::Usd = ledger.iter().map(|e| e.usd).sum();
+    assert_eq!(booked, report.cost);
+    assert_eq!(booked, sim.state.billed_total());
+    assert!(report.cost <= report.estimated_cost);
+
+    // The providers table shows it; with a threshold, the drifting endpoints are out.
+    let out = harvest()
+        .args([
+            "providers",
+            "moonshotai/kimi-k2.5",
+            "--base-url",
+            &sim.base_url(),
+            "--mode",
+            "any",
+        ])
+        .args(["--min-probe-agreement", "0.95", "--probe"])
+        .arg(s.out.join("probe.json"))
+        .output()
+        .expect("run");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    let line = |tag: &str| {
+        table
+            .lines()
+            .find(|l| l.contains(&format!(" {tag} ")))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        line("chutes/int4").contains("1.00") && line("chutes/int4").ends_with("yes"),
+        "{table}"
+    );
+    assert!(
+        line("fireworks").contains("no: probe: agreement"),
+        "{table}"
+    );
+    assert!(line("venice").contains("no: probe: agreement"), "{table}");
+    // Moonshot's sampled answers are shown, not held against it.
+    assert!(
+        line("moonshotai/int4").contains("(0.") && line("moonshotai/int4").ends_with("yes"),
+        "{table}"
+    );
+
+    // A run from the same output directory counts the probe's spend and leaves the drifting
+    // endpoints out.
+    let before = sim.state.billed_total();
+    let run = harvest()
+        .args(["run", "--headless", "-c"])
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let records: Vec<harvest::store::output::OutputRecord> = read_jsonl(&s.out.join("P.jsonl"));
+    assert_eq!(records.len(), 40);
+    let greedy: HashMap<&str, bool> = report
+        .endpoints
+        .iter()
+        .map(|e| (e.tag.as_str(), e.greedy))
+        .collect();
+    for r in &records {
+        let tag = r.endpoint_tag.as_deref().unwrap_or("");
+        assert!(
+            score[tag] >= 0.95 || !greedy[tag],
+            "served by drifting {tag}"
+        );
+    }
+    assert_eq!(ledger_total(&s.out), sim.state.billed_total());
+    assert!(sim.state.billed_total() > before);
+    sim.stop().await;
+}
