@@ -35,7 +35,7 @@ if [ -n "${HARVEST_BIN:-}" ]; then
 else
   log "building harvest (cargo build --release --bin harvest)"
   (cd "$HERE" && cargo build --release --bin harvest --quiet)
-  BIN="$HERE/target/release/harvest"
+  BIN="${CARGO_TARGET_DIR:-$HERE/target}/release/harvest"
 fi
 
 peer_args=()

@@ -150,36 +150,44 @@ impl Acc {
     }
 }
 
-fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, ReportError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(ReportError::File {
-                path: path.to_path_buf(),
-                msg: e.to_string(),
-            });
-        }
+/// Calls `f` with each line of a JSONL file, read as a stream (a run's files can hold millions
+/// of lines). A missing file is empty; a torn last line (a crash mid-write, repaired by the
+/// next run) is skipped; any other bad line is an error naming it.
+fn each_line<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    mut f: impl FnMut(T),
+) -> Result<(), ReportError> {
+    use std::io::BufRead;
+    let fail = |msg: String| ReportError::File {
+        path: path.to_path_buf(),
+        msg,
     };
-    let mut out = Vec::new();
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut line = String::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|e| fail(e.to_string()))?;
+        if read == 0 {
+            return Ok(());
+        }
+        n += 1;
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(line) {
-            Ok(v) => out.push(v),
-            // A torn last line (a crash mid-write) is repaired by the next run: skip it.
-            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
-            Err(e) => {
-                return Err(ReportError::File {
-                    path: path.to_path_buf(),
-                    msg: format!("line {}: {e}", i + 1),
-                });
-            }
+        match serde_json::from_str(&line) {
+            Ok(v) => f(v),
+            Err(_) if !line.ends_with('\n') => return Ok(()),
+            Err(e) => return Err(fail(format!("line {n}: {e}"))),
         }
     }
-    Ok(out)
 }
 
 /// The datasets of an output directory: the manifest's, else every `<name>.jsonl` there.
@@ -217,7 +225,6 @@ impl Report {
         let snapshot: Option<Snapshot> = std::fs::read_to_string(state_path(dir))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
-        let ledger: Vec<SpendEntry> = read_lines(&ledger_path(dir))?;
         let mut accs: BTreeMap<(usize, String), Acc> = BTreeMap::new();
         let index: BTreeMap<&str, usize> = names
             .iter()
@@ -228,14 +235,14 @@ impl Report {
         let mut rejected = vec![0u64; names.len()];
         for d in &names {
             let i = index[d.as_str()];
-            for r in read_lines::<OutputRecord>(&output_path(dir, d))? {
+            each_line(&output_path(dir, d), |r: OutputRecord| {
                 let ep = r.endpoint_tag.clone().unwrap_or_else(|| r.provider.clone());
                 spend.records += r.cost_usd;
                 accs.entry((i, ep)).or_default().add_record(&r);
-            }
-            rejected[i] = read_lines::<RejectRecord>(&rejects_path(dir, d))?.len() as u64;
+            })?;
+            each_line(&rejects_path(dir, d), |_: RejectRecord| rejected[i] += 1)?;
         }
-        for e in &ledger {
+        each_line(&ledger_path(dir), |e: SpendEntry| {
             spend.ledger += e.usd;
             if e.estimated {
                 spend.estimated += e.usd;
@@ -246,15 +253,15 @@ impl Report {
                 _ => spend.adjustments += e.usd,
             }
             let Some(&i) = index.get(e.dataset.as_str()) else {
-                continue;
+                return;
             };
-            let ep = e.endpoint.clone().unwrap_or_else(|| UNRESOLVED.to_string());
+            let ep = e.endpoint.unwrap_or_else(|| UNRESOLVED.to_string());
             let acc = accs.entry((i, ep)).or_default();
             acc.row.usd += e.usd;
-            if let Some(kind) = &e.error {
-                *acc.row.errors.entry(kind.clone()).or_default() += 1;
+            if let Some(kind) = e.error {
+                *acc.row.errors.entry(kind).or_default() += 1;
             }
-        }
+        })?;
         if let Some(s) = &snapshot
             && let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now)
         {

@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,15 +40,17 @@ fn random_split(bytes: &[u8], rng: &mut SmallRng, one_byte: bool) -> Vec<Vec<u8>
 }
 
 async fn parse(pieces: Vec<Vec<u8>>, require_usage: bool) -> Result<Completion, ApiError> {
-    let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
-    let mut events = stream.eventsource();
+    let mut sse = harvest::openrouter::sse::SseDecoder::new();
     let mut acc = StreamAccumulator::new(require_usage);
-    while let Some(ev) = events.next().await {
-        let ev = ev.map_err(|e| ApiError::Decode {
-            what: "stream",
-            detail: e.to_string(),
-        })?;
-        acc.feed(&ev.data)?;
+    for piece in pieces {
+        sse.push(&piece);
+        while let Some(ev) = sse.next_event() {
+            let data = ev.map_err(|e| ApiError::Decode {
+                what: "stream",
+                detail: e.to_string(),
+            })?;
+            acc.feed(data)?;
+        }
     }
     acc.finish(None, Duration::ZERO)
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 
@@ -18,6 +17,7 @@ use super::error::{ApiError, TimeoutKind};
 use super::key::ApiKey;
 use super::request::ChatRequest;
 use super::response::{Completion, Progress, StreamAccumulator, parse_completion_body};
+use super::sse::SseDecoder;
 
 pub const DEFAULT_BASE_URL: &str = "https://openrouter.ai/api/v1";
 const APP_URL: &str = "https://github.com/harvest-llm/harvest";
@@ -95,8 +95,7 @@ impl std::fmt::Debug for OpenRouterClient {
     }
 }
 
-type EventStream =
-    Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
 
 impl OpenRouterClient {
     pub fn new(opts: ClientOptions) -> Result<Self, ApiError> {
@@ -362,7 +361,8 @@ impl OpenRouterClient {
             .map(str::to_string);
         Ok(ChatStream {
             generation_id,
-            events: Box::pin(resp.bytes_stream().eventsource()),
+            body: Box::pin(resp.bytes_stream()),
+            sse: SseDecoder::new(),
             acc: StreamAccumulator::new(self.require_usage),
             timeouts,
             started,
@@ -377,7 +377,8 @@ impl OpenRouterClient {
 /// then [`ChatStream::finish`]. Dropping it closes the connection (the provider may stop billing).
 pub struct ChatStream {
     generation_id: Option<String>,
-    events: EventStream,
+    body: ByteStream,
+    sse: SseDecoder,
     acc: StreamAccumulator,
     timeouts: StreamTimeouts,
     started: Instant,
@@ -390,19 +391,42 @@ impl ChatStream {
     /// Waits for the next data event. `Ok(None)` when the stream has ended (complete or not:
     /// [`ChatStream::finish`] decides).
     pub async fn next(&mut self) -> Result<Option<Progress>, ApiError> {
-        loop {
-            if self.ended {
-                return Ok(None);
-            }
-            let wait = match self.ttft {
+        // One deadline for this wait: keep-alive comments and partial reads do not extend it
+        // (a provider that stalls behind keep-alives is still stalled).
+        let deadline = tokio::time::Instant::now()
+            + match self.ttft {
                 None => self
                     .timeouts
                     .first_token
                     .saturating_sub(self.started.elapsed()),
                 Some(_) => self.timeouts.idle,
             };
-            let item = match tokio::time::timeout(wait, self.events.next()).await {
-                Ok(item) => item,
+        loop {
+            // Events already buffered first: a read often carries many.
+            while !self.ended {
+                let Some(ev) = self.sse.next_event() else {
+                    break;
+                };
+                let data = ev.map_err(|e| ApiError::Decode {
+                    what: "stream",
+                    detail: e.to_string(),
+                })?;
+                let progress = self.acc.feed(data).map_err(|e| self.client.scrub(e))?;
+                if self.acc.saw_done() {
+                    self.ended = true;
+                }
+                if progress.token_events > 0 {
+                    if self.ttft.is_none() {
+                        self.ttft = Some(self.started.elapsed());
+                    }
+                    return Ok(Some(progress));
+                }
+                // Role-only, finish and usage chunks: keep reading.
+            }
+            if self.ended {
+                return Ok(None);
+            }
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
                 Err(_) => {
                     return Err(ApiError::Timeout(if self.ttft.is_none() {
                         TimeoutKind::FirstToken
@@ -410,38 +434,12 @@ impl ChatStream {
                         TimeoutKind::Idle
                     }));
                 }
-            };
-            match item {
-                None => {
+                Ok(None) => {
                     self.ended = true;
                     return Ok(None);
                 }
-                Some(Err(e)) => {
-                    return Err(match e {
-                        EventStreamError::Transport(t) => self.client.transport_error(t),
-                        EventStreamError::Utf8(u) => ApiError::Decode {
-                            what: "stream",
-                            detail: format!("invalid UTF-8: {u}"),
-                        },
-                        EventStreamError::Parser(p) => ApiError::Decode {
-                            what: "stream",
-                            detail: p.to_string(),
-                        },
-                    });
-                }
-                Some(Ok(ev)) => {
-                    let progress = self.acc.feed(&ev.data).map_err(|e| self.client.scrub(e))?;
-                    if self.acc.saw_done() {
-                        self.ended = true;
-                    }
-                    if progress.token_events > 0 && self.ttft.is_none() {
-                        self.ttft = Some(self.started.elapsed());
-                    }
-                    if progress.token_events > 0 {
-                        return Ok(Some(progress));
-                    }
-                    // Role-only, finish and usage chunks: keep reading.
-                }
+                Ok(Some(Err(e))) => return Err(self.client.transport_error(e)),
+                Ok(Some(Ok(chunk))) => self.sse.push(&chunk),
             }
         }
     }
