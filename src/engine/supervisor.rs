@@ -83,6 +83,8 @@ pub(super) struct DatasetRun {
     pub params: RequestParams,
     pub system_prompt: Option<String>,
     pub reader: Option<PromptReader>,
+    /// Ids finished or rejected by earlier runs (this run reads the file once, and the
+    /// reader drops in-file duplicates, so ids finished now need not be kept).
     pub done_ids: HashSet<String>,
     pub total: u64,
     pub done: u64,
@@ -414,7 +416,7 @@ impl Supervisor {
                 Err(e) => {
                     // The pre-scan refused bad lines in error mode, so this is skip mode.
                     let id = format!("@line:{}", e.line);
-                    if self.datasets[d].done_ids.insert(id.clone()) {
+                    if !self.datasets[d].done_ids.contains(&id) {
                         self.datasets[d].rejected += 1;
                         let rec = RejectRecord {
                             id,
@@ -921,7 +923,6 @@ impl Supervisor {
     async fn reject(&mut self, job: Job, error: String, kind: &str) {
         let d = job.dataset;
         self.datasets[d].rejected += 1;
-        self.datasets[d].done_ids.insert(job.prompt.id.clone());
         let rec = RejectRecord {
             id: job.prompt.id,
             line: Some(job.prompt.line),
@@ -1472,7 +1473,6 @@ impl Supervisor {
         }
         let ds = &mut self.datasets[d];
         ds.done += 1;
-        ds.done_ids.insert(job.prompt.id);
         ds.output_tokens += rec.usage.completion_tokens;
         ds.finished_here += 1;
         ds.output_tokens_here += rec.usage.completion_tokens;

@@ -388,7 +388,8 @@ pub struct ChatStream {
 }
 
 impl ChatStream {
-    /// Waits for the next data event. `Ok(None)` when the stream has ended (complete or not:
+    /// Waits for the next token-bearing data, and reports every such event that one read
+    /// brought (often many). `Ok(None)` when the stream has ended (complete or not:
     /// [`ChatStream::finish`] decides).
     pub async fn next(&mut self) -> Result<Option<Progress>, ApiError> {
         // One deadline for this wait: keep-alive comments and partial reads do not extend it
@@ -402,7 +403,9 @@ impl ChatStream {
                 Some(_) => self.timeouts.idle,
             };
         loop {
-            // Events already buffered first: a read often carries many.
+            // Every event already buffered, folded into one progress report: a read often
+            // carries many, and the caller's accounting then runs once per read, not per token.
+            let mut progress = Progress::default();
             while !self.ended {
                 let Some(ev) = self.sse.next_event() else {
                     break;
@@ -411,21 +414,24 @@ impl ChatStream {
                     what: "stream",
                     detail: e.to_string(),
                 })?;
-                let progress = self.acc.feed(data).map_err(|e| self.client.scrub(e))?;
+                let p = self.acc.feed(data).map_err(|e| self.client.scrub(e))?;
                 if self.acc.saw_done() {
                     self.ended = true;
                 }
-                if progress.token_events > 0 {
-                    if self.ttft.is_none() {
-                        self.ttft = Some(self.started.elapsed());
-                    }
-                    return Ok(Some(progress));
+                if p.token_events > 0 && self.ttft.is_none() {
+                    self.ttft = Some(self.started.elapsed());
                 }
-                // Role-only, finish and usage chunks: keep reading.
+                progress.token_events += p.token_events;
+                progress.content_events += p.content_events;
+                // Role-only, finish and usage chunks add nothing: keep reading.
+            }
+            if progress.token_events > 0 {
+                return Ok(Some(progress));
             }
             if self.ended {
                 return Ok(None);
             }
+            self.sse.release_idle();
             match tokio::time::timeout_at(deadline, self.body.next()).await {
                 Err(_) => {
                     return Err(ApiError::Timeout(if self.ttft.is_none() {

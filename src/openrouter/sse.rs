@@ -52,6 +52,20 @@ impl SseDecoder {
         self.buf.extend_from_slice(chunk);
     }
 
+    /// Gives back a large buffer once everything in it is consumed. Call it before waiting
+    /// for the next read: a fast server can hand over hundreds of kilobytes at once, and
+    /// thousands of idle streams must not each keep such a buffer.
+    pub fn release_idle(&mut self) {
+        const KEEP: usize = 16 * 1024;
+        if self.pos == self.buf.len() && self.single.is_none() && self.buf.capacity() > KEEP {
+            self.buf = Vec::new();
+            self.pos = 0;
+        }
+        if self.joined.capacity() > KEEP && !self.multi {
+            self.joined = Vec::new();
+        }
+    }
+
     /// Bytes buffered and not yet consumed (for memory accounting and tests).
     pub fn buffered(&self) -> usize {
         self.buf.len() - self.pos
