@@ -241,8 +241,8 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
                 }
             )));
         }
-        let reader =
-            PromptReader::open(&d.prompts).map_err(|e| EngineError::Input(e.to_string()))?;
+        let reader = PromptReader::open_prescanned(&d.prompts, &counted)
+            .map_err(|e| EngineError::Input(e.to_string()))?;
         datasets.push(supervisor::ready_dataset(
             d,
             cfg.request_for(d),

@@ -134,11 +134,14 @@ pub struct Duplicate {
 }
 
 /// Result of [`count_prompts`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PromptCount {
     pub valid: u64,
     pub invalid: u64,
     pub duplicates: u64,
+    /// Lines whose id appeared on an earlier line, ascending: a reader opened with
+    /// [`PromptReader::open_prescanned`] skips them without keeping every id in memory.
+    pub duplicate_lines: Vec<u64>,
 }
 
 /// Streams prompts from a JSONL source. Bad lines yield an error and the iteration goes on with the
@@ -151,7 +154,12 @@ pub struct PromptReader {
     /// Ids seen so far, as 128-bit keyed hashes (16 bytes an id instead of a String: a file of
     /// millions of prompts is read in one pass with flat memory per line); value: first line.
     seen: HashMap<u128, u64>,
+    /// Every duplicate line found (for [`count_prompts`]).
+    duplicate_lines: Vec<u64>,
     seen_keys: (std::hash::RandomState, std::hash::RandomState),
+    /// Set by [`PromptReader::open_prescanned`]: the duplicate lines (ascending, next first),
+    /// instead of `seen`.
+    prescanned: Option<std::collections::VecDeque<u64>>,
     duplicates: Vec<Duplicate>,
     duplicate_count: u64,
     done: bool,
@@ -178,11 +186,21 @@ impl PromptReader {
             line: 0,
             buf: Vec::new(),
             seen: HashMap::new(),
+            duplicate_lines: Vec::new(),
             seen_keys: Default::default(),
+            prescanned: None,
             duplicates: Vec::new(),
             duplicate_count: 0,
             done: false,
         }
+    }
+
+    /// Opens a file already read by [`count_prompts`]: its duplicate lines are skipped by
+    /// number, so a long run keeps no id per prompt (the file must not change meanwhile).
+    pub fn open_prescanned(path: &Path, count: &PromptCount) -> Result<Self, PromptError> {
+        let mut r = Self::open(path)?;
+        r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
+        Ok(r)
     }
 
     /// Two independent keyed SipHash values of an id: a collision between two different ids
@@ -275,12 +293,24 @@ impl Iterator for PromptReader {
                             self.buf.pop();
                         }
                     }
+                    if let Some(skip) = self.prescanned.as_mut() {
+                        while skip.front().is_some_and(|&l| l < self.line) {
+                            skip.pop_front();
+                        }
+                        if skip.front() == Some(&self.line) {
+                            skip.pop_front();
+                            self.duplicate_count += 1;
+                            continue;
+                        }
+                    }
                     match self.parse_line() {
                         Ok(None) => {}
+                        Ok(Some(prompt)) if self.prescanned.is_some() => return Some(Ok(prompt)),
                         Ok(Some(prompt)) => {
                             let key = self.id_key(&prompt.id);
                             if let Some(&first_line) = self.seen.get(&key) {
                                 self.duplicate_count += 1;
+                                self.duplicate_lines.push(prompt.line);
                                 if self.duplicates.len() < MAX_DUPLICATES_KEPT {
                                     self.duplicates.push(Duplicate {
                                         id: prompt.id,
@@ -323,6 +353,7 @@ pub fn count_prompts(path: &Path) -> Result<PromptCount, PromptError> {
         }
     }
     count.duplicates = reader.duplicate_count();
+    count.duplicate_lines = reader.duplicate_lines;
     Ok(count)
 }
 
@@ -626,6 +657,33 @@ x => not valid JSON: expected value at column 1
     }
 
     #[test]
+    fn a_prescanned_reader_skips_the_same_duplicates_without_keeping_ids() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("p.jsonl");
+        let mut text = String::new();
+        for i in 0..300 {
+            text.push_str(&format!("{{\"id\":\"{}\",\"prompt\":\"p\"}}\n", i % 120));
+            if i % 97 == 0 {
+                text.push_str("not json\n");
+            }
+        }
+        std::fs::write(&path, &text).expect("write");
+        let count = count_prompts(&path).expect("count");
+        assert_eq!(
+            (count.valid, count.duplicates, count.invalid),
+            (120, 180, 4)
+        );
+        assert_eq!(count.duplicate_lines.len(), 180);
+        let ids = |r: PromptReader| -> Vec<String> { r.flatten().map(|p| p.id).collect() };
+        let plain = ids(PromptReader::open(&path).expect("open"));
+        let mut pre = PromptReader::open_prescanned(&path, &count).expect("open");
+        let fast: Vec<String> = pre.by_ref().flatten().map(|p| p.id).collect();
+        assert_eq!(fast, plain);
+        assert_eq!(pre.duplicate_count(), 180);
+        assert!(pre.seen.is_empty(), "no id kept");
+    }
+
+    #[test]
     fn huge_line() {
         let big = "x".repeat(1 << 20);
         let text = format!("{{\"prompt\":\"{big}\"}}\n{{\"prompt\":\"small\"}}\n");
@@ -711,12 +769,8 @@ x => not valid JSON: expected value at column 1
         for file in ["prompt.jsonl", "messages.jsonl", "sharegpt.jsonl"] {
             let path = dir.join(file);
             let c = count_prompts(&path).expect("count");
-            let want = PromptCount {
-                valid: 3,
-                invalid: 0,
-                duplicates: 1,
-            };
-            assert_eq!(c, want, "{file}");
+            assert_eq!((c.valid, c.invalid, c.duplicates), (3, 0, 1), "{file}");
+            assert_eq!(c.duplicate_lines.len(), 1, "{file}");
             let reader = PromptReader::open(&path).expect("open");
             all.extend(reader.map(|p| p.expect("valid")));
         }
