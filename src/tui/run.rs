@@ -23,7 +23,7 @@ use crate::engine::snapshot::Snapshot;
 
 use super::state::UiState;
 use super::theme::Theme;
-use super::update::{Msg, UiEffect, update};
+use super::update::{Msg, UiEffect, shows_change, update};
 use super::view;
 
 /// Time between two frames drawn for snapshots alone.
@@ -37,6 +37,9 @@ pub struct TuiExit {
     /// The shutdown the operator asked for, if they did (else the run ended, or the engine
     /// closed its snapshot channel).
     pub requested: Option<ShutdownMode>,
+    /// Frames drawn, and for how long the TUI ran.
+    pub frames: u64,
+    pub seconds: f64,
 }
 
 /// Whether a [`TerminalGuard`] holds the terminal (for the panic hook).
@@ -46,6 +49,8 @@ static HOOK: std::sync::Once = std::sync::Once::new();
 /// Raw mode and the alternate screen for as long as it lives; restored on drop and on panic.
 struct TerminalGuard {
     terminal: DefaultTerminal,
+    /// Frames drawn so far (logged at exit: an idle run should draw about one a second).
+    frames: u64,
 }
 
 impl TerminalGuard {
@@ -69,13 +74,17 @@ impl TerminalGuard {
             }));
         });
         ACTIVE.store(true, Ordering::SeqCst);
-        let guard = TerminalGuard { terminal };
+        let guard = TerminalGuard {
+            terminal,
+            frames: 0,
+        };
         // Mouse capture stays off so that tmux copy mode and terminal selection work.
         execute!(io::stdout(), DisableMouseCapture, EnableFocusChange)?;
         Ok(guard)
     }
 
     fn draw(&mut self, state: &UiState) -> io::Result<()> {
+        self.frames += 1;
         execute!(self.terminal.backend_mut(), BeginSynchronizedUpdate)?;
         let drawn = self.terminal.draw(|f| view::render(f, state)).map(|_| ());
         // End the update even when drawing failed, so the terminal does not stay frozen.
@@ -113,9 +122,16 @@ pub async fn run_tui(
     let mut dirty = false;
     term.draw(&state)?;
     let mut last_draw = Instant::now();
-    let exit = |state: &UiState| TuiExit {
-        last: state.snapshot.clone(),
-        requested: state.shutdown,
+    let started = Instant::now();
+    let exit = |state: &UiState, frames: u64| {
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!("TUI: {frames} frames in {seconds:.1} s");
+        TuiExit {
+            last: state.snapshot.clone(),
+            requested: state.shutdown,
+            frames,
+            seconds,
+        }
     };
     loop {
         let next_frame = last_draw + FRAME;
@@ -145,7 +161,7 @@ pub async fn run_tui(
             },
             changed = snapshots.changed() => match changed {
                 Ok(()) => Some(Msg::Snapshot(snapshots.borrow_and_update().clone())),
-                Err(_) => return Ok(exit(&state)),
+                Err(_) => return Ok(exit(&state, term.frames)),
             },
             () = tokio::time::sleep_until(next_frame), if dirty => {
                 term.draw(&state)?;
@@ -158,6 +174,12 @@ pub async fn run_tui(
             continue;
         };
         let at_once = !matches!(msg, Msg::Snapshot(_));
+        // A snapshot that changes nothing on screen (most of an idle run's) draws no frame.
+        let visible = match &msg {
+            Msg::Snapshot(new) => shows_change(&state.snapshot, new),
+            _ => true,
+        };
+        let status_before = state.status.is_some();
         for effect in update(&mut state, msg) {
             match effect {
                 UiEffect::Send(cmd) => match commands.try_send(cmd) {
@@ -173,14 +195,14 @@ pub async fn run_tui(
                         state.set_status("the engine has stopped taking commands");
                     }
                 },
-                UiEffect::Quit => return Ok(exit(&state)),
+                UiEffect::Quit => return Ok(exit(&state, term.frames)),
             }
         }
         if at_once {
             term.draw(&state)?;
             last_draw = Instant::now();
             dirty = false;
-        } else {
+        } else if visible || status_before != state.status.is_some() {
             dirty = true;
         }
     }

@@ -266,6 +266,46 @@ fn move_by(state: &mut UiState, delta: i64) -> Vec<UiEffect> {
     Vec::new()
 }
 
+/// Whether a new snapshot changes what the screen shows. The engine publishes one every tick;
+/// in an idle run they differ only in digits the screen does not show (the clock's fraction of
+/// a second, rates decaying in their fourth digit), and those are not worth a frame. Numbers
+/// are compared at the clock's second and three significant digits, the rest exactly (still
+/// far cheaper than rendering).
+pub fn shows_change(old: &Snapshot, new: &Snapshot) -> bool {
+    as_shown(old) != as_shown(new)
+}
+
+fn sig3(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// The snapshot with its numbers at the precision the screen shows.
+fn as_shown(s: &Snapshot) -> Snapshot {
+    let mut s = s.clone();
+    s.elapsed_s = s.elapsed_s.floor();
+    s.loop_lag_ms = crate::tui::view::lag_shown(s.loop_lag_ms);
+    // The run's current rates are drawn from `history` (one point every few seconds), not
+    // from these, which decay a little at every tick of an idle run.
+    s.tok_per_s = 0.0;
+    s.usd_per_min = 0.0;
+    s.eta_s = s.eta_s.map(f64::floor);
+    for d in &mut s.datasets {
+        d.tok_per_s = sig3(d.tok_per_s);
+        d.eta_s = d.eta_s.map(f64::floor);
+    }
+    for e in &mut s.endpoints {
+        e.tok_per_s = sig3(e.tok_per_s);
+        e.mean_output_tokens = e.mean_output_tokens.map(sig3);
+        e.truncation_rate = e.truncation_rate.map(sig3);
+        e.uptime_30m = e.uptime_30m.map(sig3);
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use crossterm::event::{KeyCode, KeyModifiers};
@@ -588,5 +628,30 @@ mod tests {
         assert_eq!(st.status, None);
         assert_eq!(update(&mut st, Msg::Resize(100, 30)), vec![]);
         assert_eq!(st.size, (100, 30));
+    }
+
+    #[test]
+    fn only_snapshots_that_change_the_screen_draw_a_frame() {
+        let base = crate::tui::testkit::kimi_snapshot();
+        // Two ticks of an idle run: the clock's fraction of a second, the loop lag's jitter
+        // and a rate's fourth digit differ; nothing the screen shows does.
+        let mut a = base.clone();
+        a.elapsed_s = base.elapsed_s.floor() + 0.1;
+        a.loop_lag_ms = 1.2;
+        a.endpoints[0].tok_per_s = 1234.1;
+        let mut b = base.clone();
+        b.elapsed_s = base.elapsed_s.floor() + 0.4;
+        b.loop_lag_ms = 1.7;
+        b.endpoints[0].tok_per_s = 1234.4;
+        assert!(!shows_change(&a, &b));
+        let mut c = b.clone();
+        c.elapsed_s += 1.0;
+        assert!(shows_change(&b, &c), "the clock's second moved");
+        let mut d = b.clone();
+        d.done += 1;
+        assert!(shows_change(&b, &d));
+        let mut e = b.clone();
+        e.endpoints[0].in_flight += 1;
+        assert!(shows_change(&b, &e));
     }
 }

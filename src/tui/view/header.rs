@@ -191,9 +191,14 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         // Tells a slow provider from a slow client: how late the engine's own loop runs.
         spans.push(sep());
         spans.push(Span::styled("client lag ", t.dim));
-        let lag = s.loop_lag_ms;
+        let lag = super::lag_shown(s.loop_lag_ms);
         let style = if lag >= 100.0 { t.warn } else { t.dim };
-        spans.push(Span::styled(format!("{lag:.0}ms"), style));
+        let shown = if lag < 5.0 {
+            "<5ms".to_string()
+        } else {
+            format!("{lag:.0}ms")
+        };
+        spans.push(Span::styled(shown, style));
     }
     Line::from(spans)
 }

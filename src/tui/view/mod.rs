@@ -202,3 +202,9 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
 
 #[cfg(test)]
 mod tests;
+
+/// The engine loop's lag as the header shows it: in 5 ms steps (the jitter below that says
+/// nothing, and would redraw an idle screen at every tick).
+pub fn lag_shown(ms: f64) -> f64 {
+    (ms / 5.0).round() * 5.0
+}
