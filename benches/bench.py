@@ -772,7 +772,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--soak-max-tokens", type=int, default=16)
     p.add_argument("--soak-mean", type=float, default=8.0, help="soak: mean output tokens")
     p.add_argument("--soak-sample-every", type=float, default=1.0)
-    p.add_argument("--rss-tolerance-pct", type=float, default=20.0,
+    p.add_argument("--rss-tolerance-pct", type=float, default=10.0,
                    help="soak: RSS growth last/first above this fails")
     p.add_argument("--state-tolerance-pct", type=float, default=10.0,
                    help="soak: growth of the snapshot (state.json less history/events) above "

@@ -757,3 +757,57 @@ async fn a_new_endpoint_in_the_listing_joins_under_the_policy() {
     );
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_whose_answers_stand_out_is_reported_in_the_event_log() {
+    let s = setup();
+    let sim = fast_sim(100.0).await;
+    // One faithful endpoint answers empty a third of the time (each is retried elsewhere).
+    let mut c = ControlRequest::default();
+    c.endpoints.insert(
+        "siliconflow/int4".into(),
+        EndpointPatch {
+            faults_spec: Some("empty=0.35".into()),
+            ..Default::default()
+        },
+    );
+    sim.state.control(&c).expect("control");
+    let p = write_prompts(&s.dir, "q", 600);
+    let body = format!(
+        "budget_usd = 100.0\nconcurrency = 40\nrouting = \"pinned\"\n\
+         endpoint_concurrency = {{ \"chutes/int4\" = 10, \"siliconflow/int4\" = 10, \"atlas-cloud/int4\" = 10, \"parasail/int4\" = 10 }}\n\
+         [retry]\nmax_attempts = 10\nbase_delay_ms = 5\nmax_delay_s = 0.05\n\
+         [breaker]\nfailures = 100\ncooldown_s = 0.1\n[request]\nmax_tokens = 1000\n\
+         [[dataset]]\nname = \"Q\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let summary = run(config(&s, &sim.base_url(), &body)).await;
+    assert_eq!(summary.state, RunState::Done, "{:?}", summary.reason);
+    let sf = summary
+        .snapshot
+        .endpoints
+        .iter()
+        .find(|e| e.tag == "siliconflow/int4")
+        .expect("row");
+    assert!(
+        sf.empty_rate.is_some_and(|r| r > 0.15),
+        "{:?}",
+        sf.empty_rate
+    );
+    let events: Vec<&str> = summary
+        .snapshot
+        .events
+        .iter()
+        .map(|e| e.text.as_str())
+        .collect();
+    let hits: Vec<&&str> = events
+        .iter()
+        .filter(|t| t.starts_with("quality: siliconflow/int4 answers empty"))
+        .collect();
+    assert_eq!(hits.len(), 1, "reported once: {events:?}");
+    assert!(
+        !events.iter().any(|t| t.starts_with("quality: chutes/int4")),
+        "{events:?}"
+    );
+    sim.stop().await;
+}

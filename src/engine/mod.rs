@@ -7,6 +7,7 @@
 pub mod control;
 pub mod health;
 pub mod policy;
+pub mod quality;
 pub mod snapshot;
 pub mod stats;
 mod supervisor;

@@ -94,6 +94,9 @@ pub struct EndpointSnap {
     pub ttft_p95_ms: Option<u64>,
     pub mean_output_tokens: Option<f64>,
     pub truncation_rate: Option<f64>,
+    /// Share of answers that came back empty (each retried), of answers and empties.
+    #[serde(default)]
+    pub empty_rate: Option<f64>,
     pub spent: Usd,
 }
 

@@ -166,6 +166,8 @@ pub(super) struct Supervisor {
     verdicts: Vec<Option<Exclusion>>,
     /// Probe agreement per endpoint tag (`harvest probe`), for `policy.min_probe_agreement`.
     probe: HashMap<String, f64>,
+    /// Quality deviations already reported (endpoint tag, kind).
+    quality_reported: HashSet<(String, super::quality::Deviation)>,
     /// Tags of new endpoints already reported, so each is said once.
     reported_new: HashSet<String>,
 }
@@ -270,6 +272,7 @@ impl Supervisor {
             reported_new: HashSet::new(),
             verdicts: Vec::new(),
             probe: HashMap::new(),
+            quality_reported: HashSet::new(),
         };
         sup.refresh_verdicts();
         sup
@@ -312,6 +315,16 @@ impl Supervisor {
                 )
             })
             .collect();
+    }
+
+    /// Events for endpoints whose answers stand out from the others' (once per endpoint and
+    /// kind of deviation).
+    fn report_quality(&mut self, endpoints: &[super::snapshot::EndpointSnap]) {
+        for f in super::quality::deviations(endpoints) {
+            if self.quality_reported.insert((f.tag.clone(), f.kind)) {
+                self.event(f.text);
+            }
+        }
     }
 
     /// Takes the probe's agreement per endpoint into the policy.
@@ -1591,6 +1604,10 @@ impl Supervisor {
                     .then(|| Counters::get(&c.output_tokens) as f64 / done as f64),
                 truncation_rate: (finished > 0)
                     .then(|| Counters::get(&c.truncated) as f64 / done.max(1) as f64),
+                empty_rate: {
+                    let empty = c.errors[ErrorKind::Empty.index()].load(Ordering::Relaxed);
+                    (done + empty > 0).then(|| empty as f64 / (done + empty) as f64)
+                },
                 spent: Usd::from_pico(c.spent_pico.load(Ordering::Relaxed)),
             });
         }
@@ -1771,6 +1788,7 @@ impl Supervisor {
                     self.recompute_reserved();
                     self.update_datasets();
                     let snap = Arc::new(self.snapshot());
+                    self.report_quality(&snap.endpoints);
                     if last_state_write.elapsed() >= Duration::from_secs(1) {
                         last_state_write = Instant::now();
                         write_state(&self.state_path, &snap);

@@ -47,6 +47,7 @@ pub fn endpoint(
         ttft_p95_ms: None,
         mean_output_tokens: None,
         truncation_rate: None,
+        empty_rate: None,
         spent: Usd::ZERO,
     }
 }
