@@ -47,7 +47,7 @@ pub const PROMPTS: &[&str] = &[
 ];
 
 /// How a probe is run.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeSettings {
     pub prompts: usize,
     pub max_tokens: u32,
@@ -156,18 +156,6 @@ pub struct ProbeReport {
     pub cost: Usd,
     /// Best agreement first.
     pub endpoints: Vec<EndpointScore>,
-}
-
-impl PartialEq for ProbeSettings {
-    fn eq(&self, o: &Self) -> bool {
-        (
-            self.prompts,
-            self.max_tokens,
-            self.seed,
-            self.concurrency,
-            self.attempts,
-        ) == (o.prompts, o.max_tokens, o.seed, o.concurrency, o.attempts)
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
