@@ -502,6 +502,16 @@ impl ProbeReport {
         path.is_file().then(|| ProbeReport::load(&path))
     }
 
+    /// The agreement per endpoint of the probe result in an output directory, when it probed
+    /// `model` (empty when there is none, or it probed another model).
+    pub fn agreement_in(dir: &Path, model: &str) -> Result<HashMap<String, f64>, ProbeError> {
+        match ProbeReport::in_dir(dir) {
+            Some(Ok(p)) if p.model == model => Ok(p.agreement()),
+            Some(Ok(_)) | None => Ok(HashMap::new()),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
     /// Saves the result and books its spend in the directory's ledger.
     pub fn save(
         &self,

@@ -398,11 +398,19 @@ async fn offers(
 ) -> anyhow::Result<(Vec<EndpointOffer>, String)> {
     let mut out = Vec::new();
     let mut sources = Vec::new();
+    // The probe's agreement counts as it would in a run from this output directory.
+    let agreement = crate::probe::ProbeReport::agreement_in(&cfg.output_dir, &cfg.model)
+        .map_err(|e| super::BadInput(e.to_string()))?;
     if cfg.openrouter {
         let client =
             engine::client_for(cfg, opts.api_key.clone()).map_err(super::run::engine_error)?;
         let listing = super::providers::fetch(&client, &cfg.model).await?;
-        out.extend(listing.endpoints.iter().map(|e| listed(cfg, e, speeds)));
+        out.extend(
+            listing
+                .endpoints
+                .iter()
+                .map(|e| listed(cfg, &agreement, e, speeds)),
+        );
         sources.push(format!(
             "the live endpoint listing of {} at {} (exact per-token prices, per-request fees \
              where listed; cache discounts and price changes during the run are not modelled)",
@@ -411,7 +419,11 @@ async fn offers(
         ));
     }
     if !cfg.endpoints.is_empty() {
-        out.extend(cfg.endpoints.iter().map(|c| own(cfg, c, speeds)));
+        out.extend(
+            cfg.endpoints
+                .iter()
+                .map(|c| own(cfg, &agreement, c, speeds)),
+        );
         sources.push("the config's [[endpoint]] prices for its own servers".to_string());
     }
     Ok((out, sources.join("; ")))
@@ -420,6 +432,7 @@ async fn offers(
 /// The policy's verdict and fidelity for an endpoint, as the engine computes them.
 fn judge(
     cfg: &Config,
+    agreement: &HashMap<String, f64>,
     tag: &str,
     provider: &str,
     quantization: &Quantization,
@@ -436,21 +449,23 @@ fn judge(
         quantization,
         uptime_30m,
     };
-    // The probe's agreement counts as it would in a run from this output directory.
-    let agreement = match crate::probe::ProbeReport::in_dir(&cfg.output_dir) {
-        Some(Ok(p)) if p.model == cfg.model => p.agreement().get(tag.as_str()).copied(),
-        _ => None,
-    };
     (
-        cfg.policy.verdict_with_probe(&native, &facts, agreement),
+        cfg.policy
+            .verdict_with_probe(&native, &facts, agreement.get(tag.as_str()).copied()),
         cfg.policy.fidelity(&native, quantization),
     )
 }
 
-fn listed(cfg: &Config, e: &Endpoint, speeds: &HashMap<String, SpeedSample>) -> EndpointOffer {
+fn listed(
+    cfg: &Config,
+    agreement: &HashMap<String, f64>,
+    e: &Endpoint,
+    speeds: &HashMap<String, SpeedSample>,
+) -> EndpointOffer {
     let tag = e.tag.as_str();
     let (excluded, fidelity) = judge(
         cfg,
+        agreement,
         tag,
         &e.provider_name,
         &e.quantization,
@@ -479,8 +494,13 @@ fn listed(cfg: &Config, e: &Endpoint, speeds: &HashMap<String, SpeedSample>) -> 
     }
 }
 
-fn own(cfg: &Config, c: &EndpointConfig, speeds: &HashMap<String, SpeedSample>) -> EndpointOffer {
-    let (excluded, fidelity) = judge(cfg, &c.name, &c.name, &c.quantization, None);
+fn own(
+    cfg: &Config,
+    agreement: &HashMap<String, f64>,
+    c: &EndpointConfig,
+    speeds: &HashMap<String, SpeedSample>,
+) -> EndpointOffer {
+    let (excluded, fidelity) = judge(cfg, agreement, &c.name, &c.name, &c.quantization, None);
     EndpointOffer {
         tag: c.name.clone(),
         provider: c.name.clone(),

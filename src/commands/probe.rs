@@ -22,16 +22,14 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         (None, Some(c)) => c.model.clone(),
         (None, None) => return Err(BadInput("name a MODEL or give a config (-c)".into()).into()),
     };
-    let (base_url, key_env) = match &cfg {
-        Some(c) => (c.base_url.clone(), c.api_key_env.clone()),
-        None => (args.base_url.clone(), args.api_key_env.clone()),
+    let client = match &cfg {
+        Some(c) => crate::engine::client_for(c, None).map_err(super::run::engine_error)?,
+        None => OpenRouterClient::new(ClientOptions::new(
+            args.base_url.clone(),
+            ApiKey::from_env(&args.api_key_env),
+        ))
+        .map_err(|e| BadInput(e.to_string()))?,
     };
-    let key = ApiKey::from_env(&key_env);
-    let mut opts = ClientOptions::new(base_url, key);
-    if let Some(c) = &cfg {
-        opts.connect_timeout = c.timeouts.connect();
-    }
-    let client = OpenRouterClient::new(opts).map_err(|e| BadInput(e.to_string()))?;
     let policy = cfg.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
     let use_openrouter = cfg.as_ref().is_none_or(|c| c.openrouter);
 
@@ -67,20 +65,17 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
             });
         }
     }
-    for c in cfg.iter().flat_map(|c| &c.endpoints) {
-        let mut o = ClientOptions::new(
-            c.base_url.clone(),
-            c.api_key_env.as_deref().and_then(ApiKey::from_env),
-        );
-        o.require_usage = c.require_usage;
+    for (conf, c) in cfg
+        .iter()
+        .flat_map(|conf| conf.endpoints.iter().map(move |c| (conf, c)))
+    {
         targets.push(Target {
             tag: c.name.clone(),
             provider: c.name.clone(),
             quantization: c.quantization.clone(),
             price_in: c.price_in(),
             price_out: c.price_out(),
-            client: OpenRouterClient::new(o)
-                .map_err(|e| BadInput(format!("endpoint {}: {e}", c.name)))?,
+            client: crate::engine::own_server_client(conf, c).map_err(super::run::engine_error)?,
             model: c.model.clone(),
             via_openrouter: false,
             supported_parameters: None,

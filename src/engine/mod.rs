@@ -170,6 +170,21 @@ pub fn client_for(cfg: &Config, key: Option<ApiKey>) -> Result<OpenRouterClient,
     OpenRouterClient::new(opts).map_err(|e| EngineError::Input(e.to_string()))
 }
 
+/// The client for one of the config's own servers (`[[endpoint]]`): its URL, its key variable
+/// (no `Authorization` without one), the config's connect timeout, and whether it must send usage.
+pub fn own_server_client(
+    cfg: &Config,
+    c: &crate::config::EndpointConfig,
+) -> Result<OpenRouterClient, EngineError> {
+    let mut o = ClientOptions::new(
+        c.base_url.clone(),
+        c.api_key_env.as_deref().and_then(ApiKey::from_env),
+    );
+    o.connect_timeout = cfg.timeouts.connect();
+    o.require_usage = c.require_usage;
+    OpenRouterClient::new(o).map_err(|e| EngineError::Input(format!("endpoint {}: {e}", c.name)))
+}
+
 /// Starts a run.
 pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
     if cfg.datasets.is_empty() {
@@ -306,14 +321,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let mut endpoints = endpoints;
     // The operator's own servers join the pool, reached directly.
     for c in &cfg.endpoints {
-        let mut o = ClientOptions::new(
-            c.base_url.clone(),
-            c.api_key_env.as_deref().and_then(ApiKey::from_env),
-        );
-        o.connect_timeout = cfg.timeouts.connect();
-        o.require_usage = c.require_usage;
-        let client = OpenRouterClient::new(o)
-            .map_err(|e| EngineError::Input(format!("endpoint {}: {e}", c.name)))?;
+        let client = own_server_client(&cfg, c)?;
         endpoints.push(RunEndpoint {
             tag: c.name.clone(),
             provider: c.name.clone(),
@@ -343,11 +351,8 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         by_provider.entry(e.provider.clone()).or_insert(i);
     }
     // The probe's verdict on who serves the real model, when one was run for this model.
-    let probe = match crate::probe::ProbeReport::in_dir(&dir) {
-        Some(Ok(p)) if p.model == cfg.model => p.agreement(),
-        Some(Ok(_)) | None => HashMap::new(),
-        Some(Err(e)) => return Err(EngineError::Input(e.to_string())),
-    };
+    let probe = crate::probe::ProbeReport::agreement_in(&dir, &cfg.model)
+        .map_err(|e| EngineError::Input(e.to_string()))?;
     // A run whose policy allows no endpoint at all would wait forever: say so now.
     let (native, _) = cfg.policy.native_for(&cfg.model);
     let allowed = endpoints.iter().any(|e| {
