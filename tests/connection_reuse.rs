@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 
+mod common;
+
+use common::http::{canned_server, read_request};
 use harvest::openrouter::{
     ApiError, ChatRequest, ClientOptions, ErrorKind, Message, OpenRouterClient, StreamTimeouts,
 };
@@ -26,34 +28,6 @@ fn sse_response() -> String {
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nkeep-alive: timeout=5, max=100\r\ncontent-length: {}\r\n\r\n{SSE_BODY}",
         SSE_BODY.len()
     )
-}
-
-/// Reads one HTTP request (head and content-length body). `false` when the peer closed.
-async fn read_request(sock: &mut TcpStream) -> bool {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = match sock.read(&mut chunk).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                match sock.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return false,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            return true;
-        }
-    }
 }
 
 /// A server that answers the first request of each connection and then, on the same
@@ -123,34 +97,12 @@ async fn a_dead_pooled_connection_is_replaced_at_once_without_an_error() {
     assert_eq!(conns.load(Ordering::SeqCst), 4);
 }
 
-/// Answers every request with the given raw response, then closes.
-async fn canned_server(response: &'static str) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if read_request(&mut sock).await {
-                    let _ = sock.write_all(response.as_bytes()).await;
-                    let _ = sock.shutdown().await;
-                }
-            });
-        }
-    });
-    format!("http://{addr}/v1")
-}
-
 #[tokio::test]
 async fn loading_model_503_is_retryable_and_readable() {
     let body = r#"{"error":{"message":"Loading model","type":"unavailable_error","code":503}}"#;
-    let response: &'static str = Box::leak(
-        format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .into_boxed_str(),
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
     );
     let c = client(canned_server(response).await);
     let e = c

@@ -1,6 +1,8 @@
 //! The API key never appears in an error, a log line or Debug output, even when a server echoes
 //! it back. All logs of this process (ours, reqwest's, hyper's) are captured at TRACE level.
 
+mod common;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -8,7 +10,6 @@ use harvest::openrouter::{
     ApiKey, ChatRequest, ClientOptions, Message, OpenRouterClient, StreamTimeouts,
 };
 use harvest::sim::{self, SimConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY: &str = "sk-or-v1-VERYSECRET-8c1f0e2d7b6a5948";
 
@@ -30,28 +31,15 @@ impl Write for Capture {
 
 /// A server that answers every request with `status` and a body that quotes the key.
 async fn echoing_server(status: u16) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let _ = sock.read(&mut buf).await;
-                let body = format!(
-                    r#"{{"error":{{"code":{status},"message":"Invalid key {KEY} for this route","metadata":{{"raw":"upstream said: bad bearer {KEY}","provider_name":"Echo"}}}}}}"#
-                );
-                let resp = format!(
-                    "HTTP/1.1 {status} Oops\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = sock.write_all(resp.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
-    });
-    format!("http://{addr}/api/v1")
+    let body = format!(
+        r#"{{"error":{{"code":{status},"message":"Invalid key {KEY} for this route","metadata":{{"raw":"upstream said: bad bearer {KEY}","provider_name":"Echo"}}}}}}"#
+    );
+    let base = common::http::canned_server(format!(
+        "HTTP/1.1 {status} Oops\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await;
+    base.replace("/v1", "/api/v1")
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 //! engine bounded in time, reading outputs and the ledger.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod http;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
