@@ -17,6 +17,7 @@ pub struct Counters {
     pub in_flight: AtomicU64,
     pub done: AtomicU64,
     pub failed_attempts: AtomicU64,
+    /// Failed attempts by kind (empty answers included: the empty-answer rate comes from here).
     pub errors: [AtomicU64; KINDS],
     /// Tokens streamed so far (content and reasoning events), finished or not.
     pub streamed_tokens: AtomicU64,
@@ -24,7 +25,6 @@ pub struct Counters {
     pub output_tokens: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub truncated: AtomicU64,
-    pub empty: AtomicU64,
     /// Confirmed spend (finished and cancelled requests), picodollars.
     pub spent_pico: AtomicI64,
     ttft_ms: Mutex<Histogram<u64>>,
@@ -47,7 +47,6 @@ impl Default for Counters {
             output_tokens: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
-            empty: AtomicU64::new(0),
             spent_pico: AtomicI64::new(0),
             ttft_ms: Mutex::new(histogram()),
             latency_ms: Mutex::new(histogram()),
