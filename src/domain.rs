@@ -149,6 +149,11 @@ impl Price {
         (self.0 * Decimal::from(1_000_000)).normalize()
     }
 
+    /// Dollars per million tokens as a float, for display and statistics (never for money).
+    pub fn usd_per_million_f64(self) -> f64 {
+        self.usd_per_million().to_f64().unwrap_or(f64::NAN)
+    }
+
     /// Cost of `tokens` at this price, exact then rounded once to the picodollar.
     pub fn cost(self, tokens: u64) -> Usd {
         Usd::from_decimal(self.0 * Decimal::from(tokens))
@@ -261,7 +266,11 @@ impl EndpointTag {
     }
     /// The provider slug before any `/variant` suffix: `chutes/int4` → `chutes`.
     pub fn base(&self) -> &str {
-        self.0.split('/').next().unwrap_or(&self.0)
+        Self::base_of(&self.0)
+    }
+    /// [`EndpointTag::base`] of a tag held as a plain string.
+    pub fn base_of(tag: &str) -> &str {
+        tag.split('/').next().unwrap_or(tag)
     }
 }
 
@@ -459,4 +468,10 @@ mod tests {
         assert_eq!(Tokens(9_100_000).to_string(), "9.1M");
         assert_eq!(EndpointTag::new("chutes/int4").base(), "chutes");
     }
+}
+
+/// An RFC 3339 timestamp in UTC with milliseconds (`2026-12-01T11:07:53.123Z`): the one format
+/// of every timestamp harvest writes.
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

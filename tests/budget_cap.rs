@@ -49,7 +49,10 @@ async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
         eprintln!("event {:.2} {}", e.at_s, e.text);
     }
     assert_eq!(summary.state, RunState::Stopped);
-    assert_eq!(summary.reason.as_deref(), Some("dollar budget reached"));
+    assert_eq!(
+        summary.reason,
+        Some(harvest::engine::StopReason::DollarBudget)
+    );
     // The run went to full width: most of the 2,000 streams were open at once.
     sampler.abort();
     let peak = peak.load(std::sync::atomic::Ordering::Relaxed);

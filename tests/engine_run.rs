@@ -142,7 +142,7 @@ async fn excluding_an_endpoint_mid_run_applies_to_the_next_request() {
             .iter()
             .find(|e| e.tag == "chutes/int4")
             .expect("chutes");
-        if c.why_off.as_deref() == Some("operator") {
+        if c.off == Some(harvest::engine::OffReason::Operator) {
             break;
         }
     }
@@ -468,7 +468,10 @@ async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
         p.display()
     );
     let summary = run(config(&s, &sim.base_url(), &body)).await;
-    assert_eq!(summary.reason.as_deref(), Some("dollar budget reached"));
+    assert_eq!(
+        summary.reason,
+        Some(harvest::engine::StopReason::DollarBudget)
+    );
     assert!(
         summary
             .snapshot
@@ -632,7 +635,7 @@ async fn an_endpoint_that_leaves_and_comes_back_mid_run() {
             .iter()
             .find(|e| e.tag == "chutes/int4")
             .expect("chutes");
-        if c.why_off.as_deref() == Some("gone from the listing") {
+        if c.off == Some(harvest::engine::OffReason::Gone) {
             break;
         }
     }

@@ -210,6 +210,6 @@ async fn sigint_drains_in_flight_requests_saves_and_exits_130() {
     )
     .expect("json");
     assert_eq!(state["state"], "stopped");
-    assert_eq!(state["reason"], "operator: drain");
+    assert_eq!(state["reason"]["kind"], "operator_drain");
     sim.stop().await;
 }

@@ -134,12 +134,7 @@ pub fn print_summary(summary: &engine::RunSummary) {
 pub fn exit_code(summary: &engine::RunSummary, interrupted: bool) -> u8 {
     if summary.failed {
         exit::FAILURE
-    } else if interrupted
-        || summary
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.starts_with("operator"))
-    {
+    } else if interrupted || summary.reason.as_ref().is_some_and(|r| r.is_operator()) {
         exit::INTERRUPTED
     } else {
         exit::OK

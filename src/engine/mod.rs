@@ -4,10 +4,16 @@
 //! lists the model's endpoints, starts the writer and spawns the supervisor. The caller gets an
 //! [`EngineHandle`]: a command sender, a `watch` of snapshots, and the summary at the end.
 
+pub mod clock;
 pub mod control;
+pub mod core;
 pub mod health;
 pub mod policy;
+pub mod pool;
+mod publish;
 pub mod quality;
+pub mod reason;
+mod reconcile;
 pub mod snapshot;
 pub mod stats;
 mod supervisor;
@@ -30,11 +36,12 @@ use crate::store::output::{self, Writer, WriterThread};
 use crate::store::prompts::{PromptReader, count_prompts, shard_of};
 
 pub use control::{Command, ShutdownMode};
+pub use reason::{OffReason, StopReason};
 pub use snapshot::{RunState, Snapshot};
 pub use supervisor::RunSummary;
 
 use stats::Counters;
-use worker::{RunEndpoint, Shared};
+use worker::Shared;
 
 /// Endpoints that may join a run when the listing shows them (statistics slots kept free).
 const SPARE_ENDPOINTS: usize = 32;
@@ -297,51 +304,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
             )),
         })?
     };
-    let endpoints: Vec<RunEndpoint> = listing
-        .endpoints
-        .iter()
-        .map(|e| RunEndpoint {
-            tag: e.tag.to_string(),
-            provider: e.provider_name.clone(),
-            quantization: e.quantization.clone(),
-            price_in: e.pricing.prompt,
-            price_out: e.pricing.completion,
-            max_completion_tokens: e.max_completion_tokens,
-            supported_parameters: e.supported_parameters.clone(),
-            status: e.status,
-            uptime_30m: e.uptime_last_30m,
-            cancel_stops_billing: worker::stops_billing_on_cancel(
-                cfg.cancel_stops_billing.as_deref(),
-                e.tag.as_str(),
-                &e.provider_name,
-            ),
-            custom: None,
-        })
-        .collect();
-    let mut endpoints = endpoints;
-    // The operator's own servers join the pool, reached directly.
-    for c in &cfg.endpoints {
-        let client = own_server_client(&cfg, c)?;
-        endpoints.push(RunEndpoint {
-            tag: c.name.clone(),
-            provider: c.name.clone(),
-            quantization: c.quantization.clone(),
-            price_in: c.price_in(),
-            price_out: c.price_out(),
-            max_completion_tokens: None,
-            supported_parameters: None,
-            status: None,
-            uptime_30m: None,
-            // Aborting a request on one's own server stops the generation.
-            cancel_stops_billing: true,
-            custom: Some(worker::CustomTarget {
-                client,
-                model: c.model.clone(),
-                extra: c.extra.clone(),
-                concurrency: c.concurrency,
-            }),
-        });
-    }
+    let endpoints = pool::build(&cfg, &listing)?;
     let mut by_provider = HashMap::new();
     for (i, e) in endpoints
         .iter()

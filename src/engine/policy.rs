@@ -89,7 +89,7 @@ pub fn known_native_precision(model: &str) -> Option<Quantization> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum Exclusion {
-    /// The operator excluded it (config `exclude` or a key in the TUI).
+    /// The operator excluded it by name: the config's `[policy] exclude`, or `--exclude`.
     Operator,
     /// Its quantization is not the model's released precision.
     Requantized(String),

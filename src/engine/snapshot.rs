@@ -7,6 +7,7 @@ use crate::domain::Usd;
 
 use super::health::BreakerState;
 use super::policy::Fidelity;
+use super::reason::{OffReason, StopReason};
 
 /// Where the run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,8 +80,13 @@ pub struct EndpointSnap {
     pub uptime_30m: Option<f64>,
     /// Allowed to serve the next request.
     pub allowed: bool,
-    /// Why not, when not: `operator`, `policy: fp4 re-quantized`, `breaker 38s`, `429 wait 4s`.
-    pub why_off: Option<String>,
+    /// Allowed by the operator and the policy, health aside: the include mark, and what space
+    /// flips (an open breaker or a 429 wait keeps it).
+    #[serde(default)]
+    pub included: bool,
+    /// Why it serves no request now, when it does not.
+    #[serde(default)]
+    pub off: Option<OffReason>,
     /// The operator's own choice, when they made one (overrides the policy).
     pub operator: Option<bool>,
     pub breaker: BreakerState,
@@ -125,7 +131,7 @@ pub struct Snapshot {
     pub policy: String,
     pub state: RunState,
     /// Why the run stopped or is draining, when it did.
-    pub reason: Option<String>,
+    pub reason: Option<StopReason>,
     pub started_at: String,
     pub elapsed_s: f64,
     pub concurrency_limit: u32,

@@ -199,15 +199,10 @@ impl UiState {
 }
 
 /// Whether the operator and the policy let the endpoint serve, health aside: an open breaker
-/// or a 429 wait keeps the mark `[x]` (the why-off column says it is resting).
+/// or a 429 wait keeps the mark `[x]` (the why-off column says it is resting). The engine
+/// decides it; space flips exactly this.
 pub fn included(e: &EndpointSnap) -> bool {
-    match e.operator {
-        Some(v) => v,
-        None => !e
-            .why_off
-            .as_deref()
-            .is_some_and(|w| w.starts_with("policy") || w.starts_with("down")),
-    }
+    e.included
 }
 
 /// The endpoints in the order of `sort`; ties by tag, so the order is stable between

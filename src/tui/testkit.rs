@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use crate::domain::Usd;
 use crate::engine::health::BreakerState;
-use crate::engine::policy::Fidelity;
+use crate::engine::policy::{Exclusion, Fidelity};
+use crate::engine::reason::OffReason;
 use crate::engine::snapshot::{
     DatasetSnap, DatasetState, EndpointSnap, EventLine, HistoryPoint, RunState, Snapshot,
 };
@@ -35,7 +36,8 @@ pub fn endpoint(
         status: Some(status),
         uptime_30m: Some(uptime),
         allowed: true,
-        why_off: None,
+        included: true,
+        off: None,
         operator: None,
         breaker: BreakerState::Closed,
         in_flight: 0,
@@ -78,9 +80,10 @@ fn observed(
     e
 }
 
-fn off(mut e: EndpointSnap, why: &str, operator: Option<bool>) -> EndpointSnap {
+fn off(mut e: EndpointSnap, why: OffReason, operator: Option<bool>) -> EndpointSnap {
     e.allowed = false;
-    e.why_off = Some(why.into());
+    e.included = operator.unwrap_or(!why.is_choice());
+    e.off = Some(why);
     e.operator = operator;
     e
 }
@@ -133,7 +136,7 @@ pub fn kimi_endpoints() -> Vec<EndpointSnap> {
         0.0,
         0.31,
     );
-    parasail = off(parasail, "breaker 38s", None);
+    parasail = off(parasail, OffReason::Breaker { secs: 38 }, None);
     parasail.breaker = BreakerState::Open;
     vec![
         observed(
@@ -224,19 +227,25 @@ pub fn kimi_endpoints() -> Vec<EndpointSnap> {
                 -5,
                 29.8,
             ),
-            "policy: fp4 re-quantized",
+            OffReason::Policy {
+                exclusion: Exclusion::Requantized("fp4".into()),
+            },
             None,
         ),
         off(
             endpoint(
                 "Together", "together", "unknown", Unknown, 0.50, 2.80, 0, 99.6,
             ),
-            "policy: unknown quant",
+            OffReason::Policy {
+                exclusion: Exclusion::UnknownQuantization,
+            },
             None,
         ),
         off(
             endpoint("Novita", "novita", "unknown", Unknown, 0.57, 2.85, -2, 80.2),
-            "policy: unknown quant",
+            OffReason::Policy {
+                exclusion: Exclusion::UnknownQuantization,
+            },
             None,
         ),
         off(
@@ -250,12 +259,14 @@ pub fn kimi_endpoints() -> Vec<EndpointSnap> {
                 0,
                 99.3,
             ),
-            "operator",
+            OffReason::Operator,
             Some(false),
         ),
         off(
             endpoint("Venice", "venice", "unknown", Unknown, 0.75, 3.75, 0, 98.2),
-            "policy: unknown quant",
+            OffReason::Policy {
+                exclusion: Exclusion::UnknownQuantization,
+            },
             None,
         ),
     ]

@@ -10,7 +10,8 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Row, Table};
 
-use crate::engine::policy::Fidelity;
+use crate::engine::policy::{Exclusion, Fidelity};
+use crate::engine::reason::OffReason;
 use crate::engine::snapshot::EndpointSnap;
 
 use super::super::state::{Pane, SortColumn, UiState, included};
@@ -158,7 +159,7 @@ fn text(c: Col, e: &EndpointSnap, quant_w: usize) -> String {
             .truncation_rate
             .map_or_else(dash, |t| format!("{:.1}%", t * 100.0)),
         Col::Spent => money(e.spent),
-        Col::Why => e.why_off.clone().unwrap_or_default(),
+        Col::Why => e.off.as_ref().map(ToString::to_string).unwrap_or_default(),
     }
 }
 
@@ -175,13 +176,16 @@ pub fn fit_reason(reason: &str, w: u16) -> String {
     truncate(short, w)
 }
 
-fn why_style(t: &Theme, why: &str) -> Style {
-    if why.starts_with("down") {
-        t.bad
-    } else if why.starts_with("breaker") || why.starts_with("429") {
-        t.warn
-    } else {
-        t.text
+fn why_style(t: &Theme, why: Option<&OffReason>) -> Style {
+    match why {
+        Some(OffReason::Policy {
+            exclusion: Exclusion::Down(_),
+        })
+        | Some(OffReason::Gone) => t.bad,
+        Some(
+            OffReason::Breaker { .. } | OffReason::BreakerProbing | OffReason::RateLimited { .. },
+        ) => t.warn,
+        _ => t.text,
     }
 }
 
@@ -241,7 +245,7 @@ fn cell(
             Line::styled(raw, style)
         }
         Col::Why => {
-            let style = why_style(t, &raw);
+            let style = why_style(t, e.off.as_ref());
             Line::styled(fit_reason(&raw, w), style)
         }
         _ => Line::raw(truncate(&raw, w)),

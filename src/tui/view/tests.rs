@@ -241,7 +241,7 @@ fn help_and_quit_overlays() {
 fn finished_and_paused_states_read_right() {
     let mut snap = kimi_snapshot();
     snap.state = RunState::Stopped;
-    snap.reason = Some("budget reached".into());
+    snap.reason = Some(crate::engine::StopReason::DollarBudget);
     snap.in_flight = 0;
     for d in &mut snap.datasets {
         d.state = DatasetState::BudgetReached;
@@ -250,7 +250,7 @@ fn finished_and_paused_states_read_right() {
     let s = text(&draw(&st, 120, 30));
     let header = s.lines().next().unwrap_or_default();
     assert!(
-        header.contains("STOPPED") && header.contains("(budget reached)"),
+        header.contains("STOPPED") && header.contains("(dollar budget reached)"),
         "{header}"
     );
     assert!(header.contains("ETA -"), "{header}");

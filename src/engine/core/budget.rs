@@ -1,0 +1,101 @@
+//! The dollar budget and the request rate: what in-flight requests are still expected to cost
+//! (the reservation), whether one more request fits under `budget_usd`, and the spacing of
+//! requests under `requests_per_second`.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::domain::Usd;
+
+use super::super::reason::StopReason;
+use super::{Clock, Core, Live};
+
+/// Whether one more request fits under the dollar budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fits {
+    Yes,
+    /// Not now: requests in flight will settle what they really cost first.
+    Wait,
+    /// Not even one more request fits and none is in flight: the run is over.
+    Never,
+}
+
+impl Core {
+    /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
+    pub fn committed_pico(&self, live: &Live) -> i64 {
+        live.spent_pico + live.accrued_pico + self.reserved_pico
+    }
+
+    /// What in-flight requests are still expected to cost, with today's expectations: the
+    /// observed mean output length replaces the guess each was dispatched with.
+    pub(super) fn recompute_reserved(&mut self) {
+        let expected: Vec<u64> = (0..self.datasets.len())
+            .map(|d| self.expected_output_tokens(d))
+            .collect();
+        let mut total = 0;
+        for f in self.in_flight.values_mut() {
+            let out = f.price_out.cost(expected[f.job.dataset]).pico();
+            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + out;
+            let mut remaining = (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0);
+            // Output lengths have a long tail: an answer already past the mean is likely to go
+            // on. Where closing a stream does not stop the bill, keep half a mean answer in
+            // reserve for every stream, however far along it is.
+            let cancellable = f
+                .endpoint
+                .is_some_and(|e| self.endpoints[e].cancel_stops_billing);
+            if !cancellable {
+                remaining = remaining.max(out / 2);
+            }
+            total += remaining;
+        }
+        self.reserved_pico = total;
+    }
+
+    /// Whether a request expected to cost `expected` fits: what is spent, accrued and still
+    /// expected must leave room for it. Says so in the log and stops the run when nothing
+    /// more ever will.
+    pub(super) fn fits(&mut self, expected: Usd, live: &Live, now: &Clock) -> Fits {
+        let committed = self.committed_pico(live);
+        if committed + expected.pico() <= self.budget_pico {
+            return Fits::Yes;
+        }
+        if self.in_flight.is_empty() {
+            self.begin_stop(now, StopReason::DollarBudget);
+            return Fits::Never;
+        }
+        if !self.budget_event_sent {
+            self.budget_event_sent = true;
+            self.event(
+                now,
+                format!(
+                    "dollar budget nearly committed ({} of {}): dispatching only as requests finish",
+                    Usd::from_pico(committed),
+                    Usd::from_pico(self.budget_pico)
+                ),
+            );
+        }
+        Fits::Wait
+    }
+
+    /// Whether the run may send another request now (stop, pause, concurrency, rate cap).
+    pub(super) fn can_dispatch(&self, now: &Clock) -> bool {
+        self.stopping.is_none()
+            && !self.paused
+            && (self.in_flight.len() as u64) < u64::from(self.concurrency)
+            && self.next_send_at.is_none_or(|t| t <= now.mono)
+    }
+
+    /// Spaces requests out under `requests_per_second` (a burst of at most one second's worth).
+    pub(super) fn note_sent(&mut self, now: &Clock) {
+        let Some(rps) = self.cfg.requests_per_second.filter(|r| *r > 0.0) else {
+            return;
+        };
+        let gap = Duration::from_secs_f64(1.0 / rps);
+        let floor = now
+            .mono
+            .checked_sub(Duration::from_secs(1))
+            .unwrap_or(now.mono);
+        let base = self.next_send_at.map_or(now.mono, |t| t.max(floor));
+        self.next_send_at = Some(base + gap);
+    }
+}

@@ -1,0 +1,246 @@
+//! Control: operator commands, the periodic tick, listing refreshes (endpoints that leave, come
+//! back or appear), quality findings, and the booking of what a crash or a closed stream left
+//! to settle.
+
+use std::sync::Arc;
+
+use crate::domain::Usd;
+use crate::openrouter::ModelEndpoints;
+use crate::store::output::{SpendEntry, SpendKind};
+
+use super::super::control::{Command, ShutdownMode};
+use super::super::health::Health;
+use super::super::policy::PolicyMode;
+use super::super::quality::Finding;
+use super::super::reason::StopReason;
+use super::super::worker::RunEndpoint;
+use super::{Clock, Core, Effect, Listed};
+
+impl Core {
+    /// Applies an operator command; it acts on the next request dispatched.
+    pub fn command(&mut self, cmd: Command, now: &Clock) -> Vec<Effect> {
+        match cmd {
+            Command::Pause => {
+                self.paused = true;
+                self.event(now, "paused: no new requests");
+            }
+            Command::Resume => {
+                self.paused = false;
+                self.event(now, "resumed");
+            }
+            Command::SetConcurrency(n) => self.set_concurrency(i64::from(n), now),
+            Command::AdjustConcurrency(delta) => {
+                self.set_concurrency(i64::from(self.concurrency) + delta, now)
+            }
+            Command::SetEndpoint { tag, allowed } => {
+                for i in self.endpoint_indices(&tag) {
+                    self.operator[i] = allowed;
+                }
+                let text = match allowed {
+                    Some(true) => format!("operator included {tag} (applies to the next request)"),
+                    Some(false) => format!("operator excluded {tag} (applies to the next request)"),
+                    None => format!("{tag} follows the policy again"),
+                };
+                self.event(now, text);
+            }
+            Command::ToggleEndpoint(tag) => {
+                if let Some(&first) = self.endpoint_indices(&tag).first() {
+                    let allowed = Some(!self.permitted(first));
+                    return self.command(Command::SetEndpoint { tag, allowed }, now);
+                }
+            }
+            Command::Preset(mode) => {
+                self.policy.mode = mode;
+                self.refresh_verdicts();
+                self.operator.iter_mut().for_each(|o| *o = None);
+                let text = match mode {
+                    PolicyMode::Faithful => format!("policy: faithful (native {})", self.native),
+                    PolicyMode::Any => "policy: any quantization".to_string(),
+                };
+                self.event(now, text);
+            }
+            Command::Shutdown(ShutdownMode::Drain) => {
+                self.begin_stop(now, StopReason::OperatorDrain);
+            }
+            Command::Shutdown(ShutdownMode::Now) => {
+                // A drain under way becomes a stop now (the summary says so); a stop for another
+                // reason keeps it, and what is in flight is closed either way.
+                if self.stopping == Some(StopReason::OperatorDrain) {
+                    self.stopping = None;
+                }
+                if self.stopping.is_none() {
+                    self.begin_stop(now, StopReason::OperatorStopNow);
+                } else {
+                    self.event(now, "stopping now: closing what is in flight");
+                }
+                self.effects.push(Effect::CancelInFlight);
+            }
+        }
+        self.take_effects()
+    }
+
+    fn set_concurrency(&mut self, n: i64, now: &Clock) {
+        self.concurrency = n.clamp(1, 100_000) as u32;
+        self.event(now, format!("concurrency set to {}", self.concurrency));
+    }
+
+    fn endpoint_indices(&self, tag: &str) -> Vec<usize> {
+        self.endpoints
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.tag == tag)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The periodic tick: reservations follow the observed mean, datasets their budgets.
+    pub fn tick(&mut self, now: &Clock) {
+        self.recompute_reserved();
+        self.update_datasets(now);
+    }
+
+    /// Says once per endpoint and kind when its answers stand out from the others'.
+    pub fn note_quality(&mut self, findings: Vec<Finding>, now: &Clock) {
+        for f in findings {
+            if self.quality_reported.insert((f.tag.clone(), f.kind)) {
+                self.event(now, f.text);
+            }
+        }
+    }
+
+    /// Folds a fresh listing in: status and uptime of known endpoints, endpoints that left (no
+    /// longer routed to) and came back. Returns the endpoints it shows for the first time, for
+    /// the driver to add to the run's pool (then [`Core::endpoint_added`]).
+    pub fn listing(
+        &mut self,
+        listing: &ModelEndpoints,
+        now: &Clock,
+        fresh: impl Fn(&crate::openrouter::Endpoint) -> RunEndpoint,
+    ) -> Vec<RunEndpoint> {
+        let eps = self.endpoints.clone();
+        for (i, e) in eps.iter().enumerate().filter(|(_, e)| e.custom.is_none()) {
+            let found = listing
+                .endpoints
+                .iter()
+                .find(|l| l.tag.as_str() == e.tag && l.provider_name == e.provider);
+            match found {
+                Some(l) => {
+                    if !self.listed[i].present {
+                        self.event(now, format!("{} is listed again", e.tag));
+                    }
+                    self.listed[i] = Listed {
+                        status: l.status,
+                        uptime_30m: l.uptime_last_30m,
+                        present: true,
+                    };
+                }
+                None if self.listed[i].present => {
+                    self.listed[i].present = false;
+                    self.event(
+                        now,
+                        format!(
+                            "{} left the model's listing: no more requests go there",
+                            e.tag
+                        ),
+                    );
+                }
+                None => {}
+            }
+        }
+        let mut new = Vec::new();
+        for l in &listing.endpoints {
+            let known = eps.iter().any(|e| e.tag == l.tag.as_str());
+            if !known && self.reported_new.insert(l.tag.to_string()) {
+                new.push(fresh(l));
+            }
+        }
+        self.refresh_verdicts();
+        new
+    }
+
+    /// A new endpoint of the listing: `endpoints` is the pool with it when it could join (a
+    /// free statistics slot), `None` when not.
+    pub fn endpoint_added(
+        &mut self,
+        e: &RunEndpoint,
+        endpoints: Option<Arc<Vec<RunEndpoint>>>,
+        now: &Clock,
+    ) {
+        let what = format!(
+            "{} {} ({}, {} out)",
+            e.provider, e.tag, e.quantization, e.price_out
+        );
+        let Some(endpoints) = endpoints else {
+            self.event(
+                now,
+                format!("new endpoint listed: {what}; restart the run to consider it"),
+            );
+            return;
+        };
+        self.endpoints = endpoints;
+        while self.operator.len() < self.endpoints.len() {
+            self.operator.push(None);
+            self.health.push(Health::new(
+                self.cfg.breaker.failures,
+                self.cfg.breaker.cooldown(),
+            ));
+            self.listed.push(Listed {
+                status: e.status,
+                uptime_30m: e.uptime_30m,
+                present: true,
+            });
+            self.ep_in_flight.push(0);
+        }
+        self.refresh_verdicts();
+        let i = self.endpoints.len() - 1;
+        let verdict = match self.verdicts.get(i).and_then(Option::as_ref) {
+            None => "allowed by the policy".to_string(),
+            Some(x) => format!("not used ({x}); space includes it"),
+        };
+        self.event(now, format!("new endpoint listed: {what}: {verdict}"));
+    }
+
+    /// Books what an earlier run left open (a crash): into the carried-over spend and the
+    /// ledger, closing the open line. The driver adds `usd` to the live spend.
+    pub fn book_carried(
+        &mut self,
+        open: SpendEntry,
+        kind: SpendKind,
+        usd: Usd,
+        estimated: bool,
+        now: &Clock,
+    ) -> Vec<Effect> {
+        self.carried_over += usd;
+        self.ledger(SpendEntry {
+            at: now.rfc3339(),
+            kind,
+            usd,
+            estimated,
+            expected_usd: None,
+            error: None,
+            ..open
+        });
+        self.take_effects()
+    }
+
+    /// Books the difference between what a closed stream was booked at and what the API says
+    /// it cost. The driver adds the difference to the live spend.
+    pub fn book_adjustment(&mut self, entry: SpendEntry, actual: Usd, now: &Clock) -> Vec<Effect> {
+        let delta = actual - entry.usd;
+        if delta != Usd::ZERO {
+            self.ledger(SpendEntry {
+                at: now.rfc3339(),
+                kind: SpendKind::Adjustment,
+                usd: delta,
+                estimated: false,
+                ..entry
+            });
+        }
+        self.take_effects()
+    }
+
+    /// Adds a line to the event log from the driver (look-ups, listing failures).
+    pub fn say(&mut self, now: &Clock, text: impl Into<String>) {
+        self.event(now, text);
+    }
+}

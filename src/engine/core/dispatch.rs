@@ -1,0 +1,143 @@
+//! Dispatch: as many attempts as the limits allow right now, each routed, priced, reserved
+//! against the dollar budget and written to the ledger before it leaves.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use crate::domain::Usd;
+use crate::openrouter::request::StreamOptions;
+use crate::store::output::{SpendEntry, SpendKind};
+
+use super::super::worker::estimate_prompt_tokens;
+use super::budget::Fits;
+use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Live, PromptSource, Route};
+
+impl Core {
+    /// Takes `live` (the workers' counters) and starts what fits: returns the attempts to
+    /// spawn, and any rejects of bad prompt lines met on the way.
+    pub fn dispatch(
+        &mut self,
+        source: &mut dyn PromptSource,
+        live: &Live,
+        now: &Clock,
+    ) -> Vec<super::Effect> {
+        self.ep_in_flight.clone_from(&live.endpoint_in_flight);
+        self.ep_in_flight.resize(self.endpoints.len(), 0);
+        while self.can_dispatch(now) {
+            // Nothing to route to: do not even take a job.
+            if self.route(now, None).is_none() {
+                break;
+            }
+            let Some(job) = self.next_job(source, now) else {
+                break;
+            };
+            // A retry goes elsewhere than where it just failed, when there is elsewhere.
+            let Some(route) = self.route(now, job.failed_at) else {
+                self.requeue_front(job, now);
+                break;
+            };
+            let prompt_tokens = estimate_prompt_tokens(&job.prompt);
+            let expected_out = self.expected_output_tokens(job.dataset);
+            let expected = route.price_in.cost(prompt_tokens) + route.price_out.cost(expected_out);
+            if self.fits(expected, live, now) != Fits::Yes {
+                self.requeue_front(job, now);
+                break;
+            }
+            self.spawn(job, route, prompt_tokens, expected, now);
+        }
+        self.take_effects()
+    }
+
+    /// Books one attempt in flight and hands it to the driver.
+    fn spawn(&mut self, job: Job, route: Route, prompt_tokens: u64, expected: Usd, now: &Clock) {
+        let d = job.dataset;
+        let mut req = self.datasets[d]
+            .params
+            .chat_request(&self.cfg.model, job.prompt.messages.clone());
+        let pinned = route.pinned;
+        if let Some(e) = pinned {
+            let ep = &self.endpoints[e];
+            if let Some(c) = &ep.custom {
+                req.model = c.model.clone();
+                for (k, v) in &c.extra {
+                    req.extra.insert(k.clone(), v.clone());
+                }
+                // vLLM and SGLang report usage in a stream only when asked.
+                req.stream_options = Some(StreamOptions {
+                    include_usage: true,
+                });
+            }
+            // Pinned requests require every parameter they send: drop what the endpoint does
+            // not list rather than have OpenRouter refuse the request.
+            if let Some(sp) = &ep.supported_parameters {
+                let has = |p: &str| sp.iter().any(|s| s == p);
+                if !has("temperature") {
+                    req.temperature = None;
+                }
+                if !has("top_p") {
+                    req.top_p = None;
+                }
+                if !has("top_k") {
+                    req.top_k = None;
+                }
+                if !has("seed") {
+                    req.seed = None;
+                }
+            }
+            self.health[e].on_dispatch();
+            if let Some(n) = self.ep_in_flight.get_mut(e) {
+                *n += 1;
+            }
+        }
+        req.provider = route.prefs;
+        self.seq += 1;
+        let key = self.seq;
+        let attempt = format!("{}-{key}", self.run_id);
+        let ledger = SpendEntry {
+            at: now.rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[d].name.clone(),
+            endpoint: pinned.map(|e| self.endpoints[e].tag.clone()),
+            kind: SpendKind::Dispatched,
+            usd: Usd::ZERO,
+            prompt_tokens,
+            completion_tokens: 0,
+            estimated: true,
+            generation_id: None,
+            attempt: Some(attempt.clone()),
+            expected_usd: Some(expected),
+            error: None,
+        };
+        let accrued = Arc::new(AtomicI64::new(0));
+        self.datasets[d].in_flight += 1;
+        self.reserved_pico += expected.pico();
+        self.effects.push(Effect::Spawn(Box::new(Dispatch {
+            key,
+            dataset: d,
+            prompt_id: job.prompt.id.clone(),
+            attempt: attempt.clone(),
+            request: req,
+            pinned,
+            price_in: route.price_in,
+            price_out: route.price_out,
+            prompt_tokens,
+            expected,
+            accrued: accrued.clone(),
+            ledger,
+        })));
+        self.in_flight.insert(
+            key,
+            InFlight {
+                job,
+                attempt,
+                endpoint: pinned,
+                expected_pico: expected.pico(),
+                accrued,
+                price_in: route.price_in,
+                price_out: route.price_out,
+                prompt_tokens,
+            },
+        );
+        self.note_sent(now);
+    }
+}

@@ -1,0 +1,461 @@
+//! The engine's decisions, pure: every money and routing choice of a run lives here, as plain
+//! state changed by events (an operator command, an attempt's result, a tick, a listing) with
+//! the time passed in, returning [`Effect`]s as data for the driver (`supervisor.rs`) to
+//! perform. Nothing here awaits, reads a clock, or touches a file or a socket; a test drives
+//! it with a hand-made clock and checks the effects.
+//!
+//! The rooms: `admission` (which prompt goes next, dataset budgets), `budget` (the dollar
+//! reservation and the request-rate cap), `routing` (which endpoints may serve, and how a
+//! request is routed), `outcome` (what an attempt's result means: book, keep, retry, reject,
+//! stop), `control` (operator commands, listing refreshes, quality findings, crash leftovers).
+
+mod admission;
+mod budget;
+mod control;
+mod dispatch;
+mod outcome;
+mod routing;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::config::{Config, RequestParams};
+use crate::domain::{Price, Quantization, Usd};
+use crate::openrouter::ChatRequest;
+use crate::store::output::{OutputRecord, RejectRecord, SpendEntry};
+use crate::store::prompts::{Prompt, PromptError};
+
+use super::health::Health;
+use super::policy::{Exclusion, PolicyConfig};
+use super::reason::StopReason;
+use super::snapshot::EventLine;
+use super::worker::RunEndpoint;
+
+pub use super::clock::Clock;
+pub use routing::Route;
+
+/// Most events kept for the snapshot's log.
+const EVENT_CAPACITY: usize = 200;
+/// Most closed streams remembered for reconciliation (a cap hit closes at most `concurrency`).
+const RECONCILE_CAPACITY: usize = 100_000;
+
+/// What the driver reads off the shared counters for a decision: money the workers booked and
+/// accrued, and how many requests each endpoint has in flight (the workers attribute
+/// OpenRouter-routed ones as the stream names its provider).
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    pub spent_pico: i64,
+    pub accrued_pico: i64,
+    pub endpoint_in_flight: Vec<u64>,
+}
+
+/// Where the core gets the next prompt of a dataset (a file reader in a run, a list in a test).
+pub trait PromptSource {
+    fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>>;
+}
+
+/// What the driver must do.
+#[derive(Debug)]
+pub enum Effect {
+    /// Write the attempt's `dispatched` ledger line, then start it.
+    Spawn(Box<Dispatch>),
+    /// Append a ledger line.
+    Ledger(SpendEntry),
+    /// Append an answer to the dataset's outputs (it counts as done at `endpoint`).
+    Output {
+        dataset: usize,
+        endpoint: Option<usize>,
+        record: Box<OutputRecord>,
+    },
+    /// Append a final reject to the dataset's rejects file.
+    Reject {
+        dataset: usize,
+        record: RejectRecord,
+    },
+    /// Close every attempt in flight (stop now).
+    CancelInFlight,
+}
+
+/// One attempt to start.
+#[derive(Debug)]
+pub struct Dispatch {
+    pub key: u64,
+    pub dataset: usize,
+    pub prompt_id: String,
+    /// `<run>-<n>`: ties the attempt's ledger lines together.
+    pub attempt: String,
+    pub request: ChatRequest,
+    /// The endpoint it is pinned to (pinned routing, own servers).
+    pub pinned: Option<usize>,
+    pub price_in: Price,
+    pub price_out: Price,
+    pub prompt_tokens: u64,
+    pub expected: Usd,
+    /// The attempt's running cost, shared with its worker.
+    pub accrued: Arc<AtomicI64>,
+    /// The `dispatched` line, written before the request leaves.
+    pub ledger: SpendEntry,
+}
+
+/// A prompt waiting for (another) attempt.
+#[derive(Clone, Debug)]
+pub(crate) struct Job {
+    pub dataset: usize,
+    pub prompt: Prompt,
+    /// Attempts already made.
+    pub attempts: u32,
+    /// The endpoint the last attempt failed at.
+    pub failed_at: Option<usize>,
+}
+
+struct Pending {
+    not_before: Instant,
+    seq: u64,
+    job: Job,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.not_before, self.seq) == (o.not_before, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.not_before, self.seq).cmp(&(o.not_before, o.seq))
+    }
+}
+
+/// What the core knows of one dataset.
+#[derive(Clone, Debug, Default)]
+pub struct DatasetBook {
+    pub name: String,
+    pub params: RequestParams,
+    pub system_prompt: Option<String>,
+    /// Ids finished or rejected by earlier runs (this run reads the file once, and the
+    /// reader drops in-file duplicates, so ids finished now need not be kept).
+    pub done_ids: HashSet<String>,
+    pub total: u64,
+    pub done: u64,
+    pub rejected: u64,
+    pub output_tokens: u64,
+    pub spent: Usd,
+    pub budget: Option<u64>,
+    pub max_samples: Option<u64>,
+    /// Finished this run (for the observed mean output length).
+    pub finished_here: u64,
+    pub output_tokens_here: u64,
+    pub in_flight: u64,
+    pub retries_pending: u64,
+    /// Its prompt file is read to the end.
+    pub exhausted: bool,
+    /// Its token budget or sample cap is reached (not sticky: see `update_datasets`).
+    pub budget_reached: bool,
+    pub budget_event_sent: bool,
+}
+
+/// One attempt in flight.
+struct InFlight {
+    job: Job,
+    attempt: String,
+    price_in: Price,
+    price_out: Price,
+    prompt_tokens: u64,
+    endpoint: Option<usize>,
+    expected_pico: i64,
+    accrued: Arc<AtomicI64>,
+}
+
+/// What the latest listing says of an endpoint (refreshed every `catalog_refresh_s`).
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub status: Option<i64>,
+    pub uptime_30m: Option<f64>,
+    /// Still in the listing (own servers always are).
+    pub present: bool,
+}
+
+/// The decision state of a run.
+pub struct Core {
+    cfg: Config,
+    datasets: Vec<DatasetBook>,
+    endpoints: Arc<Vec<RunEndpoint>>,
+    policy: PolicyConfig,
+    native: Quantization,
+    /// The operator's choice per endpoint (overrides the policy).
+    operator: Vec<Option<bool>>,
+    health: Vec<Health>,
+    listed: Vec<Listed>,
+    /// The policy's verdict per endpoint (see `refresh_verdicts`).
+    verdicts: Vec<Option<Exclusion>>,
+    /// Probe agreement per endpoint tag (`harvest probe`), for `policy.min_probe_agreement`.
+    probe: HashMap<String, f64>,
+    budget_pico: i64,
+    shard: Option<(u32, u32)>,
+    concurrency: u32,
+    paused: bool,
+    stopping: Option<StopReason>,
+    /// Set with a stop caused by the API or harvest itself (exit code 1).
+    failed: bool,
+    retry: BinaryHeap<Reverse<Pending>>,
+    seq: u64,
+    in_flight: HashMap<u64, InFlight>,
+    reserved_pico: i64,
+    next_dataset: usize,
+    /// In-flight counts per endpoint as of the last [`Live`] reading, plus this dispatch
+    /// round's pinned requests.
+    ep_in_flight: Vec<u64>,
+    events: VecDeque<EventLine>,
+    started: Instant,
+    rng: SmallRng,
+    retries: u64,
+    budget_event_sent: bool,
+    /// Streams we closed, to look up what they really cost.
+    to_reconcile: Vec<(String, SpendEntry)>,
+    carried_over: Usd,
+    /// Prefix of this run's attempt keys.
+    run_id: String,
+    /// Under a requests-per-second cap, the earliest time of the next request.
+    next_send_at: Option<Instant>,
+    /// Quality deviations already reported (endpoint tag, kind).
+    quality_reported: HashSet<(String, super::quality::Deviation)>,
+    /// Tags of new endpoints already reported, so each is said once.
+    reported_new: HashSet<String>,
+    effects: Vec<Effect>,
+}
+
+impl Core {
+    /// A core for `cfg` over `endpoints`; `carried_over` is what earlier runs of the output
+    /// directory spent; `run_id` prefixes attempt names.
+    pub fn new(
+        cfg: Config,
+        datasets: Vec<DatasetBook>,
+        endpoints: Arc<Vec<RunEndpoint>>,
+        carried_over: Usd,
+        shard: Option<(u32, u32)>,
+        run_id: String,
+        now: &Clock,
+    ) -> Core {
+        let policy = cfg.policy.clone();
+        let (native, _) = policy.native_for(&cfg.model);
+        let n = endpoints.len();
+        let listed = endpoints
+            .iter()
+            .map(|e| Listed {
+                status: e.status,
+                uptime_30m: e.uptime_30m,
+                present: true,
+            })
+            .collect();
+        let mut core = Core {
+            concurrency: cfg.concurrency,
+            budget_pico: cfg.budget().pico(),
+            health: (0..n)
+                .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
+                .collect(),
+            cfg,
+            datasets,
+            endpoints,
+            policy,
+            native,
+            operator: vec![None; n],
+            listed,
+            verdicts: Vec::new(),
+            probe: HashMap::new(),
+            shard,
+            paused: false,
+            stopping: None,
+            failed: false,
+            retry: BinaryHeap::new(),
+            seq: 0,
+            in_flight: HashMap::new(),
+            reserved_pico: 0,
+            next_dataset: 0,
+            ep_in_flight: vec![0; n],
+            events: VecDeque::new(),
+            started: now.mono,
+            rng: SmallRng::seed_from_u64(0x4841_5256),
+            retries: 0,
+            budget_event_sent: false,
+            to_reconcile: Vec::new(),
+            carried_over,
+            run_id,
+            next_send_at: None,
+            quality_reported: HashSet::new(),
+            reported_new: HashSet::new(),
+            effects: Vec::new(),
+        };
+        core.refresh_verdicts();
+        core
+    }
+
+    fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Adds a line to the event log (and to the log file, through `tracing`).
+    fn event(&mut self, now: &Clock, text: impl Into<String>) {
+        let text = text.into();
+        tracing::info!("{text}");
+        if self.events.len() >= EVENT_CAPACITY {
+            self.events.pop_front();
+        }
+        self.events.push_back(EventLine {
+            at_s: self.elapsed_s(now),
+            text,
+        });
+    }
+
+    pub fn elapsed_s(&self, now: &Clock) -> f64 {
+        now.mono
+            .saturating_duration_since(self.started)
+            .as_secs_f64()
+    }
+
+    /// A ledger line to write; the dataset's spend follows it.
+    fn ledger(&mut self, entry: SpendEntry) {
+        if let Some(d) = self.datasets.iter_mut().find(|d| d.name == entry.dataset) {
+            d.spent += entry.usd;
+        }
+        self.effects.push(Effect::Ledger(entry));
+    }
+
+    /// Stops dispatching, for `reason` (the first reason wins).
+    fn begin_stop(&mut self, now: &Clock, reason: StopReason) {
+        if self.stopping.is_none() {
+            self.event(now, format!("stopping: {reason}"));
+            self.failed |= reason.is_failure();
+            self.stopping = Some(reason);
+        }
+    }
+
+    /// harvest itself cannot go on (a write failed, a task died): stop, exit code 1.
+    pub fn fail(&mut self, now: &Clock, detail: String) {
+        self.failed = true;
+        self.event(now, format!("internal error: {detail}"));
+        self.begin_stop(now, StopReason::Internal { detail });
+    }
+
+    /// The dollar cap tripped in a worker: in-flight streams close where that stops the bill.
+    pub fn budget_hit(&mut self, now: &Clock) {
+        let n = self.in_flight.len();
+        self.event(
+            now,
+            format!(
+                "dollar budget reached ({}): closing {n} in-flight requests where that stops the bill; the others run to the end (they are paid for)",
+                Usd::from_pico(self.budget_pico)
+            ),
+        );
+        self.begin_stop(now, StopReason::DollarBudget);
+    }
+
+    /// Nothing is in flight and either every dataset is finished or the run is stopping.
+    pub fn is_over(&self) -> bool {
+        self.in_flight.is_empty() && (self.stopping.is_some() || self.all_finished())
+    }
+
+    /// When the driver must wake for the core even if nothing happens: a retry falls due, or
+    /// the rate cap lets the next request go. `None` while paused.
+    pub fn next_wake(&self, now: &Clock) -> Option<Instant> {
+        if self.paused {
+            return None;
+        }
+        let retry = self.retry.peek().map(|Reverse(p)| p.not_before);
+        let send = self.next_send_at.filter(|t| *t > now.mono);
+        match (retry, send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The dataset of attempt `key` and the endpoint it is pinned to, while it is in flight.
+    pub fn attempt_info(&self, key: u64) -> Option<(usize, Option<usize>)> {
+        self.in_flight
+            .get(&key)
+            .map(|f| (f.job.dataset, f.endpoint))
+    }
+
+    /// Closed streams with a generation id, for `GET /generation` at the end of the run.
+    pub fn take_reconcile(&mut self) -> Vec<(String, SpendEntry)> {
+        std::mem::take(&mut self.to_reconcile)
+    }
+
+    /// Takes the probe's agreement per endpoint tag into the policy.
+    pub fn set_probe(&mut self, agreement: HashMap<String, f64>) {
+        self.probe = agreement;
+        self.refresh_verdicts();
+    }
+
+    // Read access for the snapshot.
+
+    pub fn datasets(&self) -> &[DatasetBook] {
+        &self.datasets
+    }
+    pub fn endpoints(&self) -> &Arc<Vec<RunEndpoint>> {
+        &self.endpoints
+    }
+    pub fn listed(&self, i: usize) -> &Listed {
+        &self.listed[i]
+    }
+    pub fn operator(&self, i: usize) -> Option<bool> {
+        self.operator[i]
+    }
+    pub fn health(&self, i: usize) -> &Health {
+        &self.health[i]
+    }
+    pub fn policy(&self) -> &PolicyConfig {
+        &self.policy
+    }
+    pub fn native(&self) -> &Quantization {
+        &self.native
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn stopping(&self) -> Option<&StopReason> {
+        self.stopping.as_ref()
+    }
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency
+    }
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+    pub fn retry_queue_empty(&self) -> bool {
+        self.retry.is_empty()
+    }
+    pub fn carried_over(&self) -> Usd {
+        self.carried_over
+    }
+    pub fn budget_pico(&self) -> i64 {
+        self.budget_pico
+    }
+    pub fn reserved_pico(&self) -> i64 {
+        self.reserved_pico
+    }
+    pub fn events(&self) -> &VecDeque<EventLine> {
+        &self.events
+    }
+}

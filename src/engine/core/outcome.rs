@@ -1,0 +1,325 @@
+//! Outcomes: what an attempt's result means. An answer is booked at its reported cost and
+//! kept (or, cut at `max_tokens`, retried or rejected per `retry.on_length`); a stream we
+//! closed is booked at our estimate and looked up later; a failure is booked, counted against
+//! its endpoint's health, and retried elsewhere after a back-off, rejected for good, or, when
+//! the API refuses the key or the account, stops the run.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::config::OnLength;
+use crate::domain::Usd;
+use crate::openrouter::{ApiError, Completion, ErrorKind, UsageSource};
+use crate::store::output::{OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn};
+
+use super::super::health::{HealthEvent, backoff};
+use super::super::reason::StopReason;
+use super::super::worker::{AttemptOutcome, AttemptResult, estimate_prompt_tokens};
+use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY};
+
+impl Core {
+    /// Takes an attempt's result; returns what to write.
+    pub fn on_result(&mut self, mut r: AttemptResult, now: &Clock) -> Vec<Effect> {
+        let Some(f) = self.in_flight.remove(&r.key) else {
+            return Vec::new();
+        };
+        self.reserved_pico -= (f.expected_pico - r.accrued_pico).max(0);
+        let mut job = f.job.clone();
+        job.attempts += 1;
+        self.datasets[job.dataset].in_flight -= 1;
+        match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
+            AttemptOutcome::Done(mut c) => {
+                if r.generation_id.is_some() {
+                    c.id = r.generation_id.clone();
+                }
+                let cost = Usd::from_pico(r.booked_pico);
+                self.on_answer(job, *c, r.endpoint, r.elapsed, cost, &f.attempt, now);
+            }
+            // We closed it; the provider may bill what it generated: book our estimate,
+            // corrected from `GET /generation` at the end of the run. Not done and not
+            // rejected: a resume takes it again.
+            AttemptOutcome::Cancelled => self.book_closed(&job, &f, &r, None, now),
+            AttemptOutcome::Failed(err) => self.on_failure(job, &f, &r, err, now),
+        }
+        self.take_effects()
+    }
+
+    fn on_failure(
+        &mut self,
+        mut job: Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        err: ApiError,
+        now: &Clock,
+    ) {
+        let kind = err.kind();
+        tracing::debug!(prompt = %job.prompt.id, attempt = %f.attempt, "attempt failed: {err}");
+        let endpoint = r.endpoint;
+        if let Some(e) = endpoint {
+            if kind == ErrorKind::RateLimited {
+                let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
+                self.health[e].on_rate_limited(now.mono, wait);
+            } else if err.is_retryable()
+                && let Some(HealthEvent::Opened { failures, cooldown }) =
+                    self.health[e].on_failure(now.mono)
+            {
+                let tag = self.endpoints[e].tag.clone();
+                self.event(
+                    now,
+                    format!(
+                        "breaker opened: {tag} after {failures} failures in a row ({}); probe in {}s",
+                        kind.label(),
+                        cooldown.as_secs()
+                    ),
+                );
+            }
+        }
+        // A timeout is our own close: the provider may bill what it generated.
+        if kind == ErrorKind::Timeout {
+            self.book_closed(&job, f, r, Some(kind), now);
+        } else {
+            self.ledger(SpendEntry {
+                at: now.rfc3339(),
+                id: job.prompt.id.clone(),
+                dataset: self.datasets[job.dataset].name.clone(),
+                endpoint: endpoint.map(|e| self.endpoints[e].tag.clone()),
+                kind: SpendKind::Failed,
+                usd: Usd::ZERO,
+                prompt_tokens: 0,
+                completion_tokens: r.streamed_tokens,
+                estimated: false,
+                generation_id: r.generation_id.clone(),
+                attempt: Some(f.attempt.clone()),
+                expected_usd: None,
+                error: Some(kind.to_string()),
+            });
+        }
+        let own_server = endpoint.filter(|&e| self.endpoints[e].custom.is_some());
+        if let (Some(e), true) = (own_server, err.stops_dispatch()) {
+            // One of the operator's own servers refused us: take it out, go on.
+            let tag = self.endpoints[e].tag.clone();
+            self.operator[e] = Some(false);
+            self.event(
+                now,
+                format!("{tag} refused the request ({err}): excluded; check its api_key_env"),
+            );
+            job.failed_at = endpoint;
+            self.schedule_retry(job, &err, now);
+        } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
+            && self.endpoints[e].custom.is_none()
+            && job.attempts < self.cfg.retry.max_attempts
+        {
+            // A pinned endpoint OpenRouter no longer has: out of routing until the listing
+            // shows it again; the prompt goes elsewhere.
+            if self.listed[e].present {
+                let tag = self.endpoints[e].tag.clone();
+                self.listed[e].present = false;
+                self.event(
+                    now,
+                    format!("{tag} is not served any more ({err}): taken out of routing"),
+                );
+            }
+            job.failed_at = endpoint;
+            self.schedule_retry(job, &err, now);
+        } else if err.stops_dispatch() {
+            let reason = match kind {
+                ErrorKind::Auth => StopReason::KeyRefused {
+                    variable: self.cfg.api_key_env.clone(),
+                    detail: err.to_string(),
+                },
+                _ => StopReason::OutOfCredit {
+                    detail: err.to_string(),
+                },
+            };
+            self.event(now, reason.to_string());
+            self.begin_stop(now, reason);
+            self.requeue_front(job, now);
+        } else if err.is_retryable() && job.attempts < self.cfg.retry.max_attempts {
+            job.failed_at = endpoint;
+            self.schedule_retry(job, &err, now);
+        } else {
+            let why = if err.is_retryable() {
+                format!("{err} (after {} attempts)", job.attempts)
+            } else {
+                err.to_string()
+            };
+            self.reject(job, why, kind.label(), now);
+        }
+    }
+
+    /// Retries `job` after a back-off (at least what the server asked for).
+    fn schedule_retry(&mut self, job: Job, err: &ApiError, now: &Clock) {
+        let unit: f64 = self.rng.random();
+        let wait = backoff(
+            job.attempts,
+            self.cfg.retry.base_delay(),
+            self.cfg.retry.max_delay(),
+            err.retry_after(),
+            unit,
+        );
+        self.retries += 1;
+        self.push_retry(job, now.mono + wait);
+    }
+
+    fn reject(&mut self, job: Job, error: String, kind: &str, now: &Clock) {
+        let d = job.dataset;
+        self.datasets[d].rejected += 1;
+        self.effects.push(Effect::Reject {
+            dataset: d,
+            record: RejectRecord {
+                id: job.prompt.id,
+                line: Some(job.prompt.line),
+                error,
+                error_kind: kind.to_string(),
+                attempts: job.attempts,
+                created_at: now.rfc3339(),
+            },
+        });
+    }
+
+    /// Books a stream we closed at our estimate and remembers it for reconciliation.
+    fn book_closed(
+        &mut self,
+        job: &Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        error: Option<ErrorKind>,
+        now: &Clock,
+    ) {
+        let entry = SpendEntry {
+            at: now.rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[job.dataset].name.clone(),
+            endpoint: r.endpoint.map(|e| self.endpoints[e].tag.clone()),
+            kind: SpendKind::Cancelled,
+            usd: Usd::from_pico(r.booked_pico),
+            prompt_tokens: estimate_prompt_tokens(&job.prompt),
+            completion_tokens: r.streamed_tokens,
+            estimated: true,
+            generation_id: r.generation_id.clone(),
+            attempt: Some(f.attempt.clone()),
+            expected_usd: None,
+            error: error.map(|k| k.to_string()),
+        };
+        if let Some(g) = &r.generation_id
+            && self.to_reconcile.len() < RECONCILE_CAPACITY
+        {
+            self.to_reconcile.push((g.clone(), entry.clone()));
+        }
+        self.ledger(entry);
+    }
+
+    /// An answer: paid for whatever happens to its text; kept, or (cut at `max_tokens`)
+    /// retried or rejected per `retry.on_length`.
+    #[allow(clippy::too_many_arguments)]
+    fn on_answer(
+        &mut self,
+        job: Job,
+        c: Completion,
+        endpoint: Option<usize>,
+        elapsed: Duration,
+        cost: Usd,
+        attempt: &str,
+        now: &Clock,
+    ) {
+        let d = job.dataset;
+        if let Some(e) = endpoint
+            && let Some(HealthEvent::Closed) = self.health[e].on_success()
+        {
+            let tag = self.endpoints[e].tag.clone();
+            self.event(now, format!("breaker closed: {tag} answered again"));
+        }
+        let truncated = c.finish_reason == "length";
+        let ep = endpoint.map(|e| self.endpoints[e].clone());
+        self.ledger(SpendEntry {
+            at: now.rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[d].name.clone(),
+            endpoint: ep.as_ref().map(|e| e.tag.clone()),
+            kind: SpendKind::Complete,
+            usd: cost,
+            prompt_tokens: c.usage.prompt_tokens,
+            completion_tokens: c.usage.completion_tokens,
+            estimated: c.cost().is_none(),
+            generation_id: c.id.clone(),
+            attempt: Some(attempt.to_string()),
+            expected_usd: None,
+            error: None,
+        });
+        if truncated
+            && job.attempts < self.cfg.retry.max_attempts
+            && self.cfg.retry.on_length == OnLength::Retry
+        {
+            let err =
+                ApiError::Truncated("finish_reason length (retrying per retry.on_length)".into());
+            self.schedule_retry(job, &err, now);
+            return;
+        }
+        if truncated && self.cfg.retry.on_length != OnLength::Keep {
+            self.reject(
+                job,
+                "finish_reason length: cut at max_tokens".into(),
+                "length",
+                now,
+            );
+            return;
+        }
+        let mut conversations: Vec<Turn> = job
+            .prompt
+            .messages
+            .iter()
+            .map(|m| Turn {
+                role: m.role.clone(),
+                content: m.content.clone(),
+                reasoning_content: None,
+            })
+            .collect();
+        conversations.push(Turn {
+            role: "assistant".into(),
+            content: c.content,
+            reasoning_content: c.reasoning,
+        });
+        let params = serde_json::to_value(&self.datasets[d].params).unwrap_or_default();
+        let completion_tokens = c.usage.completion_tokens;
+        let record = OutputRecord {
+            id: job.prompt.id.clone(),
+            conversations,
+            provider: match &ep {
+                Some(e) if e.custom.is_some() => e.provider.clone(),
+                _ => c.provider.clone().unwrap_or_else(|| "?".into()),
+            },
+            endpoint_tag: ep.as_ref().map(|e| e.tag.clone()),
+            quantization: ep.as_ref().map(|e| e.quantization.to_string()),
+            model: c.model.unwrap_or_else(|| self.cfg.model.clone()),
+            finish_reason: c.finish_reason,
+            truncated,
+            usage: RecordUsage {
+                prompt_tokens: c.usage.prompt_tokens,
+                completion_tokens,
+                reasoning_tokens: c.usage.reasoning_tokens(),
+                source: match c.usage_source {
+                    UsageSource::Reported => "reported".into(),
+                    UsageSource::CountedEvents => "counted".into(),
+                },
+            },
+            cost_usd: cost,
+            ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
+            latency_ms: elapsed.as_millis() as u64,
+            attempts: job.attempts,
+            created_at: now.rfc3339(),
+            generation_id: c.id,
+            params,
+        };
+        let ds = &mut self.datasets[d];
+        ds.done += 1;
+        ds.output_tokens += completion_tokens;
+        ds.finished_here += 1;
+        ds.output_tokens_here += completion_tokens;
+        self.effects.push(Effect::Output {
+            dataset: d,
+            endpoint,
+            record: Box::new(record),
+        });
+    }
+}

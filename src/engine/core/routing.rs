@@ -1,0 +1,208 @@
+//! Routing: which endpoints may serve (operator, policy, listing, health), why the others may
+//! not ([`OffReason`]), and where a request goes: the cheapest healthy endpoint under its cap
+//! (pinned routing, own servers), or the allowed set handed to OpenRouter (`only`, `ignore`,
+//! `quantizations`).
+
+use std::collections::HashSet;
+
+use crate::config::Routing;
+use crate::domain::{EndpointTag, Price, Quantization};
+use crate::openrouter::ProviderPreferences;
+
+use super::super::health::BreakerState;
+use super::super::policy::{EndpointFacts, PolicyMode};
+use super::super::reason::OffReason;
+use super::{Clock, Core};
+
+/// Where a request goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    /// The endpoint it is pinned to (pinned routing, or an own server).
+    pub pinned: Option<usize>,
+    /// The `provider` object for OpenRouter (none for an own server).
+    pub prefs: Option<ProviderPreferences>,
+    /// Prices to reserve with: the endpoint's, or the dearest of the allowed set.
+    pub price_in: Price,
+    pub price_out: Price,
+}
+
+impl Core {
+    /// Recomputes every endpoint's policy verdict; after a preset, a probe or a listing
+    /// refresh (it only changes with those, not per request).
+    pub(super) fn refresh_verdicts(&mut self) {
+        let verdicts = self
+            .endpoints
+            .iter()
+            .zip(&self.listed)
+            .map(|(e, l)| {
+                self.policy.verdict_with_probe(
+                    &self.native,
+                    &EndpointFacts {
+                        tag: &EndpointTag::new(e.tag.clone()),
+                        provider_name: &e.provider,
+                        quantization: &e.quantization,
+                        uptime_30m: l.uptime_30m,
+                    },
+                    self.probe.get(&e.tag).copied(),
+                )
+            })
+            .collect();
+        self.verdicts = verdicts;
+    }
+
+    /// Allowed by the operator and the policy (health and listing aside): the include mark.
+    pub fn permitted(&self, i: usize) -> bool {
+        match self.operator[i] {
+            Some(v) => v,
+            None => self.verdicts.get(i).is_none_or(Option::is_none),
+        }
+    }
+
+    /// Why endpoint `i` takes no request now, if it does not.
+    pub fn off_reason(&self, i: usize, now: &Clock) -> Option<OffReason> {
+        if !self.listed[i].present {
+            return Some(OffReason::Gone);
+        }
+        match self.operator[i] {
+            Some(false) => return Some(OffReason::Operator),
+            Some(true) => {}
+            None => {
+                if let Some(x) = self.verdicts.get(i).and_then(Option::as_ref) {
+                    return Some(OffReason::Policy {
+                        exclusion: x.clone(),
+                    });
+                }
+            }
+        }
+        let h = &self.health[i];
+        if let Some(d) = h.open_for(now.mono) {
+            return Some(OffReason::Breaker { secs: d.as_secs() });
+        }
+        if h.state() == BreakerState::HalfOpen {
+            return Some(OffReason::BreakerProbing);
+        }
+        if let Some(d) = h.rate_limited_for(now.mono) {
+            return Some(OffReason::RateLimited {
+                secs: d.as_secs_f64().ceil() as u64,
+            });
+        }
+        None
+    }
+
+    /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
+    /// the config's `endpoint_concurrency` for it.
+    fn cap(&self, i: usize) -> Option<u32> {
+        let e = &self.endpoints[i];
+        match &e.custom {
+            Some(c) => Some(c.concurrency),
+            None => self.cfg.endpoint_concurrency.get(&e.tag).copied(),
+        }
+    }
+
+    /// Chooses where a request goes; `avoid` is where its last attempt failed (a retry goes
+    /// elsewhere when there is elsewhere). `None`: nothing can take it now.
+    pub fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
+        let n = self.endpoints.len();
+        let mut candidates: Vec<usize> = Vec::new();
+        for i in 0..n {
+            if self.listed[i].present && self.permitted(i) && self.health[i].available(now.mono) {
+                candidates.push(i);
+            }
+        }
+        if let Some(a) = avoid
+            && candidates.len() > 1
+        {
+            candidates.retain(|&i| i != a);
+        }
+        // Caps: an endpoint at its cap takes no more until one finishes.
+        candidates.retain(|&i| {
+            self.cap(i)
+                .is_none_or(|cap| self.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap))
+        });
+        if candidates.is_empty() {
+            return None;
+        }
+        let eps = &self.endpoints;
+        let load = |i: usize| self.ep_in_flight.get(i).copied().unwrap_or(0);
+        let cheapest = |list: &mut dyn Iterator<Item = usize>| {
+            list.min_by_key(|&i| (eps[i].price_out, eps[i].price_in, load(i)))
+        };
+        let pin = |i: usize| {
+            let e = &eps[i];
+            Some(Route {
+                pinned: Some(i),
+                prefs: e
+                    .custom
+                    .is_none()
+                    .then(|| ProviderPreferences::pinned(&e.tag)),
+                price_in: e.price_in,
+                price_out: e.price_out,
+            })
+        };
+        match self.cfg.routing {
+            Routing::Pinned => pin(cheapest(&mut candidates.into_iter())?),
+            Routing::Openrouter => {
+                let own = cheapest(
+                    &mut candidates
+                        .iter()
+                        .copied()
+                        .filter(|&i| eps[i].custom.is_some()),
+                );
+                // An own server with room goes first when it is no dearer than OpenRouter.
+                candidates.retain(|&i| eps[i].custom.is_none());
+                let cheapest_or = cheapest(&mut candidates.iter().copied());
+                if let Some(o) = own
+                    && cheapest_or.is_none_or(|c| eps[o].price_out <= eps[c].price_out)
+                {
+                    return pin(o);
+                }
+                if candidates.is_empty() {
+                    return None;
+                }
+                Some(self.openrouter_route(&candidates))
+            }
+        }
+    }
+
+    /// The `provider` object that lets OpenRouter route among `candidates` and nowhere else.
+    fn openrouter_route(&self, candidates: &[usize]) -> Route {
+        let eps = &self.endpoints;
+        let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
+        // A base slug in `only` also matches its other variants: ignore those we did not allow.
+        let bases: HashSet<&str> = tags.iter().map(|t| EndpointTag::base_of(t)).collect();
+        let ignore: Vec<String> = (0..eps.len())
+            .filter(|i| !candidates.contains(i))
+            .filter(|&i| bases.contains(EndpointTag::base_of(&eps[i].tag)))
+            .map(|i| eps[i].tag.clone())
+            .collect();
+        let price_in = candidates.iter().map(|&i| eps[i].price_in).max();
+        let price_out = candidates.iter().map(|&i| eps[i].price_out).max();
+        let mut prefs = ProviderPreferences::only(tags);
+        prefs.allow_fallbacks = Some(self.policy.allow_fallbacks);
+        if !ignore.is_empty() {
+            prefs.ignore = Some(ignore);
+        }
+        // When the allowed set is the quantization policy alone (no operator choices, no
+        // include list), say so to OpenRouter too: a variant it routes to under an allowed slug
+        // must still be of an allowed precision.
+        let pure_filter = self.policy.mode == PolicyMode::Faithful
+            && self.policy.include.is_empty()
+            && self.operator.iter().all(Option::is_none)
+            && !self.policy.allow_unknown;
+        if pure_filter {
+            let mut qs: Vec<Quantization> = Vec::new();
+            for &i in candidates {
+                if !qs.contains(&eps[i].quantization) {
+                    qs.push(eps[i].quantization.clone());
+                }
+            }
+            prefs.quantizations = Some(qs);
+        }
+        Route {
+            pinned: None,
+            prefs: Some(prefs),
+            price_in: price_in.unwrap_or_default(),
+            price_out: price_out.unwrap_or_default(),
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Table tests of the decision core: a hand-made clock, endpoints and prompts, results built
+//! by hand; every test runs in microseconds and asserts on effects and state.
+
+mod admission;
+mod budget;
+mod control;
+mod outcome;
+mod routing;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::domain::{Price, Quantization, Usd};
+use crate::openrouter::{ApiError, Completion, Message, Usage, UsageSource};
+use crate::store::prompts::{Prompt, PromptError};
+
+use super::super::worker::{AttemptOutcome, AttemptResult, RunEndpoint};
+use super::{Clock, Core, DatasetBook, Dispatch, Effect, Live, PromptSource};
+
+/// A config: `top` goes at the top level (before the one dataset table the parser wants).
+pub fn config(top: &str) -> Config {
+    let concurrency = if top.contains("concurrency =") {
+        ""
+    } else {
+        "concurrency = 4\n"
+    };
+    let text = format!(
+        "model = \"moonshotai/kimi-k2.5\"\nbudget_usd = 10.0\n{concurrency}{top}\n\
+         [[dataset]]\nname = \"a\"\nprompts = \"a.jsonl\"\n"
+    );
+    Config::parse_unchecked(&text, Path::new("test.toml")).expect("test config parses")
+}
+
+/// An OpenRouter endpoint at $`price_in`/$`price_out` per million tokens.
+pub fn ep(tag: &str, provider: &str, quant: &str, price_in: f64, price_out: f64) -> RunEndpoint {
+    RunEndpoint {
+        tag: tag.into(),
+        provider: provider.into(),
+        quantization: Quantization::parse(quant),
+        price_in: Price::per_million_f64(price_in).expect("price"),
+        price_out: Price::per_million_f64(price_out).expect("price"),
+        max_completion_tokens: None,
+        supported_parameters: None,
+        status: Some(0),
+        uptime_30m: Some(99.0),
+        cancel_stops_billing: super::super::worker::stops_billing_on_cancel(None, tag, provider),
+        custom: None,
+    }
+}
+
+/// Five endpoints of Kimi K2.5: three native int4 (Chutes cheapest, cancellable; Together
+/// cancellable; Moonshot bills cancels), one re-quantized fp4 (cheaper still), one undisclosed.
+pub fn kimi() -> Vec<RunEndpoint> {
+    vec![
+        ep("chutes/int4", "Chutes", "int4", 0.40, 2.00),
+        ep("together/int4", "Together", "int4", 0.50, 2.50),
+        ep("moonshotai", "Moonshot AI", "int4", 0.60, 3.00),
+        ep("baseten/fp4", "BaseTen", "fp4", 0.30, 1.50),
+        ep("novita", "Novita", "unknown", 0.35, 1.80),
+    ]
+}
+
+/// A dataset book named `name` with `max_tokens` as the config has it.
+pub fn book(name: &str, cfg: &Config) -> DatasetBook {
+    DatasetBook {
+        name: name.into(),
+        params: cfg.request.clone(),
+        total: 100,
+        ..DatasetBook::default()
+    }
+}
+
+pub fn prompt(id: &str) -> Prompt {
+    Prompt {
+        id: id.into(),
+        messages: vec![Message::user(format!("question {id}"))],
+        line: 1,
+    }
+}
+
+/// Prompts by dataset, handed out in order.
+#[derive(Default)]
+pub struct Source(pub Vec<VecDeque<Result<Prompt, PromptError>>>);
+
+impl Source {
+    pub fn ids(datasets: &[&[&str]]) -> Source {
+        Source(
+            datasets
+                .iter()
+                .map(|ids| ids.iter().map(|id| Ok(prompt(id))).collect())
+                .collect(),
+        )
+    }
+}
+
+impl PromptSource for Source {
+    fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>> {
+        self.0.get_mut(dataset)?.pop_front()
+    }
+}
+
+/// A core under test, with its clock, prompt source and the workers' counters.
+pub struct H {
+    pub core: Core,
+    pub t0: Clock,
+    pub now: Clock,
+    pub src: Source,
+    pub live: Live,
+    /// Effects of the last call other than spawns.
+    pub other: Vec<Effect>,
+}
+
+impl H {
+    /// A core over `endpoints` with one dataset per entry of `prompts`.
+    pub fn new(cfg: Config, endpoints: Vec<RunEndpoint>, prompts: &[&[&str]]) -> H {
+        let books = (0..prompts.len())
+            .map(|d| book(&format!("d{d}"), &cfg))
+            .collect();
+        H::with_books(cfg, endpoints, books, Source::ids(prompts))
+    }
+
+    pub fn with_books(
+        cfg: Config,
+        endpoints: Vec<RunEndpoint>,
+        books: Vec<DatasetBook>,
+        src: Source,
+    ) -> H {
+        let t0 = Clock {
+            mono: Instant::now(),
+            wall: chrono::DateTime::from_timestamp(1_796_000_000, 0).expect("fixed time"),
+        };
+        let n = endpoints.len();
+        let core = Core::new(
+            cfg,
+            books,
+            Arc::new(endpoints),
+            Usd::ZERO,
+            None,
+            "run".into(),
+            &t0,
+        );
+        H {
+            core,
+            t0,
+            now: t0,
+            src,
+            live: Live {
+                spent_pico: 0,
+                accrued_pico: 0,
+                endpoint_in_flight: vec![0; n],
+            },
+            other: Vec::new(),
+        }
+    }
+
+    /// Moves the clock to `secs` after the start.
+    pub fn at(&mut self, secs: f64) -> &mut H {
+        self.now = self.t0.after(Duration::from_secs_f64(secs));
+        self
+    }
+
+    /// Dispatches what fits now; returns the attempts started (other effects in `other`).
+    pub fn dispatch(&mut self) -> Vec<Dispatch> {
+        let effects = self.core.dispatch(&mut self.src, &self.live, &self.now);
+        self.split(effects)
+    }
+
+    fn split(&mut self, effects: Vec<Effect>) -> Vec<Dispatch> {
+        let mut spawned = Vec::new();
+        self.other.clear();
+        for e in effects {
+            match e {
+                Effect::Spawn(d) => {
+                    if let Some(p) = d.pinned {
+                        self.live.endpoint_in_flight[p] += 1;
+                    }
+                    spawned.push(*d);
+                }
+                other => self.other.push(other),
+            }
+        }
+        spawned
+    }
+
+    /// Hands a result to the core; returns its effects.
+    pub fn result(&mut self, r: AttemptResult) -> Vec<Effect> {
+        if let Some((_, Some(p))) = self.core.attempt_info(r.key) {
+            self.live.endpoint_in_flight[p] -= 1;
+        }
+        self.core.on_result(r, &self.now)
+    }
+
+    pub fn command(&mut self, c: crate::engine::Command) -> Vec<Effect> {
+        self.core.command(c, &self.now)
+    }
+
+    /// The tags the core would route a fresh request to (pinned: one; openrouter: `only`).
+    pub fn route_tags(&mut self) -> Vec<String> {
+        let now = self.now;
+        match self.core.route(&now, None) {
+            None => Vec::new(),
+            Some(r) => match (r.pinned, r.prefs) {
+                (Some(i), _) => vec![self.core.endpoints()[i].tag.clone()],
+                (None, Some(p)) => p.only.unwrap_or_default(),
+                (None, None) => Vec::new(),
+            },
+        }
+    }
+
+    pub fn index(&self, tag: &str) -> usize {
+        self.core
+            .endpoints()
+            .iter()
+            .position(|e| e.tag == tag)
+            .expect("known tag")
+    }
+
+    pub fn event_texts(&self) -> Vec<String> {
+        self.core.events().iter().map(|e| e.text.clone()).collect()
+    }
+}
+
+/// A finished answer of `tokens` completion tokens costing `usd`, served at `endpoint`.
+pub fn done(
+    key: u64,
+    endpoint: Option<usize>,
+    tokens: u64,
+    usd: f64,
+    finish: &str,
+) -> AttemptResult {
+    let c = Completion {
+        id: Some(format!("gen-{key}")),
+        provider: Some("Chutes".into()),
+        model: Some("moonshotai/kimi-k2.5".into()),
+        content: format!("answer {key}"),
+        reasoning: Some("thinking".into()),
+        finish_reason: finish.into(),
+        native_finish_reason: None,
+        usage: Usage {
+            prompt_tokens: 10,
+            completion_tokens: tokens,
+            total_tokens: 10 + tokens,
+            cost: Some(usd),
+            ..Usage::default()
+        },
+        usage_source: UsageSource::Reported,
+        events: tokens,
+        ttft: Some(Duration::from_millis(300)),
+        latency: Duration::from_secs(2),
+    };
+    AttemptResult {
+        key,
+        outcome: AttemptOutcome::Done(Box::new(c)),
+        endpoint,
+        streamed_tokens: tokens,
+        accrued_pico: Usd::from_f64(usd).pico(),
+        booked_pico: Usd::from_f64(usd).pico(),
+        generation_id: Some(format!("gen-{key}")),
+        elapsed: Duration::from_secs(2),
+    }
+}
+
+pub fn failed(key: u64, endpoint: Option<usize>, err: ApiError) -> AttemptResult {
+    AttemptResult {
+        key,
+        outcome: AttemptOutcome::Failed(err),
+        endpoint,
+        streamed_tokens: 0,
+        accrued_pico: 0,
+        booked_pico: 0,
+        generation_id: None,
+        elapsed: Duration::from_millis(100),
+    }
+}
+
+/// A stream we closed after `streamed` tokens, booked at `booked_usd`.
+pub fn cancelled(
+    key: u64,
+    endpoint: Option<usize>,
+    streamed: u64,
+    booked_usd: f64,
+) -> AttemptResult {
+    AttemptResult {
+        key,
+        outcome: AttemptOutcome::Cancelled,
+        endpoint,
+        streamed_tokens: streamed,
+        accrued_pico: Usd::from_f64(booked_usd).pico(),
+        booked_pico: Usd::from_f64(booked_usd).pico(),
+        generation_id: Some(format!("gen-{key}")),
+        elapsed: Duration::from_secs(1),
+    }
+}
+
+/// An HTTP error as the API sends it.
+pub fn http(status: u16, retry_after: Option<&str>, message: &str) -> ApiError {
+    let body = serde_json::json!({"error": {"code": status, "message": message}});
+    ApiError::from_response_body(status, retry_after, body.to_string().as_bytes())
+}
+
+/// The ledger lines among `effects`, as (kind, usd).
+pub fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind, Usd)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Ledger(l) => Some((l.kind, l.usd)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn outputs(effects: &[Effect]) -> usize {
+    effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Output { .. }))
+        .count()
+}
+
+pub fn rejects(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Reject { record, .. } => Some(record.error_kind.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Probe agreement per tag, for `set_probe`.
+pub fn agreement(pairs: &[(&str, f64)]) -> HashMap<String, f64> {
+    pairs.iter().map(|(t, a)| (t.to_string(), *a)).collect()
+}

@@ -1,0 +1,355 @@
+//! Routing and the include/exclude reasons: policy, config exclude, probe, operator, listing,
+//! breakers and 429 waits, in both routing modes.
+
+use super::*;
+use crate::engine::policy::Exclusion;
+use crate::engine::policy::PolicyMode;
+use crate::engine::reason::OffReason;
+use crate::engine::{Command, ShutdownMode};
+
+fn tags(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn pinned_routing_takes_the_cheapest_allowed_endpoint() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["p1"]]);
+    // baseten/fp4 and novita are cheaper but not faithful.
+    assert_eq!(h.route_tags(), tags(&["chutes/int4"]));
+}
+
+#[test]
+fn openrouter_routing_hands_over_the_allowed_set_with_its_quantizations() {
+    let mut h = H::new(config(""), kimi(), &[&["p1"]]);
+    let now = h.now;
+    let r = h.core.route(&now, None).expect("a route");
+    assert_eq!(r.pinned, None);
+    let p = r.prefs.expect("provider object");
+    assert_eq!(
+        p.only,
+        Some(tags(&["chutes/int4", "together/int4", "moonshotai"]))
+    );
+    assert_eq!(p.allow_fallbacks, Some(false));
+    assert_eq!(p.quantizations, Some(vec![Quantization::Int4]));
+    // Reservations use the dearest of the set.
+    assert_eq!(r.price_out, Price::per_million_f64(3.0).unwrap());
+}
+
+#[test]
+fn openrouter_routing_ignores_unallowed_variants_of_an_allowed_provider() {
+    let mut eps = kimi();
+    eps.push(ep("chutes/fp8", "Chutes", "fp8", 0.2, 1.0));
+    let mut h = H::new(config(""), eps, &[&["p1"]]);
+    let now = h.now;
+    let p = h.core.route(&now, None).unwrap().prefs.unwrap();
+    assert_eq!(p.ignore, Some(tags(&["chutes/fp8"])));
+}
+
+#[test]
+fn operator_choices_drop_the_quantization_filter_in_openrouter_routing() {
+    let mut h = H::new(config(""), kimi(), &[&["p1"]]);
+    h.command(Command::SetEndpoint {
+        tag: "novita".into(),
+        allowed: Some(true),
+    });
+    let now = h.now;
+    let p = h.core.route(&now, None).unwrap().prefs.unwrap();
+    assert!(p.only.unwrap().contains(&"novita".to_string()));
+    assert_eq!(p.quantizations, None, "novita's quantization is unknown");
+}
+
+/// Every combination that decides the include mark: what the engine does (routes there or
+/// not), the mark (`included`), the reason, and what space does, always agree.
+#[test]
+fn include_mark_reason_and_space_agree_for_every_source_of_exclusion() {
+    struct Case {
+        name: &'static str,
+        top: &'static str,
+        probe: &'static [(&'static str, f64)],
+        operator: Option<bool>,
+        tag: &'static str,
+        included: bool,
+        off: Option<OffReason>,
+    }
+    let cases = [
+        Case {
+            name: "native endpoint, nothing said",
+            top: "",
+            probe: &[],
+            operator: None,
+            tag: "chutes/int4",
+            included: true,
+            off: None,
+        },
+        Case {
+            name: "config exclude (the reported TUI bug: shown included)",
+            top: "[policy]\nexclude = [\"chutes\"]",
+            probe: &[],
+            operator: None,
+            tag: "chutes/int4",
+            included: false,
+            off: Some(OffReason::Policy {
+                exclusion: Exclusion::Operator,
+            }),
+        },
+        Case {
+            name: "probe below the threshold",
+            top: "[policy]\nmin_probe_agreement = 0.9",
+            probe: &[("chutes/int4", 0.5)],
+            operator: None,
+            tag: "chutes/int4",
+            included: false,
+            off: Some(OffReason::Policy {
+                exclusion: Exclusion::Probe("agreement 0.50 < 0.90".into()),
+            }),
+        },
+        Case {
+            name: "probe above the threshold",
+            top: "[policy]\nmin_probe_agreement = 0.9",
+            probe: &[("chutes/int4", 0.95)],
+            operator: None,
+            tag: "chutes/int4",
+            included: true,
+            off: None,
+        },
+        Case {
+            name: "re-quantized",
+            top: "",
+            probe: &[],
+            operator: None,
+            tag: "baseten/fp4",
+            included: false,
+            off: Some(OffReason::Policy {
+                exclusion: Exclusion::Requantized("fp4".into()),
+            }),
+        },
+        Case {
+            name: "undisclosed",
+            top: "",
+            probe: &[],
+            operator: None,
+            tag: "novita",
+            included: false,
+            off: Some(OffReason::Policy {
+                exclusion: Exclusion::UnknownQuantization,
+            }),
+        },
+        Case {
+            name: "operator includes what the policy excludes",
+            top: "",
+            probe: &[],
+            operator: Some(true),
+            tag: "baseten/fp4",
+            included: true,
+            off: None,
+        },
+        Case {
+            name: "operator includes what the config excludes",
+            top: "[policy]\nexclude = [\"chutes\"]",
+            probe: &[],
+            operator: Some(true),
+            tag: "chutes/int4",
+            included: true,
+            off: None,
+        },
+        Case {
+            name: "operator excludes a native endpoint",
+            top: "",
+            probe: &[],
+            operator: Some(false),
+            tag: "chutes/int4",
+            included: false,
+            off: Some(OffReason::Operator),
+        },
+        Case {
+            name: "policy any allows fp4",
+            top: "[policy]\nmode = \"any\"",
+            probe: &[],
+            operator: None,
+            tag: "baseten/fp4",
+            included: true,
+            off: None,
+        },
+    ];
+    for c in cases {
+        let mut h = H::new(config(c.top), kimi(), &[&["p1"]]);
+        h.core.set_probe(agreement(c.probe));
+        if let Some(v) = c.operator {
+            h.command(Command::SetEndpoint {
+                tag: c.tag.into(),
+                allowed: Some(v),
+            });
+        }
+        let i = h.index(c.tag);
+        let now = h.now;
+        assert_eq!(h.core.permitted(i), c.included, "{}: mark", c.name);
+        assert_eq!(h.core.off_reason(i, &now), c.off, "{}: reason", c.name);
+        let routes = h.core.route(&now, None).is_some_and(|r| match r.pinned {
+            Some(p) => p == i,
+            None => r.prefs.unwrap().only.unwrap().contains(&c.tag.to_string()),
+        });
+        assert_eq!(routes, c.included, "{}: routed there", c.name);
+        // Space flips exactly the mark.
+        h.command(Command::ToggleEndpoint(c.tag.into()));
+        assert_eq!(h.core.permitted(i), !c.included, "{}: after space", c.name);
+    }
+}
+
+#[test]
+fn health_rests_an_endpoint_without_clearing_its_mark() {
+    let mut h = H::new(
+        config("routing = \"pinned\"\n[breaker]\nfailures = 2\ncooldown_s = 30"),
+        kimi(),
+        &[&["a", "b", "c"]],
+    );
+    let chutes = h.index("chutes/int4");
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 3);
+    h.result(failed(
+        sent[0].key,
+        Some(chutes),
+        http(502, None, "bad gateway"),
+    ));
+    h.result(failed(
+        sent[1].key,
+        Some(chutes),
+        http(502, None, "bad gateway"),
+    ));
+    let now = h.now;
+    assert_eq!(
+        h.core.off_reason(chutes, &now),
+        Some(OffReason::Breaker { secs: 30 })
+    );
+    assert!(
+        h.core.permitted(chutes),
+        "a resting endpoint keeps its mark"
+    );
+    assert_eq!(h.route_tags(), tags(&["together/int4"]));
+    // After the cool-down one probe goes through.
+    h.at(30.0);
+    assert_eq!(h.route_tags(), tags(&["chutes/int4"]));
+    let now = h.now;
+    assert!(
+        h.event_texts()
+            .iter()
+            .any(|t| t.starts_with("breaker opened: chutes/int4"))
+    );
+    let _ = now;
+}
+
+#[test]
+fn a_429_pauses_only_its_endpoint_for_its_retry_after() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a", "b"]]);
+    let chutes = h.index("chutes/int4");
+    let sent = h.dispatch();
+    h.result(failed(
+        sent[0].key,
+        Some(chutes),
+        http(429, Some("7"), "slow down"),
+    ));
+    let now = h.now;
+    assert_eq!(
+        h.core.off_reason(chutes, &now),
+        Some(OffReason::RateLimited { secs: 7 })
+    );
+    assert_eq!(h.route_tags(), tags(&["together/int4"]));
+    h.at(7.0);
+    assert_eq!(h.route_tags(), tags(&["chutes/int4"]));
+}
+
+#[test]
+fn endpoint_caps_send_the_overflow_to_the_next_cheapest() {
+    let mut h = H::new(
+        config("routing = \"pinned\"\nendpoint_concurrency = { \"chutes/int4\" = 2 }"),
+        kimi(),
+        &[&["a", "b", "c", "d"]],
+    );
+    let sent = h.dispatch();
+    let at: Vec<String> = sent
+        .iter()
+        .map(|d| h.core.endpoints()[d.pinned.unwrap()].tag.clone())
+        .collect();
+    assert_eq!(
+        at,
+        tags(&[
+            "chutes/int4",
+            "chutes/int4",
+            "together/int4",
+            "together/int4"
+        ])
+    );
+}
+
+#[test]
+fn a_retry_goes_elsewhere_when_there_is_elsewhere() {
+    let mut h = H::new(
+        config("routing = \"pinned\"\nconcurrency = 1"),
+        kimi(),
+        &[&["a"]],
+    );
+    let chutes = h.index("chutes/int4");
+    let first = h.dispatch();
+    h.result(failed(first[0].key, Some(chutes), http(500, None, "oops")));
+    h.at(120.0);
+    let again = h.dispatch();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].prompt_id, "a");
+    assert_eq!(
+        h.core.endpoints()[again[0].pinned.unwrap()].tag,
+        "together/int4"
+    );
+}
+
+#[test]
+fn a_pinned_404_takes_the_endpoint_out_until_listed_again() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a"]]);
+    let chutes = h.index("chutes/int4");
+    let sent = h.dispatch();
+    h.result(failed(
+        sent[0].key,
+        Some(chutes),
+        http(404, None, "no endpoints"),
+    ));
+    let now = h.now;
+    assert_eq!(h.core.off_reason(chutes, &now), Some(OffReason::Gone));
+    assert!(h.core.permitted(chutes));
+    assert_eq!(h.route_tags(), tags(&["together/int4"]));
+}
+
+#[test]
+fn presets_switch_the_policy_and_clear_operator_choices() {
+    let mut h = H::new(config(""), kimi(), &[&["a"]]);
+    let fp4 = h.index("baseten/fp4");
+    let chutes = h.index("chutes/int4");
+    h.command(Command::SetEndpoint {
+        tag: "chutes/int4".into(),
+        allowed: Some(false),
+    });
+    h.command(Command::Preset(PolicyMode::Any));
+    assert!(h.core.permitted(fp4));
+    assert!(
+        h.core.permitted(chutes),
+        "the preset cleared the operator's exclusion"
+    );
+    h.command(Command::Preset(PolicyMode::Faithful));
+    assert!(!h.core.permitted(fp4));
+    let _ = ShutdownMode::Drain;
+}
+
+#[test]
+fn nothing_to_route_to_takes_no_prompt() {
+    let mut h = H::new(
+        config("[policy]\nexclude = [\"chutes\", \"together\", \"moonshotai\"]"),
+        kimi(),
+        &[&["a"]],
+    );
+    assert!(h.dispatch().is_empty());
+    // The prompt was not consumed: including an endpoint sends it.
+    h.command(Command::SetEndpoint {
+        tag: "chutes/int4".into(),
+        allowed: Some(true),
+    });
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].prompt_id, "a");
+}

@@ -1,0 +1,62 @@
+//! The run's endpoint pool: the one place that turns the model's listing and the operator's own
+//! servers (`[[endpoint]]`) into [`RunEndpoint`]s, at start and when a refreshed listing shows
+//! a new endpoint.
+
+use crate::config::Config;
+use crate::openrouter::{Endpoint, ModelEndpoints};
+
+use super::EngineError;
+use super::worker::{CustomTarget, RunEndpoint, stops_billing_on_cancel};
+
+/// An endpoint of OpenRouter's listing, as the run uses it.
+pub fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {
+    RunEndpoint {
+        tag: e.tag.to_string(),
+        provider: e.provider_name.clone(),
+        quantization: e.quantization.clone(),
+        price_in: e.pricing.prompt,
+        price_out: e.pricing.completion,
+        max_completion_tokens: e.max_completion_tokens,
+        supported_parameters: e.supported_parameters.clone(),
+        status: e.status,
+        uptime_30m: e.uptime_last_30m,
+        cancel_stops_billing: stops_billing_on_cancel(
+            cfg.cancel_stops_billing.as_deref(),
+            e.tag.as_str(),
+            &e.provider_name,
+        ),
+        custom: None,
+    }
+}
+
+/// The listing's endpoints, then the operator's own servers (reached directly).
+pub fn build(cfg: &Config, listing: &ModelEndpoints) -> Result<Vec<RunEndpoint>, EngineError> {
+    let mut endpoints: Vec<RunEndpoint> = listing
+        .endpoints
+        .iter()
+        .map(|e| from_listing(cfg, e))
+        .collect();
+    for c in &cfg.endpoints {
+        let client = super::own_server_client(cfg, c)?;
+        endpoints.push(RunEndpoint {
+            tag: c.name.clone(),
+            provider: c.name.clone(),
+            quantization: c.quantization.clone(),
+            price_in: c.price_in(),
+            price_out: c.price_out(),
+            max_completion_tokens: None,
+            supported_parameters: None,
+            status: None,
+            uptime_30m: None,
+            // Aborting a request on one's own server stops the generation.
+            cancel_stops_billing: true,
+            custom: Some(CustomTarget {
+                client,
+                model: c.model.clone(),
+                extra: c.extra.clone(),
+                concurrency: c.concurrency,
+            }),
+        });
+    }
+    Ok(endpoints)
+}

@@ -1,0 +1,254 @@
+//! Builds the [`Snapshot`] every view reads, from the core's decisions and the workers'
+//! counters, and keeps what only the views need: rates over time windows and the bounded
+//! throughput/spend history.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use crate::config::Routing;
+use crate::domain::Usd;
+use crate::openrouter::ErrorKind;
+
+use super::core::{Clock, Core, Live};
+use super::policy::PolicyMode;
+use super::snapshot::{DatasetSnap, DatasetState, EndpointSnap, HistoryPoint, RunState, Snapshot};
+use super::stats::{Counters, Rate};
+use super::worker::Shared;
+
+const HISTORY_CAPACITY: usize = 360;
+const HISTORY_EVERY_S: f64 = 5.0;
+/// Events a snapshot carries (the core keeps more).
+const SNAPSHOT_EVENTS: usize = 50;
+
+/// The view-side state of a run: rates and history.
+pub struct Publisher {
+    started_at: String,
+    rate: Rate,
+    spend_rate: Rate,
+    dataset_rates: Vec<Rate>,
+    endpoint_rates: Vec<Rate>,
+    history: VecDeque<HistoryPoint>,
+    last_history: f64,
+    pub loop_lag_ms: f64,
+    pub key_usage_start: Option<f64>,
+}
+
+impl Publisher {
+    pub fn new(now: &Clock, datasets: usize, key_usage_start: Option<f64>) -> Publisher {
+        Publisher {
+            started_at: now.rfc3339(),
+            rate: Rate::new(10.0),
+            spend_rate: Rate::new(60.0),
+            dataset_rates: (0..datasets).map(|_| Rate::new(10.0)).collect(),
+            endpoint_rates: Vec::new(),
+            history: VecDeque::new(),
+            last_history: -HISTORY_EVERY_S,
+            loop_lag_ms: 0.0,
+            key_usage_start,
+        }
+    }
+
+    /// The snapshot of the run now.
+    pub fn snapshot(&mut self, core: &Core, sh: &Shared, live: &Live, now: &Clock) -> Snapshot {
+        let t = core.elapsed_s(now);
+        let streamed = Counters::get(&sh.totals.streamed_tokens) as f64;
+        let tok_per_s = self.rate.update(t, streamed);
+        let spent = Usd::from_pico(live.spent_pico);
+        let accrued = Usd::from_pico(live.accrued_pico.max(0));
+        let usd_per_min = self.spend_rate.update(t, (spent + accrued).as_f64()) * 60.0;
+        let stopping = core.stopping().is_some();
+        let datasets: Vec<DatasetSnap> = (0..core.datasets().len())
+            .map(|d| self.dataset(core, sh, d, t, stopping))
+            .collect();
+        let eps = core.endpoints();
+        while self.endpoint_rates.len() < eps.len() {
+            self.endpoint_rates.push(Rate::new(10.0));
+        }
+        let endpoints = (0..eps.len())
+            .map(|i| self.endpoint(core, sh, i, t, now))
+            .collect();
+        if t - self.last_history >= HISTORY_EVERY_S {
+            self.last_history = t;
+            if self.history.len() >= HISTORY_CAPACITY {
+                self.history.pop_front();
+            }
+            self.history.push_back(HistoryPoint {
+                at_s: t,
+                tok_per_s,
+                usd_per_min,
+            });
+        }
+        let books = core.datasets();
+        let total: u64 = books.iter().map(|d| d.total).sum();
+        let done: u64 = books.iter().map(|d| d.done).sum();
+        let rejected: u64 = books.iter().map(|d| d.rejected).sum();
+        let eta_s = datasets
+            .iter()
+            .filter_map(|d| d.eta_s)
+            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+        let budget = Usd::from_pico(core.budget_pico());
+        let projected = if stopping {
+            // No more dispatch: what is spent, accrued and still expected of in-flight requests.
+            Some(Usd::from_pico(core.committed_pico(live).max(0)))
+        } else {
+            eta_s.map(|eta| {
+                let p = (spent + accrued).as_f64() + usd_per_min / 60.0 * eta;
+                Usd::from_f64(p.min(budget.as_f64()))
+            })
+        };
+        let state = if core.paused() && !stopping {
+            RunState::Paused
+        } else if stopping {
+            RunState::Draining
+        } else if core.in_flight() == 0 && done == 0 && t < 1.0 {
+            RunState::Starting
+        } else {
+            RunState::Running
+        };
+        let cfg = core.config();
+        let events = core.events();
+        Snapshot {
+            model: cfg.model.clone(),
+            routing: match cfg.routing {
+                Routing::Openrouter => "openrouter".into(),
+                Routing::Pinned => "pinned".into(),
+            },
+            policy: match core.policy().mode {
+                PolicyMode::Faithful => format!("faithful (native {})", core.native()),
+                PolicyMode::Any => "any".into(),
+            },
+            state,
+            reason: core.stopping().cloned(),
+            started_at: self.started_at.clone(),
+            elapsed_s: t,
+            concurrency_limit: core.concurrency(),
+            in_flight: core.in_flight() as u64,
+            budget,
+            spent,
+            carried_over: core.carried_over(),
+            accrued,
+            projected,
+            done,
+            rejected,
+            total,
+            retries: core.retries(),
+            output_tokens: Counters::get(&sh.totals.output_tokens),
+            prompt_tokens: Counters::get(&sh.totals.prompt_tokens),
+            tok_per_s,
+            usd_per_min,
+            eta_s: if stopping { None } else { eta_s },
+            datasets,
+            endpoints,
+            events: events
+                .iter()
+                .skip(events.len().saturating_sub(SNAPSHOT_EVENTS))
+                .cloned()
+                .collect(),
+            history: self.history.iter().copied().collect(),
+            loop_lag_ms: self.loop_lag_ms,
+            key_usage_start: self.key_usage_start,
+            key_usage_now: None,
+        }
+    }
+
+    fn dataset(
+        &mut self,
+        core: &Core,
+        sh: &Shared,
+        d: usize,
+        t: f64,
+        stopping: bool,
+    ) -> DatasetSnap {
+        let finished = core.dataset_finished(d);
+        let ds = &core.datasets()[d];
+        let rate = self.dataset_rates[d].update(
+            t,
+            Counters::get(&sh.dataset_stats[d].streamed_tokens) as f64,
+        );
+        let remaining_prompts = ds.total.saturating_sub(ds.done + ds.rejected);
+        let state = if finished && (ds.exhausted || ds.budget_reached || remaining_prompts == 0) {
+            DatasetState::Done
+        } else if stopping && ds.in_flight == 0 {
+            DatasetState::Stopped
+        } else if ds.budget_reached {
+            DatasetState::BudgetReached
+        } else if ds.in_flight > 0 || ds.done > 0 {
+            DatasetState::Running
+        } else {
+            DatasetState::Queued
+        };
+        let eta_s = match ds.budget {
+            Some(b) if rate > 0.0 => Some(b.saturating_sub(ds.output_tokens) as f64 / rate),
+            _ if ds.finished_here > 0 && rate > 0.0 => {
+                let mean = ds.output_tokens_here as f64 / ds.finished_here as f64;
+                Some(remaining_prompts as f64 * mean / rate)
+            }
+            _ => None,
+        }
+        .filter(|_| state != DatasetState::Done);
+        DatasetSnap {
+            name: ds.name.clone(),
+            total: ds.total,
+            done: ds.done,
+            rejected: ds.rejected,
+            in_flight: ds.in_flight,
+            output_tokens: ds.output_tokens,
+            output_token_budget: ds.budget,
+            max_samples: ds.max_samples,
+            tok_per_s: rate,
+            spent: ds.spent,
+            eta_s,
+            state,
+        }
+    }
+
+    fn endpoint(
+        &mut self,
+        core: &Core,
+        sh: &Shared,
+        i: usize,
+        t: f64,
+        now: &Clock,
+    ) -> EndpointSnap {
+        let e = &core.endpoints()[i];
+        let c = &sh.endpoint_stats[i];
+        let rate = self.endpoint_rates[i].update(t, Counters::get(&c.streamed_tokens) as f64);
+        let done = Counters::get(&c.done);
+        let finished = done + Counters::get(&c.truncated).min(done);
+        let ttft = c.ttft();
+        let errs = c.errors_by_kind();
+        let off = core.off_reason(i, now);
+        let listed = core.listed(i);
+        EndpointSnap {
+            tag: e.tag.clone(),
+            provider: e.provider.clone(),
+            quantization: e.quantization.to_string(),
+            fidelity: core.policy().fidelity(core.native(), &e.quantization),
+            price_in_per_m: e.price_in.usd_per_million_f64(),
+            price_out_per_m: e.price_out.usd_per_million_f64(),
+            status: listed.status,
+            uptime_30m: listed.uptime_30m,
+            allowed: off.is_none(),
+            included: core.permitted(i),
+            off,
+            operator: core.operator(i),
+            breaker: core.health(i).state(),
+            in_flight: Counters::get(&c.in_flight),
+            done,
+            errors: Counters::get(&c.failed_attempts),
+            top_error: errs.first().map(|(k, n)| (k.label().to_string(), *n)),
+            tok_per_s: rate,
+            ttft_p50_ms: ttft.p50,
+            ttft_p95_ms: ttft.p95,
+            mean_output_tokens: (done > 0)
+                .then(|| Counters::get(&c.output_tokens) as f64 / done as f64),
+            truncation_rate: (finished > 0)
+                .then(|| Counters::get(&c.truncated) as f64 / done.max(1) as f64),
+            empty_rate: {
+                let empty = c.errors[ErrorKind::Empty.index()].load(Ordering::Relaxed);
+                (done + empty > 0).then(|| empty as f64 / (done + empty) as f64)
+            },
+            spent: Usd::from_pico(c.spent_pico.load(Ordering::Relaxed)),
+        }
+    }
+}

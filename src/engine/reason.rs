@@ -1,0 +1,209 @@
+//! Why, as types: why an endpoint takes no requests ([`OffReason`]) and why a run stopped
+//! ([`StopReason`]). The engine decides them; the TUI, headless lines, `status --json` and the
+//! exit code read the types, and `Display` makes the text. No front end parses these back.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::Exclusion;
+
+/// Why an endpoint serves no request right now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OffReason {
+    /// The model's listing no longer shows it (or a pinned request got 404).
+    Gone,
+    /// The operator excluded it during the run (a key in the TUI).
+    Operator,
+    /// The policy leaves it out: the config's `exclude` (`Exclusion::Operator`), its
+    /// quantization, the API's uptime, the probe.
+    Policy { exclusion: Exclusion },
+    /// Its circuit breaker is open for this many more seconds.
+    Breaker { secs: u64 },
+    /// Its breaker lets one probe request through, which is in flight.
+    BreakerProbing,
+    /// A 429 asked to wait this many more seconds.
+    RateLimited { secs: u64 },
+}
+
+impl OffReason {
+    /// Off by choice (operator or policy), as opposed to resting (health) or gone: the
+    /// include mark follows this.
+    pub fn is_choice(&self) -> bool {
+        matches!(self, OffReason::Operator | OffReason::Policy { .. })
+    }
+}
+
+impl fmt::Display for OffReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OffReason::Gone => f.write_str("gone from the listing"),
+            OffReason::Operator => f.write_str("operator"),
+            // In a run, the operator's own exclusions are TUI keys; the policy's comes from
+            // the config file, and says so.
+            OffReason::Policy {
+                exclusion: Exclusion::Operator,
+            } => f.write_str("config exclude"),
+            OffReason::Policy { exclusion } => exclusion.fmt(f),
+            OffReason::Breaker { secs } => write!(f, "breaker {secs}s"),
+            OffReason::BreakerProbing => f.write_str("breaker: probing"),
+            OffReason::RateLimited { secs } => write!(f, "429 wait {secs}s"),
+        }
+    }
+}
+
+/// Why a run stopped (or is draining).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StopReason {
+    /// The operator asked to drain (first Ctrl-C, `q` then `d`, SIGTERM, SIGHUP).
+    OperatorDrain,
+    /// The operator asked to stop now (second Ctrl-C, `q` then `s`).
+    OperatorStopNow,
+    /// Spent + accrued (+ what in-flight requests are expected to cost) reached `budget_usd`.
+    DollarBudget,
+    /// The API refused the key (HTTP 401).
+    KeyRefused { variable: String, detail: String },
+    /// The account is out of credit or past the key's limit (HTTP 402 without Retry-After).
+    OutOfCredit { detail: String },
+    /// harvest itself could not go on (a write to the output directory failed, a task died).
+    Internal { detail: String },
+}
+
+impl StopReason {
+    /// The API or harvest stopped the run, not the operator and not a budget: exit code 1.
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            StopReason::KeyRefused { .. }
+                | StopReason::OutOfCredit { .. }
+                | StopReason::Internal { .. }
+        )
+    }
+
+    /// The operator stopped the run: exit code 130.
+    pub fn is_operator(&self) -> bool {
+        matches!(
+            self,
+            StopReason::OperatorDrain | StopReason::OperatorStopNow
+        )
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::OperatorDrain => f.write_str("operator: drain"),
+            StopReason::OperatorStopNow => f.write_str("operator: stop now"),
+            StopReason::DollarBudget => f.write_str("dollar budget reached"),
+            StopReason::KeyRefused { variable, detail } => {
+                write!(f, "the API key was refused ({detail}): check {variable}")
+            }
+            StopReason::OutOfCredit { detail } => {
+                write!(
+                    f,
+                    "out of credit ({detail}): add credit or raise the key's limit"
+                )
+            }
+            StopReason::Internal { detail } => write!(f, "internal error: {detail}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_reasons_read_as_before_and_say_whether_chosen() {
+        let cases: Vec<(OffReason, &str, bool)> = vec![
+            (OffReason::Gone, "gone from the listing", false),
+            (OffReason::Operator, "operator", true),
+            (
+                OffReason::Policy {
+                    exclusion: Exclusion::Operator,
+                },
+                "config exclude",
+                true,
+            ),
+            (
+                OffReason::Policy {
+                    exclusion: Exclusion::Requantized("fp8".into()),
+                },
+                "policy: fp8 re-quantized",
+                true,
+            ),
+            (
+                OffReason::Policy {
+                    exclusion: Exclusion::Probe("agreement 0.76 < 0.90".into()),
+                },
+                "probe: agreement 0.76 < 0.90",
+                true,
+            ),
+            (OffReason::Breaker { secs: 38 }, "breaker 38s", false),
+            (OffReason::BreakerProbing, "breaker: probing", false),
+            (OffReason::RateLimited { secs: 4 }, "429 wait 4s", false),
+        ];
+        for (r, text, chosen) in cases {
+            assert_eq!(r.to_string(), text);
+            assert_eq!(r.is_choice(), chosen, "{text}");
+            let back: OffReason =
+                serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+            assert_eq!(back, r);
+        }
+    }
+
+    #[test]
+    fn stop_reasons_map_to_exit_classes() {
+        let cases = [
+            (StopReason::OperatorDrain, "operator: drain", false, true),
+            (
+                StopReason::OperatorStopNow,
+                "operator: stop now",
+                false,
+                true,
+            ),
+            (
+                StopReason::DollarBudget,
+                "dollar budget reached",
+                false,
+                false,
+            ),
+            (
+                StopReason::KeyRefused {
+                    variable: "OPENROUTER_API_KEY".into(),
+                    detail: "HTTP 401".into(),
+                },
+                "the API key was refused (HTTP 401): check OPENROUTER_API_KEY",
+                true,
+                false,
+            ),
+            (
+                StopReason::OutOfCredit {
+                    detail: "HTTP 402".into(),
+                },
+                "out of credit (HTTP 402): add credit or raise the key's limit",
+                true,
+                false,
+            ),
+            (
+                StopReason::Internal {
+                    detail: "disk full".into(),
+                },
+                "internal error: disk full",
+                true,
+                false,
+            ),
+        ];
+        for (r, text, failure, operator) in cases {
+            assert_eq!(r.to_string(), text);
+            assert_eq!(r.is_failure(), failure, "{text}");
+            assert_eq!(r.is_operator(), operator, "{text}");
+        }
+        assert_eq!(
+            serde_json::to_value(StopReason::OperatorDrain).unwrap(),
+            serde_json::json!({"kind": "operator_drain"})
+        );
+    }
+}
