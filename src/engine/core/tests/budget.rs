@@ -1,1 +1,317 @@
+//! The dollar budget and the request rate: what is committed, when a request waits or the run
+//! stops, what in-flight streams keep in reserve, and what limits dispatch.
+
+use std::sync::atomic::Ordering;
+
 use super::*;
+use crate::engine::Command;
+use crate::engine::reason::StopReason;
+
+const NEARLY: &str = "dollar budget nearly committed";
+
+fn usd(x: f64) -> i64 {
+    Usd::from_f64(x).pico()
+}
+
+fn count_events(h: &H, needle: &str) -> usize {
+    h.event_texts()
+        .iter()
+        .filter(|t| t.contains(needle))
+        .count()
+}
+
+#[test]
+fn committed_is_spent_plus_accrued_plus_reserved() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a", "b", "c"]]);
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 3);
+    let expected: i64 = sent.iter().map(|d| d.expected.pico()).sum();
+    assert!(expected > 0);
+    assert_eq!(
+        h.core.reserved_pico(),
+        expected,
+        "each request reserves its expected cost"
+    );
+    let cases = [
+        ("nothing spent yet", 0, 0),
+        ("spent only", usd(0.5), 0),
+        ("accrued only", 0, usd(0.25)),
+        ("both", usd(1.0), usd(0.125)),
+    ];
+    for (name, spent, accrued) in cases {
+        h.live.spent_pico = spent;
+        h.live.accrued_pico = accrued;
+        assert_eq!(
+            h.core.committed_pico(&h.live),
+            spent + accrued + expected,
+            "{name}"
+        );
+    }
+}
+
+/// At chutes a request of 7 prompt tokens and 2048 expected output tokens costs $0.0040988:
+/// two fit under $0.01, a third does not.
+#[test]
+fn a_request_that_does_not_fit_waits_then_stops_the_run_when_nothing_is_in_flight() {
+    let mut h = H::new(
+        config("budget_usd = 0.01\nrouting = \"pinned\""),
+        kimi(),
+        &[&["a", "b", "c", "d"]],
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 2, "two fit");
+    assert_eq!(sent[0].expected, Usd::from_f64(0.0040988));
+    assert_eq!(
+        h.core.stopping(),
+        None,
+        "waits while requests are in flight"
+    );
+    assert_eq!(count_events(&h, NEARLY), 1);
+    assert!(h.dispatch().is_empty(), "still waiting");
+    assert_eq!(count_events(&h, NEARLY), 1, "said once");
+
+    // Both answers cost what was expected: nothing more fits, and nothing is in flight.
+    for d in &sent {
+        h.result(done(d.key, d.pinned, 2048, 0.0040988, "stop"));
+    }
+    h.live.spent_pico = usd(2.0 * 0.0040988);
+    let now = h.now;
+    h.core.tick(&now);
+    assert!(h.dispatch().is_empty());
+    assert_eq!(h.core.stopping(), Some(&StopReason::DollarBudget));
+    assert!(!h.core.failed(), "a budget stop is not a failure");
+    assert!(h.core.is_over());
+    assert!(
+        h.event_texts()
+            .iter()
+            .any(|t| t == "stopping: dollar budget reached"),
+        "{:?}",
+        h.event_texts()
+    );
+}
+
+#[test]
+#[ignore = "bug: on_result releases only expected - accrued of the reservation, so a finished \
+            answer's cost stays reserved (and is counted again in spent) until the next tick: \
+            the next dispatch can stop the run with DollarBudget though the request fits \
+            (outcome.rs on_result, `reserved_pico -= (expected_pico - accrued_pico).max(0)`)"]
+fn a_settled_answer_leaves_nothing_reserved() {
+    let mut h = H::new(
+        config("budget_usd = 0.01\nrouting = \"pinned\"\nconcurrency = 1"),
+        kimi(),
+        &[&["a", "b"]],
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 1);
+    // The worker moves the answer's cost from accrued to spent, then the result comes in.
+    h.live.spent_pico = usd(0.004);
+    h.result(done(sent[0].key, sent[0].pinned, 2000, 0.004, "stop"));
+    assert_eq!(
+        h.core.reserved_pico(),
+        0,
+        "nothing is in flight, nothing is reserved"
+    );
+    // $0.004 spent + $0.0041 expected fits under $0.01: b goes, the run goes on.
+    let next = h.dispatch();
+    assert_eq!(next.len(), 1, "b fits");
+    assert_eq!(h.core.stopping(), None);
+}
+
+#[test]
+fn streams_keep_half_a_mean_answer_in_reserve_where_cancels_are_billed() {
+    struct Case {
+        name: &'static str,
+        top: &'static str,
+        tag: Option<&'static str>,
+        /// What the stream has accrued, in expected costs.
+        accrued: f64,
+        /// Expected reserve: `Remaining` (expected - accrued) or `Half` (half the output
+        /// estimate), the larger of the two when both apply.
+        keeps_half: bool,
+    }
+    let cases = [
+        Case {
+            name: "cancellable endpoint past its estimate: nothing left",
+            top: "routing = \"pinned\"",
+            tag: Some("chutes/int4"),
+            accrued: 2.0,
+            keeps_half: false,
+        },
+        Case {
+            name: "cancellable endpoint halfway",
+            top: "routing = \"pinned\"",
+            tag: Some("chutes/int4"),
+            accrued: 0.5,
+            keeps_half: false,
+        },
+        Case {
+            name: "endpoint that bills cancels past its estimate: half a mean answer",
+            top: "routing = \"pinned\"\n[policy]\nexclude = [\"chutes\", \"together\"]",
+            tag: Some("moonshotai"),
+            accrued: 2.0,
+            keeps_half: true,
+        },
+        Case {
+            name: "endpoint that bills cancels, just started: the whole remainder",
+            top: "routing = \"pinned\"\n[policy]\nexclude = [\"chutes\", \"together\"]",
+            tag: Some("moonshotai"),
+            accrued: 0.0,
+            keeps_half: true,
+        },
+        Case {
+            name: "routed by OpenRouter (provider not known to bill cancels): half kept",
+            top: "",
+            tag: None,
+            accrued: 2.0,
+            keeps_half: true,
+        },
+    ];
+    for c in cases {
+        let mut h = H::new(config(c.top), kimi(), &[&["a"]]);
+        let sent = h.dispatch();
+        assert_eq!(sent.len(), 1, "{}", c.name);
+        let d = &sent[0];
+        let tag = d.pinned.map(|i| h.core.endpoints()[i].tag.as_str());
+        assert_eq!(tag, c.tag, "{}: routed", c.name);
+        let expected = d.expected.pico();
+        let accrued = (expected as f64 * c.accrued) as i64;
+        d.accrued.store(accrued, Ordering::Relaxed);
+        let now = h.now;
+        h.core.tick(&now);
+        let remaining = (expected - accrued).max(0);
+        let half = d.price_out.cost(2048).pico() / 2;
+        let want = if c.keeps_half {
+            remaining.max(half)
+        } else {
+            remaining
+        };
+        assert_eq!(h.core.reserved_pico(), want, "{}", c.name);
+        if c.accrued >= 1.0 {
+            assert_eq!(
+                want == 0,
+                !c.keeps_half,
+                "{}: a stream past its estimate",
+                c.name
+            );
+        }
+    }
+}
+
+#[test]
+fn requests_per_second_spaces_dispatches() {
+    let cases: [(&str, f64, f64); 3] = [
+        ("two per second", 2.0, 0.5),
+        ("one every two seconds", 0.5, 2.0),
+        ("ten per second", 10.0, 0.1),
+    ];
+    for (name, rps, gap) in cases {
+        let mut h = H::new(
+            config(&format!("concurrency = 100\nrequests_per_second = {rps}")),
+            kimi(),
+            &[&["a", "b", "c", "d"]],
+        );
+        assert_eq!(h.dispatch().len(), 1, "{name}: one at the start");
+        let gap_d = Duration::from_secs_f64(gap);
+        assert_eq!(
+            h.core.next_wake(&h.now),
+            Some(h.t0.mono + gap_d),
+            "{name}: wake for the next"
+        );
+        h.at(gap * 0.9);
+        assert!(h.dispatch().is_empty(), "{name}: too early");
+        h.at(gap);
+        let sent = h.dispatch();
+        assert_eq!(sent.len(), 1, "{name}: the next one");
+        assert_eq!(sent[0].prompt_id, "b", "{name}");
+        assert_eq!(
+            h.core.next_wake(&h.now),
+            Some(h.t0.mono + gap_d * 2),
+            "{name}: and the one after"
+        );
+    }
+
+    // Without a cap, everything within the concurrency goes at once and nothing needs a wake.
+    let mut h = H::new(
+        config("concurrency = 100"),
+        kimi(),
+        &[&["a", "b", "c", "d"]],
+    );
+    assert_eq!(h.dispatch().len(), 4);
+    assert_eq!(h.core.next_wake(&h.now), None);
+}
+
+#[test]
+fn after_an_idle_spell_the_rate_cap_allows_a_short_burst_only() {
+    let mut h = H::new(
+        config("concurrency = 100\nrequests_per_second = 2"),
+        kimi(),
+        &[&["a", "b", "c", "d", "e", "f", "g", "h"]],
+    );
+    assert_eq!(h.dispatch().len(), 1);
+    h.at(60.0);
+    let burst = h.dispatch().len();
+    assert!(
+        (2..=3).contains(&burst),
+        "about a second's worth after a minute idle, got {burst}"
+    );
+    assert!(h.dispatch().is_empty(), "then the cap holds");
+}
+
+#[test]
+fn concurrency_and_pause_stop_dispatch() {
+    let mut h = H::new(
+        config("concurrency = 2"),
+        kimi(),
+        &[&["a", "b", "c", "d", "e"]],
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 2, "the concurrency limit");
+    assert!(h.dispatch().is_empty(), "full");
+    h.result(done(sent[0].key, None, 100, 0.001, "stop"));
+    let third = h.dispatch();
+    assert_eq!(third.len(), 1, "a slot freed");
+    assert_eq!(third[0].prompt_id, "c");
+
+    h.command(Command::Pause);
+    h.result(done(sent[1].key, None, 100, 0.001, "stop"));
+    assert!(h.dispatch().is_empty(), "paused: a free slot is not used");
+    // A retry pending does not wake a paused run.
+    h.result(failed(third[0].key, Some(0), http(503, None, "busy")));
+    assert!(!h.core.retry_queue_empty());
+    assert_eq!(h.core.next_wake(&h.now), None, "no wake while paused");
+    h.command(Command::Resume);
+    assert!(h.core.next_wake(&h.now).is_some(), "the retry wakes again");
+    h.at(120.0);
+    let resumed = h.dispatch();
+    assert_eq!(resumed.len(), 2);
+    assert_eq!(resumed[0].prompt_id, "c", "the due retry first");
+    assert_eq!(resumed[1].prompt_id, "d");
+}
+
+#[test]
+fn budget_hit_begins_a_stop_that_lets_answers_in_flight_finish() {
+    let mut h = H::new(config(""), kimi(), &[&["a", "b", "c", "d", "e"]]);
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 4);
+    let now = h.now;
+    h.core.budget_hit(&now);
+    assert_eq!(h.core.stopping(), Some(&StopReason::DollarBudget));
+    assert!(!h.core.failed());
+    assert!(
+        h.event_texts()
+            .iter()
+            .any(|t| t.starts_with("dollar budget reached ($10")
+                && t.contains("closing 4 in-flight requests")),
+        "{:?}",
+        h.event_texts()
+    );
+    assert!(h.dispatch().is_empty(), "no new request");
+    assert!(!h.core.is_over(), "answers in flight finish first");
+    for d in &sent {
+        h.result(cancelled(d.key, None, 50, 0.0002));
+    }
+    assert!(h.core.is_over());
+    // A second hit does not say another reason.
+    h.core.budget_hit(&now);
+    assert_eq!(count_events(&h, "stopping: "), 1, "{:?}", h.event_texts());
+}

@@ -5,6 +5,7 @@ mod admission;
 mod budget;
 mod control;
 mod outcome;
+mod purity;
 mod routing;
 
 use std::collections::{HashMap, VecDeque};

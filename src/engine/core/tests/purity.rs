@@ -1,0 +1,57 @@
+//! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
+//! change that slips I/O or a clock read into a decision fails here.
+
+const SOURCES: [(&str, &str); 7] = [
+    ("mod.rs", include_str!("../mod.rs")),
+    ("admission.rs", include_str!("../admission.rs")),
+    ("budget.rs", include_str!("../budget.rs")),
+    ("control.rs", include_str!("../control.rs")),
+    ("dispatch.rs", include_str!("../dispatch.rs")),
+    ("outcome.rs", include_str!("../outcome.rs")),
+    ("routing.rs", include_str!("../routing.rs")),
+];
+
+const FORBIDDEN: [&str; 12] = [
+    "async ",
+    ".await",
+    "Instant::now",
+    "SystemTime",
+    "Utc::now",
+    "Clock::now",
+    "std::fs",
+    "std::net",
+    "std::io",
+    "tokio::",
+    "reqwest",
+    "thread::sleep",
+];
+
+#[test]
+fn the_core_does_no_io_reads_no_clock_and_awaits_nothing() {
+    let mut found = Vec::new();
+    for (file, text) in SOURCES {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for f in FORBIDDEN {
+                if code.contains(f) {
+                    found.push(format!("core/{file}:{}: {f}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "the core must stay pure: {found:#?}");
+}
+
+#[test]
+fn every_core_file_is_checked() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine/core");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .expect("core dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".rs"))
+        .collect();
+    on_disk.sort();
+    let mut checked: Vec<String> = SOURCES.iter().map(|(f, _)| f.to_string()).collect();
+    checked.sort();
+    assert_eq!(on_disk, checked, "add new core files to SOURCES");
+}
