@@ -16,7 +16,7 @@ use crate::openrouter::ApiKey;
 use crate::sim::{self, ProviderTable, SimConfig};
 
 use super::providers::{render_text, report};
-use super::run::{Watch, drive_headless, drive_tui, engine_error, use_tui};
+use super::run::{Out, Watch, drive_headless, drive_tui, engine_error, use_tui};
 
 const CONFIG: &str = include_str!("../../assets/demo/harvest.toml");
 const PROMPTS: [(&str, &str); 3] = [
@@ -69,35 +69,30 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
     let handle = engine::start(cfg.clone(), opts)
         .await
         .map_err(engine_error)?;
+    let w = Watch {
+        progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
+        drain_grace: Duration::from_secs(30),
+    };
+    let mut say = Out::default();
     if use_tui(args.headless) {
-        let code = drive_tui(handle).await?;
-        println!("outputs: {}", out.display());
+        let code = drive_tui(handle, w).await?;
+        say.line(&format!("outputs: {}", out.display()));
         sim.stop().await;
         return Ok(code);
     }
-    println!(
+    say.line(&format!(
         "harvest demo: simulator at {}, outputs in {}",
         sim.base_url(),
         out.display()
-    );
+    ));
     // What the policy does with the simulated providers, as `harvest providers` shows it.
     let client = engine::client_for(&cfg, ApiKey::new("sk-or-v1-harvest-demo-not-a-real-key"))
         .map_err(engine_error)?;
     if let Ok(listing) = client.endpoints(&cfg.model).await {
-        print!(
-            "{}",
-            render_text(&report(&cfg.model, &listing, &cfg.policy, None))
-        );
+        say.write(&render_text(&report(&cfg.model, &listing, &cfg.policy, None)));
     }
-    let code = drive_headless(
-        handle,
-        Watch {
-            progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
-            drain_grace: Duration::from_secs(30),
-        },
-    )
-    .await?;
-    println!("outputs: {}", out.display());
+    let code = drive_headless(handle, w).await?;
+    say.line(&format!("outputs: {}", out.display()));
     sim.stop().await;
     Ok(code)
 }

@@ -19,6 +19,8 @@ pub mod exit {
     pub const OK: u8 = 0;
     pub const FAILURE: u8 = 1;
     pub const BAD_INPUT: u8 = 2;
+    /// The terminal or the output went away (SIGHUP, a closed pipe): the run drained.
+    pub const HANGUP: u8 = 129;
     pub const INTERRUPTED: u8 = 130;
 }
 

@@ -6,7 +6,13 @@ use std::time::Duration;
 
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::engine::{self, Command, EngineError, RunOptions, RunState, ShutdownMode};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::engine::{
+    self, Command, EngineError, RunOptions, RunState, ShutdownMode, Snapshot, StopReason,
+};
 use crate::headless;
 use crate::store::prompts::parse_shard;
 
@@ -39,25 +45,93 @@ pub fn engine_error(e: EngineError) -> anyhow::Error {
     }
 }
 
-async fn signal() {
+/// A signal the run acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sig {
+    /// SIGINT (Ctrl-C): drain, a second one stops now.
+    Interrupt,
+    /// SIGTERM: drain, as Ctrl-C.
+    Terminate,
+    /// SIGHUP: the terminal went away; drain and exit 129.
+    Hangup,
+}
+
+/// The run's signal listeners, created once for its whole life: a signal that arrives between
+/// two turns of the watching loop is queued, never missed.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+    listeners: Option<[tokio::signal::unix::Signal; 3]>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listeners = (|| {
+                Some([
+                    signal(SignalKind::interrupt()).ok()?,
+                    signal(SignalKind::terminate()).ok()?,
+                    signal(SignalKind::hangup()).ok()?,
+                ])
+            })();
+            if listeners.is_none() {
+                tracing::warn!("cannot listen for signals: Ctrl-C ends the process at once");
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            Signals { listeners }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    async fn recv(&mut self) -> Sig {
+        #[cfg(unix)]
+        {
+            let Some([int, term, hup]) = self.listeners.as_mut() else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = int.recv() => Sig::Interrupt,
+                _ = term.recv() => Sig::Terminate,
+                _ = hup.recv() => Sig::Hangup,
             }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Sig::Interrupt
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Standard output that may go away (a pipe into `head`, a closed terminal): a failed write
+/// marks it lost instead of panicking, and nothing more is written to it.
+#[derive(Default)]
+pub struct Out {
+    lost: bool,
+}
+
+impl Out {
+    /// Writes `text` (and flushes); false once the output is gone.
+    pub fn write(&mut self, text: &str) -> bool {
+        use std::io::Write;
+        if self.lost {
+            return false;
+        }
+        let mut out = std::io::stdout().lock();
+        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+            self.lost = true;
+            tracing::warn!("standard output is gone: draining the run");
+        }
+        !self.lost
+    }
+
+    pub fn line(&mut self, text: &str) -> bool {
+        self.write(&format!("{text}\n"))
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost
     }
 }
 
@@ -68,116 +142,193 @@ pub struct Watch {
     pub drain_grace: Duration,
 }
 
-/// Watches a started engine with progress lines until it ends; SIGINT/SIGTERM drain (then stop
-/// after the grace period, or at a second signal). Prints the summary; returns the exit code.
-pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::Result<u8> {
+/// What the watcher did to the run, for the exit code.
+#[derive(Default)]
+struct Stopper {
+    /// A drain was asked (signal, lost output); the grace timer runs from then.
+    grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    interrupted: bool,
+    now_sent: bool,
+}
+
+impl Stopper {
+    /// A drain (or, asked twice, a stop now) for `sig`.
+    async fn on_signal(&mut self, sig: Sig, commands: &mpsc::Sender<Command>, w: Watch) {
+        match sig {
+            Sig::Hangup => self.lost(commands, w).await,
+            Sig::Interrupt | Sig::Terminate if self.interrupted => {
+                eprintln_quiet("harvest: second signal: stopping now");
+                self.stop_now(commands).await;
+            }
+            Sig::Interrupt | Sig::Terminate => {
+                self.interrupted = true;
+                eprintln_quiet(&format!(
+                    "harvest: interrupted: finishing in-flight requests (up to {}s; again to stop now)",
+                    w.drain_grace.as_secs()
+                ));
+                let _ = commands.send(Command::Shutdown(ShutdownMode::Drain)).await;
+                self.start_grace(w);
+            }
+        }
+    }
+
+    /// The terminal or the output went away: drain within the grace period.
+    async fn lost(&mut self, commands: &mpsc::Sender<Command>, w: Watch) {
+        let _ = commands.send(Command::OutputLost).await;
+        self.start_grace(w);
+    }
+
+    fn start_grace(&mut self, w: Watch) {
+        if self.grace.is_none() {
+            self.grace = Some(Box::pin(tokio::time::sleep(w.drain_grace)));
+        }
+    }
+
+    async fn stop_now(&mut self, commands: &mpsc::Sender<Command>) {
+        if !self.now_sent {
+            self.now_sent = true;
+            let _ = commands.send(Command::Shutdown(ShutdownMode::Now)).await;
+        }
+    }
+
+    /// Fires once when the drain's grace period is over.
+    async fn grace_over(&mut self) {
+        match self.grace.as_mut() {
+            Some(t) if !self.now_sent => t.await,
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// A line on stderr, unless stderr is gone too.
+fn eprintln_quiet(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+fn is_over(snaps: &watch::Receiver<Arc<Snapshot>>) -> bool {
+    matches!(snaps.borrow().state, RunState::Done | RunState::Stopped)
+}
+
+/// Follows a run to its end: progress lines (unless `out` is gone or `progress` is off),
+/// signals (Ctrl-C and SIGTERM drain, twice stop now; SIGHUP drains), and the drain's grace
+/// period, after which the run stops now.
+async fn follow(
+    handle: &engine::EngineHandle,
+    w: Watch,
+    out: &mut Out,
+    progress: bool,
+    stopper: &mut Stopper,
+    signals: &mut Signals,
+) {
     let commands = handle.commands.clone();
     let mut snaps = handle.snapshots.clone();
-    let mut interrupted = false;
-    let mut progress = tokio::time::interval(w.progress_every);
-    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut grace_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-    loop {
+    let mut tick = tokio::time::interval(w.progress_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while !is_over(&snaps) {
         tokio::select! {
-            _ = progress.tick() => {
+            _ = tick.tick(), if progress && !out.is_lost() => {
                 let s = snaps.borrow_and_update().clone();
-                println!("{}", headless::progress_line(&s));
-            }
-            _ = signal() => {
-                if interrupted {
-                    eprintln!("harvest: second signal: stopping now");
-                    let _ = commands.send(Command::Shutdown(ShutdownMode::Now)).await;
-                } else {
-                    interrupted = true;
-                    eprintln!(
-                        "harvest: interrupted: finishing in-flight requests (up to {}s; again to stop now)",
-                        w.drain_grace.as_secs()
-                    );
-                    let _ = commands.send(Command::Shutdown(ShutdownMode::Drain)).await;
-                    grace_timer = Some(Box::pin(tokio::time::sleep(w.drain_grace)));
+                if !out.line(&headless::progress_line(&s)) {
+                    stopper.lost(&commands, w).await;
                 }
             }
-            _ = async { if let Some(t) = grace_timer.as_mut() { t.await } else { std::future::pending().await } } => {
-                eprintln!("harvest: drain grace period over: stopping now");
-                let _ = commands.send(Command::Shutdown(ShutdownMode::Now)).await;
-                grace_timer = None;
+            sig = signals.recv() => stopper.on_signal(sig, &commands, w).await,
+            () = stopper.grace_over() => {
+                eprintln_quiet("harvest: drain grace period over: stopping now");
+                stopper.stop_now(&commands).await;
             }
-            r = snaps.changed() => {
-                if r.is_err() { break; }
-                let state = snaps.borrow().state;
-                if matches!(state, RunState::Done | RunState::Stopped) { break; }
-            }
+            r = snaps.changed() => if r.is_err() { break },
         }
     }
-    let summary = handle.finish().await.map_err(engine_error)?;
-    print_summary(&summary);
-    Ok(exit_code(&summary, interrupted))
 }
 
-/// The end-of-run summary on the normal screen.
-pub fn print_summary(summary: &engine::RunSummary) {
-    print!("{}", headless::summary(&summary.snapshot));
+/// Watches a started engine with progress lines until it ends; SIGINT/SIGTERM drain (then stop
+/// after the grace period, or at a second signal), SIGHUP or a closed stdout drain too. Prints
+/// the summary while stdout is there; returns the exit code.
+pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::Result<u8> {
+    let mut out = Out::default();
+    let mut stopper = Stopper::default();
+    let mut signals = Signals::new();
+    follow(&handle, w, &mut out, true, &mut stopper, &mut signals).await;
+    let summary = handle.finish().await.map_err(engine_error)?;
+    out.write(&summary_text(&summary));
+    Ok(exit_code(&summary, stopper.interrupted))
+}
+
+/// The end-of-run summary and report, as printed on the normal screen.
+pub fn summary_text(summary: &engine::RunSummary) -> String {
+    let mut text = headless::summary(&summary.snapshot);
     if let Some(report) = crate::report::after_run(&summary.output_dir, &summary.datasets) {
-        println!();
-        print!("{}", report.render());
+        text.push('\n');
+        text.push_str(&report.render());
     }
     if summary.overshoot > crate::domain::Usd::ZERO {
-        println!(
+        text.push_str(&format!(
             "overshoot: {:.6} USD past the budget (tokens in transit when the cap hit, and \
-             generations at providers that bill them anyway)",
+             generations at providers that bill them anyway)\n",
             summary.overshoot.as_f64()
-        );
+        ));
     }
+    text
 }
 
-/// 1 when the API stopped the run (bad key, no credit), 130 when the operator did, else 0.
+/// 1 when the API or harvest stopped the run (bad key, no credit, a failed write), 129 when
+/// the terminal or the output went away, 130 when the operator stopped it, else 0.
 pub fn exit_code(summary: &engine::RunSummary, interrupted: bool) -> u8 {
-    if summary.failed {
-        exit::FAILURE
-    } else if interrupted || summary.reason.as_ref().is_some_and(|r| r.is_operator()) {
-        exit::INTERRUPTED
-    } else {
-        exit::OK
+    match &summary.reason {
+        _ if summary.failed => exit::FAILURE,
+        Some(StopReason::OutputLost) => exit::HANGUP,
+        Some(r) if r.is_operator() => exit::INTERRUPTED,
+        _ if interrupted => exit::INTERRUPTED,
+        _ => exit::OK,
     }
 }
 
-/// Watches a started engine in the TUI; SIGTERM and SIGHUP drain. Prints the summary on the
-/// normal screen after the TUI has given the terminal back; returns the exit code.
-pub async fn drive_tui(handle: engine::EngineHandle) -> anyhow::Result<u8> {
+/// Watches a started engine in the TUI; SIGTERM drains and SIGHUP drains as a lost terminal.
+/// When the terminal goes away (SIGHUP, or reading or drawing fails) the run drains to its end
+/// without a screen. Prints the summary on the normal screen after the TUI has given the
+/// terminal back, when there is one; returns the exit code.
+pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result<u8> {
+    let mut stopper = Stopper::default();
+    let mut signals = Signals::new();
     let commands = handle.commands.clone();
-    let signals = tokio::spawn({
-        let commands = commands.clone();
-        async move {
-            terminate_or_hangup().await;
-            let _ = commands.send(Command::Shutdown(ShutdownMode::Drain)).await;
-        }
-    });
-    let exit = crate::tui::run_tui(commands, handle.snapshots.clone())
-        .await
-        .map_err(|e| anyhow::anyhow!("the terminal failed: {e}"))?;
-    signals.abort();
-    let summary = handle.finish().await.map_err(engine_error)?;
-    print_summary(&summary);
-    Ok(exit_code(&summary, exit.requested.is_some()))
-}
-
-async fn terminate_or_hangup() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
-            return std::future::pending().await;
-        };
+    let tui = crate::tui::run_tui(commands.clone(), handle.snapshots.clone());
+    let mut tui = std::pin::pin!(tui);
+    // The TUI runs until the run ends or the operator quits; signals meanwhile.
+    let exit = loop {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = hup.recv() => {}
+            exit = &mut tui => break exit,
+            sig = signals.recv() => {
+                // Ctrl-C is a key in raw mode; a SIGINT from elsewhere drains like SIGTERM.
+                stopper.on_signal(sig, &commands, w).await;
+                if sig == Sig::Hangup {
+                    break Ok(crate::tui::TuiExit::lost(handle.snapshots.borrow().clone(), "SIGHUP"));
+                }
+            }
         }
-    }
-    #[cfg(not(unix))]
-    std::future::pending::<()>().await
+    };
+    let mut out = Out::default();
+    let requested = match exit {
+        Ok(e) => {
+            if let Some(why) = &e.lost {
+                tracing::warn!("the terminal went away ({why}): draining without a screen");
+                stopper.lost(&commands, w).await;
+                out.lost = true;
+            }
+            e.requested.is_some()
+        }
+        Err(e) => {
+            tracing::error!("the terminal failed ({e}): draining without a screen");
+            stopper.lost(&commands, w).await;
+            out.lost = true;
+            false
+        }
+    };
+    follow(&handle, w, &mut out, false, &mut stopper, &mut signals).await;
+    let summary = handle.finish().await.map_err(engine_error)?;
+    out.write(&summary_text(&summary));
+    Ok(exit_code(&summary, requested || stopper.interrupted))
 }
 
 /// Whether to draw the TUI: stdout is a terminal and progress lines were not asked for.
@@ -197,16 +348,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         ))
     })?;
     let handle = engine::start(cfg, opts).await.map_err(engine_error)?;
+    let w = Watch {
+        progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
+        drain_grace: Duration::from_secs_f64(args.drain_grace_s.max(0.0)),
+    };
     if use_tui(args.headless) {
-        return drive_tui(handle).await;
+        return drive_tui(handle, w).await;
     }
-    println!("harvest: run started; outputs in {}", out_dir.display());
-    drive_headless(
-        handle,
-        Watch {
-            progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
-            drain_grace: Duration::from_secs_f64(args.drain_grace_s.max(0.0)),
-        },
-    )
-    .await
+    Out::default().line(&format!(
+        "harvest: run started; outputs in {}",
+        out_dir.display()
+    ));
+    drive_headless(handle, w).await
 }

@@ -30,4 +30,7 @@ pub enum Command {
     /// Switches the quantization policy and clears the operator's per-endpoint choices.
     Preset(PolicyMode),
     Shutdown(ShutdownMode),
+    /// The terminal or the output stream went away (SIGHUP, a closed pipe, a vanished pty):
+    /// drain, as for an operator's drain, but say why.
+    OutputLost,
 }

@@ -111,9 +111,14 @@ impl EngineHandle {
                 .map_err(|e| EngineError::Startup(e.to_string()))?
                 .map_err(|e| EngineError::Startup(format!("writing outputs failed: {e}")))?;
         }
+        // After a stop-now the operator wants out: the key's usage gets 2 s, not 10.
+        let wait = if summary.reason == Some(StopReason::OperatorStopNow) {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(10)
+        };
         if self.client.has_key()
-            && let Ok(Ok(k)) =
-                tokio::time::timeout(Duration::from_secs(10), self.client.key_info()).await
+            && let Ok(Ok(k)) = tokio::time::timeout(wait, self.client.key_info()).await
         {
             summary.snapshot.key_usage_now = Some(k.usage);
             // Kept in the state file for `harvest status --report`.

@@ -61,6 +61,9 @@ pub enum StopReason {
     OperatorDrain,
     /// The operator asked to stop now (second Ctrl-C, `q` then `s`).
     OperatorStopNow,
+    /// The terminal or the output stream went away (SIGHUP, a closed pipe, a vanished pty):
+    /// the run drained; exit code 129.
+    OutputLost,
     /// Spent + accrued (+ what in-flight requests are expected to cost) reached `budget_usd`.
     DollarBudget,
     /// The API refused the key (HTTP 401).
@@ -96,6 +99,7 @@ impl fmt::Display for StopReason {
         match self {
             StopReason::OperatorDrain => f.write_str("operator: drain"),
             StopReason::OperatorStopNow => f.write_str("operator: stop now"),
+            StopReason::OutputLost => f.write_str("terminal or output lost: drained"),
             StopReason::DollarBudget => f.write_str("dollar budget reached"),
             StopReason::KeyRefused { variable, detail } => {
                 write!(f, "the API key was refused ({detail}): check {variable}")

@@ -260,39 +260,11 @@ impl Supervisor {
         self.perform(effects, &mut JoinSet::new()).await;
     }
 
-    /// Books what an earlier run left open: generations at what the API says they cost, and
-    /// requests caught before any answer at their expected cost (the API cannot be asked about
-    /// them, and the budget must not assume they were free).
-    async fn settle_crash(&mut self) {
-        let orphans = std::mem::take(&mut self.orphans);
-        if !orphans.is_empty() {
-            let n = orphans.len();
-            let (mut booked, mut total) = (0, Usd::ZERO);
-            if self.shared.client.has_key() {
-                let items = orphans
-                    .into_iter()
-                    .filter_map(|e| Some((e.generation_id.clone()?, e)))
-                    .collect();
-                let mut found =
-                    std::pin::pin!(super::reconcile::look_up(self.shared.client.clone(), items));
-                while let Some((entry, cost)) = found.next().await {
-                    let Some(cost) = cost else { continue };
-                    let usd = Usd::from_f64(cost);
-                    booked += 1;
-                    total += usd;
-                    self.book_carried(entry, SpendKind::Recovered, usd, false)
-                        .await;
-                }
-            }
-            self.core.say(
-                &Clock::now(),
-                format!(
-                    "an earlier run stopped with {n} requests in flight: {booked} found at the API, {:.6} USD booked{}",
-                    total.as_f64(),
-                    if booked < n { "; the others are unknown to the API" } else { "" }
-                ),
-            );
-        }
+    /// Books requests an earlier run's crash left before any answer at their expected cost
+    /// (the API cannot be asked about them, and the budget must not assume they were free),
+    /// and starts looking up the generations it left open: those run beside the new work, and
+    /// each is booked as its answer lands (see [`Recovery`]).
+    async fn settle_crash(&mut self) -> Recovery {
         let unknown = std::mem::take(&mut self.unknown);
         if !unknown.is_empty() {
             let n = unknown.len();
@@ -310,6 +282,66 @@ impl Supervisor {
                 ),
             );
         }
+        let orphans = std::mem::take(&mut self.orphans);
+        let items: Vec<_> = orphans
+            .into_iter()
+            .filter_map(|e| Some((e.generation_id.clone()?, e)))
+            .collect();
+        if items.is_empty() || !self.shared.client.has_key() {
+            return Recovery::default();
+        }
+        let n = items.len();
+        self.core.say(
+            &Clock::now(),
+            format!("an earlier run stopped with {n} requests in flight: looking up what they cost"),
+        );
+        let (tx, rx) = mpsc::channel(256);
+        let client = self.shared.client.clone();
+        let task = tokio::spawn(async move {
+            let mut found = std::pin::pin!(super::reconcile::look_up(client, items));
+            while let Some(f) = found.next().await {
+                if tx.send(f).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Recovery {
+            rx: Some(rx),
+            task: Some(task),
+            asked: n,
+            ..Recovery::default()
+        }
+    }
+
+    /// One look-up of a crash's leftover came back: booked at what the API says, or counted
+    /// as unknown (its line stays open for the next start).
+    async fn recovered(&mut self, rec: &mut Recovery, found: super::reconcile::Found) {
+        let (entry, cost) = found;
+        rec.answered += 1;
+        if let Some(cost) = cost {
+            let usd = Usd::from_f64(cost);
+            rec.booked += 1;
+            rec.total += usd;
+            self.book_carried(entry, SpendKind::Recovered, usd, false)
+                .await;
+        }
+    }
+
+    /// All look-ups of a crash's leftovers are in: says what they found.
+    fn recovery_done(&mut self, rec: &Recovery) {
+        if rec.asked == 0 {
+            return;
+        }
+        self.core.say(
+            &Clock::now(),
+            format!(
+                "looked up {} requests an earlier run left in flight: {} found at the API, {:.6} USD booked{}",
+                rec.asked,
+                rec.booked,
+                rec.total.as_f64(),
+                if rec.booked < rec.asked { "; the others are unknown to the API" } else { "" }
+            ),
+        );
     }
 
     /// Asks the API what each closed stream really cost and books the difference, so the
@@ -373,7 +405,7 @@ impl Supervisor {
         publish: watch::Sender<Arc<Snapshot>>,
         tick_every: Duration,
     ) -> RunSummary {
-        self.settle_crash().await;
+        let mut recovery = self.settle_crash().await;
         let mut tasks: JoinSet<AttemptResult> = JoinSet::new();
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -400,6 +432,18 @@ impl Supervisor {
                         self.perform(effects, &mut tasks).await;
                     }
                     None => commands_open = false,
+                },
+                found = async {
+                    match recovery.rx.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                }, if recovery.rx.is_some() => match found {
+                    Some(f) => self.recovered(&mut recovery, f).await,
+                    None => {
+                        recovery.rx = None;
+                        self.recovery_done(&recovery);
+                    }
                 },
                 Some(res) = tasks.join_next(), if !tasks.is_empty() => match res {
                     Ok(r) => self.on_result(r, &mut tasks).await,
@@ -452,6 +496,20 @@ impl Supervisor {
                 }
             }
         }
+        // Look-ups still running: a stop-now leaves them (their lines stay open, and the next
+        // start asks again); otherwise their answers are booked before the run ends.
+        if let Some(mut rx) = recovery.rx.take() {
+            if self.core.stopping() == Some(&StopReason::OperatorStopNow) {
+                if let Some(t) = recovery.task.take() {
+                    t.abort();
+                }
+            } else {
+                while let Some(f) = rx.recv().await {
+                    self.recovered(&mut recovery, f).await;
+                }
+                self.recovery_done(&recovery);
+            }
+        }
         self.reconcile_closed().await;
         if let Err(e) = self.writer.flush().await {
             self.core.fail(&Clock::now(), e.to_string());
@@ -492,6 +550,17 @@ impl Supervisor {
             datasets: Vec::new(),
         }
     }
+}
+
+/// The look-ups of what a crash left open, running beside the new work.
+#[derive(Default)]
+struct Recovery {
+    rx: Option<mpsc::Receiver<super::reconcile::Found>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    asked: usize,
+    answered: usize,
+    booked: usize,
+    total: Usd,
 }
 
 /// Writes `state.json` at most once a second, on a blocking thread: serialising and syncing a

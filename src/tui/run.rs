@@ -40,6 +40,21 @@ pub struct TuiExit {
     /// Frames drawn, and for how long the TUI ran.
     pub frames: u64,
     pub seconds: f64,
+    /// The terminal went away (reading or drawing failed, input ended, SIGHUP): why.
+    pub lost: Option<String>,
+}
+
+impl TuiExit {
+    /// The TUI ended because its terminal went away.
+    pub fn lost(last: Arc<Snapshot>, why: &str) -> TuiExit {
+        TuiExit {
+            last,
+            requested: None,
+            frames: 0,
+            seconds: 0.0,
+            lost: Some(why.to_string()),
+        }
+    }
 }
 
 /// Whether a [`TerminalGuard`] holds the terminal (for the panic hook).
@@ -117,13 +132,12 @@ pub async fn run_tui(
     let mut term = TerminalGuard::enter()?;
     let size = term.terminal.size()?;
     update(&mut state, Msg::Resize(size.width, size.height));
-    let mut input = EventStream::new();
-    let mut input_open = true;
+    // Dropped as soon as the terminal fails: its reader thread would otherwise poll a dead
+    // terminal in a loop.
+    let mut input = Some(EventStream::new());
     let mut dirty = false;
-    term.draw(&state)?;
-    let mut last_draw = Instant::now();
     let started = Instant::now();
-    let exit = |state: &UiState, frames: u64| {
+    let exit = |state: &UiState, frames: u64, lost: Option<String>| {
         let seconds = started.elapsed().as_secs_f64();
         tracing::info!("TUI: {frames} frames in {seconds:.1} s");
         TuiExit {
@@ -131,40 +145,58 @@ pub async fn run_tui(
             requested: state.shutdown,
             frames,
             seconds,
+            lost,
         }
     };
+    if let Err(e) = term.draw(&state) {
+        return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+    }
+    let mut last_draw = Instant::now();
     loop {
         let next_frame = last_draw + FRAME;
         let msg = tokio::select! {
-            ev = input.next(), if input_open => match ev {
+            ev = async {
+                match input.as_mut() {
+                    Some(i) => i.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match ev {
                 Some(Ok(Event::Key(k))) => Some(Msg::Key(k)),
                 Some(Ok(Event::Resize(w, h))) => {
-                    term.terminal.autoresize()?;
-                    term.terminal.clear()?;
+                    if let Err(e) = term.terminal.autoresize().and_then(|()| term.terminal.clear()) {
+                        return Ok(exit(&state, term.frames, Some(format!("resizing failed: {e}"))));
+                    }
                     Some(Msg::Resize(w, h))
                 }
                 Some(Ok(Event::FocusGained)) => {
                     // A tmux reattach: the screen may hold anything; repaint all of it.
-                    term.terminal.clear()?;
+                    if let Err(e) = term.terminal.clear() {
+                        return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+                    }
                     dirty = true;
                     let now = Instant::now();
                     last_draw = now.checked_sub(FRAME).unwrap_or(now);
                     None
                 }
                 Some(Ok(_)) => None,
-                Some(Err(e)) => return Err(e),
-                // No more input (the terminal went away): keep following the run.
+                // The terminal is gone (an ssh drop without tmux: EIO, or end of input).
+                Some(Err(e)) => {
+                    drop(input.take());
+                    return Ok(exit(&state, term.frames, Some(format!("reading the terminal failed: {e}"))));
+                }
                 None => {
-                    input_open = false;
-                    None
+                    drop(input.take());
+                    return Ok(exit(&state, term.frames, Some("the terminal closed its input".into())));
                 }
             },
             changed = snapshots.changed() => match changed {
                 Ok(()) => Some(Msg::Snapshot(snapshots.borrow_and_update().clone())),
-                Err(_) => return Ok(exit(&state, term.frames)),
+                Err(_) => return Ok(exit(&state, term.frames, None)),
             },
             () = tokio::time::sleep_until(next_frame), if dirty => {
-                term.draw(&state)?;
+                if let Err(e) = term.draw(&state) {
+                    return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+                }
                 last_draw = Instant::now();
                 dirty = false;
                 None
@@ -195,11 +227,13 @@ pub async fn run_tui(
                         state.set_status("the engine has stopped taking commands");
                     }
                 },
-                UiEffect::Quit => return Ok(exit(&state, term.frames)),
+                UiEffect::Quit => return Ok(exit(&state, term.frames, None)),
             }
         }
         if at_once {
-            term.draw(&state)?;
+            if let Err(e) = term.draw(&state) {
+                return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+            }
             last_draw = Instant::now();
             dirty = false;
         } else if visible || status_before != state.status.is_some() {

@@ -62,6 +62,9 @@ impl Core {
             Command::Shutdown(ShutdownMode::Drain) => {
                 self.begin_stop(now, StopReason::OperatorDrain);
             }
+            Command::OutputLost => {
+                self.begin_stop(now, StopReason::OutputLost);
+            }
             Command::Shutdown(ShutdownMode::Now) => {
                 // A drain under way becomes a stop now (the summary says so); a stop for another
                 // reason keeps it, and what is in flight is closed either way.

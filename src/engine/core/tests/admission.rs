@@ -3,7 +3,6 @@
 //! prompts, bad lines).
 
 use super::*;
-use crate::config::Schedule;
 use crate::openrouter::Message;
 use crate::store::prompts::shard_of;
 

@@ -1,1 +1,425 @@
+//! Control: operator commands, the end of a run, listing refreshes, the booking of what a crash
+//! or a closed stream left to settle, and quality findings.
+
 use super::*;
+use crate::engine::quality::{Deviation, Finding};
+use crate::engine::reason::{OffReason, StopReason};
+use crate::engine::{Command, ShutdownMode};
+use crate::openrouter::ModelEndpoints;
+use crate::store::output::{SpendEntry, SpendKind};
+
+/// A listing of `(tag, provider, quantization)`, at $1/$2 per million tokens.
+fn listing(eps: &[(&str, &str, &str)]) -> ModelEndpoints {
+    let endpoints: Vec<serde_json::Value> = eps
+        .iter()
+        .map(|(tag, provider, quant)| {
+            serde_json::json!({
+                "provider_name": provider,
+                "tag": tag,
+                "quantization": quant,
+                "pricing": {"prompt": "0.000001", "completion": "0.000002"},
+                "status": 0,
+                "uptime_last_30m": 99.5,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({"data": {"id": "moonshotai/kimi-k2.5", "endpoints": endpoints}});
+    ModelEndpoints::parse(body.to_string().as_bytes()).expect("listing parses")
+}
+
+/// The five endpoints of `kimi()`, as listed.
+const KIMI: [(&str, &str, &str); 5] = [
+    ("chutes/int4", "Chutes", "int4"),
+    ("together/int4", "Together", "int4"),
+    ("moonshotai", "Moonshot AI", "int4"),
+    ("baseten/fp4", "BaseTen", "fp4"),
+    ("novita", "Novita", "unknown"),
+];
+
+fn refresh(h: &mut H, l: &ModelEndpoints) -> Vec<RunEndpoint> {
+    let cfg = h.core.config().clone();
+    let now = h.now;
+    h.core
+        .listing(l, &now, |e| crate::engine::pool::from_listing(&cfg, e))
+}
+
+fn open_line(id: &str, dataset: &str) -> SpendEntry {
+    SpendEntry {
+        at: "2026-01-01T00:00:00Z".into(),
+        id: id.into(),
+        dataset: dataset.into(),
+        endpoint: Some("chutes/int4".into()),
+        kind: SpendKind::Dispatched,
+        usd: Usd::ZERO,
+        prompt_tokens: 7,
+        completion_tokens: 0,
+        estimated: true,
+        generation_id: None,
+        attempt: Some("old-3".into()),
+        expected_usd: Some(Usd::from_f64(0.004)),
+        error: None,
+    }
+}
+
+#[test]
+fn pause_holds_new_requests_and_resume_lets_them_go() {
+    let mut h = H::new(config(""), kimi(), &[&["a", "b", "c", "d", "e", "f"]]);
+    let effects = h.command(Command::Pause);
+    assert!(effects.is_empty());
+    assert!(h.core.paused());
+    assert!(h.dispatch().is_empty(), "paused");
+    assert!(!h.core.is_over(), "a paused run is not over");
+    h.command(Command::Resume);
+    assert!(!h.core.paused());
+    assert_eq!(h.dispatch().len(), 4);
+    let texts = h.event_texts();
+    assert_eq!(texts, vec!["paused: no new requests", "resumed"]);
+}
+
+#[test]
+fn concurrency_commands_are_clamped_and_act_on_the_next_dispatch() {
+    let cases: [(&str, Vec<Command>, u32); 7] = [
+        ("set", vec![Command::SetConcurrency(50)], 50),
+        ("set zero is one", vec![Command::SetConcurrency(0)], 1),
+        ("set too many", vec![Command::SetConcurrency(1_000_000)], 100_000),
+        ("up", vec![Command::AdjustConcurrency(6)], 10),
+        ("down below one", vec![Command::AdjustConcurrency(-200)], 1),
+        (
+            "up past the top",
+            vec![
+                Command::SetConcurrency(99_990),
+                Command::AdjustConcurrency(200),
+            ],
+            100_000,
+        ),
+        (
+            "down then up",
+            vec![Command::AdjustConcurrency(-3), Command::AdjustConcurrency(1)],
+            2,
+        ),
+    ];
+    for (name, cmds, want) in cases {
+        let prompts: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+        let refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
+        let mut h = H::new(config("concurrency = 4"), kimi(), &[&refs]);
+        for c in cmds {
+            h.command(c);
+        }
+        assert_eq!(h.core.concurrency(), want, "{name}");
+        assert_eq!(
+            h.event_texts().last().map(String::as_str),
+            Some(format!("concurrency set to {want}").as_str()),
+            "{name}"
+        );
+        assert_eq!(
+            h.dispatch().len(),
+            (want as usize).min(20),
+            "{name}: requests sent"
+        );
+    }
+}
+
+#[test]
+fn drain_lets_answers_finish_and_stop_now_closes_them() {
+    struct Case {
+        name: &'static str,
+        cmds: &'static [ShutdownMode],
+        reason: StopReason,
+        cancels: usize,
+    }
+    let cases = [
+        Case {
+            name: "drain",
+            cmds: &[ShutdownMode::Drain],
+            reason: StopReason::OperatorDrain,
+            cancels: 0,
+        },
+        Case {
+            name: "drain twice",
+            cmds: &[ShutdownMode::Drain, ShutdownMode::Drain],
+            reason: StopReason::OperatorDrain,
+            cancels: 0,
+        },
+        Case {
+            name: "stop now",
+            cmds: &[ShutdownMode::Now],
+            reason: StopReason::OperatorStopNow,
+            cancels: 1,
+        },
+        Case {
+            name: "stop now after a drain",
+            cmds: &[ShutdownMode::Drain, ShutdownMode::Now],
+            reason: StopReason::OperatorStopNow,
+            cancels: 1,
+        },
+        Case {
+            name: "drain after stop now keeps stop now",
+            cmds: &[ShutdownMode::Now, ShutdownMode::Drain],
+            reason: StopReason::OperatorStopNow,
+            cancels: 1,
+        },
+    ];
+    for c in cases {
+        let mut h = H::new(config(""), kimi(), &[&["a", "b", "c", "d", "e"]]);
+        let sent = h.dispatch();
+        let mut cancels = 0;
+        for m in c.cmds {
+            let effects = h.command(Command::Shutdown(*m));
+            cancels += effects
+                .iter()
+                .filter(|e| matches!(e, Effect::CancelInFlight))
+                .count();
+        }
+        assert_eq!(h.core.stopping(), Some(&c.reason), "{}", c.name);
+        assert_eq!(cancels, c.cancels, "{}: CancelInFlight", c.name);
+        assert!(!h.core.failed(), "{}: an operator stop is no failure", c.name);
+        assert!(h.dispatch().is_empty(), "{}: no new request", c.name);
+        assert!(!h.core.is_over(), "{}: answers in flight", c.name);
+        for d in &sent {
+            h.result(done(d.key, None, 100, 0.001, "stop"));
+        }
+        assert!(h.core.is_over(), "{}: over once they are in", c.name);
+        assert_eq!(h.core.datasets()[0].done, 4, "{}: answers kept", c.name);
+    }
+}
+
+#[test]
+fn stop_now_keeps_a_failure_reason_but_still_closes_what_is_in_flight() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a", "b"]]);
+    let sent = h.dispatch();
+    let err = http(401, None, "no auth");
+    h.result(failed(sent[0].key, sent[0].pinned, err.clone()));
+    let effects = h.command(Command::Shutdown(ShutdownMode::Now));
+    assert!(matches!(effects.as_slice(), [Effect::CancelInFlight]));
+    assert!(matches!(
+        h.core.stopping(),
+        Some(StopReason::KeyRefused { .. })
+    ));
+    assert!(h.core.failed(), "still exit code 1");
+    assert_eq!(
+        h.event_texts().last().map(String::as_str),
+        Some("stopping now: closing what is in flight")
+    );
+}
+
+#[test]
+fn a_run_is_over_when_nothing_is_in_flight_and_nothing_is_left() {
+    let mut h = H::new(config(""), kimi(), &[&["a", "b"], &[]]);
+    assert!(!h.core.is_over(), "prompts not read yet");
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 2);
+    assert!(!h.core.is_over(), "two in flight");
+    h.result(done(sent[0].key, None, 10, 0.001, "stop"));
+    assert!(!h.core.is_over(), "one in flight");
+    h.result(failed(sent[1].key, Some(0), http(500, None, "oops")));
+    assert!(!h.core.is_over(), "a retry waits");
+    h.at(120.0);
+    let again = h.dispatch();
+    assert_eq!(again.len(), 1);
+    h.result(done(again[0].key, None, 10, 0.001, "stop"));
+    assert!(h.core.is_over(), "everything done");
+    assert!(h.core.all_finished());
+}
+
+#[test]
+fn an_endpoint_that_leaves_the_listing_is_gone_until_listed_again() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a"]]);
+    let chutes = h.index("chutes/int4");
+    let without: Vec<_> = KIMI[1..].to_vec();
+    let new = refresh(&mut h, &listing(&without));
+    assert!(new.is_empty());
+    let now = h.now;
+    assert_eq!(h.core.off_reason(chutes, &now), Some(OffReason::Gone));
+    assert!(h.core.permitted(chutes), "gone is not a choice: the mark stays");
+    assert_eq!(h.route_tags(), vec!["together/int4".to_string()]);
+    assert!(
+        h.event_texts()
+            .contains(&"chutes/int4 left the model's listing: no more requests go there".into())
+    );
+    // Still absent: said once.
+    refresh(&mut h, &listing(&without));
+    // Back again, with the listing's figures.
+    refresh(&mut h, &listing(&KIMI));
+    let now = h.now;
+    assert_eq!(h.core.off_reason(chutes, &now), None);
+    assert_eq!(h.core.listed(chutes).uptime_30m, Some(99.5));
+    assert_eq!(h.route_tags(), vec!["chutes/int4".to_string()]);
+    let texts = h.event_texts();
+    let said = |needle: &str| texts.iter().filter(|t| t.contains(needle)).count();
+    assert_eq!(said("chutes/int4 left"), 1);
+    assert_eq!(said("chutes/int4 is listed again"), 1);
+}
+
+#[test]
+fn a_new_endpoint_is_handed_over_once_then_judged_by_the_policy() {
+    struct Case {
+        name: &'static str,
+        new: (&'static str, &'static str, &'static str),
+        room: bool,
+        event_end: &'static str,
+        routed: bool,
+    }
+    let cases = [
+        Case {
+            name: "a native endpoint joins",
+            new: ("deepinfra/int4", "DeepInfra", "int4"),
+            room: true,
+            event_end: ": allowed by the policy",
+            routed: true,
+        },
+        Case {
+            name: "a re-quantized endpoint is listed but not used",
+            new: ("parasail/fp8", "Parasail", "fp8"),
+            room: true,
+            event_end: ": not used (policy: fp8 re-quantized); space includes it",
+            routed: false,
+        },
+        Case {
+            name: "no room in the pool",
+            new: ("deepinfra/int4", "DeepInfra", "int4"),
+            room: false,
+            event_end: "; restart the run to consider it",
+            routed: false,
+        },
+    ];
+    for c in cases {
+        let mut h = H::new(config(""), kimi(), &[&["a"]]);
+        let mut eps = KIMI.to_vec();
+        eps.push(c.new);
+        let l = listing(&eps);
+        let new = refresh(&mut h, &l);
+        assert_eq!(new.len(), 1, "{}: handed over", c.name);
+        assert_eq!(new[0].tag, c.new.0, "{}", c.name);
+        assert!(refresh(&mut h, &l).is_empty(), "{}: once", c.name);
+        let pool = c.room.then(|| {
+            let mut all = h.core.endpoints().to_vec();
+            all.push(new[0].clone());
+            Arc::new(all)
+        });
+        let now = h.now;
+        h.core.endpoint_added(&new[0], pool, &now);
+        let last = h.event_texts().last().cloned().unwrap_or_default();
+        assert!(
+            last.starts_with(&format!("new endpoint listed: {} {}", c.new.1, c.new.0)),
+            "{}: {last}",
+            c.name
+        );
+        assert!(last.ends_with(c.event_end), "{}: {last}", c.name);
+        assert_eq!(
+            h.core.endpoints().len(),
+            if c.room { 6 } else { 5 },
+            "{}",
+            c.name
+        );
+        assert_eq!(
+            h.route_tags().contains(&c.new.0.to_string()),
+            c.routed,
+            "{}: routed",
+            c.name
+        );
+        if c.room {
+            // The new endpoint is a full member: it can be dispatched around.
+            assert_eq!(h.dispatch().len(), 1, "{}", c.name);
+        }
+    }
+}
+
+#[test]
+fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
+    let cfg = config("");
+    let b = book("a", &cfg);
+    let mut h = H::with_books(cfg, kimi(), vec![b], Source::default());
+    let cases = [
+        ("recovered from the API", SpendKind::Recovered, 0.003, false),
+        ("unknown: our estimate", SpendKind::Unknown, 0.004, true),
+    ];
+    let mut total = Usd::ZERO;
+    for (name, kind, usd, estimated) in cases {
+        let now = h.now;
+        let amount = Usd::from_f64(usd);
+        let effects = h
+            .core
+            .book_carried(open_line("p1", "a"), kind, amount, estimated, &now);
+        total += amount;
+        assert_eq!(ledger(&effects), vec![(kind, amount)], "{name}: one line");
+        let Some(Effect::Ledger(line)) = effects.first() else {
+            panic!("{name}");
+        };
+        assert_eq!(line.id, "p1", "{name}");
+        assert_eq!(line.attempt.as_deref(), Some("old-3"), "{name}: closes the attempt");
+        assert_eq!(line.estimated, estimated, "{name}");
+        assert_eq!(line.expected_usd, None, "{name}");
+        assert_eq!(h.core.carried_over(), total, "{name}: carried over");
+        assert_eq!(h.core.datasets()[0].spent, total, "{name}: dataset spend");
+    }
+}
+
+#[test]
+fn an_adjustment_books_only_a_real_difference() {
+    let cases: [(&str, f64, f64, Option<f64>); 4] = [
+        ("dearer than estimated", 0.001, 0.0015, Some(0.0005)),
+        ("cheaper than estimated", 0.001, 0.0004, Some(-0.0006)),
+        ("as estimated", 0.001, 0.001, None),
+        ("free after all", 0.001, 0.0, Some(-0.001)),
+    ];
+    for (name, booked, actual, want) in cases {
+        let mut h = H::new(config(""), kimi(), &[&["a"]]);
+        let mut entry = open_line("a", "d0");
+        entry.kind = SpendKind::Cancelled;
+        entry.usd = Usd::from_f64(booked);
+        entry.generation_id = Some("gen-1".into());
+        let now = h.now;
+        let effects = h
+            .core
+            .book_adjustment(entry, Usd::from_f64(actual), &now);
+        let want_lines: Vec<(SpendKind, Usd)> = want
+            .map(|d| (SpendKind::Adjustment, Usd::from_f64(d)))
+            .into_iter()
+            .collect();
+        assert_eq!(ledger(&effects), want_lines, "{name}");
+        if let Some(Effect::Ledger(line)) = effects.first() {
+            assert!(!line.estimated, "{name}: the API's own figure");
+            assert_eq!(line.generation_id.as_deref(), Some("gen-1"), "{name}");
+        }
+        assert_eq!(
+            h.core.datasets()[0].spent,
+            Usd::from_f64(want.unwrap_or(0.0)),
+            "{name}: dataset spend follows"
+        );
+    }
+}
+
+#[test]
+fn each_quality_finding_is_said_once() {
+    let mut h = H::new(config(""), kimi(), &[&["a"]]);
+    let f = |tag: &str, kind: Deviation| Finding {
+        tag: tag.into(),
+        kind,
+        text: format!("{tag}: {kind:?}"),
+    };
+    let first = vec![
+        f("chutes/int4", Deviation::Short),
+        f("chutes/int4", Deviation::Short),
+        f("chutes/int4", Deviation::Long),
+        f("together/int4", Deviation::Short),
+    ];
+    let now = h.now;
+    h.core.note_quality(first.clone(), &now);
+    h.core.note_quality(first, &now);
+    h.core.note_quality(
+        vec![
+            f("together/int4", Deviation::Short),
+            f("together/int4", Deviation::Truncated),
+        ],
+        &now,
+    );
+    assert_eq!(
+        h.event_texts(),
+        vec![
+            "chutes/int4: Short",
+            "chutes/int4: Long",
+            "together/int4: Short",
+            "together/int4: Truncated",
+        ]
+    );
+}
