@@ -433,7 +433,7 @@ fn bad_lines_become_one_input_reject_each() {
                 assert_eq!(record.attempts, 0, "{name}: never sent");
                 assert_eq!(
                     record.id,
-                    format!("@line:{}", record.line.unwrap()),
+                    format!("@line:{}", record.line.expect("a line number")),
                     "{name}"
                 );
                 assert!(

@@ -113,15 +113,20 @@ fn a_settled_answer_leaves_nothing_reserved() {
     // The worker moves the answer's cost from accrued to spent, then the result comes in.
     h.live.spent_pico = usd(0.004);
     h.result(done(sent[0].key, sent[0].pinned, 2000, 0.004, "stop"));
+    // $0.004 spent + $0.0041 expected fits under $0.01: b goes, the run goes on.
+    let next = h.dispatch();
+    assert_eq!(
+        h.core.stopping(),
+        None,
+        "the run must not stop with room left"
+    );
+    assert_eq!(next.len(), 1, "b fits");
+    h.result(done(next[0].key, next[0].pinned, 2000, 0.004, "stop"));
     assert_eq!(
         h.core.reserved_pico(),
         0,
         "nothing is in flight, nothing is reserved"
     );
-    // $0.004 spent + $0.0041 expected fits under $0.01: b goes, the run goes on.
-    let next = h.dispatch();
-    assert_eq!(next.len(), 1, "b fits");
-    assert_eq!(h.core.stopping(), None);
 }
 
 #[test]
@@ -248,7 +253,7 @@ fn requests_per_second_spaces_dispatches() {
 }
 
 #[test]
-fn after_an_idle_spell_the_rate_cap_allows_a_short_burst_only() {
+fn after_an_idle_spell_the_rate_cap_allows_a_short_burst_then_spaces_again() {
     let mut h = H::new(
         config("concurrency = 100\nrequests_per_second = 2"),
         kimi(),
@@ -257,12 +262,33 @@ fn after_an_idle_spell_the_rate_cap_allows_a_short_burst_only() {
     assert_eq!(h.dispatch().len(), 1);
     h.at(60.0);
     let burst = h.dispatch().len();
-    eprintln!("BURST {burst}");
-    assert!(
-        (2..=3).contains(&burst),
-        "about a second's worth after a minute idle, got {burst}"
-    );
+    assert!(burst >= 2, "idle time earns a burst, got {burst}");
+    assert!(burst <= 3, "but not a minute's worth, got {burst}");
     assert!(h.dispatch().is_empty(), "then the cap holds");
+    assert_eq!(
+        h.core.next_wake(&h.now),
+        Some(h.t0.mono + Duration::from_secs_f64(60.5)),
+        "and the spacing resumes"
+    );
+}
+
+#[test]
+#[ignore = "bug: after an idle spell the rate cap lets rps + 1 requests go at once (3 at \
+            requests_per_second = 2), more than the one second's worth note_sent promises \
+            (budget.rs note_sent: the floor now - 1 s plus the request sent now)"]
+fn after_an_idle_spell_the_burst_is_at_most_one_seconds_worth() {
+    let cases: [(f64, usize); 2] = [(2.0, 2), (1.0, 1)];
+    for (rps, most) in cases {
+        let mut h = H::new(
+            config(&format!("concurrency = 100\nrequests_per_second = {rps}")),
+            kimi(),
+            &[&["a", "b", "c", "d", "e", "f", "g", "h"]],
+        );
+        assert_eq!(h.dispatch().len(), 1, "rps {rps}");
+        h.at(60.0);
+        let burst = h.dispatch().len();
+        assert!(burst <= most, "rps {rps}: {burst} requests at one instant");
+    }
 }
 
 #[test]

@@ -81,7 +81,11 @@ fn concurrency_commands_are_clamped_and_act_on_the_next_dispatch() {
     let cases: [(&str, Vec<Command>, u32); 7] = [
         ("set", vec![Command::SetConcurrency(50)], 50),
         ("set zero is one", vec![Command::SetConcurrency(0)], 1),
-        ("set too many", vec![Command::SetConcurrency(1_000_000)], 100_000),
+        (
+            "set too many",
+            vec![Command::SetConcurrency(1_000_000)],
+            100_000,
+        ),
         ("up", vec![Command::AdjustConcurrency(6)], 10),
         ("down below one", vec![Command::AdjustConcurrency(-200)], 1),
         (
@@ -94,7 +98,10 @@ fn concurrency_commands_are_clamped_and_act_on_the_next_dispatch() {
         ),
         (
             "down then up",
-            vec![Command::AdjustConcurrency(-3), Command::AdjustConcurrency(1)],
+            vec![
+                Command::AdjustConcurrency(-3),
+                Command::AdjustConcurrency(1),
+            ],
             2,
         ),
     ];
@@ -172,7 +179,11 @@ fn drain_lets_answers_finish_and_stop_now_closes_them() {
         }
         assert_eq!(h.core.stopping(), Some(&c.reason), "{}", c.name);
         assert_eq!(cancels, c.cancels, "{}: CancelInFlight", c.name);
-        assert!(!h.core.failed(), "{}: an operator stop is no failure", c.name);
+        assert!(
+            !h.core.failed(),
+            "{}: an operator stop is no failure",
+            c.name
+        );
         assert!(h.dispatch().is_empty(), "{}: no new request", c.name);
         assert!(!h.core.is_over(), "{}: answers in flight", c.name);
         for d in &sent {
@@ -230,7 +241,10 @@ fn an_endpoint_that_leaves_the_listing_is_gone_until_listed_again() {
     assert!(new.is_empty());
     let now = h.now;
     assert_eq!(h.core.off_reason(chutes, &now), Some(OffReason::Gone));
-    assert!(h.core.permitted(chutes), "gone is not a choice: the mark stays");
+    assert!(
+        h.core.permitted(chutes),
+        "gone is not a choice: the mark stays"
+    );
     assert_eq!(h.route_tags(), vec!["together/int4".to_string()]);
     assert!(
         h.event_texts()
@@ -346,7 +360,11 @@ fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
             panic!("{name}");
         };
         assert_eq!(line.id, "p1", "{name}");
-        assert_eq!(line.attempt.as_deref(), Some("old-3"), "{name}: closes the attempt");
+        assert_eq!(
+            line.attempt.as_deref(),
+            Some("old-3"),
+            "{name}: closes the attempt"
+        );
         assert_eq!(line.estimated, estimated, "{name}");
         assert_eq!(line.expected_usd, None, "{name}");
         assert_eq!(h.core.carried_over(), total, "{name}: carried over");
@@ -369,9 +387,7 @@ fn an_adjustment_books_only_a_real_difference() {
         entry.usd = Usd::from_f64(booked);
         entry.generation_id = Some("gen-1".into());
         let now = h.now;
-        let effects = h
-            .core
-            .book_adjustment(entry, Usd::from_f64(actual), &now);
+        let effects = h.core.book_adjustment(entry, Usd::from_f64(actual), &now);
         let want_lines: Vec<(SpendKind, Usd)> = want
             .map(|d| (SpendKind::Adjustment, Usd::from_f64(d)))
             .into_iter()

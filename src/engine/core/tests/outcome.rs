@@ -7,7 +7,8 @@ use crate::engine::worker::CustomTarget;
 use crate::openrouter::{ClientOptions, OpenRouterClient, TimeoutKind};
 use crate::store::output::SpendKind;
 
-const PINNED: &str = "routing = \"pinned\"\n[retry]\nmax_attempts = 3\nbase_delay_ms = 1000\nmax_delay_s = 60";
+const PINNED: &str =
+    "routing = \"pinned\"\n[retry]\nmax_attempts = 3\nbase_delay_ms = 1000\nmax_delay_s = 60";
 
 fn secs_until(h: &H) -> Option<f64> {
     h.core
@@ -38,7 +39,10 @@ fn every_error_kind_has_its_outcome() {
     #[derive(Debug)]
     enum Want {
         /// Retried after this many seconds (a range: the back-off has jitter).
-        Retry { min: f64, max: f64 },
+        Retry {
+            min: f64,
+            max: f64,
+        },
         Reject(&'static str),
         Stop(fn(&ApiError) -> StopReason),
     }
@@ -83,7 +87,11 @@ fn every_error_kind_has_its_outcome() {
             ApiError::Connection("reset".into()),
             Want::Retry { min: 0.5, max: 1.0 },
         ),
-        ("400 is rejected at once", http(400, None, "bad"), Want::Reject("400")),
+        (
+            "400 is rejected at once",
+            http(400, None, "bad"),
+            Want::Reject("400"),
+        ),
         (
             "422 is rejected at once",
             http(422, None, "unprocessable"),
@@ -154,7 +162,7 @@ fn every_error_kind_has_its_outcome() {
                         Effect::Reject { record, .. } => Some(record),
                         _ => None,
                     })
-                    .unwrap();
+                    .expect("a reject");
                 assert_eq!(record.error, err.to_string(), "{name}: no attempt count");
                 assert_eq!(record.attempts, 1, "{name}");
                 assert_eq!(ds.rejected, 1, "{name}");
@@ -185,7 +193,11 @@ fn a_429_rests_its_endpoint_and_counts_as_an_attempt() {
     );
     let chutes = h.index("chutes/int4");
     let sent = h.dispatch();
-    h.result(failed(sent[0].key, Some(chutes), http(429, Some("5"), "slow")));
+    h.result(failed(
+        sent[0].key,
+        Some(chutes),
+        http(429, Some("5"), "slow"),
+    ));
     let now = h.now;
     assert_eq!(
         h.core.off_reason(chutes, &now),
@@ -196,9 +208,13 @@ fn a_429_rests_its_endpoint_and_counts_as_an_attempt() {
     h.at(5.0);
     let again = h.dispatch();
     assert_eq!(again.len(), 1);
-    let at = again[0].pinned.unwrap();
+    let at = again[0].pinned.expect("pinned");
     let effects = h.result(failed(again[0].key, Some(at), http(429, None, "slow")));
-    assert_eq!(rejects(&effects), vec!["429"], "the second 429 is the last attempt");
+    assert_eq!(
+        rejects(&effects),
+        vec!["429"],
+        "the second 429 is the last attempt"
+    );
 }
 
 #[test]
@@ -244,7 +260,7 @@ fn a_retryable_error_after_max_attempts_is_rejected_with_the_count() {
                 Effect::Reject { record, .. } => Some(record),
                 _ => None,
             })
-            .unwrap();
+            .expect("a reject");
         assert_eq!(
             record.error,
             format!("{err} (after {max} attempts)"),
@@ -343,7 +359,7 @@ fn an_answer_writes_its_complete_line_then_its_output() {
     assert_eq!(record.attempts, 1);
     assert!(!record.truncated);
     assert_eq!(record.endpoint_tag.as_deref(), Some("chutes/int4"));
-    let last = record.conversations.last().unwrap();
+    let last = record.conversations.last().expect("a turn");
     assert_eq!(
         (last.role.as_str(), last.content.as_str()),
         ("assistant", format!("answer {}", sent[0].key).as_str())
@@ -447,7 +463,10 @@ fn a_cancelled_stream_is_booked_at_our_estimate_and_neither_kept_nor_rejected() 
     );
     assert_eq!(outputs(&effects), 0);
     assert!(rejects(&effects).is_empty());
-    assert!(h.core.retry_queue_empty(), "a resume takes it again, not this run");
+    assert!(
+        h.core.retry_queue_empty(),
+        "a resume takes it again, not this run"
+    );
     let ds = &h.core.datasets()[0];
     assert_eq!((ds.done, ds.rejected, ds.in_flight), (0, 0, 0));
     assert_eq!(ds.spent, Usd::from_f64(0.0007));
@@ -471,7 +490,10 @@ fn a_result_for_an_unknown_key_does_nothing() {
         cancelled(999, None, 10, 0.1),
     ];
     for r in results {
-        let what = format!("{:?}", r.outcome).chars().take(20).collect::<String>();
+        let what = format!("{:?}", r.outcome)
+            .chars()
+            .take(20)
+            .collect::<String>();
         assert!(h.result(r).is_empty(), "{what}: no effects");
         assert_eq!(h.core.in_flight(), 1, "{what}");
         assert_eq!(h.core.reserved_pico(), reserved, "{what}");
@@ -480,7 +502,10 @@ fn a_result_for_an_unknown_key_does_nothing() {
     }
     // And a key answered twice counts once.
     h.result(done(sent[0].key, None, 100, 0.001, "stop"));
-    assert!(h.result(done(sent[0].key, None, 100, 0.001, "stop")).is_empty());
+    assert!(
+        h.result(done(sent[0].key, None, 100, 0.001, "stop"))
+            .is_empty()
+    );
     assert_eq!(h.core.datasets()[0].done, 1);
 }
 
@@ -489,17 +514,42 @@ fn dataset_spend_follows_its_ledger_lines() {
     let mut h = H::new(config(PINNED), kimi(), &[&["a", "b"], &["x", "y"]]);
     let sent = h.dispatch();
     assert_eq!(sent.len(), 4);
-    let by_id = |id: &str| sent.iter().find(|d| d.prompt_id == id).unwrap();
+    let by_id = |id: &str| sent.iter().find(|d| d.prompt_id == id).expect("sent");
     let mut lines = Vec::new();
-    lines.extend(ledger(&h.result(done(by_id("a").key, Some(0), 10, 0.003, "stop"))));
-    lines.extend(ledger(&h.result(failed(by_id("b").key, Some(0), http(500, None, "x")))));
-    lines.extend(ledger(&h.result(done(by_id("x").key, Some(0), 10, 0.005, "stop"))));
-    lines.extend(ledger(&h.result(cancelled(by_id("y").key, Some(0), 10, 0.0001))));
+    lines.extend(ledger(&h.result(done(
+        by_id("a").key,
+        Some(0),
+        10,
+        0.003,
+        "stop",
+    ))));
+    lines.extend(ledger(&h.result(failed(
+        by_id("b").key,
+        Some(0),
+        http(500, None, "x"),
+    ))));
+    lines.extend(ledger(&h.result(done(
+        by_id("x").key,
+        Some(0),
+        10,
+        0.005,
+        "stop",
+    ))));
+    lines.extend(ledger(&h.result(cancelled(
+        by_id("y").key,
+        Some(0),
+        10,
+        0.0001,
+    ))));
     let cases = [("d0", 0, 0.003), ("d1", 1, 0.0051)];
     for (name, d, want) in cases {
         assert_eq!(h.core.datasets()[d].name, name);
         assert_eq!(spent(&h, d), Usd::from_f64(want), "{name}");
     }
     let total: Usd = lines.iter().map(|(_, u)| *u).sum();
-    assert_eq!(total, spent(&h, 0) + spent(&h, 1), "the ledger and the books agree");
+    assert_eq!(
+        total,
+        spent(&h, 0) + spent(&h, 1),
+        "the ledger and the books agree"
+    );
 }
