@@ -89,7 +89,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
     let client = engine::client_for(&cfg, ApiKey::new("sk-or-v1-harvest-demo-not-a-real-key"))
         .map_err(engine_error)?;
     if let Ok(listing) = client.endpoints(&cfg.model).await {
-        say.write(&render_text(&report(&cfg.model, &listing, &cfg.policy, None)));
+        say.write(&render_text(&report(
+            &cfg.model,
+            &listing,
+            &cfg.policy,
+            None,
+        )));
     }
     let code = drive_headless(handle, w).await?;
     say.line(&format!("outputs: {}", out.display()));

@@ -119,7 +119,11 @@ impl Out {
             return false;
         }
         let mut out = std::io::stdout().lock();
-        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             self.lost = true;
             tracing::warn!("standard output is gone: draining the run");
         }
@@ -293,17 +297,20 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
     let mut stopper = Stopper::default();
     let mut signals = Signals::new();
     let commands = handle.commands.clone();
-    let tui = crate::tui::run_tui(commands.clone(), handle.snapshots.clone());
-    let mut tui = std::pin::pin!(tui);
-    // The TUI runs until the run ends or the operator quits; signals meanwhile.
-    let exit = loop {
-        tokio::select! {
-            exit = &mut tui => break exit,
-            sig = signals.recv() => {
-                // Ctrl-C is a key in raw mode; a SIGINT from elsewhere drains like SIGTERM.
-                stopper.on_signal(sig, &commands, w).await;
-                if sig == Sig::Hangup {
-                    break Ok(crate::tui::TuiExit::lost(handle.snapshots.borrow().clone(), "SIGHUP"));
+    // The TUI runs until the run ends or the operator quits; signals meanwhile. Its future
+    // (and the terminal reader in it) is dropped as soon as the block ends.
+    let exit = {
+        let tui = crate::tui::run_tui(commands.clone(), handle.snapshots.clone());
+        tokio::pin!(tui);
+        loop {
+            tokio::select! {
+                exit = &mut tui => break exit,
+                sig = signals.recv() => {
+                    // Ctrl-C is a key in raw mode; a SIGINT from elsewhere drains like SIGTERM.
+                    stopper.on_signal(sig, &commands, w).await;
+                    if sig == Sig::Hangup {
+                        break Ok(crate::tui::TuiExit::lost(handle.snapshots.borrow().clone(), "SIGHUP"));
+                    }
                 }
             }
         }

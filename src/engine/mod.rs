@@ -112,7 +112,7 @@ impl EngineHandle {
                 .map_err(|e| EngineError::Startup(format!("writing outputs failed: {e}")))?;
         }
         // After a stop-now the operator wants out: the key's usage gets 2 s, not 10.
-        let wait = if summary.reason == Some(StopReason::OperatorStopNow) {
+        let wait = if summary.stopped_now {
             Duration::from_secs(2)
         } else {
             Duration::from_secs(10)

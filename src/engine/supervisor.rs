@@ -55,6 +55,8 @@ pub struct RunSummary {
     pub reason: Option<StopReason>,
     /// A stop caused by the API (bad key, no credit) or by harvest itself: exit code 1.
     pub failed: bool,
+    /// The run ended with a stop-now (closing what was in flight).
+    pub stopped_now: bool,
     pub snapshot: Snapshot,
     /// How far spend went past the budget (zero when it did not).
     pub overshoot: Usd,
@@ -293,7 +295,9 @@ impl Supervisor {
         let n = items.len();
         self.core.say(
             &Clock::now(),
-            format!("an earlier run stopped with {n} requests in flight: looking up what they cost"),
+            format!(
+                "an earlier run stopped with {n} requests in flight: looking up what they cost"
+            ),
         );
         let (tx, rx) = mpsc::channel(256);
         let client = self.shared.client.clone();
@@ -349,10 +353,7 @@ impl Supervisor {
     /// wants out, and the estimates stand.
     async fn reconcile_closed(&mut self) {
         let items = self.core.take_reconcile();
-        if items.is_empty()
-            || !self.shared.client.has_key()
-            || self.core.stopping() == Some(&StopReason::OperatorStopNow)
-        {
+        if items.is_empty() || !self.shared.client.has_key() || self.core.stopped_now() {
             return;
         }
         let mut found =
@@ -499,7 +500,7 @@ impl Supervisor {
         // Look-ups still running: a stop-now leaves them (their lines stay open, and the next
         // start asks again); otherwise their answers are booked before the run ends.
         if let Some(mut rx) = recovery.rx.take() {
-            if self.core.stopping() == Some(&StopReason::OperatorStopNow) {
+            if self.core.stopped_now() {
                 if let Some(t) = recovery.task.take() {
                     t.abort();
                 }
@@ -542,6 +543,7 @@ impl Supervisor {
         publish.send_replace(Arc::new(snap.clone()));
         RunSummary {
             state: snap.state,
+            stopped_now: self.core.stopped_now(),
             reason: self.core.stopping().cloned(),
             failed: self.core.failed(),
             snapshot: snap,

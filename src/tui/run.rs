@@ -63,7 +63,9 @@ static HOOK: std::sync::Once = std::sync::Once::new();
 
 /// Raw mode and the alternate screen for as long as it lives; restored on drop and on panic.
 struct TerminalGuard {
-    terminal: DefaultTerminal,
+    /// Not dropped by Rust: ratatui's `Terminal` prints to stderr when it cannot show the
+    /// cursor on drop, and printing to a vanished terminal panics. `Drop` restores by hand.
+    terminal: std::mem::ManuallyDrop<DefaultTerminal>,
     /// Frames drawn so far (logged at exit: an idle run should draw about one a second).
     frames: u64,
 }
@@ -90,7 +92,7 @@ impl TerminalGuard {
         });
         ACTIVE.store(true, Ordering::SeqCst);
         let guard = TerminalGuard {
-            terminal,
+            terminal: std::mem::ManuallyDrop::new(terminal),
             frames: 0,
         };
         // Mouse capture stays off so that tmux copy mode and terminal selection work.
@@ -115,8 +117,11 @@ impl Drop for TerminalGuard {
         if ACTIVE.swap(false, Ordering::SeqCst) {
             let _ = execute!(io::stdout(), DisableFocusChange);
         }
+        // Errors are ignored: the terminal may be gone (an ssh drop), and nothing may print.
         let _ = self.terminal.show_cursor();
-        ratatui::restore();
+        let _ = ratatui::try_restore();
+        // The terminal's own drop would only retry the cursor and print why it failed; its
+        // memory goes with the process.
     }
 }
 
@@ -149,7 +154,11 @@ pub async fn run_tui(
         }
     };
     if let Err(e) = term.draw(&state) {
-        return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+        return Ok(exit(
+            &state,
+            term.frames,
+            Some(format!("drawing failed: {e}")),
+        ));
     }
     let mut last_draw = Instant::now();
     loop {
@@ -232,7 +241,11 @@ pub async fn run_tui(
         }
         if at_once {
             if let Err(e) = term.draw(&state) {
-                return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+                return Ok(exit(
+                    &state,
+                    term.frames,
+                    Some(format!("drawing failed: {e}")),
+                ));
             }
             last_draw = Instant::now();
             dirty = false;

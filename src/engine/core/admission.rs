@@ -146,6 +146,13 @@ impl Core {
                     failed_at: None,
                 });
             }
+            // In sequence, a dataset whose file just ended still holds the line while its
+            // answers are in flight or its retries wait.
+            if self.cfg.schedule == Schedule::Sequential
+                && (self.datasets[d].in_flight > 0 || self.datasets[d].retries_pending > 0)
+            {
+                return None;
+            }
         }
         None
     }

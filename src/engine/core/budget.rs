@@ -46,6 +46,7 @@ impl Core {
             if !cancellable {
                 remaining = remaining.max(out / 2);
             }
+            f.reserved_pico = remaining;
             total += remaining;
         }
         self.reserved_pico = total;
@@ -91,10 +92,10 @@ impl Core {
             return;
         };
         let gap = Duration::from_secs_f64(1.0 / rps);
-        let floor = now
-            .mono
-            .checked_sub(Duration::from_secs(1))
-            .unwrap_or(now.mono);
+        // After an idle spell the next request may go at once and `rps` in all within this
+        // second (one, when the gap is longer): the one sent now counts as the first of them.
+        let window = gap.max(Duration::from_secs(1));
+        let floor = now.mono.checked_sub(window).map_or(now.mono, |t| t + gap);
         let base = self.next_send_at.map_or(now.mono, |t| t.max(floor));
         self.next_send_at = Some(base + gap);
     }

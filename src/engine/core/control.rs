@@ -76,6 +76,7 @@ impl Core {
                 } else {
                     self.event(now, "stopping now: closing what is in flight");
                 }
+                self.stopped_now = true;
                 self.effects.push(Effect::CancelInFlight);
             }
         }

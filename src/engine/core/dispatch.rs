@@ -132,6 +132,7 @@ impl Core {
                 attempt,
                 endpoint: pinned,
                 expected_pico: expected.pico(),
+                reserved_pico: expected.pico(),
                 accrued,
                 price_in: route.price_in,
                 price_out: route.price_out,

@@ -176,6 +176,9 @@ struct InFlight {
     prompt_tokens: u64,
     endpoint: Option<usize>,
     expected_pico: i64,
+    /// What this attempt adds to `Core::reserved_pico` (its expected cost at dispatch, what
+    /// is left of it at the last tick): released whole when its result comes in.
+    reserved_pico: i64,
     accrued: Arc<AtomicI64>,
 }
 
@@ -210,6 +213,9 @@ pub struct Core {
     stopping: Option<StopReason>,
     /// Set with a stop caused by the API or harvest itself (exit code 1).
     failed: bool,
+    /// A stop-now was asked (by the operator, or at the end of a drain's grace period): what
+    /// is in flight is closed and nothing waits on look-ups.
+    stopped_now: bool,
     retry: BinaryHeap<Reverse<Pending>>,
     seq: u64,
     in_flight: HashMap<u64, InFlight>,
@@ -279,6 +285,7 @@ impl Core {
             paused: false,
             stopping: None,
             failed: false,
+            stopped_now: false,
             retry: BinaryHeap::new(),
             seq: 0,
             in_flight: HashMap::new(),
@@ -430,6 +437,9 @@ impl Core {
     }
     pub fn failed(&self) -> bool {
         self.failed
+    }
+    pub fn stopped_now(&self) -> bool {
+        self.stopped_now
     }
     pub fn paused(&self) -> bool {
         self.paused

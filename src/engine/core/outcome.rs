@@ -24,7 +24,8 @@ impl Core {
         let Some(f) = self.in_flight.remove(&r.key) else {
             return Vec::new();
         };
-        self.reserved_pico -= (f.expected_pico - r.accrued_pico).max(0);
+        // Its cost is in the spend now (the worker booked it): none of it stays reserved.
+        self.reserved_pico -= f.reserved_pico;
         let mut job = f.job.clone();
         job.attempts += 1;
         self.datasets[job.dataset].in_flight -= 1;

@@ -301,9 +301,6 @@ fn schedules_interleave_or_hold_the_line() {
 }
 
 #[test]
-#[ignore = "bug: in sequence, the call that finds the first dataset's file at its end goes on to \
-            the next dataset and starts one of its prompts while the first still has answers in \
-            flight (admission.rs next_job: fresh_prompt returning None falls through the loop)"]
 fn sequential_holds_the_line_while_an_exhausted_dataset_still_runs() {
     let mut h = H::new(
         config("concurrency = 6\nschedule = \"sequential\""),

@@ -98,10 +98,6 @@ fn a_request_that_does_not_fit_waits_then_stops_the_run_when_nothing_is_in_fligh
 }
 
 #[test]
-#[ignore = "bug: on_result releases only expected - accrued of the reservation, so a finished \
-            answer's cost stays reserved (and is counted again in spent) until the next tick: \
-            the next dispatch can stop the run with DollarBudget though the request fits \
-            (outcome.rs on_result, `reserved_pico -= (expected_pico - accrued_pico).max(0)`)"]
 fn a_settled_answer_leaves_nothing_reserved() {
     let mut h = H::new(
         budget_config("routing = \"pinned\"\nconcurrency = 1", 0.01),
@@ -273,9 +269,6 @@ fn after_an_idle_spell_the_rate_cap_allows_a_short_burst_then_spaces_again() {
 }
 
 #[test]
-#[ignore = "bug: after an idle spell the rate cap lets rps + 1 requests go at once (3 at \
-            requests_per_second = 2), more than the one second's worth note_sent promises \
-            (budget.rs note_sent: the floor now - 1 s plus the request sent now)"]
 fn after_an_idle_spell_the_burst_is_at_most_one_seconds_worth() {
     let cases: [(f64, usize); 2] = [(2.0, 2), (1.0, 1)];
     for (rps, most) in cases {

@@ -1,0 +1,279 @@
+//! harvest never hangs when its terminal or its output goes away: headless into a pipe that
+//! closes after three lines, and the TUI on a pseudo-terminal that vanishes (an ssh drop
+//! without tmux). Both drain within the grace period, write everything, leave nothing open in
+//! the ledger, and exit 129.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{paced_sim, write_job};
+
+const KEY: &str = "sk-or-v1-hangup-test-key-000000";
+
+/// Attempts with a `dispatched` or `started` line and no closing line.
+fn open_attempts(out: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(out.join("spend.jsonl")).unwrap_or_default();
+    let mut opened: HashSet<String> = HashSet::new();
+    let mut closed: HashSet<String> = HashSet::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("whole ledger line");
+        let Some(a) = v["attempt"].as_str() else {
+            continue;
+        };
+        match v["kind"].as_str() {
+            Some("dispatched" | "started") => {
+                opened.insert(a.to_string());
+            }
+            Some("adjustment") | None => {}
+            Some(_) => {
+                closed.insert(a.to_string());
+            }
+        }
+    }
+    opened.difference(&closed).cloned().collect()
+}
+
+/// Every output line whole, no id twice.
+fn outputs(out: &Path, name: &str) -> usize {
+    let text = std::fs::read_to_string(out.join(format!("{name}.jsonl"))).unwrap_or_default();
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("whole output line");
+        *ids.entry(v["id"].as_str().expect("id").to_string())
+            .or_default() += 1;
+    }
+    assert!(ids.values().all(|&n| n == 1), "an id twice");
+    ids.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_into_a_pipe_closed_after_three_lines_drains_and_exits_129() {
+    let sim = paced_sim(0.3, 300.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = write_job(
+        dir.path(),
+        400,
+        &sim.base_url(),
+        "HARVEST_HANGUP_KEY",
+        "budget_usd = 5.0\nconcurrency = 24\n[request]\nmax_tokens = 2000",
+        "P",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args([
+            "run",
+            "--headless",
+            "--progress-every",
+            "0.2",
+            "--drain-grace-s",
+            "8",
+            "-c",
+        ])
+        .arg(&cfg)
+        .env("HARVEST_HANGUP_KEY", KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("harvest starts");
+    let stdout = child.stdout.take().expect("piped");
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut r = BufReader::new(stdout);
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let mut l = String::new();
+            r.read_line(&mut l).expect("a line");
+            got.push(l);
+        }
+        got
+        // The reader drops here: the pipe closes, as `| head -3` does.
+    })
+    .await
+    .expect("join");
+    assert!(lines[0].contains("run started"), "{lines:?}");
+    let closed = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if closed.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("harvest hung after its stdout closed");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Within the drain grace (8 s, then a stop-now), with a little room for a loaded machine.
+    assert!(
+        closed.elapsed() < Duration::from_secs(11),
+        "took {:?}",
+        closed.elapsed()
+    );
+    assert_eq!(status.code(), Some(129), "{status:?}");
+    let out = dir.path().join("out");
+    assert_eq!(
+        open_attempts(&out),
+        Vec::<String>::new(),
+        "nothing left open in the ledger"
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).expect("state"))
+            .expect("json");
+    assert_eq!(state["reason"]["kind"], "output_lost");
+    assert_eq!(state["in_flight"], 0);
+    assert_eq!(state["done"].as_u64(), Some(outputs(&out, "P") as u64));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tui_on_a_vanishing_terminal_drains_and_exits_129() {
+    let sim = paced_sim(0.3, 300.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = write_job(
+        dir.path(),
+        400,
+        &sim.base_url(),
+        "HARVEST_HANGUP_KEY",
+        "budget_usd = 5.0\nconcurrency = 24\n[request]\nmax_tokens = 2000",
+        "P",
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py");
+    let bin = env!("CARGO_BIN_EXE_harvest").to_string();
+    let cfg_s = cfg.display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(script)
+            .args([
+                "Providers",
+                "3",
+                "30",
+                &bin,
+                "run",
+                "--drain-grace-s",
+                "8",
+                "-c",
+                &cfg_s,
+            ])
+            .env("HARVEST_HANGUP_KEY", KEY)
+            .output()
+            .expect("python3 runs")
+    })
+    .await
+    .expect("join");
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        !said.contains("marker-not-seen"),
+        "the TUI never drew its providers table: {said}"
+    );
+    assert!(
+        !said.contains("hung"),
+        "harvest hung after its terminal vanished"
+    );
+    assert!(said.contains("exit=129"), "{said}");
+    // Within the drain grace (8 s, then a stop-now), with a little room for a loaded machine.
+    let secs: f64 = said
+        .split("seconds=")
+        .nth(1)
+        .and_then(|t| t.trim().parse().ok())
+        .expect("seconds");
+    assert!(secs < 11.0, "took {secs} s after the terminal vanished");
+    let out_dir = dir.path().join("out");
+    assert_eq!(
+        open_attempts(&out_dir),
+        Vec::<String>::new(),
+        "nothing left open"
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("state.json")).expect("state"))
+            .expect("json");
+    assert_eq!(state["reason"]["kind"], "output_lost");
+    assert_eq!(state["in_flight"], 0);
+    assert_eq!(state["done"].as_u64(), Some(outputs(&out_dir, "P") as u64));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_on_sighup_drains_and_exits_129() {
+    let sim = paced_sim(0.3, 300.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = write_job(
+        dir.path(),
+        400,
+        &sim.base_url(),
+        "HARVEST_HANGUP_KEY",
+        "budget_usd = 5.0\nconcurrency = 24\n[request]\nmax_tokens = 2000",
+        "P",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args([
+            "run",
+            "--headless",
+            "--progress-every",
+            "0.2",
+            "--drain-grace-s",
+            "8",
+            "-c",
+        ])
+        .arg(&cfg)
+        .env("HARVEST_HANGUP_KEY", KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("harvest starts");
+    let stdout = child.stdout.take().expect("piped");
+    // Keep reading, as a terminal would; hang up after two progress lines.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut all = String::new();
+        let mut l = String::new();
+        while r.read_line(&mut l).unwrap_or(0) > 0 {
+            all.push_str(&l);
+            if all.lines().count() == 3 {
+                let _ = tx.send(());
+            }
+            l.clear();
+        }
+        all
+    });
+    tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(30)))
+        .await
+        .expect("join")
+        .expect("three lines");
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(hup.success());
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "harvest hung after SIGHUP"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        sent.elapsed() < Duration::from_secs(11),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(129), "{status:?}");
+    let said = reader.join().expect("reader");
+    assert!(
+        said.contains("terminal or output lost: drained"),
+        "the summary says why:\n{said}"
+    );
+    let out = dir.path().join("out");
+    assert_eq!(
+        open_attempts(&out),
+        Vec::<String>::new(),
+        "nothing left open in the ledger"
+    );
+    sim.stop().await;
+}
