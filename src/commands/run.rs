@@ -28,6 +28,7 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
             force: args.force,
             tick: None,
             api_key: None,
+            repair: args.repair,
         },
     ))
 }
@@ -202,6 +203,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         ))
     })?;
     let handle = engine::start(cfg, opts).await.map_err(engine_error)?;
+    for note in &handle.start_notes {
+        eprintln!("harvest: {note}");
+    }
     if use_tui(args.headless) {
         return drive_tui(handle).await;
     }
