@@ -554,6 +554,14 @@ impl Config {
         )?;
         http_url(c, "base_url", &self.base_url)?;
         positive(c, "budget_usd", self.budget_usd)?;
+        // Money is integer picodollars in an i64 (at most ~9.22M USD): a larger budget would be
+        // clamped silently, and sums near the limit would overflow.
+        let msg = format!(
+            "must be at most {MAX_BUDGET_USD} USD (the most harvest's dollar counters hold with \
+             room to spare), got {}",
+            self.budget_usd
+        );
+        c.ensure(self.budget_usd <= MAX_BUDGET_USD, "budget_usd", msg)?;
         let conc_ok = (1..=100_000).contains(&self.concurrency);
         c.ensure(conc_ok, "concurrency", "must be between 1 and 100000")?;
         for (tag, cap) in &self.endpoint_concurrency {
@@ -672,6 +680,9 @@ impl Config {
         Ok(())
     }
 }
+
+/// The largest `budget_usd`.
+pub const MAX_BUDGET_USD: f64 = 9_000_000.0;
 
 /// Names harvest gives its own files in an output directory (`spend.jsonl`, `state.json`,
 /// `manifest.json`, `harvest.log`, `probe.json`, `<dataset>.rejects.jsonl`,
@@ -1090,6 +1101,20 @@ model =
             cases += 1;
         }
         assert_eq!(cases, 30);
+    }
+
+    #[test]
+    fn a_budget_beyond_the_dollar_counters_is_refused_with_the_limit() {
+        let err = parse("budget_usd = 1e300\ndataset = [{ name = \"a\", prompts = \"a\" }]\n")
+            .expect_err("too big")
+            .to_string();
+        assert!(
+            err.contains("harvest.toml:1: budget_usd: must be at most 9000000 USD"),
+            "{err}"
+        );
+        let c = parse("budget_usd = 9e6\ndataset = [{ name = \"a\", prompts = \"a\" }]\n")
+            .expect("the limit itself");
+        assert_eq!(c.budget().as_f64(), 9e6);
     }
 
     #[test]
