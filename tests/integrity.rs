@@ -220,6 +220,22 @@ async fn damage_is_refused_untouched_then_repaired_keeping_every_good_row() {
             files(&out) == before,
             "{case:?}: status --report changed a file"
         );
+        let mut estimate = harvest();
+        estimate
+            .args(["estimate", "--json", "--mean-output", "100", "-c"])
+            .arg(dir.join("harvest.toml"));
+        let (code, stdout, err) = output(estimate).await;
+        assert_eq!(code, 0, "{case:?}: {err}");
+        assert!(files(&out) == before, "{case:?}: estimate changed a file");
+        if bad.is_some() {
+            let est: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+            let notes = est["assumptions"].to_string();
+            assert!(notes.contains("could not be read"), "{case:?}: {notes}");
+            assert!(
+                notes.contains(&want),
+                "{case:?}: the first one named: {notes}"
+            );
+        }
 
         // Repaired: every good row kept, the bad one quarantined, only its prompt redone.
         let (code, stdout, err) = run(&dir, &["--repair"]).await;
@@ -290,7 +306,7 @@ async fn a_torn_tail_is_cut_on_resume_and_its_prompt_redone_once() {
         bytes.truncate(cut);
         std::fs::write(&p, &bytes).expect("tear");
         let good_prefix_end = bytes.iter().rposition(|b| *b == b'\n').expect("a line") + 1;
-        // The readers leave it alone.
+        // The readers leave it alone (and do not count it).
         let mut status = harvest();
         status.args(["status", "--report"]).arg(dir.join("out"));
         let (code, _, err) = output(status).await;
@@ -300,6 +316,22 @@ async fn a_torn_tail_is_cut_on_resume_and_its_prompt_redone_once() {
             bytes,
             "{file}: the report wrote"
         );
+        let mut estimate = harvest();
+        estimate
+            .args(["estimate", "--json", "--mean-output", "100", "-c"])
+            .arg(dir.join("harvest.toml"));
+        let (code, stdout, err) = output(estimate).await;
+        assert_eq!(code, 0, "{file}: {err}");
+        assert_eq!(
+            std::fs::read(&p).expect("read"),
+            bytes,
+            "{file}: estimate wrote"
+        );
+        // A torn line is not read, so it is not "unreadable" either.
+        let est: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+        assert!(est["assumptions"].is_array(), "{stdout}");
+        let notes = est["assumptions"].to_string();
+        assert!(!notes.contains("could not be read"), "{file}: {notes}");
 
         let sent = chat_requests(&sim);
         let (code, out, err) = run(&dir, &[]).await;
