@@ -234,6 +234,10 @@ pub struct RunArgs {
     /// Resume into an output directory even if it was started with other parameters.
     #[arg(long)]
     pub force: bool,
+    /// Instead of refusing to start on a damaged output directory: move each damaged line to
+    /// `<file>.damaged`, keep every good line, and rebuild a missing ledger from the outputs.
+    #[arg(long)]
+    pub repair: bool,
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 5.0)]
     pub progress_every: f64,

@@ -554,6 +554,14 @@ impl Config {
         )?;
         http_url(c, "base_url", &self.base_url)?;
         positive(c, "budget_usd", self.budget_usd)?;
+        // Money is integer picodollars in an i64 (at most ~9.22M USD): a larger budget would be
+        // clamped silently, and sums near the limit would overflow.
+        let msg = format!(
+            "must be at most {MAX_BUDGET_USD} USD (the most harvest's dollar counters hold with \
+             room to spare), got {}",
+            self.budget_usd
+        );
+        c.ensure(self.budget_usd <= MAX_BUDGET_USD, "budget_usd", msg)?;
         let conc_ok = (1..=100_000).contains(&self.concurrency);
         c.ensure(conc_ok, "concurrency", "must be between 1 and 100000")?;
         for (tag, cap) in &self.endpoint_concurrency {
@@ -589,10 +597,31 @@ impl Config {
                 && (d.name.chars()).all(|ch| ch.is_ascii_alphanumeric() || ".-_".contains(ch));
             let msg = format!("bad name {:?}: use only A-Z a-z 0-9 . _ -", d.name);
             c.ensure(name_ok, key("name"), msg)?;
+            if let Some(why) = reserved_name(&d.name) {
+                let msg = format!(
+                    "dataset name `{}` {why}: its files would mix with harvest's own in the \
+                     output directory. Choose another name",
+                    d.name
+                );
+                return Err(c.err(key("name"), msg));
+            }
             if let Some(first) = seen.insert(&d.name, i) {
                 let msg = format!(
                     "duplicate dataset name `{}` (also dataset[{first}])",
                     d.name
+                );
+                return Err(c.err(key("name"), msg));
+            }
+            // On a case-insensitive filesystem (macOS, Windows) `A.jsonl` and `a.jsonl` are one.
+            if let Some((j, other)) = self.datasets[..i]
+                .iter()
+                .enumerate()
+                .find(|(_, o)| o.name != d.name && o.name.eq_ignore_ascii_case(&d.name))
+            {
+                let msg = format!(
+                    "dataset names `{}` and `{}` (dataset[{j}]) differ only by case: on a \
+                     case-insensitive filesystem they would share files",
+                    d.name, other.name
                 );
                 return Err(c.err(key("name"), msg));
             }
@@ -649,6 +678,30 @@ impl Config {
             c.ensure(e.concurrency > 0, key("concurrency"), "must be at least 1")?;
         }
         Ok(())
+    }
+}
+
+/// The largest `budget_usd`.
+pub const MAX_BUDGET_USD: f64 = 9_000_000.0;
+
+/// Names harvest gives its own files in an output directory (`spend.jsonl`, `state.json`,
+/// `manifest.json`, `harvest.log`, `probe.json`, `<dataset>.rejects.jsonl`,
+/// `<file>.damaged`, `.harvest.lock`): a dataset may not take them, in any case.
+pub const RESERVED_NAMES: [&str; 5] = ["spend", "state", "manifest", "harvest", "probe"];
+
+/// Why a dataset name would collide with harvest's own files, if it would.
+fn reserved_name(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if RESERVED_NAMES.contains(&lower.as_str()) {
+        Some("is the name of one of harvest's own files")
+    } else if lower.ends_with(".rejects") {
+        Some("ends in .rejects, the suffix of a dataset's rejects file")
+    } else if lower.ends_with(".damaged") {
+        Some("ends in .damaged, the suffix of the files --repair moves damaged lines to")
+    } else if name.starts_with('.') {
+        Some("starts with a dot, kept for harvest's hidden files")
+    } else {
+        None
     }
 }
 
@@ -1048,6 +1101,60 @@ model =
             cases += 1;
         }
         assert_eq!(cases, 30);
+    }
+
+    #[test]
+    fn a_budget_beyond_the_dollar_counters_is_refused_with_the_limit() {
+        let err = parse("budget_usd = 1e300\ndataset = [{ name = \"a\", prompts = \"a\" }]\n")
+            .expect_err("too big")
+            .to_string();
+        assert!(
+            err.contains("harvest.toml:1: budget_usd: must be at most 9000000 USD"),
+            "{err}"
+        );
+        let c = parse("budget_usd = 9e6\ndataset = [{ name = \"a\", prompts = \"a\" }]\n")
+            .expect("the limit itself");
+        assert_eq!(c.budget().as_f64(), 9e6);
+    }
+
+    #[test]
+    fn dataset_names_cannot_collide_with_harvest_files_or_each_other() {
+        let cases = [
+            (
+                "spend",
+                "dataset[0].name: dataset name `spend` is the name of one of harvest's",
+            ),
+            (
+                "Spend",
+                "dataset[0].name: dataset name `Spend` is the name of one of harvest's",
+            ),
+            ("state", "own files"),
+            ("manifest", "own files"),
+            ("harvest", "own files"),
+            ("probe", "own files"),
+            ("a.rejects", "ends in .rejects"),
+            ("a.REJECTS", "ends in .rejects"),
+            ("a.jsonl.damaged", "ends in .damaged"),
+            (".hidden", "starts with a dot"),
+        ];
+        for (name, want) in cases {
+            let text =
+                format!("model = \"m\"\ndataset = [{{ name = \"{name}\", prompts = \"a\" }}]\n");
+            let err = parse(&text).expect_err(name).to_string();
+            assert!(err.starts_with("harvest.toml:2: "), "{name}: {err}");
+            assert!(err.contains(want), "{name}: {err}");
+        }
+        let text = "[[dataset]]\nname = \"a\"\nprompts = \"a\"\n\
+                    [[dataset]]\nname = \"A\"\nprompts = \"b\"\n";
+        let err = parse(text).expect_err("case").to_string();
+        assert!(
+            err.contains("harvest.toml:5: dataset[1].name: dataset names `A` and `a` (dataset[0]) differ only by case"),
+            "{err}"
+        );
+        for fine in ["spends", "a.rejects2", "rejects", "my-state", "a.b"] {
+            let text = format!("dataset = [{{ name = \"{fine}\", prompts = \"a\" }}]\n");
+            parse(&text).unwrap_or_else(|e| panic!("{fine}: {e}"));
+        }
     }
 
     #[test]

@@ -22,6 +22,13 @@ pub fn to_stderr() {
 /// Logs to `<dir>/harvest.log` (appending) through a background writer; keep the guard alive
 /// until the end of the run so that the last lines are written.
 pub fn to_file(dir: &Path) -> std::io::Result<tracing_appender::non_blocking::WorkerGuard> {
+    // `create_dir_all` on a file says only "File exists".
+    if dir.exists() && !dir.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "output_dir {} is a file, not a directory",
+            dir.display()
+        )));
+    }
     std::fs::create_dir_all(dir)?;
     let file = std::fs::OpenOptions::new()
         .create(true)

@@ -13,9 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{Tokens, Usd, group_thousands};
 use crate::engine::{Manifest, Snapshot, manifest_path, state_path};
-use crate::store::output::{
-    OutputRecord, RejectRecord, SpendEntry, SpendKind, ledger_path, output_path, rejects_path,
-};
+use crate::store::output::{OutputRecord, SpendEntry, SpendKind};
+use crate::store::scan::{self, FileScan, ScanError};
 
 /// Version of the JSON form; bumped when a field changes meaning or goes away.
 pub const SCHEMA: u32 = 1;
@@ -150,43 +149,34 @@ impl Acc {
     }
 }
 
-/// Calls `f` with each line of a JSONL file, read as a stream (a run's files can hold millions
-/// of lines). A missing file is empty; a torn last line (a crash mid-write, repaired by the
-/// next run) is skipped; any other bad line is an error naming it.
-fn each_line<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    mut f: impl FnMut(T),
-) -> Result<(), ReportError> {
-    use std::io::BufRead;
-    let fail = |msg: String| ReportError::File {
-        path: path.to_path_buf(),
-        msg,
-    };
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(fail(e.to_string())),
-    };
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
-    let mut line = String::new();
-    let mut n = 0u64;
-    loop {
-        line.clear();
-        let read = reader
-            .read_line(&mut line)
-            .map_err(|e| fail(e.to_string()))?;
-        if read == 0 {
-            return Ok(());
-        }
-        n += 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str(&line) {
-            Ok(v) => f(v),
-            Err(_) if !line.ends_with('\n') => return Ok(()),
-            Err(e) => return Err(fail(format!("line {n}: {e}"))),
-        }
+/// A damaged file (see [`crate::store::scan`]) is an error naming its first bad line: a report
+/// that silently left rows out would misstate the spend.
+fn refuse_damage(f: &FileScan) -> Result<(), ReportError> {
+    match (f.damage.first(), f.damaged) {
+        (Some(d), n) => Err(ReportError::File {
+            path: f.path.clone(),
+            msg: format!(
+                "line {} (byte {}): {}{}",
+                d.line,
+                d.offset,
+                d.error,
+                if n > 1 {
+                    format!(" ({n} damaged lines in all; `harvest run --repair` quarantines them)")
+                } else {
+                    " (`harvest run --repair` quarantines it)".to_string()
+                }
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn scan_error(e: ScanError) -> ReportError {
+    match e {
+        ScanError::Io { path, source } => ReportError::File {
+            path,
+            msg: source.to_string(),
+        },
     }
 }
 
@@ -233,16 +223,8 @@ impl Report {
             .collect();
         let mut spend = SpendCheck::default();
         let mut rejected = vec![0u64; names.len()];
-        for d in &names {
-            let i = index[d.as_str()];
-            each_line(&output_path(dir, d), |r: OutputRecord| {
-                let ep = r.endpoint_tag.clone().unwrap_or_else(|| r.provider.clone());
-                spend.records += r.cost_usd;
-                accs.entry((i, ep)).or_default().add_record(&r);
-            })?;
-            each_line(&rejects_path(dir, d), |_: RejectRecord| rejected[i] += 1)?;
-        }
-        each_line(&ledger_path(dir), |e: SpendEntry| {
+        // Read-only and safe beside a live run: its half-written last line is not read.
+        let ledger = scan::scan_ledger(dir, |e: &SpendEntry| {
             spend.ledger += e.usd;
             if e.estimated {
                 spend.estimated += e.usd;
@@ -255,13 +237,27 @@ impl Report {
             let Some(&i) = index.get(e.dataset.as_str()) else {
                 return;
             };
-            let ep = e.endpoint.unwrap_or_else(|| UNRESOLVED.to_string());
+            let ep = e.endpoint.clone().unwrap_or_else(|| UNRESOLVED.to_string());
             let acc = accs.entry((i, ep)).or_default();
             acc.row.usd += e.usd;
-            if let Some(kind) = e.error {
-                *acc.row.errors.entry(kind).or_default() += 1;
+            if let Some(kind) = &e.error {
+                *acc.row.errors.entry(kind.clone()).or_default() += 1;
             }
-        })?;
+        })
+        .map_err(scan_error)?;
+        for d in &names {
+            let i = index[d.as_str()];
+            let found = scan::scan_dataset(dir, d, &ledger.completes, |r: &OutputRecord| {
+                let ep = r.endpoint_tag.clone().unwrap_or_else(|| r.provider.clone());
+                spend.records += r.cost_usd;
+                accs.entry((i, ep)).or_default().add_record(r);
+            })
+            .map_err(scan_error)?;
+            refuse_damage(&found.outputs_file)?;
+            refuse_damage(&found.rejects_file)?;
+            rejected[i] = found.existing.rejects;
+        }
+        refuse_damage(&ledger.file)?;
         if let Some(s) = &snapshot
             && let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now)
         {

@@ -120,3 +120,31 @@ async fn the_key_never_leaks() {
     );
     assert!(!captured.contains("VERYSECRET"), "key leaked in logs");
 }
+
+/// Issue 12 item 13: a server that quotes the key cut in two (`sk-or-v1-VERYSE...7b6a5948`)
+/// and a key that is not ours: neither reaches an error's text, Debug or detail.
+#[tokio::test]
+async fn a_key_quoted_in_pieces_or_another_key_is_redacted_too() {
+    let (head, tail) = (&KEY[..15], &KEY[KEY.len() - 8..]);
+    let body = format!(
+        r#"{{"error":{{"code":401,"message":"Invalid key {head}...{tail}","metadata":{{"raw":"ends in {tail}; also tried sk-or-v1-0f0f0f0f0f0f0f0f","provider_name":"Echo"}}}}}}"#
+    );
+    let base = common::http::canned_server(format!(
+        "HTTP/1.1 401 Oops\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await
+    .replace("/v1", "/api/v1");
+    let key = ApiKey::new(KEY).expect("key");
+    let client = OpenRouterClient::new(ClientOptions::new(base, Some(key))).expect("client");
+    let req = ChatRequest::new("m", vec![Message::user("hello")], 8);
+    let e = client.chat(&req).await.expect_err("error");
+    let seen = format!("{e} {e:?} {:?}", e.detail());
+    assert!(
+        seen.contains("Invalid key [redacted]...[redacted]"),
+        "{seen}"
+    );
+    for piece in [head, tail, "VERYSE", "0f0f0f0f"] {
+        assert!(!seen.contains(piece), "{piece} leaked in: {seen}");
+    }
+}

@@ -6,12 +6,9 @@
 //! Read-only: unlike a resume, it never repairs a torn last line, since a run may be writing.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 
 use crate::cli::EstimateArgs;
 use crate::config::{Config, EndpointConfig, OnBadLine, Routing};
@@ -23,8 +20,9 @@ use crate::estimate::{
     TextStats, TokenRule, VerdictStatus, estimate,
 };
 use crate::openrouter::{ApiKey, Endpoint};
-use crate::store::output::{SpendEntry, SpendKind, ledger_path, output_path, rejects_path};
+use crate::store::output::ledger_path;
 use crate::store::prompts::PromptReader;
+use crate::store::scan::{self, ScanError};
 
 use super::BadInput;
 
@@ -93,9 +91,10 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
         unbooked += outs.unbooked;
         if outs.unreadable > 0 {
             notes.push(format!(
-                "{}: {} output or reject lines could not be read (a torn last line of a \
-                 running or crashed run): not counted",
-                d.name, outs.unreadable
+                "{}: {} output or reject lines could not be read: not counted{}",
+                d.name,
+                outs.unreadable,
+                damage_hint(outs.first_damage.as_deref())
             ));
         }
         let cap = d
@@ -150,30 +149,7 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
     })
 }
 
-/// Calls `each` with every line of the JSONL file at `path` that parses as `T`, and returns
-/// how many non-blank lines did not. A missing file is an empty one.
-fn read_jsonl<T: DeserializeOwned>(path: &Path, mut each: impl FnMut(T)) -> Result<u64, BadInput> {
-    let cannot = |e: std::io::Error| BadInput(format!("cannot read {}: {e}", path.display()));
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(cannot(e)),
-    };
-    let mut unreadable = 0;
-    for line in BufReader::with_capacity(1 << 20, file).split(b'\n') {
-        let line = line.map_err(cannot)?;
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<T>(&line) {
-            Ok(v) => each(v),
-            Err(_) => unreadable += 1,
-        }
-    }
-    Ok(unreadable)
-}
-
-/// The spend ledger, read-only.
+/// The spend ledger, read-only (through [`scan`], the one reader of an output directory).
 #[derive(Debug, Default)]
 struct LedgerFacts {
     spent: Usd,
@@ -181,34 +157,24 @@ struct LedgerFacts {
     completes: HashSet<String>,
     /// Attempts dispatched or started and not closed: in flight, or left by a crash.
     open_attempts: u64,
+    /// Damaged lines (see [`scan`]), and the first one's place.
     unreadable: u64,
+    first_damage: Option<String>,
+}
+
+fn cannot(e: ScanError) -> BadInput {
+    BadInput(e.to_string())
 }
 
 fn read_ledger(dir: &Path) -> Result<LedgerFacts, BadInput> {
-    let mut facts = LedgerFacts::default();
-    let (mut opened, mut closed) = (HashSet::new(), HashSet::new());
-    facts.unreadable = read_jsonl::<SpendEntry>(&ledger_path(dir), |e| {
-        facts.spent += e.usd;
-        if e.kind == SpendKind::Complete {
-            facts.completes.insert(e.id.clone());
-        }
-        let Some(attempt) = e.attempt else { return };
-        match e.kind {
-            SpendKind::Dispatched | SpendKind::Started => {
-                opened.insert(attempt);
-            }
-            SpendKind::Complete
-            | SpendKind::Cancelled
-            | SpendKind::Failed
-            | SpendKind::Recovered
-            | SpendKind::Unknown => {
-                closed.insert(attempt);
-            }
-            SpendKind::Adjustment | SpendKind::Other => {}
-        }
-    })?;
-    facts.open_attempts = opened.difference(&closed).count() as u64;
-    Ok(facts)
+    let scan = scan::scan_ledger(dir, |_| {}).map_err(cannot)?;
+    Ok(LedgerFacts {
+        spent: scan.total,
+        open_attempts: scan.open_attempts(),
+        unreadable: scan.file.damaged,
+        first_damage: scan.file.damage_text(),
+        completes: scan.completes,
+    })
 }
 
 fn ledger_notes(ledger: &LedgerFacts, unbooked: Usd, dir: &Path) -> Vec<String> {
@@ -234,35 +200,13 @@ fn ledger_notes(ledger: &LedgerFacts, unbooked: Usd, dir: &Path) -> Vec<String> 
     }
     if ledger.unreadable > 0 {
         notes.push(format!(
-            "{}: {} lines could not be read: not counted",
+            "{}: {} lines could not be read: not counted{}",
             ledger_path(dir).display(),
-            ledger.unreadable
+            ledger.unreadable,
+            damage_hint(ledger.first_damage.as_deref())
         ));
     }
     notes
-}
-
-/// The fields of an output line the estimate needs.
-#[derive(Deserialize)]
-struct OutputLine {
-    id: String,
-    usage: UsageLine,
-    #[serde(default)]
-    cost_usd: Usd,
-    #[serde(default)]
-    endpoint_tag: Option<String>,
-    #[serde(default)]
-    latency_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct UsageLine {
-    completion_tokens: u64,
-}
-
-#[derive(Deserialize)]
-struct IdLine {
-    id: String,
 }
 
 /// What the output directory holds for one dataset.
@@ -272,9 +216,18 @@ struct DatasetOutputs {
     done: HashSet<String>,
     observed: Observed,
     rejects: u64,
+    /// Damaged lines (see [`scan`]), and the first one's place.
     unreadable: u64,
+    first_damage: Option<String>,
     /// Cost of outputs whose ledger line is missing.
     unbooked: Usd,
+}
+
+/// " (first: FILE:LINE ...; `harvest run --repair` quarantines them)" for a note.
+fn damage_hint(first: Option<&str>) -> String {
+    first.map_or(String::new(), |f| {
+        format!(" (first: {f}; `harvest run --repair` quarantines them)")
+    })
 }
 
 fn read_outputs(
@@ -283,25 +236,30 @@ fn read_outputs(
     completes: &HashSet<String>,
     speeds: &mut HashMap<String, SpeedSample>,
 ) -> Result<DatasetOutputs, BadInput> {
-    let mut o = DatasetOutputs::default();
-    let bad_out = read_jsonl::<OutputLine>(&output_path(dir, dataset), |l| {
-        o.observed.outputs += 1;
-        o.observed.completion_tokens += l.usage.completion_tokens;
-        if !completes.contains(&l.id) {
-            o.unbooked += l.cost_usd;
+    let found = scan::scan_dataset(dir, dataset, completes, |r| {
+        if let (Some(tag), ms) = (&r.endpoint_tag, r.latency_ms)
+            && ms > 0
+        {
+            let sample = speeds.entry(tag.clone()).or_default();
+            sample.add(r.usage.completion_tokens, ms as f64 / 1000.0);
         }
-        if let (Some(tag), Some(ms)) = (l.endpoint_tag, l.latency_ms.filter(|ms| *ms > 0)) {
-            let sample = speeds.entry(tag).or_default();
-            sample.add(l.usage.completion_tokens, ms as f64 / 1000.0);
-        }
-        o.done.insert(l.id);
-    })?;
-    let bad_rej = read_jsonl::<IdLine>(&rejects_path(dir, dataset), |l| {
-        o.rejects += 1;
-        o.done.insert(l.id);
-    })?;
-    o.unreadable = bad_out + bad_rej;
-    Ok(o)
+    })
+    .map_err(cannot)?;
+    let ex = found.existing;
+    Ok(DatasetOutputs {
+        done: ex.done.into_keys().collect(),
+        observed: Observed {
+            outputs: ex.outputs,
+            completion_tokens: ex.output_tokens,
+        },
+        rejects: ex.rejects,
+        unreadable: found.outputs_file.damaged + found.rejects_file.damaged,
+        first_damage: found
+            .outputs_file
+            .damage_text()
+            .or(found.rejects_file.damage_text()),
+        unbooked: found.unbooked,
+    })
 }
 
 /// A prompt file against what is done.
@@ -796,19 +754,5 @@ mod tests {
         assert!(w.lines().all(|l| l.chars().count() <= WIDTH), "{w}");
         assert!(w.starts_with("  - word"));
         assert!(w.lines().skip(1).all(|l| l.starts_with("    word")));
-    }
-
-    #[test]
-    fn read_jsonl_counts_torn_lines_without_touching_the_file() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let p = dir.path().join("x.jsonl");
-        let text = "{\"id\":\"a\"}\n\n{\"id\":\"b\"}\n{\"id\":";
-        std::fs::write(&p, text).expect("write");
-        let mut ids = Vec::new();
-        let bad = read_jsonl::<IdLine>(&p, |l| ids.push(l.id)).expect("read");
-        assert_eq!((ids, bad), (vec!["a".to_string(), "b".to_string()], 1));
-        assert_eq!(std::fs::read_to_string(&p).expect("read"), text);
-        let none = read_jsonl::<IdLine>(&dir.path().join("missing"), |_| {}).expect("missing");
-        assert_eq!(none, 0);
     }
 }

@@ -32,6 +32,17 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     };
     let policy = cfg.as_ref().map(|c| c.policy.clone()).unwrap_or_default();
     let use_openrouter = cfg.as_ref().is_none_or(|c| c.openrouter);
+    if use_openrouter && !client.has_key() {
+        let var = cfg.as_ref().map_or(&args.api_key_env, |c| &c.api_key_env);
+        return Err(BadInput(crate::engine::missing_key(var)).into());
+    }
+    // The probe books its spend in the output directory's ledger: not while a run owns it.
+    let dir = cfg
+        .as_ref()
+        .map(|c| c.output_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("out"));
+    crate::engine::create_output_dir(&dir).map_err(super::run::engine_error)?;
+    let _lock = crate::store::lock::lock_dir(&dir).map_err(|e| BadInput(e.to_string()))?;
 
     // Every endpoint of the listing (the probe is how one learns about undisclosed ones),
     // cheapest native-precision first for the reference fallback.
@@ -128,10 +139,6 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| BadInput(e.to_string()))?;
 
-    let dir = cfg
-        .as_ref()
-        .map(|c| c.output_dir.clone())
-        .unwrap_or_else(|| PathBuf::from("out"));
     let path = args
         .out
         .clone()

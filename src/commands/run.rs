@@ -34,6 +34,7 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
             force: args.force,
             tick: None,
             api_key: None,
+            repair: args.repair,
         },
     ))
 }
@@ -359,6 +360,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
         drain_grace: Duration::from_secs_f64(args.drain_grace_s.max(0.0)),
     };
+    for note in &handle.start_notes {
+        eprintln_quiet(&format!("harvest: {note}"));
+    }
     if use_tui(args.headless) {
         return drive_tui(handle, w).await;
     }

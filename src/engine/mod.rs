@@ -32,8 +32,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, RequestParams};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
+use crate::store::lock::{self, DirLock};
 use crate::store::output::{self, Writer, WriterThread};
 use crate::store::prompts::{PromptReader, count_prompts, shard_of};
+use crate::store::{repair, scan};
 
 pub use control::{Command, ShutdownMode};
 pub use reason::{OffReason, StopReason};
@@ -57,6 +59,9 @@ pub struct RunOptions {
     pub tick: Option<Duration>,
     /// The API key, when not from the environment variable the config names (library use).
     pub api_key: Option<ApiKey>,
+    /// Quarantine damaged lines and rebuild a lost ledger instead of refusing to start
+    /// (`harvest run --repair`).
+    pub repair: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +101,11 @@ pub struct EngineHandle {
     client: OpenRouterClient,
     output_dir: PathBuf,
     datasets: Vec<String>,
+    /// What the start changed in the output directory (a torn tail cut, damaged lines moved, a
+    /// ledger rebuilt), one sentence each, for the operator.
+    pub start_notes: Vec<String>,
+    /// The output directory's lock, held until the run is finished (or the process dies).
+    _lock: DirLock,
 }
 
 impl EngineHandle {
@@ -202,25 +212,37 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     if cfg.datasets.is_empty() {
         return Err(EngineError::Input("no [[dataset]] in the config".into()));
     }
+    // Preflight: a run through OpenRouter without a key would send a wave of requests only to
+    // learn it from 401s.
+    if cfg.openrouter && opts.api_key.is_none() && ApiKey::from_env(&cfg.api_key_env).is_none() {
+        return Err(EngineError::Input(missing_key(&cfg.api_key_env)));
+    }
     let dir = cfg.output_dir.clone();
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| EngineError::Input(format!("cannot create {}: {e}", dir.display())))?;
+    create_output_dir(&dir)?;
+    // Before anything in the directory is read or changed: one run per directory.
+    let dir_lock = lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
     check_manifest(&dir, &cfg, opts.force)?;
 
-    // What earlier runs left: finished ids, and the spend ledger.
-    let ledger = output::scan_ledger(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    let ledger_completes = &ledger.completes;
-    let mut carried = ledger.total;
+    // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
+    // repairing; a torn tail is cut).
+    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
+    let prepared = repair::prepare(&dir, &names, opts.repair).map_err(|e| match e {
+        repair::RepairError::Refused(_) | repair::RepairError::Scan(_) => {
+            EngineError::Input(e.to_string())
+        }
+        other => EngineError::Startup(other.to_string()),
+    })?;
+    for n in &prepared.notes {
+        tracing::warn!("{n}");
+    }
+    // Outputs whose ledger line was lost in a crash still cost money.
+    let carried = prepared.scan.carried();
+    let ledger = prepared.scan.ledger;
     let mut output_generations = std::collections::HashSet::new();
     let mut datasets = Vec::new();
-    for d in &cfg.datasets {
-        let existing =
-            output::scan_dataset(&dir, &d.name).map_err(|e| EngineError::Input(e.to_string()))?;
-        // Outputs whose ledger line was lost in a crash still cost money.
+    for (d, found) in cfg.datasets.iter().zip(prepared.scan.datasets) {
+        let existing = found.existing;
         output_generations.extend(existing.generation_ids.iter().cloned());
-        let missing = output::missing_from_ledger(&dir, &d.name, ledger_completes)
-            .map_err(|e| EngineError::Input(e.to_string()))?;
-        carried += missing;
         // Count this run's prompts (and refuse bad lines up front unless told to skip them).
         let counted = count_prompts(&d.prompts).map_err(|e| EngineError::Input(e.to_string()))?;
         if counted.invalid > 0 && !supervisor::skip_bad_lines(&cfg) {
@@ -372,7 +394,6 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
                 .is_some_and(|g| !output_generations.contains(g))
         })
         .collect();
-    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
     let (writer, writer_thread): (Writer, WriterThread) =
         Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
 
@@ -430,16 +451,35 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         client,
         output_dir: dir,
         datasets: names,
+        start_notes: prepared.notes,
+        _lock: dir_lock,
     })
 }
 
-/// Spend already recorded in an output directory (ledger plus outputs missing from it).
-pub fn recorded_spend(dir: &Path, datasets: &[String]) -> Result<Usd, EngineError> {
-    let ledger = output::scan_ledger(dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    let mut t = ledger.total;
-    for d in datasets {
-        t += output::missing_from_ledger(dir, d, &ledger.completes)
-            .map_err(|e| EngineError::Input(e.to_string()))?;
+/// The message for an unset or empty key variable.
+pub fn missing_key(var: &str) -> String {
+    format!(
+        "the API key variable {var} is unset or empty: export {var}=sk-or-... (or set \
+         api_key_env to the variable that holds it). Nothing was sent"
+    )
+}
+
+/// Creates the output directory, saying so plainly when the path is a file.
+pub fn create_output_dir(dir: &Path) -> Result<(), EngineError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(EngineError::Input(format!(
+            "output_dir {} is not a directory (a file of that name is in the way)",
+            dir.display()
+        )));
     }
-    Ok(t)
+    std::fs::create_dir_all(dir)
+        .map_err(|e| EngineError::Input(format!("cannot create {}: {e}", dir.display())))
+}
+
+/// Spend already recorded in an output directory (ledger plus outputs missing from it).
+/// Read-only: a live run's torn last line is not counted, damaged lines are not either.
+pub fn recorded_spend(dir: &Path, datasets: &[String]) -> Result<Usd, EngineError> {
+    scan::scan_dir(dir, datasets)
+        .map(|s| s.carried())
+        .map_err(|e| EngineError::Input(e.to_string()))
 }

@@ -170,9 +170,7 @@ impl OpenRouterClient {
         let timeout = e.is_timeout();
         let builder = e.is_builder();
         let mut msg = error_chain(&e.without_url());
-        if let Some(k) = &self.key {
-            msg = k.scrub(&msg);
-        }
+        msg = super::key::redact(&msg, self.key.as_ref().map(ApiKey::expose));
         if timeout {
             ApiError::Timeout(if connect {
                 TimeoutKind::Connect
@@ -203,12 +201,15 @@ impl OpenRouterClient {
         self.scrub(err)
     }
 
+    /// Redacts the key (whole, in fragments, or anything shaped like one, also with no key of
+    /// our own) from what a server said.
     fn scrub(&self, err: ApiError) -> ApiError {
-        let Some(k) = &self.key else { return err };
+        let key = self.key.as_ref().map(ApiKey::expose);
+        let scrub = |m: &str| super::key::redact(m, key);
         let clean = |d: Box<super::error::ErrorBody>| {
             let mut d = *d;
-            d.message = d.message.map(|m| k.scrub(&m));
-            d.metadata = d.metadata.map(|m| scrub_value(k, m));
+            d.message = d.message.map(|m| scrub(&m));
+            d.metadata = d.metadata.map(|m| scrub_value(key, m));
             Box::new(d)
         };
         match err {
@@ -219,7 +220,7 @@ impl OpenRouterClient {
                 detail,
             } => ApiError::Http {
                 status,
-                message: k.scrub(&message),
+                message: scrub(&message),
                 retry_after,
                 detail: clean(detail),
             },
@@ -228,7 +229,7 @@ impl OpenRouterClient {
                 partial_events,
                 detail,
             } => ApiError::MidStream {
-                message: k.scrub(&message),
+                message: scrub(&message),
                 partial_events,
                 detail: clean(detail),
             },
@@ -524,11 +525,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn scrub_value(k: &ApiKey, v: serde_json::Value) -> serde_json::Value {
+fn scrub_value(key: Option<&str>, v: serde_json::Value) -> serde_json::Value {
     let text = v.to_string();
-    if text.contains(k.expose()) {
-        serde_json::from_str(&k.scrub(&text)).unwrap_or(serde_json::Value::Null)
-    } else {
+    let clean = super::key::redact(&text, key);
+    if clean == text {
         v
+    } else {
+        // "[redacted]" holds no quote or backslash, so the text stays JSON; if a cut ever
+        // broke it, nothing of it is kept.
+        serde_json::from_str(&clean).unwrap_or(serde_json::Value::Null)
     }
 }

@@ -1,0 +1,525 @@
+//! The one reader of an output directory's JSONL files (`<dataset>.jsonl`,
+//! `<dataset>.rejects.jsonl`, `spend.jsonl`): every line is read here, with one rule, by the
+//! engine's start and resume, `harvest status --report` and `harvest estimate`. It never writes:
+//! the only changes a directory ever gets outside the writer are in [`super::repair`], and only a
+//! starting run makes them.
+//!
+//! The rule. The writer ends every line with `\n`, and a line becomes visible to a reader in
+//! order, so:
+//! - an **unterminated last line** is *torn*: a crash in the middle of a write, or a live run
+//!   half-way through one. It is never read (whether or not it happens to parse); a resuming
+//!   run cuts it, readers skip it.
+//! - a **terminated line that does not parse** as its file's record, wherever it is (the last
+//!   one included), is *damage*: something other than a crash changed the file. It is never cut
+//!   and never skipped silently: a run refuses to start (`--repair` quarantines it), the report
+//!   refuses to count, the estimate says how many it left out.
+//! - a terminated line holding only whitespace carries nothing and is passed over (the writer
+//!   never writes one, but an editor might).
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+use crate::domain::Usd;
+
+use super::output::{
+    OutputRecord, RejectRecord, SpendEntry, SpendKind, ledger_path, output_path, rejects_path,
+};
+
+/// Damaged lines kept per file for messages (the rest are counted): the first one is named,
+/// a few more help to see a pattern, and a file of garbage must not fill memory.
+const KEPT_DAMAGE: usize = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What one line is, per the rule of the module doc.
+#[derive(Debug, PartialEq)]
+pub enum LineClass<T> {
+    Good(T),
+    Blank,
+    /// Terminated but not a record: serde's reason.
+    Damaged(String),
+    /// No `\n` at the end (so the last line).
+    Torn,
+}
+
+/// Classifies one line as read with `read_until(b'\n')` (its `\n` included when it has one).
+pub fn classify<T: DeserializeOwned>(line: &[u8]) -> LineClass<T> {
+    if line.last() != Some(&b'\n') {
+        return LineClass::Torn;
+    }
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return LineClass::Blank;
+    }
+    match serde_json::from_slice::<T>(line) {
+        Ok(v) => LineClass::Good(v),
+        Err(e) => LineClass::Damaged(e.to_string()),
+    }
+}
+
+/// A damaged line: where it is and what is wrong with it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Damage {
+    /// 1-based line number.
+    pub line: u64,
+    /// Byte offset of the line's first byte.
+    pub offset: u64,
+    pub error: String,
+}
+
+/// An unterminated last line: `len` bytes from `offset` to the end of the file as it was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Torn {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What a read of one file found, besides its records.
+#[derive(Clone, Debug, Default)]
+pub struct FileScan {
+    pub path: PathBuf,
+    pub exists: bool,
+    /// Records read.
+    pub good: u64,
+    /// Damaged lines in all.
+    pub damaged: u64,
+    /// The first few of them.
+    pub damage: Vec<Damage>,
+    pub torn: Option<Torn>,
+}
+
+impl FileScan {
+    /// "`path`:`line` (byte `offset`): `error`" for the first damaged line, and how many more.
+    pub fn damage_text(&self) -> Option<String> {
+        let first = self.damage.first()?;
+        let more = match self.damaged - 1 {
+            0 => String::new(),
+            n => format!(
+                " (and {n} more damaged line{})",
+                if n == 1 { "" } else { "s" }
+            ),
+        };
+        Some(format!(
+            "{}:{} (byte {}): not a valid record: {}{more}",
+            self.path.display(),
+            first.line,
+            first.offset,
+            first.error
+        ))
+    }
+}
+
+/// Reads `input` line by line, calling `each` with every good record.
+pub fn read_lines<T: DeserializeOwned>(
+    path: &Path,
+    input: impl BufRead,
+    mut each: impl FnMut(T),
+) -> Result<FileScan, ScanError> {
+    let mut input = input;
+    let mut scan = FileScan {
+        path: path.to_path_buf(),
+        exists: true,
+        ..Default::default()
+    };
+    let mut buf = Vec::new();
+    let (mut offset, mut number) = (0u64, 0u64);
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|source| ScanError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        match classify::<T>(&buf) {
+            LineClass::Good(v) => {
+                scan.good += 1;
+                each(v);
+            }
+            LineClass::Blank => {}
+            LineClass::Damaged(error) => {
+                scan.damaged += 1;
+                if scan.damage.len() < KEPT_DAMAGE {
+                    scan.damage.push(Damage {
+                        line: number,
+                        offset,
+                        error,
+                    });
+                }
+            }
+            LineClass::Torn => {
+                scan.torn = Some(Torn {
+                    offset,
+                    len: n as u64,
+                })
+            }
+        }
+        offset += n as u64;
+    }
+    Ok(scan)
+}
+
+/// Reads the file at `path` (a missing file is an empty one, with `exists` false).
+pub fn read_file<T: DeserializeOwned>(
+    path: &Path,
+    each: impl FnMut(T),
+) -> Result<FileScan, ScanError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(FileScan {
+                path: path.to_path_buf(),
+                ..Default::default()
+            });
+        }
+        Err(source) => {
+            return Err(ScanError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    read_lines(path, BufReader::with_capacity(1 << 20, file), each)
+}
+
+/// What an existing output directory holds for one dataset.
+#[derive(Clone, Debug, Default)]
+pub struct ExistingDataset {
+    /// Ids finished (output) or failed for good (rejects).
+    pub done: HashMap<String, ()>,
+    /// Generation ids of the outputs.
+    pub generation_ids: HashSet<String>,
+    pub outputs: u64,
+    pub rejects: u64,
+    pub output_tokens: u64,
+    pub prompt_tokens: u64,
+    pub cost: Usd,
+}
+
+/// One dataset's two files.
+#[derive(Clone, Debug, Default)]
+pub struct DatasetScan {
+    pub name: String,
+    pub existing: ExistingDataset,
+    /// Cost of outputs whose `complete` ledger line is missing (a crash between the two
+    /// writes): paid all the same.
+    pub unbooked: Usd,
+    pub outputs_file: FileScan,
+    pub rejects_file: FileScan,
+}
+
+/// Reads the outputs and rejects of `dataset`; `completes` (from [`scan_ledger`]) tells which
+/// outputs the ledger has booked. `each` sees every output record.
+pub fn scan_dataset(
+    dir: &Path,
+    dataset: &str,
+    completes: &HashSet<String>,
+    mut each: impl FnMut(&OutputRecord),
+) -> Result<DatasetScan, ScanError> {
+    let mut ex = ExistingDataset::default();
+    let mut unbooked = Usd::ZERO;
+    let outputs_file = read_file(&output_path(dir, dataset), |r: OutputRecord| {
+        each(&r);
+        ex.outputs += 1;
+        ex.output_tokens += r.usage.completion_tokens;
+        ex.prompt_tokens += r.usage.prompt_tokens;
+        ex.cost += r.cost_usd;
+        if !completes.contains(&r.id) {
+            unbooked += r.cost_usd;
+        }
+        if let Some(g) = r.generation_id {
+            ex.generation_ids.insert(g);
+        }
+        ex.done.insert(r.id, ());
+    })?;
+    let rejects_file = read_file(&rejects_path(dir, dataset), |r: RejectRecord| {
+        ex.rejects += 1;
+        ex.done.insert(r.id, ());
+    })?;
+    Ok(DatasetScan {
+        name: dataset.to_string(),
+        existing: ex,
+        unbooked,
+        outputs_file,
+        rejects_file,
+    })
+}
+
+/// What the spend ledger holds, classified once for everyone.
+#[derive(Debug, Default)]
+pub struct LedgerScan {
+    pub file: FileScan,
+    pub total: Usd,
+    pub entries: u64,
+    /// Prompt ids with a `complete` line.
+    pub completes: HashSet<String>,
+    /// `started` attempts with no closing line: in flight, or what a crash left open, with a
+    /// generation id to look up.
+    pub open: Vec<SpendEntry>,
+    /// `dispatched` attempts with neither a `started` nor a closing line: in flight before any
+    /// answer, or left by a crash with nothing to look up.
+    pub unknown: Vec<SpendEntry>,
+}
+
+impl LedgerScan {
+    /// Attempts not closed (open or unknown).
+    pub fn open_attempts(&self) -> u64 {
+        (self.open.len() + self.unknown.len()) as u64
+    }
+}
+
+/// Reads the spend ledger; `each` sees every entry.
+pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<LedgerScan, ScanError> {
+    let mut scan = LedgerScan::default();
+    let mut dispatched: HashMap<String, SpendEntry> = HashMap::new();
+    let mut started: HashMap<String, SpendEntry> = HashMap::new();
+    let mut closed: HashSet<String> = HashSet::new();
+    scan.file = read_file(&ledger_path(dir), |e: SpendEntry| {
+        each(&e);
+        scan.total += e.usd;
+        scan.entries += 1;
+        if e.kind == SpendKind::Complete {
+            scan.completes.insert(e.id.clone());
+        }
+        let Some(a) = e.attempt.clone() else { return };
+        match e.kind {
+            SpendKind::Dispatched => {
+                dispatched.insert(a, e);
+            }
+            SpendKind::Started => {
+                started.insert(a, e);
+            }
+            SpendKind::Complete
+            | SpendKind::Cancelled
+            | SpendKind::Failed
+            | SpendKind::Recovered
+            | SpendKind::Unknown => {
+                closed.insert(a);
+            }
+            SpendKind::Adjustment | SpendKind::Other => {}
+        }
+    })?;
+    scan.unknown = dispatched
+        .into_iter()
+        .filter(|(a, _)| !closed.contains(a) && !started.contains_key(a))
+        .map(|(_, e)| e)
+        .collect();
+    scan.open = started
+        .into_iter()
+        .filter(|(a, _)| !closed.contains(a))
+        .map(|(_, e)| e)
+        .collect();
+    Ok(scan)
+}
+
+/// A whole output directory, for the datasets of a config.
+#[derive(Debug, Default)]
+pub struct DirScan {
+    pub ledger: LedgerScan,
+    pub datasets: Vec<DatasetScan>,
+}
+
+/// What keeps a run from starting in a directory until `--repair` deals with it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// A file with damaged lines: its text (file, line, byte, serde's reason).
+    Damaged { path: PathBuf, text: String },
+    /// Outputs but no ledger (or an empty one): the spend of earlier runs is unknown, and the
+    /// dollar cap would be counted from too little.
+    LedgerMissing { path: PathBuf, outputs: u64 },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Damaged { text, .. } => f.write_str(text),
+            Problem::LedgerMissing { path, outputs } => write!(
+                f,
+                "{} is missing or empty while the directory holds {outputs} outputs: what \
+                 earlier runs spent is unknown",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl DirScan {
+    /// Every file read, ledger first.
+    pub fn files(&self) -> impl Iterator<Item = &FileScan> {
+        std::iter::once(&self.ledger.file).chain(
+            self.datasets
+                .iter()
+                .flat_map(|d| [&d.outputs_file, &d.rejects_file]),
+        )
+    }
+
+    pub fn outputs(&self) -> u64 {
+        self.datasets.iter().map(|d| d.existing.outputs).sum()
+    }
+
+    /// Damaged files, and a missing ledger next to outputs.
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut out: Vec<Problem> = self
+            .files()
+            .filter_map(|f| {
+                f.damage_text().map(|text| Problem::Damaged {
+                    path: f.path.clone(),
+                    text,
+                })
+            })
+            .collect();
+        if self.ledger.entries == 0 && self.ledger.file.damaged == 0 && self.outputs() > 0 {
+            out.push(Problem::LedgerMissing {
+                path: self.ledger.file.path.clone(),
+                outputs: self.outputs(),
+            });
+        }
+        out
+    }
+
+    /// What earlier runs spent: the ledger, plus outputs it has not booked.
+    pub fn carried(&self) -> Usd {
+        self.datasets
+            .iter()
+            .fold(self.ledger.total, |t, d| t + d.unbooked)
+    }
+}
+
+/// Reads the ledger, then the files of `datasets`.
+pub fn scan_dir(dir: &Path, datasets: &[String]) -> Result<DirScan, ScanError> {
+    let ledger = scan_ledger(dir, |_| {})?;
+    let datasets = datasets
+        .iter()
+        .map(|d| scan_dataset(dir, d, &ledger.completes, |_| {}))
+        .collect::<Result<_, _>>()?;
+    Ok(DirScan { ledger, datasets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+
+    fn scan(text: &str) -> (Vec<String>, FileScan) {
+        let mut ids = Vec::new();
+        let s = read_lines::<Id>(Path::new("x.jsonl"), text.as_bytes(), |r| ids.push(r.id))
+            .expect("read");
+        (ids, s)
+    }
+
+    #[test]
+    fn the_rule_as_a_table() {
+        // (text, ids read, damaged line numbers, torn (offset, len))
+        type Case = (
+            &'static str,
+            &'static [&'static str],
+            &'static [u64],
+            Option<(u64, u64)>,
+        );
+        let cases: &[Case] = &[
+            ("", &[], &[], None),
+            ("{\"id\":\"a\"}\n{\"id\":\"b\"}\n", &["a", "b"], &[], None),
+            // An unterminated last line is torn, even when it parses.
+            (
+                "{\"id\":\"a\"}\n{\"id\":\"b\"}",
+                &["a"],
+                &[],
+                Some((11, 10)),
+            ),
+            ("{\"id\":\"a\"}\n{\"id\":", &["a"], &[], Some((11, 6))),
+            // A bad middle line is damage, and everything after it is still read.
+            (
+                "{\"id\":\"a\"}\n{\"id\":\x00GARBAGE\n{\"id\":\"c\"}\n",
+                &["a", "c"],
+                &[2],
+                None,
+            ),
+            // A terminated last line that does not parse is damage, not a torn line.
+            ("{\"id\":\"a\"}\n{\"id\":\n", &["a"], &[2], None),
+            // Valid JSON of the wrong shape is damage too.
+            ("[1,2]\n{\"id\":\"b\"}\n", &["b"], &[1], None),
+            // Blank lines carry nothing.
+            (
+                "{\"id\":\"a\"}\n\n  \n{\"id\":\"b\"}\n",
+                &["a", "b"],
+                &[],
+                None,
+            ),
+            // Damage and a torn tail in one file: both found.
+            ("x\n{\"id\":\"b\"}\n{\"i", &["b"], &[1], Some((13, 3))),
+        ];
+        for (text, ids, damaged, torn) in cases {
+            let (got, s) = scan(text);
+            assert_eq!(&got, ids, "{text:?}");
+            let lines: Vec<u64> = s.damage.iter().map(|d| d.line).collect();
+            assert_eq!(&lines, damaged, "{text:?}");
+            assert_eq!(s.damaged, damaged.len() as u64, "{text:?}");
+            assert_eq!(
+                s.torn,
+                torn.map(|(offset, len)| Torn { offset, len }),
+                "{text:?}"
+            );
+            assert_eq!(s.good, ids.len() as u64);
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_damage_with_its_offset() {
+        let mut bytes = b"{\"id\":\"a\"}\n".to_vec();
+        bytes.extend_from_slice(b"{\"id\":\"\xff\"}\n");
+        let s = read_lines::<Id>(Path::new("x"), &bytes[..], |_| {}).expect("read");
+        assert_eq!(s.damage.len(), 1);
+        assert_eq!((s.damage[0].line, s.damage[0].offset), (2, 11));
+    }
+
+    #[test]
+    fn damage_text_names_file_line_byte_and_reason() {
+        let (_, s) = scan("{\"id\":\"a\"}\nnope\nnope\n");
+        let t = s.damage_text().expect("damage");
+        assert!(
+            t.starts_with("x.jsonl:2 (byte 11): not a valid record: expected"),
+            "{t}"
+        );
+        assert!(t.ends_with("(and 1 more damaged line)"), "{t}");
+    }
+
+    #[test]
+    fn only_the_first_few_damaged_lines_are_kept() {
+        let text = "x\n".repeat(1000);
+        let (_, s) = scan(&text);
+        assert_eq!((s.damaged, s.damage.len()), (1000, KEPT_DAMAGE));
+    }
+
+    #[test]
+    fn a_missing_file_is_empty_and_a_scan_never_writes() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let none = read_file::<Id>(&dir.path().join("missing"), |_| {}).expect("missing");
+        assert!(!none.exists);
+        assert_eq!(none.good, 0);
+        let p = dir.path().join("x.jsonl");
+        let text = "{\"id\":\"a\"}\nbad\n{\"id\":";
+        std::fs::write(&p, text).expect("write");
+        let s = read_file::<Id>(&p, |_| {}).expect("read");
+        assert!(s.exists && s.torn.is_some() && s.damaged == 1);
+        assert_eq!(std::fs::read_to_string(&p).expect("read"), text);
+        assert!(!dir.path().join("missing").exists());
+    }
+}
