@@ -411,6 +411,12 @@ impl Default for Quantization {
     }
 }
 
+/// An RFC 3339 timestamp in UTC with milliseconds (`2026-12-01T11:07:53.123Z`): the one format
+/// of every timestamp harvest writes.
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,10 +474,4 @@ mod tests {
         assert_eq!(Tokens(9_100_000).to_string(), "9.1M");
         assert_eq!(EndpointTag::new("chutes/int4").base(), "chutes");
     }
-}
-
-/// An RFC 3339 timestamp in UTC with milliseconds (`2026-12-01T11:07:53.123Z`): the one format
-/// of every timestamp harvest writes.
-pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

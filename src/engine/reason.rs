@@ -152,8 +152,8 @@ mod tests {
         for (r, text, chosen) in cases {
             assert_eq!(r.to_string(), text);
             assert_eq!(r.is_choice(), chosen, "{text}");
-            let back: OffReason =
-                serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+            let json = serde_json::to_value(&r).expect("serialises");
+            let back: OffReason = serde_json::from_value(json).expect("reads back");
             assert_eq!(back, r);
         }
     }
@@ -206,7 +206,7 @@ mod tests {
             assert_eq!(r.is_operator(), operator, "{text}");
         }
         assert_eq!(
-            serde_json::to_value(StopReason::OperatorDrain).unwrap(),
+            serde_json::to_value(StopReason::OperatorDrain).expect("serialises"),
             serde_json::json!({"kind": "operator_drain"})
         );
     }

@@ -32,7 +32,7 @@ fn openrouter_routing_hands_over_the_allowed_set_with_its_quantizations() {
     assert_eq!(p.allow_fallbacks, Some(false));
     assert_eq!(p.quantizations, Some(vec![Quantization::Int4]));
     // Reservations use the dearest of the set.
-    assert_eq!(r.price_out, Price::per_million_f64(3.0).unwrap());
+    assert_eq!(r.price_out, Price::per_million_f64(3.0).expect("price"));
 }
 
 #[test]
@@ -41,7 +41,12 @@ fn openrouter_routing_ignores_unallowed_variants_of_an_allowed_provider() {
     eps.push(ep("chutes/fp8", "Chutes", "fp8", 0.2, 1.0));
     let mut h = H::new(config(""), eps, &[&["p1"]]);
     let now = h.now;
-    let p = h.core.route(&now, None).unwrap().prefs.unwrap();
+    let p = h
+        .core
+        .route(&now, None)
+        .expect("a route")
+        .prefs
+        .expect("provider object");
     assert_eq!(p.ignore, Some(tags(&["chutes/fp8"])));
 }
 
@@ -53,8 +58,13 @@ fn operator_choices_drop_the_quantization_filter_in_openrouter_routing() {
         allowed: Some(true),
     });
     let now = h.now;
-    let p = h.core.route(&now, None).unwrap().prefs.unwrap();
-    assert!(p.only.unwrap().contains(&"novita".to_string()));
+    let p = h
+        .core
+        .route(&now, None)
+        .expect("a route")
+        .prefs
+        .expect("provider object");
+    assert!(p.only.expect("only").contains(&"novita".to_string()));
     assert_eq!(p.quantizations, None, "novita's quantization is unknown");
 }
 
@@ -186,7 +196,12 @@ fn include_mark_reason_and_space_agree_for_every_source_of_exclusion() {
         assert_eq!(h.core.off_reason(i, &now), c.off, "{}: reason", c.name);
         let routes = h.core.route(&now, None).is_some_and(|r| match r.pinned {
             Some(p) => p == i,
-            None => r.prefs.unwrap().only.unwrap().contains(&c.tag.to_string()),
+            None => r
+                .prefs
+                .expect("prefs")
+                .only
+                .expect("only")
+                .contains(&c.tag.to_string()),
         });
         assert_eq!(routes, c.included, "{}: routed there", c.name);
         // Space flips exactly the mark.
@@ -267,7 +282,7 @@ fn endpoint_caps_send_the_overflow_to_the_next_cheapest() {
     let sent = h.dispatch();
     let at: Vec<String> = sent
         .iter()
-        .map(|d| h.core.endpoints()[d.pinned.unwrap()].tag.clone())
+        .map(|d| h.core.endpoints()[d.pinned.expect("pinned")].tag.clone())
         .collect();
     assert_eq!(
         at,
@@ -295,7 +310,7 @@ fn a_retry_goes_elsewhere_when_there_is_elsewhere() {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].prompt_id, "a");
     assert_eq!(
-        h.core.endpoints()[again[0].pinned.unwrap()].tag,
+        h.core.endpoints()[again[0].pinned.expect("pinned")].tag,
         "together/int4"
     );
 }
