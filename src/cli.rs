@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::domain::Quantization;
-use crate::engine::policy::PolicyMode;
+use crate::policy::PolicyMode;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -13,9 +13,9 @@ use serde_json::{Map, Value};
 use toml::de::{DeTable, DeValue};
 
 use crate::domain::{Price, Quantization, Usd};
-use crate::engine::policy::PolicyConfig;
 use crate::openrouter::StreamTimeouts;
 use crate::openrouter::request::{ChatRequest, Effort, Message, Reasoning};
+use crate::policy::PolicyConfig;
 
 /// A bad or unreadable config file. Every variant maps to exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -918,7 +918,7 @@ impl Check<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::policy::PolicyMode;
+    use crate::policy::PolicyMode;
 
     const EXAMPLE: &str = include_str!("../assets/config/example.toml");
     const MINIMAL: &str = include_str!("../assets/config/minimal.toml");

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::config::Routing;
 use crate::domain::{Price, Quantization, Tokens, Usd, group_thousands};
-use crate::engine::policy::{Exclusion, Fidelity};
+use crate::policy::{Exclusion, Fidelity};
 
 /// Version of the JSON document; bumped when a field changes meaning or goes away.
 pub const SCHEMA: u32 = 1;

@@ -12,6 +12,7 @@ pub mod estimate;
 pub mod headless;
 pub mod logging;
 pub mod openrouter;
+pub mod policy;
 pub mod probe;
 pub mod report;
 pub mod sim;

@@ -12,14 +12,14 @@ use serde::Deserialize;
 
 use crate::cli::EstimateArgs;
 use crate::config::{Config, EndpointConfig, OnBadLine, Routing};
-use crate::domain::{EndpointTag, Quantization, Tokens, Usd, group_thousands};
-use crate::engine::policy::{EndpointFacts, PolicyMode};
+use crate::domain::{Quantization, Tokens, Usd, group_thousands};
 use crate::engine::{self, RunState};
 use crate::estimate::{
     DatasetFacts, EndpointOffer, Estimate, Fit, Inputs, ListedSpeed, Observed, SpeedSample,
     TextStats, TokenRule, VerdictStatus, estimate,
 };
 use crate::openrouter::{ApiKey, Endpoint};
+use crate::policy::{EndpointFacts, PolicyMode};
 use crate::store::output::ledger_path;
 use crate::store::prompts::PromptReader;
 use crate::store::scan::{self, ScanError};
@@ -395,12 +395,8 @@ fn judge(
     provider: &str,
     quantization: &Quantization,
     uptime_30m: Option<f64>,
-) -> (
-    Option<crate::engine::policy::Exclusion>,
-    crate::engine::policy::Fidelity,
-) {
+) -> (Option<crate::policy::Exclusion>, crate::policy::Fidelity) {
     let (native, _) = cfg.policy.native_for(&cfg.model);
-    let tag = EndpointTag::new(tag);
     let facts = EndpointFacts {
         tag: &tag,
         provider_name: provider,
@@ -409,7 +405,7 @@ fn judge(
     };
     (
         cfg.policy
-            .verdict_with_probe(&native, &facts, agreement.get(tag.as_str()).copied()),
+            .verdict_with_probe(&native, &facts, agreement.get(tag).copied()),
         cfg.policy.fidelity(&native, quantization),
     )
 }

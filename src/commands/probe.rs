@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use crate::cli::ProbeArgs;
 use crate::config::Config;
-use crate::engine::policy::{EndpointFacts, Fidelity, PolicyConfig};
 use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
+use crate::policy::{Fidelity, PolicyConfig};
 use crate::probe::{self, ProbeSettings, Target};
 
 use super::BadInput;
@@ -52,14 +52,8 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         let listing = super::providers::fetch(&client, &model).await?;
         let (native, _) = policy.native_for(&model);
         for e in &listing.endpoints {
-            let facts = EndpointFacts {
-                tag: &e.tag,
-                provider_name: &e.provider_name,
-                quantization: &e.quantization,
-                uptime_30m: e.uptime_last_30m,
-            };
             if policy.fidelity(&native, &e.quantization) == Fidelity::Native
-                && policy.verdict(&native, &facts).is_none()
+                && policy.judge(&native, e, None).is_none()
             {
                 native_first.push((e.pricing.completion, e.tag.to_string()));
             }

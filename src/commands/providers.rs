@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use crate::domain::Quantization;
-use crate::engine::policy::{EndpointFacts, Exclusion, Fidelity, PolicyConfig};
 use crate::openrouter::{Endpoint, ModelEndpoints};
+use crate::policy::{Exclusion, Fidelity, PolicyConfig};
 use crate::probe::ProbeReport;
 
 /// One row of the table.
@@ -68,14 +68,9 @@ fn row(
     probe: Option<&ProbeReport>,
 ) -> ProviderRow {
     let scored = probe.and_then(|p| p.endpoints.iter().find(|s| s.tag == e.tag.as_str()));
-    let excluded = policy.verdict_with_probe(
+    let excluded = policy.judge(
         native,
-        &EndpointFacts {
-            tag: &e.tag,
-            provider_name: &e.provider_name,
-            quantization: &e.quantization,
-            uptime_30m: e.uptime_last_30m,
-        },
+        e,
         scored.filter(|s| s.greedy).and_then(|s| s.similarity),
     );
     ProviderRow {
@@ -206,8 +201,8 @@ pub fn render_text(r: &ProvidersReport) -> String {
         r.endpoints.len(),
         r.allowed,
         match r.policy.mode {
-            crate::engine::policy::PolicyMode::Faithful => "faithful",
-            crate::engine::policy::PolicyMode::Any => "any",
+            crate::policy::PolicyMode::Faithful => "faithful",
+            crate::policy::PolicyMode::Any => "any",
         },
         r.native_quantization,
         if r.native_known {

@@ -1,6 +1,6 @@
 //! What the operator (TUI, signals, tests) can tell a running engine.
 
-use super::policy::PolicyMode;
+use crate::policy::PolicyMode;
 
 /// How to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

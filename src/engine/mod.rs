@@ -8,7 +8,6 @@ pub mod clock;
 pub mod control;
 pub mod core;
 pub mod health;
-pub mod policy;
 pub mod pool;
 mod publish;
 pub mod quality;
@@ -347,16 +346,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let (native, _) = cfg.policy.native_for(&cfg.model);
     let allowed = endpoints.iter().any(|e| {
         cfg.policy
-            .verdict_with_probe(
-                &native,
-                &policy::EndpointFacts {
-                    tag: &crate::domain::EndpointTag::new(e.tag.clone()),
-                    provider_name: &e.provider,
-                    quantization: &e.quantization,
-                    uptime_30m: e.uptime_30m,
-                },
-                probe.get(&e.tag).copied(),
-            )
+            .judge(&native, e, probe.get(&e.tag).copied())
             .is_none()
     });
     if !allowed {

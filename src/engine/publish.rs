@@ -10,10 +10,10 @@ use crate::domain::Usd;
 use crate::openrouter::ErrorKind;
 
 use super::core::{Clock, Core, Live};
-use super::policy::PolicyMode;
 use super::snapshot::{DatasetSnap, DatasetState, EndpointSnap, HistoryPoint, RunState, Snapshot};
 use super::stats::{Counters, Rate};
 use super::worker::Shared;
+use crate::policy::PolicyMode;
 
 const HISTORY_CAPACITY: usize = 360;
 const HISTORY_EVERY_S: f64 = 5.0;

@@ -124,7 +124,7 @@ mod tests {
             "P",
             tag,
             "int4",
-            crate::engine::policy::Fidelity::Native,
+            crate::policy::Fidelity::Native,
             0.5,
             2.0,
             0,

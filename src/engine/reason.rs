@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::policy::Exclusion;
+use crate::policy::Exclusion;
 
 /// Why an endpoint serves no request right now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

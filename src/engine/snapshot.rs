@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Usd;
 
 use super::health::BreakerState;
-use super::policy::Fidelity;
 use super::reason::{OffReason, StopReason};
+use crate::policy::Fidelity;
 
 /// Where the run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -38,6 +38,17 @@ pub struct RunEndpoint {
     pub custom: Option<CustomTarget>,
 }
 
+impl crate::policy::Judged for RunEndpoint {
+    fn facts(&self) -> crate::policy::EndpointFacts<'_> {
+        crate::policy::EndpointFacts {
+            tag: &self.tag,
+            provider_name: &self.provider,
+            quantization: &self.quantization,
+            uptime_30m: self.uptime_30m,
+        }
+    }
+}
+
 /// How to reach an `[[endpoint]]` server.
 #[derive(Clone, Debug)]
 pub struct CustomTarget {
@@ -59,13 +70,9 @@ pub const CANCEL_STOPS_BILLING: [&str; 5] =
 /// gives one, else per OpenRouter's documented list.
 pub fn stops_billing_on_cancel(configured: Option<&[String]>, tag: &str, provider: &str) -> bool {
     match configured {
-        Some(list) => super::policy::list_matches(
-            list,
-            &crate::domain::EndpointTag::new(tag.to_string()),
-            provider,
-        ),
+        Some(list) => crate::policy::list_matches(list, tag, provider),
         None => {
-            let base = tag.split('/').next().unwrap_or(tag);
+            let base = crate::domain::EndpointTag::base_of(tag);
             CANCEL_STOPS_BILLING
                 .iter()
                 .any(|p| p.eq_ignore_ascii_case(base))

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use crate::domain::Usd;
 use crate::engine::health::BreakerState;
-use crate::engine::policy::{Exclusion, Fidelity};
 use crate::engine::reason::OffReason;
 use crate::engine::snapshot::{
     DatasetSnap, DatasetState, EndpointSnap, EventLine, HistoryPoint, RunState, Snapshot,
 };
+use crate::policy::{Exclusion, Fidelity};
 
 use super::state::UiState;
 use super::theme::Theme;

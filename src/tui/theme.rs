@@ -4,8 +4,8 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
-use crate::engine::policy::Fidelity;
 use crate::engine::snapshot::RunState;
+use crate::policy::Fidelity;
 
 /// Every style the views use, by meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

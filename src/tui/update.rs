@@ -7,8 +7,8 @@ use crossterm::event::KeyEvent;
 
 use crate::domain::group_thousands;
 use crate::engine::control::{Command, ShutdownMode};
-use crate::engine::policy::PolicyMode;
 use crate::engine::snapshot::{RunState, Snapshot};
+use crate::policy::PolicyMode;
 
 use super::keymap::{self, Action, Mode};
 use super::state::{Pane, UiState, included};

@@ -10,11 +10,11 @@ use crate::store::output::{SpendEntry, SpendKind};
 
 use super::super::control::{Command, ShutdownMode};
 use super::super::health::Health;
-use super::super::policy::PolicyMode;
 use super::super::quality::Finding;
 use super::super::reason::StopReason;
 use super::super::worker::RunEndpoint;
 use super::{Clock, Core, Effect, Listed};
+use crate::policy::PolicyMode;
 
 impl Core {
     /// Applies an operator command; it acts on the next request dispatched.

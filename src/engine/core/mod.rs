@@ -34,10 +34,10 @@ use crate::store::output::{OutputRecord, RejectRecord, SpendEntry};
 use crate::store::prompts::{Prompt, PromptError};
 
 use super::health::Health;
-use super::policy::{Exclusion, PolicyConfig};
 use super::reason::StopReason;
 use super::snapshot::EventLine;
 use super::worker::RunEndpoint;
+use crate::policy::{Exclusion, PolicyConfig};
 
 pub use super::clock::Clock;
 pub use routing::Route;

@@ -10,9 +10,9 @@ use crate::domain::{EndpointTag, Price, Quantization};
 use crate::openrouter::ProviderPreferences;
 
 use super::super::health::BreakerState;
-use super::super::policy::{EndpointFacts, PolicyMode};
 use super::super::reason::OffReason;
 use super::{Clock, Core};
+use crate::policy::{Judged, PolicyMode};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,14 +35,12 @@ impl Core {
             .iter()
             .zip(&self.listed)
             .map(|(e, l)| {
+                // The listing's latest uptime, not the one the run started with.
+                let mut facts = e.facts();
+                facts.uptime_30m = l.uptime_30m;
                 self.policy.verdict_with_probe(
                     &self.native,
-                    &EndpointFacts {
-                        tag: &EndpointTag::new(e.tag.clone()),
-                        provider_name: &e.provider,
-                        quantization: &e.quantization,
-                        uptime_30m: l.uptime_30m,
-                    },
+                    &facts,
                     self.probe.get(&e.tag).copied(),
                 )
             })

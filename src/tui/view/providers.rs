@@ -10,9 +10,9 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Row, Table};
 
-use crate::engine::policy::{Exclusion, Fidelity};
 use crate::engine::reason::OffReason;
 use crate::engine::snapshot::EndpointSnap;
+use crate::policy::{Exclusion, Fidelity};
 
 use super::super::state::{Pane, SortColumn, UiState, included};
 use super::super::theme::Theme;

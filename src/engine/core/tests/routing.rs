@@ -2,10 +2,10 @@
 //! breakers and 429 waits, in both routing modes.
 
 use super::*;
-use crate::engine::policy::Exclusion;
-use crate::engine::policy::PolicyMode;
 use crate::engine::reason::OffReason;
 use crate::engine::{Command, ShutdownMode};
+use crate::policy::Exclusion;
+use crate::policy::PolicyMode;
 
 fn tags(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()

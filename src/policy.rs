@@ -144,19 +144,35 @@ impl Fidelity {
 /// What the policy needs to know about an endpoint.
 #[derive(Clone, Debug)]
 pub struct EndpointFacts<'a> {
-    pub tag: &'a EndpointTag,
+    pub tag: &'a str,
     pub provider_name: &'a str,
     pub quantization: &'a Quantization,
     pub uptime_30m: Option<f64>,
 }
 
+/// Anything the policy can judge: an endpoint of the listing, or one of the run's pool.
+pub trait Judged {
+    fn facts(&self) -> EndpointFacts<'_>;
+}
+
+impl Judged for crate::openrouter::Endpoint {
+    fn facts(&self) -> EndpointFacts<'_> {
+        EndpointFacts {
+            tag: self.tag.as_str(),
+            provider_name: &self.provider_name,
+            quantization: &self.quantization,
+            uptime_30m: self.uptime_last_30m,
+        }
+    }
+}
+
 /// A slug in an include/exclude list names an endpoint by full tag, base provider slug or
 /// display name (case-insensitive), as OpenRouter's routing does.
-pub fn list_matches(list: &[String], tag: &EndpointTag, provider_name: &str) -> bool {
+pub fn list_matches(list: &[String], tag: &str, provider_name: &str) -> bool {
     list.iter().any(|s| {
         let s = s.trim();
-        s.eq_ignore_ascii_case(tag.as_str())
-            || s.eq_ignore_ascii_case(tag.base())
+        s.eq_ignore_ascii_case(tag)
+            || s.eq_ignore_ascii_case(EndpointTag::base_of(tag))
             || s.eq_ignore_ascii_case(provider_name)
     })
 }
@@ -224,6 +240,17 @@ impl PolicyConfig {
         None
     }
 
+    /// The one call every command makes: the verdict on `e`, with the probe's agreement for it
+    /// when a probe scored it.
+    pub fn judge(
+        &self,
+        native: &Quantization,
+        e: &impl Judged,
+        agreement: Option<f64>,
+    ) -> Option<Exclusion> {
+        self.verdict_with_probe(native, &e.facts(), agreement)
+    }
+
     /// [`PolicyConfig::verdict`], then the probe: an endpoint the probe found drifting from
     /// the reference (agreement below `min_probe_agreement`) is out unless the operator
     /// included it by name. Endpoints the probe did not score are judged as before.
@@ -253,7 +280,7 @@ mod tests {
 
     fn facts<'a>(tag: &'a EndpointTag, q: &'a Quantization, up: f64) -> EndpointFacts<'a> {
         EndpointFacts {
-            tag,
+            tag: tag.as_str(),
             provider_name: "X",
             quantization: q,
             uptime_30m: Some(up),
