@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::cli::EstimateArgs;
-use crate::config::{Config, EndpointConfig, OnBadLine, Routing};
+use crate::config::{Config, OnBadLine, Routing};
 use crate::domain::{Quantization, Tokens, Usd, group_thousands};
 use crate::engine::{self, RunState};
 use crate::estimate::{
@@ -19,7 +19,7 @@ use crate::estimate::{
     TextStats, TokenRule, VerdictStatus, estimate,
 };
 use crate::openrouter::{ApiKey, Endpoint};
-use crate::policy::{EndpointFacts, PolicyMode};
+use crate::policy::PolicyMode;
 use crate::store::output::ledger_path;
 use crate::store::prompts::PromptReader;
 use crate::store::scan::{self, ScanError};
@@ -359,115 +359,76 @@ async fn offers(
     // The probe's agreement counts as it would in a run from this output directory.
     let agreement = crate::probe::ProbeReport::agreement_in(&cfg.output_dir, &cfg.model)
         .map_err(|e| super::BadInput(e.to_string()))?;
-    if cfg.openrouter {
+    let listing = if cfg.openrouter {
         let client =
             engine::client_for(cfg, opts.api_key.clone()).map_err(super::run::engine_error)?;
         let listing = super::providers::fetch(&client, &cfg.model).await?;
-        out.extend(
-            listing
-                .endpoints
-                .iter()
-                .map(|e| listed(cfg, &agreement, e, speeds)),
-        );
         sources.push(format!(
             "the live endpoint listing of {} at {} (exact per-token prices, per-request fees \
              where listed; cache discounts and price changes during the run are not modelled)",
             cfg.model,
             client.base_url()
         ));
-    }
+        listing
+    } else {
+        crate::openrouter::ModelEndpoints::default()
+    };
     if !cfg.endpoints.is_empty() {
-        out.extend(
-            cfg.endpoints
-                .iter()
-                .map(|c| own(cfg, &agreement, c, speeds)),
-        );
         sources.push("the config's [[endpoint]] prices for its own servers".to_string());
+    }
+    // The endpoints a run would have, judged as the run would judge them.
+    let pool = engine::pool::build(cfg, &listing).map_err(super::run::engine_error)?;
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    for e in &pool {
+        let as_listed = e
+            .custom
+            .is_none()
+            .then(|| listing.endpoints.iter().find(|l| l.tag.as_str() == e.tag))
+            .flatten();
+        out.push(offer(cfg, &native, &agreement, e, as_listed, speeds));
     }
     Ok((out, sources.join("; ")))
 }
 
-/// The policy's verdict and fidelity for an endpoint, as the engine computes them.
-fn judge(
+/// What an endpoint of the pool offers: its prices, the policy's verdict on it as the run
+/// would give it, its cap, and its speed (observed, else as listed).
+fn offer(
     cfg: &Config,
+    native: &Quantization,
     agreement: &HashMap<String, f64>,
-    tag: &str,
-    provider: &str,
-    quantization: &Quantization,
-    uptime_30m: Option<f64>,
-) -> (Option<crate::policy::Exclusion>, crate::policy::Fidelity) {
-    let (native, _) = cfg.policy.native_for(&cfg.model);
-    let facts = EndpointFacts {
-        tag: &tag,
-        provider_name: provider,
-        quantization,
-        uptime_30m,
-    };
-    (
-        cfg.policy
-            .verdict_with_probe(&native, &facts, agreement.get(tag).copied()),
-        cfg.policy.fidelity(&native, quantization),
-    )
-}
-
-fn listed(
-    cfg: &Config,
-    agreement: &HashMap<String, f64>,
-    e: &Endpoint,
+    e: &crate::engine::worker::RunEndpoint,
+    as_listed: Option<&Endpoint>,
     speeds: &HashMap<String, SpeedSample>,
 ) -> EndpointOffer {
-    let tag = e.tag.as_str();
-    let (excluded, fidelity) = judge(
-        cfg,
-        agreement,
-        tag,
-        &e.provider_name,
-        &e.quantization,
-        e.uptime_last_30m,
-    );
-    let listed_speed = (e.throughput_last_30m.and_then(|p| p.p50)).map(|tps| ListedSpeed {
-        ttft_ms: e.latency_last_30m.and_then(|p| p.p50),
-        tok_per_s: tps,
+    let listed_speed = as_listed.and_then(|l| {
+        l.throughput_last_30m
+            .and_then(|p| p.p50)
+            .map(|tps| ListedSpeed {
+                ttft_ms: l.latency_last_30m.and_then(|p| p.p50),
+                tok_per_s: tps,
+            })
     });
     EndpointOffer {
-        tag: tag.to_string(),
-        provider: e.provider_name.clone(),
+        tag: e.tag.clone(),
+        provider: e.provider.clone(),
         quantization: e.quantization.clone(),
-        fidelity,
-        price_in: e.pricing.prompt,
-        price_out: e.pricing.completion,
-        price_request: e.pricing.request.filter(|p| !p.is_zero()),
-        excluded,
-        own_server: false,
-        // Caps on OpenRouter endpoints hold in pinned routing only (where harvest chooses).
-        stream_cap: (cfg.routing == Routing::Pinned)
-            .then(|| cfg.endpoint_concurrency.get(tag).copied())
-            .flatten(),
-        observed_speed: speeds.get(tag).copied(),
+        fidelity: cfg.policy.fidelity(native, &e.quantization),
+        price_in: e.price_in,
+        price_out: e.price_out,
+        price_request: as_listed
+            .and_then(|l| l.pricing.request)
+            .filter(|p| !p.is_zero()),
+        excluded: cfg.policy.judge(native, e, agreement.get(&e.tag).copied()),
+        own_server: e.custom.is_some(),
+        stream_cap: match &e.custom {
+            Some(c) => Some(c.concurrency),
+            // Caps on OpenRouter endpoints hold in pinned routing only (where harvest chooses).
+            None => (cfg.routing == Routing::Pinned)
+                .then(|| cfg.endpoint_concurrency.get(&e.tag).copied())
+                .flatten(),
+        },
+        observed_speed: speeds.get(&e.tag).copied(),
         listed_speed,
-    }
-}
-
-fn own(
-    cfg: &Config,
-    agreement: &HashMap<String, f64>,
-    c: &EndpointConfig,
-    speeds: &HashMap<String, SpeedSample>,
-) -> EndpointOffer {
-    let (excluded, fidelity) = judge(cfg, agreement, &c.name, &c.name, &c.quantization, None);
-    EndpointOffer {
-        tag: c.name.clone(),
-        provider: c.name.clone(),
-        quantization: c.quantization.clone(),
-        fidelity,
-        price_in: c.price_in(),
-        price_out: c.price_out(),
-        price_request: None,
-        excluded,
-        own_server: true,
-        stream_cap: Some(c.concurrency),
-        observed_speed: speeds.get(&c.name).copied(),
-        listed_speed: None,
     }
 }
 

@@ -48,42 +48,43 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     // cheapest native-precision first for the reference fallback.
     let mut targets = Vec::new();
     let mut native_first: Vec<(crate::domain::Price, String)> = Vec::new();
-    if use_openrouter {
-        let listing = super::providers::fetch(&client, &model).await?;
-        let (native, _) = policy.native_for(&model);
-        for e in &listing.endpoints {
-            if policy.fidelity(&native, &e.quantization) == Fidelity::Native
-                && policy.judge(&native, e, None).is_none()
-            {
-                native_first.push((e.pricing.completion, e.tag.to_string()));
-            }
-            targets.push(Target {
-                tag: e.tag.to_string(),
-                provider: e.provider_name.clone(),
-                quantization: e.quantization.clone(),
-                price_in: e.pricing.prompt,
-                price_out: e.pricing.completion,
-                client: client.clone(),
-                model: model.clone(),
-                via_openrouter: true,
-                supported_parameters: e.supported_parameters.clone(),
-            });
+    let listing = if use_openrouter {
+        super::providers::fetch(&client, &model).await?
+    } else {
+        crate::openrouter::ModelEndpoints::default()
+    };
+    let (native, _) = policy.native_for(&model);
+    for e in &listing.endpoints {
+        if policy.fidelity(&native, &e.quantization) == Fidelity::Native
+            && policy.judge(&native, e, None).is_none()
+        {
+            native_first.push((e.pricing.completion, e.tag.to_string()));
         }
     }
-    for (conf, c) in cfg
-        .iter()
-        .flat_map(|conf| conf.endpoints.iter().map(move |c| (conf, c)))
-    {
+    // The endpoints a run would have (the listing's, then the config's own servers).
+    let pool = match &cfg {
+        Some(c) => crate::engine::pool::build(c, &listing).map_err(super::run::engine_error)?,
+        None => listing
+            .endpoints
+            .iter()
+            .map(|e| crate::engine::pool::listed(None, e))
+            .collect(),
+    };
+    for e in pool {
+        let (client, model, via_openrouter) = match e.custom {
+            Some(c) => (c.client, c.model, false),
+            None => (client.clone(), model.clone(), true),
+        };
         targets.push(Target {
-            tag: c.name.clone(),
-            provider: c.name.clone(),
-            quantization: c.quantization.clone(),
-            price_in: c.price_in(),
-            price_out: c.price_out(),
-            client: crate::engine::own_server_client(conf, c).map_err(super::run::engine_error)?,
-            model: c.model.clone(),
-            via_openrouter: false,
-            supported_parameters: None,
+            tag: e.tag,
+            provider: e.provider,
+            quantization: e.quantization,
+            price_in: e.price_in,
+            price_out: e.price_out,
+            client,
+            model,
+            via_openrouter,
+            supported_parameters: e.supported_parameters,
         });
     }
     native_first.sort();

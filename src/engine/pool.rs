@@ -1,8 +1,8 @@
-//! The run's endpoint pool: the one place that turns the model's listing and the operator's own
-//! servers (`[[endpoint]]`) into [`RunEndpoint`]s, at start and when a refreshed listing shows
-//! a new endpoint.
+//! The endpoint pool: the one place that turns the model's listing and the operator's own
+//! servers (`[[endpoint]]`) into [`RunEndpoint`]s: for a run at start and when a refreshed
+//! listing shows a new endpoint, and for `estimate` and `probe`.
 
-use crate::config::Config;
+use crate::config::{Config, EndpointConfig};
 use crate::openrouter::{Endpoint, ModelEndpoints};
 
 use super::EngineError;
@@ -10,6 +10,12 @@ use super::worker::{CustomTarget, RunEndpoint, stops_billing_on_cancel};
 
 /// An endpoint of OpenRouter's listing, as the run uses it.
 pub fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {
+    listed(cfg.cancel_stops_billing.as_deref(), e)
+}
+
+/// An endpoint of OpenRouter's listing; `cancel_list` is the config's `cancel_stops_billing`
+/// (`None`: OpenRouter's documented list).
+pub fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
     RunEndpoint {
         tag: e.tag.to_string(),
         provider: e.provider_name.clone(),
@@ -21,7 +27,7 @@ pub fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {
         status: e.status,
         uptime_30m: e.uptime_last_30m,
         cancel_stops_billing: stops_billing_on_cancel(
-            cfg.cancel_stops_billing.as_deref(),
+            cancel_list,
             e.tag.as_str(),
             &e.provider_name,
         ),
@@ -37,26 +43,30 @@ pub fn build(cfg: &Config, listing: &ModelEndpoints) -> Result<Vec<RunEndpoint>,
         .map(|e| from_listing(cfg, e))
         .collect();
     for c in &cfg.endpoints {
-        let client = super::own_server_client(cfg, c)?;
-        endpoints.push(RunEndpoint {
-            tag: c.name.clone(),
-            provider: c.name.clone(),
-            quantization: c.quantization.clone(),
-            price_in: c.price_in(),
-            price_out: c.price_out(),
-            max_completion_tokens: None,
-            supported_parameters: None,
-            status: None,
-            uptime_30m: None,
-            // Aborting a request on one's own server stops the generation.
-            cancel_stops_billing: true,
-            custom: Some(CustomTarget {
-                client,
-                model: c.model.clone(),
-                extra: c.extra.clone(),
-                concurrency: c.concurrency,
-            }),
-        });
+        endpoints.push(own(cfg, c)?);
     }
     Ok(endpoints)
+}
+
+/// One of the operator's own servers, reached directly.
+pub fn own(cfg: &Config, c: &EndpointConfig) -> Result<RunEndpoint, EngineError> {
+    Ok(RunEndpoint {
+        tag: c.name.clone(),
+        provider: c.name.clone(),
+        quantization: c.quantization.clone(),
+        price_in: c.price_in(),
+        price_out: c.price_out(),
+        max_completion_tokens: None,
+        supported_parameters: None,
+        status: None,
+        uptime_30m: None,
+        // Aborting a request on one's own server stops the generation.
+        cancel_stops_billing: true,
+        custom: Some(CustomTarget {
+            client: super::own_server_client(cfg, c)?,
+            model: c.model.clone(),
+            extra: c.extra.clone(),
+            concurrency: c.concurrency,
+        }),
+    })
 }
