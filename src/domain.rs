@@ -411,6 +411,21 @@ impl Default for Quantization {
     }
 }
 
+/// A duration for people, the one format of every view: `45s`, `12m03s`, `1h02m`, `2d04h`;
+/// `-` when unknown (not finite or negative).
+pub fn duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "-".into();
+    }
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3_600 => format!("{}m{:02}s", s / 60, s % 60),
+        3_600..86_400 => format!("{}h{:02}m", s / 3_600, (s % 3_600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3_600),
+    }
+}
+
 /// An RFC 3339 timestamp in UTC with milliseconds (`2026-12-01T11:07:53.123Z`): the one format
 /// of every timestamp harvest writes.
 pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
@@ -420,6 +435,25 @@ pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_the_same_everywhere() {
+        let cases = [
+            (0.0, "0s"),
+            (45.2, "45s"),
+            (59.4, "59s"),
+            (723.0, "12m03s"),
+            (760.0, "12m40s"),
+            (3725.0, "1h02m"),
+            (30_000.0, "8h20m"),
+            (187_200.0, "2d04h"),
+            (f64::INFINITY, "-"),
+            (-1.0, "-"),
+        ];
+        for (secs, text) in cases {
+            assert_eq!(duration(secs), text, "{secs}");
+        }
+    }
 
     #[test]
     fn price_parses_exactly_and_costs_round_once() {

@@ -674,10 +674,6 @@ fn duration_s(output: u64, prompts: u64, streams: f64, tps: f64, rps: Option<f64
     decode.max(paced)
 }
 
-fn per_m(p: Price) -> f64 {
-    p.usd_per_million().to_f64().unwrap_or(f64::NAN)
-}
-
 fn price_string(p: Price) -> String {
     p.usd_per_token().normalize().to_string()
 }
@@ -739,8 +735,8 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
             quantization: e.quantization.clone(),
             fidelity: e.fidelity,
             own_server: e.own_server,
-            price_in_per_m: per_m(e.price_in),
-            price_out_per_m: per_m(e.price_out),
+            price_in_per_m: e.price_in.usd_per_million_f64(),
+            price_out_per_m: e.price_out.usd_per_million_f64(),
             pricing: PriceStrings {
                 prompt: price_string(e.price_in),
                 completion: price_string(e.price_out),
@@ -830,8 +826,8 @@ fn excluded_row(e: &EndpointOffer) -> ExcludedEndpoint {
         provider: e.provider.clone(),
         quantization: e.quantization.clone(),
         fidelity: e.fidelity,
-        price_in_per_m: per_m(e.price_in),
-        price_out_per_m: per_m(e.price_out),
+        price_in_per_m: e.price_in.usd_per_million_f64(),
+        price_out_per_m: e.price_out.usd_per_million_f64(),
         reason: exclusion.to_string(),
         exclusion,
     }

@@ -1,23 +1,9 @@
 //! Progress lines and the end-of-run summary, from the same [`Snapshot`] the TUI draws, so the
 //! numbers agree everywhere.
 
+pub use crate::domain::duration;
 use crate::domain::{Tokens, group_thousands};
 use crate::engine::snapshot::{DatasetState, Snapshot};
-
-/// `1h02m`, `12m03s`, `45s`.
-pub fn duration(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return "-".into();
-    }
-    let s = secs.round() as u64;
-    if s >= 3600 {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-    } else if s >= 60 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{s}s")
-    }
-}
 
 /// `00:12:41`.
 pub fn clock(secs: f64) -> String {
@@ -155,9 +141,6 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(duration(45.2), "45s");
-        assert_eq!(duration(723.0), "12m03s");
-        assert_eq!(duration(3725.0), "1h02m");
         assert_eq!(clock(761.0), "00:12:41");
     }
 }

@@ -354,7 +354,7 @@ pub async fn run(
         })
         .collect();
 
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let now = crate::domain::rfc3339(chrono::Utc::now());
     let mut spend = Vec::new();
     let mut endpoints = Vec::new();
     for (i, t) in targets.iter().enumerate() {

@@ -432,20 +432,6 @@ fn offer(
     }
 }
 
-/// `3h 05m`, `12m 40s`, `45s`, `2d 04h`.
-pub fn human_duration(s: f64) -> String {
-    if !s.is_finite() || s < 0.0 {
-        return "-".into();
-    }
-    let s = s.round() as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3_600 => format!("{}m {:02}s", s / 60, s % 60),
-        3_600..86_400 => format!("{}h {:02}m", s / 3_600, (s % 3_600) / 60),
-        _ => format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3_600),
-    }
-}
-
 /// Columns padded to their widest cell; `right[i]` right-aligns column `i`.
 fn table(header: &[&str], rows: &[Vec<String>], right: &[bool]) -> String {
     let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -557,7 +543,7 @@ fn endpoint_table(e: &Estimate) -> String {
                 format!("{:.1}", r.stream_tok_per_s),
                 r.speed_source.label().to_string(),
                 r.cost_usd.to_string(),
-                human_duration(r.time_s),
+                crate::domain::duration(r.time_s),
             ]
         })
         .collect();
@@ -579,7 +565,7 @@ fn totals_table(e: &Estimate) -> String {
             name.to_string(),
             who.unwrap_or("-").to_string(),
             p.cost_usd.to_string(),
-            human_duration(p.time_s),
+            crate::domain::duration(p.time_s),
         ]
     })
     .collect();
@@ -692,16 +678,6 @@ pub fn render_text(e: &Estimate) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(human_duration(0.0), "0s");
-        assert_eq!(human_duration(59.4), "59s");
-        assert_eq!(human_duration(760.0), "12m 40s");
-        assert_eq!(human_duration(30_000.0), "8h 20m");
-        assert_eq!(human_duration(187_200.0), "2d 04h");
-        assert_eq!(human_duration(f64::INFINITY), "-");
-    }
 
     #[test]
     fn wrap_keeps_to_the_width() {

@@ -56,11 +56,6 @@ pub struct ProvidersReport {
     pub endpoints: Vec<ProviderRow>,
 }
 
-fn per_m(p: crate::domain::Price) -> f64 {
-    use rust_decimal::prelude::ToPrimitive;
-    p.usd_per_million().to_f64().unwrap_or(f64::NAN)
-}
-
 fn row(
     e: &Endpoint,
     native: &Quantization,
@@ -78,8 +73,8 @@ fn row(
         tag: e.tag.to_string(),
         quantization: e.quantization.clone(),
         fidelity: policy.fidelity(native, &e.quantization),
-        price_in_per_m: per_m(e.pricing.prompt),
-        price_out_per_m: per_m(e.pricing.completion),
+        price_in_per_m: e.pricing.prompt.usd_per_million_f64(),
+        price_out_per_m: e.pricing.completion.usd_per_million_f64(),
         pricing: PricingStrings {
             prompt: e.pricing.prompt.usd_per_token().normalize().to_string(),
             completion: e.pricing.completion.usd_per_token().normalize().to_string(),
