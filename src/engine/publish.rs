@@ -3,7 +3,9 @@
 //! throughput/spend history.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::config::Routing;
 use crate::domain::Usd;
@@ -250,5 +252,58 @@ impl Publisher {
             },
             spent: Usd::from_pico(c.spent_pico.load(Ordering::Relaxed)),
         }
+    }
+}
+
+/// Writes `state.json` at most once a second, on a blocking thread: serialising and syncing a
+/// large snapshot must not hold up the thread that reads every stream. A write still running
+/// when the next is due makes that one wait for the following second.
+pub(super) struct StateWriter {
+    path: std::path::PathBuf,
+    last: Option<Instant>,
+    running: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl StateWriter {
+    pub(super) fn new(path: std::path::PathBuf) -> StateWriter {
+        StateWriter {
+            path,
+            last: None,
+            running: None,
+        }
+    }
+
+    pub(super) fn offer(&mut self, snap: &Arc<Snapshot>) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+            || self.running.as_ref().is_some_and(|h| !h.is_finished())
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let (path, snap) = (self.path.clone(), snap.clone());
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            write_state(&path, &snap)
+        }));
+    }
+
+    /// The last state of the run, after any write still running (so it cannot land after).
+    pub(super) async fn finish(mut self, snap: &Snapshot) {
+        if let Some(h) = self.running.take() {
+            let _ = h.await;
+        }
+        write_state(&self.path, snap);
+    }
+}
+
+pub fn write_state(path: &std::path::Path, snap: &Snapshot) {
+    match serde_json::to_vec_pretty(snap) {
+        Ok(bytes) => {
+            if let Err(e) = crate::store::output::write_atomic(path, &bytes) {
+                tracing::warn!("cannot write {}: {e}", path.display());
+            }
+        }
+        Err(e) => tracing::warn!("cannot serialise the state: {e}"),
     }
 }

@@ -49,3 +49,35 @@ pub fn look_up(
     }))
     .buffer_unordered(PARALLEL)
 }
+
+/// The look-ups of what a crash left open, running beside the new work.
+#[derive(Default)]
+pub(super) struct Recovery {
+    pub rx: Option<tokio::sync::mpsc::Receiver<Found>>,
+    pub task: Option<tokio::task::JoinHandle<()>>,
+    pub asked: usize,
+    pub booked: usize,
+    pub total: crate::domain::Usd,
+}
+
+impl Recovery {
+    /// Starts looking up `items` on a task of its own; results arrive on `rx`.
+    pub(super) fn start(client: OpenRouterClient, items: Vec<(String, SpendEntry)>) -> Recovery {
+        let asked = items.len();
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let task = tokio::spawn(async move {
+            let mut found = std::pin::pin!(look_up(client, items));
+            while let Some(f) = found.next().await {
+                if tx.send(f).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Recovery {
+            rx: Some(rx),
+            task: Some(task),
+            asked,
+            ..Recovery::default()
+        }
+    }
+}

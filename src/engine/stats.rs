@@ -186,3 +186,75 @@ mod tests {
         );
     }
 }
+
+/// The views' counters follow the attempts: one place that adds what the driver saw.
+impl super::worker::Shared {
+    /// An attempt left: in flight for its dataset, the totals and, when pinned, its endpoint
+    /// (OpenRouter-routed ones count at their endpoint once the stream names it).
+    pub fn count_dispatch(&self, dataset: usize, pinned: Option<usize>) {
+        for c in [&self.totals, &self.dataset_stats[dataset]] {
+            c.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(e) = pinned {
+            self.endpoint_stats[e]
+                .in_flight
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An attempt came back: no longer in flight; an answer's cost, tokens, truncation and
+    /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
+    pub fn count_result(
+        &self,
+        r: &super::worker::AttemptResult,
+        dataset: usize,
+        pinned: Option<usize>,
+    ) {
+        use super::worker::AttemptOutcome;
+        for c in [&self.totals, &self.dataset_stats[dataset]] {
+            c.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(e) = pinned {
+            self.endpoint_stats[e]
+                .in_flight
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+        let at = r.endpoint.map(|e| &self.endpoint_stats[e]);
+        let counters = [Some(&self.totals), Some(&self.dataset_stats[dataset]), at];
+        match &r.outcome {
+            AttemptOutcome::Done(c) => {
+                for k in counters.into_iter().flatten() {
+                    k.spent_pico.fetch_add(r.booked_pico, Ordering::Relaxed);
+                    k.prompt_tokens
+                        .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
+                    k.output_tokens
+                        .fetch_add(c.usage.completion_tokens, Ordering::Relaxed);
+                    if c.finish_reason == "length" {
+                        k.truncated.fetch_add(1, Ordering::Relaxed);
+                    }
+                    k.record_timing(
+                        c.ttft.map(|t| t.as_millis() as u64),
+                        r.elapsed.as_millis() as u64,
+                    );
+                }
+            }
+            AttemptOutcome::Failed(err) => {
+                for k in counters.into_iter().flatten() {
+                    k.error(err.kind());
+                }
+            }
+            AttemptOutcome::Cancelled => {}
+        }
+    }
+
+    /// An answer was kept (written to the outputs).
+    pub fn count_kept(&self, dataset: usize, endpoint: Option<usize>) {
+        let at = endpoint.map(|e| &self.endpoint_stats[e]);
+        for c in [Some(&self.totals), Some(&self.dataset_stats[dataset]), at]
+            .into_iter()
+            .flatten()
+        {
+            c.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

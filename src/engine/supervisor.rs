@@ -23,9 +23,13 @@ use super::control::Command;
 use super::core::{Clock, Core, DatasetBook, Effect, Live, PromptSource};
 use super::publish::Publisher;
 use super::reason::StopReason;
+use super::reconcile::Recovery;
 use super::snapshot::{RunState, Snapshot};
 use super::stats::Counters;
-use super::worker::{AttemptOutcome, AttemptResult, AttemptSpec, Shared, run_attempt};
+use super::worker::{AttemptResult, AttemptSpec, Shared, run_attempt};
+
+/// `engine::EngineHandle` writes the final state through here.
+pub(super) use super::publish::write_state;
 
 /// One dataset of the run, as the start prepared it: the core's book and its prompt reader.
 pub(super) struct DatasetRun {
@@ -151,14 +155,7 @@ impl Supervisor {
                 Effect::Spawn(d) => {
                     let written = self.writer.spend(&d.ledger).await;
                     let sh = &self.shared;
-                    for c in [&sh.totals, &sh.dataset_stats[d.dataset]] {
-                        c.in_flight.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if let Some(e) = d.pinned {
-                        sh.endpoint_stats[e]
-                            .in_flight
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
+                    sh.count_dispatch(d.dataset, d.pinned);
                     let spec = AttemptSpec {
                         key: d.key,
                         dataset: d.dataset,
@@ -183,14 +180,7 @@ impl Supervisor {
                 } => {
                     let written = self.writer.output(dataset, &record).await;
                     if written.is_ok() {
-                        let sh = &self.shared;
-                        let at = endpoint.map(|e| &sh.endpoint_stats[e]);
-                        for c in [Some(&sh.totals), Some(&sh.dataset_stats[dataset]), at]
-                            .into_iter()
-                            .flatten()
-                        {
-                            c.done.fetch_add(1, Ordering::Relaxed);
-                        }
+                        self.shared.count_kept(dataset, endpoint);
                     }
                     written
                 }
@@ -209,43 +199,8 @@ impl Supervisor {
     /// Counts a finished attempt into the workers' statistics (what the views show), then
     /// hands it to the core.
     async fn on_result(&mut self, r: AttemptResult, tasks: &mut JoinSet<AttemptResult>) {
-        let sh = self.shared.clone();
         if let Some((d, pinned)) = self.core.attempt_info(r.key) {
-            for c in [&sh.totals, &sh.dataset_stats[d]] {
-                c.in_flight.fetch_sub(1, Ordering::Relaxed);
-            }
-            if let Some(e) = pinned {
-                sh.endpoint_stats[e]
-                    .in_flight
-                    .fetch_sub(1, Ordering::Relaxed);
-            }
-            let at = r.endpoint.map(|e| &sh.endpoint_stats[e]);
-            let counters = [Some(&sh.totals), Some(&sh.dataset_stats[d]), at];
-            match &r.outcome {
-                AttemptOutcome::Done(c) => {
-                    let cost = r.booked_pico;
-                    for k in counters.into_iter().flatten() {
-                        k.spent_pico.fetch_add(cost, Ordering::Relaxed);
-                        k.prompt_tokens
-                            .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
-                        k.output_tokens
-                            .fetch_add(c.usage.completion_tokens, Ordering::Relaxed);
-                        if c.finish_reason == "length" {
-                            k.truncated.fetch_add(1, Ordering::Relaxed);
-                        }
-                        k.record_timing(
-                            c.ttft.map(|t| t.as_millis() as u64),
-                            r.elapsed.as_millis() as u64,
-                        );
-                    }
-                }
-                AttemptOutcome::Failed(err) => {
-                    for k in counters.into_iter().flatten() {
-                        k.error(err.kind());
-                    }
-                }
-                AttemptOutcome::Cancelled => {}
-            }
+            self.shared.count_result(&r, d, pinned);
         }
         let effects = self.core.on_result(r, &Clock::now());
         self.perform(effects, tasks).await;
@@ -299,29 +254,13 @@ impl Supervisor {
                 "an earlier run stopped with {n} requests in flight: looking up what they cost"
             ),
         );
-        let (tx, rx) = mpsc::channel(256);
-        let client = self.shared.client.clone();
-        let task = tokio::spawn(async move {
-            let mut found = std::pin::pin!(super::reconcile::look_up(client, items));
-            while let Some(f) = found.next().await {
-                if tx.send(f).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Recovery {
-            rx: Some(rx),
-            task: Some(task),
-            asked: n,
-            ..Recovery::default()
-        }
+        Recovery::start(self.shared.client.clone(), items)
     }
 
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
     /// as unknown (its line stays open for the next start).
     async fn recovered(&mut self, rec: &mut Recovery, found: super::reconcile::Found) {
         let (entry, cost) = found;
-        rec.answered += 1;
         if let Some(cost) = cost {
             let usd = Usd::from_f64(cost);
             rec.booked += 1;
@@ -410,7 +349,7 @@ impl Supervisor {
         let mut tasks: JoinSet<AttemptResult> = JoinSet::new();
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut state_writer = StateWriter::new(self.state_path.clone());
+        let mut state_writer = super::publish::StateWriter::new(self.state_path.clone());
         let budget_hit = self.shared.budget_hit.clone();
         let mut budget_handled = false;
         let refresh_every = self.core.config().catalog_refresh();
@@ -551,70 +490,6 @@ impl Supervisor {
             output_dir: Default::default(),
             datasets: Vec::new(),
         }
-    }
-}
-
-/// The look-ups of what a crash left open, running beside the new work.
-#[derive(Default)]
-struct Recovery {
-    rx: Option<mpsc::Receiver<super::reconcile::Found>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-    asked: usize,
-    answered: usize,
-    booked: usize,
-    total: Usd,
-}
-
-/// Writes `state.json` at most once a second, on a blocking thread: serialising and syncing a
-/// large snapshot must not hold up the thread that reads every stream. A write still running
-/// when the next is due makes that one wait for the following second.
-struct StateWriter {
-    path: std::path::PathBuf,
-    last: Option<Instant>,
-    running: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl StateWriter {
-    fn new(path: std::path::PathBuf) -> StateWriter {
-        StateWriter {
-            path,
-            last: None,
-            running: None,
-        }
-    }
-
-    fn offer(&mut self, snap: &Arc<Snapshot>) {
-        if self
-            .last
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-            || self.running.as_ref().is_some_and(|h| !h.is_finished())
-        {
-            return;
-        }
-        self.last = Some(Instant::now());
-        let (path, snap) = (self.path.clone(), snap.clone());
-        self.running = Some(tokio::task::spawn_blocking(move || {
-            write_state(&path, &snap)
-        }));
-    }
-
-    /// The last state of the run, after any write still running (so it cannot land after).
-    async fn finish(mut self, snap: &Snapshot) {
-        if let Some(h) = self.running.take() {
-            let _ = h.await;
-        }
-        write_state(&self.path, snap);
-    }
-}
-
-pub(super) fn write_state(path: &std::path::Path, snap: &Snapshot) {
-    match serde_json::to_vec_pretty(snap) {
-        Ok(bytes) => {
-            if let Err(e) = crate::store::output::write_atomic(path, &bytes) {
-                tracing::warn!("cannot write {}: {e}", path.display());
-            }
-        }
-        Err(e) => tracing::warn!("cannot serialise the state: {e}"),
     }
 }
 
