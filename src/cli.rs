@@ -262,4 +262,16 @@ pub struct StatusArgs {
     /// tok/s, TTFT p50/p95, errors by kind, truncation, and the spend reconciliation.
     #[arg(long)]
     pub report: bool,
+    /// Settle what a crashed run left open, without starting a run: looks up its open
+    /// generations at `GET /generation` and books them (found: at their cost; unknown for 15
+    /// minutes: at their expected cost, marked estimated), and books requests caught before
+    /// any answer at their expected cost. Refused while a run holds the directory.
+    #[arg(long, conflicts_with = "report")]
+    pub reconcile: bool,
+    /// With --reconcile: the API's base URL.
+    #[arg(long, default_value = crate::openrouter::DEFAULT_BASE_URL)]
+    pub base_url: String,
+    /// With --reconcile: the environment variable holding the API key.
+    #[arg(long, default_value = "OPENROUTER_API_KEY")]
+    pub api_key_env: String,
 }

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Run(a) => commands::run::run(a).await,
-            Command::Status(a) => commands::status::run(a).map(|()| exit::OK),
+            Command::Status(a) => commands::status::run(a).await.map(|()| exit::OK),
             Command::Providers(a) => commands::providers::run(a).await.map(|()| exit::OK),
             Command::Estimate(a) => commands::estimate::run(a).await.map(|()| exit::OK),
             Command::Probe(a) => commands::probe::run(a).await.map(|()| exit::OK),

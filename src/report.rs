@@ -181,7 +181,7 @@ fn scan_error(e: ScanError) -> ReportError {
 }
 
 /// The datasets of an output directory: the manifest's, else every `<name>.jsonl` there.
-fn dataset_names(dir: &Path) -> Result<Vec<String>, ReportError> {
+pub fn dataset_names(dir: &Path) -> Result<Vec<String>, ReportError> {
     if let Ok(text) = std::fs::read_to_string(manifest_path(dir)) {
         let m: Manifest = serde_json::from_str(&text).map_err(|e| ReportError::File {
             path: manifest_path(dir),

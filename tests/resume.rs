@@ -213,3 +213,102 @@ async fn sigint_drains_in_flight_requests_saves_and_exits_130() {
     assert_eq!(state["reason"]["kind"], "operator_drain");
     sim.stop().await;
 }
+
+/// `harvest status DIR --reconcile` settles what a `kill -9` left open without starting a run:
+/// every open generation the API knows is booked at its cost, requests caught before any answer
+/// at their expected cost, nothing stays open, and a second call books nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reconcile_settles_a_crash_without_a_run() {
+    let sim = paced_sim(0.05, 300.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        400,
+        &sim.base_url(),
+        "HARVEST_RESUME_TEST_KEY",
+        "budget_usd = 50.0\nconcurrency = 100\n[request]\nmax_tokens = 2000",
+        "R",
+    );
+    let out_dir = dir.path().join("out");
+    let out = out_dir.join("R.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut child = harvest_run(&config).spawn().expect("spawn");
+    while lines(&out) < 100 {
+        assert!(Instant::now() < deadline, "run too slow");
+        assert!(child.try_wait().expect("wait").is_none(), "ended early");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let open = |dir: &Path| {
+        let names = vec!["R".to_string()];
+        let scan = harvest::store::scan::scan_dir(dir, &names).expect("scan");
+        (scan.orphans().len(), scan.ledger.unknown.len())
+    };
+    let (orphans, unanswered) = open(&out_dir);
+    assert!(
+        orphans > 0,
+        "a kill with 100 in flight leaves generations open"
+    );
+    // Let the simulator finish billing the streams the kill cut.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let reconcile = |dir: std::path::PathBuf, base: String| {
+        Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args([
+                "status",
+                "--reconcile",
+                "--api-key-env",
+                "HARVEST_RESUME_TEST_KEY",
+                "--base-url",
+            ])
+            .arg(base)
+            .arg(dir)
+            .env("HARVEST_RESUME_TEST_KEY", KEY)
+            .output()
+            .expect("status runs")
+    };
+    let (d, b) = (out_dir.clone(), sim.base_url());
+    let first = tokio::task::spawn_blocking(move || reconcile(d, b))
+        .await
+        .expect("join");
+    let said = String::from_utf8_lossy(&first.stdout).to_string();
+    assert!(
+        first.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(
+        said.contains(&format!("{orphans} generations found at the API")),
+        "{orphans} open, {unanswered} unanswered: {said}"
+    );
+    assert_eq!(open(&out_dir), (0, 0), "nothing stays open");
+    // What the API reported is what the ledger now holds for those generations.
+    let entries: Vec<SpendEntry> = std::fs::read_to_string(out_dir.join("spend.jsonl"))
+        .expect("ledger")
+        .lines()
+        .map(|l| serde_json::from_str::<SpendEntry>(l).expect("ledger line"))
+        .collect();
+    let billed: std::collections::HashMap<String, f64> = sim
+        .state
+        .billing_entries()
+        .iter()
+        .map(|b| (b.id.clone(), b.cost_usd.as_f64()))
+        .collect();
+    for e in entries.iter().filter(|e| e.kind == SpendKind::Recovered) {
+        let g = e.generation_id.as_deref().expect("generation id");
+        assert_eq!(Some(&e.usd.as_f64()), billed.get(g), "{g}");
+    }
+
+    let (d, b) = (out_dir.clone(), sim.base_url());
+    let second = tokio::task::spawn_blocking(move || reconcile(d, b))
+        .await
+        .expect("join");
+    let said = String::from_utf8_lossy(&second.stdout).to_string();
+    assert!(second.status.success());
+    assert!(
+        said.contains("0.000000 USD booked in all"),
+        "idempotent: {said}"
+    );
+    sim.stop().await;
+}

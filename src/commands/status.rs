@@ -1,17 +1,23 @@
 //! `harvest status [DIR]`: the state file of a running or finished run, for a second shell;
-//! `--report`: the end-of-run report built from the output directory.
+//! `--report`: the end-of-run report built from the output directory; `--reconcile`: settles
+//! what a crashed run left open in it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::cli::StatusArgs;
+use crate::domain::Usd;
 use crate::engine::{Snapshot, state_path};
 use crate::headless;
+use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
 use crate::report::Report;
 
 use super::BadInput;
 
-pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let dir = args.dir.unwrap_or_else(|| PathBuf::from("out"));
+pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from("out"));
+    if args.reconcile {
+        return reconcile(&dir, &args).await;
+    }
     if args.report {
         if !dir.is_dir() {
             return Err(BadInput(format!("{} is not a directory", dir.display())).into());
@@ -39,5 +45,86 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", headless::summary(&snap));
     }
+    Ok(())
+}
+
+/// `--reconcile`: books what a crashed run left open, as the next start would, and says what.
+async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
+    use crate::engine::reconcile::{Settle, look_up, settle};
+    use crate::store::output::{SpendEntry, SpendKind};
+    use futures::StreamExt;
+
+    if !dir.is_dir() {
+        return Err(BadInput(format!("{} is not a directory", dir.display())).into());
+    }
+    // A live run settles its own leftovers; two writers of one ledger would double-book.
+    let _lock = crate::store::lock::lock_dir(dir).map_err(|e| BadInput(e.to_string()))?;
+    let names = crate::report::dataset_names(dir).map_err(|e| BadInput(e.to_string()))?;
+    let scan = crate::store::scan::scan_dir(dir, &names).map_err(|e| BadInput(e.to_string()))?;
+    if let Some(p) = scan.problems().first() {
+        return Err(BadInput(format!("{p}; `harvest run --repair` deals with it first")).into());
+    }
+    let client = OpenRouterClient::new(ClientOptions::new(
+        args.base_url.clone(),
+        ApiKey::from_env(&args.api_key_env),
+    ))
+    .map_err(|e| BadInput(e.to_string()))?;
+    let orphans = scan.orphans();
+    if !orphans.is_empty() && !client.has_key() {
+        return Err(BadInput(crate::engine::missing_key(&args.api_key_env)).into());
+    }
+    let now = chrono::Utc::now();
+    let close = |open: SpendEntry, kind: SpendKind, usd: Usd, estimated: bool| SpendEntry {
+        at: crate::domain::rfc3339(now),
+        kind,
+        usd,
+        estimated,
+        expected_usd: None,
+        error: None,
+        ..open
+    };
+    let mut lines = Vec::new();
+    let (mut found, mut lost, mut waiting, mut total) = (0u64, 0u64, 0u64, Usd::ZERO);
+    let items = orphans
+        .into_iter()
+        .filter_map(|e| Some((e.generation_id.clone()?, e)))
+        .collect();
+    let mut answers = std::pin::pin!(look_up(client, items));
+    while let Some((entry, cost)) = answers.next().await {
+        match settle(&entry, cost, now) {
+            Settle::Found(usd) => {
+                found += 1;
+                total += usd;
+                lines.push(close(entry, SpendKind::Recovered, usd, false));
+            }
+            Settle::Lost(usd) => {
+                lost += 1;
+                total += usd;
+                lines.push(close(entry, SpendKind::Unknown, usd, true));
+            }
+            Settle::Wait => waiting += 1,
+        }
+    }
+    let unanswered = scan.ledger.unknown.len() as u64;
+    for e in scan.ledger.unknown {
+        let usd = e.expected_usd.unwrap_or_default();
+        total += usd;
+        lines.push(close(e, SpendKind::Unknown, usd, true));
+    }
+    crate::store::output::append_spend(dir, &lines)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.join("spend.jsonl").display()))?;
+    println!(
+        "{}: {found} generations found at the API, {lost} unknown for {} min booked at their \
+         expected cost, {unanswered} requests sent but never answered booked at their expected \
+         cost: {:.6} USD booked in all{}",
+        dir.display(),
+        crate::engine::reconcile::UNKNOWN_AFTER.as_secs() / 60,
+        total.as_f64(),
+        if waiting > 0 {
+            format!("; {waiting} still unknown and too recent to give up on: ask again later")
+        } else {
+            String::new()
+        }
+    );
     Ok(())
 }

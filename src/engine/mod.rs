@@ -12,7 +12,7 @@ pub mod pool;
 mod publish;
 pub mod quality;
 pub mod reason;
-mod reconcile;
+pub mod reconcile;
 pub mod snapshot;
 pub mod stats;
 mod supervisor;

@@ -260,13 +260,22 @@ impl Supervisor {
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
     /// as unknown (its line stays open for the next start).
     async fn recovered(&mut self, rec: &mut Recovery, found: super::reconcile::Found) {
+        use super::reconcile::{Settle, settle};
         let (entry, cost) = found;
-        if let Some(cost) = cost {
-            let usd = Usd::from_f64(cost);
-            rec.booked += 1;
-            rec.total += usd;
-            self.book_carried(entry, SpendKind::Recovered, usd, false)
-                .await;
+        match settle(&entry, cost, chrono::Utc::now()) {
+            Settle::Found(usd) => {
+                rec.booked += 1;
+                rec.total += usd;
+                self.book_carried(entry, SpendKind::Recovered, usd, false)
+                    .await;
+            }
+            Settle::Lost(usd) => {
+                rec.lost += 1;
+                rec.total += usd;
+                self.book_carried(entry, SpendKind::Unknown, usd, true)
+                    .await;
+            }
+            Settle::Wait => {}
         }
     }
 
@@ -278,11 +287,17 @@ impl Supervisor {
         self.core.say(
             &Clock::now(),
             format!(
-                "looked up {} requests an earlier run left in flight: {} found at the API, {:.6} USD booked{}",
+                "looked up {} requests an earlier run left in flight: {} found at the API, {} unknown for {} min and booked at their expected cost, {:.6} USD in all{}",
                 rec.asked,
                 rec.booked,
+                rec.lost,
+                super::reconcile::UNKNOWN_AFTER.as_secs() / 60,
                 rec.total.as_f64(),
-                if rec.booked < rec.asked { "; the others are unknown to the API" } else { "" }
+                if rec.booked + rec.lost < rec.asked {
+                    "; the others are too recent to give up on: the next start asks again"
+                } else {
+                    ""
+                }
             ),
         );
     }

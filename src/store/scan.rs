@@ -314,14 +314,21 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         }
     })?;
     scan.unknown = dispatched
-        .into_iter()
-        .filter(|(a, _)| !closed.contains(a) && !started.contains_key(a))
-        .map(|(_, e)| e)
+        .iter()
+        .filter(|(a, _)| !closed.contains(*a) && !started.contains_key(*a))
+        .map(|(_, e)| e.clone())
         .collect();
+    // An open generation carries what its request was expected to cost (from its
+    // `dispatched` line): it is booked at that when the API never learns of it.
     scan.open = started
         .into_iter()
         .filter(|(a, _)| !closed.contains(a))
-        .map(|(_, e)| e)
+        .map(|(a, mut e)| {
+            if e.expected_usd.is_none() {
+                e.expected_usd = dispatched.get(&a).and_then(|d| d.expected_usd);
+            }
+            e
+        })
         .collect();
     Ok(scan)
 }
@@ -358,6 +365,26 @@ impl std::fmt::Display for Problem {
 }
 
 impl DirScan {
+    /// Generations a crash left open (`started`, never closed) whose answer is not among the
+    /// outputs: what they cost must be asked of the API.
+    pub fn orphans(&self) -> Vec<SpendEntry> {
+        let answered: HashSet<&String> = self
+            .datasets
+            .iter()
+            .flat_map(|d| d.existing.generation_ids.iter())
+            .collect();
+        self.ledger
+            .open
+            .iter()
+            .filter(|e| {
+                e.generation_id
+                    .as_ref()
+                    .is_some_and(|g| !answered.contains(g))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// Every file read, ledger first.
     pub fn files(&self) -> impl Iterator<Item = &FileScan> {
         std::iter::once(&self.ledger.file).chain(
