@@ -1,5 +1,6 @@
 //! The `harvest` binary: parse the command line, run a command, map errors to exit codes
-//! (0 done, 1 runtime failure, 2 bad config or input, 130 interrupted).
+//! (0 done, 1 runtime failure, 2 bad config or input, 129 terminal or output lost, 130
+//! interrupted).
 
 use std::process::ExitCode;
 
