@@ -5,15 +5,13 @@
 //! from the reference after a few tokens; a faithful one agrees (up to the non-determinism of
 //! batched inference, which is why similarity is reported beside exact matches).
 //!
-//! The result is a JSON file (`probe.json` in the output directory by default) that
-//! `harvest providers` shows as a column and the policy can use (`min_probe_agreement`).
+//! The result is a JSON file (`probe.json` in the output directory by default; its format and
+//! reading are in `store::probe_file`) that `harvest providers` shows as a column and the
+//! policy can use (`min_probe_agreement`).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 
 use crate::domain::{Price, Quantization, Usd};
 use crate::openrouter::request::StreamOptions;
@@ -21,13 +19,10 @@ use crate::openrouter::{
     ApiError, ChatRequest, Completion, Message, OpenRouterClient, ProviderPreferences,
     StreamTimeouts,
 };
-use crate::store::output::{SpendEntry, SpendKind, append_spend};
-
-/// Version of the JSON form.
-pub const SCHEMA: u32 = 1;
-
-/// The file name in an output directory.
-pub const FILE_NAME: &str = "probe.json";
+use crate::store::output::{SpendEntry, SpendKind};
+pub use crate::store::probe_file::{
+    EndpointScore, FILE_NAME, ProbeFileError, ProbeReport, ProbeSettings, SCHEMA,
+};
 
 /// Fixed prompts: short, varied (prose, code, arithmetic, lists, translation, facts), each with
 /// one natural greedy continuation so that a faithful model is stable on them.
@@ -45,30 +40,6 @@ pub const PROMPTS: &[&str] = &[
     "Write a SQL query that returns the five most recent orders from a table named orders.",
     "Name the planets of the solar system in order from the Sun.",
 ];
-
-/// How a probe is run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ProbeSettings {
-    pub prompts: usize,
-    pub max_tokens: u32,
-    pub seed: u64,
-    /// Requests in flight across all endpoints.
-    pub concurrency: usize,
-    /// Attempts per prompt and endpoint (retryable errors only).
-    pub attempts: u32,
-}
-
-impl Default for ProbeSettings {
-    fn default() -> Self {
-        ProbeSettings {
-            prompts: 8,
-            max_tokens: 64,
-            seed: 42,
-            concurrency: 16,
-            attempts: 3,
-        }
-    }
-}
 
 /// One endpoint to probe.
 #[derive(Clone, Debug)]
@@ -114,54 +85,10 @@ struct Sample {
     prompt_tokens: u64,
 }
 
-/// An endpoint's scores.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EndpointScore {
-    pub tag: String,
-    pub provider: String,
-    pub quantization: String,
-    pub is_reference: bool,
-    /// False when the endpoint does not take `temperature`: its answers are sampled with the
-    /// provider's own settings, so disagreement says little.
-    pub greedy: bool,
-    pub prompts: u64,
-    /// Prompts answered (no error, non-empty).
-    pub answered: u64,
-    /// Prompts compared with the reference (both answered).
-    pub compared: u64,
-    /// Share of compared answers identical to the reference's.
-    pub exact_match_rate: Option<f64>,
-    /// Mean word-level similarity to the reference (1 = identical), over compared answers.
-    pub similarity: Option<f64>,
-    pub mean_output_tokens: Option<f64>,
-    /// Share of answered prompts that ran to max_tokens.
-    pub length_rate: Option<f64>,
-    /// Share of prompts answered with nothing.
-    pub empty_rate: f64,
-    pub errors: u64,
-    /// The last error, for the operator.
-    pub last_error: Option<String>,
-    pub cost: Usd,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ProbeReport {
-    pub schema: u32,
-    pub model: String,
-    pub created_at: String,
-    /// The endpoint the others are compared with; `None`: the per-prompt majority answer.
-    pub reference: Option<String>,
-    pub settings: ProbeSettings,
-    pub estimated_cost: Usd,
-    pub cost: Usd,
-    /// Best agreement first.
-    pub endpoints: Vec<EndpointScore>,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("{path}: {msg}")]
-    File { path: PathBuf, msg: String },
+    #[error(transparent)]
+    File(#[from] ProbeFileError),
     #[error("no endpoint to probe")]
     NoTargets,
     #[error("reference endpoint {0} is not among the probed endpoints")]
@@ -475,63 +402,6 @@ fn majority<'a>(answers: impl Iterator<Item = &'a str>) -> Option<String> {
 }
 
 impl ProbeReport {
-    /// Agreement per endpoint tag: the similarity to the reference, for endpoints that
-    /// decoded greedily (a sampled answer's disagreement proves nothing).
-    pub fn agreement(&self) -> HashMap<String, f64> {
-        self.endpoints
-            .iter()
-            .filter(|e| e.greedy)
-            .filter_map(|e| e.similarity.map(|s| (e.tag.clone(), s)))
-            .collect()
-    }
-
-    pub fn load(path: &Path) -> Result<ProbeReport, ProbeError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ProbeError::File {
-            path: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
-        serde_json::from_str(&text).map_err(|e| ProbeError::File {
-            path: path.to_path_buf(),
-            msg: format!("not a harvest probe result: {e}"),
-        })
-    }
-
-    /// The probe result of an output directory, when one is there.
-    pub fn in_dir(dir: &Path) -> Option<Result<ProbeReport, ProbeError>> {
-        let path = dir.join(FILE_NAME);
-        path.is_file().then(|| ProbeReport::load(&path))
-    }
-
-    /// The agreement per endpoint of the probe result in an output directory, when it probed
-    /// `model` (empty when there is none, or it probed another model).
-    pub fn agreement_in(dir: &Path, model: &str) -> Result<HashMap<String, f64>, ProbeError> {
-        match ProbeReport::in_dir(dir) {
-            Some(Ok(p)) if p.model == model => Ok(p.agreement()),
-            Some(Ok(_)) | None => Ok(HashMap::new()),
-            Some(Err(e)) => Err(e),
-        }
-    }
-
-    /// Saves the result and books its spend in the directory's ledger.
-    pub fn save(
-        &self,
-        path: &Path,
-        ledger_dir: &Path,
-        spend: &[SpendEntry],
-    ) -> Result<(), ProbeError> {
-        let io = |p: &Path, e: std::io::Error| ProbeError::File {
-            path: p.to_path_buf(),
-            msg: e.to_string(),
-        };
-        append_spend(ledger_dir, spend).map_err(|e| io(ledger_dir, e))?;
-        let bytes =
-            serde_json::to_vec_pretty(self).map_err(|e| io(path, std::io::Error::other(e)))?;
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        }
-        crate::store::output::write_atomic(path, &bytes).map_err(|e| io(path, e))
-    }
-
     /// The text table.
     pub fn render(&self) -> String {
         let pct = |v: Option<f64>| {
