@@ -1,7 +1,7 @@
 //! harvest never hangs when its terminal or its output goes away: headless into a pipe that
-//! closes after three lines, and the TUI on a pseudo-terminal that vanishes (an ssh drop
-//! without tmux). Both drain within the grace period, write everything, leave nothing open in
-//! the ledger, and exit 129.
+//! closes after three lines, SIGHUP, and the TUI on a pseudo-terminal that vanishes (an ssh
+//! drop without tmux). Each drains within the grace period, writes everything, leaves nothing
+//! open in the ledger, and exits 129. And a second Ctrl-C stops now: within 2 s.
 
 mod common;
 
@@ -274,6 +274,68 @@ async fn headless_on_sighup_drains_and_exits_129() {
         open_attempts(&out),
         Vec::<String>::new(),
         "nothing left open in the ledger"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_stops_within_two_seconds() {
+    // Slow answers, so that the drain would take long: only a stop-now ends it quickly.
+    let sim = paced_sim(1.0, 3000.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = write_job(
+        dir.path(),
+        400,
+        &sim.base_url(),
+        "HARVEST_HANGUP_KEY",
+        "budget_usd = 5.0\nconcurrency = 64\n[request]\nmax_tokens = 8000",
+        "P",
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["run", "--headless", "--progress-every", "0.2", "-c"])
+        .arg(&cfg)
+        .env("HARVEST_HANGUP_KEY", KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("harvest starts");
+    let pid = child.id().to_string();
+    let signal = |pid: &str| {
+        assert!(
+            Command::new("kill")
+                .args(["-INT", pid])
+                .status()
+                .expect("kill runs")
+                .success()
+        );
+    };
+    // Wait until streams are open.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sim.state.requests_since(0).len() < 64 {
+        assert!(Instant::now() < deadline, "no traffic");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal(&pid);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    signal(&pid);
+    let second = Instant::now();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
+    let took = second.elapsed();
+    assert!(took < Duration::from_secs(2), "stop now took {took:?}");
+    assert_eq!(out.status.code(), Some(130), "{:?}", out.status);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        said.contains("(operator: stop now)"),
+        "the summary says how it stopped:\n{said}"
+    );
+    let out_dir = dir.path().join("out");
+    assert_eq!(
+        open_attempts(&out_dir),
+        Vec::<String>::new(),
+        "nothing left open"
     );
     sim.stop().await;
 }
