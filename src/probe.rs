@@ -323,6 +323,8 @@ pub async fn run(
                     attempt: None,
                     expected_usd: None,
                     error: None,
+                    checkpoint: None,
+                    note: None,
                 });
             }
             if let Some(e) = &sample.error {

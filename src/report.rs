@@ -481,6 +481,8 @@ mod tests {
             attempt: None,
             expected_usd: None,
             error: error.map(str::to_string),
+            checkpoint: None,
+            note: None,
         }
     }
 

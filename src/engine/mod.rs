@@ -375,6 +375,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     // Generations a crash left open (started, never closed, not among the outputs): the
     // supervisor asks the API what they cost before it dispatches anything.
     let unknown = ledger.unknown;
+    let key_base = ledger.key_base;
     let orphans: Vec<output::SpendEntry> = ledger
         .open
         .into_iter()
@@ -426,6 +427,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     );
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let mut sup = sup;
+    sup.set_key_base(key_base);
     if !probe.is_empty() {
         sup.set_probe(probe);
     }

@@ -118,6 +118,61 @@ impl Recovery {
     }
 }
 
+/// How far a key's usage may outrun the ledger's crash estimates and still be put down to
+/// them: an answer may run to `max_tokens`, about 8x the 2,048-token prior an estimate uses.
+pub const TRUE_UP_CAP: f64 = 8.0;
+
+/// What the key's own count says of the ledger since the last quiet checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyVerdict {
+    /// Key and ledger agree (to a micro-dollar), or nothing was estimated and nothing differs.
+    Agrees,
+    /// The crash estimates were off: one adjustment line of `usd`, saying why.
+    TrueUp {
+        usd: crate::domain::Usd,
+        note: String,
+    },
+    /// The key's usage grew by what the ledger cannot explain (a key shared with other work,
+    /// or usage the API has not counted yet): estimates stay.
+    Unexplained { usd: crate::domain::Usd },
+}
+
+/// Compares the key's usage growth with the ledger's since `base` (pure).
+pub fn key_verdict(
+    base: &crate::store::scan::KeyBase,
+    key_now: f64,
+    ledger_now: crate::domain::Usd,
+) -> KeyVerdict {
+    use crate::domain::Usd;
+    let grew = Usd::from_f64(key_now - base.checkpoint.key_usage_usd);
+    let booked = ledger_now - base.checkpoint.ledger_usd;
+    let d = grew - booked;
+    if d.pico().abs() <= Usd::from_f64(1e-6).pico() {
+        return KeyVerdict::Agrees;
+    }
+    let e = base.estimated;
+    let explained = e > Usd::ZERO
+        && d.pico() >= -e.pico()
+        && (d.pico() as f64) <= e.pico() as f64 * TRUE_UP_CAP;
+    if explained {
+        KeyVerdict::TrueUp {
+            usd: d,
+            note: format!(
+                "key true-up: the key's usage grew {:.6} USD since {}, the ledger {:.6}: the {} \
+                 requests crashes left unanswered, booked at {:.6} USD expected, cost {:.6}",
+                grew.as_f64(),
+                "the last quiet checkpoint",
+                booked.as_f64(),
+                base.estimated_lines,
+                e.as_f64(),
+                (e + d).as_f64()
+            ),
+        }
+    } else {
+        KeyVerdict::Unexplained { usd: d }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +194,8 @@ mod tests {
             attempt: Some("run-1".into()),
             expected_usd: expected.map(Usd::from_f64),
             error: None,
+            checkpoint: None,
+            note: None,
         }
     }
 
@@ -200,6 +257,56 @@ mod tests {
         ];
         for (name, at, cost, expected, want) in cases {
             assert_eq!(settle(&open_line(at, expected), cost, now), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_key_trues_up_crash_estimates_or_says_it_cannot() {
+        use crate::store::output::KeyCheckpoint;
+        use crate::store::scan::KeyBase;
+        let base = |estimated: f64| KeyBase {
+            checkpoint: KeyCheckpoint {
+                key_usage_usd: 10.0,
+                ledger_usd: Usd::from_f64(4.0),
+                quiet: true,
+            },
+            estimated: Usd::from_f64(estimated),
+            estimated_lines: 3,
+        };
+        let cases: [(&str, f64, f64, f64, &str); 7] = [
+            ("agrees", 0.0, 12.0, 6.0, "agrees"),
+            ("agrees with estimates", 0.3, 12.0, 6.0, "agrees"),
+            ("estimates too low", 0.3, 12.2, 6.0, "up 0.200000"),
+            (
+                "estimates too high: down to zero at most",
+                0.3,
+                11.75,
+                6.0,
+                "up -0.250000",
+            ),
+            (
+                "less than even the estimates",
+                0.3,
+                11.5,
+                6.0,
+                "unexplained -0.500000",
+            ),
+            ("a shared key", 0.3, 15.0, 6.0, "unexplained 3.000000"),
+            (
+                "nothing estimated, usage grew",
+                0.0,
+                12.5,
+                6.0,
+                "unexplained 0.500000",
+            ),
+        ];
+        for (name, est, key_now, ledger_now, want) in cases {
+            let got = match key_verdict(&base(est), key_now, Usd::from_f64(ledger_now)) {
+                KeyVerdict::Agrees => "agrees".to_string(),
+                KeyVerdict::TrueUp { usd, .. } => format!("up {:.6}", usd.as_f64()),
+                KeyVerdict::Unexplained { usd } => format!("unexplained {:.6}", usd.as_f64()),
+            };
+            assert_eq!(got, want, "{name}");
         }
     }
 }

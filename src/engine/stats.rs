@@ -148,45 +148,6 @@ impl Rate {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rate_over_window() {
-        let mut r = Rate::new(10.0);
-        assert_eq!(r.update(0.0, 0.0), 0.0);
-        assert_eq!(r.update(1.0, 100.0), 100.0);
-        for i in 2..=30 {
-            r.update(i as f64, 100.0 * i as f64);
-        }
-        assert!((r.rate() - 100.0).abs() < 1e-9);
-        // Traffic stops: the rate decays to zero within the window.
-        for i in 31..=45 {
-            r.update(i as f64, 3000.0);
-        }
-        assert_eq!(r.rate(), 0.0);
-    }
-
-    #[test]
-    fn percentiles_and_errors() {
-        let c = Counters::default();
-        for ms in 1..=100 {
-            c.record_timing(Some(ms), ms * 10);
-        }
-        let p = c.ttft();
-        assert_eq!(p.p50, Some(50));
-        assert!(p.p95.is_some_and(|v| (94..=96).contains(&v)));
-        c.error(ErrorKind::RateLimited);
-        c.error(ErrorKind::RateLimited);
-        c.error(ErrorKind::Server);
-        assert_eq!(
-            c.errors_by_kind(),
-            vec![(ErrorKind::RateLimited, 2), (ErrorKind::Server, 1)]
-        );
-    }
-}
-
 /// The views' counters follow the attempts: one place that adds what the driver saw.
 impl super::worker::Shared {
     /// An attempt left: in flight for its dataset, the totals and, when pinned, its endpoint
@@ -256,5 +217,44 @@ impl super::worker::Shared {
         {
             c.done.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_over_window() {
+        let mut r = Rate::new(10.0);
+        assert_eq!(r.update(0.0, 0.0), 0.0);
+        assert_eq!(r.update(1.0, 100.0), 100.0);
+        for i in 2..=30 {
+            r.update(i as f64, 100.0 * i as f64);
+        }
+        assert!((r.rate() - 100.0).abs() < 1e-9);
+        // Traffic stops: the rate decays to zero within the window.
+        for i in 31..=45 {
+            r.update(i as f64, 3000.0);
+        }
+        assert_eq!(r.rate(), 0.0);
+    }
+
+    #[test]
+    fn percentiles_and_errors() {
+        let c = Counters::default();
+        for ms in 1..=100 {
+            c.record_timing(Some(ms), ms * 10);
+        }
+        let p = c.ttft();
+        assert_eq!(p.p50, Some(50));
+        assert!(p.p95.is_some_and(|v| (94..=96).contains(&v)));
+        c.error(ErrorKind::RateLimited);
+        c.error(ErrorKind::RateLimited);
+        c.error(ErrorKind::Server);
+        assert_eq!(
+            c.errors_by_kind(),
+            vec![(ErrorKind::RateLimited, 2), (ErrorKind::Server, 1)]
+        );
     }
 }

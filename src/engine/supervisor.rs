@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, OnBadLine, RequestParams};
 use crate::domain::Usd;
-use crate::store::output::{SpendEntry, SpendKind, Writer};
+use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind, Writer};
 use crate::store::prompts::{Prompt, PromptError, PromptReader};
+use crate::store::scan::KeyBase;
 
 use super::control::Command;
 use super::core::{Clock, Core, DatasetBook, Effect, Live, PromptSource};
@@ -82,6 +83,11 @@ pub(super) struct Supervisor {
     orphans: Vec<SpendEntry>,
     /// Requests a crash of an earlier run left before any answer.
     unknown: Vec<SpendEntry>,
+    /// `GET /key` usage at the start, and the base a key true-up counts from.
+    key_usage_start: Option<f64>,
+    key_base: Option<KeyBase>,
+    /// Look-ups of a crash's leftovers that found no answer yet (their lines stay open).
+    unsettled: usize,
 }
 
 impl Supervisor {
@@ -122,7 +128,117 @@ impl Supervisor {
             stop_now: CancellationToken::new(),
             orphans,
             unknown,
+            key_usage_start,
+            key_base: None,
+            unsettled: 0,
         }
+    }
+
+    /// The last quiet key checkpoint of the ledger and the crash estimates since (the scan's).
+    pub(super) fn set_key_base(&mut self, base: Option<KeyBase>) {
+        self.key_base = base;
+    }
+
+    /// A crash estimate booked now counts in the next key true-up.
+    fn note_estimate(&mut self, usd: Usd) {
+        if let Some(b) = self.key_base.as_mut() {
+            b.estimated += usd;
+            b.estimated_lines += 1;
+        }
+    }
+
+    /// A `key_usage` line: the key's usage and the ledger's total now.
+    async fn checkpoint(&mut self, key_usage_usd: f64, quiet: bool, what: &str) {
+        let now = Clock::now();
+        let checkpoint = KeyCheckpoint {
+            key_usage_usd,
+            ledger_usd: Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed)),
+            quiet,
+        };
+        if quiet {
+            self.key_base = Some(KeyBase {
+                checkpoint,
+                estimated: Usd::ZERO,
+                estimated_lines: 0,
+            });
+        }
+        let effects = self.core.book_line(SpendEntry {
+            at: now.rfc3339(),
+            id: what.into(),
+            dataset: String::new(),
+            endpoint: None,
+            kind: SpendKind::KeyUsage,
+            usd: Usd::ZERO,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: false,
+            generation_id: None,
+            attempt: None,
+            expected_usd: None,
+            error: None,
+            checkpoint: Some(checkpoint),
+            note: None,
+        });
+        self.perform(effects, &mut JoinSet::new()).await;
+    }
+
+    /// At the end of a run: the key's usage against the ledger since the last quiet
+    /// checkpoint. Crash estimates the key's count explains are trued up in one adjustment
+    /// line; what it cannot explain (a shared key) is said, and estimates stay. Then the end's
+    /// checkpoint. Returns the key's usage now.
+    async fn settle_with_key(&mut self) -> Option<f64> {
+        if !self.shared.client.has_key() || self.key_usage_start.is_none() {
+            return None;
+        }
+        let wait = if self.core.stopped_now() { 2 } else { 10 };
+        let key_now =
+            match tokio::time::timeout(Duration::from_secs(wait), self.shared.client.key_info())
+                .await
+            {
+                Ok(Ok(k)) => k.usage,
+                _ => return None,
+            };
+        let now = Clock::now();
+        if let Some(base) = self.key_base {
+            let ledger_now = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
+            match super::reconcile::key_verdict(&base, key_now, ledger_now) {
+                super::reconcile::KeyVerdict::Agrees => {}
+                super::reconcile::KeyVerdict::TrueUp { usd, note } => {
+                    self.shared
+                        .spent_pico
+                        .fetch_add(usd.pico(), Ordering::Relaxed);
+                    self.core.say(&now, format!("{note}: {:+.6} USD booked", usd.as_f64()));
+                    let effects = self.core.book_line(SpendEntry {
+                        at: now.rfc3339(),
+                        id: "key-true-up".into(),
+                        dataset: String::new(),
+                        endpoint: None,
+                        kind: SpendKind::Adjustment,
+                        usd,
+                        prompt_tokens: 0,
+                        completion_tokens: 0,
+                        estimated: false,
+                        generation_id: None,
+                        attempt: None,
+                        expected_usd: None,
+                        error: None,
+                        checkpoint: None,
+                        note: Some(note),
+                    });
+                    self.perform(effects, &mut JoinSet::new()).await;
+                }
+                super::reconcile::KeyVerdict::Unexplained { usd } => self.core.say(
+                    &now,
+                    format!(
+                        "the key's usage and the ledger differ by {:+.6} USD since the last quiet checkpoint, more than crash estimates explain (a key shared with other work, or usage not counted yet): the estimates stay",
+                        usd.as_f64()
+                    ),
+                ),
+            }
+        }
+        let quiet = !self.core.stopped_now() && self.core.in_flight() == 0 && self.unsettled == 0;
+        self.checkpoint(key_now, quiet, "end").await;
+        Some(key_now)
     }
 
     /// Takes the probe's agreement per endpoint into the policy.
@@ -229,6 +345,7 @@ impl Supervisor {
             for e in unknown {
                 let usd = e.expected_usd.unwrap_or_default();
                 total += usd;
+                self.note_estimate(usd);
                 self.book_carried(e, SpendKind::Unknown, usd, true).await;
             }
             self.core.say(
@@ -272,10 +389,11 @@ impl Supervisor {
             Settle::Lost(usd) => {
                 rec.lost += 1;
                 rec.total += usd;
+                self.note_estimate(usd);
                 self.book_carried(entry, SpendKind::Unknown, usd, true)
                     .await;
             }
-            Settle::Wait => {}
+            Settle::Wait => self.unsettled += 1,
         }
     }
 
@@ -360,6 +478,11 @@ impl Supervisor {
         publish: watch::Sender<Arc<Snapshot>>,
         tick_every: Duration,
     ) -> RunSummary {
+        if let Some(u) = self.key_usage_start {
+            // Quiet when no crash left anything open: a sound base for a later true-up.
+            let quiet = self.orphans.is_empty() && self.unknown.is_empty();
+            self.checkpoint(u, quiet, "start").await;
+        }
         let mut recovery = self.settle_crash().await;
         let mut tasks: JoinSet<AttemptResult> = JoinSet::new();
         let mut tick = tokio::time::interval(tick_every);
@@ -466,11 +589,13 @@ impl Supervisor {
             }
         }
         self.reconcile_closed().await;
+        let key_now = self.settle_with_key().await;
         if let Err(e) = self.writer.flush().await {
             self.core.fail(&Clock::now(), e.to_string());
         }
         self.core.tick(&Clock::now());
         let mut snap = self.snapshot();
+        snap.key_usage_now = key_now;
         let stopping = self.core.stopping().is_some();
         snap.state = if !stopping {
             RunState::Done

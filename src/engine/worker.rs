@@ -261,6 +261,8 @@ pub async fn run_attempt(
                     attempt: Some(spec.attempt.clone()),
                     expected_usd: None,
                     error: None,
+                    checkpoint: None,
+                    note: None,
                 })
                 .await;
         }

@@ -94,6 +94,21 @@ pub enum SpendKind {
     Unknown,
     /// A probe or any other spend.
     Other,
+    /// Zero dollars: the API key's own usage (`GET /key`) at a run's start or end, beside the
+    /// ledger's total then (`checkpoint`), so that crash estimates can be trued up against what
+    /// the key was billed.
+    KeyUsage,
+}
+
+/// On `key_usage` lines: what the key and the ledger said at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyCheckpoint {
+    /// `GET /key` `usage`, USD.
+    pub key_usage_usd: f64,
+    /// The ledger's total (plus outputs missing from it) at that moment.
+    pub ledger_usd: Usd,
+    /// Nothing was in flight or left open by a crash then: a sound base for a true-up.
+    pub quiet: bool,
 }
 
 /// One line of `spend.jsonl`.
@@ -121,6 +136,12 @@ pub struct SpendEntry {
     /// `timeout`, `truncated`, ...), as in the rejects file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// On `key_usage` lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<KeyCheckpoint>,
+    /// What a line corrected, in words (the key true-up's adjustment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The files of one dataset.

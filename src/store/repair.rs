@@ -199,6 +199,8 @@ pub fn rebuild_ledger(
                 attempt: Some(REBUILT.to_string()),
                 expected_usd: None,
                 error: None,
+                checkpoint: None,
+                note: None,
             });
         })?;
     }

@@ -273,6 +273,18 @@ pub struct LedgerScan {
     /// `dispatched` attempts with neither a `started` nor a closing line: in flight before any
     /// answer, or left by a crash with nothing to look up.
     pub unknown: Vec<SpendEntry>,
+    /// The last quiet key checkpoint and the estimated bookings since: what a key true-up
+    /// starts from.
+    pub key_base: Option<KeyBase>,
+}
+
+/// The base of a key true-up: the last moment key and ledger were both known to be settled.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeyBase {
+    pub checkpoint: crate::store::output::KeyCheckpoint,
+    /// `unknown` bookings (crash estimates) since that checkpoint.
+    pub estimated: Usd,
+    pub estimated_lines: u64,
 }
 
 impl LedgerScan {
@@ -292,6 +304,22 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         each(&e);
         scan.total += e.usd;
         scan.entries += 1;
+        match (e.kind, e.checkpoint) {
+            (SpendKind::KeyUsage, Some(c)) if c.quiet => {
+                scan.key_base = Some(KeyBase {
+                    checkpoint: c,
+                    estimated: Usd::ZERO,
+                    estimated_lines: 0,
+                });
+            }
+            (SpendKind::Unknown, _) => {
+                if let Some(b) = scan.key_base.as_mut() {
+                    b.estimated += e.usd;
+                    b.estimated_lines += 1;
+                }
+            }
+            _ => {}
+        }
         if e.kind == SpendKind::Complete {
             scan.completes.insert(e.id.clone());
         }
@@ -310,7 +338,7 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             | SpendKind::Unknown => {
                 closed.insert(a);
             }
-            SpendKind::Adjustment | SpendKind::Other => {}
+            SpendKind::Adjustment | SpendKind::Other | SpendKind::KeyUsage => {}
         }
     })?;
     scan.unknown = dispatched

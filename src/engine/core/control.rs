@@ -243,6 +243,13 @@ impl Core {
         self.take_effects()
     }
 
+    /// A ledger line the driver composed (key checkpoints, the key true-up); the dataset's
+    /// spend follows it when it names one.
+    pub fn book_line(&mut self, entry: SpendEntry) -> Vec<Effect> {
+        self.ledger(entry);
+        self.take_effects()
+    }
+
     /// Adds a line to the event log from the driver (look-ups, listing failures).
     pub fn say(&mut self, now: &Clock, text: impl Into<String>) {
         self.event(now, text);

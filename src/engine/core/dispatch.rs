@@ -107,6 +107,8 @@ impl Core {
             attempt: Some(attempt.clone()),
             expected_usd: Some(expected),
             error: None,
+            checkpoint: None,
+            note: None,
         };
         let accrued = Arc::new(AtomicI64::new(0));
         self.datasets[d].in_flight += 1;

@@ -94,6 +94,8 @@ impl Core {
                 attempt: Some(f.attempt.clone()),
                 expected_usd: None,
                 error: Some(kind.to_string()),
+                checkpoint: None,
+                note: None,
             });
         }
         let own_server = endpoint.filter(|&e| self.endpoints[e].custom.is_some());
@@ -202,6 +204,8 @@ impl Core {
             attempt: Some(f.attempt.clone()),
             expected_usd: None,
             error: error.map(|k| k.to_string()),
+            checkpoint: None,
+            note: None,
         };
         if let Some(g) = &r.generation_id
             && self.to_reconcile.len() < RECONCILE_CAPACITY
@@ -247,6 +251,8 @@ impl Core {
             attempt: Some(attempt.to_string()),
             expected_usd: None,
             error: None,
+            checkpoint: None,
+            note: None,
         });
         if truncated
             && job.attempts < self.cfg.retry.max_attempts

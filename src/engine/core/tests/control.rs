@@ -58,6 +58,8 @@ fn open_line(id: &str, dataset: &str) -> SpendEntry {
         attempt: Some("old-3".into()),
         expected_usd: Some(Usd::from_f64(0.004)),
         error: None,
+        checkpoint: None,
+        note: None,
     }
 }
 
