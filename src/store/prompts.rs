@@ -142,6 +142,9 @@ pub struct PromptCount {
     /// Lines whose id appeared on an earlier line, ascending: a reader opened with
     /// [`PromptReader::open_prescanned`] skips them without keeping every id in memory.
     pub duplicate_lines: Vec<u64>,
+    /// Bytes the count read: the run reads the file up to here and no further (lines appended
+    /// while it runs are not this run's).
+    pub bytes: u64,
 }
 
 /// Streams prompts from a JSONL source. Bad lines yield an error and the iteration goes on with the
@@ -162,6 +165,8 @@ pub struct PromptReader {
     prescanned: Option<std::collections::VecDeque<u64>>,
     duplicates: Vec<Duplicate>,
     duplicate_count: u64,
+    /// Bytes consumed so far.
+    bytes: u64,
     done: bool,
 }
 
@@ -191,6 +196,7 @@ impl PromptReader {
             prescanned: None,
             duplicates: Vec::new(),
             duplicate_count: 0,
+            bytes: 0,
             done: false,
         }
     }
@@ -198,7 +204,15 @@ impl PromptReader {
     /// Opens a file already read by [`count_prompts`]: its duplicate lines are skipped by
     /// number, so a long run keeps no id per prompt (the file must not change meanwhile).
     pub fn open_prescanned(path: &Path, count: &PromptCount) -> Result<Self, PromptError> {
-        let mut r = Self::open(path)?;
+        use std::io::Read;
+        let shown = path.display().to_string();
+        // The file as the count saw it: its length then is the end, whatever is appended since.
+        let file = File::open(path).map_err(|e| PromptError {
+            path: shown.clone(),
+            line: 0,
+            message: e.to_string(),
+        })?;
+        let mut r = Self::new(BufReader::with_capacity(1 << 16, file.take(count.bytes)), shown);
         r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
         Ok(r)
     }
@@ -285,7 +299,8 @@ impl Iterator for PromptReader {
             self.buf.clear();
             match self.reader.read_until(b'\n', &mut self.buf) {
                 Ok(0) => self.done = true,
-                Ok(_) => {
+                Ok(n) => {
+                    self.bytes += n as u64;
                     self.line += 1;
                     if self.buf.last() == Some(&b'\n') {
                         self.buf.pop();
@@ -354,6 +369,7 @@ pub fn count_prompts(path: &Path) -> Result<PromptCount, PromptError> {
     }
     count.duplicates = reader.duplicate_count();
     count.duplicate_lines = reader.duplicate_lines;
+    count.bytes = reader.bytes;
     Ok(count)
 }
 
@@ -681,6 +697,33 @@ x => not valid JSON: expected value at column 1
         assert_eq!(fast, plain);
         assert_eq!(pre.duplicate_count(), 180);
         assert!(pre.seen.is_empty(), "no id kept");
+    }
+
+    #[test]
+    fn a_file_grown_after_the_count_is_read_as_it_was() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("p.jsonl");
+        let cases: [(&str, &str, Vec<&str>); 3] = [
+            (
+                "new ids, a reused id and a bad line appended",
+                "{\"id\":\"x\",\"prompt\":\"late\"}\n{\"id\":\"a\",\"prompt\":\"again\"}\nnot json\n",
+                vec!["a", "b"],
+            ),
+            ("an appended line without its newline yet", "{\"id\":\"y\"", vec!["a", "b"]),
+            ("nothing appended", "", vec!["a", "b"]),
+        ];
+        for (name, appended, want) in cases {
+            std::fs::write(&path, "{\"id\":\"a\",\"prompt\":\"p\"}\n{\"id\":\"b\",\"prompt\":\"q\"}\n")
+                .expect("write");
+            let count = count_prompts(&path).expect("count");
+            let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
+            std::io::Write::write_all(&mut f, appended.as_bytes()).expect("append");
+            let items: Vec<Result<Prompt, PromptError>> =
+                PromptReader::open_prescanned(&path, &count).expect("open").collect();
+            assert!(items.iter().all(Result::is_ok), "{name}: no bad line read");
+            let ids: Vec<String> = items.into_iter().flatten().map(|p| p.id).collect();
+            assert_eq!(ids, want, "{name}");
+        }
     }
 
     #[test]
