@@ -107,6 +107,18 @@ pub enum OnBadLine {
     Skip,
 }
 
+/// What to do with a prompt whose id an earlier line of the same file already has, with other
+/// content (a copied line, same id and same conversation, is always skipped and counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDuplicate {
+    /// Stop before the run starts (exit code 2), naming both lines.
+    #[default]
+    Error,
+    /// Keep the first, skip the later ones, and count them.
+    Skip,
+}
+
 /// What to do with a response cut off at `max_tokens` (finish_reason `length`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -136,6 +148,7 @@ pub struct Config {
     pub routing: Routing,
     pub schedule: Schedule,
     pub on_bad_line: OnBadLine,
+    pub on_duplicate: OnDuplicate,
     pub request: RequestParams,
     pub timeouts: Timeouts,
     pub retry: RetryConfig,
@@ -174,6 +187,7 @@ impl Default for Config {
             routing: Routing::default(),
             schedule: Schedule::default(),
             on_bad_line: OnBadLine::default(),
+            on_duplicate: OnDuplicate::default(),
             request: RequestParams::default(),
             timeouts: Timeouts::default(),
             retry: RetryConfig::default(),

@@ -28,12 +28,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, RequestParams};
+use crate::config::{Config, OnDuplicate, RequestParams};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
 use crate::store::lock::{self, DirLock};
 use crate::store::output::{self, Writer, WriterThread};
-use crate::store::prompts::{PromptReader, count_prompts, shard_of};
+use crate::store::prompts::{PromptReader, count_prompts_in_shard};
 use crate::store::{repair, scan};
 
 pub use control::{Command, ShutdownMode};
@@ -234,6 +234,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     for n in &prepared.notes {
         tracing::warn!("{n}");
     }
+    let mut notes = prepared.notes;
     // Outputs whose ledger line was lost in a crash still cost money.
     let carried = prepared.scan.carried();
     let ledger = prepared.scan.ledger;
@@ -242,13 +243,12 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     for (d, found) in cfg.datasets.iter().zip(prepared.scan.datasets) {
         let existing = found.existing;
         output_generations.extend(existing.generation_ids.iter().cloned());
-        // Count this run's prompts (and refuse bad lines up front unless told to skip them).
-        let counted = count_prompts(&d.prompts).map_err(|e| EngineError::Input(e.to_string()))?;
+        // Count this run's prompts in one read of the file (and refuse bad lines and ids
+        // reused with other content up front unless told to skip them).
+        let counted = count_prompts_in_shard(&d.prompts, opts.shard)
+            .map_err(|e| EngineError::Input(e.to_string()))?;
         if counted.invalid > 0 && !supervisor::skip_bad_lines(&cfg) {
-            let first_bad = PromptReader::open(&d.prompts)
-                .map_err(|e| EngineError::Input(e.to_string()))?
-                .find_map(|r| r.err());
-            return Err(EngineError::Input(match first_bad {
+            return Err(EngineError::Input(match &counted.first_error {
                 Some(e) => format!(
                     "{e} ({} bad lines in all; set on_bad_line = \"skip\" to reject them and go on)",
                     counted.invalid
@@ -256,28 +256,45 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
                 None => format!("{}: {} bad lines", d.prompts.display(), counted.invalid),
             }));
         }
+        if let Some(dup) = counted.first_duplicates.iter().find(|x| x.differs)
+            && cfg.on_duplicate == OnDuplicate::Error
+        {
+            return Err(EngineError::Input(format!(
+                "{}:{}: id {:?} is already the id of line {} with other content ({} ids reused \
+                 with other content in all; an integer id and the same digits as a string are \
+                 one id). Give each prompt its own id, or set on_duplicate = \"skip\" to keep \
+                 the first",
+                d.prompts.display(),
+                dup.line,
+                dup.id,
+                dup.first_line,
+                counted.differing
+            )));
+        }
+        if counted.duplicates > 0 {
+            let lines: Vec<String> = counted
+                .first_duplicates
+                .iter()
+                .take(3)
+                .map(|x| x.line.to_string())
+                .collect();
+            let note = format!(
+                "dataset {}: {} duplicate ids skipped ({} with other content; first: lines {})",
+                d.name,
+                counted.duplicates,
+                counted.differing,
+                lines.join(", ")
+            );
+            tracing::warn!("{note}");
+            notes.push(note);
+        }
         // In skip mode bad lines become rejects (of shard 0 only, when sharded).
         let bad = if supervisor::skip_bad_lines(&cfg) && opts.shard.is_none_or(|(k, _)| k == 0) {
             counted.invalid
         } else {
             0
         };
-        let total = bad
-            + match opts.shard {
-                None => counted.valid,
-                Some((k, n)) => {
-                    let mut t = 0;
-                    for p in PromptReader::open(&d.prompts)
-                        .map_err(|e| EngineError::Input(e.to_string()))?
-                        .flatten()
-                    {
-                        if shard_of(&p.id, n) == k {
-                            t += 1;
-                        }
-                    }
-                    t
-                }
-            };
+        let total = bad + counted.in_shard;
         if total == 0 {
             return Err(EngineError::Input(format!(
                 "dataset {}: {} holds no prompts{}",
@@ -298,6 +315,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
             reader,
             existing,
             total,
+            counted.duplicates,
         ));
     }
 
@@ -443,7 +461,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         client,
         output_dir: dir,
         datasets: names,
-        start_notes: prepared.notes,
+        start_notes: notes,
         _lock: dir_lock,
     })
 }

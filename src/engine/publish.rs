@@ -197,6 +197,7 @@ impl Publisher {
             output_tokens: ds.output_tokens,
             output_token_budget: ds.budget,
             max_samples: ds.max_samples,
+            duplicates: ds.duplicates,
             tok_per_s: rate,
             spent: ds.spent,
             eta_s,

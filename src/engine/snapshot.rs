@@ -61,6 +61,9 @@ pub struct DatasetSnap {
     pub output_tokens: u64,
     pub output_token_budget: Option<u64>,
     pub max_samples: Option<u64>,
+    /// Lines of its prompt file skipped because an earlier line had their id.
+    #[serde(default)]
+    pub duplicates: u64,
     pub tok_per_s: f64,
     pub spent: Usd,
     pub eta_s: Option<f64>,

@@ -639,6 +639,7 @@ pub(super) fn ready_dataset(
     reader: PromptReader,
     existing: crate::store::output::ExistingDataset,
     total: u64,
+    duplicates: u64,
 ) -> DatasetRun {
     DatasetRun {
         book: DatasetBook {
@@ -653,6 +654,7 @@ pub(super) fn ready_dataset(
             spent: existing.cost,
             budget: d.output_token_budget,
             max_samples: d.max_samples,
+            duplicates,
             ..DatasetBook::default()
         },
         reader: Some(reader),

@@ -131,6 +131,8 @@ pub struct Duplicate {
     pub id: String,
     pub line: u64,
     pub first_line: u64,
+    /// The conversation differs from the first line's: two prompts under one id, not a copy.
+    pub differs: bool,
 }
 
 /// Result of [`count_prompts`].
@@ -142,6 +144,14 @@ pub struct PromptCount {
     /// Lines whose id appeared on an earlier line, ascending: a reader opened with
     /// [`PromptReader::open_prescanned`] skips them without keeping every id in memory.
     pub duplicate_lines: Vec<u64>,
+    /// The first duplicates (up to 1,000), in file order, with whether their content differs.
+    pub first_duplicates: Vec<Duplicate>,
+    /// Duplicates whose conversation differs from the first line's with that id.
+    pub differing: u64,
+    /// The first bad line's error, when there is one.
+    pub first_error: Option<PromptError>,
+    /// Valid prompts of the shard asked for ([`count_prompts_in_shard`]; all when none).
+    pub in_shard: u64,
     /// Bytes the count read: the run reads the file up to here and no further (lines appended
     /// while it runs are not this run's).
     pub bytes: u64,
@@ -156,7 +166,7 @@ pub struct PromptReader {
     buf: Vec<u8>,
     /// Ids seen so far, as 128-bit keyed hashes (16 bytes an id instead of a String: a file of
     /// millions of prompts is read in one pass with flat memory per line); value: first line.
-    seen: HashMap<u128, u64>,
+    seen: HashMap<u128, (u64, u64)>,
     /// Every duplicate line found (for [`count_prompts`]).
     duplicate_lines: Vec<u64>,
     seen_keys: (std::hash::RandomState, std::hash::RandomState),
@@ -165,6 +175,7 @@ pub struct PromptReader {
     prescanned: Option<std::collections::VecDeque<u64>>,
     duplicates: Vec<Duplicate>,
     duplicate_count: u64,
+    differing: u64,
     /// Bytes consumed so far.
     bytes: u64,
     done: bool,
@@ -196,6 +207,7 @@ impl PromptReader {
             prescanned: None,
             duplicates: Vec::new(),
             duplicate_count: 0,
+            differing: 0,
             bytes: 0,
             done: false,
         }
@@ -212,7 +224,10 @@ impl PromptReader {
             line: 0,
             message: e.to_string(),
         })?;
-        let mut r = Self::new(BufReader::with_capacity(1 << 16, file.take(count.bytes)), shown);
+        let mut r = Self::new(
+            BufReader::with_capacity(1 << 16, file.take(count.bytes)),
+            shown,
+        );
         r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
         Ok(r)
     }
@@ -224,6 +239,18 @@ impl PromptReader {
         let a = self.seen_keys.0.hash_one(id);
         let b = self.seen_keys.1.hash_one(id);
         (u128::from(a) << 64) | u128::from(b)
+    }
+
+    /// A keyed hash of a conversation, to tell a copied line from another prompt under the
+    /// same id.
+    fn content_key(&self, messages: &[crate::openrouter::Message]) -> u64 {
+        use std::hash::BuildHasher;
+        self.seen_keys.0.hash_one(
+            messages
+                .iter()
+                .map(|m| (m.role.as_str(), m.content.as_str()))
+                .collect::<Vec<_>>(),
+        )
     }
 
     /// The first 1,000 duplicates, in file order.
@@ -323,19 +350,23 @@ impl Iterator for PromptReader {
                         Ok(Some(prompt)) if self.prescanned.is_some() => return Some(Ok(prompt)),
                         Ok(Some(prompt)) => {
                             let key = self.id_key(&prompt.id);
-                            if let Some(&first_line) = self.seen.get(&key) {
+                            let content = self.content_key(&prompt.messages);
+                            if let Some(&(first_line, first_content)) = self.seen.get(&key) {
+                                let differs = content != first_content;
                                 self.duplicate_count += 1;
+                                self.differing += u64::from(differs);
                                 self.duplicate_lines.push(prompt.line);
                                 if self.duplicates.len() < MAX_DUPLICATES_KEPT {
                                     self.duplicates.push(Duplicate {
                                         id: prompt.id,
                                         line: prompt.line,
                                         first_line,
+                                        differs,
                                     });
                                 }
                                 continue;
                             }
-                            self.seen.insert(key, prompt.line);
+                            self.seen.insert(key, (prompt.line, content));
                             return Some(Ok(prompt));
                         }
                         Err(message) => return Some(Err(self.error(message))),
@@ -358,17 +389,38 @@ impl Iterator for PromptReader {
 
 /// A quick streaming pass over a prompt file. A read failure is an error; bad lines are counted.
 pub fn count_prompts(path: &Path) -> Result<PromptCount, PromptError> {
+    count_prompts_in_shard(path, None)
+}
+
+/// [`count_prompts`], also counting the prompts of shard `k` of `n`: everything the start of a
+/// run needs from a file, in one read.
+pub fn count_prompts_in_shard(
+    path: &Path,
+    shard: Option<(u32, u32)>,
+) -> Result<PromptCount, PromptError> {
     let mut reader = PromptReader::open(path)?;
     let mut count = PromptCount::default();
     for item in reader.by_ref() {
         match item {
-            Ok(_) => count.valid += 1,
+            Ok(p) => {
+                count.valid += 1;
+                if shard.is_none_or(|(k, n)| shard_of(&p.id, n) == k) {
+                    count.in_shard += 1;
+                }
+            }
             Err(e) if e.is_io() => return Err(e),
-            Err(_) => count.invalid += 1,
+            Err(e) => {
+                count.invalid += 1;
+                if count.first_error.is_none() {
+                    count.first_error = Some(e);
+                }
+            }
         }
     }
     count.duplicates = reader.duplicate_count();
     count.duplicate_lines = reader.duplicate_lines;
+    count.first_duplicates = reader.duplicates;
+    count.differing = reader.differing;
     count.bytes = reader.bytes;
     Ok(count)
 }
@@ -700,6 +752,52 @@ x => not valid JSON: expected value at column 1
     }
 
     #[test]
+    fn duplicate_ids_are_told_apart_by_content() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("p.jsonl");
+        // (name, second line, counted duplicates, of which with other content)
+        let cases = [
+            ("a copied line", r#"{"id":"7","prompt":"seven"}"#, 1, 0),
+            (
+                "an integer id and the same digits as a string",
+                r#"{"id":7,"prompt":"seven"}"#,
+                1,
+                0,
+            ),
+            (
+                "the same id, another prompt",
+                r#"{"id":"7","prompt":"eight"}"#,
+                1,
+                1,
+            ),
+            (
+                "7 and \"7\" with other prompts",
+                r#"{"id":7,"prompt":"eight"}"#,
+                1,
+                1,
+            ),
+            ("another id", r#"{"id":"8","prompt":"seven"}"#, 0, 0),
+        ];
+        for (name, second, dups, differing) in cases {
+            std::fs::write(
+                &path,
+                format!("{{\"id\":\"7\",\"prompt\":\"seven\"}}\n{second}\n"),
+            )
+            .expect("write");
+            let c = count_prompts(&path).expect("count");
+            assert_eq!((c.duplicates, c.differing), (dups, differing), "{name}");
+            if dups > 0 {
+                let d = &c.first_duplicates[0];
+                assert_eq!(
+                    (d.line, d.first_line, d.differs),
+                    (2, 1, differing == 1),
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_file_grown_after_the_count_is_read_as_it_was() {
         let dir = tempfile::tempdir().expect("tmp");
         let path = dir.path().join("p.jsonl");
@@ -709,17 +807,29 @@ x => not valid JSON: expected value at column 1
                 "{\"id\":\"x\",\"prompt\":\"late\"}\n{\"id\":\"a\",\"prompt\":\"again\"}\nnot json\n",
                 vec!["a", "b"],
             ),
-            ("an appended line without its newline yet", "{\"id\":\"y\"", vec!["a", "b"]),
+            (
+                "an appended line without its newline yet",
+                "{\"id\":\"y\"",
+                vec!["a", "b"],
+            ),
             ("nothing appended", "", vec!["a", "b"]),
         ];
         for (name, appended, want) in cases {
-            std::fs::write(&path, "{\"id\":\"a\",\"prompt\":\"p\"}\n{\"id\":\"b\",\"prompt\":\"q\"}\n")
-                .expect("write");
+            std::fs::write(
+                &path,
+                "{\"id\":\"a\",\"prompt\":\"p\"}\n{\"id\":\"b\",\"prompt\":\"q\"}\n",
+            )
+            .expect("write");
             let count = count_prompts(&path).expect("count");
-            let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .expect("open");
             std::io::Write::write_all(&mut f, appended.as_bytes()).expect("append");
             let items: Vec<Result<Prompt, PromptError>> =
-                PromptReader::open_prescanned(&path, &count).expect("open").collect();
+                PromptReader::open_prescanned(&path, &count)
+                    .expect("open")
+                    .collect();
             assert!(items.iter().all(Result::is_ok), "{name}: no bad line read");
             let ids: Vec<String> = items.into_iter().flatten().map(|p| p.id).collect();
             assert_eq!(ids, want, "{name}");

@@ -282,6 +282,7 @@ pub fn dataset(name: &str, done: u64, total: u64, out: u64, state: DatasetState)
         output_tokens: out,
         output_token_budget: Some(10_000_000),
         max_samples: None,
+        duplicates: 0,
         tok_per_s: 0.0,
         spent: Usd::ZERO,
         eta_s: None,

@@ -155,6 +155,8 @@ pub struct DatasetBook {
     pub spent: Usd,
     pub budget: Option<u64>,
     pub max_samples: Option<u64>,
+    /// Lines of its file skipped because an earlier line had their id.
+    pub duplicates: u64,
     /// Finished this run (for the observed mean output length).
     pub finished_here: u64,
     pub output_tokens_here: u64,

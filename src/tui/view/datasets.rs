@@ -104,8 +104,16 @@ fn done_total(d: &DatasetSnap) -> String {
     format!("{}/{}", count(d.done), count(d.total))
 }
 
+/// Rejects, and lines skipped as duplicate ids, when there are any.
 fn rejected(d: &DatasetSnap) -> Option<String> {
-    (d.rejected > 0).then(|| format!(" +{} rej", count(d.rejected)))
+    let mut s = String::new();
+    if d.rejected > 0 {
+        s.push_str(&format!(" +{} rej", count(d.rejected)));
+    }
+    if d.duplicates > 0 {
+        s.push_str(&format!(" {} dup", count(d.duplicates)));
+    }
+    (!s.is_empty()).then_some(s)
 }
 
 /// How far the dataset is: output tokens against the budget, else prompts against the total.
