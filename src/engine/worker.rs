@@ -359,6 +359,10 @@ pub async fn run_attempt(
         AttemptOutcome::Done(c) => final_cost(&shared, c, endpoint).pico(),
         AttemptOutcome::Cancelled => accrued,
         AttemptOutcome::Failed(e) if e.kind() == crate::openrouter::ErrorKind::Timeout => accrued,
+        // A stream cut after tokens (a reset, a clean truncation) is billed like a cancel:
+        // zero completion insurance covers only error finishes and empty answers (see
+        // `engine::core::outcome`). Our estimate holds until `GET /generation` says.
+        AttemptOutcome::Failed(e) if streamed > 0 && cut_after_tokens(e.kind()) => accrued,
         AttemptOutcome::Failed(_) => 0,
     };
     shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
@@ -378,6 +382,13 @@ pub async fn run_attempt(
         generation_id,
         elapsed: started.elapsed(),
     }
+}
+
+/// Failures that end a stream early without an error finish reason: once tokens were sent,
+/// OpenRouter bills them (zero completion insurance covers error finishes and empty answers).
+pub fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
+    use crate::openrouter::ErrorKind;
+    matches!(kind, ErrorKind::Connection | ErrorKind::Truncated)
 }
 
 /// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.

@@ -956,13 +956,17 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
                     "simulated connection reset",
                 )))
                 .await;
+            // Not covered by zero completion insurance once tokens were sent (see `cancelled`).
+            cancelled(&state, &plan, i, started);
         }
         Fault::Truncate => {
             if !plan.stream {
                 let body = non_stream_body(&plan, &content, &reasoning, i, "0");
                 let _ = out.send(body[..body.len() / 2].to_string()).await;
             }
-            // Dropping the sender ends the body cleanly: no finish, no usage, no [DONE].
+            // Dropping the sender ends the body cleanly: no finish, no usage, no [DONE]. Billed
+            // like a reset.
+            cancelled(&state, &plan, i, started);
         }
         Fault::Stall => {
             tokio::select! {
@@ -1015,9 +1019,18 @@ fn bill(state: &SimState, plan: &Plan, completion: u64, outcome: Outcome, starte
 }
 
 /// The client closed the connection after `sent` tokens.
+/// Bills a generation whose stream ended early: closed by the client, reset, or cut cleanly
+/// after `sent` tokens. OpenRouter's zero completion insurance (docs: guides/features/
+/// zero-completion-insurance) covers only "the response has zero completion tokens AND a
+/// blank/null finish reason" and "the response has an error finish reason": a stream cut after
+/// tokens is neither, so it is billed as a cancel (the tokens sent where cancelling stops the
+/// bill, the whole generation elsewhere). One with no token yet is free.
 fn cancelled(state: &SimState, plan: &Plan, sent: u64, started: Instant) {
-    if plan.fault != Fault::None && plan.fault != Fault::Stall {
-        // A response that was going to fail anyway is not billed.
+    if matches!(plan.fault, Fault::MidStream | Fault::Empty) {
+        // An error finish reason, or nothing at all: covered by the insurance.
+        return;
+    }
+    if sent == 0 && plan.fault != Fault::None && plan.fault != Fault::Stall {
         return;
     }
     let billed = if plan.cancel_stops_billing {

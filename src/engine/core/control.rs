@@ -237,6 +237,8 @@ impl Core {
                 kind: SpendKind::Adjustment,
                 usd: delta,
                 estimated: false,
+                // A correction, not another failed attempt (the report counts errors by line).
+                error: None,
                 ..entry
             });
         }

@@ -15,7 +15,9 @@ use crate::store::output::{OutputRecord, RecordUsage, RejectRecord, SpendEntry, 
 
 use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
-use super::super::worker::{AttemptOutcome, AttemptResult, estimate_prompt_tokens};
+use super::super::worker::{
+    AttemptOutcome, AttemptResult, cut_after_tokens, estimate_prompt_tokens,
+};
 use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY};
 
 impl Core {
@@ -76,10 +78,38 @@ impl Core {
                 );
             }
         }
-        // A timeout is our own close: the provider may bill what it generated.
-        if kind == ErrorKind::Timeout {
+        // A timeout is our own close, and a stream cut after tokens (a reset, a clean
+        // truncation) is billed like one: OpenRouter's zero completion insurance covers only
+        // "zero completion tokens AND a blank/null finish reason" and "an error finish reason"
+        // (docs: guides/features/zero-completion-insurance). Booked at our estimate, looked up.
+        if kind == ErrorKind::Timeout || (r.streamed_tokens > 0 && cut_after_tokens(kind)) {
             self.book_closed(&job, f, r, Some(kind), now);
         } else {
+            // Anything else is free per the insurance, but an attempt that received tokens and
+            // has a generation id is looked up all the same: the API's figure is the last word.
+            if r.streamed_tokens > 0
+                && let Some(g) = &r.generation_id
+                && self.to_reconcile.len() < RECONCILE_CAPACITY
+            {
+                let entry = SpendEntry {
+                    at: now.rfc3339(),
+                    id: job.prompt.id.clone(),
+                    dataset: self.datasets[job.dataset].name.clone(),
+                    endpoint: endpoint.map(|e| self.endpoints[e].tag.clone()),
+                    kind: SpendKind::Failed,
+                    usd: Usd::ZERO,
+                    prompt_tokens: 0,
+                    completion_tokens: r.streamed_tokens,
+                    estimated: false,
+                    generation_id: Some(g.clone()),
+                    attempt: Some(f.attempt.clone()),
+                    expected_usd: None,
+                    error: Some(kind.to_string()),
+                    checkpoint: None,
+                    note: None,
+                };
+                self.to_reconcile.push((g.clone(), entry));
+            }
             self.ledger(SpendEntry {
                 at: now.rfc3339(),
                 id: job.prompt.id.clone(),

@@ -553,3 +553,75 @@ fn dataset_spend_follows_its_ledger_lines() {
         "the ledger and the books agree"
     );
 }
+
+/// Zero completion insurance (OpenRouter docs, guides/features/zero-completion-insurance): an
+/// error finish or an empty answer is free; a stream cut after tokens is billed like a cancel.
+/// Every failed attempt that received tokens and has a generation id is looked up.
+#[test]
+fn failed_streams_with_tokens_are_booked_as_billed_and_looked_up() {
+    use crate::openrouter::ApiError;
+    let mid_stream = || {
+        let body =
+            serde_json::json!({"error": {"code": 502, "message": "Provider returned error"}});
+        ApiError::from_response_body(200, None, body.to_string().as_bytes())
+    };
+    // (name, error, tokens streamed, booked estimate, ledger kind, looked up)
+    let cases: Vec<(&str, ApiError, u64, f64, SpendKind, bool)> = vec![
+        (
+            "a reset after tokens: billed like a cancel",
+            ApiError::Connection("reset".into()),
+            120,
+            0.0003,
+            SpendKind::Cancelled,
+            true,
+        ),
+        (
+            "a clean truncation after tokens",
+            ApiError::Truncated("no finish".into()),
+            80,
+            0.0002,
+            SpendKind::Cancelled,
+            true,
+        ),
+        (
+            "a reset before any token: free",
+            ApiError::Connection("reset".into()),
+            0,
+            0.0,
+            SpendKind::Failed,
+            false,
+        ),
+        (
+            "an error finish after tokens: free, but asked",
+            mid_stream(),
+            50,
+            0.0,
+            SpendKind::Failed,
+            true,
+        ),
+        (
+            "an empty answer: free",
+            ApiError::Empty {
+                provider: "Chutes".into(),
+            },
+            0,
+            0.0,
+            SpendKind::Failed,
+            false,
+        ),
+    ];
+    for (name, err, streamed, booked, kind, looked_up) in cases {
+        let mut h = H::new(config(PINNED), kimi(), &[&["a"]]);
+        let sent = h.dispatch();
+        let mut r = failed(sent[0].key, sent[0].pinned, err);
+        r.streamed_tokens = streamed;
+        r.booked_pico = Usd::from_f64(booked).pico();
+        r.accrued_pico = r.booked_pico;
+        r.generation_id = Some("gen-x".into());
+        let fx = h.result(r);
+        assert_eq!(ledger(&fx), vec![(kind, Usd::from_f64(booked))], "{name}");
+        let asked = h.core.take_reconcile();
+        assert_eq!(!asked.is_empty(), looked_up, "{name}");
+        assert_eq!(spent(&h, 0), Usd::from_f64(booked), "{name}");
+    }
+}
