@@ -14,6 +14,7 @@ pub mod quality;
 pub mod reason;
 pub mod reconcile;
 pub mod snapshot;
+mod start;
 pub mod stats;
 mod supervisor;
 pub mod worker;
@@ -21,31 +22,23 @@ pub mod worker;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, OnDuplicate, RequestParams};
+use crate::config::{Config, RequestParams};
 use crate::domain::Usd;
-use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
-use crate::store::lock::{self, DirLock};
-use crate::store::output::{self, Writer, WriterThread};
-use crate::store::prompts::{PromptReader, count_prompts_in_shard};
-use crate::store::{repair, scan};
+use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
+use crate::store::lock::DirLock;
+use crate::store::output::{self, WriterThread};
+use crate::store::scan;
 
 pub use control::{Command, ShutdownMode};
 pub use reason::{OffReason, StopReason};
 pub use snapshot::{RunState, Snapshot};
+pub use start::start;
 pub use supervisor::RunSummary;
-
-use stats::Counters;
-use worker::Shared;
-
-/// Endpoints that may join a run when the listing shows them (statistics slots kept free).
-const SPARE_ENDPOINTS: usize = 32;
 
 /// Options of one run that are not in the config file.
 #[derive(Clone, Debug, Default)]
@@ -204,266 +197,6 @@ pub fn own_server_client(
     o.connect_timeout = cfg.timeouts.connect();
     o.require_usage = c.require_usage;
     OpenRouterClient::new(o).map_err(|e| EngineError::Input(format!("endpoint {}: {e}", c.name)))
-}
-
-/// Starts a run.
-pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
-    if cfg.datasets.is_empty() {
-        return Err(EngineError::Input("no [[dataset]] in the config".into()));
-    }
-    // Preflight: a run through OpenRouter without a key would send a wave of requests only to
-    // learn it from 401s.
-    if cfg.openrouter && opts.api_key.is_none() && ApiKey::from_env(&cfg.api_key_env).is_none() {
-        return Err(EngineError::Input(missing_key(&cfg.api_key_env)));
-    }
-    let dir = cfg.output_dir.clone();
-    create_output_dir(&dir)?;
-    // Before anything in the directory is read or changed: one run per directory.
-    let dir_lock = lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    check_manifest(&dir, &cfg, opts.force)?;
-
-    // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
-    // repairing; a torn tail is cut).
-    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
-    let prepared = repair::prepare(&dir, &names, opts.repair).map_err(|e| match e {
-        repair::RepairError::Refused(_) | repair::RepairError::Scan(_) => {
-            EngineError::Input(e.to_string())
-        }
-        other => EngineError::Startup(other.to_string()),
-    })?;
-    for n in &prepared.notes {
-        tracing::warn!("{n}");
-    }
-    let mut notes = prepared.notes;
-    // Outputs whose ledger line was lost in a crash still cost money.
-    let carried = prepared.scan.carried();
-    let ledger = prepared.scan.ledger;
-    let mut output_generations = std::collections::HashSet::new();
-    let mut datasets = Vec::new();
-    for (d, found) in cfg.datasets.iter().zip(prepared.scan.datasets) {
-        let existing = found.existing;
-        output_generations.extend(existing.generation_ids.iter().cloned());
-        // Count this run's prompts in one read of the file (and refuse bad lines and ids
-        // reused with other content up front unless told to skip them).
-        let counted = count_prompts_in_shard(&d.prompts, opts.shard)
-            .map_err(|e| EngineError::Input(e.to_string()))?;
-        if counted.invalid > 0 && !supervisor::skip_bad_lines(&cfg) {
-            return Err(EngineError::Input(match &counted.first_error {
-                Some(e) => format!(
-                    "{e} ({} bad lines in all; set on_bad_line = \"skip\" to reject them and go on)",
-                    counted.invalid
-                ),
-                None => format!("{}: {} bad lines", d.prompts.display(), counted.invalid),
-            }));
-        }
-        if let Some(dup) = counted.first_duplicates.iter().find(|x| x.differs)
-            && cfg.on_duplicate == OnDuplicate::Error
-        {
-            return Err(EngineError::Input(format!(
-                "{}:{}: id {:?} is already the id of line {} with other content ({} ids reused \
-                 with other content in all; an integer id and the same digits as a string are \
-                 one id). Give each prompt its own id, or set on_duplicate = \"skip\" to keep \
-                 the first",
-                d.prompts.display(),
-                dup.line,
-                dup.id,
-                dup.first_line,
-                counted.differing
-            )));
-        }
-        if counted.duplicates > 0 {
-            let lines: Vec<String> = counted
-                .first_duplicates
-                .iter()
-                .take(3)
-                .map(|x| x.line.to_string())
-                .collect();
-            let note = format!(
-                "dataset {}: {} duplicate ids skipped ({} with other content; first: lines {})",
-                d.name,
-                counted.duplicates,
-                counted.differing,
-                lines.join(", ")
-            );
-            tracing::warn!("{note}");
-            notes.push(note);
-        }
-        // In skip mode bad lines become rejects (of shard 0 only, when sharded).
-        let bad = if supervisor::skip_bad_lines(&cfg) && opts.shard.is_none_or(|(k, _)| k == 0) {
-            counted.invalid
-        } else {
-            0
-        };
-        let total = bad + counted.in_shard;
-        if total == 0 {
-            return Err(EngineError::Input(format!(
-                "dataset {}: {} holds no prompts{}",
-                d.name,
-                d.prompts.display(),
-                if opts.shard.is_some() {
-                    " in this shard"
-                } else {
-                    ""
-                }
-            )));
-        }
-        let reader = PromptReader::open_prescanned(&d.prompts, &counted)
-            .map_err(|e| EngineError::Input(e.to_string()))?;
-        datasets.push(supervisor::ready_dataset(
-            d,
-            cfg.request_for(d),
-            reader,
-            existing,
-            total,
-            counted.duplicates,
-        ));
-    }
-
-    // Without OpenRouter no key is read: the client stays keyless and is never called.
-    let client = if cfg.openrouter {
-        client_for(&cfg, opts.api_key.clone())?
-    } else {
-        OpenRouterClient::new(ClientOptions::new(cfg.base_url.clone(), None))
-            .map_err(|e| EngineError::Input(e.to_string()))?
-    };
-    let listing = if !cfg.openrouter {
-        ModelEndpoints::default()
-    } else {
-        client.endpoints(&cfg.model).await.map_err(|e| match e {
-            ApiError::Http {
-                status: 400 | 404, ..
-            } => EngineError::Input(format!(
-                "model {} not found at {}: {e}",
-                cfg.model,
-                client.base_url()
-            )),
-            ApiError::Http { status: 401, .. } => EngineError::Input(format!(
-                "the API key in {} was refused: {e}",
-                cfg.api_key_env
-            )),
-            other => EngineError::Startup(format!(
-                "cannot list the endpoints of {} at {}: {other}",
-                cfg.model,
-                client.base_url()
-            )),
-        })?
-    };
-    let endpoints = pool::build(&cfg, &listing)?;
-    let mut by_provider = HashMap::new();
-    for (i, e) in endpoints
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.custom.is_none())
-    {
-        by_provider.entry(e.provider.clone()).or_insert(i);
-    }
-    // The probe's verdict on who serves the real model, when one was run for this model.
-    let probe = crate::probe::ProbeReport::agreement_in(&dir, &cfg.model)
-        .map_err(|e| EngineError::Input(e.to_string()))?;
-    // A run whose policy allows no endpoint at all would wait forever: say so now.
-    let (native, _) = cfg.policy.native_for(&cfg.model);
-    let allowed = endpoints.iter().any(|e| {
-        cfg.policy
-            .judge(&native, e, probe.get(&e.tag).copied())
-            .is_none()
-    });
-    if !allowed {
-        let seen: Vec<String> = endpoints
-            .iter()
-            .map(|e| format!("{} ({})", e.tag, e.quantization))
-            .collect();
-        return Err(EngineError::Input(format!(
-            "the policy ({:?}, native {native}) allows none of the {} endpoints of {}: {}. \
-             Set policy.mode = \"any\", or list tags in policy.include",
-            cfg.policy.mode,
-            endpoints.len(),
-            cfg.model,
-            seen.join(", ")
-        )));
-    }
-    let key_usage_start = if client.has_key() {
-        match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
-            Ok(Ok(k)) => Some(k.usage),
-            _ => None,
-        }
-    } else {
-        None
-    };
-
-    // Generations a crash left open (started, never closed, not among the outputs): the
-    // supervisor asks the API what they cost before it dispatches anything.
-    let unknown = ledger.unknown;
-    let key_base = ledger.key_base;
-    let orphans: Vec<output::SpendEntry> = ledger
-        .open
-        .into_iter()
-        .filter(|e| {
-            e.generation_id
-                .as_ref()
-                .is_some_and(|g| !output_generations.contains(g))
-        })
-        .collect();
-    let (writer, writer_thread): (Writer, WriterThread) =
-        Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
-
-    let budget = cfg.budget();
-    let n = endpoints.len();
-    let shared = Arc::new(Shared {
-        writer: writer.clone(),
-        client: client.clone(),
-        // Spare slots for endpoints that appear in the listing during the run.
-        endpoint_stats: (0..n + SPARE_ENDPOINTS)
-            .map(|_| Counters::default())
-            .collect(),
-        dataset_stats: (0..datasets.len()).map(|_| Counters::default()).collect(),
-        totals: Counters::default(),
-        endpoint_list: std::sync::RwLock::new(Arc::new(endpoints)),
-        by_provider: std::sync::RwLock::new(by_provider),
-        accrued_pico: AtomicI64::new(0),
-        spent_pico: AtomicI64::new(carried.pico()),
-        budget_pico: budget.pico(),
-        budget_hit: CancellationToken::new(),
-        timeouts: cfg.timeouts.stream(),
-        total_timeout: cfg.timeouts.total(),
-        attempts_started: AtomicU64::new(0),
-        finishing_past_cap: AtomicU64::new(0),
-    });
-    if carried >= budget {
-        shared.budget_hit.cancel();
-    }
-    let sup = supervisor::Supervisor::new(
-        cfg,
-        shared,
-        writer,
-        datasets,
-        carried,
-        key_usage_start,
-        opts.shard,
-        state_path(&dir),
-        orphans,
-        unknown,
-    );
-    let (cmd_tx, cmd_rx) = mpsc::channel(256);
-    let mut sup = sup;
-    sup.set_key_base(key_base);
-    if !probe.is_empty() {
-        sup.set_probe(probe);
-    }
-    let first = Arc::new(sup.snapshot());
-    let (snap_tx, snap_rx) = watch::channel(first);
-    let tick = opts.tick.unwrap_or(Duration::from_millis(200));
-    let task = tokio::spawn(sup.run(cmd_rx, snap_tx, tick));
-    Ok(EngineHandle {
-        commands: cmd_tx,
-        snapshots: snap_rx,
-        task,
-        writer_thread: Some(writer_thread),
-        client,
-        output_dir: dir,
-        datasets: names,
-        start_notes: notes,
-        _lock: dir_lock,
-    })
 }
 
 /// The message for an unset or empty key variable.

@@ -1,0 +1,372 @@
+//! Starting a run: the preflight (key, lock, manifest), what the output directory holds (resume,
+//! damage, crash leftovers), one read of each prompt file (counts, bad lines, duplicate ids),
+//! the model's listing and the endpoint pool, the policy's check that something may serve, and
+//! the shared state the workers and the supervisor use. Then the supervisor is spawned.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, DatasetConfig, OnBadLine, OnDuplicate, RequestParams};
+use crate::domain::Usd;
+use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
+use crate::store::lock;
+use crate::store::output::{SpendEntry, Writer};
+use crate::store::prompts::{PromptCount, PromptReader, count_prompts_in_shard};
+use crate::store::repair;
+use crate::store::scan::{DatasetScan, ExistingDataset};
+
+use super::core::DatasetBook;
+use super::stats::Counters;
+use super::worker::{RunEndpoint, Shared};
+use super::{EngineError, EngineHandle, RunOptions, pool, supervisor};
+
+/// Endpoints that may join a run when the listing shows them (statistics slots kept free).
+const SPARE_ENDPOINTS: usize = 32;
+
+/// One dataset of the run, as the start prepared it: the core's book and its prompt reader.
+pub(super) struct DatasetRun {
+    pub book: DatasetBook,
+    pub reader: Option<PromptReader>,
+}
+
+/// Starts a run: checks everything that can be checked before a request leaves, then spawns
+/// the supervisor. Bad input is [`EngineError::Input`] (exit code 2).
+pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
+    if cfg.datasets.is_empty() {
+        return Err(EngineError::Input("no [[dataset]] in the config".into()));
+    }
+    // Preflight: a run through OpenRouter without a key would send a wave of requests only to
+    // learn it from 401s.
+    if cfg.openrouter && opts.api_key.is_none() && ApiKey::from_env(&cfg.api_key_env).is_none() {
+        return Err(EngineError::Input(super::missing_key(&cfg.api_key_env)));
+    }
+    let dir = cfg.output_dir.clone();
+    super::create_output_dir(&dir)?;
+    // Before anything in the directory is read or changed: one run per directory.
+    let dir_lock = lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
+    super::check_manifest(&dir, &cfg, opts.force)?;
+
+    // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
+    // repairing; a torn tail is cut).
+    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
+    let prepared = repair::prepare(&dir, &names, opts.repair).map_err(|e| match e {
+        repair::RepairError::Refused(_) | repair::RepairError::Scan(_) => {
+            EngineError::Input(e.to_string())
+        }
+        other => EngineError::Startup(other.to_string()),
+    })?;
+    let mut notes = prepared.notes;
+    for n in &notes {
+        tracing::warn!("{n}");
+    }
+    // Outputs whose ledger line was lost in a crash still cost money.
+    let carried = prepared.scan.carried();
+    let ledger = prepared.scan.ledger;
+    let mut output_generations = HashSet::new();
+    let mut datasets = Vec::new();
+    for (d, found) in cfg.datasets.iter().zip(prepared.scan.datasets) {
+        output_generations.extend(found.existing.generation_ids.iter().cloned());
+        datasets.push(ready_dataset(&cfg, &opts, d, found, &mut notes)?);
+    }
+
+    let client = client(&cfg, &opts)?;
+    let listing = listing(&cfg, &client).await?;
+    let endpoints = pool::build(&cfg, &listing)?;
+    // The probe's verdict on who serves the real model, when one was run for this model.
+    let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
+        .map_err(|e| EngineError::Input(e.to_string()))?;
+    check_policy(&cfg, &endpoints, &probe)?;
+    let key_usage_start = if client.has_key() {
+        match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
+            Ok(Ok(k)) => Some(k.usage),
+            _ => None,
+        }
+    } else {
+        None
+    };
+
+    // Generations a crash left open (started, never closed, not among the outputs): the
+    // supervisor asks the API what they cost beside the new work.
+    let orphans: Vec<SpendEntry> = ledger
+        .open
+        .into_iter()
+        .filter(|e| {
+            e.generation_id
+                .as_ref()
+                .is_some_and(|g| !output_generations.contains(g))
+        })
+        .collect();
+    let (writer, writer_thread) =
+        Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
+    let shared = shared(&cfg, endpoints, datasets.len(), &writer, &client, carried);
+    let mut sup = supervisor::Supervisor::new(
+        cfg,
+        shared,
+        writer,
+        datasets,
+        carried,
+        key_usage_start,
+        opts.shard,
+        super::state_path(&dir),
+        orphans,
+        ledger.unknown,
+    );
+    sup.set_key_base(ledger.key_base);
+    if !probe.is_empty() {
+        sup.set_probe(probe);
+    }
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let (snap_tx, snap_rx) = watch::channel(Arc::new(sup.snapshot()));
+    let tick = opts.tick.unwrap_or(Duration::from_millis(200));
+    let task = tokio::spawn(sup.run(cmd_rx, snap_tx, tick));
+    Ok(EngineHandle {
+        commands: cmd_tx,
+        snapshots: snap_rx,
+        task,
+        writer_thread: Some(writer_thread),
+        client,
+        output_dir: dir,
+        datasets: names,
+        start_notes: notes,
+        _lock: dir_lock,
+    })
+}
+
+/// One dataset: its prompt file read once (counts, the shard's share, bad lines and duplicate
+/// ids refused or noted), and what earlier runs finished.
+fn ready_dataset(
+    cfg: &Config,
+    opts: &RunOptions,
+    d: &DatasetConfig,
+    found: DatasetScan,
+    notes: &mut Vec<String>,
+) -> Result<DatasetRun, EngineError> {
+    let counted = count_prompts_in_shard(&d.prompts, opts.shard)
+        .map_err(|e| EngineError::Input(e.to_string()))?;
+    check_prompts(cfg, d, &counted, notes)?;
+    // In skip mode bad lines become rejects (of shard 0 only, when sharded).
+    let skip = cfg.on_bad_line == OnBadLine::Skip;
+    let bad = if skip && opts.shard.is_none_or(|(k, _)| k == 0) {
+        counted.invalid
+    } else {
+        0
+    };
+    let total = bad + counted.in_shard;
+    if total == 0 {
+        return Err(EngineError::Input(format!(
+            "dataset {}: {} holds no prompts{}",
+            d.name,
+            d.prompts.display(),
+            if opts.shard.is_some() {
+                " in this shard"
+            } else {
+                ""
+            }
+        )));
+    }
+    let reader = PromptReader::open_prescanned(&d.prompts, &counted)
+        .map_err(|e| EngineError::Input(e.to_string()))?;
+    Ok(dataset_run(
+        d,
+        cfg.request_for(d),
+        reader,
+        found.existing,
+        total,
+        counted.duplicates,
+    ))
+}
+
+/// Refuses bad lines (unless `on_bad_line = "skip"`) and ids reused with other content (unless
+/// `on_duplicate = "skip"`); notes the duplicates skipped.
+fn check_prompts(
+    cfg: &Config,
+    d: &DatasetConfig,
+    counted: &PromptCount,
+    notes: &mut Vec<String>,
+) -> Result<(), EngineError> {
+    if counted.invalid > 0 && cfg.on_bad_line == OnBadLine::Error {
+        return Err(EngineError::Input(match &counted.first_error {
+            Some(e) => format!(
+                "{e} ({} bad lines in all; set on_bad_line = \"skip\" to reject them and go on)",
+                counted.invalid
+            ),
+            None => format!("{}: {} bad lines", d.prompts.display(), counted.invalid),
+        }));
+    }
+    if let Some(dup) = counted.first_duplicates.iter().find(|x| x.differs)
+        && cfg.on_duplicate == OnDuplicate::Error
+    {
+        return Err(EngineError::Input(format!(
+            "{}:{}: id {:?} is already the id of line {} with other content ({} ids reused \
+             with other content in all; an integer id and the same digits as a string are \
+             one id). Give each prompt its own id, or set on_duplicate = \"skip\" to keep \
+             the first",
+            d.prompts.display(),
+            dup.line,
+            dup.id,
+            dup.first_line,
+            counted.differing
+        )));
+    }
+    if counted.duplicates > 0 {
+        let lines: Vec<String> = counted
+            .first_duplicates
+            .iter()
+            .take(3)
+            .map(|x| x.line.to_string())
+            .collect();
+        let note = format!(
+            "dataset {}: {} duplicate ids skipped ({} with other content; first: lines {})",
+            d.name,
+            counted.duplicates,
+            counted.differing,
+            lines.join(", ")
+        );
+        tracing::warn!("{note}");
+        notes.push(note);
+    }
+    Ok(())
+}
+
+/// The dataset's book as the core keeps it, and its reader.
+fn dataset_run(
+    d: &DatasetConfig,
+    params: RequestParams,
+    reader: PromptReader,
+    existing: ExistingDataset,
+    total: u64,
+    duplicates: u64,
+) -> DatasetRun {
+    DatasetRun {
+        book: DatasetBook {
+            name: d.name.clone(),
+            params,
+            system_prompt: d.system_prompt.clone(),
+            done_ids: existing.done.into_keys().collect(),
+            total,
+            done: existing.outputs,
+            rejected: existing.rejects,
+            output_tokens: existing.output_tokens,
+            spent: existing.cost,
+            budget: d.output_token_budget,
+            max_samples: d.max_samples,
+            duplicates,
+            ..DatasetBook::default()
+        },
+        reader: Some(reader),
+    }
+}
+
+/// OpenRouter's client; without OpenRouter no key is read and the client is never called.
+fn client(cfg: &Config, opts: &RunOptions) -> Result<OpenRouterClient, EngineError> {
+    if cfg.openrouter {
+        super::client_for(cfg, opts.api_key.clone())
+    } else {
+        OpenRouterClient::new(ClientOptions::new(cfg.base_url.clone(), None))
+            .map_err(|e| EngineError::Input(e.to_string()))
+    }
+}
+
+/// The model's endpoint listing (empty without OpenRouter).
+async fn listing(cfg: &Config, client: &OpenRouterClient) -> Result<ModelEndpoints, EngineError> {
+    if !cfg.openrouter {
+        return Ok(ModelEndpoints::default());
+    }
+    client.endpoints(&cfg.model).await.map_err(|e| match e {
+        ApiError::Http {
+            status: 400 | 404, ..
+        } => EngineError::Input(format!(
+            "model {} not found at {}: {e}",
+            cfg.model,
+            client.base_url()
+        )),
+        ApiError::Http { status: 401, .. } => EngineError::Input(format!(
+            "the API key in {} was refused: {e}",
+            cfg.api_key_env
+        )),
+        other => EngineError::Startup(format!(
+            "cannot list the endpoints of {} at {}: {other}",
+            cfg.model,
+            client.base_url()
+        )),
+    })
+}
+
+/// A run whose policy allows no endpoint at all would wait forever: say so now.
+fn check_policy(
+    cfg: &Config,
+    endpoints: &[RunEndpoint],
+    probe: &HashMap<String, f64>,
+) -> Result<(), EngineError> {
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    let allowed = endpoints.iter().any(|e| {
+        cfg.policy
+            .judge(&native, e, probe.get(&e.tag).copied())
+            .is_none()
+    });
+    if allowed {
+        return Ok(());
+    }
+    let seen: Vec<String> = endpoints
+        .iter()
+        .map(|e| format!("{} ({})", e.tag, e.quantization))
+        .collect();
+    Err(EngineError::Input(format!(
+        "the policy ({:?}, native {native}) allows none of the {} endpoints of {}: {}. \
+         Set policy.mode = \"any\", or list tags in policy.include",
+        cfg.policy.mode,
+        endpoints.len(),
+        cfg.model,
+        seen.join(", ")
+    )))
+}
+
+/// What the workers share with the supervisor: the pool, the counters, the money.
+fn shared(
+    cfg: &Config,
+    endpoints: Vec<RunEndpoint>,
+    datasets: usize,
+    writer: &Writer,
+    client: &OpenRouterClient,
+    carried: Usd,
+) -> Arc<Shared> {
+    let mut by_provider = HashMap::new();
+    for (i, e) in endpoints
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.custom.is_none())
+    {
+        by_provider.entry(e.provider.clone()).or_insert(i);
+    }
+    let budget = cfg.budget();
+    let n = endpoints.len();
+    let shared = Arc::new(Shared {
+        writer: writer.clone(),
+        client: client.clone(),
+        // Spare slots for endpoints that appear in the listing during the run.
+        endpoint_stats: (0..n + SPARE_ENDPOINTS)
+            .map(|_| Counters::default())
+            .collect(),
+        dataset_stats: (0..datasets).map(|_| Counters::default()).collect(),
+        totals: Counters::default(),
+        endpoint_list: std::sync::RwLock::new(Arc::new(endpoints)),
+        by_provider: std::sync::RwLock::new(by_provider),
+        accrued_pico: AtomicI64::new(0),
+        spent_pico: AtomicI64::new(carried.pico()),
+        budget_pico: budget.pico(),
+        budget_hit: CancellationToken::new(),
+        timeouts: cfg.timeouts.stream(),
+        total_timeout: cfg.timeouts.total(),
+        attempts_started: AtomicU64::new(0),
+        finishing_past_cap: AtomicU64::new(0),
+    });
+    if carried >= budget {
+        shared.budget_hit.cancel();
+    }
+    shared
+}

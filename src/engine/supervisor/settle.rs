@@ -1,0 +1,266 @@
+//! Settling money with the API: what an earlier run's crash left open (booked beside the new
+//! work as look-ups land), what closed streams really cost (`GET /generation` at the end), and
+//! the key's own count (checkpoints, and the true-up of crash estimates).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::task::JoinSet;
+
+use crate::domain::Usd;
+use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind};
+use crate::store::scan::KeyBase;
+
+use super::super::core::Clock;
+use super::super::reconcile::Recovery;
+use super::Supervisor;
+
+impl Supervisor {
+    /// A crash estimate booked now counts in the next key true-up.
+    pub(super) fn note_estimate(&mut self, usd: Usd) {
+        if let Some(b) = self.key_base.as_mut() {
+            b.estimated += usd;
+            b.estimated_lines += 1;
+        }
+    }
+
+    /// A `key_usage` line: the key's usage and the ledger's total now.
+    pub(super) async fn checkpoint(&mut self, key_usage_usd: f64, quiet: bool, what: &str) {
+        let now = Clock::now();
+        let checkpoint = KeyCheckpoint {
+            key_usage_usd,
+            ledger_usd: Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed)),
+            quiet,
+        };
+        if quiet {
+            self.key_base = Some(KeyBase {
+                checkpoint,
+                estimated: Usd::ZERO,
+                estimated_lines: 0,
+            });
+        }
+        let effects = self.core.book_line(SpendEntry {
+            at: now.rfc3339(),
+            id: what.into(),
+            dataset: String::new(),
+            endpoint: None,
+            kind: SpendKind::KeyUsage,
+            usd: Usd::ZERO,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: false,
+            generation_id: None,
+            attempt: None,
+            expected_usd: None,
+            error: None,
+            checkpoint: Some(checkpoint),
+            note: None,
+        });
+        self.perform(effects, &mut JoinSet::new()).await;
+    }
+
+    /// At the end of a run: the key's usage against the ledger since the last quiet
+    /// checkpoint. Crash estimates the key's count explains are trued up in one adjustment
+    /// line; what it cannot explain (a shared key) is said, and estimates stay. Then the end's
+    /// checkpoint. Returns the key's usage now.
+    pub(super) async fn settle_with_key(&mut self) -> Option<f64> {
+        if !self.shared.client.has_key() || self.key_usage_start.is_none() {
+            return None;
+        }
+        let wait = if self.core.stopped_now() { 2 } else { 10 };
+        let key_now =
+            match tokio::time::timeout(Duration::from_secs(wait), self.shared.client.key_info())
+                .await
+            {
+                Ok(Ok(k)) => k.usage,
+                _ => return None,
+            };
+        let now = Clock::now();
+        if let Some(base) = self.key_base {
+            let ledger_now = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
+            match super::super::reconcile::key_verdict(&base, key_now, ledger_now) {
+                super::super::reconcile::KeyVerdict::Agrees => {}
+                super::super::reconcile::KeyVerdict::TrueUp { usd, note } => {
+                    self.shared
+                        .spent_pico
+                        .fetch_add(usd.pico(), Ordering::Relaxed);
+                    self.core.say(&now, format!("{note}: {:+.6} USD booked", usd.as_f64()));
+                    let effects = self.core.book_line(SpendEntry {
+                        at: now.rfc3339(),
+                        id: "key-true-up".into(),
+                        dataset: String::new(),
+                        endpoint: None,
+                        kind: SpendKind::Adjustment,
+                        usd,
+                        prompt_tokens: 0,
+                        completion_tokens: 0,
+                        estimated: false,
+                        generation_id: None,
+                        attempt: None,
+                        expected_usd: None,
+                        error: None,
+                        checkpoint: None,
+                        note: Some(note),
+                    });
+                    self.perform(effects, &mut JoinSet::new()).await;
+                }
+                super::super::reconcile::KeyVerdict::Unexplained { usd } => self.core.say(
+                    &now,
+                    format!(
+                        "the key's usage and the ledger differ by {:+.6} USD since the last quiet checkpoint, more than crash estimates explain (a key shared with other work, or usage not counted yet): the estimates stay",
+                        usd.as_f64()
+                    ),
+                ),
+            }
+        }
+        let quiet = !self.core.stopped_now() && self.core.in_flight() == 0 && self.unsettled == 0;
+        self.checkpoint(key_now, quiet, "end").await;
+        Some(key_now)
+    }
+
+    /// Books lines of an earlier run's crash into the core, the live spend and the ledger.
+    pub(super) async fn book_carried(
+        &mut self,
+        e: SpendEntry,
+        kind: SpendKind,
+        usd: Usd,
+        estimated: bool,
+    ) {
+        self.shared
+            .spent_pico
+            .fetch_add(usd.pico(), Ordering::Relaxed);
+        let effects = self
+            .core
+            .book_carried(e, kind, usd, estimated, &Clock::now());
+        self.perform(effects, &mut JoinSet::new()).await;
+    }
+
+    /// Books requests an earlier run's crash left before any answer at their expected cost
+    /// (the API cannot be asked about them, and the budget must not assume they were free),
+    /// and starts looking up the generations it left open: those run beside the new work, and
+    /// each is booked as its answer lands (see [`Recovery`]).
+    pub(super) async fn settle_crash(&mut self) -> Recovery {
+        let unknown = std::mem::take(&mut self.unknown);
+        if !unknown.is_empty() {
+            let n = unknown.len();
+            let mut total = Usd::ZERO;
+            for e in unknown {
+                let usd = e.expected_usd.unwrap_or_default();
+                total += usd;
+                self.note_estimate(usd);
+                self.book_carried(e, SpendKind::Unknown, usd, true).await;
+            }
+            self.core.say(
+                &Clock::now(),
+                format!(
+                    "an earlier run stopped with {n} requests sent but unanswered: booked at their expected cost, {:.6} USD",
+                    total.as_f64()
+                ),
+            );
+        }
+        let orphans = std::mem::take(&mut self.orphans);
+        let items: Vec<_> = orphans
+            .into_iter()
+            .filter_map(|e| Some((e.generation_id.clone()?, e)))
+            .collect();
+        if items.is_empty() || !self.shared.client.has_key() {
+            return Recovery::default();
+        }
+        let n = items.len();
+        self.core.say(
+            &Clock::now(),
+            format!(
+                "an earlier run stopped with {n} requests in flight: looking up what they cost"
+            ),
+        );
+        Recovery::start(self.shared.client.clone(), items)
+    }
+
+    /// One look-up of a crash's leftover came back: booked at what the API says, or counted
+    /// as unknown (its line stays open for the next start).
+    pub(super) async fn recovered(
+        &mut self,
+        rec: &mut Recovery,
+        found: super::super::reconcile::Found,
+    ) {
+        use super::super::reconcile::{Settle, settle};
+        let (entry, cost) = found;
+        match settle(&entry, cost, chrono::Utc::now()) {
+            Settle::Found(usd) => {
+                rec.booked += 1;
+                rec.total += usd;
+                self.book_carried(entry, SpendKind::Recovered, usd, false)
+                    .await;
+            }
+            Settle::Lost(usd) => {
+                rec.lost += 1;
+                rec.total += usd;
+                self.note_estimate(usd);
+                self.book_carried(entry, SpendKind::Unknown, usd, true)
+                    .await;
+            }
+            Settle::Wait => self.unsettled += 1,
+        }
+    }
+
+    /// All look-ups of a crash's leftovers are in: says what they found.
+    pub(super) fn recovery_done(&mut self, rec: &Recovery) {
+        if rec.asked == 0 {
+            return;
+        }
+        self.core.say(
+            &Clock::now(),
+            format!(
+                "looked up {} requests an earlier run left in flight: {} found at the API, {} unknown for {} min and booked at their expected cost, {:.6} USD in all{}",
+                rec.asked,
+                rec.booked,
+                rec.lost,
+                super::super::reconcile::UNKNOWN_AFTER.as_secs() / 60,
+                rec.total.as_f64(),
+                if rec.booked + rec.lost < rec.asked {
+                    "; the others are too recent to give up on: the next start asks again"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+
+    /// Asks the API what each closed stream really cost and books the difference, so the
+    /// ledger matches the bill and not our estimate. Skipped after a stop-now: the operator
+    /// wants out, and the estimates stand.
+    pub(super) async fn reconcile_closed(&mut self) {
+        let items = self.core.take_reconcile();
+        if items.is_empty() || !self.shared.client.has_key() || self.core.stopped_now() {
+            return;
+        }
+        let mut found = std::pin::pin!(super::super::reconcile::look_up(
+            self.shared.client.clone(),
+            items
+        ));
+        let (mut fixed, mut delta_total) = (0u64, Usd::ZERO);
+        while let Some((entry, actual)) = found.next().await {
+            let Some(actual) = actual else { continue };
+            let delta = Usd::from_f64(actual) - entry.usd;
+            fixed += 1;
+            delta_total += delta;
+            self.shared
+                .spent_pico
+                .fetch_add(delta.pico(), Ordering::Relaxed);
+            let effects = self
+                .core
+                .book_adjustment(entry, Usd::from_f64(actual), &Clock::now());
+            self.perform(effects, &mut JoinSet::new()).await;
+        }
+        if fixed > 0 {
+            self.core.say(
+                &Clock::now(),
+                format!(
+                    "reconciled {fixed} closed streams with /generation: {:+.6} USD",
+                    delta_total.as_f64()
+                ),
+            );
+        }
+    }
+}
