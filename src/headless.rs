@@ -12,6 +12,17 @@ pub fn clock(secs: f64) -> String {
 }
 
 /// One progress line.
+/// The events logged since a follower had seen `seen` of them, one line each with the run's
+/// clock; returns them and the new count. Events older than the snapshot's window are skipped.
+pub fn new_events(s: &Snapshot, seen: u64) -> (Vec<String>, u64) {
+    let fresh = s.events_total.saturating_sub(seen) as usize;
+    let lines = s.events[s.events.len().saturating_sub(fresh)..]
+        .iter()
+        .map(|e| format!("[{}] {}", clock(e.at_s), e.text))
+        .collect();
+    (lines, s.events_total)
+}
+
 pub fn progress_line(s: &Snapshot) -> String {
     let errors: u64 = s.endpoints.iter().map(|e| e.errors).sum();
     let mut line = format!(
@@ -142,5 +153,31 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(clock(761.0), "00:12:41");
+    }
+
+    #[test]
+    fn new_events_prints_each_event_once_and_skips_what_scrolled_away() {
+        let mut s = crate::tui::testkit::kimi_snapshot();
+        let shown = s.events.len() as u64;
+        let (all, seen) = new_events(&s, 0);
+        assert_eq!((all.len() as u64, seen), (shown, shown));
+        assert!(all[0].starts_with("[00:"), "{all:?}");
+        assert_eq!(new_events(&s, seen).0, Vec::<String>::new());
+        // Two more events: only they are new.
+        s.events.remove(0);
+        s.events.remove(0);
+        for (at_s, text) in [(800.0, "first new"), (801.0, "second new")] {
+            s.events.push(crate::engine::snapshot::EventLine {
+                at_s,
+                text: text.into(),
+            });
+        }
+        s.events_total += 2;
+        let (fresh, seen2) = new_events(&s, seen);
+        assert_eq!(fresh, vec!["[00:13:20] first new", "[00:13:21] second new"]);
+        assert_eq!(seen2, shown + 2);
+        // A follower far behind gets what the window still holds.
+        s.events_total += 1_000;
+        assert_eq!(new_events(&s, seen).0.len(), s.events.len());
     }
 }

@@ -50,6 +50,10 @@ pub struct Row {
     pub errors: BTreeMap<String, u64>,
     /// Prompts given up on (dataset and total rows only: a reject has no single endpoint).
     pub rejected: u64,
+    /// Prompt-file lines skipped because an earlier line had their id, as the last run
+    /// counted them (dataset and total rows; the run's start notes name the first lines).
+    #[serde(default)]
+    pub duplicates: u64,
 }
 
 /// Harvest's count against the API's.
@@ -283,6 +287,11 @@ impl Report {
                 a.row.dataset = n.clone();
                 a.row.rejected = rej;
                 total.row.rejected += rej;
+                a.row.duplicates = snapshot
+                    .as_ref()
+                    .and_then(|s| s.datasets.iter().find(|d| &d.name == n))
+                    .map_or(0, |d| d.duplicates);
+                total.row.duplicates += a.row.duplicates;
                 a.row.endpoint = "all".into();
                 a.finish()
             })
@@ -325,6 +334,9 @@ impl Report {
                 .collect();
             if r.rejected > 0 {
                 errors.push(format!("rejected×{}", group_thousands(r.rejected)));
+            }
+            if r.duplicates > 0 {
+                errors.push(format!("duplicate-ids×{}", group_thousands(r.duplicates)));
             }
             format!(
                 "{:<10} {:<24} {:>7} {:>13} {:>11.4} {:>7} {:>6} {:>6} {:>6}  {}\n",

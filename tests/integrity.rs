@@ -4,7 +4,8 @@
 //! no byte and sending nothing; `--repair` keeps every good row and quarantines the bad ones;
 //! a torn tail is cut on resume and its prompt redone once; two runs on one directory are
 //! refused; `status --report` and `estimate` beside a live run succeed and change nothing; a
-//! run without its key variable, or with an `output_dir` that is a file, is refused up front.
+//! run without its key variable, or with an `output_dir` that is a file, is refused up front;
+//! a rebuilt ledger is confirmed line by line at `GET /generation`, once.
 
 mod common;
 
@@ -271,9 +272,9 @@ async fn damage_is_refused_untouched_then_repaired_keeping_every_good_row() {
                 let rebuilt: Vec<&SpendEntry> = ledger
                     .iter()
                     .filter(|e| e.attempt.as_deref() == Some("rebuilt"))
+                    .filter(|e| e.kind == SpendKind::Complete)
                     .collect();
                 assert_eq!(rebuilt.len(), N, "{case:?}: a line per output");
-                assert!(rebuilt.iter().all(|e| e.kind == SpendKind::Complete));
                 let cost: harvest::domain::Usd = outputs.iter().map(|o| o.cost_usd).sum();
                 let booked: harvest::domain::Usd = rebuilt.iter().map(|e| e.usd).sum();
                 assert_eq!(booked, cost, "{case:?}");
@@ -289,6 +290,67 @@ async fn damage_is_refused_untouched_then_repaired_keeping_every_good_row() {
         let (code, _, err) = output(status).await;
         assert_eq!(code, 0, "{case:?}: {err}");
     }
+    sim.stop().await;
+}
+
+/// A lost ledger rebuilt by `--repair` from the outputs is confirmed at `GET /generation`: each
+/// rebuilt line gets one `adjustment` line (attempt "rebuilt") of the API's cost minus the
+/// output's, so the ledger ends equal to the bill even where an output's cost was wrong, and a
+/// later start asks nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_ledger_is_confirmed_at_the_api_once() {
+    let sim = fast_sim(40.0).await;
+    let root = tempfile::tempdir().expect("tmp");
+    let base = baseline(&sim, root.path()).await;
+    let out = base.join("out");
+    std::fs::remove_file(out.join("spend.jsonl")).expect("lose the ledger");
+    // One output says it cost a dollar more than the API billed for it.
+    let mut rows: Vec<serde_json::Value> = parsed(&out.join("A.jsonl"));
+    let wrong = rows[7]["cost_usd"].as_f64().expect("cost") + 1.0;
+    rows[7]["cost_usd"] = serde_json::json!(wrong);
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(out.join("A.jsonl"), text).expect("rewrite");
+
+    let (code, stdout, err) = run(&base, &["--repair"]).await;
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.contains(&format!("{N} of {N} confirmed at /generation")),
+        "{stdout}"
+    );
+    let ledger: Vec<SpendEntry> = parsed(&out.join("spend.jsonl"));
+    let of = |kind: SpendKind| {
+        ledger
+            .iter()
+            .filter(|e| e.attempt.as_deref() == Some("rebuilt") && e.kind == kind)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(SpendKind::Complete).len(), N);
+    let confirms = of(SpendKind::Adjustment);
+    assert_eq!(confirms.len(), N, "one confirmation per rebuilt line");
+    let fixed: Vec<_> = confirms
+        .iter()
+        .filter(|e| e.usd != harvest::domain::Usd::ZERO)
+        .collect();
+    assert_eq!(fixed.len(), 1, "{fixed:?}");
+    assert_eq!(fixed[0].id, rows[7]["id"].as_str().expect("id"));
+    assert!((fixed[0].usd.as_f64() + 1.0).abs() < 1e-6, "{:?}", fixed[0]);
+    let booked: harvest::domain::Usd = ledger.iter().map(|e| e.usd).sum();
+    let billed = sim.state.billed_total();
+    assert!(
+        (booked.as_f64() - billed.as_f64()).abs() < 1e-6,
+        "ledger {booked} against the bill {billed}"
+    );
+
+    // Confirmed lines are not asked about again.
+    let (code, stdout, err) = run(&base, &[]).await;
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(!stdout.contains("confirmed at /generation"), "{stdout}");
+    let again: Vec<SpendEntry> = parsed(&out.join("spend.jsonl"));
+    let confirms_again = again
+        .iter()
+        .filter(|e| e.attempt.as_deref() == Some("rebuilt") && e.kind == SpendKind::Adjustment)
+        .count();
+    assert_eq!(confirms_again, N);
     sim.stop().await;
 }
 

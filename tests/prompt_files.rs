@@ -74,5 +74,12 @@ async fn an_id_reused_with_other_content_is_an_error_unless_skipped() {
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
     assert_eq!(v["datasets"][0]["duplicates"], 2);
     assert_eq!(v["datasets"][0]["done"], 3, "each id once");
+    let report = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["status", "--report"])
+        .arg(dir.path().join("out"))
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("duplicate-ids×2"), "{text}");
     sim.stop().await;
 }

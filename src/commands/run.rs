@@ -225,16 +225,20 @@ async fn follow(
     progress: bool,
     stopper: &mut Stopper,
     signals: &mut Signals,
-) {
+) -> u64 {
     let commands = handle.commands.clone();
     let mut snaps = handle.snapshots.clone();
     let mut tick = tokio::time::interval(w.progress_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut seen = 0;
     while !is_over(&snaps) {
         tokio::select! {
             _ = tick.tick(), if progress && !out.is_lost() => {
                 let s = snaps.borrow_and_update().clone();
-                if !out.line(&headless::progress_line(&s)) {
+                let (events, total) = headless::new_events(&s, seen);
+                seen = total;
+                let ok = events.iter().all(|e| out.line(e)) && out.line(&headless::progress_line(&s));
+                if !ok {
                     stopper.lost(&commands, w).await;
                 }
             }
@@ -246,6 +250,7 @@ async fn follow(
             r = snaps.changed() => if r.is_err() { break },
         }
     }
+    seen
 }
 
 /// Watches a started engine with progress lines until it ends; SIGINT/SIGTERM drain (then stop
@@ -255,8 +260,12 @@ pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::R
     let mut out = Out::default();
     let mut stopper = Stopper::default();
     let mut signals = Signals::new();
-    follow(&handle, w, &mut out, true, &mut stopper, &mut signals).await;
+    let seen = follow(&handle, w, &mut out, true, &mut stopper, &mut signals).await;
     let summary = handle.finish().await.map_err(engine_error)?;
+    // The events of the run's last moments (look-ups, reconciliation, the key's count).
+    for e in headless::new_events(&summary.snapshot, seen).0 {
+        out.line(&e);
+    }
     out.write(&summary_text(&summary));
     Ok(exit_code(&summary, stopper.interrupted))
 }
@@ -333,7 +342,7 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
             false
         }
     };
-    follow(&handle, w, &mut out, false, &mut stopper, &mut signals).await;
+    let _ = follow(&handle, w, &mut out, false, &mut stopper, &mut signals).await;
     let summary = handle.finish().await.map_err(engine_error)?;
     out.write(&summary_text(&summary));
     Ok(exit_code(&summary, requested || stopper.interrupted))

@@ -146,6 +146,7 @@ impl Publisher {
                 .skip(events.len().saturating_sub(SNAPSHOT_EVENTS))
                 .cloned()
                 .collect(),
+            events_total: core.events_total(),
             history: self.history.iter().copied().collect(),
             loop_lag_ms: self.loop_lag_ms,
             key_usage_start: self.key_usage_start,

@@ -94,12 +94,21 @@ pub(super) struct Recovery {
     /// Booked at their expected cost, unknown to the API past [`UNKNOWN_AFTER`].
     pub lost: usize,
     pub total: crate::domain::Usd,
+    /// Of the look-ups, those of lines `--repair` rebuilt from the outputs.
+    pub rebuilt_asked: usize,
+    /// Rebuilt lines the API confirmed, and what its costs add to the outputs' costs.
+    pub confirmed: usize,
+    pub confirmed_delta: crate::domain::Usd,
 }
 
 impl Recovery {
     /// Starts looking up `items` on a task of its own; results arrive on `rx`.
-    pub(super) fn start(client: OpenRouterClient, items: Vec<(String, SpendEntry)>) -> Recovery {
-        let asked = items.len();
+    pub(super) fn start(
+        client: OpenRouterClient,
+        items: Vec<(String, SpendEntry)>,
+        rebuilt_asked: usize,
+    ) -> Recovery {
+        let asked = items.len() - rebuilt_asked;
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let task = tokio::spawn(async move {
             let mut found = std::pin::pin!(look_up(client, items));
@@ -113,6 +122,7 @@ impl Recovery {
             rx: Some(rx),
             task: Some(task),
             asked,
+            rebuilt_asked,
             ..Recovery::default()
         }
     }

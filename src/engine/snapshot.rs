@@ -159,7 +159,12 @@ pub struct Snapshot {
     pub eta_s: Option<f64>,
     pub datasets: Vec<DatasetSnap>,
     pub endpoints: Vec<EndpointSnap>,
+    /// The last events (at most a screen's worth).
     pub events: Vec<EventLine>,
+    /// Events logged since the run started, of which `events` are the last: a follower that
+    /// saw `n` prints the last `events_total - n`.
+    #[serde(default)]
+    pub events_total: u64,
     pub history: Vec<HistoryPoint>,
     /// How late the engine's own loop ran its last ticks, in ms (decaying maximum): a slow
     /// client shows here, a slow provider does not.

@@ -117,6 +117,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         ledger.unknown,
     );
     sup.set_key_base(ledger.key_base);
+    sup.set_rebuilt(ledger.rebuilt);
     if !probe.is_empty() {
         sup.set_probe(probe);
     }

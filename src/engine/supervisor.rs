@@ -78,6 +78,8 @@ pub(super) struct Supervisor {
     orphans: Vec<SpendEntry>,
     /// Requests a crash of an earlier run left before any answer.
     unknown: Vec<SpendEntry>,
+    /// Ledger lines `--repair` rebuilt from the outputs, to confirm at the API.
+    rebuilt: Vec<SpendEntry>,
     /// `GET /key` usage at the start, and the base a key true-up counts from.
     key_usage_start: Option<f64>,
     key_base: Option<KeyBase>,
@@ -123,6 +125,7 @@ impl Supervisor {
             stop_now: CancellationToken::new(),
             orphans,
             unknown,
+            rebuilt: Vec::new(),
             key_usage_start,
             key_base: None,
             unsettled: 0,
@@ -132,6 +135,11 @@ impl Supervisor {
     /// The last quiet key checkpoint of the ledger and the crash estimates since (the scan's).
     pub(super) fn set_key_base(&mut self, base: Option<KeyBase>) {
         self.key_base = base;
+    }
+
+    /// Ledger lines `--repair` rebuilt from the outputs and no look-up has confirmed yet.
+    pub(super) fn set_rebuilt(&mut self, rebuilt: Vec<SpendEntry>) {
+        self.rebuilt = rebuilt;
     }
 
     /// Takes the probe's agreement per endpoint into the policy.
@@ -240,7 +248,8 @@ impl Supervisor {
     ) -> RunSummary {
         if let Some(u) = self.key_usage_start {
             // Quiet when no crash left anything open: a sound base for a later true-up.
-            let quiet = self.orphans.is_empty() && self.unknown.is_empty();
+            let quiet =
+                self.orphans.is_empty() && self.unknown.is_empty() && self.rebuilt.is_empty();
             self.checkpoint(u, quiet, "start").await;
         }
         let mut recovery = self.settle_crash().await;

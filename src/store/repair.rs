@@ -20,7 +20,9 @@ use super::output::{
 use super::scan::{self, DirScan, LineClass, ScanError, Torn};
 
 /// The `attempt` of ledger lines rebuilt from the outputs, so that they can be told apart
-/// from lines the engine booked as it went (`<run>-<n>`).
+/// from lines the engine booked as it went (`<run>-<n>`). A run then asks `GET /generation`
+/// for each and writes an `adjustment` line with the same attempt once the API has confirmed
+/// it (of the difference, often zero): a rebuilt line with such a line is confirmed.
 pub const REBUILT: &str = "rebuilt";
 
 #[derive(Debug, thiserror::Error)]
@@ -288,8 +290,9 @@ pub fn prepare(dir: &Path, datasets: &[String], repair: bool) -> Result<Prepared
             let (n, usd) = rebuild_ledger(dir, datasets, &after.completes)?;
             notes.push(format!(
                 "{}: rebuilt {n} `complete` line{} ({usd}) from the outputs' costs (marked \
-                 attempt \"{REBUILT}\"); failed and cancelled attempts of earlier runs cannot \
-                 be rebuilt and are not counted",
+                 attempt \"{REBUILT}\"; the run confirms each at /generation as it goes); \
+                 failed and cancelled attempts of earlier runs cannot be rebuilt and are not \
+                 counted",
                 ledger.display(),
                 if n == 1 { "" } else { "s" },
             ));

@@ -276,6 +276,10 @@ pub struct LedgerScan {
     /// The last quiet key checkpoint and the estimated bookings since: what a key true-up
     /// starts from.
     pub key_base: Option<KeyBase>,
+    /// `complete` lines that `--repair` rebuilt from the outputs (attempt
+    /// [`REBUILT`](super::repair::REBUILT)) and that no look-up has confirmed yet: a run asks
+    /// `GET /generation` for each, beside its new work.
+    pub rebuilt: Vec<SpendEntry>,
 }
 
 /// The base of a key true-up: the last moment key and ledger were both known to be settled.
@@ -300,6 +304,8 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
     let mut dispatched: HashMap<String, SpendEntry> = HashMap::new();
     let mut started: HashMap<String, SpendEntry> = HashMap::new();
     let mut closed: HashSet<String> = HashSet::new();
+    let mut rebuilt: HashMap<String, SpendEntry> = HashMap::new();
+    let mut confirmed: HashSet<String> = HashSet::new();
     scan.file = read_file(&ledger_path(dir), |e: SpendEntry| {
         each(&e);
         scan.total += e.usd;
@@ -323,6 +329,17 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         if e.kind == SpendKind::Complete {
             scan.completes.insert(e.id.clone());
         }
+        if e.attempt.as_deref() == Some(super::repair::REBUILT) {
+            match e.kind {
+                SpendKind::Complete if e.generation_id.is_some() => {
+                    rebuilt.insert(e.id.clone(), e.clone());
+                }
+                SpendKind::Adjustment => {
+                    confirmed.insert(e.id.clone());
+                }
+                _ => {}
+            }
+        }
         let Some(a) = e.attempt.clone() else { return };
         match e.kind {
             SpendKind::Dispatched => {
@@ -341,6 +358,11 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             SpendKind::Adjustment | SpendKind::Other | SpendKind::KeyUsage => {}
         }
     })?;
+    scan.rebuilt = rebuilt
+        .into_iter()
+        .filter(|(id, _)| !confirmed.contains(id))
+        .map(|(_, e)| e)
+        .collect();
     scan.unknown = dispatched
         .iter()
         .filter(|(a, _)| !closed.contains(*a) && !started.contains_key(*a))

@@ -318,7 +318,7 @@ pub fn kimi_snapshot() -> Snapshot {
             }
         })
         .collect();
-    let events = [
+    let events: Vec<EventLine> = [
         (0.4, "policy: faithful (native int4)"),
         (
             0.4,
@@ -366,6 +366,7 @@ pub fn kimi_snapshot() -> Snapshot {
         eta_s: Some(1_200.0),
         datasets: vec![b3, b4, b5],
         endpoints: kimi_endpoints(),
+        events_total: events.len() as u64,
         events,
         history,
         loop_lag_ms: 2.0,

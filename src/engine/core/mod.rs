@@ -227,6 +227,7 @@ pub struct Core {
     /// round's pinned requests.
     ep_in_flight: Vec<u64>,
     events: VecDeque<EventLine>,
+    events_total: u64,
     started: Instant,
     rng: SmallRng,
     retries: u64,
@@ -295,6 +296,7 @@ impl Core {
             next_dataset: 0,
             ep_in_flight: vec![0; n],
             events: VecDeque::new(),
+            events_total: 0,
             started: now.mono,
             rng: SmallRng::seed_from_u64(0x4841_5256),
             retries: 0,
@@ -319,6 +321,7 @@ impl Core {
     fn event(&mut self, now: &Clock, text: impl Into<String>) {
         let text = text.into();
         tracing::info!("{text}");
+        self.events_total += 1;
         if self.events.len() >= EVENT_CAPACITY {
             self.events.pop_front();
         }
@@ -469,5 +472,10 @@ impl Core {
     }
     pub fn events(&self) -> &VecDeque<EventLine> {
         &self.events
+    }
+
+    /// Events logged since the start (the log keeps the last ones).
+    pub fn events_total(&self) -> u64 {
+        self.events_total
     }
 }

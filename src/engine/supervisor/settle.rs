@@ -160,21 +160,61 @@ impl Supervisor {
             );
         }
         let orphans = std::mem::take(&mut self.orphans);
-        let items: Vec<_> = orphans
+        let mut items: Vec<_> = orphans
             .into_iter()
             .filter_map(|e| Some((e.generation_id.clone()?, e)))
             .collect();
+        let n = items.len();
+        let rebuilt: Vec<_> = std::mem::take(&mut self.rebuilt)
+            .into_iter()
+            .filter_map(|e| Some((e.generation_id.clone()?, e)))
+            .collect();
+        let r = rebuilt.len();
+        items.extend(rebuilt);
         if items.is_empty() || !self.shared.client.has_key() {
             return Recovery::default();
         }
-        let n = items.len();
-        self.core.say(
-            &Clock::now(),
-            format!(
-                "an earlier run stopped with {n} requests in flight: looking up what they cost"
-            ),
-        );
-        Recovery::start(self.shared.client.clone(), items)
+        if n > 0 {
+            self.core.say(
+                &Clock::now(),
+                format!(
+                    "an earlier run stopped with {n} requests in flight: looking up what they cost"
+                ),
+            );
+        }
+        if r > 0 {
+            self.core.say(
+                &Clock::now(),
+                format!(
+                    "{r} ledger lines rebuilt from the outputs by --repair: confirming each at /generation"
+                ),
+            );
+        }
+        Recovery::start(self.shared.client.clone(), items, r)
+    }
+
+    /// A rebuilt ledger line's look-up came back: the API's cost replaces the output's (an
+    /// adjustment line of the difference, which also marks the line confirmed for later
+    /// starts); unknown, it stays as it was and the next start asks again.
+    async fn confirm_rebuilt(&mut self, rec: &mut Recovery, entry: SpendEntry, cost: Option<f64>) {
+        let Some(c) = cost else { return };
+        let delta = Usd::from_f64(c) - entry.usd;
+        rec.confirmed += 1;
+        rec.confirmed_delta += delta;
+        self.shared
+            .spent_pico
+            .fetch_add(delta.pico(), Ordering::Relaxed);
+        let effects = self.core.book_line(SpendEntry {
+            at: Clock::now().rfc3339(),
+            kind: SpendKind::Adjustment,
+            usd: delta,
+            estimated: false,
+            error: None,
+            checkpoint: None,
+            note: Some("a rebuilt line confirmed at /generation".into()),
+            ..entry
+        });
+        self.perform(effects, &mut JoinSet::new()).await;
     }
 
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
@@ -186,6 +226,11 @@ impl Supervisor {
     ) {
         use super::super::reconcile::{Settle, settle};
         let (entry, cost) = found;
+        if entry.kind == SpendKind::Complete
+            && entry.attempt.as_deref() == Some(crate::store::repair::REBUILT)
+        {
+            return self.confirm_rebuilt(rec, entry, cost).await;
+        }
         match settle(&entry, cost, chrono::Utc::now()) {
             Settle::Found(usd) => {
                 rec.booked += 1;
@@ -206,6 +251,22 @@ impl Supervisor {
 
     /// All look-ups of a crash's leftovers are in: says what they found.
     pub(super) fn recovery_done(&mut self, rec: &Recovery) {
+        if rec.rebuilt_asked > 0 {
+            self.core.say(
+                &Clock::now(),
+                format!(
+                    "rebuilt ledger lines: {} of {} confirmed at /generation ({:+.6} USD against the outputs' costs){}",
+                    rec.confirmed,
+                    rec.rebuilt_asked,
+                    rec.confirmed_delta.as_f64(),
+                    if rec.confirmed < rec.rebuilt_asked {
+                        "; the others keep the outputs' costs and the next start asks again"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
         if rec.asked == 0 {
             return;
         }
