@@ -1,5 +1,11 @@
 //! What can go wrong talking to OpenRouter (or an OpenAI-compatible server), as a taxonomy the
 //! engine can act on: retry or not, wait how long, count under which kind.
+//!
+//! Classified by the typed `error_type` first, then by HTTP status: OpenRouter's docs
+//! (api_reference/errors-and-debugging, "Typed error codes") say to switch on `error_type`
+//! (in `error.metadata`, or directly on `error` for availability errors), which is the same
+//! whether the error came as a response body or as a mid-stream chunk. An `error_type` this
+//! code does not know falls back to the status, as the docs advise for new codes.
 
 use std::fmt;
 use std::time::Duration;
@@ -88,11 +94,21 @@ pub enum ErrorKind {
     Forbidden,
     NotFound,
     TooLarge,
+    /// `content_policy_violation`: the input or output was flagged by a content filter.
+    ContentPolicy,
+    /// `refusal`: the model explicitly refused.
+    Refusal,
+    /// `context_length_exceeded`, `string_too_long`, `token_limit_exceeded`: this prompt is
+    /// too long for the model or a field limit.
+    TooLong,
+    /// A 402 from the account's in-flight spending budget (`limit_source:
+    /// openrouter_in_flight_budget`): an account-wide wait, never the prompt's failure.
+    InFlightBudget,
     Other,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::RateLimited,
         ErrorKind::Server,
         ErrorKind::Overloaded,
@@ -108,6 +124,10 @@ impl ErrorKind {
         ErrorKind::Forbidden,
         ErrorKind::NotFound,
         ErrorKind::TooLarge,
+        ErrorKind::ContentPolicy,
+        ErrorKind::Refusal,
+        ErrorKind::TooLong,
+        ErrorKind::InFlightBudget,
         ErrorKind::Other,
     ];
 
@@ -129,6 +149,10 @@ impl ErrorKind {
             ErrorKind::Forbidden => "403",
             ErrorKind::NotFound => "404",
             ErrorKind::TooLarge => "413",
+            ErrorKind::ContentPolicy => "policy",
+            ErrorKind::Refusal => "refusal",
+            ErrorKind::TooLong => "too-long",
+            ErrorKind::InFlightBudget => "inflight",
             ErrorKind::Other => "other",
         }
     }
@@ -144,8 +168,81 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// Where the docs put an `error_type`, what it means for us: its kind, and whether sending the
+/// same request again may succeed. `None` for a type the docs do not list (the status decides).
+fn typed(error_type: &str) -> Option<(ErrorKind, bool)> {
+    Some(match error_type {
+        "content_policy_violation" => (ErrorKind::ContentPolicy, false),
+        "refusal" => (ErrorKind::Refusal, false),
+        "context_length_exceeded" | "string_too_long" | "token_limit_exceeded" => {
+            (ErrorKind::TooLong, false)
+        }
+        // Generation stopped at max_tokens: the same request stops there again.
+        "max_tokens_exceeded" => (ErrorKind::BadRequest, false),
+        "invalid_request"
+        | "invalid_prompt"
+        | "precondition_failed"
+        | "unprocessable"
+        | "invalid_image"
+        | "image_too_large"
+        | "image_too_small"
+        | "unsupported_image_format"
+        | "image_download_failed" => (ErrorKind::BadRequest, false),
+        "authentication" => (ErrorKind::Auth, false),
+        "payment_required" => (ErrorKind::Payment, false),
+        "permission_denied" => (ErrorKind::Forbidden, false),
+        "not_found" | "image_not_found" => (ErrorKind::NotFound, false),
+        "payload_too_large" => (ErrorKind::TooLarge, false),
+        "rate_limit_exceeded" => (ErrorKind::RateLimited, true),
+        "provider_overloaded" => (ErrorKind::Overloaded, true),
+        "provider_unavailable" | "server" | "unmapped" => (ErrorKind::Server, true),
+        "timeout" => (ErrorKind::Timeout, true),
+        _ => return None,
+    })
+}
+
 impl ApiError {
+    /// The typed `error_type` OpenRouter put on the error, when it did.
+    pub fn error_type(&self) -> Option<&str> {
+        self.detail()?.error_type()
+    }
+
+    /// A 402 of the account's in-flight spending budget (docs: api_reference/limits, "In-flight
+    /// spending budget"; see ../research/openrouter-api.md §7.4): retryable after the
+    /// `Retry-After`, account-wide.
+    pub fn is_inflight_budget(&self) -> bool {
+        matches!(self, ApiError::Http { status: 402, .. })
+            && self.detail().and_then(ErrorBody::limit_source)
+                == Some("openrouter_in_flight_budget")
+    }
+
+    /// A 402 that says one request alone is over what the account can afford ("This request
+    /// requires more credits, or fewer max_tokens"): lowering `max_tokens` is the fix, and
+    /// no wait helps.
+    pub fn is_request_over_budget(&self) -> bool {
+        match self {
+            ApiError::Http {
+                status: 402,
+                message,
+                retry_after: None,
+                ..
+            } => message.contains("max_tokens"),
+            _ => false,
+        }
+    }
+
     pub fn kind(&self) -> ErrorKind {
+        if self.is_inflight_budget() {
+            return ErrorKind::InFlightBudget;
+        }
+        if let Some((kind, _)) = self.error_type().and_then(typed) {
+            // A stream broken by a generic server fault stays a mid-stream failure in the
+            // counts; a typed cause (policy, rate limit, overload) is told as such.
+            let generic = matches!(kind, ErrorKind::Server | ErrorKind::Timeout);
+            if !(generic && matches!(self, ApiError::MidStream { .. })) {
+                return kind;
+            }
+        }
         match self {
             ApiError::Http { status, .. } => match status {
                 429 => ErrorKind::RateLimited,
@@ -171,8 +268,21 @@ impl ApiError {
         }
     }
 
-    /// Whether sending the same request again may succeed (research §7.2).
+    /// Whether sending the same request again may succeed: by `error_type` first, then by
+    /// status (research §7.2).
     pub fn is_retryable(&self) -> bool {
+        if self.is_inflight_budget() {
+            return self.retry_after().is_some();
+        }
+        if let Some((_, retry)) = self.error_type().and_then(typed) {
+            // A model-availability error says itself whether it may be retried.
+            let avail = self
+                .detail()
+                .and_then(|d| d.availability.as_ref())
+                .and_then(|a| a.get("retryable"))
+                .and_then(Value::as_bool);
+            return avail.unwrap_or(retry);
+        }
         match self {
             ApiError::Http {
                 status,
@@ -237,6 +347,25 @@ impl ApiError {
     pub fn stops_dispatch(&self) -> bool {
         matches!(self.kind(), ErrorKind::Auth)
             || (self.kind() == ErrorKind::Payment && !self.is_retryable())
+            || (self.kind() == ErrorKind::InFlightBudget && !self.is_retryable())
+    }
+
+    /// What identifies a failure that repeats for every prompt: the availability code, else
+    /// the `error_type`, else the kind (`404 privacy_restricted`, `400 invalid_request`).
+    pub fn signature(&self) -> String {
+        let d = self.detail();
+        let what = d
+            .and_then(|d| d.availability.as_ref())
+            .and_then(|a| a.get("code"))
+            .and_then(Value::as_str)
+            .or_else(|| d.and_then(ErrorBody::error_type));
+        let status = self
+            .status()
+            .map_or_else(|| self.kind().label().to_string(), |s| s.to_string());
+        match what {
+            Some(w) => format!("{status} {w}"),
+            None => status,
+        }
     }
 
     /// Builds the error for a response with a failing status (or a 200 error body) from its
@@ -295,9 +424,29 @@ pub struct ErrorBody {
     pub metadata: Option<Value>,
     #[serde(default)]
     pub availability: Option<Value>,
+    /// Availability errors carry their `error_type` on `error` itself.
+    #[serde(default)]
+    pub error_type: Option<Value>,
 }
 
 impl ErrorBody {
+    /// `error.metadata.error_type`, or `error.error_type` (availability errors).
+    pub fn error_type(&self) -> Option<&str> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.get("error_type"))
+            .or(self.error_type.as_ref())
+            .and_then(Value::as_str)
+    }
+
+    /// `error.metadata.limit_source`: which limit a 402 or 429 came from.
+    pub fn limit_source(&self) -> Option<&str> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.get("limit_source"))
+            .and_then(Value::as_str)
+    }
+
     fn retry_after_hint(&self) -> Option<Duration> {
         let from_meta = self
             .metadata
@@ -446,6 +595,96 @@ mod tests {
         let body = br#"{"error":{"code":503,"message":"busy","availability":{"code":"temporarily_unavailable","retryable":true,"retry_after":7}}}"#;
         let e = ApiError::from_response_body(503, None, body);
         assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+    }
+
+    /// Each documented `error_type`, on a response body and on a mid-stream chunk: its kind
+    /// and whether it is retried, whatever the status says.
+    #[test]
+    fn typed_errors_decide_before_the_status() {
+        let cases: [(&str, u16, ErrorKind, bool); 11] = [
+            (
+                "content_policy_violation",
+                400,
+                ErrorKind::ContentPolicy,
+                false,
+            ),
+            ("refusal", 400, ErrorKind::Refusal, false),
+            ("context_length_exceeded", 400, ErrorKind::TooLong, false),
+            ("max_tokens_exceeded", 400, ErrorKind::BadRequest, false),
+            ("invalid_request", 400, ErrorKind::BadRequest, false),
+            ("provider_overloaded", 503, ErrorKind::Overloaded, true),
+            ("rate_limit_exceeded", 429, ErrorKind::RateLimited, true),
+            ("provider_unavailable", 502, ErrorKind::Server, true),
+            ("timeout", 504, ErrorKind::Timeout, true),
+            ("permission_denied", 403, ErrorKind::Forbidden, false),
+            // A status that says "retry" does not win over a type that says not to.
+            (
+                "content_policy_violation",
+                502,
+                ErrorKind::ContentPolicy,
+                false,
+            ),
+        ];
+        for (t, status, kind, retry) in cases {
+            let body = format!(
+                r#"{{"error":{{"code":{status},"message":"m","metadata":{{"error_type":"{t}"}}}}}}"#
+            );
+            let e = ApiError::from_response_body(status, None, body.as_bytes());
+            assert_eq!((e.kind(), e.is_retryable()), (kind, retry), "{t} {status}");
+            assert_eq!(e.error_type(), Some(t));
+            let chunk: ErrorBody = serde_json::from_str(&format!(
+                r#"{{"code":{status},"message":"m","metadata":{{"error_type":"{t}"}}}}"#
+            ))
+            .expect("chunk");
+            let m = chunk.into_mid_stream(3);
+            assert_eq!(m.is_retryable(), retry, "mid-stream {t}");
+        }
+        // Mid-stream: a generic server fault stays `mid`; a policy flag is a policy flag.
+        let chunk: ErrorBody = serde_json::from_str(
+            r#"{"code":502,"message":"m","metadata":{"error_type":"server"}}"#,
+        )
+        .expect("chunk");
+        assert_eq!(chunk.into_mid_stream(1).kind(), ErrorKind::MidStream);
+        let chunk: ErrorBody = serde_json::from_str(
+            r#"{"code":400,"message":"m","metadata":{"error_type":"content_policy_violation"}}"#,
+        )
+        .expect("chunk");
+        assert_eq!(chunk.into_mid_stream(1).kind(), ErrorKind::ContentPolicy);
+        // An unknown type falls back to the status.
+        let e = ApiError::from_response_body(
+            503,
+            None,
+            br#"{"error":{"code":503,"message":"m","metadata":{"error_type":"brand_new"}}}"#,
+        );
+        assert_eq!((e.kind(), e.is_retryable()), (ErrorKind::Server, true));
+        // Availability errors carry the type on `error` and say if they are retryable.
+        let body = br#"{"error":{"code":404,"message":"No allowed providers","error_type":"not_found","availability":{"code":"privacy_restricted","retryable":false}}}"#;
+        let e = ApiError::from_response_body(404, None, body);
+        assert_eq!((e.kind(), e.is_retryable()), (ErrorKind::NotFound, false));
+        assert_eq!(e.signature(), "404 privacy_restricted");
+    }
+
+    /// The account's 402s: the in-flight budget waits (account-wide), one request over the
+    /// whole budget stops the run, a spent key stops it too.
+    #[test]
+    fn payment_required_in_three_shapes() {
+        let budget = br#"{"error":{"code":402,"message":"In-flight budget","metadata":{"error_type":"payment_required","limit_source":"openrouter_in_flight_budget"}}}"#;
+        let e = ApiError::from_response_body(402, Some("4"), budget);
+        assert!(e.is_inflight_budget());
+        assert_eq!(e.kind(), ErrorKind::InFlightBudget);
+        assert!(e.is_retryable() && !e.stops_dispatch());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(4)));
+
+        let over = br#"{"error":{"code":402,"message":"This request requires more credits, or fewer max_tokens. You requested up to 16384 tokens, but can only afford 5063.","metadata":{"error_type":"payment_required","limit_source":"openrouter_credits"}}}"#;
+        let e = ApiError::from_response_body(402, None, over);
+        assert!(e.is_request_over_budget() && !e.is_inflight_budget());
+        assert_eq!(e.kind(), ErrorKind::Payment);
+        assert!(!e.is_retryable() && e.stops_dispatch());
+
+        let spent = br#"{"error":{"code":402,"message":"Key limit exceeded","metadata":{"error_type":"payment_required","limit_source":"openrouter_credits"}}}"#;
+        let e = ApiError::from_response_body(402, None, spent);
+        assert!(!e.is_request_over_budget());
+        assert!(e.stops_dispatch());
     }
 
     #[test]
