@@ -196,6 +196,21 @@ pub struct SimArgs {
     /// Accept only this bearer token (default: any non-empty one).
     #[arg(long, env = "HARVEST_SIM_KEY", hide_env_values = true)]
     pub require_key: Option<String>,
+    /// The account's in-flight spending budget in USD, as OpenRouter enforces it: the
+    /// estimated cost (prompt + max_tokens at the serving price) of running and recently
+    /// finished requests is capped; past it a request gets 402 with limit_source
+    /// openrouter_in_flight_budget and a Retry-After; one request over the whole budget gets
+    /// a 402 naming max_tokens. Errors can also be forced on every request with POST
+    /// /sim/control {"force_error": {"status": 404, "error_type": "not_found",
+    /// "availability": "privacy_restricted"}} (and {"clear_forced_error": true}).
+    #[arg(long, value_name = "USD")]
+    pub inflight_budget: Option<f64>,
+    /// How long a finished request still counts against the in-flight budget.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    pub inflight_recent_s: f64,
+    /// The Retry-After of the in-flight budget's 402, at real pace (scaled by --speed-scale).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub inflight_retry_after_s: f64,
 }
 
 #[derive(Args, Debug)]

@@ -510,3 +510,125 @@ async fn thousands_of_concurrent_streams() {
     assert_eq!(total, sim.state.billed_total());
     sim.stop().await;
 }
+
+/// The account's in-flight budget as the docs describe it: requests are estimated at their
+/// prompt plus `max_tokens` at the serving price; running ones count until they end; past the
+/// cap a 402 with `limit_source: openrouter_in_flight_budget` and a `Retry-After`; a request
+/// over the whole budget alone gets a 402 naming `max_tokens` and no wait.
+#[tokio::test]
+async fn the_inflight_budget_refuses_past_its_cap() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.05; // streams stay open a while
+    // Chutes: $2.20/M out; 10,000 max_tokens ≈ $0.022 each: room for two.
+    cfg.inflight_budget = Some(sim::InFlightBudget {
+        usd: 0.05,
+        recent: Duration::ZERO,
+        retry_after_s: 20.0,
+    });
+    let (sim, client) = start(cfg).await;
+    let mut open = Vec::new();
+    let mut refused = None;
+    for i in 0..10 {
+        match client
+            .chat_stream(
+                &req(&format!("p{i}"), 10_000, "chutes/int4"),
+                fast_timeouts(),
+            )
+            .await
+        {
+            Ok(s) => open.push(s),
+            Err(e) => {
+                refused = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (i, e) = refused.expect("the budget is reached");
+    assert_eq!(i, 2, "two fit");
+    assert!(e.is_inflight_budget(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::InFlightBudget);
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(1)), "20 s x 0.05");
+    assert!(e.is_retryable() && !e.stops_dispatch());
+    // Once they end, there is room again.
+    for s in open {
+        s.collect().await.expect("completes");
+    }
+    let s = client
+        .chat_stream(&req("again", 10_000, "chutes/int4"), fast_timeouts())
+        .await
+        .expect("room again");
+    s.collect().await.expect("completes");
+    // One request over the whole budget: no wait cures it.
+    let Err(e) = client
+        .chat_stream(&req("huge", 30_000, "chutes/int4"), fast_timeouts())
+        .await
+    else {
+        panic!("over the budget alone");
+    };
+    assert!(e.is_request_over_budget(), "{e}");
+    assert!(e.stops_dispatch() && e.retry_after().is_none());
+    assert!(e.to_string().contains("max_tokens"), "{e}");
+    assert_eq!(sim.state.account.refused(), 2);
+    sim.stop().await;
+}
+
+/// Errors forced on every request, typed as the docs list them: before the stream, or as a
+/// mid-stream chunk, for as many requests as asked.
+#[tokio::test]
+async fn forced_errors_are_typed_before_and_during_the_stream() {
+    let (sim, client) = start(SimConfig::fast_no_faults()).await;
+    let force = |f: sim::ForcedError| {
+        sim.state
+            .control(&ControlRequest {
+                force_error: Some(f),
+                ..Default::default()
+            })
+            .expect("control")
+    };
+    force(sim::ForcedError {
+        status: 404,
+        error_type: "not_found".into(),
+        availability: Some("privacy_restricted".into()),
+        mid_stream: false,
+        message: None,
+        remaining: Some(2),
+    });
+    for _ in 0..2 {
+        let e = stream_error(&client, "chutes/int4", fast_timeouts()).await;
+        assert_eq!(e.signature(), "404 privacy_restricted", "{e}");
+        assert!(!e.is_retryable());
+    }
+    client
+        .chat_stream(&req("ok", 50, "chutes/int4"), fast_timeouts())
+        .await
+        .expect("the forced error ran out")
+        .collect()
+        .await
+        .expect("completes");
+    force(sim::ForcedError {
+        status: 400,
+        error_type: "content_policy_violation".into(),
+        availability: None,
+        mid_stream: true,
+        message: Some("flagged".into()),
+        remaining: None,
+    });
+    let e = stream_error(&client, "chutes/int4", fast_timeouts()).await;
+    assert!(matches!(e, ApiError::MidStream { .. }), "{e}");
+    assert_eq!(e.kind(), ErrorKind::ContentPolicy);
+    assert!(!e.is_retryable());
+    sim.state
+        .control(&ControlRequest {
+            clear_forced_error: true,
+            ..Default::default()
+        })
+        .expect("control");
+    client
+        .chat_stream(&req("cleared", 50, "chutes/int4"), fast_timeouts())
+        .await
+        .expect("cleared")
+        .collect()
+        .await
+        .expect("completes");
+    sim.stop().await;
+}

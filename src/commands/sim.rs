@@ -26,6 +26,22 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
     cfg.billing_log = args.billing_log.clone();
     cfg.key_limit_usd = args.key_limit;
     cfg.api_key = args.require_key.clone();
+    if let Some(usd) = args.inflight_budget {
+        let ok = |v: f64| v.is_finite() && v >= 0.0;
+        if !(ok(usd) && usd > 0.0 && ok(args.inflight_recent_s) && ok(args.inflight_retry_after_s))
+        {
+            return Err(BadInput(
+                "--inflight-budget must be > 0, --inflight-recent-s and --inflight-retry-after-s >= 0"
+                    .into(),
+            )
+            .into());
+        }
+        cfg.inflight_budget = Some(sim::InFlightBudget {
+            usd,
+            recent: std::time::Duration::from_secs_f64(args.inflight_recent_s),
+            retry_after_s: args.inflight_retry_after_s,
+        });
+    }
     if args.no_faults {
         for e in &mut cfg.table.endpoints {
             e.behaviour.faults = FaultMix::none();

@@ -336,7 +336,15 @@ impl ChunkWriter {
         json_escape(message, out);
         out.push_str("\",\"metadata\":{\"provider_name\":\"");
         json_escape(provider, out);
-        out.push_str("\",\"raw\":\"upstream stream interrupted\"}},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\",\"native_finish_reason\":\"error\"}]}\n\n");
+        out.push_str("\",\"raw\":\"upstream stream interrupted\",\"error_type\":\"provider_unavailable\"}},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\",\"native_finish_reason\":\"error\"}]}\n\n");
+    }
+
+    /// A mid-stream error chunk carrying a given `error` object.
+    pub fn error_object(&self, err: &serde_json::Value, out: &mut String) {
+        out.push_str(&self.head);
+        out.push_str("\"error\":");
+        out.push_str(&err.to_string());
+        out.push_str(",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\",\"native_finish_reason\":\"error\"}]}\n\n");
     }
 }
 

@@ -12,6 +12,7 @@
 //! Control routes (not part of OpenRouter): `GET /sim/state`, `POST /sim/control`,
 //! `GET /sim/requests?since=N`, `GET /sim/billing`.
 
+pub mod account;
 pub mod billing;
 pub mod faults;
 pub mod generate;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use account::{ForcedError, InFlightBudget};
 pub use billing::{BillingEntry, EndpointTotals, Outcome, RequestEntry};
 pub use faults::FaultMix;
 pub use server::{ControlRequest, EndpointPatch, SimState};
@@ -54,6 +56,8 @@ pub struct SimConfig {
     pub min_tick: Duration,
     /// `GET /generation` answers 404 for this long after a generation ends (a real quirk).
     pub generation_visible_after: Duration,
+    /// The account's in-flight spending budget (see [`account`]); none by default.
+    pub inflight_budget: Option<InFlightBudget>,
 }
 
 impl SimConfig {
@@ -69,6 +73,7 @@ impl SimConfig {
             split_writes: true,
             min_tick: Duration::from_millis(25),
             generation_visible_after: Duration::from_millis(300),
+            inflight_budget: None,
         }
     }
 

@@ -57,6 +57,10 @@ pub struct SimState {
     ids: AtomicU64,
     vocab: Vocabulary,
     pub(super) stopping: CancellationToken,
+    /// The in-flight budget's live estimates.
+    pub account: super::account::Account,
+    /// An error forced on every chat request (see `ControlRequest::force_error`).
+    forced: Mutex<Option<super::account::ForcedError>>,
 }
 
 /// A change to one endpoint's behaviour: present fields replace the current ones.
@@ -87,6 +91,12 @@ pub struct ControlRequest {
     /// Per endpoint tag.
     #[serde(default)]
     pub endpoints: HashMap<String, EndpointPatch>,
+    /// Every chat request fails with this error (while its `remaining` lasts).
+    #[serde(default)]
+    pub force_error: Option<super::account::ForcedError>,
+    /// Stops forcing an error.
+    #[serde(default)]
+    pub clear_forced_error: bool,
 }
 
 impl EndpointPatch {
@@ -150,6 +160,8 @@ impl SimState {
             .map(|_| AtomicU32::new(0))
             .collect();
         Ok(SimState {
+            account: super::account::Account::new(cfg.inflight_budget.clone()),
+            forced: Mutex::new(None),
             cfg,
             live: RwLock::new(live),
             in_flight,
@@ -199,7 +211,28 @@ impl SimState {
             patch.apply(&mut next.behaviours[i])?;
         }
         *live = next;
+        let mut forced = self.forced.lock().unwrap_or_else(|p| p.into_inner());
+        if req.clear_forced_error {
+            *forced = None;
+        }
+        if let Some(f) = &req.force_error {
+            *forced = Some(f.clone());
+        }
         Ok(())
+    }
+
+    /// The forced error this request gets, if any (counting down its `remaining`).
+    fn take_forced(&self) -> Option<super::account::ForcedError> {
+        let mut forced = self.forced.lock().unwrap_or_else(|p| p.into_inner());
+        let f = forced.as_mut()?;
+        let out = f.clone();
+        if let Some(n) = f.remaining.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                *forced = None;
+            }
+        }
+        Some(out)
     }
 
     /// Total billed, the figure `/key` reports as usage.
@@ -262,11 +295,45 @@ pub(super) fn router(state: Arc<SimState>) -> Router {
         .with_state(state)
 }
 
+/// The documented `error_type` of a status, for bodies that do not name a more precise one
+/// (docs: api_reference/errors-and-debugging, "Typed error codes").
+fn default_error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request",
+        401 => "authentication",
+        402 => "payment_required",
+        403 => "permission_denied",
+        404 => "not_found",
+        408 | 504 => "timeout",
+        413 => "payload_too_large",
+        422 => "unprocessable",
+        429 => "rate_limit_exceeded",
+        502 => "provider_unavailable",
+        503 => "provider_overloaded",
+        _ => "server",
+    }
+}
+
 fn error_response(status: u16, message: &str, extra: Option<(&str, Value)>) -> Response {
     let mut err = json!({"code": status, "message": message});
     if let Some((k, v)) = extra {
         err[k] = v;
     }
+    // Every error carries its type in `metadata`; availability errors on `error` too.
+    if err["metadata"]["error_type"].is_null() {
+        if !err["metadata"].is_object() {
+            err["metadata"] = json!({});
+        }
+        err["metadata"]["error_type"] = json!(default_error_type(status));
+    }
+    if err.get("availability").is_some() {
+        err["error_type"] = err["metadata"]["error_type"].clone();
+    }
+    respond_error(status, err)
+}
+
+/// `{"error": err}` with its status.
+fn respond_error(status: u16, err: Value) -> Response {
     let body = json!({"error": err, "user_id": "user_sim"});
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, axum::Json(body)).into_response()
@@ -483,6 +550,8 @@ struct Plan {
     price_in: crate::domain::Price,
     price_out: crate::domain::Price,
     cancel_stops_billing: bool,
+    /// A forced mid-stream error replaces the provider's.
+    forced: Option<super::account::ForcedError>,
 }
 
 impl Plan {
@@ -536,6 +605,13 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
     if req.messages.is_empty() {
         return error_response(400, "messages must not be empty", None);
     }
+    let forced = state.take_forced();
+    if let Some(f) = forced.as_ref().filter(|f| !f.mid_stream) {
+        state
+            .billing
+            .record_request(state.elapsed_ms(), "(forced)", f.status, &f.error_type, 0);
+        return respond_error(f.status, f.error_object());
+    }
     if let Some(limit) = state.cfg.key_limit_usd
         && state.billed_total().as_f64() >= limit
     {
@@ -580,6 +656,21 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
         }
     };
     let now_ms = state.elapsed_ms();
+    // The account's in-flight budget, estimated at the first endpoint it would be served by.
+    let ticket = {
+        let ep = &table.endpoints[order[0]];
+        let prompt_cost = ep.price_in.cost(prompt_tokens);
+        let estimate = prompt_cost + ep.price_out.cost(u64::from(req.max_tokens));
+        match state.account.admit(
+            estimate,
+            u64::from(req.max_tokens),
+            prompt_cost,
+            Instant::now(),
+        ) {
+            Ok(t) => t,
+            Err(refusal) => return budget_refusal(&state, &live, refusal, now_ms, ph),
+        }
+    };
     let mut last_error: Option<Response> = None;
     for &i in &order {
         let ep = &table.endpoints[i];
@@ -629,10 +720,76 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
         state
             .billing
             .record_request(now_ms, ep.tag.as_str(), 200, fault_name(fault), ph);
-        let plan = make_plan(&state, &req, &live, i, fault, ph, occurrence, &mut rng);
-        return respond(state.clone(), plan, rng);
+        let fault = if forced.is_some() {
+            Fault::MidStream
+        } else {
+            fault
+        };
+        let mut plan = make_plan(&state, &req, &live, i, fault, ph, occurrence, &mut rng);
+        plan.forced = forced;
+        return respond(state.clone(), plan, rng, ticket);
     }
     last_error.unwrap_or_else(|| error_response(503, "No provider available", None))
+}
+
+/// The 402 of the in-flight budget: wait (`Retry-After`) when the account is busy, or no
+/// wait at all when this request alone is over the budget.
+fn budget_refusal(
+    state: &SimState,
+    live: &Live,
+    refusal: super::account::Refusal,
+    now_ms: u64,
+    ph: u64,
+) -> Response {
+    use super::account::Refusal;
+    let retry = state
+        .account
+        .budget()
+        .map_or(1.0, |b| b.retry_after_s * live.speed_scale.max(0.001));
+    match refusal {
+        Refusal::Busy { in_flight, budget } => {
+            state
+                .billing
+                .record_request(now_ms, "(account)", 402, "inflight_budget", ph);
+            let mut resp = error_response(
+                402,
+                &format!(
+                    "In-flight spending budget reached: running and recently finished requests are estimated at ${:.2} of ${:.2}. Retry shortly, lower max_tokens, or add credits.",
+                    in_flight.as_f64(),
+                    budget.as_f64()
+                ),
+                Some((
+                    "metadata",
+                    json!({"error_type": "payment_required",
+                           "limit_source": "openrouter_in_flight_budget",
+                           "retry_after_seconds": retry}),
+                )),
+            );
+            let secs = retry.ceil().max(1.0) as u64;
+            if let Ok(h) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, h);
+            }
+            resp
+        }
+        Refusal::TooBig {
+            requested,
+            affordable,
+        } => {
+            state
+                .billing
+                .record_request(now_ms, "(account)", 402, "request_over_budget", ph);
+            error_response(
+                402,
+                &format!(
+                    "This request requires more credits, or fewer max_tokens. You requested up to {requested} tokens, but can only afford {affordable}. To increase, visit https://openrouter.ai/settings/credits and add more credits"
+                ),
+                Some((
+                    "metadata",
+                    json!({"error_type": "payment_required", "limit_source": "openrouter_credits"}),
+                )),
+            )
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -728,16 +885,26 @@ fn make_plan(
         price_in: ep.price_in,
         price_out: ep.price_out,
         cancel_stops_billing: b.cancel_stops_billing,
+        forced: None,
     }
 }
 
 type Chunk = Result<Bytes, std::io::Error>;
 
-fn respond(state: Arc<SimState>, plan: Plan, rng: SmallRng) -> Response {
+fn respond(
+    state: Arc<SimState>,
+    plan: Plan,
+    rng: SmallRng,
+    ticket: Option<super::account::Ticket>,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Chunk>(2);
     let stream = plan.stream;
     let id = plan.id.clone();
-    tokio::spawn(produce(state, plan, rng, tx));
+    tokio::spawn(async move {
+        // Counted against the in-flight budget until the generation ends.
+        let _ticket = ticket;
+        produce(state, plan, rng, tx).await;
+    });
     let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|c| (c, rx))
     }));
@@ -936,7 +1103,17 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
             } else {
                 "\"server_error\""
             };
-            let body = if plan.stream {
+            let body = if let Some(f) = &plan.forced {
+                let err = f.error_object();
+                if plan.stream {
+                    let mut b = String::new();
+                    writer.error_object(&err, &mut b);
+                    b.push_str(DONE);
+                    b
+                } else {
+                    json!({ "error": err }).to_string()
+                }
+            } else if plan.stream {
                 let mut b = String::new();
                 writer.error(code, "Provider returned error", &plan.provider, &mut b);
                 b.push_str(DONE);
