@@ -367,6 +367,9 @@ pub struct RetryConfig {
     pub base_delay_ms: u64,
     pub max_delay_s: f64,
     pub on_length: OnLength,
+    /// Learn a ceiling on OpenRouter streams from the account's in-flight budget 402s (off:
+    /// each wave is only waited out, and the run keeps bouncing off the budget).
+    pub learn_inflight_budget: bool,
 }
 
 impl Default for RetryConfig {
@@ -376,6 +379,7 @@ impl Default for RetryConfig {
             base_delay_ms: 500,
             max_delay_s: 60.0,
             on_length: OnLength::Keep,
+            learn_inflight_budget: true,
         }
     }
 }

@@ -43,6 +43,9 @@ pub fn progress_line(s: &Snapshot) -> String {
         s.spent_with_accrued().as_f64(),
         s.budget.as_f64()
     ));
+    if let Some(b) = &s.inflight_budget {
+        line.push_str(&format!("  ({b})"));
+    }
     if let Some(p) = s.projected {
         line.push_str(&format!(" (proj {:.2})", p.as_f64()));
     }

@@ -12,7 +12,9 @@ use crate::domain::Usd;
 use crate::openrouter::ErrorKind;
 
 use super::core::{Clock, Core, Live};
-use super::snapshot::{DatasetSnap, DatasetState, EndpointSnap, HistoryPoint, RunState, Snapshot};
+use super::snapshot::{
+    DatasetSnap, DatasetState, EndpointSnap, HistoryPoint, InFlightBudgetSnap, RunState, Snapshot,
+};
 use super::stats::{Counters, Rate};
 use super::worker::Shared;
 use crate::policy::PolicyMode;
@@ -124,6 +126,11 @@ impl Publisher {
             started_at: self.started_at.clone(),
             elapsed_s: t,
             concurrency_limit: core.concurrency(),
+            inflight_budget: (core.account().hits() > 0).then(|| InFlightBudgetSnap {
+                ceiling: core.account().ceiling(),
+                refused: core.account().hits(),
+                paused_s: core.account().paused_for(now.mono).map(|d| d.as_secs_f64()),
+            }),
             in_flight: core.in_flight() as u64,
             budget,
             spent,

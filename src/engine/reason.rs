@@ -70,6 +70,13 @@ pub enum StopReason {
     KeyRefused { variable: String, detail: String },
     /// The account is out of credit or past the key's limit (HTTP 402 without Retry-After).
     OutOfCredit { detail: String },
+    /// One request alone is estimated over what the account may have in flight: a smaller
+    /// `max_tokens` is the fix (HTTP 402 naming max_tokens, no Retry-After).
+    RequestOverBudget {
+        max_tokens: u32,
+        estimate: crate::domain::Usd,
+        detail: String,
+    },
     /// harvest itself could not go on (a write to the output directory failed, a task died).
     Internal { detail: String },
 }
@@ -81,6 +88,7 @@ impl StopReason {
             self,
             StopReason::KeyRefused { .. }
                 | StopReason::OutOfCredit { .. }
+                | StopReason::RequestOverBudget { .. }
                 | StopReason::Internal { .. }
         )
     }
@@ -110,6 +118,16 @@ impl fmt::Display for StopReason {
                     "out of credit ({detail}): add credit or raise the key's limit"
                 )
             }
+            StopReason::RequestOverBudget {
+                max_tokens,
+                estimate,
+                detail,
+            } => write!(
+                f,
+                "one request is over the account's budget: max_tokens = {max_tokens} makes its \
+                 estimate {estimate}, more than the account can have in flight ({detail}); lower \
+                 max_tokens or add credit"
+            ),
             StopReason::Internal { detail } => write!(f, "internal error: {detail}"),
         }
     }

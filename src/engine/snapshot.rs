@@ -109,6 +109,39 @@ pub struct EndpointSnap {
     pub spent: Usd,
 }
 
+/// What the account's in-flight spending budget has done to the run (present once it refused
+/// a request).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InFlightBudgetSnap {
+    /// The learned ceiling on OpenRouter streams (`None`: back to the configured concurrency).
+    pub ceiling: Option<u32>,
+    /// 402s of the in-flight budget in this run.
+    pub refused: u64,
+    /// Seconds OpenRouter traffic stays paused, when it is.
+    pub paused_s: Option<f64>,
+}
+
+impl std::fmt::Display for InFlightBudgetSnap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.ceiling {
+            Some(c) => write!(
+                f,
+                "in-flight budget: {} streams",
+                crate::domain::group_thousands(u64::from(c))
+            )?,
+            None => write!(
+                f,
+                "in-flight budget: {} refused",
+                crate::domain::group_thousands(self.refused)
+            )?,
+        }
+        if let Some(p) = self.paused_s {
+            write!(f, ", paused {:.0}s", p.ceil())?;
+        }
+        Ok(())
+    }
+}
+
 /// One line of the event log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EventLine {
@@ -139,6 +172,9 @@ pub struct Snapshot {
     pub elapsed_s: f64,
     pub concurrency_limit: u32,
     pub in_flight: u64,
+    /// The account's in-flight budget, once it refused a request.
+    #[serde(default)]
+    pub inflight_budget: Option<InFlightBudgetSnap>,
     pub budget: Usd,
     /// Confirmed spend, this run and earlier ones.
     pub spent: Usd,

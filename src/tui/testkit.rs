@@ -349,6 +349,7 @@ pub fn kimi_snapshot() -> Snapshot {
         started_at: "2026-01-30T12:28:00Z".into(),
         elapsed_s: 761.0,
         concurrency_limit: 2_000,
+        inflight_budget: None,
         in_flight: 1_984,
         budget: Usd::from_f64(100.0),
         spent: Usd::from_f64(40.90),

@@ -101,6 +101,9 @@ impl Core {
     pub fn tick(&mut self, now: &Clock) {
         self.recompute_reserved();
         self.update_datasets(now);
+        if let Some(change) = self.account.tick(self.concurrency, now.mono) {
+            self.event(now, change.to_string());
+        }
     }
 
     /// Says once per endpoint and kind when its answers stand out from the others'.

@@ -90,6 +90,10 @@ impl Core {
             }
         }
         req.provider = route.prefs;
+        let openrouter = pinned.is_none_or(|e| self.endpoints[e].custom.is_none());
+        if openrouter {
+            self.or_in_flight += 1;
+        }
         self.seq += 1;
         let key = self.seq;
         let attempt = format!("{}-{key}", self.run_id);
@@ -133,6 +137,7 @@ impl Core {
                 job,
                 attempt,
                 endpoint: pinned,
+                openrouter,
                 expected_pico: expected.pico(),
                 reserved_pico: expected.pico(),
                 accrued,

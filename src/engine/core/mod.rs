@@ -9,6 +9,7 @@
 //! request is routed), `outcome` (what an attempt's result means: book, keep, retry, reject,
 //! stop), `control` (operator commands, listing refreshes, quality findings, crash leftovers).
 
+pub mod account;
 mod admission;
 mod budget;
 mod control;
@@ -177,6 +178,8 @@ struct InFlight {
     price_out: Price,
     prompt_tokens: u64,
     endpoint: Option<usize>,
+    /// Sent through OpenRouter (not to an own server): counted against the account's gate.
+    openrouter: bool,
     expected_pico: i64,
     /// What this attempt adds to `Core::reserved_pico` (its expected cost at dispatch, what
     /// is left of it at the last tick): released whole when its result comes in.
@@ -244,6 +247,10 @@ pub struct Core {
     /// Tags of new endpoints already reported, so each is said once.
     reported_new: HashSet<String>,
     effects: Vec<Effect>,
+    /// The account's in-flight budget, learned from its 402s.
+    account: account::AccountGate,
+    /// OpenRouter streams in flight (own servers' not counted).
+    or_in_flight: u32,
 }
 
 impl Core {
@@ -259,6 +266,7 @@ impl Core {
         now: &Clock,
     ) -> Core {
         let policy = cfg.policy.clone();
+        let learn = cfg.retry.learn_inflight_budget;
         let (native, _) = policy.native_for(&cfg.model);
         let n = endpoints.len();
         let listed = endpoints
@@ -308,6 +316,8 @@ impl Core {
             quality_reported: HashSet::new(),
             reported_new: HashSet::new(),
             effects: Vec::new(),
+            account: account::AccountGate::new(learn),
+            or_in_flight: 0,
         };
         core.refresh_verdicts();
         core
@@ -472,6 +482,11 @@ impl Core {
     }
     pub fn events(&self) -> &VecDeque<EventLine> {
         &self.events
+    }
+
+    /// The account's gate: the learned ceiling on OpenRouter streams, its 402s, its pause.
+    pub fn account(&self) -> &account::AccountGate {
+        &self.account
     }
 
     /// Events logged since the start (the log keeps the last ones).

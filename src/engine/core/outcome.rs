@@ -28,6 +28,9 @@ impl Core {
         };
         // Its cost is in the spend now (the worker booked it): none of it stays reserved.
         self.reserved_pico -= f.reserved_pico;
+        if f.openrouter {
+            self.or_in_flight = self.or_in_flight.saturating_sub(1);
+        }
         let mut job = f.job.clone();
         job.attempts += 1;
         self.datasets[job.dataset].in_flight -= 1;
@@ -59,6 +62,9 @@ impl Core {
         let kind = err.kind();
         tracing::debug!(prompt = %job.prompt.id, attempt = %f.attempt, "attempt failed: {err}");
         let endpoint = r.endpoint;
+        if kind == ErrorKind::InFlightBudget && err.is_retryable() {
+            return self.on_budget_402(job, f, r, &err, now);
+        }
         if let Some(e) = endpoint {
             if kind == ErrorKind::RateLimited {
                 let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
@@ -156,9 +162,16 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if err.stops_dispatch() {
+            let max_tokens = self.datasets[job.dataset].params.max_tokens;
             let reason = match kind {
                 ErrorKind::Auth => StopReason::KeyRefused {
                     variable: self.cfg.api_key_env.clone(),
+                    detail: err.to_string(),
+                },
+                _ if err.is_request_over_budget() => StopReason::RequestOverBudget {
+                    max_tokens,
+                    estimate: f.price_in.cost(f.prompt_tokens)
+                        + f.price_out.cost(u64::from(max_tokens)),
                     detail: err.to_string(),
                 },
                 _ => StopReason::OutOfCredit {
@@ -179,6 +192,48 @@ impl Core {
             };
             self.reject(job, why, kind.label(), now);
         }
+    }
+
+    /// A 402 of the account's in-flight budget: the account's condition, not the prompt's. Not
+    /// an attempt of the prompt and not a failure of the endpoint; the prompt goes back to the
+    /// front of the queue; the gate pauses OpenRouter until the `Retry-After` and, on a new
+    /// wave, lowers its ceiling.
+    fn on_budget_402(
+        &mut self,
+        mut job: Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        err: &ApiError,
+        now: &Clock,
+    ) {
+        job.attempts -= 1;
+        self.ledger(SpendEntry {
+            at: now.rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[job.dataset].name.clone(),
+            endpoint: r.endpoint.map(|e| self.endpoints[e].tag.clone()),
+            kind: SpendKind::Failed,
+            usd: Usd::ZERO,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: false,
+            generation_id: None,
+            attempt: Some(f.attempt.clone()),
+            expected_usd: None,
+            error: Some(ErrorKind::InFlightBudget.to_string()),
+            checkpoint: None,
+            note: None,
+        });
+        let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
+        // The refused one was running too when the account counted.
+        let running = self.or_in_flight + 1;
+        if let Some(change) = self.account.on_budget_402(running, wait, now.mono) {
+            self.event(now, change.to_string());
+        }
+        // Due when OpenRouter may be asked again (an own server may take it sooner as a
+        // fresh prompt would not: it waits its turn at the head of the retries).
+        let due = now.mono + self.account.paused_for(now.mono).unwrap_or_default();
+        self.push_retry(job, due);
     }
 
     /// Retries `job` after a back-off (at least what the server asked for).

@@ -113,6 +113,10 @@ impl Core {
             candidates.retain(|&i| i != a);
         }
         // Caps: an endpoint at its cap takes no more until one finishes.
+        // The account's in-flight budget holds OpenRouter traffic; own servers go on.
+        if !self.account.admits(self.or_in_flight, now.mono) {
+            candidates.retain(|&i| self.endpoints[i].custom.is_some());
+        }
         candidates.retain(|&i| {
             self.cap(i)
                 .is_none_or(|cap| self.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap))

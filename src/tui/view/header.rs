@@ -153,6 +153,10 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         count(s.in_flight),
         count(u64::from(s.concurrency_limit))
     )));
+    if let Some(b) = &s.inflight_budget {
+        // Why fewer streams run than the limit: the account's budget, learned.
+        spans.push(Span::styled(format!(" ({b})"), t.warn));
+    }
     spans.push(sep());
     let spent = s.spent_with_accrued();
     spans.push(Span::raw(format!("{spent}/{}", s.budget)));

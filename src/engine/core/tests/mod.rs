@@ -1,6 +1,7 @@
 //! Table tests of the decision core: a hand-made clock, endpoints and prompts, results built
 //! by hand; every test runs in microseconds and asserts on effects and state.
 
+mod account;
 mod admission;
 mod budget;
 mod control;

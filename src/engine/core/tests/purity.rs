@@ -1,8 +1,9 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 7] = [
+const SOURCES: [(&str, &str); 8] = [
     ("mod.rs", include_str!("../mod.rs")),
+    ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
     ("budget.rs", include_str!("../budget.rs")),
     ("control.rs", include_str!("../control.rs")),
