@@ -85,14 +85,16 @@ impl Account {
         self.budget.as_ref()
     }
 
-    /// Admits a request estimated at `estimate` (`max_tokens` output tokens at `per_out` a
-    /// token), or says why not. `None` when the account has no in-flight budget.
+    /// Admits a request estimated at `estimate` (its prompt, `prompt_cost`, plus `max_tokens`
+    /// output tokens), or says why not; `speed` scales the "recently finished" window as it
+    /// scales every delay. `None` when the account has no in-flight budget.
     pub fn admit(
         &self,
         estimate: Usd,
         max_tokens: u64,
         prompt_cost: Usd,
         now: Instant,
+        speed: f64,
     ) -> Result<Option<Ticket>, Refusal> {
         let Some(b) = &self.budget else {
             return Ok(None);
@@ -118,10 +120,11 @@ impl Account {
                 affordable,
             });
         }
+        let recent = b.recent.mul_f64(speed.max(0.0));
         while book
             .recent
             .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= b.recent)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= recent)
         {
             book.recent.pop_front();
         }
@@ -223,21 +226,21 @@ mod tests {
         let a = budget(1.0, 100);
         let t0 = Instant::now();
         let x = a
-            .admit(Usd::from_f64(0.6), 100, Usd::ZERO, t0)
+            .admit(Usd::from_f64(0.6), 100, Usd::ZERO, t0, 1.0)
             .expect("fits")
             .expect("ticket");
         assert!(matches!(
-            a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, t0),
+            a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, t0, 1.0),
             Err(Refusal::Busy { .. })
         ));
         drop(x);
         // Finished, but recent: still counted.
         assert!(
-            a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, Instant::now())
+            a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, Instant::now(), 1.0)
                 .is_err()
         );
         let later = Instant::now() + Duration::from_millis(150);
-        assert!(a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, later).is_ok());
+        assert!(a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, later, 1.0).is_ok());
         assert_eq!(a.refused(), 2);
     }
 
@@ -250,6 +253,7 @@ mod tests {
             10_000,
             Usd::from_f64(0.2),
             Instant::now(),
+            1.0,
         );
         assert_eq!(
             r.err(),
@@ -260,7 +264,7 @@ mod tests {
         );
         assert!(
             Account::new(None)
-                .admit(Usd::from_f64(1e6), 1, Usd::ZERO, Instant::now())
+                .admit(Usd::from_f64(1e6), 1, Usd::ZERO, Instant::now(), 1.0)
                 .expect("no budget")
                 .is_none()
         );

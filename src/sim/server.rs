@@ -666,6 +666,7 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
             u64::from(req.max_tokens),
             prompt_cost,
             Instant::now(),
+            live.speed_scale,
         ) {
             Ok(t) => t,
             Err(refusal) => return budget_refusal(&state, &live, refusal, now_ms, ph),

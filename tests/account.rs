@@ -1,0 +1,110 @@
+//! The account's in-flight spending budget against the simulator on 127.0.0.1, at the seed's
+//! shape: concurrency 2,000 and a `max_tokens` whose estimate commits about three times what
+//! the account allows in flight. With the ceiling learned, the run settles under the budget;
+//! with learning off it keeps bouncing off it (the storm). Both figures are printed and
+//! compared. In neither does a 402 cost a prompt an attempt: nothing is rejected.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{KEY, config, read_jsonl, setup, write_prompts};
+use harvest::engine::{self, RunOptions};
+use harvest::openrouter::ApiKey;
+use harvest::sim::{self, ControlRequest, InFlightBudget, SimConfig};
+use harvest::store::output::{OutputRecord, SpendEntry};
+
+const PROMPTS: usize = 5_000;
+
+struct Figures {
+    refused: u64,
+    done: u64,
+    rejected: u64,
+    ceiling: Option<u32>,
+    state_json_has_it: bool,
+}
+
+async fn seed_like_run(learn: bool) -> Figures {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.02;
+    // Each request: ~20 prompt tokens + 4,096 max_tokens at ~$2.2-3.0/M ≈ $0.01; 2,000 of
+    // them ≈ $20 committed; the account allows a third of it.
+    cfg.inflight_budget = Some(InFlightBudget {
+        usd: 7.0,
+        recent: Duration::from_secs(2),
+        retry_after_s: 5.0,
+    });
+    let sim = sim::start(cfg, 0).await.expect("sim");
+    sim.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(400.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let s = setup();
+    write_prompts(&s.dir, "b1", PROMPTS);
+    let cfg = config(
+        &s,
+        &sim.base_url(),
+        &format!(
+            "budget_usd = 100.0\nconcurrency = 2000\n[request]\nmax_tokens = 4096\n\
+             [retry]\nlearn_inflight_budget = {learn}\n\
+             [[dataset]]\nname = \"b1\"\nprompts = \"b1.prompts.jsonl\"\n"
+        ),
+    );
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let h = engine::start(cfg, opts).await.expect("engine starts");
+    let summary = tokio::time::timeout(Duration::from_secs(240), h.finish())
+        .await
+        .expect("run bounded in time")
+        .expect("run finishes");
+    let snap = &summary.snapshot;
+    let outputs: Vec<OutputRecord> = read_jsonl(&s.out.join("b1.jsonl"));
+    assert_eq!(outputs.len() as u64, snap.done, "one row per answer");
+    let ledger: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));
+    let inflight_lines = ledger
+        .iter()
+        .filter(|e| e.error.as_deref() == Some("inflight"))
+        .count() as u64;
+    let refused = sim.state.account.refused();
+    assert_eq!(inflight_lines, refused, "each 402 is one failed line at $0");
+    let state = std::fs::read_to_string(s.out.join("state.json")).expect("state");
+    let v: serde_json::Value = serde_json::from_str(&state).expect("json");
+    sim.stop().await;
+    Figures {
+        refused,
+        done: snap.done,
+        rejected: snap.rejected,
+        ceiling: snap.inflight_budget.as_ref().and_then(|b| b.ceiling),
+        state_json_has_it: v["inflight_budget"]["refused"].as_u64() == Some(refused),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_ceiling_settles_under_the_inflight_budget_instead_of_a_storm() {
+    let learned = seed_like_run(true).await;
+    let storm = seed_like_run(false).await;
+    eprintln!(
+        "in-flight budget 402s over {PROMPTS} prompts at concurrency 2,000: learned {} (ceiling {:?}), not learned {}",
+        learned.refused, learned.ceiling, storm.refused
+    );
+    for f in [&learned, &storm] {
+        assert_eq!(f.done, PROMPTS as u64, "every prompt answered");
+        assert_eq!(f.rejected, 0, "no prompt rejected for a 402");
+        assert!(f.refused > 0, "the budget was met");
+        assert!(f.state_json_has_it, "status --json shows the budget");
+    }
+    let c = learned.ceiling.expect("a ceiling was learned");
+    assert!((4..2_000).contains(&c), "{c}");
+    assert_eq!(storm.ceiling, None, "learning off learns nothing");
+    assert!(
+        learned.refused * 2 < storm.refused,
+        "learning must at least halve the 402s: {} against {}",
+        learned.refused,
+        storm.refused
+    );
+}
