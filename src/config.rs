@@ -370,6 +370,9 @@ pub struct RetryConfig {
     /// Learn a ceiling on OpenRouter streams from the account's in-flight budget 402s (off:
     /// each wave is only waited out, and the run keeps bouncing off the budget).
     pub learn_inflight_budget: bool,
+    /// Stop the run (prompts kept pending, exit 1) when this many prompts in a row fail for
+    /// good the same way (a privacy setting, a bad request field); 0: never.
+    pub stop_after_same_error: u32,
 }
 
 impl Default for RetryConfig {
@@ -380,6 +383,7 @@ impl Default for RetryConfig {
             max_delay_s: 60.0,
             on_length: OnLength::Keep,
             learn_inflight_budget: true,
+            stop_after_same_error: 20,
         }
     }
 }

@@ -77,6 +77,14 @@ pub enum StopReason {
         estimate: crate::domain::Usd,
         detail: String,
     },
+    /// `count` prompts in a row failed for good the same way: a setting of the account or
+    /// the config, not the prompts. They stay pending.
+    Systematic {
+        signature: String,
+        count: u32,
+        sample: String,
+        advice: String,
+    },
     /// harvest itself could not go on (a write to the output directory failed, a task died).
     Internal { detail: String },
 }
@@ -89,6 +97,7 @@ impl StopReason {
             StopReason::KeyRefused { .. }
                 | StopReason::OutOfCredit { .. }
                 | StopReason::RequestOverBudget { .. }
+                | StopReason::Systematic { .. }
                 | StopReason::Internal { .. }
         )
     }
@@ -127,6 +136,16 @@ impl fmt::Display for StopReason {
                 "one request is over the account's budget: max_tokens = {max_tokens} makes its \
                  estimate {estimate}, more than the account can have in flight ({detail}); lower \
                  max_tokens or add credit"
+            ),
+            StopReason::Systematic {
+                signature,
+                count,
+                sample,
+                advice,
+            } => write!(
+                f,
+                "the last {count} prompts all failed the same way ({signature}: {sample}); \
+                 they are kept pending, not rejected; check {advice}, then run again"
             ),
             StopReason::Internal { detail } => write!(f, "internal error: {detail}"),
         }

@@ -350,6 +350,24 @@ impl ApiError {
             || (self.kind() == ErrorKind::InFlightBudget && !self.is_retryable())
     }
 
+    /// The model-availability code (`no_endpoints`, `privacy_restricted`, ...), when any.
+    pub fn availability_code(&self) -> Option<&str> {
+        self.detail()?
+            .availability
+            .as_ref()?
+            .get("code")
+            .and_then(Value::as_str)
+    }
+
+    /// A 404 that says the account's own settings (privacy, data policy, constraints) leave
+    /// no endpoint: not that the endpoint is gone.
+    pub fn is_account_restriction(&self) -> bool {
+        matches!(
+            self.availability_code(),
+            Some("privacy_restricted" | "constraint_filtered" | "region_restricted")
+        )
+    }
+
     /// What identifies a failure that repeats for every prompt: the availability code, else
     /// the `error_type`, else the kind (`404 privacy_restricted`, `400 invalid_request`).
     pub fn signature(&self) -> String {

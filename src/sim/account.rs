@@ -240,7 +240,10 @@ mod tests {
                 .is_err()
         );
         let later = Instant::now() + Duration::from_millis(150);
-        assert!(a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, later, 1.0).is_ok());
+        assert!(
+            a.admit(Usd::from_f64(0.5), 100, Usd::ZERO, later, 1.0)
+                .is_ok()
+        );
         assert_eq!(a.refused(), 2);
     }
 

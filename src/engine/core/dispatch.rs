@@ -45,6 +45,10 @@ impl Core {
             }
             self.spawn(job, route, prompt_tokens, expected, now);
         }
+        if self.in_flight.is_empty() && self.retry.is_empty() {
+            // Nothing runs and nothing waits: no more failures can join the held ones.
+            self.write_held(now);
+        }
         self.take_effects()
     }
 

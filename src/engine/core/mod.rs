@@ -16,6 +16,7 @@ mod control;
 mod dispatch;
 mod outcome;
 mod routing;
+mod systematic;
 #[cfg(test)]
 mod tests;
 
@@ -251,6 +252,8 @@ pub struct Core {
     account: account::AccountGate,
     /// OpenRouter streams in flight (own servers' not counted).
     or_in_flight: u32,
+    /// Rejects held while the same failure repeats (see `systematic`).
+    streak: systematic::Streak,
 }
 
 impl Core {
@@ -318,6 +321,7 @@ impl Core {
             effects: Vec::new(),
             account: account::AccountGate::new(learn),
             or_in_flight: 0,
+            streak: systematic::Streak::default(),
         };
         core.refresh_verdicts();
         core
@@ -357,6 +361,10 @@ impl Core {
 
     /// Stops dispatching, for `reason` (the first reason wins).
     fn begin_stop(&mut self, now: &Clock, reason: StopReason) {
+        if !matches!(reason, StopReason::Systematic { .. }) {
+            // Stopped for another reason: the held failures were the prompts' own.
+            self.write_held(now);
+        }
         if self.stopping.is_none() {
             self.event(now, format!("stopping: {reason}"));
             self.failed |= reason.is_failure();

@@ -36,6 +36,8 @@ impl Core {
         self.datasets[job.dataset].in_flight -= 1;
         match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
             AttemptOutcome::Done(mut c) => {
+                // An answer: whatever failed before it was the prompts' own.
+                self.write_held(now);
                 if r.generation_id.is_some() {
                     c.id = r.generation_id.clone();
                 }
@@ -147,6 +149,7 @@ impl Core {
             self.schedule_retry(job, &err, now);
         } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
             && self.endpoints[e].custom.is_none()
+            && !err.is_account_restriction()
             && job.attempts < self.cfg.retry.max_attempts
         {
             // A pinned endpoint OpenRouter no longer has: out of routing until the listing
@@ -184,13 +187,12 @@ impl Core {
         } else if err.is_retryable() && job.attempts < self.cfg.retry.max_attempts {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
-        } else {
-            let why = if err.is_retryable() {
-                format!("{err} (after {} attempts)", job.attempts)
-            } else {
-                err.to_string()
-            };
+        } else if err.is_retryable() {
+            self.write_held(now);
+            let why = format!("{err} (after {} attempts)", job.attempts);
             self.reject(job, why, kind.label(), now);
+        } else {
+            self.reject_or_hold(job, &err, err.to_string(), kind.label(), now);
         }
     }
 
@@ -250,7 +252,7 @@ impl Core {
         self.push_retry(job, now.mono + wait);
     }
 
-    fn reject(&mut self, job: Job, error: String, kind: &str, now: &Clock) {
+    pub(super) fn reject(&mut self, job: Job, error: String, kind: &str, now: &Clock) {
         let d = job.dataset;
         self.datasets[d].rejected += 1;
         self.effects.push(Effect::Reject {

@@ -8,6 +8,7 @@ mod control;
 mod outcome;
 mod purity;
 mod routing;
+mod systematic;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;

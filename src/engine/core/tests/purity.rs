@@ -1,7 +1,7 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 8] = [
+const SOURCES: [(&str, &str); 9] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
@@ -10,6 +10,7 @@ const SOURCES: [(&str, &str); 8] = [
     ("dispatch.rs", include_str!("../dispatch.rs")),
     ("outcome.rs", include_str!("../outcome.rs")),
     ("routing.rs", include_str!("../routing.rs")),
+    ("systematic.rs", include_str!("../systematic.rs")),
 ];
 
 const FORBIDDEN: [&str; 12] = [

@@ -1,0 +1,146 @@
+//! Failures that repeat for every prompt stop the run with the prompts pending; failures that
+//! are the prompts' own are rejected as before.
+
+use super::*;
+use crate::engine::reason::StopReason;
+
+fn privacy_404() -> ApiError {
+    let body = serde_json::json!({"error": {"code": 404,
+        "message": "No endpoints available matching your data policy",
+        "error_type": "not_found",
+        "availability": {"code": "privacy_restricted", "retryable": false}}});
+    ApiError::from_response_body(404, None, body.to_string().as_bytes())
+}
+
+fn policy_400() -> ApiError {
+    let body = serde_json::json!({"error": {"code": 400, "message": "flagged",
+        "metadata": {"error_type": "content_policy_violation"}}});
+    ApiError::from_response_body(400, None, body.to_string().as_bytes())
+}
+
+fn ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("p{i:02}")).collect()
+}
+
+fn run_with(top: &str, n: usize) -> H {
+    let ids = ids(n);
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    H::new(config(top), kimi(), &[&refs])
+}
+
+/// Answers each attempt of `sent` with `f(i)`; returns every effect.
+fn answer(h: &mut H, sent: &[Dispatch], f: impl Fn(usize) -> Option<ApiError>) -> Vec<Effect> {
+    let mut all = Vec::new();
+    for (i, d) in sent.iter().enumerate() {
+        let r = match f(i) {
+            Some(e) => failed(d.key, d.pinned, e),
+            None => done(d.key, d.pinned, 10, 0.001, "stop"),
+        };
+        all.extend(h.result(r));
+    }
+    all
+}
+
+#[test]
+fn the_same_failure_for_every_prompt_stops_the_run_and_rejects_nothing() {
+    let mut h = run_with(
+        "concurrency = 8\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 5",
+        30,
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 8);
+    let effects = answer(&mut h, &sent[..5], |_| Some(privacy_404()));
+    assert!(rejects(&effects).is_empty(), "nothing rejected");
+    let Some(StopReason::Systematic {
+        signature, count, ..
+    }) = h.core.stopping().cloned()
+    else {
+        panic!("{:?}", h.core.stopping());
+    };
+    assert_eq!((signature.as_str(), count), ("404 privacy_restricted", 5));
+    assert!(h.core.failed(), "exit code 1");
+    let text = h.core.stopping().expect("stop").to_string();
+    assert!(text.contains("openrouter.ai/settings/privacy"), "{text}");
+    assert!(text.contains("kept pending"), "{text}");
+    // The five stay pending for the next run; the three in flight finish as in any stop.
+    let effects = answer(&mut h, &sent[5..], |_| Some(privacy_404()));
+    assert!(rejects(&effects).is_empty(), "still nothing rejected");
+    assert!(h.dispatch().is_empty(), "nothing more is sent");
+    assert!(h.core.is_over());
+    assert_eq!(h.core.datasets()[0].rejected, 0);
+    assert_eq!(
+        h.core.datasets()[0].retries_pending,
+        8,
+        "all eight kept pending"
+    );
+}
+
+#[test]
+fn failures_that_are_the_prompts_own_are_rejected_when_the_streak_breaks() {
+    let cases: Vec<(&str, Vec<Option<ApiError>>, usize)> = vec![
+        (
+            "an answer after four same failures",
+            vec![
+                Some(policy_400()),
+                Some(policy_400()),
+                Some(policy_400()),
+                Some(policy_400()),
+                None,
+            ],
+            4,
+        ),
+        (
+            "another failure kind",
+            vec![
+                Some(policy_400()),
+                Some(policy_400()),
+                Some(privacy_404()),
+                Some(policy_400()),
+            ],
+            3,
+        ),
+    ];
+    for (name, outcomes, rejected_at_once) in cases {
+        let mut h = run_with(
+            "concurrency = 8\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 5",
+            8,
+        );
+        let sent = h.dispatch();
+        let effects = answer(&mut h, &sent[..outcomes.len()], |i| outcomes[i].clone());
+        assert_eq!(rejects(&effects).len(), rejected_at_once, "{name}");
+        assert_eq!(h.core.stopping(), None, "{name}: the run goes on");
+    }
+}
+
+#[test]
+fn held_rejects_are_written_when_the_run_runs_out_of_work() {
+    let mut h = run_with(
+        "concurrency = 8\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 20",
+        3,
+    );
+    let sent = h.dispatch();
+    let effects = answer(&mut h, &sent, |_| Some(policy_400()));
+    assert!(
+        rejects(&effects).is_empty(),
+        "held while others might follow"
+    );
+    assert_eq!(h.core.held_rejects(), 3);
+    assert!(!h.core.is_over(), "not over while rejects are held");
+    assert!(h.dispatch().is_empty());
+    assert_eq!(rejects(&h.other), vec!["policy"; 3], "written at the end");
+    assert!(h.core.is_over());
+    assert_eq!(h.core.datasets()[0].rejected, 3);
+    assert_eq!(h.core.stopping(), None, "three is not a systematic run");
+}
+
+#[test]
+fn zero_turns_the_check_off() {
+    let mut h = run_with(
+        "concurrency = 8\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 0",
+        8,
+    );
+    let sent = h.dispatch();
+    let effects = answer(&mut h, &sent, |_| Some(privacy_404()));
+    assert_eq!(rejects(&effects).len(), 8);
+    assert_eq!(h.core.stopping(), None);
+}
