@@ -310,7 +310,7 @@ model = "{MODEL}"
 base_url = "{base_url}"
 api_key_env = "{KEY_ENV}"
 output_dir = "{out_dir}"
-budget_usd = 1000000000.0
+budget_usd = 1000000.0
 concurrency = {concurrency}
 routing = "openrouter"
 
