@@ -38,7 +38,7 @@ async fn seed_like_run(learn: bool) -> Figures {
     cfg.inflight_budget = Some(InFlightBudget {
         usd: 7.0,
         recent: Duration::from_secs(2),
-        retry_after_s: 5.0,
+        retry_after_s: 2.0,
     });
     let sim = sim::start(cfg, 0).await.expect("sim");
     sim.state
@@ -74,6 +74,13 @@ async fn seed_like_run(learn: bool) -> Figures {
         .expect("run bounded in time")
         .expect("run finishes");
     let snap = &summary.snapshot;
+    for e in snap
+        .events
+        .iter()
+        .filter(|e| e.text.contains("in-flight budget"))
+    {
+        eprintln!("[{:6.2}] {}", e.at_s, e.text);
+    }
     let outputs: Vec<OutputRecord> = read_jsonl(&s.out.join("b1.jsonl"));
     assert_eq!(outputs.len() as u64, snap.done, "one row per answer");
     let ledger: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));

@@ -7,10 +7,12 @@
 //! over (own servers go on) and learns a ceiling on OpenRouter streams, as TCP learns a
 //! window: a multiplicative decrease on each wave of 402s, a slow additive increase after a
 //! quiet spell, so that a run settles just under the budget instead of bouncing off it.
+//! Every 402 of a wave teaches: the ceiling follows 0.75 x the streams running as each comes
+//! back, so that when the wave is over it is 0.75 x what the account admitted.
 
 use std::time::{Duration, Instant};
 
-/// Each wave of 402s cuts the ceiling to this share of the streams that were running.
+/// A 402 cuts the ceiling to this share of the streams running when it came back.
 const DECREASE: f64 = 0.75;
 /// No raise before this long without a 402.
 pub const QUIET: Duration = Duration::from_secs(60);
@@ -26,10 +28,12 @@ pub const MIN_CEILING: u32 = 4;
 pub enum GateChange {
     /// A new wave of 402s: OpenRouter paused for `wait`, and the ceiling lowered.
     Lowered {
-        ceiling: u32,
+        ceiling: Option<u32>,
         running: u32,
         wait: Duration,
     },
+    /// The wave is over: how many it refused, and the ceiling it taught.
+    WaveOver { refused: u64, ceiling: Option<u32> },
     /// A quiet spell: the ceiling raised (`None`: back to the configured concurrency).
     Raised { ceiling: Option<u32> },
 }
@@ -41,11 +45,32 @@ impl std::fmt::Display for GateChange {
                 ceiling,
                 running,
                 wait,
+            } => {
+                write!(
+                    f,
+                    "in-flight budget: the account refused a request with {running} OpenRouter \
+                     streams running (402); OpenRouter paused {:.0} s",
+                    wait.as_secs_f64().ceil()
+                )?;
+                match ceiling {
+                    Some(c) => write!(f, ", streams capped at {c}"),
+                    None => Ok(()),
+                }
+            }
+            GateChange::WaveOver {
+                refused,
+                ceiling: Some(c),
             } => write!(
                 f,
-                "in-flight budget: the account refused a request with {running} OpenRouter \
-                 streams running (402); OpenRouter paused {:.0} s, streams capped at {ceiling}",
-                wait.as_secs_f64().ceil()
+                "in-flight budget: {refused} requests refused in that wave; OpenRouter streams \
+                 capped at {c}"
+            ),
+            GateChange::WaveOver {
+                refused,
+                ceiling: None,
+            } => write!(
+                f,
+                "in-flight budget: {refused} requests refused in that wave; OpenRouter resumes"
             ),
             GateChange::Raised { ceiling: Some(c) } => write!(
                 f,
@@ -69,6 +94,8 @@ pub struct AccountGate {
     last_raise: Option<Instant>,
     /// 402s of the in-flight budget seen in this run.
     hits: u64,
+    /// 402s of the current wave, until its end is reported.
+    wave: u64,
     /// Whether to learn at all (off: every 402 is only waited out).
     learn: bool,
 }
@@ -88,7 +115,8 @@ impl AccountGate {
 
     /// A 402 of the in-flight budget came back while `running` OpenRouter streams were in
     /// flight (the refused one included). The first of a wave pauses OpenRouter for `wait`
-    /// and lowers the ceiling; the rest of the wave (sent before the pause) only count.
+    /// (and is reported); every one lowers the ceiling to 0.75 x `running` if that is lower,
+    /// so the wave's last sets it from what the account admitted.
     pub fn on_budget_402(
         &mut self,
         running: u32,
@@ -96,21 +124,21 @@ impl AccountGate {
         now: Instant,
     ) -> Option<GateChange> {
         self.hits += 1;
+        self.wave += 1;
         self.last_402 = Some(now);
         let new_wave = self.paused_until.is_none_or(|t| now >= t);
-        if !new_wave {
-            return None;
+        if new_wave {
+            self.paused_until = Some(now + wait);
         }
-        self.paused_until = Some(now + wait);
-        if !self.learn {
-            return None;
+        if self.learn {
+            let target = ((f64::from(running) * DECREASE) as u32).max(MIN_CEILING);
+            if self.ceiling.is_none_or(|c| target < c) {
+                self.ceiling = Some(target);
+                self.last_raise = None;
+            }
         }
-        let base = self.ceiling.map_or(running, |c| c.min(running.max(1)));
-        let ceiling = ((f64::from(base) * DECREASE) as u32).max(MIN_CEILING);
-        self.ceiling = Some(ceiling);
-        self.last_raise = None;
-        Some(GateChange::Lowered {
-            ceiling,
+        new_wave.then(|| GateChange::Lowered {
+            ceiling: self.ceiling,
             running,
             wait,
         })
@@ -119,6 +147,14 @@ impl AccountGate {
     /// A tick: after a quiet spell, raises the ceiling by a step every [`RAISE_EVERY`]; at the
     /// configured `concurrency` the ceiling goes away.
     pub fn tick(&mut self, concurrency: u32, now: Instant) -> Option<GateChange> {
+        if self.wave > 0 && self.paused_until.is_some_and(|t| now >= t) {
+            // The pause is over: say what the wave taught.
+            let refused = std::mem::take(&mut self.wave);
+            return Some(GateChange::WaveOver {
+                refused,
+                ceiling: self.ceiling,
+            });
+        }
         let c = self.ceiling?;
         let quiet = self
             .last_402

@@ -30,32 +30,53 @@ fn the_gate_learns_a_ceiling_per_wave_and_gives_it_back_slowly() {
     let wait = Duration::from_secs(5);
     let mut g = AccountGate::new(true);
     assert!(g.admits(10_000, t0), "no ceiling until a 402");
-    // First 402 of a wave, 2,000 running: paused 5 s, ceiling 1,500.
+    // First 402 of a wave, 2,000 running: paused 5 s, ceiling 1,500, reported.
     assert_eq!(
         g.on_budget_402(2_000, wait, at(0.0)),
         Some(GateChange::Lowered {
-            ceiling: 1_500,
+            ceiling: Some(1_500),
             running: 2_000,
             wait
         })
     );
     assert!(!g.admits(0, at(4.9)), "paused");
-    // The rest of the wave (sent before the pause) only counts.
-    assert_eq!(g.on_budget_402(1_990, wait, at(1.0)), None);
-    assert!(g.admits(1_499, at(5.0)) && !g.admits(1_500, at(5.0)));
-    // Past the pause, another 402 is a new wave: 0.75 of min(ceiling, running).
+    // The rest of the wave comes back as the refused requests leave: each lowers the ceiling
+    // to 0.75 x what is running, silently; the last leaves 0.75 x what the account admitted.
+    for running in (8..=19).rev().map(|k| k * 100) {
+        assert_eq!(g.on_budget_402(running, wait, at(1.0)), None);
+    }
+    assert_eq!(g.ceiling(), Some(600), "0.75 x 800 admitted");
+    // A higher count later in the wave never raises it.
+    g.on_budget_402(1_000, wait, at(1.5));
+    assert_eq!(g.ceiling(), Some(600));
+    // The pause ends: the wave is reported once.
+    assert_eq!(g.tick(2_000, at(4.0)), None, "still paused");
+    assert_eq!(
+        g.tick(2_000, at(5.0)),
+        Some(GateChange::WaveOver {
+            refused: 14,
+            ceiling: Some(600)
+        })
+    );
+    assert!(g.admits(599, at(5.0)) && !g.admits(600, at(5.0)));
+    // Past the pause, another 402 is a new wave.
     assert!(matches!(
-        g.on_budget_402(1_500, wait, at(6.0)),
-        Some(GateChange::Lowered { ceiling: 1_125, .. })
+        g.on_budget_402(600, wait, at(6.0)),
+        Some(GateChange::Lowered {
+            ceiling: Some(450),
+            ..
+        })
     ));
-    assert_eq!(g.hits(), 3);
+    assert_eq!(g.hits(), 15);
+    assert!(matches!(
+        g.tick(2_000, at(11.0)),
+        Some(GateChange::WaveOver { refused: 1, .. })
+    ));
     // No raise before a quiet minute; then 5% of the concurrency every 15 s.
     assert_eq!(g.tick(2_000, at(6.0 + 59.0)), None);
     assert_eq!(
         g.tick(2_000, at(6.0) + QUIET),
-        Some(GateChange::Raised {
-            ceiling: Some(1_225)
-        })
+        Some(GateChange::Raised { ceiling: Some(550) })
     );
     assert_eq!(
         g.tick(2_000, at(6.0) + QUIET + Duration::from_secs(14)),
@@ -68,20 +89,23 @@ fn the_gate_learns_a_ceiling_per_wave_and_gives_it_back_slowly() {
         g.tick(2_000, t).expect("a raise every step");
         raises += 1;
     }
-    assert_eq!(raises, 9, "1,125 back past 2,000 in steps of 100");
+    assert_eq!(raises, 16, "450 back past 2,000 in steps of 100");
     assert!(g.admits(1_000_000, t), "the ceiling is gone");
     // Never below the floor, whatever was running.
     let mut g = AccountGate::new(true);
     assert!(matches!(
         g.on_budget_402(1, wait, t0),
         Some(GateChange::Lowered {
-            ceiling: MIN_CEILING,
+            ceiling: Some(MIN_CEILING),
             ..
         })
     ));
     // Not learning: each wave is waited out, no ceiling.
     let mut g = AccountGate::new(false);
-    assert_eq!(g.on_budget_402(2_000, wait, t0), None);
+    assert!(matches!(
+        g.on_budget_402(2_000, wait, t0),
+        Some(GateChange::Lowered { ceiling: None, .. })
+    ));
     assert!(!g.admits(0, at(1.0)) && g.admits(5_000, at(5.0)));
     assert_eq!(g.ceiling(), None);
 }
