@@ -137,7 +137,7 @@ impl AccountGate {
                 self.last_raise = None;
             }
         }
-        new_wave.then(|| GateChange::Lowered {
+        new_wave.then_some(GateChange::Lowered {
             ceiling: self.ceiling,
             running,
             wait,
