@@ -1,0 +1,158 @@
+//! Typed errors and systematic failures, through the binary against the simulator on
+//! 127.0.0.1: every request forced to fail with a 404 `privacy_restricted` stops the run within
+//! `stop_after_same_error` attempts (plus what was in flight), exit 1, nothing rejected; cleared
+//! and resumed, the run completes. A mid-stream `content_policy_violation` is attempted once
+//! and rejected with its kind; a `provider_overloaded` is retried.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::fast_sim;
+use harvest::sim::{ControlRequest, ForcedError, SimHandle};
+use harvest::store::output::{OutputRecord, RejectRecord};
+
+const VAR: &str = "HARVEST_SYSTEMATIC_TEST_KEY";
+
+fn job(dir: &Path, base: &str, n: usize) {
+    let prompts: String = (0..n)
+        .map(|i| format!("{{\"id\": \"p{i:02}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        dir.join("harvest.toml"),
+        format!(
+            "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 4\n\
+             [retry]\nbase_delay_ms = 10\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
+        ),
+    )
+    .expect("config");
+}
+
+async fn run(dir: &Path) -> (i32, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env(VAR, "sk-or-v1-systematic-test-key-00000")
+        .args(["run", "--headless", "-c"])
+        .arg(dir.join("harvest.toml"));
+    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
+        .await
+        .expect("join");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn force(sim: &SimHandle, f: Option<ForcedError>) {
+    sim.state
+        .control(&ControlRequest {
+            clear_forced_error: f.is_none(),
+            force_error: f,
+            ..Default::default()
+        })
+        .expect("control");
+}
+
+fn read<T: serde::de::DeserializeOwned>(p: &Path) -> Vec<T> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("line"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_privacy_setting_that_refuses_everything_stops_the_run_and_rejects_nothing() {
+    let sim = fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    job(dir.path(), &sim.base_url(), 100);
+    force(
+        &sim,
+        Some(ForcedError {
+            status: 404,
+            error_type: "not_found".into(),
+            availability: Some("privacy_restricted".into()),
+            mid_stream: false,
+            message: None,
+            remaining: None,
+        }),
+    );
+    let (code, text) = run(dir.path()).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("the last 20 prompts all failed the same way (404 privacy_restricted"),
+        "{text}"
+    );
+    assert!(text.contains("openrouter.ai/settings/privacy"), "{text}");
+    let sent = sim.state.requests_since(0).len();
+    assert!(
+        sent <= 20 + 4,
+        "stopped within 20 attempts plus those in flight: {sent}"
+    );
+    let out = dir.path().join("out");
+    assert!(
+        read::<RejectRecord>(&out.join("A.rejects.jsonl")).is_empty(),
+        "nothing rejected"
+    );
+
+    // The setting fixed: the same command completes every prompt.
+    force(&sim, None);
+    let (code, text) = run(dir.path()).await;
+    assert_eq!(code, 0, "{text}");
+    let outputs: Vec<OutputRecord> = read(&out.join("A.jsonl"));
+    assert_eq!(outputs.len(), 100);
+    assert!(read::<RejectRecord>(&out.join("A.rejects.jsonl")).is_empty());
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried() {
+    let sim = fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    job(dir.path(), &sim.base_url(), 1);
+    force(
+        &sim,
+        Some(ForcedError {
+            status: 400,
+            error_type: "content_policy_violation".into(),
+            availability: None,
+            mid_stream: true,
+            message: Some("Output flagged by the content filter".into()),
+            remaining: Some(1),
+        }),
+    );
+    let (code, text) = run(dir.path()).await;
+    assert_eq!(code, 0, "{text}");
+    let out = dir.path().join("out");
+    let rejects: Vec<RejectRecord> = read(&out.join("A.rejects.jsonl"));
+    assert_eq!(rejects.len(), 1, "{text}");
+    assert_eq!(
+        (rejects[0].error_kind.as_str(), rejects[0].attempts),
+        ("policy", 1)
+    );
+    assert_eq!(sim.state.requests_since(0).len(), 1, "attempted once");
+
+    // A fresh directory: an overload first, then the answer.
+    let dir = tempfile::tempdir().expect("tmp");
+    job(dir.path(), &sim.base_url(), 1);
+    force(
+        &sim,
+        Some(ForcedError {
+            status: 503,
+            error_type: "provider_overloaded".into(),
+            availability: None,
+            mid_stream: false,
+            message: None,
+            remaining: Some(1),
+        }),
+    );
+    let (code, text) = run(dir.path()).await;
+    assert_eq!(code, 0, "{text}");
+    let outputs: Vec<OutputRecord> = read(&dir.path().join("out/A.jsonl"));
+    assert_eq!(outputs.len(), 1, "{text}");
+    assert_eq!(outputs[0].attempts, 2, "retried once");
+    sim.stop().await;
+}
