@@ -424,6 +424,9 @@ pub struct Estimate {
     pub totals: Totals,
     pub verdict: Verdict,
     pub assumptions: Vec<String>,
+    /// What the API key and the account allow against this run (`GET /key`), when read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::account::Preflight>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -816,6 +819,7 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
         totals,
         verdict,
         assumptions,
+        account: None,
     })
 }
 

@@ -3,6 +3,7 @@
 //! The library holds everything; `main.rs` only parses the command line and maps errors to exit
 //! codes. The engine never touches the terminal; the TUI renders snapshots of engine state.
 
+pub mod account;
 pub mod cli;
 pub mod commands;
 pub mod config;

@@ -69,6 +69,19 @@ async fn seed_like_run(learn: bool) -> Figures {
         ..Default::default()
     };
     let h = engine::start(cfg, opts).await.expect("engine starts");
+    // Before anything is sent, the start says what the account will see.
+    assert!(
+        h.start_notes
+            .iter()
+            .any(|n| n.contains("in flight at concurrency 2,000 and max_tokens 4,096")),
+        "{:?}",
+        h.start_notes
+    );
+    assert!(
+        h.start_notes.iter().any(|n| n.contains("no credit limit")),
+        "{:?}",
+        h.start_notes
+    );
     let summary = tokio::time::timeout(Duration::from_secs(240), h.finish())
         .await
         .expect("run bounded in time")

@@ -429,9 +429,22 @@ async fn the_binary_prints_a_stable_json_document_and_a_readable_table() {
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["schema"], 1);
+    // The key's limits against the run (the simulator's key has none).
+    let account = &v["account"];
+    assert!(
+        account["in_flight_usd"].is_string() || account["in_flight_usd"].is_number(),
+        "{account}"
+    );
+    assert!(
+        account["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("no credit limit")),
+        "{account}"
+    );
     assert_eq!(
         keys(&v),
         [
+            "account",
             "assumptions",
             "concurrency",
             "datasets",

@@ -75,7 +75,52 @@ pub async fn run(args: EstimateArgs) -> anyhow::Result<()> {
 /// The estimate of a loaded config: facts gathered, then computed.
 pub async fn estimate_config(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Estimate> {
     let inputs = gather(cfg, opts).await?;
-    estimate(&inputs).map_err(|e| BadInput(e.to_string()).into())
+    let mut est = estimate(&inputs).map_err(|e| BadInput(e.to_string()))?;
+    est.account = account(cfg, opts, &est).await?;
+    Ok(est)
+}
+
+/// The key's limits against the run (`GET /key`), when the run goes through OpenRouter with a
+/// key; the estimate stands without it.
+async fn account(
+    cfg: &Config,
+    opts: &EstimateOptions,
+    est: &Estimate,
+) -> anyhow::Result<Option<crate::account::Preflight>> {
+    if !cfg.openrouter {
+        return Ok(None);
+    }
+    let client = engine::client_for(cfg, opts.api_key.clone()).map_err(super::run::engine_error)?;
+    if !client.has_key() {
+        return Ok(None);
+    }
+    let key = tokio::time::timeout(std::time::Duration::from_secs(10), client.key_info())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let price = |p: f64| crate::domain::Price::per_million_f64(p).unwrap_or_default();
+    let routed: Vec<_> = est.endpoints.iter().filter(|e| !e.own_server).collect();
+    let by_out = |e: &&&crate::estimate::EndpointEstimate| {
+        (price(e.price_out_per_m), price(e.price_in_per_m))
+    };
+    let cheapest = routed.iter().min_by_key(by_out);
+    let dearest = routed.iter().max_by_key(by_out);
+    let (tokens, prompts) = est.datasets.iter().fold((0, 0), |(t, n), d| {
+        (t + d.input_tokens, n + d.prompts_to_send)
+    });
+    let plan = crate::account::Plan {
+        budget: cfg.budget(),
+        concurrency: cfg.concurrency,
+        max_tokens: est.datasets.iter().map(|d| d.max_tokens).max().unwrap_or(0),
+        prompt_tokens: tokens.checked_div(prompts).unwrap_or(1),
+        prices: cheapest.zip(dearest).map(|(c, d)| {
+            (
+                (price(c.price_in_per_m), price(c.price_out_per_m)),
+                (price(d.price_in_per_m), price(d.price_out_per_m)),
+            )
+        }),
+    };
+    Ok(Some(crate::account::preflight(&plan, key.as_ref())))
 }
 
 /// Reads what the estimate needs: prompt files, the output directory and the endpoint listing.
@@ -668,6 +713,12 @@ pub fn render_text(e: &Estimate) -> String {
     ));
     out.push_str(&totals_table(e));
     out.push_str(&verdict_text(e));
+    if let Some(a) = &e.account {
+        out.push_str("\nthe key and the account:\n");
+        for n in &a.notes {
+            out.push_str(&wrap(n, "  -", "   "));
+        }
+    }
     out.push_str("\nassumptions:\n");
     for a in &e.assumptions {
         out.push_str(&wrap(a, "  -", "   "));

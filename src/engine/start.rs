@@ -69,9 +69,13 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let ledger = prepared.scan.ledger;
     let mut output_generations = HashSet::new();
     let mut datasets = Vec::new();
+    // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
+    let mut sizes = (0u64, 0u64);
     for (d, found) in cfg.datasets.iter().zip(prepared.scan.datasets) {
         output_generations.extend(found.existing.generation_ids.iter().cloned());
-        datasets.push(ready_dataset(&cfg, &opts, d, found, &mut notes)?);
+        datasets.push(ready_dataset(
+            &cfg, &opts, d, found, &mut notes, &mut sizes,
+        )?);
     }
 
     let client = client(&cfg, &opts)?;
@@ -81,14 +85,23 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
         .map_err(|e| EngineError::Input(e.to_string()))?;
     check_policy(&cfg, &endpoints, &probe)?;
-    let key_usage_start = if client.has_key() {
+    let key = if client.has_key() {
         match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
-            Ok(Ok(k)) => Some(k.usage),
+            Ok(Ok(k)) => Some(k),
             _ => None,
         }
     } else {
         None
     };
+    let key_usage_start = key.as_ref().map(|k| k.usage);
+    if cfg.openrouter && client.has_key() {
+        let plan = account_plan(&cfg, &endpoints, &probe, &datasets, sizes);
+        let preflight = crate::account::preflight(&plan, key.as_ref());
+        for n in &preflight.notes {
+            tracing::info!("{n}");
+        }
+        notes.extend(preflight.notes);
+    }
 
     // Generations a crash left open (started, never closed, not among the outputs): the
     // supervisor asks the API what they cost beside the new work.
@@ -146,9 +159,12 @@ fn ready_dataset(
     d: &DatasetConfig,
     found: DatasetScan,
     notes: &mut Vec<String>,
+    sizes: &mut (u64, u64),
 ) -> Result<DatasetRun, EngineError> {
     let counted = count_prompts_in_shard(&d.prompts, opts.shard)
         .map_err(|e| EngineError::Input(e.to_string()))?;
+    sizes.0 += counted.bytes;
+    sizes.1 += counted.in_shard + counted.invalid;
     check_prompts(cfg, d, &counted, notes)?;
     // In skip mode bad lines become rejects (of shard 0 only, when sharded).
     let skip = cfg.on_bad_line == OnBadLine::Skip;
@@ -299,6 +315,42 @@ async fn listing(cfg: &Config, client: &OpenRouterClient) -> Result<ModelEndpoin
 }
 
 /// A run whose policy allows no endpoint at all would wait forever: say so now.
+/// The run's settings as the account sees them: the largest `max_tokens`, a typical prompt
+/// (bytes / 4), and the price range of the OpenRouter endpoints the policy allows.
+fn account_plan(
+    cfg: &Config,
+    endpoints: &[RunEndpoint],
+    probe: &HashMap<String, f64>,
+    datasets: &[DatasetRun],
+    (bytes, prompts): (u64, u64),
+) -> crate::account::Plan {
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    let allowed: Vec<&RunEndpoint> = endpoints
+        .iter()
+        .filter(|e| e.custom.is_none())
+        .filter(|e| {
+            cfg.policy
+                .judge(&native, *e, probe.get(&e.tag).copied())
+                .is_none()
+        })
+        .collect();
+    let cheapest = allowed.iter().min_by_key(|e| (e.price_out, e.price_in));
+    let dearest = allowed.iter().max_by_key(|e| (e.price_out, e.price_in));
+    crate::account::Plan {
+        budget: cfg.budget(),
+        concurrency: cfg.concurrency,
+        max_tokens: datasets
+            .iter()
+            .map(|d| d.book.params.max_tokens)
+            .max()
+            .unwrap_or(cfg.request.max_tokens),
+        prompt_tokens: (bytes / prompts.max(1)).div_ceil(4).max(1),
+        prices: cheapest
+            .zip(dearest)
+            .map(|(c, d)| ((c.price_in, c.price_out), (d.price_in, d.price_out))),
+    }
+}
+
 fn check_policy(
     cfg: &Config,
     endpoints: &[RunEndpoint],
