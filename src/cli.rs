@@ -253,6 +253,16 @@ pub struct RunArgs {
     /// `<file>.damaged`, keep every good line, and rebuild a missing ledger from the outputs.
     #[arg(long)]
     pub repair: bool,
+    /// Send the rejected prompts again: all, or only those whose rejects are of the given
+    /// kinds (`--retry-rejects=policy,429`; the kinds as the rejects files and the report name
+    /// them). Their rejects move to `<dataset>.rejects.superseded.jsonl`.
+    #[arg(long, value_name = "KINDS", num_args = 0..=1, require_equals = true, value_delimiter = ',')]
+    pub retry_rejects: Option<Vec<String>>,
+    /// Send again the prompts whose kept answer was cut at max_tokens (with the config's
+    /// max_tokens, which may differ from the earlier run's). Their answers move to
+    /// `<dataset>.superseded.jsonl`.
+    #[arg(long)]
+    pub retry_truncated: bool,
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 5.0)]
     pub progress_every: f64,

@@ -708,7 +708,8 @@ pub const MAX_BUDGET_USD: f64 = 9_000_000.0;
 
 /// Names harvest gives its own files in an output directory (`spend.jsonl`, `state.json`,
 /// `manifest.json`, `harvest.log`, `probe.json`, `<dataset>.rejects.jsonl`,
-/// `<file>.damaged`, `.harvest.lock`): a dataset may not take them, in any case.
+/// `<file>.damaged`, `<dataset>.superseded.jsonl`, `.harvest.lock`): a dataset may not take
+/// them, in any case.
 pub const RESERVED_NAMES: [&str; 5] = ["spend", "state", "manifest", "harvest", "probe"];
 
 /// Why a dataset name would collide with harvest's own files, if it would.
@@ -720,6 +721,8 @@ fn reserved_name(name: &str) -> Option<&'static str> {
         Some("ends in .rejects, the suffix of a dataset's rejects file")
     } else if lower.ends_with(".damaged") {
         Some("ends in .damaged, the suffix of the files --repair moves damaged lines to")
+    } else if lower.ends_with(".superseded") {
+        Some("ends in .superseded, the suffix of the files --retry-* moves superseded lines to")
     } else if name.starts_with('.') {
         Some("starts with a dot, kept for harvest's hidden files")
     } else {
@@ -1157,6 +1160,7 @@ model =
             ("a.rejects", "ends in .rejects"),
             ("a.REJECTS", "ends in .rejects"),
             ("a.jsonl.damaged", "ends in .damaged"),
+            ("a.SUPERSEDED", "ends in .superseded"),
             (".hidden", "starts with a dot"),
         ];
         for (name, want) in cases {

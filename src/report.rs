@@ -203,7 +203,7 @@ pub fn dataset_names(dir: &Path) -> Result<Vec<String>, ReportError> {
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
         .filter_map(|f| f.strip_suffix(".jsonl").map(str::to_string))
-        .filter(|n| n != "spend" && !n.ends_with(".rejects"))
+        .filter(|n| n != "spend" && !n.ends_with(".rejects") && !n.ends_with(".superseded"))
         .collect();
     names.sort();
     Ok(names)

@@ -35,6 +35,8 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
             tick: None,
             api_key: None,
             repair: args.repair,
+            retry_rejects: args.retry_rejects.clone(),
+            retry_truncated: args.retry_truncated,
         },
     ))
 }

@@ -54,6 +54,10 @@ pub struct RunOptions {
     /// Quarantine damaged lines and rebuild a lost ledger instead of refusing to start
     /// (`harvest run --repair`).
     pub repair: bool,
+    /// `--retry-rejects`: send rejected prompts again (`Some(empty)`: all kinds).
+    pub retry_rejects: Option<Vec<String>>,
+    /// `--retry-truncated`: send again prompts whose answer was cut at `max_tokens`.
+    pub retry_truncated: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +136,14 @@ impl EngineHandle {
     }
 }
 
-fn check_manifest(dir: &Path, cfg: &Config, force: bool) -> Result<(), EngineError> {
+/// `max_tokens_may_change`: `--retry-truncated` sends cut answers again with the config's
+/// `max_tokens`, so that one parameter may differ (the manifest then records the new one).
+fn check_manifest(
+    dir: &Path,
+    cfg: &Config,
+    force: bool,
+    max_tokens_may_change: bool,
+) -> Result<(), EngineError> {
     let path = manifest_path(dir);
     let mine = Manifest {
         model: cfg.model.clone(),
@@ -153,8 +164,16 @@ fn check_manifest(dir: &Path, cfg: &Config, force: bool) -> Result<(), EngineErr
             diffs.push(format!("model {} (now {})", old.model, mine.model));
         }
         for (name, p) in &mine.params {
+            let same = |o: &RequestParams| {
+                o == p
+                    || (max_tokens_may_change
+                        && RequestParams {
+                            max_tokens: p.max_tokens,
+                            ..o.clone()
+                        } == *p)
+            };
             if let Some(o) = old.params.get(name)
-                && o != p
+                && !same(o)
             {
                 diffs.push(format!("request parameters of dataset {name}"));
             }
@@ -166,7 +185,7 @@ fn check_manifest(dir: &Path, cfg: &Config, force: bool) -> Result<(), EngineErr
                 diffs.join(", ")
             )));
         }
-        if diffs.is_empty() {
+        if diffs.is_empty() && old.params == mine.params {
             return Ok(());
         }
     }

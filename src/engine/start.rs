@@ -49,7 +49,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     super::create_output_dir(&dir)?;
     // Before anything in the directory is read or changed: one run per directory.
     let dir_lock = lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    super::check_manifest(&dir, &cfg, opts.force)?;
+    super::check_manifest(&dir, &cfg, opts.force, opts.retry_truncated)?;
 
     // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
     // repairing; a torn tail is cut).
@@ -61,17 +61,18 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         other => EngineError::Startup(other.to_string()),
     })?;
     let mut notes = prepared.notes;
+    let prepared = second_chance(&dir, &names, &opts, prepared.scan, &mut notes)?;
     for n in &notes {
         tracing::warn!("{n}");
     }
     // Outputs whose ledger line was lost in a crash still cost money.
-    let carried = prepared.scan.carried();
-    let ledger = prepared.scan.ledger;
+    let carried = prepared.carried();
+    let ledger = prepared.ledger;
     let mut output_generations = HashSet::new();
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
     let mut sizes = (0u64, 0u64);
-    for (d, found) in cfg.datasets.iter().zip(prepared.scan.datasets) {
+    for (d, found) in cfg.datasets.iter().zip(prepared.datasets) {
         output_generations.extend(found.existing.generation_ids.iter().cloned());
         datasets.push(ready_dataset(
             &cfg, &opts, d, found, &mut notes, &mut sizes,
@@ -315,6 +316,54 @@ async fn listing(cfg: &Config, client: &OpenRouterClient) -> Result<ModelEndpoin
 }
 
 /// A run whose policy allows no endpoint at all would wait forever: say so now.
+/// `--retry-rejects` and `--retry-truncated`: the chosen rejects and cut answers move to the
+/// superseded files (see `store::supersede`), their prompts are pending again, and the
+/// directory is read again. Without either flag, `scan` as it is.
+fn second_chance(
+    dir: &std::path::Path,
+    names: &[String],
+    opts: &RunOptions,
+    scan: crate::store::scan::DirScan,
+    notes: &mut Vec<String>,
+) -> Result<crate::store::scan::DirScan, EngineError> {
+    use crate::store::output::{OutputRecord, RejectRecord, output_path, rejects_path};
+    use crate::store::supersede::{supersede, superseded_path};
+    if opts.retry_rejects.is_none() && !opts.retry_truncated {
+        return Ok(scan);
+    }
+    let failed = |e: crate::store::repair::RepairError| EngineError::Startup(e.to_string());
+    for name in names {
+        if let Some(kinds) = &opts.retry_rejects {
+            let path = rejects_path(dir, name);
+            let n = supersede::<RejectRecord>(&path, |r| {
+                kinds.is_empty() || kinds.iter().any(|k| k == &r.error_kind)
+            })
+            .map_err(failed)?;
+            if n > 0 {
+                notes.push(format!(
+                    "dataset {name}: {n} rejected prompt{} sent again (the rejects moved to {})",
+                    if n == 1 { "" } else { "s" },
+                    superseded_path(&path).display()
+                ));
+            }
+        }
+        if opts.retry_truncated {
+            let path = output_path(dir, name);
+            let n =
+                supersede::<OutputRecord>(&path, |r| r.truncated || r.finish_reason == "length")
+                    .map_err(failed)?;
+            if n > 0 {
+                notes.push(format!(
+                    "dataset {name}: {n} answer{} cut at max_tokens sent again (moved to {})",
+                    if n == 1 { "" } else { "s" },
+                    superseded_path(&path).display()
+                ));
+            }
+        }
+    }
+    crate::store::scan::scan_dir(dir, names).map_err(|e| EngineError::Input(e.to_string()))
+}
+
 /// The run's settings as the account sees them: the largest `max_tokens`, a typical prompt
 /// (bytes / 4), and the price range of the OpenRouter endpoints the policy allows.
 fn account_plan(

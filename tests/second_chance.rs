@@ -1,0 +1,196 @@
+//! A second chance, through the binary against the simulator on 127.0.0.1: `--retry-rejects`
+//! and `--retry-truncated` runs, each killed with SIGKILL twice and then run to the end, leave
+//! exactly one entry per id (one answer, or one reject) in the current files; what they
+//! superseded is in the `.superseded` files, which `status --report` does not read as current.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{fast_sim, set_speed};
+use harvest::sim::{ControlRequest, ForcedError, SimHandle};
+use harvest::store::output::{OutputRecord, RejectRecord};
+
+const VAR: &str = "HARVEST_SECOND_CHANCE_KEY";
+const N: usize = 150;
+
+fn job(dir: &Path, base: &str, max_tokens: u32) {
+    let prompts: String = (0..N)
+        .map(|i| format!("{{\"id\": \"p{i:03}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        dir.join("harvest.toml"),
+        format!(
+            "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 8\n\
+             [request]\nmax_tokens = {max_tokens}\n\
+             [retry]\nbase_delay_ms = 10\nstop_after_same_error = 0\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
+        ),
+    )
+    .expect("config");
+}
+
+fn harvest(dir: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env(VAR, "sk-or-v1-second-chance-key-000000")
+        .args(["run", "--headless", "-c"])
+        .arg(dir.join("harvest.toml"))
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+async fn finish(dir: &Path, extra: &[&str]) -> String {
+    let mut c = harvest(dir, extra);
+    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
+        .await
+        .expect("join");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    text
+}
+
+fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
+}
+
+fn read<T: serde::de::DeserializeOwned>(p: &Path) -> Vec<T> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("line"))
+        .collect()
+}
+
+/// Starts `harvest run <extra>`, kills it with SIGKILL once `grow` more answers are written
+/// (or when it ends by itself), twice; then runs the same command to the end.
+async fn kill_twice_then_finish(dir: &Path, extra: &[&str], grow: usize) -> String {
+    let out = dir.join("out/A.jsonl");
+    for _ in 0..2 {
+        let start = lines(&out);
+        let mut child = harvest(dir, extra).spawn().expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while lines(&out) < start + grow && child.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "run too slow");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    finish(dir, extra).await
+}
+
+/// Each id of the prompt file in exactly one current place.
+fn one_place_per_id(dir: &Path) -> (Vec<OutputRecord>, Vec<RejectRecord>) {
+    let outputs: Vec<OutputRecord> = read(&dir.join("out/A.jsonl"));
+    let rejects: Vec<RejectRecord> = read(&dir.join("out/A.rejects.jsonl"));
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for id in outputs
+        .iter()
+        .map(|o| o.id.clone())
+        .chain(rejects.iter().map(|r| r.id.clone()))
+    {
+        *seen.entry(id).or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "ids in two places: {twice:?}");
+    assert_eq!(seen.len(), N, "every id somewhere");
+    (outputs, rejects)
+}
+
+fn force(sim: &SimHandle, f: Option<ForcedError>) {
+    sim.state
+        .control(&ControlRequest {
+            clear_forced_error: f.is_none(),
+            force_error: f,
+            ..Default::default()
+        })
+        .expect("control");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
+    let sim = fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(d, &sim.base_url(), 2_000);
+    // The first 60 requests are refused for good (a 400 the prompts are not to blame for).
+    force(
+        &sim,
+        Some(ForcedError {
+            status: 400,
+            error_type: "invalid_request".into(),
+            availability: None,
+            mid_stream: false,
+            message: Some("a transient validation bug".into()),
+            remaining: Some(60),
+        }),
+    );
+    finish(d, &[]).await;
+    let (_, rejects) = one_place_per_id(d);
+    assert_eq!(rejects.len(), 60);
+    assert!(rejects.iter().all(|r| r.error_kind == "400"));
+
+    // Slow enough that a kill catches the retries in the middle.
+    set_speed(&sim, 0.05);
+    let text = kill_twice_then_finish(d, &["--retry-rejects=400"], 15).await;
+    let (outputs, rejects) = one_place_per_id(d);
+    assert_eq!((outputs.len(), rejects.len()), (N, 0), "{text}");
+    let superseded: Vec<RejectRecord> = read(&d.join("out/A.rejects.superseded.jsonl"));
+    assert!(superseded.len() >= 60, "the old rejects are kept aside");
+    // The report reads the current files only.
+    let report = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["status", "--report", "--json"])
+        .arg(d.join("out"))
+        .output()
+        .expect("report");
+    let v: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    assert_eq!(v["total"]["prompts"], N as u64);
+    assert_eq!(v["total"]["rejected"], 0);
+    assert_eq!(
+        v["datasets"].as_array().map(Vec::len),
+        Some(1),
+        "no superseded dataset"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_truncated_killed_twice_ends_with_one_whole_answer_per_id() {
+    let sim = fast_sim(120.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(d, &sim.base_url(), 60);
+    finish(d, &[]).await;
+    let (outputs, _) = one_place_per_id(d);
+    let cut = outputs
+        .iter()
+        .filter(|o| o.finish_reason == "length")
+        .count();
+    assert!(cut > N / 2, "most answers cut at 60 tokens: {cut}");
+
+    // The same job with room to finish; the manifest allows the new max_tokens for this.
+    job(d, &sim.base_url(), 4_096);
+    set_speed(&sim, 0.05);
+    let text = kill_twice_then_finish(d, &["--retry-truncated"], 10).await;
+    let (outputs, rejects) = one_place_per_id(d);
+    assert_eq!((outputs.len(), rejects.len()), (N, 0), "{text}");
+    let still_cut = outputs
+        .iter()
+        .filter(|o| o.finish_reason == "length")
+        .count();
+    assert_eq!(still_cut, 0, "every answer whole now");
+    let superseded: Vec<OutputRecord> = read(&d.join("out/A.superseded.jsonl"));
+    assert!(superseded.len() >= cut, "the cut answers are kept aside");
+    assert!(superseded.iter().all(|o| o.finish_reason == "length"));
+    sim.stop().await;
+}
