@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fast_sim, set_speed};
-use harvest::sim::{ControlRequest, ForcedError, SimHandle};
+use common::{fast_sim, force_error, read_jsonl, set_speed};
+use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
 const VAR: &str = "HARVEST_SECOND_CHANCE_KEY";
@@ -63,14 +63,6 @@ fn lines(p: &Path) -> usize {
     std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
 }
 
-fn read<T: serde::de::DeserializeOwned>(p: &Path) -> Vec<T> {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("line"))
-        .collect()
-}
-
 /// Starts `harvest run <extra>`, kills it with SIGKILL once `grow` more answers are written
 /// (or when it ends by itself), twice; then runs the same command to the end.
 async fn kill_twice_then_finish(dir: &Path, extra: &[&str], grow: usize) -> String {
@@ -91,8 +83,8 @@ async fn kill_twice_then_finish(dir: &Path, extra: &[&str], grow: usize) -> Stri
 
 /// Each id of the prompt file in exactly one current place.
 fn one_place_per_id(dir: &Path) -> (Vec<OutputRecord>, Vec<RejectRecord>) {
-    let outputs: Vec<OutputRecord> = read(&dir.join("out/A.jsonl"));
-    let rejects: Vec<RejectRecord> = read(&dir.join("out/A.rejects.jsonl"));
+    let outputs: Vec<OutputRecord> = read_jsonl(&dir.join("out/A.jsonl"));
+    let rejects: Vec<RejectRecord> = read_jsonl(&dir.join("out/A.rejects.jsonl"));
     let mut seen: HashMap<String, usize> = HashMap::new();
     for id in outputs
         .iter()
@@ -107,16 +99,6 @@ fn one_place_per_id(dir: &Path) -> (Vec<OutputRecord>, Vec<RejectRecord>) {
     (outputs, rejects)
 }
 
-fn force(sim: &SimHandle, f: Option<ForcedError>) {
-    sim.state
-        .control(&ControlRequest {
-            clear_forced_error: f.is_none(),
-            force_error: f,
-            ..Default::default()
-        })
-        .expect("control");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
     let sim = fast_sim(40.0).await;
@@ -124,7 +106,7 @@ async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
     let d = dir.path();
     job(d, &sim.base_url(), 2_000);
     // The first 60 requests are refused for good (a 400 the prompts are not to blame for).
-    force(
+    force_error(
         &sim,
         Some(ForcedError {
             status: 400,
@@ -145,7 +127,7 @@ async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
     let text = kill_twice_then_finish(d, &["--retry-rejects=400"], 15).await;
     let (outputs, rejects) = one_place_per_id(d);
     assert_eq!((outputs.len(), rejects.len()), (N, 0), "{text}");
-    let superseded: Vec<RejectRecord> = read(&d.join("out/A.rejects.superseded.jsonl"));
+    let superseded: Vec<RejectRecord> = read_jsonl(&d.join("out/A.rejects.superseded.jsonl"));
     assert!(superseded.len() >= 60, "the old rejects are kept aside");
     // The report reads the current files only.
     let report = Command::new(env!("CARGO_BIN_EXE_harvest"))
@@ -189,7 +171,7 @@ async fn retry_truncated_killed_twice_ends_with_one_whole_answer_per_id() {
         .filter(|o| o.finish_reason == "length")
         .count();
     assert_eq!(still_cut, 0, "every answer whole now");
-    let superseded: Vec<OutputRecord> = read(&d.join("out/A.superseded.jsonl"));
+    let superseded: Vec<OutputRecord> = read_jsonl(&d.join("out/A.superseded.jsonl"));
     assert!(superseded.len() >= cut, "the cut answers are kept aside");
     assert!(superseded.iter().all(|o| o.finish_reason == "length"));
     sim.stop().await;

@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::fast_sim;
-use harvest::sim::{ControlRequest, ForcedError, SimHandle};
+use common::{fast_sim, force_error, read_jsonl};
+use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
 const VAR: &str = "HARVEST_SYSTEMATIC_TEST_KEY";
@@ -46,30 +46,12 @@ async fn run(dir: &Path) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn force(sim: &SimHandle, f: Option<ForcedError>) {
-    sim.state
-        .control(&ControlRequest {
-            clear_forced_error: f.is_none(),
-            force_error: f,
-            ..Default::default()
-        })
-        .expect("control");
-}
-
-fn read<T: serde::de::DeserializeOwned>(p: &Path) -> Vec<T> {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("line"))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_privacy_setting_that_refuses_everything_stops_the_run_and_rejects_nothing() {
     let sim = fast_sim(40.0).await;
     let dir = tempfile::tempdir().expect("tmp");
     job(dir.path(), &sim.base_url(), 100);
-    force(
+    force_error(
         &sim,
         Some(ForcedError {
             status: 404,
@@ -94,17 +76,17 @@ async fn a_privacy_setting_that_refuses_everything_stops_the_run_and_rejects_not
     );
     let out = dir.path().join("out");
     assert!(
-        read::<RejectRecord>(&out.join("A.rejects.jsonl")).is_empty(),
+        read_jsonl::<RejectRecord>(&out.join("A.rejects.jsonl")).is_empty(),
         "nothing rejected"
     );
 
     // The setting fixed: the same command completes every prompt.
-    force(&sim, None);
+    force_error(&sim, None);
     let (code, text) = run(dir.path()).await;
     assert_eq!(code, 0, "{text}");
-    let outputs: Vec<OutputRecord> = read(&out.join("A.jsonl"));
+    let outputs: Vec<OutputRecord> = read_jsonl(&out.join("A.jsonl"));
     assert_eq!(outputs.len(), 100);
-    assert!(read::<RejectRecord>(&out.join("A.rejects.jsonl")).is_empty());
+    assert!(read_jsonl::<RejectRecord>(&out.join("A.rejects.jsonl")).is_empty());
     sim.stop().await;
 }
 
@@ -113,7 +95,7 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
     let sim = fast_sim(40.0).await;
     let dir = tempfile::tempdir().expect("tmp");
     job(dir.path(), &sim.base_url(), 1);
-    force(
+    force_error(
         &sim,
         Some(ForcedError {
             status: 400,
@@ -127,7 +109,7 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
     let (code, text) = run(dir.path()).await;
     assert_eq!(code, 0, "{text}");
     let out = dir.path().join("out");
-    let rejects: Vec<RejectRecord> = read(&out.join("A.rejects.jsonl"));
+    let rejects: Vec<RejectRecord> = read_jsonl(&out.join("A.rejects.jsonl"));
     assert_eq!(rejects.len(), 1, "{text}");
     assert_eq!(
         (rejects[0].error_kind.as_str(), rejects[0].attempts),
@@ -138,7 +120,7 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
     // A fresh directory: an overload first, then the answer.
     let dir = tempfile::tempdir().expect("tmp");
     job(dir.path(), &sim.base_url(), 1);
-    force(
+    force_error(
         &sim,
         Some(ForcedError {
             status: 503,
@@ -151,7 +133,7 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
     );
     let (code, text) = run(dir.path()).await;
     assert_eq!(code, 0, "{text}");
-    let outputs: Vec<OutputRecord> = read(&dir.path().join("out/A.jsonl"));
+    let outputs: Vec<OutputRecord> = read_jsonl(&dir.path().join("out/A.jsonl"));
     assert_eq!(outputs.len(), 1, "{text}");
     assert_eq!(outputs[0].attempts, 2, "retried once");
     sim.stop().await;

@@ -162,15 +162,27 @@ pub fn quarantine<T: DeserializeOwned>(path: &Path) -> Result<Quarantined, Repai
     if let Some(q) = quarantine {
         q.sync_all().map_err(io(&qpath))?;
     }
-    let kept = kept.into_inner().map_err(|e| io(&tmp)(e.into_error()))?;
-    kept.sync_all().map_err(io(&tmp))?;
+    replace_with(kept, &tmp, path)?;
+    Ok(report)
+}
+
+/// The last step of a rewrite: the kept lines (written to `tmp`, beside `path`) are synced and
+/// renamed over `path`, and the directory synced. The caller has synced whatever the moved
+/// lines went to first, so that a crash leaves a line in both places, never in neither.
+pub(super) fn replace_with(
+    kept: BufWriter<File>,
+    tmp: &Path,
+    path: &Path,
+) -> Result<(), RepairError> {
+    let kept = kept.into_inner().map_err(|e| io(tmp)(e.into_error()))?;
+    kept.sync_all().map_err(io(tmp))?;
     drop(kept);
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    if let Ok(d) = File::open(dir) {
+    std::fs::rename(tmp, path).map_err(io(path))?;
+    if let Ok(d) = File::open(path.parent().unwrap_or(Path::new("."))) {
         // The rename is durable once the directory is synced; a failure here loses nothing.
         let _ = d.sync_all();
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Appends a `complete` line (attempt [`REBUILT`]) for each output of `datasets` that the ledger

@@ -90,13 +90,7 @@ pub fn supersede<T: DeserializeOwned>(
         let f = w.into_inner().map_err(|e| io(&spath)(e.into_error()))?;
         f.sync_all().map_err(io(&spath))?;
     }
-    let kept = kept.into_inner().map_err(|e| io(&tmp)(e.into_error()))?;
-    kept.sync_all().map_err(io(&tmp))?;
-    drop(kept);
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+    super::repair::replace_with(kept, &tmp, path)?;
     Ok(moved)
 }
 

@@ -99,6 +99,18 @@ pub async fn fast_sim(mean_tokens: f64) -> SimHandle {
     s
 }
 
+/// Makes every chat request of the simulator fail with `f` (while its `remaining` lasts), or
+/// stops that with `None`.
+pub fn force_error(sim: &SimHandle, f: Option<harvest::sim::ForcedError>) {
+    sim.state
+        .control(&ControlRequest {
+            clear_forced_error: f.is_none(),
+            force_error: f,
+            ..Default::default()
+        })
+        .expect("control");
+}
+
 /// Sets the simulator's speed scale (1 is real provider pace).
 pub fn set_speed(sim: &SimHandle, scale: f64) {
     sim.state
