@@ -49,19 +49,7 @@ async fn run(dir: &Path, extra: &[&str]) -> (i32, String, String) {
 
 /// `N` prompts with ids `p00`.. and a config for the simulator at `base`.
 fn write_job(dir: &Path, base: &str, n: usize, settings: &str) {
-    std::fs::create_dir_all(dir).expect("dir");
-    let prompts: String = (0..n)
-        .map(|i| format!("{{\"id\": \"p{i:02}\", \"prompt\": \"question {i}\"}}\n"))
-        .collect();
-    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
-    std::fs::write(
-        dir.join("harvest.toml"),
-        format!(
-            "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\n{settings}\n\
-             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
-        ),
-    )
-    .expect("config");
+    common::write_job_with_ids(dir, base, VAR, n, settings);
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fast_sim, force_error, read_jsonl, set_speed};
+use common::{fast_sim, force_error, read_jsonl, set_speed, write_job_with_ids};
 use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
@@ -18,20 +18,11 @@ const VAR: &str = "HARVEST_SECOND_CHANCE_KEY";
 const N: usize = 150;
 
 fn job(dir: &Path, base: &str, max_tokens: u32) {
-    let prompts: String = (0..N)
-        .map(|i| format!("{{\"id\": \"p{i:03}\", \"prompt\": \"question {i}\"}}\n"))
-        .collect();
-    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
-    std::fs::write(
-        dir.join("harvest.toml"),
-        format!(
-            "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 8\n\
-             [request]\nmax_tokens = {max_tokens}\n\
-             [retry]\nbase_delay_ms = 10\nstop_after_same_error = 0\n\
-             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
-        ),
-    )
-    .expect("config");
+    let settings = format!(
+        "concurrency = 8\n[request]\nmax_tokens = {max_tokens}\n\
+         [retry]\nbase_delay_ms = 10\nstop_after_same_error = 0"
+    );
+    write_job_with_ids(dir, base, VAR, N, &settings);
 }
 
 fn harvest(dir: &Path, extra: &[&str]) -> Command {

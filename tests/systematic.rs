@@ -9,25 +9,20 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{fast_sim, force_error, read_jsonl};
+use common::{fast_sim, force_error, read_jsonl, write_job_with_ids};
 use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
 const VAR: &str = "HARVEST_SYSTEMATIC_TEST_KEY";
 
 fn job(dir: &Path, base: &str, n: usize) {
-    let prompts: String = (0..n)
-        .map(|i| format!("{{\"id\": \"p{i:02}\", \"prompt\": \"question {i}\"}}\n"))
-        .collect();
-    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
-    std::fs::write(
-        dir.join("harvest.toml"),
-        format!(
-            "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 4\n\
-             [retry]\nbase_delay_ms = 10\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
-        ),
-    )
-    .expect("config");
+    write_job_with_ids(
+        dir,
+        base,
+        VAR,
+        n,
+        "concurrency = 4\n[retry]\nbase_delay_ms = 10",
+    );
 }
 
 async fn run(dir: &Path) -> (i32, String) {

@@ -99,6 +99,25 @@ pub async fn fast_sim(mean_tokens: f64) -> SimHandle {
     s
 }
 
+/// `n` prompts with ids `p00`.. in `dir/p.jsonl`, and `dir/harvest.toml` for the simulator at
+/// `base` with the key in `key_var`, a $5 budget, `settings` (top-level keys, then tables) and
+/// one dataset `A`.
+pub fn write_job_with_ids(dir: &Path, base: &str, key_var: &str, n: usize, settings: &str) {
+    std::fs::create_dir_all(dir).expect("dir");
+    let prompts: String = (0..n)
+        .map(|i| format!("{{\"id\": \"p{i:02}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        dir.join("harvest.toml"),
+        format!(
+            "base_url = \"{base}\"\napi_key_env = \"{key_var}\"\nbudget_usd = 5.0\n{settings}\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
+        ),
+    )
+    .expect("config");
+}
+
 /// Makes every chat request of the simulator fail with `f` (while its `remaining` lasts), or
 /// stops that with `None`.
 pub fn force_error(sim: &SimHandle, f: Option<harvest::sim::ForcedError>) {
