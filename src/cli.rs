@@ -32,6 +32,9 @@ pub enum Command {
     /// What the remaining work of a config will cost and take: per dataset and per allowed
     /// endpoint, at the cheapest, the price-weighted mix and the dearest, against the budget.
     Estimate(EstimateArgs),
+    /// An output directory's answers as a trainer takes them: per dataset a success file that
+    /// passes SpecForge's validator, an error file and a skipped file, each row with its reason.
+    Export(ExportArgs),
     /// Canaries: the same greedy prompts to every endpoint of a model, each compared with a
     /// reference endpoint's answers, to tell who serves the real model.
     Probe(ProbeArgs),
@@ -274,6 +277,39 @@ pub struct RunArgs {
     /// real pace drops several times; timings shift by at most this). 0 turns it off.
     #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 0)]
     pub read_batch_ms: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// The run's output directory (read only; safe while a run writes it).
+    pub dir: PathBuf,
+    /// Where to write `<dataset>.jsonl`, `<dataset>_error.jsonl`, `<dataset>_skipped.jsonl`.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// The rows' shape: specforge (`conversations` with `reasoning_content`, `status`),
+    /// sharegpt (`from`/`value`, no reasoning) or openai (`messages`).
+    #[arg(long, value_enum, default_value = "specforge")]
+    pub format: crate::export::Format,
+    /// The run's config: its datasets in order, and their prompt files' counts (for the
+    /// "not yet run" column).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Add flat provenance columns (provider, endpoint_tag, tokens, cost_usd, ...).
+    #[arg(long)]
+    pub with_provenance: bool,
+    /// Keep answers cut at max_tokens (default: skipped).
+    #[arg(long)]
+    pub keep_truncated: bool,
+    /// Skip answers without reasoning_content (SpecForge's --expect-reasoning).
+    #[arg(long)]
+    pub require_reasoning: bool,
+    /// Keep answers with <think> or </think> in them (default: skipped, as SpecForge's
+    /// --strict-think-markers would fail them).
+    #[arg(long)]
+    pub keep_think_markers: bool,
+    /// The accounting as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod estimate;
+pub mod export;
 pub mod headless;
 pub mod logging;
 pub mod openrouter;

@@ -49,6 +49,7 @@ fn main() -> ExitCode {
             Command::Status(a) => commands::status::run(a).await.map(|()| exit::OK),
             Command::Providers(a) => commands::providers::run(a).await.map(|()| exit::OK),
             Command::Estimate(a) => commands::estimate::run(a).await.map(|()| exit::OK),
+            Command::Export(a) => commands::export::run(a).map(|()| exit::OK),
             Command::Probe(a) => commands::probe::run(a).await.map(|()| exit::OK),
             Command::Sim(a) => commands::sim::run(a).await.map(|()| exit::OK),
             Command::Demo(a) => commands::demo::run(a).await,

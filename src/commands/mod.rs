@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod estimate;
+pub mod export;
 pub mod probe;
 pub mod providers;
 pub mod run;

@@ -1,0 +1,506 @@
+//! `harvest export`: an output directory's answers as a trainer takes them. Per dataset,
+//! `<dataset>.jsonl` (rows that pass SpecForge's gate, in the chosen format),
+//! `<dataset>_error.jsonl` (rejected prompts, and rows that fail the gate, each with the
+//! reason) and `<dataset>_skipped.jsonl` (rows left out by a filter: cut at `max_tokens`, a
+//! think marker, no reasoning), as SpecForge's own regeneration script splits its output.
+//! Reads the output directory through the one read-only reader (`store::scan`), so it works
+//! while a run writes (it takes complete lines only) and never changes it.
+
+pub mod validate;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::store::output::{OutputRecord, RejectRecord, output_path, rejects_path};
+use crate::store::scan;
+
+use validate::{Rules, has_think_marker, validate_row};
+
+/// The shape of a success row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// `{id, conversations: [{role, content, reasoning_content?}], status: "success"}`: what
+    /// SpecForge's loader and validator read.
+    Specforge,
+    /// `{id, conversations: [{from, value}]}` (`system`, `human`, `gpt`); no reasoning field.
+    Sharegpt,
+    /// `{id, messages: [{role, content, reasoning_content?}]}`.
+    Openai,
+}
+
+/// What goes where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub format: Format,
+    /// Flat scalar columns of where each answer came from (provider, tokens, cost ...).
+    pub with_provenance: bool,
+    /// Keep answers cut at `max_tokens` (default: skipped).
+    pub keep_truncated: bool,
+    /// Skip answers without reasoning (SpecForge's `--expect-reasoning`).
+    pub require_reasoning: bool,
+    /// Keep answers with `<think>`/`</think>` in them (default: skipped, as
+    /// `--strict-think-markers` would fail them).
+    pub keep_think_markers: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Scan(#[from] scan::ScanError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
+    move |source| ExportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One dataset's accounting: success + error + skipped + not yet run = the prompt file's count.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub dataset: String,
+    pub success: u64,
+    pub error: u64,
+    pub skipped: u64,
+    /// Prompts with no answer and no reject yet (known when the prompt count is).
+    pub not_run: Option<u64>,
+    /// The prompt file's prompts, when known (`-c harvest.toml`).
+    pub prompts: Option<u64>,
+    /// Lines of the output directory that could not be read (damage): not exported.
+    pub unreadable: u64,
+}
+
+/// Why a row is left out by choice, or `None`.
+fn filtered(r: &OutputRecord, o: &Options) -> Option<String> {
+    let answers = || r.conversations.iter().filter(|t| t.role == "assistant");
+    if r.truncated && !o.keep_truncated {
+        return Some("cut at max_tokens (finish_reason length); --keep-truncated keeps it".into());
+    }
+    if !o.keep_think_markers
+        && answers().any(|t| {
+            has_think_marker(&t.content)
+                || t.reasoning_content.as_deref().is_some_and(has_think_marker)
+        })
+    {
+        return Some(
+            "a <think> or </think> marker in the answer; --keep-think-markers keeps it".into(),
+        );
+    }
+    if o.require_reasoning
+        && answers().any(|t| {
+            t.reasoning_content
+                .as_deref()
+                .is_none_or(|s| s.trim().is_empty())
+        })
+    {
+        return Some("no reasoning_content (--require-reasoning)".into());
+    }
+    None
+}
+
+/// The row as SpecForge reads it (what the gate checks).
+fn specforge_row(r: &OutputRecord) -> Value {
+    let turns: Vec<Value> = r
+        .conversations
+        .iter()
+        .map(|t| {
+            let mut m = json!({"role": t.role, "content": t.content});
+            if let Some(rc) = &t.reasoning_content {
+                m["reasoning_content"] = json!(rc);
+            }
+            m
+        })
+        .collect();
+    json!({"id": r.id, "conversations": turns, "status": "success"})
+}
+
+/// The success row in `format`, with provenance columns when asked.
+fn success_row(r: &OutputRecord, sf: Value, o: &Options) -> Value {
+    let mut row = match o.format {
+        Format::Specforge => sf,
+        Format::Openai => json!({"id": r.id, "messages": sf["conversations"]}),
+        Format::Sharegpt => {
+            let turns: Vec<Value> = r
+                .conversations
+                .iter()
+                .map(|t| {
+                    let from = match t.role.as_str() {
+                        "user" => "human",
+                        "assistant" => "gpt",
+                        other => other,
+                    };
+                    json!({"from": from, "value": t.content})
+                })
+                .collect();
+            json!({"id": r.id, "conversations": turns})
+        }
+    };
+    if o.with_provenance {
+        let cols = json!({
+            "provider": r.provider,
+            "endpoint_tag": r.endpoint_tag,
+            "quantization": r.quantization,
+            "model": r.model,
+            "finish_reason": r.finish_reason,
+            "prompt_tokens": r.usage.prompt_tokens,
+            "completion_tokens": r.usage.completion_tokens,
+            "reasoning_tokens": r.usage.reasoning_tokens,
+            "cost_usd": r.cost_usd.as_f64(),
+            "generation_id": r.generation_id,
+            "created_at": r.created_at,
+        });
+        if let (Some(row), Some(cols)) = (row.as_object_mut(), cols.as_object()) {
+            row.extend(cols.clone());
+        }
+    }
+    row
+}
+
+/// Three files written beside each other and moved into place together at the end.
+struct Sink {
+    files: Vec<(PathBuf, PathBuf, std::io::BufWriter<std::fs::File>)>,
+}
+
+impl Sink {
+    fn new(to: &Path, dataset: &str) -> Result<Sink, ExportError> {
+        let mut files = Vec::new();
+        for suffix in ["", "_error", "_skipped"] {
+            let path = to.join(format!("{dataset}{suffix}.jsonl"));
+            let tmp = to.join(format!(".{dataset}{suffix}.jsonl.tmp"));
+            let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+            files.push((path, tmp, std::io::BufWriter::new(f)));
+        }
+        Ok(Sink { files })
+    }
+
+    fn write(&mut self, which: usize, row: &Value) -> Result<(), ExportError> {
+        let (_, tmp, w) = &mut self.files[which];
+        serde_json::to_writer(&mut *w, row).map_err(|e| io(tmp)(std::io::Error::other(e)))?;
+        w.write_all(b"\n").map_err(io(tmp))
+    }
+
+    fn finish(self) -> Result<(), ExportError> {
+        for (path, tmp, w) in self.files {
+            let f = w.into_inner().map_err(|e| io(&tmp)(e.into_error()))?;
+            f.sync_all().map_err(io(&tmp))?;
+            std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        }
+        Ok(())
+    }
+}
+
+const SUCCESS: usize = 0;
+const ERROR: usize = 1;
+const SKIPPED: usize = 2;
+
+/// Exports the datasets `names` of `dir` into `to`; `prompts` gives each dataset's prompt
+/// count when known. Returns the accounting per dataset.
+pub fn export(
+    dir: &Path,
+    names: &[String],
+    prompts: &HashMap<String, u64>,
+    to: &Path,
+    o: &Options,
+) -> Result<Vec<Counts>, ExportError> {
+    std::fs::create_dir_all(to).map_err(io(to))?;
+    let rules = Rules {
+        expect_reasoning: o.require_reasoning,
+        expect_non_reasoning: false,
+        strict_think_markers: !o.keep_think_markers,
+    };
+    let mut all = Vec::new();
+    for name in names {
+        let mut sink = Sink::new(to, name)?;
+        let mut c = Counts {
+            dataset: name.clone(),
+            ..Counts::default()
+        };
+        let mut failed: Option<ExportError> = None;
+        let mut keep = |sink: &mut Sink, which: usize, row: Value, c: &mut Counts| {
+            if failed.is_some() {
+                return;
+            }
+            match which {
+                SUCCESS => c.success += 1,
+                ERROR => c.error += 1,
+                _ => c.skipped += 1,
+            }
+            if let Err(e) = sink.write(which, &row) {
+                failed = Some(e);
+            }
+        };
+        let outputs = scan::read_file(&output_path(dir, name), |r: OutputRecord| {
+            let sf = specforge_row(&r);
+            if let Some(why) = filtered(&r, o) {
+                let row = json!({"id": r.id, "status": "skipped", "reason": why,
+                                 "conversations": sf["conversations"]});
+                return keep(&mut sink, SKIPPED, row, &mut c);
+            }
+            match validate_row(&sf, rules) {
+                Ok(_) => {
+                    let row = success_row(&r, sf, o);
+                    keep(&mut sink, SUCCESS, row, &mut c);
+                }
+                Err(why) => {
+                    let row = json!({"id": r.id, "status": "error", "reason": why,
+                                     "conversations": sf["conversations"]});
+                    keep(&mut sink, ERROR, row, &mut c);
+                }
+            }
+        })?;
+        let rejects = scan::read_file(&rejects_path(dir, name), |r: RejectRecord| {
+            let row = json!({"id": r.id, "status": "error",
+                             "reason": format!("rejected after {} attempt{}: {}", r.attempts,
+                                               if r.attempts == 1 { "" } else { "s" }, r.error),
+                             "error_kind": r.error_kind, "line": r.line});
+            keep(&mut sink, ERROR, row, &mut c);
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        sink.finish()?;
+        c.unreadable = outputs.damaged + rejects.damaged;
+        c.prompts = prompts.get(name).copied();
+        c.not_run = c
+            .prompts
+            .map(|p| p.saturating_sub(c.success + c.error + c.skipped));
+        all.push(c);
+    }
+    Ok(all)
+}
+
+/// The printed table: one line per dataset.
+pub fn render(counts: &[Counts], to: &Path) -> String {
+    use crate::domain::group_thousands as g;
+    let mut out = format!(
+        "{:<16} {:>9} {:>9} {:>9} {:>11} {:>9}\n",
+        "dataset", "success", "error", "skipped", "not yet run", "prompts"
+    );
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), g);
+    for c in counts {
+        out.push_str(&format!(
+            "{:<16} {:>9} {:>9} {:>9} {:>11} {:>9}\n",
+            c.dataset,
+            g(c.success),
+            g(c.error),
+            g(c.skipped),
+            opt(c.not_run),
+            opt(c.prompts)
+        ));
+        if c.unreadable > 0 {
+            out.push_str(&format!(
+                "  {}: {} damaged line(s) of the output directory were not exported (harvest run --repair)\n",
+                c.dataset, c.unreadable
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "written to {}: <dataset>.jsonl, <dataset>_error.jsonl, <dataset>_skipped.jsonl\n",
+        to.display()
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Usd;
+    use crate::store::output::{RecordUsage, Turn};
+
+    fn rec(id: &str, content: &str, reasoning: Option<&str>, truncated: bool) -> OutputRecord {
+        OutputRecord {
+            id: id.into(),
+            conversations: vec![
+                Turn {
+                    role: "user".into(),
+                    content: "question".into(),
+                    reasoning_content: None,
+                },
+                Turn {
+                    role: "assistant".into(),
+                    content: content.into(),
+                    reasoning_content: reasoning.map(str::to_string),
+                },
+            ],
+            provider: "Chutes".into(),
+            endpoint_tag: Some("chutes/int4".into()),
+            quantization: Some("int4".into()),
+            model: "moonshotai/kimi-k2.5".into(),
+            finish_reason: if truncated { "length" } else { "stop" }.into(),
+            truncated,
+            usage: RecordUsage {
+                prompt_tokens: 10,
+                completion_tokens: 20,
+                reasoning_tokens: 5,
+                source: "reported".into(),
+            },
+            cost_usd: Usd::from_f64(0.001),
+            ttft_ms: Some(300),
+            latency_ms: 900,
+            attempts: 1,
+            created_at: "2026-12-01T00:00:00Z".into(),
+            generation_id: Some("gen-1".into()),
+            params: json!({}),
+        }
+    }
+
+    fn write_lines<T: Serialize>(p: &Path, rows: &[T]) {
+        let text: String = rows
+            .iter()
+            .map(|r| format!("{}\n", serde_json::to_string(r).expect("json")))
+            .collect();
+        std::fs::write(p, text).expect("write");
+    }
+
+    fn read(p: &Path) -> Vec<Value> {
+        std::fs::read_to_string(p)
+            .expect("read")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect()
+    }
+
+    const SF: Options = Options {
+        format: Format::Specforge,
+        with_provenance: false,
+        keep_truncated: false,
+        require_reasoning: true,
+        keep_think_markers: false,
+    };
+
+    /// Rows that break each rule land in `_error` or `_skipped` with the reason; the rest pass
+    /// the gate; the accounting adds up to the prompt count.
+    #[test]
+    fn each_row_lands_in_one_file_with_its_reason() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).expect("mkdir");
+        let mut sys_late = rec("sys-late", "answer", Some("r"), false);
+        sys_late.conversations.push(Turn {
+            role: "system".into(),
+            content: "late".into(),
+            reasoning_content: None,
+        });
+        let rows = vec![
+            rec("good", "answer", Some("thinking"), false),
+            rec("cut", "answ", Some("thinking"), true),
+            rec("think", "</think>answer", Some("thinking"), false),
+            rec("noreason", "answer", None, false),
+            rec("empty", "  ", Some("thinking"), false),
+            sys_late,
+        ];
+        write_lines(&out.join("A.jsonl"), &rows);
+        // A torn last line (a live run) is not read.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(out.join("A.jsonl"))
+            .and_then(|mut f| f.write_all(b"{\"id\":\"half"))
+            .expect("torn");
+        write_lines(
+            &out.join("A.rejects.jsonl"),
+            &[RejectRecord {
+                id: "rej".into(),
+                line: Some(9),
+                error: "HTTP 400: flagged".into(),
+                error_kind: "policy".into(),
+                attempts: 1,
+                created_at: "2026-12-01T00:00:00Z".into(),
+            }],
+        );
+        let to = dir.path().join("export");
+        let prompts = HashMap::from([("A".to_string(), 10u64)]);
+        let counts = export(&out, &["A".into()], &prompts, &to, &SF).expect("export");
+        assert_eq!(
+            counts,
+            vec![Counts {
+                dataset: "A".into(),
+                success: 1,
+                error: 3,
+                skipped: 3,
+                not_run: Some(3),
+                prompts: Some(10),
+                unreadable: 0,
+            }]
+        );
+        let ok = read(&to.join("A.jsonl"));
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0]["id"], "good");
+        for r in &ok {
+            validate_row(
+                r,
+                Rules {
+                    expect_reasoning: true,
+                    expect_non_reasoning: false,
+                    strict_think_markers: true,
+                },
+            )
+            .expect("every success row passes the gate");
+        }
+        let why = |file: &str| -> HashMap<String, String> {
+            read(&to.join(file))
+                .iter()
+                .map(|r| {
+                    (
+                        r["id"].as_str().expect("id").to_string(),
+                        r["reason"].as_str().expect("reason").to_string(),
+                    )
+                })
+                .collect()
+        };
+        let skipped = why("A_skipped.jsonl");
+        assert!(skipped["cut"].contains("max_tokens"));
+        assert!(skipped["think"].contains("<think>"));
+        assert!(skipped["noreason"].contains("reasoning_content"));
+        let errors = why("A_error.jsonl");
+        assert_eq!(
+            errors["empty"],
+            "message 1 content must be a non-empty string"
+        );
+        assert_eq!(
+            errors["sys-late"],
+            "message 2 has unsupported role 'system'"
+        );
+        assert!(errors["rej"].contains("rejected after 1 attempt: HTTP 400"));
+        // Nothing in the output directory changed, no temporary file is left.
+        assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 2);
+        assert_eq!(std::fs::read_dir(&to).expect("dir").count(), 3);
+        assert!(
+            render(&counts, &to)
+                .contains("A                        1         3         3           3        10")
+        );
+    }
+
+    #[test]
+    fn formats_and_provenance() {
+        let r = rec("x", "answer", Some("thinking"), false);
+        let sf = specforge_row(&r);
+        let mut o = SF;
+        o.format = Format::Sharegpt;
+        let s = success_row(&r, sf.clone(), &o);
+        assert_eq!(
+            s,
+            json!({"id": "x", "conversations": [{"from": "human", "value": "question"}, {"from": "gpt", "value": "answer"}]})
+        );
+        o.format = Format::Openai;
+        o.with_provenance = true;
+        let m = success_row(&r, sf, &o);
+        assert_eq!(m["messages"][1]["reasoning_content"], "thinking");
+        assert_eq!(m["endpoint_tag"], "chutes/int4");
+        assert_eq!(m["cost_usd"], 0.001);
+        assert!(
+            m.as_object().expect("obj").values().all(|v| !v.is_object()),
+            "flat columns"
+        );
+    }
+}
