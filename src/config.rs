@@ -107,6 +107,30 @@ pub enum OnBadLine {
     Skip,
 }
 
+/// What to do with an answer whose `content` is empty (a thinking model cut while thinking, or
+/// one that answered only in its reasoning): the drafter must not learn an empty answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnEmpty {
+    /// A failed attempt of kind `empty`: retried, then rejected.
+    #[default]
+    Retry,
+    /// Rejected at once (kind `empty`).
+    Reject,
+    /// Kept as it came.
+    Keep,
+}
+
+/// Whether thinking returned inline in the content (`<think>...</think>`, or a lone
+/// `</think>` after it) is moved into `reasoning_content`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitThink {
+    #[default]
+    Auto,
+    Off,
+}
+
 /// What to do with a prompt whose id an earlier line of the same file already has, with other
 /// content (a copied line, same id and same conversation, is always skipped and counted).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +173,8 @@ pub struct Config {
     pub schedule: Schedule,
     pub on_bad_line: OnBadLine,
     pub on_duplicate: OnDuplicate,
+    pub on_empty: OnEmpty,
+    pub split_think: SplitThink,
     pub request: RequestParams,
     pub timeouts: Timeouts,
     pub retry: RetryConfig,
@@ -188,6 +214,8 @@ impl Default for Config {
             schedule: Schedule::default(),
             on_bad_line: OnBadLine::default(),
             on_duplicate: OnDuplicate::default(),
+            on_empty: OnEmpty::default(),
+            split_think: SplitThink::default(),
             request: RequestParams::default(),
             timeouts: Timeouts::default(),
             retry: RetryConfig::default(),

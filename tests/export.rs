@@ -98,3 +98,84 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
     assert!(said.contains("validation passed"), "{said}");
     sim.stop().await;
 }
+
+fn reasoning_format(sim: &harvest::sim::SimHandle, f: &str) {
+    let patch: harvest::sim::EndpointPatch =
+        serde_json::from_value(serde_json::json!({"reasoning_format": f})).expect("patch");
+    sim.state
+        .control(&harvest::sim::ControlRequest {
+            all: Some(patch),
+            ..Default::default()
+        })
+        .expect("control");
+}
+
+/// Endpoints that return their thinking inline give clean rows; endpoints that answer only in
+/// reasoning are retried, then rejected as `empty`; either way the export passes the gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
+    let sim = fast_sim(60.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let settings = "concurrency = 4\n[request]\nmax_tokens = 4096\n[retry]\nmax_attempts = 2\nbase_delay_ms = 10";
+    write_job_with_ids(d, &sim.base_url(), VAR, 12, settings);
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .env(VAR, "sk-or-v1-export-test-key-0000000000")
+            .args(["run", "--headless", "-c"])
+            .arg(d.join("harvest.toml"))
+            .output()
+            .expect("run")
+    };
+    reasoning_format(&sim, "inline");
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<harvest::store::output::OutputRecord> =
+        common::read_jsonl(&d.join("out/A.jsonl"));
+    assert_eq!(rows.len(), 12);
+    for r in &rows {
+        let t = r.conversations.last().expect("turn");
+        assert!(!t.content.contains("think>"), "{}", t.content);
+        assert!(!t.content.trim().is_empty());
+        assert!(
+            t.reasoning_content
+                .as_deref()
+                .is_some_and(|s| !s.is_empty()),
+            "{r:?}"
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("returns its thinking inline"),
+        "the event log says so"
+    );
+
+    // Reasoning only: retried once, then rejected as empty.
+    std::fs::remove_dir_all(d.join("out")).expect("clean");
+    let before = sim.state.requests_since(0).len();
+    reasoning_format(&sim, "only");
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rejects: Vec<harvest::store::output::RejectRecord> =
+        common::read_jsonl(&d.join("out/A.rejects.jsonl"));
+    assert_eq!(rejects.len(), 12);
+    assert!(
+        rejects
+            .iter()
+            .all(|r| r.error_kind == "empty" && r.attempts == 2),
+        "{rejects:?}"
+    );
+    assert_eq!(
+        sim.state.requests_since(0).len() - before,
+        24,
+        "two attempts each"
+    );
+    sim.stop().await;
+}

@@ -76,6 +76,7 @@ pub struct EndpointPatch {
     /// A `name=value,...` spec applied on top of the current mix.
     pub faults_spec: Option<String>,
     pub divergence: Option<f64>,
+    pub reasoning_format: Option<super::table::ReasoningFormat>,
     pub down: Option<bool>,
 }
 
@@ -122,6 +123,9 @@ impl EndpointPatch {
         }
         if let Some(s) = &self.faults_spec {
             b.faults.apply_spec(s)?;
+        }
+        if let Some(v) = self.reasoning_format {
+            b.reasoning_format = v;
         }
         if let Some(v) = self.divergence {
             b.divergence = v.clamp(0.0, 1.0);
@@ -539,6 +543,7 @@ struct Plan {
     completion_tokens: u64,
     reasoning_tokens: u64,
     reasoning_visible: bool,
+    reasoning_format: super::table::ReasoningFormat,
     finish_reason: &'static str,
     fault: Fault,
     /// Token index at which a stream fault strikes.
@@ -872,6 +877,7 @@ fn make_plan(
         completion_tokens: n,
         reasoning_tokens: reasoning,
         reasoning_visible,
+        reasoning_format: b.reasoning_format,
         finish_reason: finish,
         fault,
         fault_at,
@@ -1044,7 +1050,26 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
             if j == keepalive_at && plan.stream {
                 buf.push_str(KEEPALIVE);
             }
-            if j < plan.reasoning_tokens {
+            use super::table::ReasoningFormat as RF;
+            let thinking = j < plan.reasoning_tokens || plan.reasoning_format == RF::Only;
+            if plan.reasoning_format == RF::Inline && plan.reasoning_visible {
+                // No reasoning parser: the thinking is part of the text.
+                let mut word = String::new();
+                if j == 0 && plan.reasoning_tokens > 0 {
+                    word.push_str("<think>");
+                }
+                if j == plan.reasoning_tokens && j > 0 {
+                    word.push_str("</think>");
+                }
+                word.push_str(state.vocab.raw(w));
+                if plan.stream {
+                    let mut escaped = String::new();
+                    crate::sim::generate::json_escape(&word, &mut escaped);
+                    writer.content(&escaped, &mut buf);
+                } else {
+                    content.push_str(&word);
+                }
+            } else if thinking {
                 if plan.reasoning_visible {
                     if plan.stream {
                         writer.reasoning(state.vocab.escaped(w), &mut buf);

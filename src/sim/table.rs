@@ -65,6 +65,21 @@ pub struct SimBehaviour {
     /// Taken out of routing entirely (as if the provider vanished), set through the control route.
     #[serde(default)]
     pub down: bool,
+    /// How the model's thinking comes back: in `reasoning` deltas (OpenRouter's parsed form),
+    /// `inline` in the content as `<think>...</think>` (a server without a reasoning parser),
+    /// or `only`: every token is reasoning and the content stays empty.
+    #[serde(default)]
+    pub reasoning_format: ReasoningFormat,
+}
+
+/// See [`SimBehaviour::reasoning_format`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningFormat {
+    #[default]
+    Separate,
+    Inline,
+    Only,
 }
 
 fn default_ttft() -> f64 {
@@ -84,6 +99,7 @@ impl Default for SimBehaviour {
             faults: FaultMix::default(),
             divergence: 0.0,
             down: false,
+            reasoning_format: ReasoningFormat::Separate,
         }
     }
 }

@@ -19,6 +19,7 @@ mod routing;
 mod systematic;
 #[cfg(test)]
 mod tests;
+pub mod think;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -254,6 +255,8 @@ pub struct Core {
     or_in_flight: u32,
     /// Rejects held while the same failure repeats (see `systematic`).
     streak: systematic::Streak,
+    /// Endpoints already reported for returning their thinking inline.
+    inline_think_reported: HashSet<String>,
 }
 
 impl Core {
@@ -322,6 +325,7 @@ impl Core {
             account: account::AccountGate::new(learn),
             or_in_flight: 0,
             streak: systematic::Streak::default(),
+            inline_think_reported: HashSet::new(),
         };
         core.refresh_verdicts();
         core

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::OnLength;
+use crate::config::{OnEmpty, OnLength, SplitThink};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, Completion, ErrorKind, UsageSource};
 use crate::store::output::{OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn};
@@ -341,6 +341,43 @@ impl Core {
             checkpoint: None,
             note: None,
         });
+        // Paid for; now, is it an answer to keep?
+        if c.finish_reason == "content_filter" {
+            let why = "finish_reason content_filter: the provider filtered the answer".to_string();
+            self.reject(job, why, ErrorKind::ContentPolicy.label(), now);
+            return;
+        }
+        let (content, reasoning, split) = match self.cfg.split_think {
+            SplitThink::Auto => super::think::clean(c.content, c.reasoning),
+            SplitThink::Off => (c.content, c.reasoning, false),
+        };
+        if split
+            && let Some(e) = &ep
+            && self.inline_think_reported.insert(e.tag.clone())
+        {
+            let text = format!(
+                "{} returns its thinking inline in the answer (<think>...</think>): moved to \
+                 reasoning_content",
+                e.tag
+            );
+            self.event(now, text);
+        }
+        if content.trim().is_empty() && self.cfg.on_empty != OnEmpty::Keep {
+            let err = ApiError::Empty {
+                provider: c.provider.clone().unwrap_or_else(|| "?".into()),
+            };
+            if self.cfg.on_empty == OnEmpty::Retry && job.attempts < self.cfg.retry.max_attempts {
+                self.schedule_retry(job, &err, now);
+            } else {
+                let why = format!(
+                    "empty answer content (reasoning only, or cut while thinking) after {} attempt{}",
+                    job.attempts,
+                    if job.attempts == 1 { "" } else { "s" }
+                );
+                self.reject(job, why, ErrorKind::Empty.label(), now);
+            }
+            return;
+        }
         if truncated
             && job.attempts < self.cfg.retry.max_attempts
             && self.cfg.retry.on_length == OnLength::Retry
@@ -371,8 +408,8 @@ impl Core {
             .collect();
         conversations.push(Turn {
             role: "assistant".into(),
-            content: c.content,
-            reasoning_content: c.reasoning,
+            content,
+            reasoning_content: reasoning,
         });
         let params = serde_json::to_value(&self.datasets[d].params).unwrap_or_default();
         let completion_tokens = c.usage.completion_tokens;

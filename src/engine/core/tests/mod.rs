@@ -3,6 +3,7 @@
 
 mod account;
 mod admission;
+mod answers;
 mod budget;
 mod control;
 mod outcome;

@@ -1,7 +1,7 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 9] = [
+const SOURCES: [(&str, &str); 10] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
@@ -11,6 +11,7 @@ const SOURCES: [(&str, &str); 9] = [
     ("outcome.rs", include_str!("../outcome.rs")),
     ("routing.rs", include_str!("../routing.rs")),
     ("systematic.rs", include_str!("../systematic.rs")),
+    ("think.rs", include_str!("../think.rs")),
 ];
 
 const FORBIDDEN: [&str; 12] = [
