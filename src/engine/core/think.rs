@@ -40,9 +40,12 @@ pub fn clean(content: String, reasoning: Option<String>) -> (String, Option<Stri
 mod tests {
     use super::*;
 
+    /// Content and parsed reasoning in; the answer, the reasoning and whether it split out.
+    type Case<'a> = (&'a str, Option<&'a str>, (&'a str, Option<&'a str>, bool));
+
     #[test]
     fn think_blocks_in_every_shape() {
-        let cases: Vec<(&str, Option<&str>, (&str, Option<&str>, bool))> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "<think>a plan</think>The answer.",
                 None,
