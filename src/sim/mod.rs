@@ -14,6 +14,7 @@
 
 pub mod account;
 pub mod billing;
+mod errors;
 pub mod faults;
 pub mod generate;
 pub mod routing;
