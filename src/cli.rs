@@ -307,6 +307,10 @@ pub struct ExportArgs {
     /// --strict-think-markers would fail them).
     #[arg(long)]
     pub keep_think_markers: bool,
+    /// A system turn for rows that have none (e.g. the training template's default, so that
+    /// generation and training contexts match).
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
     /// The accounting as JSON.
     #[arg(long)]
     pub json: bool,

@@ -37,6 +37,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         keep_truncated: args.keep_truncated,
         require_reasoning: args.require_reasoning,
         keep_think_markers: args.keep_think_markers,
+        system_prompt: args.system_prompt.clone(),
     };
     let counts = export(&args.dir, &names, &prompts, &args.to, &opts)?;
     if args.json {

@@ -167,6 +167,18 @@ fn ready_dataset(
     sizes.0 += counted.bytes;
     sizes.1 += counted.in_shard + counted.invalid;
     check_prompts(cfg, d, &counted, notes)?;
+    if counted.without_system > 0 && d.system_prompt.is_none() {
+        // The provider then renders the model's own default system prompt, which the row does
+        // not show, while a trainer's template may insert its own: the two contexts differ.
+        notes.push(format!(
+            "dataset {}: {} prompt{} without a system message and no system_prompt configured: \
+             the provider applies the model's default system prompt, which the rows do not \
+             record; set system_prompt to send (and record) one",
+            d.name,
+            crate::domain::group_thousands(counted.without_system),
+            if counted.without_system == 1 { "" } else { "s" }
+        ));
+    }
     // In skip mode bad lines become rejects (of shard 0 only, when sharded).
     let skip = cfg.on_bad_line == OnBadLine::Skip;
     let bad = if skip && opts.shard.is_none_or(|(k, _)| k == 0) {

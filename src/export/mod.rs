@@ -34,7 +34,7 @@ pub enum Format {
 }
 
 /// What goes where.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     pub format: Format,
     /// Flat scalar columns of where each answer came from (provider, tokens, cost ...).
@@ -46,6 +46,8 @@ pub struct Options {
     /// Keep answers with `<think>`/`</think>` in them (default: skipped, as
     /// `--strict-think-markers` would fail them).
     pub keep_think_markers: bool,
+    /// A system turn for rows that have none (to match a training template's default).
+    pub system_prompt: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -240,7 +242,19 @@ pub fn export(
                 failed = Some(e);
             }
         };
-        let outputs = scan::read_file(&output_path(dir, name), |r: OutputRecord| {
+        let outputs = scan::read_file(&output_path(dir, name), |mut r: OutputRecord| {
+            if let Some(text) = &o.system_prompt
+                && !r.conversations.iter().any(|t| t.role == "system")
+            {
+                r.conversations.insert(
+                    0,
+                    crate::store::output::Turn {
+                        role: "system".into(),
+                        content: text.clone(),
+                        reasoning_content: None,
+                    },
+                );
+            }
             let sf = specforge_row(&r);
             if let Some(why) = filtered(&r, o) {
                 let row = json!({"id": r.id, "status": "skipped", "reason": why,
@@ -377,6 +391,7 @@ mod tests {
         keep_truncated: false,
         require_reasoning: true,
         keep_think_markers: false,
+        system_prompt: None,
     };
 
     /// Rows that break each rule land in `_error` or `_skipped` with the reason; the rest pass
@@ -479,6 +494,36 @@ mod tests {
             render(&counts, &to)
                 .contains("A                        1         3         3           3        10")
         );
+    }
+
+    #[test]
+    fn a_system_turn_for_rows_without_one() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).expect("mkdir");
+        let mut with = rec("with", "answer", Some("r"), false);
+        with.conversations.insert(
+            0,
+            Turn {
+                role: "system".into(),
+                content: "own".into(),
+                reasoning_content: None,
+            },
+        );
+        write_lines(
+            &out.join("A.jsonl"),
+            &[rec("without", "answer", Some("r"), false), with],
+        );
+        let to = dir.path().join("export");
+        let mut o = SF;
+        o.system_prompt = Some("You are a helpful assistant.".into());
+        export(&out, &["A".into()], &HashMap::new(), &to, &o).expect("export");
+        let rows = read(&to.join("A.jsonl"));
+        let first: Vec<&str> = rows
+            .iter()
+            .map(|r| r["conversations"][0]["content"].as_str().expect("content"))
+            .collect();
+        assert_eq!(first, vec!["You are a helpful assistant.", "own"]);
     }
 
     #[test]

@@ -155,6 +155,8 @@ pub struct PromptCount {
     /// Bytes the count read: the run reads the file up to here and no further (lines appended
     /// while it runs are not this run's).
     pub bytes: u64,
+    /// Valid prompts with no `system` message of their own.
+    pub without_system: u64,
 }
 
 /// Streams prompts from a JSONL source. Bad lines yield an error and the iteration goes on with the
@@ -404,6 +406,9 @@ pub fn count_prompts_in_shard(
         match item {
             Ok(p) => {
                 count.valid += 1;
+                if !p.messages.iter().any(|m| m.role == "system") {
+                    count.without_system += 1;
+                }
                 if shard.is_none_or(|(k, n)| shard_of(&p.id, n) == k) {
                     count.in_shard += 1;
                 }
