@@ -71,6 +71,20 @@ impl Health {
             .map(|t| t - now)
     }
 
+    /// When this endpoint may take a request, as of `now`, without changing its state: `now`
+    /// when it may now, the end of its 429 pause or breaker cool-down, or `None` while a
+    /// half-open probe is out (its result decides).
+    pub fn available_at(&self, now: Instant) -> Option<Instant> {
+        let breaker = match self.state {
+            BreakerState::Closed => now,
+            BreakerState::Open => self.open_until.map_or(now, |t| t.max(now)),
+            BreakerState::HalfOpen if self.probe_in_flight => return None,
+            BreakerState::HalfOpen => now,
+        };
+        let limited = self.rate_limited_until.filter(|t| *t > now);
+        Some(limited.map_or(breaker, |l| l.max(breaker)))
+    }
+
     /// Moves an expired open breaker to half-open.
     pub fn tick(&mut self, now: Instant) {
         if self.state == BreakerState::Open && self.open_until.is_some_and(|t| now >= t) {

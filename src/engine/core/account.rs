@@ -174,6 +174,15 @@ impl AccountGate {
         })
     }
 
+    /// When one more OpenRouter stream may start, with `running` in flight: now, the end of
+    /// the pause, or `None` while the ceiling is reached (a stream's end decides).
+    pub fn open_at(&self, running: u32, now: Instant) -> Option<Instant> {
+        if self.ceiling.is_some_and(|c| running >= c) {
+            return None;
+        }
+        Some(self.paused_until.map_or(now, |t| t.max(now)))
+    }
+
     pub fn ceiling(&self) -> Option<u32> {
         self.ceiling
     }

@@ -409,9 +409,15 @@ impl Core {
         }
         let retry = self.retry.peek().map(|Reverse(p)| p.not_before);
         let send = self.next_send_at.filter(|t| *t > now.mono);
-        match (retry, send) {
+        let due = match (retry, send) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        match due {
+            // Due, but nothing can take it now: wake when something can (a breaker's
+            // cool-down, a pause), not at once again and again.
+            Some(t) if t <= now.mono => self.routable_at(now).map(|r| r.max(t)),
+            other => other,
         }
     }
 

@@ -4,6 +4,7 @@
 //! `quantizations`).
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use crate::config::Routing;
 use crate::domain::{EndpointTag, Price, Quantization};
@@ -99,6 +100,27 @@ impl Core {
 
     /// Chooses where a request goes; `avoid` is where its last attempt failed (a retry goes
     /// elsewhere when there is elsewhere). `None`: nothing can take it now.
+    /// When some endpoint may take a request: now, the soonest end of a breaker's cool-down,
+    /// a 429 pause or the account's pause; `None` when only an event can change it (a result,
+    /// an operator's command, a listing: every endpoint excluded, gone, at its cap or probing).
+    pub(super) fn routable_at(&self, now: &Clock) -> Option<Instant> {
+        (0..self.endpoints.len())
+            .filter(|&i| self.listed[i].present && self.permitted(i))
+            .filter(|&i| {
+                self.cap(i).is_none_or(|cap| {
+                    self.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap)
+                })
+            })
+            .filter_map(|i| {
+                let t = self.health[i].available_at(now.mono)?;
+                if self.endpoints[i].custom.is_some() {
+                    return Some(t);
+                }
+                Some(t.max(self.account.open_at(self.or_in_flight, now.mono)?))
+            })
+            .min()
+    }
+
     pub fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
         let n = self.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();

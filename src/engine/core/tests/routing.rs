@@ -368,3 +368,41 @@ fn nothing_to_route_to_takes_no_prompt() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].prompt_id, "a");
 }
+
+/// A retry that is due while nothing can take it wakes the driver when something can (the
+/// first breaker to cool down), or not at all when only an event can help: never "now" again
+/// and again, which would spin the driver's loop.
+#[test]
+fn a_due_retry_with_nothing_to_route_to_waits_for_what_can_change() {
+    let cfg = config(
+        "routing = \"pinned\"\n[retry]\nmax_attempts = 5\nbase_delay_ms = 500\n[breaker]\nfailures = 1\ncooldown_s = 30",
+    );
+    let eps = vec![
+        ep("chutes/int4", "Chutes", "int4", 0.4, 2.0),
+        ep("together/int4", "Together", "int4", 0.5, 2.5),
+    ];
+    let mut h = H::new(cfg, eps, &[&["a"]]);
+    let sent = h.dispatch();
+    h.result(failed(sent[0].key, sent[0].pinned, http(500, None, "oops")));
+    h.at(2.0);
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 1, "the retry goes to the other endpoint");
+    h.result(failed(sent[0].key, sent[0].pinned, http(500, None, "oops")));
+    // Both breakers open (chutes until 30 s, together until 32 s); the retry falls due at ~3 s.
+    h.at(10.0);
+    assert!(h.dispatch().is_empty());
+    let wake = h.core.next_wake(&h.now).expect("a wake");
+    let at = wake.saturating_duration_since(h.t0.mono).as_secs_f64();
+    assert!(
+        (29.9..=30.1).contains(&at),
+        "wakes when chutes cools down, not now: {at}"
+    );
+    // Every endpoint excluded by the operator: only a command can help.
+    for tag in ["chutes/int4", "together/int4"] {
+        h.command(crate::engine::Command::SetEndpoint {
+            tag: tag.into(),
+            allowed: Some(false),
+        });
+    }
+    assert_eq!(h.core.next_wake(&h.now), None);
+}
