@@ -15,6 +15,7 @@ use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
 const VAR: &str = "HARVEST_SECOND_CHANCE_KEY";
+const KEY: &str = "sk-or-v1-second-chance-key-000000";
 const N: usize = 150;
 
 fn job(dir: &Path, base: &str, max_tokens: u32) {
@@ -27,7 +28,7 @@ fn job(dir: &Path, base: &str, max_tokens: u32) {
 
 fn harvest(dir: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
-    c.env(VAR, "sk-or-v1-second-chance-key-000000")
+    c.env(VAR, KEY)
         .args(["run", "--headless", "-c"])
         .arg(dir.join("harvest.toml"))
         .args(extra)
@@ -37,16 +38,8 @@ fn harvest(dir: &Path, extra: &[&str]) -> Command {
 }
 
 async fn finish(dir: &Path, extra: &[&str]) -> String {
-    let mut c = harvest(dir, extra);
-    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
-        .await
-        .expect("join");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    let (code, text) = common::run_headless(dir, VAR, KEY, extra).await;
+    assert_eq!(code, 0, "{text}");
     text
 }
 

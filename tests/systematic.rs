@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{fast_sim, force_error, read_jsonl, write_job_with_ids};
 use harvest::sim::ForcedError;
@@ -26,19 +25,7 @@ fn job(dir: &Path, base: &str, n: usize) {
 }
 
 async fn run(dir: &Path) -> (i32, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
-    c.env(VAR, "sk-or-v1-systematic-test-key-00000")
-        .args(["run", "--headless", "-c"])
-        .arg(dir.join("harvest.toml"));
-    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
-        .await
-        .expect("join");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    common::run_headless(dir, VAR, "sk-or-v1-systematic-test-key-00000", &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

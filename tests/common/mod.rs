@@ -118,6 +118,25 @@ pub fn write_job_with_ids(dir: &Path, base: &str, key_var: &str, n: usize, setti
     .expect("config");
 }
 
+/// Runs `harvest run --headless -c dir/harvest.toml <extra>` to its end with `key` in
+/// `key_var`; returns the exit code and stdout then stderr.
+pub async fn run_headless(dir: &Path, key_var: &str, key: &str, extra: &[&str]) -> (i32, String) {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env(key_var, key)
+        .args(["run", "--headless", "-c"])
+        .arg(dir.join("harvest.toml"))
+        .args(extra);
+    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
+        .await
+        .expect("join");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// Makes every chat request of the simulator fail with `f` (while its `remaining` lasts), or
 /// stops that with `None`.
 pub fn force_error(sim: &SimHandle, f: Option<harvest::sim::ForcedError>) {
