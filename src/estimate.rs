@@ -59,6 +59,9 @@ impl Default for TokenRule {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TextStats {
     pub prompts: u64,
+    /// Requests these prompts take: one each, or one per assistant turn when every turn is
+    /// regenerated (`turns = "all"`; then `messages` and `chars` count every request's).
+    pub requests: u64,
     pub messages: u64,
     /// Unicode characters (not bytes) of every message's content.
     pub chars: u64,
@@ -75,8 +78,10 @@ impl TextStats {
         self.non_ascii_chars += chars.saturating_sub(ascii);
     }
 
-    pub fn add_prompt(&mut self) {
+    /// Counts one prompt sent in `requests` requests (1 unless every turn is regenerated).
+    pub fn add_prompt(&mut self, requests: u64) {
         self.prompts += 1;
+        self.requests += requests.max(1);
     }
 
     fn non_ascii_share(&self) -> f64 {
@@ -92,6 +97,8 @@ impl TextStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Observed {
     pub outputs: u64,
+    /// Answers the outputs took: one each, or one per turn of a regenerated conversation.
+    pub answers: u64,
     pub completion_tokens: u64,
 }
 
@@ -265,6 +272,8 @@ pub struct DatasetEstimate {
     pub prompts_remaining: u64,
     /// Of those, the ones the output-token budget leaves room for.
     pub prompts_to_send: u64,
+    /// The requests they take: one a prompt, or one a turn when every turn is regenerated.
+    pub requests_to_send: u64,
     /// Estimated prompt tokens of the prompts to send.
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -506,6 +515,8 @@ fn scale(x: u64, num: u64, den: u64) -> u64 {
 /// A dataset's remaining work before pricing.
 fn plan_dataset(d: &DatasetFacts, given: Option<u64>, rule: TokenRule) -> DatasetEstimate {
     let remaining = d.remaining.prompts;
+    // The mean is per answer: per request, so per turn when every turn is regenerated.
+    let requests = d.remaining.requests.max(remaining);
     let max = u64::from(d.max_tokens);
     let budget_left = d
         .output_token_budget
@@ -513,23 +524,31 @@ fn plan_dataset(d: &DatasetFacts, given: Option<u64>, rule: TokenRule) -> Datase
     let (basis, mean) = if d.observed.outputs > 0 {
         let o = d.observed;
         let basis = OutputBasis::Observed { outputs: o.outputs };
-        (basis, Mean::of(o.completion_tokens, o.outputs))
+        (
+            basis,
+            Mean::of(o.completion_tokens, o.answers.max(o.outputs)),
+        )
     } else if let Some(m) = given {
         (OutputBasis::Given, Mean::whole(m))
     } else if let Some(b) = budget_left {
-        let spendable = b.min(remaining.saturating_mul(max));
-        (OutputBasis::BudgetSpent, Mean::of(spendable, remaining))
+        let spendable = b.min(requests.saturating_mul(max));
+        (OutputBasis::BudgetSpent, Mean::of(spendable, requests))
     } else {
         (OutputBasis::MaxTokens, Mean::whole(max))
     };
     let mean = mean.at_most(Mean::whole(max));
-    let to_send = match budget_left {
-        Some(b) => remaining.min(mean.answers_for(b)),
-        None => remaining,
+    let requests_to_send = match budget_left {
+        Some(b) => requests.min(mean.answers_for(b)),
+        None => requests,
+    };
+    let to_send = if requests_to_send == requests {
+        remaining
+    } else {
+        scale(remaining, requests_to_send, requests)
     };
     let output = match budget_left {
-        Some(b) => mean.times(to_send).min(b),
-        None => mean.times(to_send),
+        Some(b) => mean.times(requests_to_send).min(b),
+        None => mean.times(requests_to_send),
     };
     DatasetEstimate {
         name: d.name.clone(),
@@ -540,7 +559,8 @@ fn plan_dataset(d: &DatasetFacts, given: Option<u64>, rule: TokenRule) -> Datase
         max_samples: d.max_samples,
         prompts_remaining: remaining,
         prompts_to_send: to_send,
-        input_tokens: scale(rule.tokens(&d.remaining), to_send, remaining),
+        requests_to_send,
+        input_tokens: scale(rule.tokens(&d.remaining), requests_to_send, requests),
         output_tokens: output,
         mean_output_tokens: mean.as_f64(),
         output_basis: basis,
@@ -567,7 +587,7 @@ impl Bill {
             output: e.price_out.cost(d.output_tokens),
             requests: e
                 .price_request
-                .map_or(Usd::ZERO, |p| p.cost(d.prompts_to_send)),
+                .map_or(Usd::ZERO, |p| p.cost(d.requests_to_send)),
         }
     }
 
@@ -705,12 +725,14 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
         .map(|d| plan_dataset(d, inputs.mean_output, inputs.rule))
         .collect();
     let prompts: u64 = datasets.iter().map(|d| d.prompts_to_send).sum();
+    let requests: u64 = datasets.iter().map(|d| d.requests_to_send).sum();
     let input_tokens: u64 = datasets.iter().map(|d| d.input_tokens).sum();
     let output_tokens: u64 = datasets.iter().map(|d| d.output_tokens).sum();
-    let mean_out = if prompts == 0 {
+    // Per request (a stream's length), which is per turn when every turn is regenerated.
+    let mean_out = if requests == 0 {
         0.0
     } else {
-        output_tokens as f64 / prompts as f64
+        output_tokens as f64 / requests as f64
     };
 
     // bills[e][d]: what allowed endpoint e charges for dataset d.
@@ -753,7 +775,7 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
             output_cost_usd: bill.output,
             request_cost_usd: bill.requests,
             cost_usd: bill.total(),
-            time_s: duration_s(output_tokens, prompts, f64::from(streams), tps, rps),
+            time_s: duration_s(output_tokens, requests, f64::from(streams), tps, rps),
         });
     }
 
@@ -794,7 +816,7 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
             cost_usd: mix_cost,
             time_s: duration_s(
                 output_tokens,
-                prompts,
+                requests,
                 f64::from(inputs.concurrency),
                 mix_tps,
                 inputs.requests_per_second,
@@ -923,7 +945,8 @@ fn output_assumptions(d: &DatasetEstimate, f: &DatasetFacts, given: Option<u64>)
     let capped = |raw: f64| raw > f64::from(d.max_tokens);
     match d.output_basis {
         OutputBasis::Observed { outputs } => {
-            let raw = f.observed.completion_tokens as f64 / outputs.max(1) as f64;
+            let answers = f.observed.answers.max(outputs);
+            let raw = f.observed.completion_tokens as f64 / answers.max(1) as f64;
             let mut s = format!(
                 "{n}: output tokens from the observed mean of {} existing outputs: {mean} per \
                  prompt",
@@ -966,6 +989,14 @@ fn output_assumptions(d: &DatasetEstimate, f: &DatasetFacts, given: Option<u64>)
             "{n}: no observed outputs and no token budget: max_tokens ({max}) per prompt, an \
              upper bound; pass --mean-output for a likelier figure"
         )),
+    }
+    if f.remaining.requests > d.prompts_remaining {
+        out.push(format!(
+            "{n}: every assistant turn is regenerated (turns = \"all\"): {} requests for {} \
+             prompts; the mean above is per request (turn), and input counts each turn's history",
+            group_thousands(f.remaining.requests),
+            group_thousands(d.prompts_remaining)
+        ));
     }
     if d.prompts_to_send < d.prompts_remaining {
         out.push(format!(
@@ -1119,7 +1150,7 @@ mod tests {
     #[test]
     fn token_rule_rounds_up_and_counts_messages() {
         let mut t = TextStats::default();
-        t.add_prompt();
+        t.add_prompt(1);
         t.add_message("héllo"); // 5 characters, 1 non-ASCII
         t.add_message("abcd");
         assert_eq!((t.chars, t.non_ascii_chars, t.messages), (9, 1, 2));
@@ -1153,6 +1184,7 @@ mod tests {
             fresh: prompts,
             remaining: TextStats {
                 prompts,
+                requests: prompts,
                 messages: prompts,
                 chars: prompts * chars_each,
                 non_ascii_chars: 0,
@@ -1233,6 +1265,7 @@ mod tests {
         let mut d = facts(1_000, 400);
         d.observed = Observed {
             outputs: 4,
+            answers: 4,
             completion_tokens: 4_000,
         };
         d.output_token_budget = Some(504_000);
@@ -1252,6 +1285,32 @@ mod tests {
             e.assumptions
                 .iter()
                 .any(|a| a.contains("--mean-output not used"))
+        );
+    }
+
+    #[test]
+    fn regenerated_turns_count_every_request_against_the_budget() {
+        // 1,000 prompts of three turns each: 3,000 requests.
+        let mut d = facts(1_000, 400);
+        d.remaining.requests = 3_000;
+        // 4 rows of three turns seen, 12,000 tokens: 1,000 per answer, not per row.
+        d.observed = Observed {
+            outputs: 4,
+            answers: 12,
+            completion_tokens: 12_000,
+        };
+        d.output_token_budget = Some(1_512_000);
+        let e = estimate(&inputs(vec![d], vec![offer("a", "1", "2")])).expect("estimate");
+        let ds = &e.datasets[0];
+        assert_eq!(ds.mean_output_tokens, 1_000.0);
+        // 1,500,000 tokens left: 1,500 requests, half of the 3,000, so 500 prompts.
+        assert_eq!(ds.requests_to_send, 1_500);
+        assert_eq!(ds.prompts_to_send, 500);
+        assert_eq!(ds.output_tokens, 1_500_000);
+        assert!(
+            e.assumptions.iter().any(|a| a.contains("3,000 requests")),
+            "{:?}",
+            e.assumptions
         );
     }
 

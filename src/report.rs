@@ -46,6 +46,13 @@ pub struct Row {
     pub mean_output_tokens: Option<f64>,
     /// Share of answers cut at max_tokens (`finish_reason: length`).
     pub truncation_rate: Option<f64>,
+    /// Answers (requests; each turn of a regenerated conversation) that make up the row.
+    #[serde(default)]
+    pub answers: u64,
+    /// Answers whose thinking came inline in the content and was moved to the reasoning (an
+    /// endpoint without a reasoning parser).
+    #[serde(default)]
+    pub inline_think: u64,
     /// Failed attempts by kind (`429`, `5xx`, `timeout`, `truncated`, ...), retried or not.
     pub errors: BTreeMap<String, u64>,
     /// Prompts given up on (dataset and total rows only: a reject has no single endpoint).
@@ -91,6 +98,50 @@ pub struct Report {
     pub spend: SpendCheck,
 }
 
+/// One answer's figures, from a row or from one of its turns.
+struct Answer<'a> {
+    prompt_tokens: u64,
+    output_tokens: u64,
+    ttft_ms: Option<u64>,
+    latency_ms: u64,
+    finish_reason: &'a str,
+    inline_think: bool,
+}
+
+/// The answers a row is made of: itself, or each turn of a regenerated conversation, with the
+/// endpoint that served it.
+fn answers_of(r: &OutputRecord) -> Vec<(String, Answer<'_>)> {
+    if r.turns.is_empty() {
+        let ep = r.endpoint_tag.clone().unwrap_or_else(|| r.provider.clone());
+        return vec![(
+            ep,
+            Answer {
+                prompt_tokens: r.usage.prompt_tokens,
+                output_tokens: r.usage.completion_tokens,
+                ttft_ms: r.ttft_ms,
+                latency_ms: r.latency_ms,
+                finish_reason: &r.finish_reason,
+                inline_think: r.inline_think,
+            },
+        )];
+    }
+    (r.turns.iter())
+        .map(|t| {
+            (
+                t.endpoint_tag.clone().unwrap_or_else(|| t.provider.clone()),
+                Answer {
+                    prompt_tokens: t.usage.prompt_tokens,
+                    output_tokens: t.usage.completion_tokens,
+                    ttft_ms: t.ttft_ms,
+                    latency_ms: t.latency_ms,
+                    finish_reason: &t.finish_reason,
+                    inline_think: t.inline_think,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Everything about one dataset × endpoint before it is summed up.
 #[derive(Default)]
 struct Acc {
@@ -102,25 +153,36 @@ struct Acc {
 }
 
 impl Acc {
-    fn add_record(&mut self, r: &OutputRecord) {
+    /// One written row: counted once, at its (last answer's) endpoint.
+    fn add_row(&mut self) {
         self.row.prompts += 1;
-        self.row.prompt_tokens += r.usage.prompt_tokens;
-        self.row.output_tokens += r.usage.completion_tokens;
-        if let Some(t) = r.ttft_ms {
+    }
+
+    /// One answer: a row's, or one turn of a regenerated conversation, at its endpoint.
+    fn add_answer(&mut self, a: Answer) {
+        self.row.answers += 1;
+        self.row.prompt_tokens += a.prompt_tokens;
+        self.row.output_tokens += a.output_tokens;
+        if let Some(t) = a.ttft_ms {
             self.ttfts.push(t);
-            let generating = r.latency_ms.saturating_sub(t);
-            if generating > 0 && r.usage.completion_tokens > 1 {
+            let generating = a.latency_ms.saturating_sub(t);
+            if generating > 0 && a.output_tokens > 1 {
                 self.gen_ms += generating;
-                self.gen_tokens += r.usage.completion_tokens - 1;
+                self.gen_tokens += a.output_tokens - 1;
             }
         }
-        if r.finish_reason == "length" {
+        if a.finish_reason == "length" {
             self.truncated += 1;
+        }
+        if a.inline_think {
+            self.row.inline_think += 1;
         }
     }
 
     fn merge(&mut self, o: &Acc) {
         self.row.prompts += o.row.prompts;
+        self.row.answers += o.row.answers;
+        self.row.inline_think += o.row.inline_think;
         self.row.prompt_tokens += o.row.prompt_tokens;
         self.row.output_tokens += o.row.output_tokens;
         self.row.usd += o.row.usd;
@@ -147,7 +209,9 @@ impl Acc {
             (self.gen_ms > 0).then(|| self.gen_tokens as f64 * 1000.0 / self.gen_ms as f64);
         if row.prompts > 0 {
             row.mean_output_tokens = Some(row.output_tokens as f64 / row.prompts as f64);
-            row.truncation_rate = Some(self.truncated as f64 / row.prompts as f64);
+        }
+        if row.answers > 0 {
+            row.truncation_rate = Some(self.truncated as f64 / row.answers as f64);
         }
         row
     }
@@ -252,9 +316,15 @@ impl Report {
         for d in &names {
             let i = index[d.as_str()];
             let found = scan::scan_dataset(dir, d, &ledger.completes, |r: &OutputRecord| {
-                let ep = r.endpoint_tag.clone().unwrap_or_else(|| r.provider.clone());
                 spend.records += r.cost_usd;
-                accs.entry((i, ep)).or_default().add_record(r);
+                let mut last = None;
+                for (ep, a) in answers_of(r) {
+                    accs.entry((i, ep.clone())).or_default().add_answer(a);
+                    last = Some(ep);
+                }
+                if let Some(ep) = last {
+                    accs.entry((i, ep)).or_default().add_row();
+                }
             })
             .map_err(scan_error)?;
             refuse_damage(&found.outputs_file)?;
@@ -314,7 +384,7 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!(
-            "{:<10} {:<24} {:>7} {:>13} {:>11} {:>7} {:>6} {:>6} {:>6}  errors\n",
+            "{:<10} {:<24} {:>7} {:>13} {:>11} {:>7} {:>6} {:>6} {:>6}  errors, notes\n",
             "dataset",
             "endpoint",
             "prompts",
@@ -337,6 +407,9 @@ impl Report {
             }
             if r.duplicates > 0 {
                 errors.push(format!("duplicate-ids×{}", group_thousands(r.duplicates)));
+            }
+            if r.inline_think > 0 {
+                errors.push(format!("think-inline×{}", group_thousands(r.inline_think)));
             }
             format!(
                 "{:<10} {:<24} {:>7} {:>13} {:>11.4} {:>7} {:>6} {:>6} {:>6}  {}\n",
@@ -469,6 +542,8 @@ mod tests {
             created_at: "2026-11-30T00:00:00Z".into(),
             generation_id: None,
             params: serde_json::Value::Null,
+            inline_think: false,
+            turns: Vec::new(),
         }
     }
 
@@ -502,6 +577,66 @@ mod tests {
         let mut t = lines.join("\n");
         t.push('\n');
         std::fs::write(dir.join(name), t).expect("write");
+    }
+
+    #[test]
+    fn regenerated_turns_count_at_their_endpoints_and_inline_thinking_is_counted() {
+        use crate::store::output::TurnRecord;
+        let d = tempfile::tempdir().expect("tmp");
+        let turn = |tag: &str, out: u64, inline: bool| TurnRecord {
+            provider: tag.into(),
+            endpoint_tag: Some(tag.into()),
+            finish_reason: "stop".into(),
+            usage: RecordUsage {
+                prompt_tokens: 10,
+                completion_tokens: out,
+                reasoning_tokens: 0,
+                source: "reported".into(),
+            },
+            cost_usd: Usd::from_pico(out as i64),
+            attempts: 1,
+            generation_id: None,
+            ttft_ms: Some(100),
+            latency_ms: 1100,
+            inline_think: inline,
+        };
+        // A row of two turns: its first at own/bf16 (thinking inline), its last at chutes.
+        let mut two = record("a0", "chutes/int4", 300, 100, 1100, "stop");
+        two.turns = vec![turn("own/bf16", 100, true), turn("chutes/int4", 200, false)];
+        let mut single = record("a1", "own/bf16", 50, 100, 1100, "stop");
+        single.inline_think = true;
+        let lines = [two, single].map(|r| serde_json::to_string(&r).expect("json"));
+        write(d.path(), "B1.jsonl", &lines);
+        let r = Report::from_dir(d.path(), None).expect("report");
+        let row = |tag: &str| {
+            r.rows
+                .iter()
+                .find(|x| x.endpoint == tag)
+                .expect(tag)
+                .clone()
+        };
+        let (own, chutes) = (row("own/bf16"), row("chutes/int4"));
+        // (rows, answers, output tokens, answers with inline thinking)
+        assert_eq!(
+            (
+                own.prompts,
+                own.answers,
+                own.output_tokens,
+                own.inline_think
+            ),
+            (1, 2, 150, 2)
+        );
+        assert_eq!(
+            (
+                chutes.prompts,
+                chutes.answers,
+                chutes.output_tokens,
+                chutes.inline_think
+            ),
+            (1, 1, 200, 0)
+        );
+        assert_eq!((r.total.prompts, r.total.answers), (2, 3));
+        assert!(r.render().contains("think-inline×2"), "{}", r.render());
     }
 
     #[test]

@@ -181,3 +181,158 @@ async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
     );
     sim.stop().await;
 }
+
+/// The peers' Python with Jinja2 (scripts/peers.sh), or `None` with a SKIPPED line unless
+/// `HARVEST_REQUIRE_PEERS=1` (CI), where its absence fails the test.
+fn peer_python() -> Option<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash")
+        .arg(root.join("scripts/peers.sh"))
+        .arg("env")
+        .output()
+        .expect("run scripts/peers.sh env");
+    let python = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("HARVEST_PEER_PYTHON=")
+                .map(std::path::PathBuf::from)
+        })
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            Command::new(p)
+                .args(["-c", "import jinja2"])
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+    if python.is_none() {
+        let msg = "chat template test: the peers' Python with jinja2 is not installed; run \
+                   scripts/peers.sh install";
+        if std::env::var("HARVEST_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED {msg}");
+    }
+    python
+}
+
+/// `export --chat-template FILE --show N` prints N exported rows as the trainer's template
+/// renders them: the same text as Python's Jinja2 under transformers' options, byte for byte;
+/// the last answer's reasoning inside its think block, earlier answers' not, and the
+/// template's default system turn where the row has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_renders_rows_through_the_chat_template_as_transformers_does() {
+    let sim = fast_sim(30.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let prompts: String = (0..6)
+        .map(|i| {
+            let mut msgs = Vec::new();
+            if i % 2 == 0 {
+                msgs.push(serde_json::json!({"role": "system", "content": "Be terse."}));
+            }
+            msgs.push(serde_json::json!({"role": "user", "content": format!("first {i}")}));
+            msgs.push(serde_json::json!({"role": "assistant", "content": "dataset text"}));
+            msgs.push(serde_json::json!({"role": "user", "content": format!("second {i}")}));
+            format!(
+                "{}\n",
+                serde_json::json!({"id": format!("t{i}"), "messages": msgs})
+            )
+        })
+        .collect();
+    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        d.join("harvest.toml"),
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 4\n\
+             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n\
+             turns = \"all\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let (code, text) =
+        common::run_headless(d, VAR, "sk-or-v1-export-test-key-0000000000", &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let template = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/chat_templates/kimi_k2_test.jinja");
+    let to = d.join("export");
+    let shown = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .arg("export")
+        .arg(d.join("out"))
+        .arg("--to")
+        .arg(&to)
+        .arg("--chat-template")
+        .arg(&template)
+        .args(["--show", "4"])
+        .output()
+        .expect("export");
+    let stdout = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    // "── A · t0 · 5 messages ──" then the text, a blank line after each.
+    // The table comes last; each rendering ends with a blank line.
+    let table_at = stdout.rfind("\ndataset ").expect("the table") + 1;
+    let blocks: Vec<(&str, &str)> = stdout[..table_at]
+        .split("── A · ")
+        .skip(1)
+        .map(|b| {
+            let (head, text) = b.split_once(" ──\n").expect("heading");
+            let id = head.split(" · ").next().expect("id");
+            (id, text.strip_suffix("\n\n").expect("blank line after"))
+        })
+        .collect();
+    assert_eq!(blocks.len(), 4, "{stdout}");
+    assert!(stdout.contains("success"), "the table follows: {stdout}");
+    let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+    for (id, text) in &blocks {
+        let row = rows.iter().find(|r| r["id"] == *id).expect("exported row");
+        let conv = row["conversations"].as_array().expect("conversations");
+        let last = conv.last().expect("last");
+        let reasoning = last["reasoning_content"].as_str().expect("reasoning");
+        // What a person checks: the answer's thinking where the template puts it, the earlier
+        // answer (the model's, not the dataset's) without its thinking, a system turn.
+        assert!(
+            text.ends_with(&format!(
+                "<think>{}</think>{}<|im_end|>",
+                reasoning.trim(),
+                last["content"].as_str().expect("content")
+            )),
+            "{text}"
+        );
+        assert_eq!(text.matches("<think></think>").count(), 1, "{text}");
+        assert!(!text.contains("dataset text"), "{text}");
+        assert!(
+            text.starts_with("<|im_system|>system<|im_middle|>"),
+            "{text}"
+        );
+    }
+    if let Some(python) = peer_python() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/chat_templates/render_like_transformers.py");
+        let source = std::fs::read_to_string(&template).expect("template");
+        for (id, text) in &blocks {
+            let row = rows.iter().find(|r| r["id"] == *id).expect("exported row");
+            let job = serde_json::json!({"template": source, "messages": row["conversations"]});
+            let mut child = Command::new(&python)
+                .arg(&script)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python");
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(job.to_string().as_bytes())
+                .expect("write");
+            let out = child.wait_with_output().expect("python runs");
+            assert!(out.status.success());
+            assert_eq!(*text, String::from_utf8_lossy(&out.stdout), "{id}");
+        }
+    }
+    sim.stop().await;
+}

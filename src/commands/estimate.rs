@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::cli::EstimateArgs;
-use crate::config::{Config, OnBadLine, Routing};
+use crate::config::{Config, OnBadLine, Routing, Turns};
 use crate::domain::{Quantization, Tokens, Usd, group_thousands};
 use crate::engine::{self, RunState};
 use crate::estimate::{
@@ -145,7 +145,7 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
         let cap = d
             .max_samples
             .map(|m| m.saturating_sub(outs.observed.outputs));
-        let scan = scan_prompts(&d.prompts, &outs.done, cap, d.system_prompt.as_deref())?;
+        let scan = scan_prompts(&d.prompts, &outs.done, cap, d)?;
         if let Some(note) = bad_lines_note(&d.name, &scan, cfg.on_bad_line) {
             notes.push(note);
         }
@@ -281,12 +281,36 @@ fn read_outputs(
     completes: &HashSet<String>,
     speeds: &mut HashMap<String, SpeedSample>,
 ) -> Result<DatasetOutputs, BadInput> {
+    let mut answers = 0;
     let found = scan::scan_dataset(dir, dataset, completes, |r| {
-        if let (Some(tag), ms) = (&r.endpoint_tag, r.latency_ms)
-            && ms > 0
-        {
-            let sample = speeds.entry(tag.clone()).or_default();
-            sample.add(r.usage.completion_tokens, ms as f64 / 1000.0);
+        // A regenerated conversation is one answer per turn, each with its own speed.
+        let turns: Vec<(Option<&String>, u64, u64)> = if r.turns.is_empty() {
+            vec![(
+                r.endpoint_tag.as_ref(),
+                r.usage.completion_tokens,
+                r.latency_ms,
+            )]
+        } else {
+            (r.turns.iter())
+                .map(|t| {
+                    (
+                        t.endpoint_tag.as_ref(),
+                        t.usage.completion_tokens,
+                        t.latency_ms,
+                    )
+                })
+                .collect()
+        };
+        answers += turns.len() as u64;
+        for (tag, tokens, ms) in turns {
+            if let Some(tag) = tag
+                && ms > 0
+            {
+                speeds
+                    .entry(tag.clone())
+                    .or_default()
+                    .add(tokens, ms as f64 / 1000.0);
+            }
         }
     })
     .map_err(cannot)?;
@@ -295,6 +319,7 @@ fn read_outputs(
         done: ex.done.into_keys().collect(),
         observed: Observed {
             outputs: ex.outputs,
+            answers,
             completion_tokens: ex.output_tokens,
         },
         rejects: ex.rejects,
@@ -323,12 +348,12 @@ fn scan_prompts(
     path: &Path,
     done: &HashSet<String>,
     cap: Option<u64>,
-    system: Option<&str>,
+    d: &crate::config::DatasetConfig,
 ) -> Result<PromptScan, BadInput> {
     let reader = PromptReader::open(path).map_err(|e| BadInput(e.to_string()))?;
     let mut s = PromptScan::default();
     for item in reader {
-        let p = match item {
+        let mut p = match item {
             Ok(p) => p,
             Err(e) if e.is_io() => return Err(BadInput(e.to_string())),
             Err(e) => {
@@ -345,15 +370,35 @@ fn scan_prompts(
         if cap.is_some_and(|c| s.remaining.prompts >= c) {
             continue;
         }
-        s.remaining.add_prompt();
         // The engine prepends the system prompt to prompts that have none.
-        if let Some(sys) = system
+        if let Some(sys) = &d.system_prompt
             && p.messages.first().is_none_or(|m| m.role != "system")
         {
-            s.remaining.add_message(sys);
+            p.messages
+                .insert(0, crate::openrouter::Message::system(sys.clone()));
         }
-        for m in &p.messages {
-            s.remaining.add_message(&m.content);
+        match d.turns {
+            Turns::Last => {
+                s.remaining.add_prompt(1);
+                for m in &p.messages {
+                    s.remaining.add_message(&m.content);
+                }
+            }
+            // One request per assistant turn, each with the history before it (the dataset's
+            // own assistant text stands in for the answers the model will write).
+            Turns::All => {
+                let ends: Vec<usize> = (p.messages.iter().enumerate())
+                    .filter(|(_, m)| m.role == "assistant")
+                    .map(|(i, _)| i)
+                    .chain([p.messages.len()])
+                    .collect();
+                s.remaining.add_prompt(ends.len() as u64);
+                for end in ends {
+                    for m in &p.messages[..end] {
+                        s.remaining.add_message(&m.content);
+                    }
+                }
+            }
         }
     }
     Ok(s)

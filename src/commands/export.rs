@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use crate::cli::ExportArgs;
 use crate::config::Config;
-use crate::export::{Options, export, render};
+use crate::export::template::ChatTemplate;
+use crate::export::{Options, Sample, export, render};
 
 use super::BadInput;
 
@@ -38,12 +39,40 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         require_reasoning: args.require_reasoning,
         keep_think_markers: args.keep_think_markers,
         system_prompt: args.system_prompt.clone(),
+        samples: args.show.unwrap_or(0),
     };
-    let counts = export(&args.dir, &names, &prompts, &args.to, &opts)?;
+    // A template that does not compile is refused before anything is written.
+    let template = match &args.chat_template {
+        Some(path) => Some(ChatTemplate::load(path).map_err(|e| BadInput(e.to_string()))?),
+        None => None,
+    };
+    let exported = export(&args.dir, &names, &prompts, &args.to, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&counts)?);
-    } else {
-        print!("{}", render(&counts, &args.to));
+        println!("{}", serde_json::to_string_pretty(&exported.counts)?);
+        return Ok(());
     }
+    if let Some(t) = &template {
+        print!("{}", show(t, &exported.samples)?);
+    }
+    print!("{}", render(&exported.counts, &args.to));
     Ok(())
+}
+
+/// The samples as the trainer's template renders them, each under a heading line.
+fn show(t: &ChatTemplate, samples: &[Sample]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    if samples.is_empty() {
+        out.push_str("no success rows to show\n\n");
+    }
+    for s in samples {
+        let turns = s.messages.as_array().map_or(0, Vec::len);
+        let text = t
+            .render(&s.id, &s.messages)
+            .map_err(|e| BadInput(e.to_string()))?;
+        out.push_str(&format!(
+            "── {} · {} · {turns} messages ──\n{text}\n\n",
+            s.dataset, s.id
+        ));
+    }
+    Ok(out)
 }

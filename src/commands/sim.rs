@@ -26,6 +26,7 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
     cfg.billing_log = args.billing_log.clone();
     cfg.key_limit_usd = args.key_limit;
     cfg.api_key = args.require_key.clone();
+    cfg.log_bodies = args.log_bodies;
     if let Some(usd) = args.inflight_budget {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
         if !(ok(usd) && usd > 0.0 && ok(args.inflight_recent_s) && ok(args.inflight_retry_after_s))

@@ -189,8 +189,8 @@ impl Publisher {
         };
         let eta_s = match ds.budget {
             Some(b) if rate > 0.0 => Some(b.saturating_sub(ds.output_tokens) as f64 / rate),
-            _ if ds.finished_here > 0 && rate > 0.0 => {
-                let mean = ds.output_tokens_here as f64 / ds.finished_here as f64;
+            _ if ds.rows_here > 0 && rate > 0.0 => {
+                let mean = ds.output_tokens_here as f64 / ds.rows_here as f64;
                 Some(remaining_prompts as f64 * mean / rate)
             }
             _ => None,

@@ -277,6 +277,7 @@ fn dataset_run(
             name: d.name.clone(),
             params,
             system_prompt: d.system_prompt.clone(),
+            turns: d.turns,
             done_ids: existing.done.into_keys().collect(),
             total,
             done: existing.outputs,

@@ -11,10 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::Price;
 use crate::openrouter::{
-    ApiError, ChatRequest, Completion, OpenRouterClient, StreamTimeouts, TimeoutKind,
+    ApiError, ChatRequest, Completion, Message, OpenRouterClient, StreamTimeouts, TimeoutKind,
 };
 use crate::store::output::{SpendEntry, SpendKind};
-use crate::store::prompts::Prompt;
 
 use super::stats::Counters;
 
@@ -159,8 +158,8 @@ impl Shared {
 }
 
 /// Prompt tokens as estimated without a tokenizer: ~4 characters a token, plus 4 per message.
-pub fn estimate_prompt_tokens(p: &Prompt) -> u64 {
-    p.messages
+pub fn estimate_prompt_tokens(messages: &[Message]) -> u64 {
+    messages
         .iter()
         .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
         .sum::<u64>()

@@ -6,6 +6,7 @@
 //! Reads the output directory through the one read-only reader (`store::scan`), so it works
 //! while a run writes (it takes complete lines only) and never changes it.
 
+pub mod template;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -48,6 +49,24 @@ pub struct Options {
     pub keep_think_markers: bool,
     /// A system turn for rows that have none (to match a training template's default).
     pub system_prompt: Option<String>,
+    /// Success rows to keep aside as [`Sample`]s (for `--show`), first rows first.
+    pub samples: usize,
+}
+
+/// A success row as exported, kept for showing it through a chat template.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub dataset: String,
+    pub id: String,
+    /// `[{role, content, reasoning_content?}]`, as in the SpecForge row.
+    pub messages: Value,
+}
+
+/// What an export did: the accounting per dataset, and the samples asked for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Exported {
+    pub counts: Vec<Counts>,
+    pub samples: Vec<Sample>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -214,8 +233,9 @@ pub fn export(
     prompts: &HashMap<String, u64>,
     to: &Path,
     o: &Options,
-) -> Result<Vec<Counts>, ExportError> {
+) -> Result<Exported, ExportError> {
     std::fs::create_dir_all(to).map_err(io(to))?;
+    let mut samples = Vec::new();
     let rules = Rules {
         expect_reasoning: o.require_reasoning,
         expect_non_reasoning: false,
@@ -263,6 +283,13 @@ pub fn export(
             }
             match validate_row(&sf, rules) {
                 Ok(_) => {
+                    if samples.len() < o.samples {
+                        samples.push(Sample {
+                            dataset: name.clone(),
+                            id: r.id.clone(),
+                            messages: sf["conversations"].clone(),
+                        });
+                    }
                     let row = success_row(&r, sf, o);
                     keep(&mut sink, SUCCESS, row, &mut c);
                 }
@@ -291,7 +318,10 @@ pub fn export(
             .map(|p| p.saturating_sub(c.success + c.error + c.skipped));
         all.push(c);
     }
-    Ok(all)
+    Ok(Exported {
+        counts: all,
+        samples,
+    })
 }
 
 /// The printed table: one line per dataset.
@@ -366,6 +396,8 @@ mod tests {
             created_at: "2026-12-01T00:00:00Z".into(),
             generation_id: Some("gen-1".into()),
             params: json!({}),
+            inline_think: false,
+            turns: Vec::new(),
         }
     }
 
@@ -392,6 +424,7 @@ mod tests {
         require_reasoning: true,
         keep_think_markers: false,
         system_prompt: None,
+        samples: 0,
     };
 
     /// Rows that break each rule land in `_error` or `_skipped` with the reason; the rest pass
@@ -435,7 +468,9 @@ mod tests {
         );
         let to = dir.path().join("export");
         let prompts = HashMap::from([("A".to_string(), 10u64)]);
-        let counts = export(&out, &["A".into()], &prompts, &to, &SF).expect("export");
+        let counts = export(&out, &["A".into()], &prompts, &to, &SF)
+            .expect("export")
+            .counts;
         assert_eq!(
             counts,
             vec![Counts {

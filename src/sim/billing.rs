@@ -52,6 +52,10 @@ pub struct RequestEntry {
     /// `ok`, `rate_limit`, `server_error`, `mid_stream`, `stall`, `reset`, `empty`, `truncate`.
     pub fault: String,
     pub prompt_hash: u64,
+    /// The request's JSON body as received, when the simulator logs bodies (`--log-bodies`):
+    /// tests compare it with what a row says was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
 }
 
 /// Per-endpoint sums.
@@ -114,6 +118,19 @@ impl Billing {
         fault: &str,
         prompt_hash: u64,
     ) {
+        self.record_request_with_body(at_ms, tag, status, fault, prompt_hash, None);
+    }
+
+    /// [`Billing::record_request`], keeping the request's body.
+    pub fn record_request_with_body(
+        &self,
+        at_ms: u64,
+        tag: &str,
+        status: u16,
+        fault: &str,
+        prompt_hash: u64,
+        body: Option<serde_json::Value>,
+    ) {
         let mut g = self.lock();
         let seq = g.next_seq;
         g.next_seq += 1;
@@ -127,6 +144,7 @@ impl Billing {
                 status,
                 fault: fault.to_string(),
                 prompt_hash,
+                body,
             },
         );
     }

@@ -59,6 +59,8 @@ pub struct SimConfig {
     pub generation_visible_after: Duration,
     /// The account's in-flight spending budget (see [`account`]); none by default.
     pub inflight_budget: Option<InFlightBudget>,
+    /// Keep each routed request's JSON body in the request log (`/sim/requests`).
+    pub log_bodies: bool,
 }
 
 impl SimConfig {
@@ -75,6 +77,7 @@ impl SimConfig {
             min_tick: Duration::from_millis(25),
             generation_visible_after: Duration::from_millis(300),
             inflight_budget: None,
+            log_bodies: false,
         }
     }
 

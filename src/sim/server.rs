@@ -556,6 +556,7 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
             });
         v["max_tokens"] = cap;
     }
+    let logged = state.cfg.log_bodies.then(|| v.clone());
     let req: ChatRequest = match serde_json::from_value(v) {
         Ok(r) => r,
         Err(e) => return error_response(400, &format!("Invalid request: {e}"), None),
@@ -652,9 +653,14 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
             } else {
                 (502, "Provider returned error")
             };
-            state
-                .billing
-                .record_request(now_ms, ep.tag.as_str(), status, fault_name(fault), ph);
+            state.billing.record_request_with_body(
+                now_ms,
+                ep.tag.as_str(),
+                status,
+                fault_name(fault),
+                ph,
+                logged.clone(),
+            );
             let wait = (b.faults.retry_after_s * live.speed_scale.max(0.001)).max(0.0);
             let mut resp = error_response(
                 status,
@@ -680,9 +686,14 @@ async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Byte
             continue;
         }
         state.in_flight[i].fetch_add(1, Ordering::Relaxed);
-        state
-            .billing
-            .record_request(now_ms, ep.tag.as_str(), 200, fault_name(fault), ph);
+        state.billing.record_request_with_body(
+            now_ms,
+            ep.tag.as_str(),
+            200,
+            fault_name(fault),
+            ph,
+            logged.clone(),
+        );
         let fault = if forced.is_some() {
             Fault::MidStream
         } else {

@@ -54,6 +54,30 @@ pub struct OutputRecord {
     pub generation_id: Option<String>,
     /// The sampling parameters sent (max_tokens, temperature, ...).
     pub params: serde_json::Value,
+    /// The answer's thinking came inline in `content` and was moved to `reasoning_content`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline_think: bool,
+    /// Each generated assistant turn, first to last, when the dataset regenerates every turn
+    /// (`turns = "all"`); the row's usage, cost and attempts are then their sums, and its
+    /// endpoint the last turn's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnRecord>,
+}
+
+/// Where one regenerated assistant turn came from and what it cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub provider: String,
+    pub endpoint_tag: Option<String>,
+    pub finish_reason: String,
+    pub usage: RecordUsage,
+    pub cost_usd: Usd,
+    pub attempts: u32,
+    pub generation_id: Option<String>,
+    pub ttft_ms: Option<u64>,
+    pub latency_ms: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline_think: bool,
 }
 
 /// One prompt that failed for good.
@@ -427,6 +451,8 @@ mod tests {
             created_at: "2026-11-29T00:00:00Z".into(),
             generation_id: None,
             params: serde_json::json!({"max_tokens": 16}),
+            inline_think: false,
+            turns: Vec::new(),
         }
     }
 

@@ -144,6 +144,7 @@ impl Core {
                     prompt: p,
                     attempts: 0,
                     failed_at: None,
+                    done_turns: Vec::new(),
                 });
             }
             // In sequence, a dataset whose file just ended still holds the line while its

@@ -4,13 +4,15 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
+use crate::config::Turns;
 use crate::domain::Usd;
+use crate::openrouter::Message;
 use crate::openrouter::request::StreamOptions;
 use crate::store::output::{SpendEntry, SpendKind};
 
 use super::super::worker::estimate_prompt_tokens;
 use super::budget::Fits;
-use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Live, PromptSource, Route};
+use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Live, PromptSource, Route, turns};
 
 impl Core {
     /// Takes `live` (the workers' counters) and starts what fits: returns the attempts to
@@ -36,14 +38,15 @@ impl Core {
                 self.requeue_front(job, now);
                 break;
             };
-            let prompt_tokens = estimate_prompt_tokens(&job.prompt);
+            let messages = self.request_messages(&job);
+            let prompt_tokens = estimate_prompt_tokens(&messages);
             let expected_out = self.expected_output_tokens(job.dataset);
             let expected = route.price_in.cost(prompt_tokens) + route.price_out.cost(expected_out);
             if self.fits(expected, live, now) != Fits::Yes {
                 self.requeue_front(job, now);
                 break;
             }
-            self.spawn(job, route, prompt_tokens, expected, now);
+            self.spawn(job, messages, route, prompt_tokens, expected, now);
         }
         if self.in_flight.is_empty() && self.retry.is_empty() {
             // Nothing runs and nothing waits: no more failures can join the held ones.
@@ -52,12 +55,29 @@ impl Core {
         self.take_effects()
     }
 
+    /// What the job's next request sends: its prompt, or (every turn regenerated) the prompt
+    /// up to its next assistant turn on the history written so far.
+    pub(super) fn request_messages(&self, job: &Job) -> Vec<Message> {
+        match self.datasets[job.dataset].turns {
+            Turns::All => turns::next_request(&job.prompt, &job.done_turns),
+            Turns::Last => job.prompt.messages.clone(),
+        }
+    }
+
     /// Books one attempt in flight and hands it to the driver.
-    fn spawn(&mut self, job: Job, route: Route, prompt_tokens: u64, expected: Usd, now: &Clock) {
+    fn spawn(
+        &mut self,
+        job: Job,
+        messages: Vec<Message>,
+        route: Route,
+        prompt_tokens: u64,
+        expected: Usd,
+        now: &Clock,
+    ) {
         let d = job.dataset;
         let mut req = self.datasets[d]
             .params
-            .chat_request(&self.cfg.model, job.prompt.messages.clone());
+            .chat_request(&self.cfg.model, messages);
         let pinned = route.pinned;
         if let Some(e) = pinned {
             let ep = &self.endpoints[e];

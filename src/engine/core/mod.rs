@@ -20,6 +20,7 @@ mod systematic;
 #[cfg(test)]
 mod tests;
 pub mod think;
+pub(crate) mod turns;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -117,6 +118,9 @@ pub(crate) struct Job {
     pub attempts: u32,
     /// The endpoint the last attempt failed at.
     pub failed_at: Option<usize>,
+    /// The turns the model has written so far (`turns = "all"`); `attempts` counts the
+    /// current turn's.
+    pub done_turns: Vec<turns::DoneTurn>,
 }
 
 struct Pending {
@@ -148,6 +152,7 @@ pub struct DatasetBook {
     pub name: String,
     pub params: RequestParams,
     pub system_prompt: Option<String>,
+    pub turns: crate::config::Turns,
     /// Ids finished or rejected by earlier runs (this run reads the file once, and the
     /// reader drops in-file duplicates, so ids finished now need not be kept).
     pub done_ids: HashSet<String>,
@@ -160,9 +165,12 @@ pub struct DatasetBook {
     pub max_samples: Option<u64>,
     /// Lines of its file skipped because an earlier line had their id.
     pub duplicates: u64,
-    /// Finished this run (for the observed mean output length).
+    /// Answers (requests, each turn of a row) finished this run, for the observed mean
+    /// output length of a request.
     pub finished_here: u64,
     pub output_tokens_here: u64,
+    /// Rows written this run (for the time left).
+    pub rows_here: u64,
     pub in_flight: u64,
     pub retries_pending: u64,
     /// Its prompt file is read to the end.

@@ -8,17 +8,17 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::{OnEmpty, OnLength, SplitThink};
+use crate::config::{OnEmpty, OnLength, SplitThink, Turns};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, Completion, ErrorKind, UsageSource};
-use crate::store::output::{OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn};
+use crate::store::output::{
+    OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, TurnRecord,
+};
 
 use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
-use super::super::worker::{
-    AttemptOutcome, AttemptResult, cut_after_tokens, estimate_prompt_tokens,
-};
-use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY};
+use super::super::worker::{AttemptOutcome, AttemptResult, cut_after_tokens};
+use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
 
 impl Core {
     /// Takes an attempt's result; returns what to write.
@@ -255,6 +255,19 @@ impl Core {
     pub(super) fn reject(&mut self, job: Job, error: String, kind: &str, now: &Clock) {
         let d = job.dataset;
         self.datasets[d].rejected += 1;
+        // A row of several turns says which one failed; the turns before it were paid for.
+        let n = turns::turns_to_generate(&job.prompt);
+        let error = if self.datasets[d].turns == Turns::All && n > 1 {
+            format!("turn {} of {n}: {error}", job.done_turns.len() + 1)
+        } else {
+            error
+        };
+        let attempts = job.attempts
+            + job
+                .done_turns
+                .iter()
+                .map(|t| t.record.attempts)
+                .sum::<u32>();
         self.effects.push(Effect::Reject {
             dataset: d,
             record: RejectRecord {
@@ -262,7 +275,7 @@ impl Core {
                 line: Some(job.prompt.line),
                 error,
                 error_kind: kind.to_string(),
-                attempts: job.attempts,
+                attempts,
                 created_at: now.rfc3339(),
             },
         });
@@ -284,7 +297,7 @@ impl Core {
             endpoint: r.endpoint.map(|e| self.endpoints[e].tag.clone()),
             kind: SpendKind::Cancelled,
             usd: Usd::from_pico(r.booked_pico),
-            prompt_tokens: estimate_prompt_tokens(&job.prompt),
+            prompt_tokens: f.prompt_tokens,
             completion_tokens: r.streamed_tokens,
             estimated: true,
             generation_id: r.generation_id.clone(),
@@ -307,7 +320,7 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn on_answer(
         &mut self,
-        job: Job,
+        mut job: Job,
         c: Completion,
         endpoint: Option<usize>,
         elapsed: Duration,
@@ -396,57 +409,94 @@ impl Core {
             );
             return;
         }
-        let mut conversations: Vec<Turn> = job
-            .prompt
-            .messages
-            .iter()
-            .map(|m| Turn {
-                role: m.role.clone(),
-                content: m.content.clone(),
-                reasoning_content: None,
-            })
-            .collect();
-        conversations.push(Turn {
+        let completion_tokens = c.usage.completion_tokens;
+        let usage = RecordUsage {
+            prompt_tokens: c.usage.prompt_tokens,
+            completion_tokens,
+            reasoning_tokens: c.usage.reasoning_tokens(),
+            source: match c.usage_source {
+                UsageSource::Reported => "reported".into(),
+                UsageSource::CountedEvents => "counted".into(),
+            },
+        };
+        let provider = match &ep {
+            Some(e) if e.custom.is_some() => e.provider.clone(),
+            _ => c.provider.clone().unwrap_or_else(|| "?".into()),
+        };
+        let turn = TurnRecord {
+            provider: provider.clone(),
+            endpoint_tag: ep.as_ref().map(|e| e.tag.clone()),
+            finish_reason: c.finish_reason.clone(),
+            usage: usage.clone(),
+            cost_usd: cost,
+            attempts: job.attempts,
+            generation_id: c.id.clone(),
+            ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
+            latency_ms: elapsed.as_millis() as u64,
+            inline_think: split,
+        };
+        // Every answer counts against the budgets, whether it ends a row or not.
+        let ds = &mut self.datasets[d];
+        ds.output_tokens += completion_tokens;
+        ds.finished_here += 1;
+        ds.output_tokens_here += completion_tokens;
+        let all_turns = ds.turns == Turns::All;
+        if all_turns && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt) {
+            // Not the last turn: the next goes out on this history, first in line.
+            job.done_turns.push(turns::DoneTurn {
+                content,
+                reasoning,
+                record: turn,
+            });
+            job.attempts = 0;
+            job.failed_at = None;
+            self.push_retry(job, now.mono);
+            return;
+        }
+        let last = Turn {
             role: "assistant".into(),
             content,
             reasoning_content: reasoning,
-        });
+        };
+        let conversations = turns::conversation(&job.prompt, &job.done_turns, last);
+        let mut turn_records: Vec<TurnRecord> = Vec::new();
+        if all_turns {
+            turn_records = job.done_turns.into_iter().map(|t| t.record).collect();
+            turn_records.push(turn);
+        }
+        let (usage, cost, attempts) = if turn_records.is_empty() {
+            (usage, cost, job.attempts)
+        } else {
+            (
+                turns::total_usage(&turn_records),
+                turn_records.iter().map(|t| t.cost_usd).sum(),
+                turn_records.iter().map(|t| t.attempts).sum(),
+            )
+        };
         let params = serde_json::to_value(&self.datasets[d].params).unwrap_or_default();
-        let completion_tokens = c.usage.completion_tokens;
         let record = OutputRecord {
             id: job.prompt.id.clone(),
             conversations,
-            provider: match &ep {
-                Some(e) if e.custom.is_some() => e.provider.clone(),
-                _ => c.provider.clone().unwrap_or_else(|| "?".into()),
-            },
+            provider,
             endpoint_tag: ep.as_ref().map(|e| e.tag.clone()),
             quantization: ep.as_ref().map(|e| e.quantization.to_string()),
             model: c.model.unwrap_or_else(|| self.cfg.model.clone()),
             finish_reason: c.finish_reason,
             truncated,
-            usage: RecordUsage {
-                prompt_tokens: c.usage.prompt_tokens,
-                completion_tokens,
-                reasoning_tokens: c.usage.reasoning_tokens(),
-                source: match c.usage_source {
-                    UsageSource::Reported => "reported".into(),
-                    UsageSource::CountedEvents => "counted".into(),
-                },
-            },
+            usage,
             cost_usd: cost,
             ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
             latency_ms: elapsed.as_millis() as u64,
-            attempts: job.attempts,
+            attempts,
             created_at: now.rfc3339(),
             generation_id: c.id,
             params,
+            inline_think: split,
+            turns: turn_records,
         };
         let ds = &mut self.datasets[d];
         ds.done += 1;
-        ds.output_tokens += completion_tokens;
-        ds.finished_here += 1;
-        ds.output_tokens_here += completion_tokens;
+        ds.rows_here += 1;
         self.effects.push(Effect::Output {
             dataset: d,
             endpoint,

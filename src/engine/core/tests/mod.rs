@@ -10,6 +10,7 @@ mod outcome;
 mod purity;
 mod routing;
 mod systematic;
+mod turns;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 10] = [
+const SOURCES: [(&str, &str); 11] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
@@ -12,6 +12,7 @@ const SOURCES: [(&str, &str); 10] = [
     ("routing.rs", include_str!("../routing.rs")),
     ("systematic.rs", include_str!("../systematic.rs")),
     ("think.rs", include_str!("../think.rs")),
+    ("turns.rs", include_str!("../turns.rs")),
 ];
 
 const FORBIDDEN: [&str; 12] = [

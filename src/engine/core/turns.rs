@@ -1,0 +1,208 @@
+//! Every turn regenerated (`turns = "all"`): the assistant turns of a multi-turn prompt are
+//! written by the model one at a time, each on the history regenerated so far (user turns as
+//! given), so that the drafter never learns from text the target model did not write. A job
+//! carries the turns done; this file says what the next request sends and what the row holds.
+//!
+//! A row is written when its last turn is done. A run that stops mid-row (drain, kill -9) keeps
+//! nothing of it but the ledger lines of the turns paid for: the next run starts that prompt
+//! again from its first turn.
+
+use crate::openrouter::Message;
+use crate::store::output::{RecordUsage, Turn, TurnRecord};
+use crate::store::prompts::Prompt;
+
+/// A turn the model has written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DoneTurn {
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub record: TurnRecord,
+}
+
+/// How many assistant turns the model writes for `prompt`: one per assistant message in it
+/// (each replaced), then the answer to its last user turn.
+pub fn turns_to_generate(prompt: &Prompt) -> usize {
+    prompt
+        .messages
+        .iter()
+        .filter(|m| m.role == "assistant")
+        .count()
+        + 1
+}
+
+/// The messages of the request for the next turn: the prompt up to its next assistant turn (all
+/// of it for the last turn), with the turns done in place of the dataset's own.
+pub fn next_request(prompt: &Prompt, done: &[DoneTurn]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(prompt.messages.len());
+    let mut k = 0;
+    for m in &prompt.messages {
+        if m.role == "assistant" {
+            let Some(t) = done.get(k) else {
+                return out;
+            };
+            out.push(Message::new("assistant", t.content.clone()));
+            k += 1;
+        } else {
+            out.push(m.clone());
+        }
+    }
+    out
+}
+
+/// The row's conversation: the messages that were sent for the last turn (every earlier
+/// assistant turn the model's, with its reasoning), then the last answer.
+pub fn conversation(prompt: &Prompt, done: &[DoneTurn], last: Turn) -> Vec<Turn> {
+    let mut out = Vec::with_capacity(prompt.messages.len() + 1);
+    let mut k = 0;
+    for m in &prompt.messages {
+        if m.role == "assistant"
+            && let Some(t) = done.get(k)
+        {
+            k += 1;
+            out.push(Turn {
+                role: "assistant".into(),
+                content: t.content.clone(),
+                reasoning_content: t.reasoning.clone(),
+            });
+            continue;
+        }
+        out.push(Turn {
+            role: m.role.clone(),
+            content: m.content.clone(),
+            reasoning_content: None,
+        });
+    }
+    out.push(last);
+    out
+}
+
+/// The row's usage: the sums of its turns' (reported only when every turn's was).
+pub fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
+    RecordUsage {
+        prompt_tokens: turns.iter().map(|t| t.usage.prompt_tokens).sum(),
+        completion_tokens: turns.iter().map(|t| t.usage.completion_tokens).sum(),
+        reasoning_tokens: turns.iter().map(|t| t.usage.reasoning_tokens).sum(),
+        source: if turns.iter().all(|t| t.usage.source == "reported") {
+            "reported"
+        } else {
+            "counted"
+        }
+        .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Usd;
+
+    fn prompt(turns: &[(&str, &str)]) -> Prompt {
+        Prompt {
+            id: "p".into(),
+            messages: turns.iter().map(|(r, c)| Message::new(*r, *c)).collect(),
+            line: 1,
+        }
+    }
+
+    fn done(content: &str) -> DoneTurn {
+        DoneTurn {
+            content: content.into(),
+            reasoning: Some(format!("why {content}")),
+            record: TurnRecord {
+                provider: "P".into(),
+                endpoint_tag: Some("p/int4".into()),
+                finish_reason: "stop".into(),
+                usage: RecordUsage {
+                    prompt_tokens: 10,
+                    completion_tokens: 5,
+                    reasoning_tokens: 2,
+                    source: "reported".into(),
+                },
+                cost_usd: Usd::from_pico(7),
+                attempts: 1,
+                generation_id: None,
+                ttft_ms: None,
+                latency_ms: 1,
+                inline_think: false,
+            },
+        }
+    }
+
+    fn roles(m: &[Message]) -> Vec<String> {
+        m.iter()
+            .map(|m| format!("{}:{}", m.role, m.content))
+            .collect()
+    }
+
+    #[test]
+    fn each_request_carries_the_history_regenerated_so_far() {
+        let p = prompt(&[
+            ("system", "s"),
+            ("user", "u1"),
+            ("assistant", "dataset a1"),
+            ("user", "u2"),
+            ("assistant", "dataset a2"),
+            ("user", "u3"),
+        ]);
+        assert_eq!(turns_to_generate(&p), 3);
+        assert_eq!(roles(&next_request(&p, &[])), ["system:s", "user:u1"]);
+        assert_eq!(
+            roles(&next_request(&p, &[done("g1")])),
+            ["system:s", "user:u1", "assistant:g1", "user:u2"]
+        );
+        assert_eq!(
+            roles(&next_request(&p, &[done("g1"), done("g2")])),
+            [
+                "system:s",
+                "user:u1",
+                "assistant:g1",
+                "user:u2",
+                "assistant:g2",
+                "user:u3"
+            ]
+        );
+        // A single-turn prompt is one request of the whole prompt.
+        let single = prompt(&[("user", "q")]);
+        assert_eq!(turns_to_generate(&single), 1);
+        assert_eq!(roles(&next_request(&single, &[])), ["user:q"]);
+    }
+
+    #[test]
+    fn the_row_holds_every_generated_turn_with_its_reasoning_and_summed_usage() {
+        let p = prompt(&[("user", "u1"), ("assistant", "dataset a1"), ("user", "u2")]);
+        let turns = [done("g1")];
+        let last = Turn {
+            role: "assistant".into(),
+            content: "g2".into(),
+            reasoning_content: None,
+        };
+        let conv = conversation(&p, &turns, last);
+        let shown: Vec<_> = conv
+            .iter()
+            .map(|t| {
+                (
+                    t.role.as_str(),
+                    t.content.as_str(),
+                    t.reasoning_content.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("user", "u1", None),
+                ("assistant", "g1", Some("why g1".to_string())),
+                ("user", "u2", None),
+                ("assistant", "g2", None),
+            ]
+        );
+        let mut second = done("g2").record;
+        second.usage.source = "counted".into();
+        let u = total_usage(&[done("g1").record, second]);
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.reasoning_tokens),
+            (20, 10, 4)
+        );
+        assert_eq!(u.source, "counted");
+    }
+}

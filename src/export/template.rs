@@ -1,0 +1,253 @@
+//! Seeing the training text: exported rows rendered through a model's Hugging Face chat
+//! template (the Jinja `chat_template` of its `tokenizer_config.json`, or a `.jinja` file), as
+//! `transformers`' `apply_chat_template(messages, add_generation_prompt=False)` would render
+//! them, so the operator sees where the reasoning and the system turn land before the trainer
+//! extracts hidden states. Rendered with minijinja under the options transformers uses
+//! (`trim_blocks`, `lstrip_blocks`, loop controls) and Python's string methods.
+
+use std::path::{Path, PathBuf};
+
+use minijinja::value::Serde;
+use minijinja::{Environment, Error, ErrorKind, context};
+use serde_json::Value;
+
+/// A template that cannot be read, compiled or rendered; says the file, and the line or the
+/// row.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Bad { path: PathBuf, msg: String },
+    #[error("{path}: rendering row {id}: {msg}")]
+    Render {
+        path: PathBuf,
+        id: String,
+        msg: String,
+    },
+}
+
+/// A compiled chat template with the special tokens its file gave.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    path: PathBuf,
+    bos_token: String,
+    eos_token: String,
+}
+
+/// The name of the template inside the environment.
+const NAME: &str = "chat_template";
+
+/// A special token as `tokenizer_config.json` writes it: a string, or `{"content": ...}`.
+fn token(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Object(o)) => o
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        _ => String::new(),
+    }
+}
+
+/// `(template text, bos, eos)` of a file: a `tokenizer_config.json` (its `chat_template`, a
+/// string or a list of named templates, of which `default`), or the template itself.
+fn parse_file(path: &Path, text: String) -> Result<(String, String, String), TemplateError> {
+    let bad = |msg: String| TemplateError::Bad {
+        path: path.to_path_buf(),
+        msg,
+    };
+    if !text.trim_start().starts_with('{') || text.trim_start().starts_with("{%") {
+        return Ok((text, String::new(), String::new()));
+    }
+    let Ok(Value::Object(cfg)) = serde_json::from_str::<Value>(&text) else {
+        // A template may well start with `{{`: JSON it is not, so it is the template.
+        return Ok((text, String::new(), String::new()));
+    };
+    let template = match cfg.get("chat_template") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(named)) => named
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+            .and_then(|t| t.get("template").and_then(Value::as_str))
+            .ok_or_else(|| bad("chat_template: no template named \"default\" in the list".into()))?
+            .to_string(),
+        Some(_) => {
+            return Err(bad(
+                "chat_template: not a string or a list of templates".into()
+            ));
+        }
+        None => {
+            return Err(bad(
+                "no chat_template field (give the model's tokenizer_config.json or its \
+                 chat_template.jinja)"
+                    .into(),
+            ));
+        }
+    };
+    Ok((
+        template,
+        token(cfg.get("bos_token")),
+        token(cfg.get("eos_token")),
+    ))
+}
+
+/// `raise_exception(msg)`, which chat templates call on input they refuse.
+fn raise_exception(msg: String) -> Result<String, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// `strftime_now(format)`, which some templates call to date their system prompt.
+fn strftime_now(format: String) -> String {
+    chrono::Local::now().format(&format).to_string()
+}
+
+impl ChatTemplate {
+    /// Reads and compiles the template in `path`.
+    pub fn load(path: &Path) -> Result<ChatTemplate, TemplateError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TemplateError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let (source, bos_token, eos_token) = parse_file(path, text)?;
+        let mut env = Environment::new();
+        // As transformers compiles chat templates.
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| TemplateError::Bad {
+                    path: path.to_path_buf(),
+                    msg: e.to_string(),
+                })?,
+        );
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(NAME, source)
+            .map_err(|e| TemplateError::Bad {
+                path: path.to_path_buf(),
+                msg: describe(&e),
+            })?;
+        Ok(ChatTemplate {
+            env,
+            path: path.to_path_buf(),
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// The training text of one row: `messages` is `[{role, content, reasoning_content?}]`.
+    pub fn render(&self, id: &str, messages: &Value) -> Result<String, TemplateError> {
+        let fail = |e: Error| TemplateError::Render {
+            path: self.path.clone(),
+            id: id.to_string(),
+            msg: describe(&e),
+        };
+        let t = self.env.get_template(NAME).map_err(fail)?;
+        t.render(context! {
+            messages => Serde(messages),
+            add_generation_prompt => false,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+            tools => (),
+        })
+        .map_err(fail)
+    }
+}
+
+/// A template error with its line, without the engine's own name for the template.
+fn describe(e: &Error) -> String {
+    let what = match e.detail() {
+        Some(d) => format!("{}: {d}", e.kind()),
+        None => e.kind().to_string(),
+    };
+    match e.line() {
+        Some(n) => format!("line {n}: {what}"),
+        None => what,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    #[test]
+    fn a_tokenizer_config_or_a_bare_template_renders_with_its_tokens_and_python_methods() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let body = "{{ bos_token }}{% for m in messages %}[{{ m.role.upper() }}]\n\
+                    {{ m.content.strip() }}{% if m.reasoning_content is defined %} \
+                    ({{ m.reasoning_content }}){% endif %}\n{% endfor %}{{ eos_token }}";
+        let cfg = json!({"bos_token": {"content": "<s>"}, "eos_token": "</s>",
+                         "chat_template": [{"name": "tool_use", "template": "x"},
+                                           {"name": "default", "template": body}]});
+        let messages = json!([{"role": "user", "content": " hi "},
+                              {"role": "assistant", "content": "yo", "reasoning_content": "r"}]);
+        let from_cfg = write(dir.path(), "tokenizer_config.json", &cfg.to_string());
+        let t = ChatTemplate::load(&from_cfg).expect("loads");
+        assert_eq!(
+            t.render("a", &messages).expect("renders"),
+            // trim_blocks: the newline after `{% endif %}` goes, as in transformers.
+            "<s>[USER]\nhi[ASSISTANT]\nyo (r)</s>"
+        );
+        // The same template as a file of its own: no special tokens.
+        let bare = write(dir.path(), "chat_template.jinja", body);
+        let t = ChatTemplate::load(&bare).expect("loads");
+        assert_eq!(
+            t.render("a", &messages).expect("renders"),
+            "[USER]\nhi[ASSISTANT]\nyo (r)"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_line_or_the_row() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cases: Vec<(&str, &str, &str)> = vec![
+            (
+                "broken.jinja",
+                "line one\n{% for m in messages %}",
+                "broken.jinja: line ",
+            ),
+            (
+                "no_field.json",
+                r#"{"bos_token": "<s>"}"#,
+                "no_field.json: no chat_template field",
+            ),
+            (
+                "unnamed.json",
+                r#"{"chat_template": [{"name": "tool_use", "template": "x"}]}"#,
+                "no template named \"default\"",
+            ),
+        ];
+        for (name, text, want) in cases {
+            let p = write(dir.path(), name, text);
+            let err = ChatTemplate::load(&p).err().expect("refused").to_string();
+            assert!(err.contains(want), "{name}: {err}");
+        }
+        let p = write(
+            dir.path(),
+            "strict.jinja",
+            "{% if messages[0].role != 'system' %}{{ raise_exception('a system turn first') }}{% endif %}",
+        );
+        let t = ChatTemplate::load(&p).expect("loads");
+        let err = t
+            .render("row-7", &json!([{"role": "user", "content": "q"}]))
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("rendering row row-7"), "{err}");
+        assert!(err.contains("a system turn first"), "{err}");
+    }
+}

@@ -1,0 +1,268 @@
+//! Every turn regenerated (`turns = "all"`), through the binary against the simulator on
+//! 127.0.0.1 with its request log keeping bodies: one request per assistant turn, each carrying
+//! the history the model wrote (the simulator's log shows it), budgets counting every turn,
+//! rows that pass the export's SpecForge rules, and a kill -9 mid-row then a resume that leaves
+//! one row per id with the ledger equal to the bill.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{read_jsonl, set_speed};
+use harvest::sim::{self, ControlRequest, SimConfig, SimHandle};
+use harvest::store::output::OutputRecord;
+
+const VAR: &str = "HARVEST_TURNS_TEST_KEY";
+const KEY: &str = "sk-or-v1-turns-test-key-00000000000";
+const N: usize = 60;
+
+/// Conversation `i`: a system turn, then 1 to 3 user turns with the dataset's own answers
+/// between them (the last one is followed by a dataset answer too, which is dropped).
+fn prompt_line(i: usize) -> String {
+    let users = 1 + i % 3;
+    let mut msgs = vec![serde_json::json!({"role": "system", "content": "Answer briefly."})];
+    for u in 0..users {
+        msgs.push(serde_json::json!({"role": "user", "content": format!("conv {i} question {u}")}));
+        msgs.push(
+            serde_json::json!({"role": "assistant", "content": format!("DATASET ANSWER {i}.{u}")}),
+        );
+    }
+    serde_json::json!({"id": format!("c{i:02}"), "messages": msgs}).to_string() + "\n"
+}
+
+/// The user turns of conversation `i`: the turns the model writes.
+fn users_of(i: usize) -> usize {
+    1 + i % 3
+}
+
+fn write_job(dir: &Path, base: &str, budget: Option<u64>) {
+    let prompts: String = (0..N).map(prompt_line).collect();
+    std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
+    let budget = budget.map_or(String::new(), |b| format!("output_token_budget = {b}\n"));
+    std::fs::write(
+        dir.join("harvest.toml"),
+        format!(
+            "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 8\n\
+             [request]\nmax_tokens = 2000\n[retry]\nbase_delay_ms = 10\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\nturns = \"all\"\n{budget}"
+        ),
+    )
+    .expect("config");
+}
+
+async fn logging_sim(mean_tokens: f64) -> SimHandle {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.log_bodies = true;
+    let s = sim::start(cfg, 0).await.expect("sim");
+    s.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(mean_tokens),
+            ..Default::default()
+        })
+        .expect("control");
+    s
+}
+
+/// The `(role, content)` list of every answered request body the simulator logged.
+fn sent_histories(sim: &SimHandle) -> Vec<Vec<(String, String)>> {
+    sim.state
+        .requests_since(0)
+        .iter()
+        .filter(|r| r.status == 200)
+        .filter_map(|r| r.body.as_ref())
+        .map(|b| {
+            b["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .map(|m| {
+                    let s = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+                    (s("role"), s("content"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn ledger_matches_bill(sim: &SimHandle, out: &Path) {
+    let ledger = common::ledger_total(out).as_f64();
+    let billed = sim.state.billed_total().as_f64();
+    assert!(
+        (ledger - billed).abs() < 1e-6,
+        "ledger {ledger} against the bill {billed}"
+    );
+}
+
+/// Checks each row against the requests the simulator received: for every turn the model
+/// wrote, a request whose messages are the row's conversation up to that turn.
+fn rows_match_requests(rows: &[OutputRecord], sent: &[Vec<(String, String)>]) {
+    let sent: HashSet<&Vec<(String, String)>> = sent.iter().collect();
+    for r in rows {
+        let i: usize = r.id[1..].parse().expect("id");
+        let conv: Vec<(String, String)> = r
+            .conversations
+            .iter()
+            .map(|t| (t.role.clone(), t.content.clone()))
+            .collect();
+        let assistant_at: Vec<usize> = (0..conv.len())
+            .filter(|&k| conv[k].0 == "assistant")
+            .collect();
+        assert_eq!(
+            assistant_at.len(),
+            users_of(i),
+            "{}: one answer per user turn",
+            r.id
+        );
+        assert_eq!(r.turns.len(), users_of(i), "{}: one turn record each", r.id);
+        for &k in &assistant_at {
+            assert!(
+                !conv[k].1.contains("DATASET ANSWER"),
+                "{}: turn {k} is the dataset's text",
+                r.id
+            );
+            assert!(
+                sent.contains(&conv[..k].to_vec()),
+                "{}: no request carried the history before turn {k}",
+                r.id
+            );
+        }
+        let sum: u64 = r.turns.iter().map(|t| t.usage.completion_tokens).sum();
+        assert_eq!(r.usage.completion_tokens, sum, "{}", r.id);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_turn_is_generated_on_the_regenerated_history() {
+    let sim = logging_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    write_job(d, &sim.base_url(), None);
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let rows: Vec<OutputRecord> = read_jsonl(&d.join("out/A.jsonl"));
+    assert_eq!(rows.len(), N, "{text}");
+    let sent = sent_histories(&sim);
+    let turns: usize = (0..N).map(users_of).sum();
+    assert_eq!(sent.len(), turns, "one request per turn, no more");
+    rows_match_requests(&rows, &sent);
+    ledger_matches_bill(&sim, &d.join("out"));
+    // The budget counts every turn: the report's output tokens are the simulator's.
+    let billed: u64 = sim
+        .state
+        .billing_per_tag()
+        .values()
+        .map(|t| t.completion_tokens)
+        .sum();
+    let report = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["status", "--report", "--json"])
+        .arg(d.join("out"))
+        .output()
+        .expect("report");
+    let v: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    assert_eq!(v["total"]["output_tokens"].as_u64(), Some(billed), "{v}");
+
+    // Exported for SpecForge, every multi-turn row passes its rules.
+    let to = d.join("export");
+    let export = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .arg("export")
+        .arg(d.join("out"))
+        .arg("--to")
+        .arg(&to)
+        .args(["--require-reasoning", "--json"])
+        .output()
+        .expect("export");
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let counts: serde_json::Value = serde_json::from_slice(&export.stdout).expect("json");
+    assert_eq!(counts[0]["success"].as_u64(), Some(N as u64), "{counts}");
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_budget_counts_every_turn() {
+    let sim = logging_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    // Half of what all turns take (~120 turns of ~40 tokens): counting only each row's last
+    // turn, the run would take every prompt.
+    write_job(d, &sim.base_url(), Some(2_400));
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let rows: Vec<OutputRecord> = read_jsonl(&d.join("out/A.jsonl"));
+    let written: u64 = rows.iter().map(|r| r.usage.completion_tokens).sum();
+    let turns_written: usize = rows.iter().map(|r| r.turns.len()).sum();
+    assert!(
+        rows.len() < N,
+        "the budget stops it early: {} rows",
+        rows.len()
+    );
+    assert!(written >= 2_400, "the budget is reached: {written}");
+    // Rows in flight at the stop finish their turns: short of the ~4,800 all rows take.
+    assert!(
+        written < 3_600,
+        "{written} tokens over {turns_written} turns"
+    );
+    // Nothing paid is left out of a row: the rows begun are finished.
+    assert_eq!(sent_histories(&sim).len(), turns_written);
+    sim.stop().await;
+}
+
+fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_row_then_resume_leaves_one_row_per_id() {
+    let sim = logging_sim(40.0).await;
+    // Slow enough that a kill lands with rows half done.
+    set_speed(&sim, 0.05);
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    write_job(d, &sim.base_url(), None);
+    let out = d.join("out/A.jsonl");
+    let mut caught_mid_row = 0;
+    for _ in 0..2 {
+        let start = lines(&out);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .env(VAR, KEY)
+            .args(["run", "--headless", "-c"])
+            .arg(d.join("harvest.toml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while lines(&out) < start + 8 && child.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "run too slow");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        // Requests answered beyond the turns of the rows written: rows cut in the middle.
+        let rows: Vec<OutputRecord> = read_jsonl(&out);
+        let in_rows: usize = rows.iter().map(|r| r.turns.len()).sum();
+        let answered = sent_histories(&sim).len();
+        caught_mid_row += answered.saturating_sub(in_rows);
+    }
+    assert!(caught_mid_row > 0, "the kills caught no row in the middle");
+    set_speed(&sim, 0.0);
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let rows: Vec<OutputRecord> = read_jsonl(&out);
+    let mut per_id: HashMap<&str, usize> = HashMap::new();
+    for r in &rows {
+        *per_id.entry(r.id.as_str()).or_default() += 1;
+    }
+    assert_eq!(per_id.len(), N, "every id answered");
+    assert!(per_id.values().all(|&n| n == 1), "one row per id");
+    rows_match_requests(&rows, &sent_histories(&sim));
+    // The turns of the rows cut by the kills were paid for, and the ledger says so.
+    ledger_matches_bill(&sim, &d.join("out"));
+    sim.stop().await;
+}
