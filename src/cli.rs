@@ -315,6 +315,11 @@ pub struct ExportArgs {
     /// generation and training contexts match).
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
+    /// One success row per assistant turn of a multi-turn row (`<id>#<k>`), each ending at
+    /// its turn with its reasoning, earlier answers without theirs; train them with
+    /// SpecForge's train_only_last_turn, so every turn is a target.
+    #[arg(long)]
+    pub explode_turns: bool,
     /// A Hugging Face chat template (the model's tokenizer_config.json, or its
     /// chat_template.jinja) to print exported rows through, as the trainer will see them.
     #[arg(long, value_name = "FILE", requires = "show")]

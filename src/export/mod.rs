@@ -51,6 +51,10 @@ pub struct Options {
     pub system_prompt: Option<String>,
     /// Success rows to keep aside as [`Sample`]s (for `--show`), first rows first.
     pub samples: usize,
+    /// One success row per assistant turn (`<id>#<k>`, k from 1), each ending at that turn
+    /// with its reasoning, earlier answers without theirs: every turn's target trained under
+    /// last-turn-only loss masking (SpecForge's `train_only_last_turn`).
+    pub explode_turns: bool,
 }
 
 /// A success row as exported, kept for showing it through a chat template.
@@ -92,6 +96,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
 pub struct Counts {
     pub dataset: String,
     pub success: u64,
+    /// Rows in the success file: `success`, or more with `--explode-turns`.
+    pub success_rows: u64,
     pub error: u64,
     pub skipped: u64,
     /// Prompts with no answer and no reject yet (known when the prompt count is).
@@ -146,25 +152,58 @@ fn specforge_row(r: &OutputRecord) -> Value {
     json!({"id": r.id, "conversations": turns, "status": "success"})
 }
 
+/// A SpecForge row of several assistant turns as one row per turn (`<id>#<k>`): each ends at
+/// its turn, which keeps its reasoning; the answers before it keep their visible content only,
+/// as the model saw them when it wrote the turn. A row of one answer stays as it is.
+fn exploded(sf: &Value) -> Vec<Value> {
+    let empty = Vec::new();
+    let conv = sf["conversations"].as_array().unwrap_or(&empty);
+    let at: Vec<usize> = (0..conv.len())
+        .filter(|&i| conv[i]["role"] == "assistant")
+        .collect();
+    if at.len() < 2 {
+        return vec![sf.clone()];
+    }
+    let id = sf["id"].as_str().unwrap_or_default();
+    at.iter()
+        .enumerate()
+        .map(|(k, &end)| {
+            let turns: Vec<Value> = conv[..=end]
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut t = t.clone();
+                    if i < end
+                        && let Some(m) = t.as_object_mut()
+                    {
+                        m.remove("reasoning_content");
+                    }
+                    t
+                })
+                .collect();
+            json!({"id": format!("{id}#{}", k + 1), "conversations": turns, "status": "success"})
+        })
+        .collect()
+}
+
 /// The success row in `format`, with provenance columns when asked.
 fn success_row(r: &OutputRecord, sf: Value, o: &Options) -> Value {
     let mut row = match o.format {
         Format::Specforge => sf,
-        Format::Openai => json!({"id": r.id, "messages": sf["conversations"]}),
+        Format::Openai => json!({"id": sf["id"], "messages": sf["conversations"]}),
         Format::Sharegpt => {
-            let turns: Vec<Value> = r
-                .conversations
-                .iter()
+            let empty = Vec::new();
+            let turns: Vec<Value> = (sf["conversations"].as_array().unwrap_or(&empty).iter())
                 .map(|t| {
-                    let from = match t.role.as_str() {
+                    let from = match t["role"].as_str().unwrap_or_default() {
                         "user" => "human",
                         "assistant" => "gpt",
                         other => other,
                     };
-                    json!({"from": from, "value": t.content})
+                    json!({"from": from, "value": t["content"]})
                 })
                 .collect();
-            json!({"id": r.id, "conversations": turns})
+            json!({"id": sf["id"], "conversations": turns})
         }
     };
     if o.with_provenance {
@@ -249,17 +288,24 @@ pub fn export(
             ..Counts::default()
         };
         let mut failed: Option<ExportError> = None;
-        let mut keep = |sink: &mut Sink, which: usize, row: Value, c: &mut Counts| {
+        // One prompt's outcome: counted once, written as one row (or, exploded, several).
+        let mut keep = |sink: &mut Sink, which: usize, rows: &[Value], c: &mut Counts| {
             if failed.is_some() {
                 return;
             }
             match which {
-                SUCCESS => c.success += 1,
+                SUCCESS => {
+                    c.success += 1;
+                    c.success_rows += rows.len() as u64;
+                }
                 ERROR => c.error += 1,
                 _ => c.skipped += 1,
             }
-            if let Err(e) = sink.write(which, &row) {
-                failed = Some(e);
+            for row in rows {
+                if let Err(e) = sink.write(which, row) {
+                    failed = Some(e);
+                    return;
+                }
             }
         };
         let outputs = scan::read_file(&output_path(dir, name), |mut r: OutputRecord| {
@@ -279,7 +325,7 @@ pub fn export(
             if let Some(why) = filtered(&r, o) {
                 let row = json!({"id": r.id, "status": "skipped", "reason": why,
                                  "conversations": sf["conversations"]});
-                return keep(&mut sink, SKIPPED, row, &mut c);
+                return keep(&mut sink, SKIPPED, &[row], &mut c);
             }
             match validate_row(&sf, rules) {
                 Ok(_) => {
@@ -290,13 +336,20 @@ pub fn export(
                             messages: sf["conversations"].clone(),
                         });
                     }
-                    let row = success_row(&r, sf, o);
-                    keep(&mut sink, SUCCESS, row, &mut c);
+                    let rows: Vec<Value> = if o.explode_turns {
+                        exploded(&sf)
+                            .iter()
+                            .map(|e| success_row(&r, e.clone(), o))
+                            .collect()
+                    } else {
+                        vec![success_row(&r, sf, o)]
+                    };
+                    keep(&mut sink, SUCCESS, &rows, &mut c);
                 }
                 Err(why) => {
                     let row = json!({"id": r.id, "status": "error", "reason": why,
                                      "conversations": sf["conversations"]});
-                    keep(&mut sink, ERROR, row, &mut c);
+                    keep(&mut sink, ERROR, &[row], &mut c);
                 }
             }
         })?;
@@ -305,7 +358,7 @@ pub fn export(
                              "reason": format!("rejected after {} attempt{}: {}", r.attempts,
                                                if r.attempts == 1 { "" } else { "s" }, r.error),
                              "error_kind": r.error_kind, "line": r.line});
-            keep(&mut sink, ERROR, row, &mut c);
+            keep(&mut sink, ERROR, &[row], &mut c);
         })?;
         if let Some(e) = failed {
             return Err(e);
@@ -342,6 +395,13 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
             opt(c.not_run),
             opt(c.prompts)
         ));
+        if c.success_rows != c.success {
+            out.push_str(&format!(
+                "  {}: {} success rows, one per assistant turn (--explode-turns)\n",
+                c.dataset,
+                g(c.success_rows)
+            ));
+        }
         if c.unreadable > 0 {
             out.push_str(&format!(
                 "  {}: {} damaged line(s) of the output directory were not exported (harvest run --repair)\n",
@@ -425,6 +485,7 @@ mod tests {
         keep_think_markers: false,
         system_prompt: None,
         samples: 0,
+        explode_turns: false,
     };
 
     /// Rows that break each rule land in `_error` or `_skipped` with the reason; the rest pass
@@ -476,6 +537,7 @@ mod tests {
             vec![Counts {
                 dataset: "A".into(),
                 success: 1,
+                success_rows: 1,
                 error: 3,
                 skipped: 3,
                 not_run: Some(3),
@@ -529,6 +591,69 @@ mod tests {
             render(&counts, &to)
                 .contains("A                        1         3         3           3        10")
         );
+    }
+
+    #[test]
+    fn exploded_turns_end_at_each_answer_with_only_its_own_reasoning() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).expect("mkdir");
+        let mut two = rec("two", "a2", Some("r2"), false);
+        let turn = |role: &str, content: &str, reasoning: Option<&str>| Turn {
+            role: role.into(),
+            content: content.into(),
+            reasoning_content: reasoning.map(str::to_string),
+        };
+        two.conversations = vec![
+            turn("user", "q1", None),
+            turn("assistant", "a1", Some("r1")),
+            turn("user", "q2", None),
+            turn("assistant", "a2", Some("r2")),
+        ];
+        write_lines(
+            &out.join("A.jsonl"),
+            &[rec("one", "answer", Some("r"), false), two],
+        );
+        let to = dir.path().join("export");
+        for format in [Format::Specforge, Format::Openai, Format::Sharegpt] {
+            let mut o = SF;
+            o.explode_turns = true;
+            o.format = format;
+            let done = export(&out, &["A".into()], &HashMap::new(), &to, &o).expect("export");
+            assert_eq!(
+                (done.counts[0].success, done.counts[0].success_rows),
+                (2, 3)
+            );
+            let rows = read(&to.join("A.jsonl"));
+            let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().expect("id")).collect();
+            assert_eq!(ids, ["one", "two#1", "two#2"], "{format:?}");
+            if format != Format::Specforge {
+                continue;
+            }
+            // (content, reasoning) of each row's turns.
+            let shown = |r: &Value| -> Vec<(String, Option<String>)> {
+                (r["conversations"].as_array().expect("turns").iter())
+                    .map(|t| {
+                        let s = |k: &str| t[k].as_str().map(str::to_string);
+                        (s("content").unwrap_or_default(), s("reasoning_content"))
+                    })
+                    .collect()
+            };
+            let some = |s: &str| Some(s.to_string());
+            assert_eq!(
+                shown(&rows[1]),
+                [("q1".into(), None), ("a1".into(), some("r1"))]
+            );
+            assert_eq!(
+                shown(&rows[2]),
+                [
+                    ("q1".into(), None),
+                    ("a1".into(), None),
+                    ("q2".into(), None),
+                    ("a2".into(), some("r2"))
+                ]
+            );
+        }
     }
 
     #[test]
