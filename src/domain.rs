@@ -257,6 +257,9 @@ pub fn group_thousands(n: u64) -> String {
 #[serde(transparent)]
 pub struct EndpointTag(pub String);
 
+/// The non-default service tiers an endpoint tag can end in (OpenRouter's service-tiers guide).
+const SERVICE_TIERS: [&str; 2] = ["priority", "flex"];
+
 impl EndpointTag {
     pub fn new(s: impl Into<String>) -> Self {
         EndpointTag(s.into())
@@ -271,6 +274,24 @@ impl EndpointTag {
     /// [`EndpointTag::base`] of a tag held as a plain string.
     pub fn base_of(tag: &str) -> &str {
         tag.split('/').next().unwrap_or(tag)
+    }
+
+    /// Whether a slug in `provider.order`, `only` or `ignore` reaches the endpoint tagged
+    /// `tag`: its full tag reaches it alone, a base provider slug every endpoint of that
+    /// provider ("a base provider slug ... matches all endpoints of that provider",
+    /// OpenRouter's provider-selection docs). Case does not matter.
+    /// A service-tier endpoint (`openai/priority`, `google-vertex/flex`) is reached by its
+    /// full tag only: "service tier endpoints ... are not matched by base slugs" (same page,
+    /// and guides/features/service-tiers.mdx; docs/openrouter-routing-facts.md).
+    pub fn reached_by(tag: &str, slug: &str) -> bool {
+        let s = slug.trim();
+        if s.eq_ignore_ascii_case(tag) {
+            return true;
+        }
+        let tier = tag
+            .split_once('/')
+            .is_some_and(|(_, v)| SERVICE_TIERS.iter().any(|t| v.eq_ignore_ascii_case(t)));
+        !tier && s.eq_ignore_ascii_case(Self::base_of(tag))
     }
 }
 
@@ -435,6 +456,29 @@ pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slugs_reach_endpoints_as_openrouter_documents() {
+        // (endpoint tag, slug, reached)
+        let cases = [
+            ("deepinfra", "deepinfra", true),
+            ("deepinfra/turbo", "deepinfra", true),
+            ("deepinfra/turbo", "deepinfra/turbo", true),
+            ("deepinfra", "deepinfra/turbo", false),
+            ("deepinfra/fp4", "deepinfra/turbo", false),
+            ("google-vertex/us-east5", "google-vertex", true),
+            ("Together/INT4", "together/int4", true),
+            ("together/int4", " together ", true),
+            // Service tiers are opt-in: a base slug does not reach them.
+            ("openai/priority", "openai", false),
+            ("google-vertex/flex", "google-vertex", false),
+            ("openai/priority", "openai/priority", true),
+            ("novita", "novitaai", false),
+        ];
+        for (tag, slug, want) in cases {
+            assert_eq!(EndpointTag::reached_by(tag, slug), want, "{slug} -> {tag}");
+        }
+    }
 
     #[test]
     fn durations_read_the_same_everywhere() {

@@ -479,7 +479,8 @@ async fn the_binary_prints_a_stable_json_document_and_a_readable_table() {
             "prompts_in_file",
             "prompts_remaining",
             "prompts_to_send",
-            "rejected"
+            "rejected",
+            "requests_to_send"
         ]
     );
     assert_eq!(

@@ -83,7 +83,11 @@ impl SimConfig {
 
     /// The Kimi K2.5 table, seed 0, as fast as possible, no faults: for tests.
     pub fn fast_no_faults() -> Self {
-        let mut table = ProviderTable::kimi_k25();
+        Self::fast_no_faults_with(ProviderTable::kimi_k25())
+    }
+
+    /// [`SimConfig::fast_no_faults`] over another table.
+    pub fn fast_no_faults_with(mut table: ProviderTable) -> Self {
         for e in &mut table.endpoints {
             e.behaviour.faults = FaultMix::none();
             e.behaviour.capacity = None;

@@ -4,7 +4,7 @@
 
 use rand::Rng;
 
-use crate::domain::{Price, Quantization};
+use crate::domain::{EndpointTag, Price, Quantization};
 use crate::openrouter::{ChatRequest, ProviderPreferences, ProviderSort};
 
 use super::table::{SimBehaviour, SimEndpoint};
@@ -12,10 +12,8 @@ use super::table::{SimBehaviour, SimEndpoint};
 /// A slug matches an endpoint by its full tag, by its base provider slug (`deepinfra` matches
 /// `deepinfra/turbo`), or by display name.
 pub fn slug_matches(slug: &str, ep: &SimEndpoint) -> bool {
-    let s = slug.trim();
-    s.eq_ignore_ascii_case(ep.tag.as_str())
-        || s.eq_ignore_ascii_case(ep.tag.base())
-        || s.eq_ignore_ascii_case(&ep.provider_name)
+    EndpointTag::reached_by(ep.tag.as_str(), slug)
+        || slug.trim().eq_ignore_ascii_case(&ep.provider_name)
 }
 
 /// Parameters a request sets, under the names `supported_parameters` uses.

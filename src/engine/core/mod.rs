@@ -265,6 +265,8 @@ pub struct Core {
     streak: systematic::Streak,
     /// Endpoints already reported for returning their thinking inline.
     inline_think_reported: HashSet<String>,
+    /// The event that the allowed set cannot be named to OpenRouter was given.
+    said_inexpressible: bool,
 }
 
 impl Core {
@@ -334,6 +336,7 @@ impl Core {
             or_in_flight: 0,
             streak: systematic::Streak::default(),
             inline_think_reported: HashSet::new(),
+            said_inexpressible: false,
         };
         core.refresh_verdicts();
         core

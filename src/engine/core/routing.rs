@@ -3,7 +3,6 @@
 //! (pinned routing, own servers), or the allowed set handed to OpenRouter (`only`, `ignore`,
 //! `quantizations`).
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use crate::config::Routing;
@@ -146,7 +145,7 @@ impl Core {
         if candidates.is_empty() {
             return None;
         }
-        let eps = &self.endpoints;
+        let eps = self.endpoints.clone();
         let load = |i: usize| self.ep_in_flight.get(i).copied().unwrap_or(0);
         let cheapest = |list: &mut dyn Iterator<Item = usize>| {
             list.min_by_key(|&i| (eps[i].price_out, eps[i].price_in, load(i)))
@@ -183,22 +182,55 @@ impl Core {
                 if candidates.is_empty() {
                     return None;
                 }
-                Some(self.openrouter_route(&candidates))
+                if let Some(r) = self.openrouter_route(&candidates) {
+                    return Some(r);
+                }
+                // OpenRouter's slugs cannot say "exactly these": pin each request instead.
+                let choice = cheapest(&mut candidates.iter().copied())?;
+                if !self.said_inexpressible {
+                    self.said_inexpressible = true;
+                    let tags: Vec<&str> = candidates.iter().map(|&i| eps[i].tag.as_str()).collect();
+                    let text = format!(
+                        "the allowed endpoints ({}) cannot be named exactly in only/ignore (an \
+                         ignore would also remove an allowed one): pinned routing for them",
+                        tags.join(", ")
+                    );
+                    self.event(now, text);
+                }
+                // The tag may name others too (that is why): the quantization tells them apart.
+                let mut r = pin(choice)?;
+                if let Some(p) = r.prefs.as_mut()
+                    && eps[choice].quantization != Quantization::Unknown
+                {
+                    p.quantizations = Some(vec![eps[choice].quantization.clone()]);
+                }
+                Some(r)
             }
         }
     }
 
-    /// The `provider` object that lets OpenRouter route among `candidates` and nowhere else.
-    fn openrouter_route(&self, candidates: &[usize]) -> Route {
+    /// The `provider` object that lets OpenRouter route among `candidates` and nowhere else,
+    /// under its slug semantics ([`EndpointTag::reached_by`]): their tags in `only`, and in
+    /// `ignore` the full tags of the other endpoints a base slug in `only` would reach. `None`
+    /// when no such object reaches exactly the candidates (an ignore entry would also reach an
+    /// allowed endpoint).
+    fn openrouter_route(&self, candidates: &[usize]) -> Option<Route> {
         let eps = &self.endpoints;
         let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
-        // A base slug in `only` also matches its other variants: ignore those we did not allow.
-        let bases: HashSet<&str> = tags.iter().map(|t| EndpointTag::base_of(t)).collect();
+        let reached = |slugs: &[String], i: usize| {
+            slugs
+                .iter()
+                .any(|s| EndpointTag::reached_by(&eps[i].tag, s))
+        };
         let ignore: Vec<String> = (0..eps.len())
-            .filter(|i| !candidates.contains(i))
-            .filter(|&i| bases.contains(EndpointTag::base_of(&eps[i].tag)))
+            .filter(|i| !candidates.contains(i) && reached(&tags, *i))
             .map(|i| eps[i].tag.clone())
             .collect();
+        let exact = (0..eps.len())
+            .all(|i| candidates.contains(&i) == (reached(&tags, i) && !reached(&ignore, i)));
+        if !exact {
+            return None;
+        }
         let price_in = candidates.iter().map(|&i| eps[i].price_in).max();
         let price_out = candidates.iter().map(|&i| eps[i].price_out).max();
         let mut prefs = ProviderPreferences::only(tags);
@@ -222,11 +254,11 @@ impl Core {
             }
             prefs.quantizations = Some(qs);
         }
-        Route {
+        Some(Route {
             pinned: None,
             prefs: Some(prefs),
             price_in: price_in.unwrap_or_default(),
             price_out: price_out.unwrap_or_default(),
-        }
+        })
     }
 }

@@ -2,6 +2,7 @@
 //! breakers and 429 waits, in both routing modes.
 
 use super::*;
+use crate::domain::EndpointTag;
 use crate::engine::reason::OffReason;
 use crate::engine::{Command, ShutdownMode};
 use crate::policy::Exclusion;
@@ -35,19 +36,92 @@ fn openrouter_routing_hands_over_the_allowed_set_with_its_quantizations() {
     assert_eq!(r.price_out, Price::per_million_f64(3.0).expect("price"));
 }
 
+/// The provider object names exactly the allowed set under OpenRouter's slug semantics (a
+/// full tag reaches its endpoint alone, a base slug every endpoint of its provider), one table
+/// shape per row; where no object can, the requests are pinned and the event log says why.
 #[test]
-fn openrouter_routing_ignores_unallowed_variants_of_an_allowed_provider() {
-    let mut eps = kimi();
-    eps.push(ep("chutes/fp8", "Chutes", "fp8", 0.2, 1.0));
-    let mut h = H::new(config(""), eps, &[&["p1"]]);
-    let now = h.now;
-    let p = h
-        .core
-        .route(&now, None)
-        .expect("a route")
-        .prefs
-        .expect("provider object");
-    assert_eq!(p.ignore, Some(tags(&["chutes/fp8"])));
+fn openrouter_routing_names_exactly_the_allowed_set_for_every_shape_of_table() {
+    // (endpoints as (tag, quantization), `only`, `ignore`, pinned to)
+    type Case<'a> = (
+        &'a [(&'a str, &'a str)],
+        &'a [&'a str],
+        &'a [&'a str],
+        Option<&'a str>,
+    );
+    let cases: Vec<Case> = vec![
+        // A base-slug endpoint left out next to its allowed variant: no ignore, which would
+        // also remove the variant.
+        (
+            &[("together", "unknown"), ("together/int4", "int4")],
+            &["together/int4"],
+            &[],
+            None,
+        ),
+        // A full-tag variant left out: a full tag in `only` does not reach it.
+        (
+            &[("chutes/int4", "int4"), ("chutes/fp8", "fp8")],
+            &["chutes/int4"],
+            &[],
+            None,
+        ),
+        // An allowed base-slug endpoint reaches its variants: ignore the one left out.
+        (
+            &[("parasail", "int4"), ("parasail/fp8", "fp8")],
+            &["parasail"],
+            &["parasail/fp8"],
+            None,
+        ),
+        // Pairs of every kind side by side.
+        (
+            &[
+                ("chutes/int4", "int4"),
+                ("deepinfra", "unknown"),
+                ("deepinfra/fp4", "fp4"),
+                ("parasail", "int4"),
+                ("parasail/fp8", "fp8"),
+            ],
+            &["chutes/int4", "parasail"],
+            &["parasail/fp8"],
+            None,
+        ),
+        // Two endpoints under one tag, one allowed: no object reaches it alone.
+        (
+            &[("novita/int4", "int4"), ("novita/int4", "fp8")],
+            &[],
+            &[],
+            Some("novita/int4"),
+        ),
+    ];
+    for (table, only, ignore, pinned) in cases {
+        let eps: Vec<RunEndpoint> = table
+            .iter()
+            .map(|(t, q)| ep(t, EndpointTag::base_of(t), q, 0.5, 2.5))
+            .collect();
+        let mut h = H::new(config(""), eps, &[&["p1"]]);
+        let now = h.now;
+        let r = h.core.route(&now, None).expect("a route");
+        let named = |v: Option<Vec<String>>| v.unwrap_or_default();
+        match pinned {
+            None => {
+                let p = r.prefs.expect("provider object");
+                assert_eq!(p.only, Some(tags(only)), "{table:?}");
+                assert_eq!(named(p.ignore), tags(ignore), "{table:?}");
+                assert_eq!(r.pinned, None);
+            }
+            Some(tag) => {
+                let i = r.pinned.expect("pinned");
+                assert_eq!(h.core.endpoints()[i].tag, tag);
+                assert_eq!(h.core.endpoints()[i].quantization, Quantization::Int4);
+                let p = r.prefs.expect("provider object");
+                assert_eq!(p.quantizations, Some(vec![Quantization::Int4]));
+                let said = h.event_texts();
+                assert!(
+                    said.iter().any(|t| t.contains("cannot be named exactly")),
+                    "{said:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
