@@ -192,6 +192,7 @@ pub struct Config {
     pub retry: RetryConfig,
     pub breaker: BreakerConfig,
     pub policy: PolicyConfig,
+    pub provider: ProviderConfig,
     /// Provider slugs or tags whose billing stops when a stream is closed (replaces the list
     /// OpenRouter documents: chutes, deepinfra, together, novita, fireworks). At the dollar cap
     /// those streams are closed; the others run to the end, since they are billed anyway.
@@ -233,6 +234,7 @@ impl Default for Config {
             retry: RetryConfig::default(),
             breaker: BreakerConfig::default(),
             policy: PolicyConfig::default(),
+            provider: ProviderConfig::default(),
             endpoint_concurrency: Default::default(),
             catalog_refresh_s: 300.0,
             cancel_stops_billing: None,
@@ -434,6 +436,26 @@ impl RetryConfig {
     }
     pub fn max_delay(&self) -> Duration {
         secs(self.max_delay_s)
+    }
+}
+
+/// `[provider]`: fields of OpenRouter's `provider` object that harvest does not decide itself
+/// (it builds `order`, `only`, `ignore`, `allow_fallbacks` and `quantizations` from the policy).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderConfig {
+    /// Route only to endpoints that support every parameter sent. Without it OpenRouter drops
+    /// the ones an endpoint lacks ("will ignore unknown parameters", provider-selection docs)
+    /// and the row would claim parameters that were not applied. Pinned requests always
+    /// require them.
+    pub require_parameters: bool,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            require_parameters: true,
+        }
     }
 }
 

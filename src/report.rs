@@ -528,12 +528,14 @@ mod tests {
             quantization: None,
             model: "m".into(),
             finish_reason: finish.into(),
+            native_finish_reason: None,
             truncated: finish == "length",
             usage: RecordUsage {
                 prompt_tokens: 10,
                 completion_tokens: out,
                 reasoning_tokens: 0,
                 source: "reported".into(),
+                ..RecordUsage::default()
             },
             cost_usd: Usd::from_pico(out as i64 * 1000),
             ttft_ms: Some(ttft),
@@ -592,6 +594,7 @@ mod tests {
                 completion_tokens: out,
                 reasoning_tokens: 0,
                 source: "reported".into(),
+                ..RecordUsage::default()
             },
             cost_usd: Usd::from_pico(out as i64),
             attempts: 1,

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use harvest::sim::{self, ControlRequest, ProviderTable, SimConfig, SimHandle};
+use harvest::store::output::OutputRecord;
 
 const VAR: &str = "HARVEST_ROUTING_TEST_KEY";
 const KEY: &str = "sk-or-v1-routing-test-key-000000000";
@@ -84,5 +85,145 @@ async fn only_the_allowed_variants_serve_in_openrouter_routing() {
     only.sort_unstable();
     assert_eq!(only, ["chutes/int4", "parasail", "together/int4"]);
     assert_eq!(provider["ignore"], serde_json::json!(["parasail/fp8"]));
+    sim.stop().await;
+}
+
+/// Each row's `params` is the body of the request that produced it, but its messages: the
+/// request is found by its messages (the row's conversation without the answer).
+fn rows_record_what_was_sent(rows: &[OutputRecord], sims: &[&SimHandle]) {
+    let mut by_messages: HashMap<String, serde_json::Value> = HashMap::new();
+    for sim in sims {
+        for r in sim
+            .state
+            .requests_since(0)
+            .iter()
+            .filter(|r| r.status == 200)
+        {
+            let mut body = r.body.clone().expect("bodies are logged");
+            let messages = body
+                .as_object_mut()
+                .and_then(|b| b.remove("messages"))
+                .expect("messages");
+            by_messages.insert(messages.to_string(), body);
+        }
+    }
+    assert!(!rows.is_empty());
+    for row in rows {
+        let sent: Vec<serde_json::Value> = row.conversations[..row.conversations.len() - 1]
+            .iter()
+            .map(|t| serde_json::json!({"role": t.role, "content": t.content}))
+            .collect();
+        let body = by_messages
+            .get(&serde_json::Value::Array(sent).to_string())
+            .unwrap_or_else(|| panic!("{}: no request with its messages", row.id));
+        assert_eq!(&row.params, body, "{}", row.id);
+    }
+}
+
+fn job(d: &Path, base: &str, settings: &str) {
+    common::write_job_with_ids(d, base, VAR, 120, settings);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
+    // OpenRouter routing: the routing object as sent, require_parameters in it.
+    let sim = variants_sim(true).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let request = "[request]\nmax_tokens = 300\ntemperature = 0.6\ntop_p = 0.95";
+    job(
+        d,
+        &sim.base_url(),
+        &format!("routing = \"openrouter\"\n{request}"),
+    );
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    rows_record_what_was_sent(&rows, &[&sim]);
+    assert_eq!(rows[0].params["provider"]["require_parameters"], true);
+    assert!(rows.iter().all(|r| r.native_finish_reason.is_some()));
+    sim.stop().await;
+
+    // Pinned routing with a seed: parasail does not list it, so its requests go without it.
+    let sim = variants_sim(true).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(
+        d,
+        &sim.base_url(),
+        &format!("routing = \"pinned\"\n{request}\nseed = 7"),
+    );
+    // Parasail cheapest, so that it serves.
+    sim.state
+        .control(
+            &serde_json::from_value(
+                serde_json::json!({"endpoints": {"chutes/int4": {"down": true},
+            "together/int4": {"down": true}}}),
+            )
+            .expect("patch"),
+        )
+        .expect("control");
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("parasail does not list seed"), "{text}");
+    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    rows_record_what_was_sent(&rows, &[&sim]);
+    assert!(
+        rows.iter()
+            .all(|r| r.endpoint_tag.as_deref() == Some("parasail"))
+    );
+    assert!(
+        rows.iter().all(|r| r.params.get("seed").is_none()),
+        "dropped for parasail"
+    );
+    assert!(rows.iter().all(|r| r.params["temperature"] == 0.6));
+    sim.stop().await;
+
+    // An own server with `extra`: its fields are in the row.
+    let sim = variants_sim(true).await;
+    let mut own_cfg = SimConfig::fast_no_faults();
+    own_cfg.open_access = true;
+    own_cfg.log_bodies = true;
+    let own = sim::start(own_cfg, 0).await.expect("own server");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(
+        d,
+        &sim.base_url(),
+        &format!(
+            "openrouter = false\n{request}\n[[endpoint]]\nname = \"local\"\nbase_url = \"{}\"\n\
+             model = \"moonshotai/kimi-k2.5\"\nquantization = \"int4\"\nconcurrency = 8\n\
+             extra = {{ chat_template_kwargs = {{ thinking = true }} }}",
+            own.base_url()
+        ),
+    );
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    rows_record_what_was_sent(&rows, &[&own]);
+    assert_eq!(
+        rows[0].params["chat_template_kwargs"],
+        serde_json::json!({"thinking": true})
+    );
+    own.stop().await;
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_parameters_keeps_requests_from_an_endpoint_that_lacks_one() {
+    let sim = variants_sim(false).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(
+        d,
+        &sim.base_url(),
+        "routing = \"openrouter\"\nconcurrency = 16\n[request]\nmax_tokens = 300\nseed = 7",
+    );
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("parasail does not list seed"), "{text}");
+    let n = served(&sim);
+    assert_eq!(n.get("parasail"), None, "{n:?}");
+    assert!(n.get("together/int4").is_some_and(|&k| k > 10), "{n:?}");
     sim.stop().await;
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, DatasetConfig, OnBadLine, OnDuplicate, RequestParams};
+use crate::config::{Config, DatasetConfig, OnBadLine, OnDuplicate, RequestParams, Routing};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
 use crate::store::lock;
@@ -86,6 +86,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
         .map_err(|e| EngineError::Input(e.to_string()))?;
     check_policy(&cfg, &endpoints, &probe)?;
+    notes.extend(parameter_notes(&cfg, &endpoints, &probe));
     let key = if client.has_key() {
         match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
             Ok(Ok(k)) => Some(k),
@@ -439,6 +440,67 @@ fn check_policy(
         cfg.model,
         seen.join(", ")
     )))
+}
+
+/// Allowed endpoints that do not list a parameter the requests set: with `require_parameters`
+/// (openrouter routing) OpenRouter sends them nothing; pinned routing drops the parameter for
+/// them (and the row's `params` says so).
+fn parameter_notes(
+    cfg: &Config,
+    endpoints: &[RunEndpoint],
+    probe: &HashMap<String, f64>,
+) -> Vec<String> {
+    let (native, _) = cfg.policy.native_for(&cfg.model);
+    let mut sent: Vec<&'static str> = Vec::new();
+    for d in &cfg.datasets {
+        for p in cfg
+            .request_for(d)
+            .chat_request(&cfg.model, Vec::new())
+            .parameters_sent()
+        {
+            if !sent.contains(&p) {
+                sent.push(p);
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for e in endpoints.iter().filter(|e| e.custom.is_none()) {
+        let Some(listed) = &e.supported_parameters else {
+            continue;
+        };
+        if cfg
+            .policy
+            .judge(&native, e, probe.get(&e.tag).copied())
+            .is_some()
+        {
+            continue;
+        }
+        let missing: Vec<&str> = (sent.iter().copied())
+            .filter(|p| !listed.iter().any(|l| l == p))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let what = missing.join(", ");
+        notes.push(match cfg.routing {
+            Routing::Openrouter if cfg.provider.require_parameters => format!(
+                "{} does not list {what}: with [provider] require_parameters OpenRouter sends \
+                 it nothing (require_parameters = false lets it serve without them)",
+                e.tag
+            ),
+            Routing::Openrouter => format!(
+                "{} does not list {what}: OpenRouter drops them there, and rows it serves \
+                 claim them ([provider] require_parameters = true avoids it)",
+                e.tag
+            ),
+            Routing::Pinned => format!(
+                "{} does not list {what}: its requests go without them (its rows' params \
+                 say so)",
+                e.tag
+            ),
+        });
+    }
+    notes
 }
 
 /// What the workers share with the supervisor: the pool, the counters, the money.

@@ -442,12 +442,14 @@ mod tests {
             quantization: Some("int4".into()),
             model: "moonshotai/kimi-k2.5".into(),
             finish_reason: if truncated { "length" } else { "stop" }.into(),
+            native_finish_reason: None,
             truncated,
             usage: RecordUsage {
                 prompt_tokens: 10,
                 completion_tokens: 20,
                 reasoning_tokens: 5,
                 source: "reported".into(),
+                ..RecordUsage::default()
             },
             cost_usd: Usd::from_f64(0.001),
             ttft_ms: Some(300),

@@ -16,4 +16,4 @@ pub use client::{ChatStream, ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, 
 pub use error::{ApiError, ErrorKind, TimeoutKind};
 pub use key::ApiKey;
 pub use request::{ChatRequest, Effort, Message, ProviderPreferences, ProviderSort, Reasoning};
-pub use response::{Completion, Progress, StreamAccumulator, Usage, UsageSource};
+pub use response::{Completion, CostDetails, Progress, StreamAccumulator, Usage, UsageSource};

@@ -196,6 +196,27 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// The parameters this request sets, under the names an endpoint's
+    /// `supported_parameters` uses (what `require_parameters` checks).
+    pub fn parameters_sent(&self) -> Vec<&'static str> {
+        let mut p = vec!["max_tokens"];
+        let checks: [(&'static str, bool); 11] = [
+            ("temperature", self.temperature.is_some()),
+            ("top_p", self.top_p.is_some()),
+            ("top_k", self.top_k.is_some()),
+            ("min_p", self.min_p.is_some()),
+            ("presence_penalty", self.presence_penalty.is_some()),
+            ("frequency_penalty", self.frequency_penalty.is_some()),
+            ("repetition_penalty", self.repetition_penalty.is_some()),
+            ("seed", self.seed.is_some()),
+            ("stop", self.stop.is_some()),
+            ("reasoning", self.reasoning.is_some()),
+            ("tools", self.extra.contains_key("tools")),
+        ];
+        p.extend(checks.iter().filter(|(_, on)| *on).map(|(n, _)| *n));
+        p
+    }
+
     pub fn new(model: impl Into<String>, messages: Vec<Message>, max_tokens: u32) -> Self {
         ChatRequest {
             model: model.into(),

@@ -54,12 +54,31 @@ pub struct Usage {
     pub prompt_tokens_details: Option<PromptTokensDetails>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens_details: Option<CompletionTokensDetails>,
+    /// The request ran on the user's own provider key: `cost` is then OpenRouter's fee, and
+    /// `cost_details.upstream_inference_cost` what the provider charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_byok: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_details: Option<CostDetails>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PromptTokensDetails {
     #[serde(default)]
     pub cached_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
+}
+
+/// `usage.cost_details`: what the upstream provider charged (USD).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_inference_cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_inference_prompt_cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_inference_completions_cost: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -73,6 +92,11 @@ impl Usage {
         self.completion_tokens_details
             .as_ref()
             .map_or(0, |d| d.reasoning_tokens)
+    }
+    pub fn cached_tokens(&self) -> u64 {
+        self.prompt_tokens_details
+            .as_ref()
+            .map_or(0, |d| d.cached_tokens)
     }
     pub fn cost_usd(&self) -> Option<Usd> {
         self.cost.map(Usd::from_f64)

@@ -16,26 +16,6 @@ pub fn slug_matches(slug: &str, ep: &SimEndpoint) -> bool {
         || slug.trim().eq_ignore_ascii_case(&ep.provider_name)
 }
 
-/// Parameters a request sets, under the names `supported_parameters` uses.
-pub fn parameters_sent(req: &ChatRequest) -> Vec<&'static str> {
-    let mut p = vec!["max_tokens"];
-    let checks: [(&'static str, bool); 11] = [
-        ("temperature", req.temperature.is_some()),
-        ("top_p", req.top_p.is_some()),
-        ("top_k", req.top_k.is_some()),
-        ("min_p", req.min_p.is_some()),
-        ("presence_penalty", req.presence_penalty.is_some()),
-        ("frequency_penalty", req.frequency_penalty.is_some()),
-        ("repetition_penalty", req.repetition_penalty.is_some()),
-        ("seed", req.seed.is_some()),
-        ("stop", req.stop.is_some()),
-        ("reasoning", req.reasoning.is_some()),
-        ("tools", req.extra.contains_key("tools")),
-    ];
-    p.extend(checks.iter().filter(|(_, on)| *on).map(|(n, _)| *n));
-    p
-}
-
 /// Why the candidate list came out empty, in OpenRouter's `excluded_by` vocabulary.
 #[derive(Debug, PartialEq)]
 pub struct NoEndpoints {
@@ -56,7 +36,7 @@ pub fn candidates(
     rng: &mut impl Rng,
 ) -> Result<Vec<usize>, NoEndpoints> {
     let prefs = req.provider.clone().unwrap_or_default();
-    let sent = parameters_sent(req);
+    let sent = req.parameters_sent();
     // Why each endpoint was filtered out, if it was.
     let mut reason: Vec<Option<&'static str>> = vec![None; endpoints.len()];
     let mut keep: Vec<usize> = Vec::new();

@@ -23,13 +23,22 @@ pub struct Turn {
     pub reasoning_content: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RecordUsage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub reasoning_tokens: u64,
     /// `reported` by the server, or `counted` from streamed events.
     pub source: String,
+    /// Prompt tokens read from the provider's cache (`prompt_tokens_details.cached_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// What the upstream provider charged, as the API reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_details: Option<crate::openrouter::CostDetails>,
+    /// Served on the user's own provider key: `cost_usd` then includes the provider's charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_byok: Option<bool>,
 }
 
 /// One finished prompt.
@@ -43,6 +52,9 @@ pub struct OutputRecord {
     pub quantization: Option<String>,
     pub model: String,
     pub finish_reason: String,
+    /// The provider's own finish reason, as OpenRouter passes it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_finish_reason: Option<String>,
     /// `finish_reason` was `length`: the answer was cut at `max_tokens`.
     pub truncated: bool,
     pub usage: RecordUsage,
@@ -437,12 +449,14 @@ mod tests {
             quantization: Some("int4".into()),
             model: "m".into(),
             finish_reason: "stop".into(),
+            native_finish_reason: None,
             truncated: false,
             usage: RecordUsage {
                 prompt_tokens: 5,
                 completion_tokens: 7,
                 reasoning_tokens: 1,
                 source: "reported".into(),
+                ..RecordUsage::default()
             },
             cost_usd: Usd::from_pico(cost),
             ttft_ms: Some(10),

@@ -114,6 +114,15 @@ impl Core {
             }
         }
         req.provider = route.prefs;
+        // The parameters as they leave (after any dropping, an own server's fields included),
+        // for the row; the messages are the row's conversation.
+        req.stream = true;
+        let messages = std::mem::take(&mut req.messages);
+        let mut params = serde_json::to_value(&req).unwrap_or_default();
+        req.messages = messages;
+        if let Some(p) = params.as_object_mut() {
+            p.remove("messages");
+        }
         let openrouter = pinned.is_none_or(|e| self.endpoints[e].custom.is_none());
         if openrouter {
             self.or_in_flight += 1;
@@ -168,6 +177,7 @@ impl Core {
                 price_in: route.price_in,
                 price_out: route.price_out,
                 prompt_tokens,
+                params,
             },
         );
         self.note_sent(now);

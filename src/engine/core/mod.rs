@@ -195,6 +195,8 @@ struct InFlight {
     /// is left of it at the last tick): released whole when its result comes in.
     reserved_pico: i64,
     accrued: Arc<AtomicI64>,
+    /// The request's body as sent, but its messages: what the row records as `params`.
+    params: serde_json::Value,
 }
 
 /// What the latest listing says of an endpoint (refreshed every `catalog_refresh_s`).

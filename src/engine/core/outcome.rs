@@ -20,6 +20,12 @@ use super::super::reason::StopReason;
 use super::super::worker::{AttemptOutcome, AttemptResult, cut_after_tokens};
 use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
 
+/// What an attempt sent: its ledger name and its parameters.
+struct Sent<'a> {
+    attempt: &'a str,
+    params: &'a serde_json::Value,
+}
+
 impl Core {
     /// Takes an attempt's result; returns what to write.
     pub fn on_result(&mut self, mut r: AttemptResult, now: &Clock) -> Vec<Effect> {
@@ -42,7 +48,11 @@ impl Core {
                     c.id = r.generation_id.clone();
                 }
                 let cost = Usd::from_pico(r.booked_pico);
-                self.on_answer(job, *c, r.endpoint, r.elapsed, cost, &f.attempt, now);
+                let sent = Sent {
+                    attempt: &f.attempt,
+                    params: &f.params,
+                };
+                self.on_answer(job, *c, r.endpoint, r.elapsed, cost, sent, now);
             }
             // We closed it; the provider may bill what it generated: book our estimate,
             // corrected from `GET /generation` at the end of the run. Not done and not
@@ -325,9 +335,10 @@ impl Core {
         endpoint: Option<usize>,
         elapsed: Duration,
         cost: Usd,
-        attempt: &str,
+        sent: Sent<'_>,
         now: &Clock,
     ) {
+        let attempt = sent.attempt;
         let d = job.dataset;
         if let Some(e) = endpoint
             && let Some(HealthEvent::Closed) = self.health[e].on_success()
@@ -418,6 +429,9 @@ impl Core {
                 UsageSource::Reported => "reported".into(),
                 UsageSource::CountedEvents => "counted".into(),
             },
+            cached_tokens: c.usage.cached_tokens(),
+            cost_details: c.usage.cost_details.clone(),
+            is_byok: c.usage.is_byok,
         };
         let provider = match &ep {
             Some(e) if e.custom.is_some() => e.provider.clone(),
@@ -473,7 +487,7 @@ impl Core {
                 turn_records.iter().map(|t| t.attempts).sum(),
             )
         };
-        let params = serde_json::to_value(&self.datasets[d].params).unwrap_or_default();
+        let params = sent.params.clone();
         let record = OutputRecord {
             id: job.prompt.id.clone(),
             conversations,
@@ -482,6 +496,7 @@ impl Core {
             quantization: ep.as_ref().map(|e| e.quantization.to_string()),
             model: c.model.unwrap_or_else(|| self.cfg.model.clone()),
             finish_reason: c.finish_reason,
+            native_finish_reason: c.native_finish_reason,
             truncated,
             usage,
             cost_usd: cost,

@@ -235,6 +235,7 @@ impl Core {
         let price_out = candidates.iter().map(|&i| eps[i].price_out).max();
         let mut prefs = ProviderPreferences::only(tags);
         prefs.allow_fallbacks = Some(self.policy.allow_fallbacks);
+        prefs.require_parameters = Some(self.cfg.provider.require_parameters);
         if !ignore.is_empty() {
             prefs.ignore = Some(ignore);
         }

@@ -88,6 +88,9 @@ pub fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
             "counted"
         }
         .into(),
+        cached_tokens: turns.iter().map(|t| t.usage.cached_tokens).sum(),
+        cost_details: None,
+        is_byok: turns.iter().find_map(|t| t.usage.is_byok),
     }
 }
 
@@ -117,6 +120,7 @@ mod tests {
                     completion_tokens: 5,
                     reasoning_tokens: 2,
                     source: "reported".into(),
+                    ..RecordUsage::default()
                 },
                 cost_usd: Usd::from_pico(7),
                 attempts: 1,
