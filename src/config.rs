@@ -441,6 +441,8 @@ impl RetryConfig {
 
 /// `[provider]`: fields of OpenRouter's `provider` object that harvest does not decide itself
 /// (it builds `order`, `only`, `ignore`, `allow_fallbacks` and `quantizations` from the policy).
+/// Sent with every OpenRouter request, in both routings (provider-selection docs;
+/// docs/openrouter-routing-facts.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProviderConfig {
@@ -449,13 +451,140 @@ pub struct ProviderConfig {
     /// and the row would claim parameters that were not applied. Pinned requests always
     /// require them.
     pub require_parameters: bool,
+    /// `deny`: only providers that do not store user data non-transiently or train on it.
+    pub data_collection: Option<DataCollection>,
+    /// Only endpoints with a Zero Data Retention policy.
+    pub zdr: bool,
+    /// Only models whose author allows text distillation (meant for building training data).
+    pub enforce_distillable_text: bool,
+    /// `price`, `throughput` or `latency` (OpenRouter's order within the allowed set).
+    pub sort: Option<crate::openrouter::ProviderSort>,
+    /// The most to pay, USD per million tokens: `{ prompt = 1.0, completion = 3.0 }`, or
+    /// `"auto"`: the highest prices among the allowed endpoints, a guard against a price rise
+    /// between listing refreshes.
+    pub max_price: Option<MaxPriceSetting>,
+    /// Tokens/s (a number: the median; or `{ p90 = 20 }`): slower endpoints go last.
+    pub preferred_min_throughput: Option<crate::openrouter::PerformanceTarget>,
+    /// Seconds to the first token, the same way: slower endpoints go last.
+    pub preferred_max_latency: Option<crate::openrouter::PerformanceTarget>,
 }
 
 impl Default for ProviderConfig {
     fn default() -> Self {
         ProviderConfig {
             require_parameters: true,
+            data_collection: None,
+            zdr: false,
+            enforce_distillable_text: false,
+            sort: None,
+            max_price: None,
+            preferred_min_throughput: None,
+            preferred_max_latency: None,
         }
+    }
+}
+
+/// `[provider] data_collection`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataCollection {
+    Allow,
+    Deny,
+}
+
+impl DataCollection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataCollection::Allow => "allow",
+            DataCollection::Deny => "deny",
+        }
+    }
+}
+
+/// `[provider] max_price`: fixed limits, or `"auto"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MaxPriceSetting {
+    Auto(AutoWord),
+    Fixed(crate::openrouter::MaxPrice),
+}
+
+/// The word `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoWord {
+    Auto,
+}
+
+impl ProviderConfig {
+    /// Puts these fields into a `provider` object; `auto` is the highest `(input, output)`
+    /// price among the allowed endpoints, for `max_price = "auto"`.
+    pub fn apply(&self, p: &mut crate::openrouter::ProviderPreferences, auto: (Price, Price)) {
+        p.data_collection = self.data_collection.map(|d| d.as_str().to_string());
+        p.zdr = self.zdr.then_some(true);
+        p.enforce_distillable_text = self.enforce_distillable_text.then_some(true);
+        if self.sort.is_some() {
+            p.sort = self.sort;
+        }
+        p.max_price = self.max_price_for(auto);
+        p.preferred_min_throughput = self.preferred_min_throughput.clone();
+        p.preferred_max_latency = self.preferred_max_latency.clone();
+    }
+
+    /// The `max_price` to send, in USD per million tokens.
+    pub fn max_price_for(&self, auto: (Price, Price)) -> Option<crate::openrouter::MaxPrice> {
+        match &self.max_price {
+            None => None,
+            Some(MaxPriceSetting::Fixed(m)) => Some(m.clone()),
+            Some(MaxPriceSetting::Auto(_)) => Some(crate::openrouter::MaxPrice {
+                prompt: Some(auto.0.usd_per_million_f64()),
+                completion: Some(auto.1.usd_per_million_f64()),
+                request: None,
+            }),
+        }
+    }
+
+    /// What the run asks of OpenRouter beyond the policy, for titles: `data_collection=deny
+    /// zdr max_price=auto`; empty when nothing.
+    pub fn summary(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        if let Some(d) = self.data_collection {
+            out.push(format!("data_collection={}", d.as_str()));
+        }
+        if self.zdr {
+            out.push("zdr".into());
+        }
+        if self.enforce_distillable_text {
+            out.push("distillable".into());
+        }
+        if let Some(s) = self.sort {
+            out.push(format!(
+                "sort={}",
+                serde_json::to_value(s)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ));
+        }
+        match &self.max_price {
+            Some(MaxPriceSetting::Auto(_)) => out.push("max_price=auto".into()),
+            Some(MaxPriceSetting::Fixed(m)) => {
+                let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x}"));
+                out.push(format!(
+                    "max_price={}/{} per M",
+                    f(m.prompt),
+                    f(m.completion)
+                ));
+            }
+            None => {}
+        }
+        if self.preferred_min_throughput.is_some() {
+            out.push("min_throughput".into());
+        }
+        if self.preferred_max_latency.is_some() {
+            out.push("max_latency".into());
+        }
+        out.join(" ")
     }
 }
 
@@ -597,6 +726,10 @@ impl Config {
             d.prompts = base.join(&d.prompts);
         }
         config.validate(&check, check_files)?;
+        // A fixed max_price rules endpoints out where the listing shows it ("auto" never does).
+        if let Some(MaxPriceSetting::Fixed(m)) = &config.provider.max_price {
+            config.policy.guards.max_price = Some(m.clone());
+        }
         Ok(config)
     }
 
@@ -663,6 +796,7 @@ impl Config {
         }
         let r = &self.request;
         check_request(c, "request", Some(r.max_tokens), &r.reasoning)?;
+        no_provider_in_extra(c, "request", &r.extra)?;
         let t = &self.timeouts;
         positive(c, "timeouts.connect_s", t.connect_s)?;
         positive(c, "timeouts.first_token_s", t.first_token_s)?;
@@ -717,6 +851,7 @@ impl Config {
             c.ensure(d.max_samples != Some(0), key("max_samples"), "must be > 0")?;
             let o = &d.request;
             check_request(c, &key("request"), o.max_tokens, &o.reasoning)?;
+            no_provider_in_extra(c, &key("request"), &o.extra)?;
             let exists = !check_files || d.prompts.is_file();
             let msg = format!(
                 "prompt file of dataset {} not found: {}",
@@ -828,6 +963,22 @@ fn check_request(
         .is_some_and(|r| r.effort.is_some() && r.max_tokens.is_some());
     let msg = "set `effort` or `max_tokens`, not both";
     c.ensure(!both, format!("{table}.reasoning"), msg)
+}
+
+/// `extra.provider` would send a second `provider` object beside the one harvest builds.
+fn no_provider_in_extra(
+    c: &Check<'_>,
+    table: &str,
+    extra: &Map<String, Value>,
+) -> Result<(), ConfigError> {
+    let msg = "harvest builds the provider object (only, ignore, order from the policy): set \
+               data_collection, zdr, enforce_distillable_text, sort, max_price and \
+               preferred_* in the [provider] table instead";
+    c.ensure(
+        !extra.contains_key("provider"),
+        format!("{table}.extra.provider"),
+        msg,
+    )
 }
 
 /// Where keys and values sit in the text, by key path (`dataset[1].name`): the deserializer's

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{EndpointTag, Quantization};
+use crate::domain::{EndpointTag, Price, Quantization};
 
 /// How strict the quantization policy is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -43,6 +43,9 @@ pub struct PolicyConfig {
     /// Endpoints whose answers agree with the reference's less than this (probe similarity,
     /// 0 to 1) are left out, when a probe result is there (`harvest probe`).
     pub min_probe_agreement: Option<f64>,
+    /// What `[provider]` rules out (set from the config and the ZDR listing, not a key).
+    #[serde(skip)]
+    pub guards: ProviderGuards,
 }
 
 impl Default for PolicyConfig {
@@ -58,6 +61,7 @@ impl Default for PolicyConfig {
             min_uptime_30m: 50.0,
             allow_fallbacks: false,
             min_probe_agreement: None,
+            guards: ProviderGuards::default(),
         }
     }
 }
@@ -101,6 +105,10 @@ pub enum Exclusion {
     Down(String),
     /// Its probe answers drift from the reference's (agreement, threshold).
     Probe(String),
+    /// Dearer than `[provider] max_price` (OpenRouter would refuse to route there).
+    MaxPrice(String),
+    /// Not listed at `GET /endpoints/zdr` while `[provider] zdr = true`.
+    NotZdr,
 }
 
 impl std::fmt::Display for Exclusion {
@@ -112,6 +120,8 @@ impl std::fmt::Display for Exclusion {
             Exclusion::Denied(q) => write!(f, "policy: {q} denied"),
             Exclusion::Down(why) => write!(f, "down: {why}"),
             Exclusion::Probe(why) => write!(f, "probe: {why}"),
+            Exclusion::MaxPrice(why) => write!(f, "max_price: {why}"),
+            Exclusion::NotZdr => f.write_str("zdr: not a ZDR endpoint"),
         }
     }
 }
@@ -148,6 +158,37 @@ pub struct EndpointFacts<'a> {
     pub provider_name: &'a str,
     pub quantization: &'a Quantization,
     pub uptime_30m: Option<f64>,
+    /// Input and output prices, when known (for `[provider] max_price`).
+    pub prices: Option<(Price, Price)>,
+}
+
+/// What `[provider]` rules out that the listing lets us see: a fixed `max_price`, and with
+/// `zdr = true` the endpoints `GET /endpoints/zdr` does not list. (`data_collection` and
+/// `enforce_distillable_text` are not in any listing: OpenRouter applies them unseen.)
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProviderGuards {
+    pub max_price: Option<crate::openrouter::MaxPrice>,
+    /// Lowercased tags of the model's ZDR endpoints; `None` when ZDR is not asked for.
+    pub zdr_tags: Option<std::collections::HashSet<String>>,
+}
+
+impl ProviderGuards {
+    fn exclusion(&self, e: &EndpointFacts<'_>) -> Option<Exclusion> {
+        if let (Some(m), Some((pin, pout))) = (&self.max_price, e.prices) {
+            let (i, o) = (pin.usd_per_million_f64(), pout.usd_per_million_f64());
+            // A hair of slack for the decimal-to-float trip.
+            let over = |price: f64, cap: Option<f64>| cap.is_some_and(|c| price > c + 1e-9);
+            if over(i, m.prompt) || over(o, m.completion) {
+                return Some(Exclusion::MaxPrice(format!("${i}/${o} per M")));
+            }
+        }
+        if let Some(z) = &self.zdr_tags
+            && !z.contains(&e.tag.to_ascii_lowercase())
+        {
+            return Some(Exclusion::NotZdr);
+        }
+        None
+    }
 }
 
 /// Anything the policy can judge: an endpoint of the listing, or one of the run's pool.
@@ -162,6 +203,7 @@ impl Judged for crate::openrouter::Endpoint {
             provider_name: &self.provider_name,
             quantization: &self.quantization,
             uptime_30m: self.uptime_last_30m,
+            prices: Some((self.pricing.prompt, self.pricing.completion)),
         }
     }
 }
@@ -232,6 +274,10 @@ impl PolicyConfig {
                 }
             }
         }
+        // OpenRouter enforces these whatever the operator included.
+        if let Some(x) = self.guards.exclusion(e) {
+            return Some(x);
+        }
         if let Some(u) = e.uptime_30m
             && u < self.min_uptime_30m
         {
@@ -284,6 +330,7 @@ mod tests {
             provider_name: "X",
             quantization: q,
             uptime_30m: Some(up),
+            prices: None,
         }
     }
 

@@ -227,3 +227,136 @@ async fn require_parameters_keeps_requests_from_an_endpoint_that_lacks_one() {
     assert!(n.get("together/int4").is_some_and(|&k| k > 10), "{n:?}");
     sim.stop().await;
 }
+
+/// The variants simulator with `edit` applied to its table first.
+async fn variants_sim_with(edit: impl FnOnce(&mut ProviderTable)) -> SimHandle {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/providers/kimi-k2.5-variants.json");
+    let mut table = ProviderTable::load(&path).expect("variants table");
+    edit(&mut table);
+    let mut cfg = SimConfig::fast_no_faults_with(table);
+    cfg.log_bodies = true;
+    let s = sim::start(cfg, 0).await.expect("sim");
+    s.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(20.0),
+            ..Default::default()
+        })
+        .expect("control");
+    s
+}
+
+fn set(table: &mut ProviderTable, tag: &str, f: impl Fn(&mut harvest::sim::SimBehaviour)) {
+    let e = (table.endpoints.iter_mut())
+        .find(|e| e.tag.as_str() == tag)
+        .expect("tag in the table");
+    f(&mut e.behaviour);
+}
+
+fn status_json(d: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["status", "--json"])
+        .arg(d.join("out"))
+        .output()
+        .expect("status");
+    serde_json::from_slice(&out.stdout).expect("status json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_collection_deny_and_max_price_auto_ride_on_every_request() {
+    // Chutes stores data (the simulator knows; the listing does not say).
+    let sim = variants_sim_with(|t| set(t, "chutes/int4", |b| b.collects_data = true)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(
+        d,
+        &sim.base_url(),
+        "routing = \"openrouter\"\n[request]\nmax_tokens = 300\n\
+         [provider]\ndata_collection = \"deny\"\nmax_price = \"auto\"",
+    );
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let requests = sim.state.requests_since(0);
+    assert!(!requests.is_empty());
+    for r in &requests {
+        let p = &r.body.as_ref().expect("body")["provider"];
+        assert_eq!(p["data_collection"], "deny");
+        // The dearest allowed endpoint's prices: parasail's input, together/int4's output.
+        assert_eq!(
+            p["max_price"],
+            serde_json::json!({"prompt": 0.55, "completion": 2.8})
+        );
+    }
+    let n = served(&sim);
+    assert_eq!(n.get("chutes/int4"), None, "{n:?}");
+    assert!(n.get("together/int4").is_some_and(|&k| k > 10), "{n:?}");
+    // What the run asks of OpenRouter is in the policy line the TUI's providers title shows.
+    let s = status_json(d);
+    let policy = s["policy"].as_str().expect("policy");
+    assert!(
+        policy.contains("data_collection=deny") && policy.contains("max_price=auto"),
+        "{policy}"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zdr_is_judged_from_the_zdr_list_and_sent() {
+    let sim = variants_sim_with(|t| set(t, "together/int4", |b| b.zdr = true)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(
+        d,
+        &sim.base_url(),
+        "routing = \"openrouter\"\n[request]\nmax_tokens = 300\n[provider]\nzdr = true",
+    );
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let n = served(&sim);
+    assert_eq!(n.keys().collect::<Vec<_>>(), ["together/int4"], "{n:?}");
+    let first = &sim.state.requests_since(0)[0];
+    let p = &first.body.as_ref().expect("body")["provider"];
+    assert_eq!(p["zdr"], true);
+    assert_eq!(p["only"], serde_json::json!(["together/int4"]), "{p}");
+    // The others are off, and say why.
+    let s = status_json(d);
+    let chutes = (s["endpoints"].as_array().expect("endpoints").iter())
+        .find(|e| e["tag"] == "chutes/int4")
+        .expect("chutes");
+    assert!(!chutes["allowed"].as_bool().expect("allowed"), "{chutes}");
+    assert!(
+        chutes["off"].to_string().to_lowercase().contains("zdr"),
+        "{chutes}"
+    );
+    sim.stop().await;
+}
+
+#[test]
+fn a_provider_object_in_extra_is_refused_at_load() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    std::fs::write(d.join("p.jsonl"), "{\"id\": \"a\", \"prompt\": \"q\"}\n").expect("prompts");
+    std::fs::write(
+        d.join("harvest.toml"),
+        "budget_usd = 1.0\n[request]\nmax_tokens = 100\n\
+         extra = { provider = { data_collection = \"deny\" } }\n\
+         [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+    )
+    .expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .env(VAR, KEY)
+        .args(["run", "--headless", "-c"])
+        .arg(d.join("harvest.toml"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("request.extra.provider") && err.contains("[provider]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("harvest.toml:4"),
+        "names the file and line: {err}"
+    );
+}

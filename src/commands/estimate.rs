@@ -449,10 +449,17 @@ async fn offers(
     // The probe's agreement counts as it would in a run from this output directory.
     let agreement = crate::probe::ProbeReport::agreement_in(&cfg.output_dir, &cfg.model)
         .map_err(|e| super::BadInput(e.to_string()))?;
+    // The verdicts as the run gives them: with `[provider] zdr`, the ZDR list counts too.
+    let mut judged = cfg.clone();
     let listing = if cfg.openrouter {
         let client =
             engine::client_for(cfg, opts.api_key.clone()).map_err(super::run::engine_error)?;
         let listing = super::providers::fetch(&client, &cfg.model).await?;
+        if cfg.provider.zdr {
+            let zdr = (client.zdr_tags(&cfg.model).await)
+                .map_err(|e| anyhow::anyhow!("reading the ZDR endpoint list: {e}"))?;
+            judged.policy.guards.zdr_tags = Some(zdr);
+        }
         sources.push(format!(
             "the live endpoint listing of {} at {} (exact per-token prices, per-request fees \
              where listed; cache discounts and price changes during the run are not modelled)",
@@ -475,7 +482,7 @@ async fn offers(
             .is_none()
             .then(|| listing.endpoints.iter().find(|l| l.tag.as_str() == e.tag))
             .flatten();
-        out.push(offer(cfg, &native, &agreement, e, as_listed, speeds));
+        out.push(offer(&judged, &native, &agreement, e, as_listed, speeds));
     }
     Ok((out, sources.join("; ")))
 }

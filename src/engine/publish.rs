@@ -117,9 +117,16 @@ impl Publisher {
                 Routing::Openrouter => "openrouter".into(),
                 Routing::Pinned => "pinned".into(),
             },
-            policy: match core.policy().mode {
-                PolicyMode::Faithful => format!("faithful (native {})", core.native()),
-                PolicyMode::Any => "any".into(),
+            policy: {
+                let mode = match core.policy().mode {
+                    PolicyMode::Faithful => format!("faithful (native {})", core.native()),
+                    PolicyMode::Any => "any".into(),
+                };
+                // What `[provider]` asks of OpenRouter besides.
+                match cfg.provider.summary() {
+                    x if x.is_empty() => mode,
+                    x => format!("{mode} + {x}"),
+                }
             },
             state,
             reason: core.stopping().cloned(),

@@ -36,7 +36,7 @@ pub(super) struct DatasetRun {
 
 /// Starts a run: checks everything that can be checked before a request leaves, then spawns
 /// the supervisor. Bad input is [`EngineError::Input`] (exit code 2).
-pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
+pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
     if cfg.datasets.is_empty() {
         return Err(EngineError::Input("no [[dataset]] in the config".into()));
     }
@@ -81,6 +81,15 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
 
     let client = client(&cfg, &opts)?;
     let listing = listing(&cfg, &client).await?;
+    if cfg.openrouter && cfg.provider.zdr {
+        let zdr = client.zdr_tags(&cfg.model).await.map_err(|e| {
+            EngineError::Startup(format!(
+                "[provider] zdr = true: cannot read the ZDR endpoint list at {}: {e}",
+                client.base_url()
+            ))
+        })?;
+        cfg.policy.guards.zdr_tags = Some(zdr);
+    }
     let endpoints = pool::build(&cfg, &listing)?;
     // The probe's verdict on who serves the real model, when one was run for this model.
     let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)

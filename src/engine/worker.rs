@@ -44,6 +44,10 @@ impl crate::policy::Judged for RunEndpoint {
             provider_name: &self.provider,
             quantization: &self.quantization,
             uptime_30m: self.uptime_30m,
+            prices: self
+                .custom
+                .is_none()
+                .then_some((self.price_in, self.price_out)),
         }
     }
 }

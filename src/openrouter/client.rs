@@ -2,6 +2,7 @@
 //! through [`ChatStream`] with first-token and idle timeouts). Works against OpenRouter and any
 //! OpenAI-compatible server (`base_url` ending in `/v1` or `/api/v1`).
 
+use std::collections::HashSet;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,7 @@ use futures::{Stream, StreamExt};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 
 use super::catalog::{
-    DataEnvelope, GenerationInfo, KeyInfo, Model, ModelEndpoints, ModelsEnvelope,
+    DataEnvelope, Endpoint, GenerationInfo, KeyInfo, Model, ModelEndpoints, ModelsEnvelope,
 };
 use super::error::{ApiError, TimeoutKind};
 use super::key::ApiKey;
@@ -280,6 +281,24 @@ impl OpenRouterClient {
                 detail: e.to_string(),
             })?;
         Ok(env.data)
+    }
+
+    /// `GET /endpoints/zdr`: the tags (lowercased) of `model`'s endpoints that have a Zero Data
+    /// Retention policy. The entries name the model by its canonical slug (the id with a date
+    /// suffix), so an entry whose `model_id` starts with `model` is one of its endpoints.
+    pub async fn zdr_tags(&self, model: &str) -> Result<HashSet<String>, ApiError> {
+        let body = self.get_bytes("endpoints/zdr").await?;
+        let env: DataEnvelope<Vec<Endpoint>> =
+            serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
+                what: "ZDR endpoint list",
+                detail: e.to_string(),
+            })?;
+        Ok(env
+            .data
+            .into_iter()
+            .filter(|e| e.model_id.as_deref().is_some_and(|m| m.starts_with(model)))
+            .map(|e| e.tag.as_str().to_ascii_lowercase())
+            .collect())
     }
 
     /// `GET /generation?id=`: what a generation cost, cancelled ones included. Answers 404 for

@@ -15,5 +15,8 @@ pub use catalog::{
 pub use client::{ChatStream, ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
 pub use error::{ApiError, ErrorKind, TimeoutKind};
 pub use key::ApiKey;
-pub use request::{ChatRequest, Effort, Message, ProviderPreferences, ProviderSort, Reasoning};
+pub use request::{
+    ChatRequest, Effort, MaxPrice, Message, PerformanceTarget, ProviderPreferences, ProviderSort,
+    Reasoning,
+};
 pub use response::{Completion, CostDetails, Progress, StreamAccumulator, Usage, UsageSource};

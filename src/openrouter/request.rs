@@ -64,6 +64,29 @@ pub enum ProviderSort {
     Exacto,
 }
 
+/// `provider.preferred_min_throughput` (tokens/s) or `preferred_max_latency` (seconds): a
+/// number applies to the median, an object to chosen percentiles. Endpoints that miss it go
+/// to the back of the line, never out (provider-selection docs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PerformanceTarget {
+    Median(f64),
+    Percentiles(PercentileCutoffs),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PercentileCutoffs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p75: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<f64>,
+}
+
 /// `provider.max_price`, in USD per million tokens. The docs send numbers, the spec strings:
 /// we send numbers and accept both.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -128,6 +151,10 @@ pub struct ProviderPreferences {
     pub zdr: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforce_distillable_text: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_min_throughput: Option<PerformanceTarget>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_max_latency: Option<PerformanceTarget>,
 }
 
 impl ProviderPreferences {

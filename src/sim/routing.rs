@@ -117,6 +117,14 @@ fn exclusion(
             return Some("max_price");
         }
     }
+    // Data policy: "deny" keeps providers that store or train on data out; `zdr` keeps all
+    // but Zero Data Retention endpoints out (provider-selection docs, the ZDR guide).
+    if prefs.data_collection.as_deref() == Some("deny") && b.collects_data {
+        return Some("data_policy:training");
+    }
+    if prefs.zdr == Some(true) && !b.zdr {
+        return Some("data_policy:zdr");
+    }
     if prefs.require_parameters == Some(true)
         && !sent
             .iter()

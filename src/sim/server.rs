@@ -288,6 +288,7 @@ pub(super) fn router(state: Arc<SimState>) -> Router {
     Router::new()
         .route("/api/v1/models", get(models))
         .route("/api/v1/models/{author}/{slug}/endpoints", get(endpoints))
+        .route("/api/v1/endpoints/zdr", get(zdr_endpoints))
         .route("/api/v1/chat/completions", post(chat))
         .route("/api/v1/key", get(key))
         .route("/api/v1/auth/key", get(key))
@@ -361,6 +362,19 @@ async fn endpoints(
         "endpoints": list,
     }}))
     .into_response()
+}
+
+/// `GET /api/v1/endpoints/zdr`: the endpoints with a Zero Data Retention policy, as
+/// `PublicEndpoint` objects ("Preview the impact of ZDR on the available endpoints", the API
+/// reference; the ZDR guide points to it).
+async fn zdr_endpoints(State(state): State<Arc<SimState>>) -> Response {
+    let table = &state.cfg.table;
+    let live = state.live();
+    let list: Vec<Value> = (table.endpoints.iter().zip(&live.behaviours))
+        .filter(|(_, b)| b.zdr && !b.down)
+        .map(|(e, _)| e.wire.clone())
+        .collect();
+    axum::Json(json!({ "data": list })).into_response()
 }
 
 async fn key(State(state): State<Arc<SimState>>, headers: HeaderMap) -> Response {

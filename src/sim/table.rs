@@ -70,6 +70,14 @@ pub struct SimBehaviour {
     /// or `only`: every token is reasoning and the content stays empty.
     #[serde(default)]
     pub reasoning_format: ReasoningFormat,
+    /// The provider stores user data or trains on it: `data_collection: "deny"` keeps requests
+    /// away (provider-selection docs). Not in the public listing, so only the simulator knows.
+    #[serde(default)]
+    pub collects_data: bool,
+    /// A Zero Data Retention endpoint: listed at `GET /api/v1/endpoints/zdr`, and the only
+    /// kind `zdr: true` routes to.
+    #[serde(default)]
+    pub zdr: bool,
 }
 
 /// See [`SimBehaviour::reasoning_format`].
@@ -100,6 +108,8 @@ impl Default for SimBehaviour {
             divergence: 0.0,
             down: false,
             reasoning_format: ReasoningFormat::Separate,
+            collects_data: false,
+            zdr: false,
         }
     }
 }

@@ -150,14 +150,17 @@ impl Core {
         let cheapest = |list: &mut dyn Iterator<Item = usize>| {
             list.min_by_key(|&i| (eps[i].price_out, eps[i].price_in, load(i)))
         };
+        let top = self.allowed_top_prices();
+        let provider = self.cfg.provider.clone();
         let pin = |i: usize| {
             let e = &eps[i];
             Some(Route {
                 pinned: Some(i),
-                prefs: e
-                    .custom
-                    .is_none()
-                    .then(|| ProviderPreferences::pinned(&e.tag)),
+                prefs: e.custom.is_none().then(|| {
+                    let mut p = ProviderPreferences::pinned(&e.tag);
+                    provider.apply(&mut p, top);
+                    p
+                }),
                 price_in: e.price_in,
                 price_out: e.price_out,
             })
@@ -209,6 +212,18 @@ impl Core {
         }
     }
 
+    /// The highest input and output prices among the OpenRouter endpoints allowed now (the
+    /// health of each aside): what `max_price = "auto"` sends.
+    fn allowed_top_prices(&self) -> (Price, Price) {
+        let allowed = (0..self.endpoints.len())
+            .filter(|&i| self.endpoints[i].custom.is_none())
+            .filter(|&i| self.listed[i].present && self.permitted(i));
+        allowed.fold((Price::ZERO, Price::ZERO), |(a, b), i| {
+            let e = &self.endpoints[i];
+            (a.max(e.price_in), b.max(e.price_out))
+        })
+    }
+
     /// The `provider` object that lets OpenRouter route among `candidates` and nowhere else,
     /// under its slug semantics ([`EndpointTag::reached_by`]): their tags in `only`, and in
     /// `ignore` the full tags of the other endpoints a base slug in `only` would reach. `None`
@@ -236,6 +251,9 @@ impl Core {
         let mut prefs = ProviderPreferences::only(tags);
         prefs.allow_fallbacks = Some(self.policy.allow_fallbacks);
         prefs.require_parameters = Some(self.cfg.provider.require_parameters);
+        self.cfg
+            .provider
+            .apply(&mut prefs, self.allowed_top_prices());
         if !ignore.is_empty() {
             prefs.ignore = Some(ignore);
         }
