@@ -165,6 +165,9 @@ pub struct EndpointOffer {
     pub price_out: Price,
     /// A fee per request, when the listing has one.
     pub price_request: Option<Price>,
+    /// The listing's whole tariff and the UTC `HHMM` to price at: overrides by prompt length
+    /// and hour, the discount, cache reads (none assumed). `None`: the flat prices above.
+    pub tariff: Option<(crate::pricing::Tariff, u16)>,
     /// `None`: the policy allows it.
     pub excluded: Option<Exclusion>,
     /// One of the config's own `[[endpoint]]` servers.
@@ -582,6 +585,18 @@ struct Bill {
 
 impl Bill {
     fn of(e: &EndpointOffer, d: &DatasetEstimate) -> Bill {
+        if let Some((t, at)) = &e.tariff {
+            // The dataset's mean prompt decides which long-prompt prices apply.
+            let mean_prompt = d.input_tokens.checked_div(d.requests_to_send).unwrap_or(0);
+            let r = t.rates(mean_prompt, *at);
+            return Bill {
+                input: r.prompt.cost(d.input_tokens),
+                output: r.completion.cost(d.output_tokens),
+                requests: Usd::from_pico(
+                    r.request.pico().saturating_mul(d.requests_to_send as i64),
+                ),
+            };
+        }
         Bill {
             input: e.price_in.cost(d.input_tokens),
             output: e.price_out.cost(d.output_tokens),
@@ -1167,6 +1182,7 @@ mod tests {
             price_in: price(p_in),
             price_out: price(p_out),
             price_request: None,
+            tariff: None,
             excluded: None,
             own_server: false,
             stream_cap: None,

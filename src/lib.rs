@@ -15,6 +15,7 @@ pub mod headless;
 pub mod logging;
 pub mod openrouter;
 pub mod policy;
+pub mod pricing;
 pub mod probe;
 pub mod report;
 pub mod sim;

@@ -75,6 +75,16 @@ async fn only_the_allowed_variants_serve_in_openrouter_routing() {
         assert_eq!(got(tag), 0, "{tag}: {n:?}");
     }
     assert_eq!(n.values().sum::<usize>(), 300, "{n:?}");
+    // Each row names the endpoint that served it, though `together` and `together/int4` share
+    // one provider name in responses.
+    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    let mut by_row: HashMap<String, usize> = HashMap::new();
+    for r in &rows {
+        *by_row
+            .entry(r.endpoint_tag.clone().unwrap_or_default())
+            .or_default() += 1;
+    }
+    assert_eq!(by_row, n, "rows against the simulator's log");
     // What was asked: the allowed tags in `only`; in `ignore` only the variant a base slug in
     // `only` reaches.
     let body = sim.state.requests_since(0)[0].body.clone().expect("body");

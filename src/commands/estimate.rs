@@ -461,8 +461,9 @@ async fn offers(
             judged.policy.guards.zdr_tags = Some(zdr);
         }
         sources.push(format!(
-            "the live endpoint listing of {} at {} (exact per-token prices, per-request fees \
-             where listed; cache discounts and price changes during the run are not modelled)",
+            "the live endpoint listing of {} at {} (exact per-token prices after its discount, \
+             per-request fees, and overrides by the dataset's mean prompt and the hour; no \
+             cache reads assumed, and price changes during the run are not foreseen)",
             cfg.model,
             client.base_url()
         ));
@@ -515,6 +516,10 @@ fn offer(
         price_request: as_listed
             .and_then(|l| l.pricing.request)
             .filter(|p| !p.is_zero()),
+        tariff: as_listed.map(|_| {
+            let at = crate::pricing::hhmm(&chrono::Utc::now());
+            (e.tariff.clone(), at)
+        }),
         excluded: cfg.policy.judge(native, e, agreement.get(&e.tag).copied()),
         own_server: e.custom.is_some(),
         stream_cap: match &e.custom {

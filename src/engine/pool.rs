@@ -16,12 +16,16 @@ pub fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {
 /// An endpoint of OpenRouter's listing; `cancel_list` is the config's `cancel_stops_billing`
 /// (`None`: OpenRouter's documented list).
 pub fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
+    let tariff = e.pricing.tariff();
+    // An ordinary request now: a short prompt, this hour's window, the discount applied.
+    let now = tariff.rates(0, crate::pricing::hhmm(&chrono::Utc::now()));
     RunEndpoint {
         tag: e.tag.to_string(),
         provider: e.provider_name.clone(),
         quantization: e.quantization.clone(),
-        price_in: e.pricing.prompt,
-        price_out: e.pricing.completion,
+        price_in: now.prompt,
+        price_out: now.completion,
+        tariff,
         max_completion_tokens: e.max_completion_tokens,
         supported_parameters: e.supported_parameters.clone(),
         status: e.status,
@@ -56,6 +60,7 @@ pub fn own(cfg: &Config, c: &EndpointConfig) -> Result<RunEndpoint, EngineError>
         quantization: c.quantization.clone(),
         price_in: c.price_in(),
         price_out: c.price_out(),
+        tariff: crate::pricing::Tariff::flat(c.price_in(), c.price_out()),
         max_completion_tokens: None,
         supported_parameters: None,
         status: None,

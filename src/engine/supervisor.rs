@@ -183,6 +183,8 @@ impl Supervisor {
                         pinned: d.pinned,
                         price_out_guess: d.price_out,
                         price_in_guess: d.price_in,
+                        fee: d.fee,
+                        over: d.over,
                         prompt_tokens_estimate: d.prompt_tokens,
                         accrued: d.accrued,
                     };

@@ -23,8 +23,12 @@ pub struct RunEndpoint {
     pub tag: String,
     pub provider: String,
     pub quantization: crate::domain::Quantization,
+    /// The prices of an ordinary request now (discount applied): for ordering, display and
+    /// the policy; a request's own prices come from `tariff`.
     pub price_in: Price,
     pub price_out: Price,
+    /// Every price the listing gives (overrides, cache reads, the request fee, the discount).
+    pub tariff: crate::pricing::Tariff,
     pub max_completion_tokens: Option<u64>,
     pub supported_parameters: Option<Vec<String>>,
     pub status: Option<i64>,
@@ -131,6 +135,20 @@ impl Shared {
             .copied()
     }
 
+    /// The endpoint a response naming provider `name` came from, among `over` (where its
+    /// request could go): a provider listed under several tags (`together` and
+    /// `together/int4`) is told apart by the set the request allowed. Else by name alone.
+    pub fn endpoint_serving(&self, name: &str, over: &[usize]) -> Option<usize> {
+        let eps = self.endpoints();
+        over.iter()
+            .copied()
+            .find(|&i| {
+                eps.get(i)
+                    .is_some_and(|e| e.provider.eq_ignore_ascii_case(name))
+            })
+            .or_else(|| self.endpoint_by_provider(name))
+    }
+
     /// The endpoints as they are now (a cheap shared copy).
     pub fn endpoints(&self) -> Arc<Vec<RunEndpoint>> {
         self.endpoint_list
@@ -210,6 +228,10 @@ pub struct AttemptSpec {
     /// Price used to accrue output tokens until the serving endpoint is known.
     pub price_out_guess: Price,
     pub price_in_guess: Price,
+    /// The request fee, accrued with the prompt.
+    pub fee: crate::domain::Usd,
+    /// The endpoints the request may reach (to tell which one a response's provider name is).
+    pub over: Vec<usize>,
     pub prompt_tokens_estimate: u64,
     /// This attempt's running cost, also read by the supervisor for its reservations.
     pub accrued: Arc<AtomicI64>,
@@ -233,7 +255,7 @@ pub async fn run_attempt(
         local.fetch_add(pico, Ordering::Relaxed);
         shared.accrue(pico);
     };
-    let prompt_cost = spec.price_in_guess.cost(spec.prompt_tokens_estimate).pico();
+    let prompt_cost = (spec.price_in_guess.cost(spec.prompt_tokens_estimate) + spec.fee).pico();
 
     let work = async {
         let eps = shared.endpoints();
@@ -276,10 +298,15 @@ pub async fn run_attempt(
                 if endpoint.is_none() {
                     endpoint = stream
                         .provider()
-                        .and_then(|name| shared.endpoint_by_provider(name));
+                        .and_then(|name| shared.endpoint_serving(name, &spec.over));
                 }
                 if let Some(e) = endpoint {
-                    price_out = shared.endpoints()[e].price_out.pico_per_token();
+                    // Its own completion price for this prompt now (overrides, discount).
+                    let at = crate::pricing::hhmm(&chrono::Utc::now());
+                    price_out = (shared.endpoints()[e].tariff)
+                        .rates(spec.prompt_tokens_estimate, at)
+                        .completion
+                        .pico_per_token();
                     known_endpoint.store(e, Ordering::Relaxed);
                     if spec.pinned.is_none() {
                         // Routed by OpenRouter: in flight at the endpoint it named, from now.
@@ -308,7 +335,7 @@ pub async fn run_attempt(
         if endpoint.is_none() {
             endpoint = stream
                 .provider()
-                .and_then(|name| shared.endpoint_by_provider(name));
+                .and_then(|name| shared.endpoint_serving(name, &spec.over));
         }
         if generation_id.is_none() {
             generation_id = stream.generation_id().map(str::to_string);
@@ -353,7 +380,7 @@ pub async fn run_attempt(
     let endpoint = endpoint.or_else(|| match &outcome {
         AttemptOutcome::Failed(e) => e
             .provider_name()
-            .and_then(|n| shared.endpoint_by_provider(n)),
+            .and_then(|n| shared.endpoint_serving(n, &spec.over)),
         _ => None,
     });
     // Book the attempt's cost before its running cost leaves the in-flight sum, so that
@@ -397,20 +424,15 @@ pub fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
 /// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.
 pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> crate::domain::Usd {
     // An operator's own server costs what the config says, whatever it reports.
+    let priced = |e: usize| {
+        let at = crate::pricing::hhmm(&chrono::Utc::now());
+        shared.endpoints()[e].tariff.cost(c.usage.token_use(), at)
+    };
     if let Some(e) = endpoint.filter(|&e| shared.endpoints()[e].custom.is_some()) {
-        let eps = shared.endpoints();
-        let ep = &eps[e];
-        return ep.price_in.cost(c.usage.prompt_tokens)
-            + ep.price_out.cost(c.usage.completion_tokens);
+        return priced(e);
     }
-    c.cost().unwrap_or_else(|| match endpoint {
-        Some(e) => {
-            let eps = shared.endpoints();
-            let ep = &eps[e];
-            ep.price_in.cost(c.usage.prompt_tokens) + ep.price_out.cost(c.usage.completion_tokens)
-        }
-        None => crate::domain::Usd::ZERO,
-    })
+    c.cost()
+        .unwrap_or_else(|| endpoint.map_or(crate::domain::Usd::ZERO, priced))
 }
 
 #[cfg(test)]

@@ -93,6 +93,46 @@ pub struct EndpointPricing {
         skip_serializing_if = "Option::is_none"
     )]
     pub discount: Option<f64>,
+    /// Conditional prices (long prompts, time windows); see [`crate::pricing`].
+    #[serde(
+        default,
+        deserialize_with = "lenient_list",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub overrides: Vec<crate::pricing::Override>,
+}
+
+impl EndpointPricing {
+    /// The prices as [`crate::pricing::Tariff`] applies them.
+    pub fn tariff(&self) -> crate::pricing::Tariff {
+        use rust_decimal::prelude::FromPrimitive;
+        crate::pricing::Tariff {
+            prompt: self.prompt,
+            completion: self.completion,
+            request: self.request.unwrap_or_default(),
+            cache_read: self.input_cache_read,
+            discount: (self.discount)
+                .and_then(rust_decimal::Decimal::from_f64)
+                .unwrap_or_default(),
+            overrides: self.overrides.clone(),
+        }
+    }
+}
+
+/// A list whose malformed entries are dropped rather than failing the whole listing.
+fn lenient_list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = Option::<Value>::deserialize(d)?;
+    Ok(match v {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .filter_map(|i| serde_json::from_value(i).ok())
+            .collect(),
+        _ => Vec::new(),
+    })
 }
 
 /// One endpoint (a provider serving the model at some precision and price).

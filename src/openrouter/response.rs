@@ -98,8 +98,24 @@ impl Usage {
             .as_ref()
             .map_or(0, |d| d.cached_tokens)
     }
+    /// The tokens as [`crate::pricing::Tariff::cost`] prices them.
+    pub fn token_use(&self) -> crate::pricing::TokenUse {
+        crate::pricing::TokenUse {
+            prompt: self.prompt_tokens,
+            cached: self.cached_tokens(),
+            completion: self.completion_tokens,
+        }
+    }
+    /// What the request cost the user: `cost`, and on their own provider key (BYOK), where
+    /// `cost` is only OpenRouter's fee, the provider's charge too
+    /// (`cost_details.upstream_inference_cost`, usage-accounting docs).
     pub fn cost_usd(&self) -> Option<Usd> {
-        self.cost.map(Usd::from_f64)
+        let upstream = match (self.is_byok, &self.cost_details) {
+            (Some(true), Some(d)) => d.upstream_inference_cost.unwrap_or(0.0),
+            _ => 0.0,
+        };
+        self.cost
+            .map(|c| Usd::from_f64(c) + Usd::from_f64(upstream))
     }
 }
 

@@ -312,9 +312,10 @@ impl ChunkWriter {
         out.push_str("\",\"logprobs\":null}]}\n\n");
     }
 
+    /// The usage chunk; `prompt` is `(prompt tokens, of which read from the cache)`.
     pub fn usage(
         &self,
-        prompt: u64,
+        (prompt, cached): (u64, u64),
         completion: u64,
         reasoning: u64,
         cost_usd: &str,
@@ -322,7 +323,7 @@ impl ChunkWriter {
     ) {
         out.push_str(&self.head);
         out.push_str(&format!(
-            "\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{},\"cost\":{cost_usd},\"is_byok\":false,\"prompt_tokens_details\":{{\"cached_tokens\":0,\"cache_write_tokens\":0}},\"cost_details\":{{\"upstream_inference_cost\":{cost_usd},\"upstream_inference_prompt_cost\":null,\"upstream_inference_completions_cost\":null}},\"completion_tokens_details\":{{\"reasoning_tokens\":{reasoning},\"image_tokens\":0}}}}}}\n\n",
+            "\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{},\"cost\":{cost_usd},\"is_byok\":false,\"prompt_tokens_details\":{{\"cached_tokens\":{cached},\"cache_write_tokens\":0}},\"cost_details\":{{\"upstream_inference_cost\":{cost_usd},\"upstream_inference_prompt_cost\":null,\"upstream_inference_completions_cost\":null}},\"completion_tokens_details\":{{\"reasoning_tokens\":{reasoning},\"image_tokens\":0}}}}}}\n\n",
             prompt + completion
         ));
     }
@@ -388,7 +389,7 @@ mod tests {
         w.content("hi", &mut out);
         w.reasoning("\\\"q\\\"", &mut out);
         w.finish("length", &mut out);
-        w.usage(3, 2, 1, &pico_to_json(239_470_000), &mut out);
+        w.usage((3, 0), 2, 1, &pico_to_json(239_470_000), &mut out);
         w.error("\"server_error\"", "boom", "Chutes", &mut out);
         for ev in out.split("\n\n").filter(|e| !e.is_empty()) {
             let data = ev.strip_prefix("data: ").expect("data line");

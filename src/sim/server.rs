@@ -62,6 +62,8 @@ pub struct SimState {
     pub account: super::account::Account,
     /// An error forced on every chat request (see `ControlRequest::force_error`).
     forced: Mutex<Option<super::account::ForcedError>>,
+    /// System prompts each endpoint has seen: sent again there, they are read from its cache.
+    cached: Mutex<std::collections::HashSet<(usize, u64)>>,
 }
 
 /// A change to one endpoint's behaviour: present fields replace the current ones.
@@ -167,6 +169,7 @@ impl SimState {
         Ok(SimState {
             account: super::account::Account::new(cfg.inflight_budget.clone()),
             forced: Mutex::new(None),
+            cached: Mutex::new(std::collections::HashSet::new()),
             cfg,
             live: RwLock::new(live),
             in_flight,
@@ -523,8 +526,11 @@ struct Plan {
     ttft: Duration,
     per_token: Duration,
     stream: bool,
-    price_in: crate::domain::Price,
-    price_out: crate::domain::Price,
+    tariff: crate::pricing::Tariff,
+    /// Prompt tokens read from the provider's cache (part of `prompt_tokens`).
+    cached_tokens: u64,
+    /// `HHMM` UTC when the request came, for time-window prices.
+    at: u16,
     cancel_stops_billing: bool,
     /// A forced mid-stream error replaces the provider's.
     forced: Option<super::account::ForcedError>,
@@ -532,7 +538,12 @@ struct Plan {
 
 impl Plan {
     fn cost(&self, completion: u64) -> Usd {
-        self.price_in.cost(self.prompt_tokens) + self.price_out.cost(completion)
+        let t = crate::pricing::TokenUse {
+            prompt: self.prompt_tokens,
+            cached: self.cached_tokens,
+            completion,
+        };
+        self.tariff.cost(t, self.at)
     }
 }
 
@@ -811,10 +822,42 @@ fn make_plan(
         ttft,
         per_token,
         stream: req.stream,
-        price_in: ep.price_in,
-        price_out: ep.price_out,
+        tariff: ep.tariff.clone(),
+        cached_tokens: cached_tokens(state, i, ep, req),
+        at: crate::pricing::hhmm(&chrono::Utc::now()),
         cancel_stops_billing: b.cancel_stops_billing,
         forced: None,
+    }
+}
+
+/// Prompt tokens an endpoint reads from its cache: a system prompt it has seen before, where
+/// it caches (it lists a cache-read price or implicit caching). The docs' example shows
+/// `cached_tokens` inside `prompt_tokens` (prompt-caching guide).
+fn cached_tokens(
+    state: &SimState,
+    i: usize,
+    ep: &super::table::SimEndpoint,
+    req: &ChatRequest,
+) -> u64 {
+    let caches = ep.tariff.cache_read.is_some()
+        || ep.wire["supports_implicit_caching"].as_bool() == Some(true);
+    let Some(system) = req
+        .messages
+        .first()
+        .filter(|m| caches && m.role == "system")
+    else {
+        return 0;
+    };
+    let key = (i, fnv1a(system.content.as_bytes(), FNV_OFFSET));
+    let seen = !state
+        .cached
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key);
+    if seen {
+        count_prompt_tokens(std::slice::from_ref(system))
+    } else {
+        0
     }
 }
 
@@ -1027,7 +1070,7 @@ async fn produce(state: Arc<SimState>, plan: Plan, rng: SmallRng, tx: mpsc::Send
                 let mut b = String::new();
                 writer.finish(plan.finish_reason, &mut b);
                 writer.usage(
-                    plan.prompt_tokens,
+                    (plan.prompt_tokens, plan.cached_tokens),
                     n,
                     plan.reasoning_tokens,
                     &cost_json,
@@ -1119,7 +1162,7 @@ fn non_stream_body(plan: &Plan, content: &str, reasoning: &str, n: u64, cost_jso
                      "native_finish_reason": plan.finish_reason, "message": message}],
         "usage": {"prompt_tokens": plan.prompt_tokens, "completion_tokens": n,
                   "total_tokens": plan.prompt_tokens + n, "cost": cost, "is_byok": false,
-                  "prompt_tokens_details": {"cached_tokens": 0},
+                  "prompt_tokens_details": {"cached_tokens": plan.cached_tokens},
                   "completion_tokens_details": {"reasoning_tokens": plan.reasoning_tokens}}
     });
     // Real non-streamed bodies can start with keep-alive whitespace.

@@ -122,6 +122,8 @@ pub struct SimEndpoint {
     pub quantization: Quantization,
     pub price_in: Price,
     pub price_out: Price,
+    /// Every price its listing gives: what the simulator bills by (`crate::pricing`).
+    pub tariff: crate::pricing::Tariff,
     pub context_length: u64,
     pub max_completion_tokens: Option<u64>,
     pub supported_parameters: Vec<String>,
@@ -251,6 +253,7 @@ impl ProviderTable {
                 quantization: typed.quantization,
                 price_in: typed.pricing.prompt,
                 price_out: typed.pricing.completion,
+                tariff: typed.pricing.tariff(),
                 context_length: typed.context_length.unwrap_or(131_072),
                 max_completion_tokens: typed.max_completion_tokens,
                 supported_parameters: typed.supported_parameters.unwrap_or_default(),

@@ -35,7 +35,7 @@ impl Core {
         let mut total = 0;
         for f in self.in_flight.values_mut() {
             let out = f.price_out.cost(expected[f.job.dataset]).pico();
-            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + out;
+            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + f.fee.pico() + out;
             let mut remaining = (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0);
             // Output lengths have a long tail: an answer already past the mean is likely to go
             // on. Where closing a stream does not stop the bill, keep half a mean answer in

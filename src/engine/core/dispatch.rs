@@ -34,19 +34,32 @@ impl Core {
                 break;
             };
             // A retry goes elsewhere than where it just failed, when there is elsewhere.
-            let Some(route) = self.route(now, job.failed_at) else {
+            let Some(mut route) = self.route(now, job.failed_at) else {
                 self.requeue_front(job, now);
                 break;
             };
             let messages = self.request_messages(&job);
             let prompt_tokens = estimate_prompt_tokens(&messages);
+            // This request's prices: a long prompt or the hour may change them.
+            let rates = self.rates_for(&route, prompt_tokens, now);
+            route.price_in = rates.prompt;
+            route.price_out = rates.completion;
             let expected_out = self.expected_output_tokens(job.dataset);
-            let expected = route.price_in.cost(prompt_tokens) + route.price_out.cost(expected_out);
+            let expected = route.price_in.cost(prompt_tokens)
+                + route.price_out.cost(expected_out)
+                + rates.request;
             if self.fits(expected, live, now) != Fits::Yes {
                 self.requeue_front(job, now);
                 break;
             }
-            self.spawn(job, messages, route, prompt_tokens, expected, now);
+            self.spawn(
+                job,
+                messages,
+                route,
+                (prompt_tokens, rates.request),
+                expected,
+                now,
+            );
         }
         if self.in_flight.is_empty() && self.retry.is_empty() {
             // Nothing runs and nothing waits: no more failures can join the held ones.
@@ -70,7 +83,7 @@ impl Core {
         job: Job,
         messages: Vec<Message>,
         route: Route,
-        prompt_tokens: u64,
+        (prompt_tokens, fee): (u64, Usd),
         expected: Usd,
         now: &Clock,
     ) {
@@ -159,6 +172,8 @@ impl Core {
             pinned,
             price_in: route.price_in,
             price_out: route.price_out,
+            fee,
+            over: route.over.clone(),
             prompt_tokens,
             expected,
             accrued: accrued.clone(),
@@ -176,6 +191,7 @@ impl Core {
                 accrued,
                 price_in: route.price_in,
                 price_out: route.price_out,
+                fee,
                 prompt_tokens,
                 params,
             },

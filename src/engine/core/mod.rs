@@ -101,6 +101,10 @@ pub struct Dispatch {
     pub pinned: Option<usize>,
     pub price_in: Price,
     pub price_out: Price,
+    /// The request fee, paid once the provider has the prompt.
+    pub fee: Usd,
+    /// The endpoints it may reach.
+    pub over: Vec<usize>,
     pub prompt_tokens: u64,
     pub expected: Usd,
     /// The attempt's running cost, shared with its worker.
@@ -186,6 +190,7 @@ struct InFlight {
     attempt: String,
     price_in: Price,
     price_out: Price,
+    fee: Usd,
     prompt_tokens: u64,
     endpoint: Option<usize>,
     /// Sent through OpenRouter (not to an own server): counted against the account's gate.
@@ -269,6 +274,9 @@ pub struct Core {
     inline_think_reported: HashSet<String>,
     /// The event that the allowed set cannot be named to OpenRouter was given.
     said_inexpressible: bool,
+    /// Endpoints whose bill parted from their listed prices, or answered on a BYOK key (said
+    /// once each).
+    price_said: HashSet<String>,
 }
 
 impl Core {
@@ -339,6 +347,7 @@ impl Core {
             streak: systematic::Streak::default(),
             inline_think_reported: HashSet::new(),
             said_inexpressible: false,
+            price_said: HashSet::new(),
         };
         core.refresh_verdicts();
         core

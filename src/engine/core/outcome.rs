@@ -262,6 +262,45 @@ impl Core {
         self.push_retry(job, now.mono + wait);
     }
 
+    /// Compares what the API billed with what the endpoint's listed prices give for the same
+    /// tokens; says once per endpoint when they part by more than 1%: prices changed, or the
+    /// listing prices something harvest does not model. BYOK answers are said once too.
+    fn check_price(
+        &mut self,
+        ep: &Option<super::super::worker::RunEndpoint>,
+        c: &Completion,
+        now: &Clock,
+    ) {
+        let Some(e) = ep.as_ref().filter(|e| e.custom.is_none()) else {
+            return;
+        };
+        if c.usage.is_byok == Some(true) && self.price_said.insert(format!("byok {}", e.tag)) {
+            let text = format!(
+                "{} answers on your own provider key (BYOK): booking the provider's charge \
+                 (cost_details.upstream_inference_cost) plus OpenRouter's fee",
+                e.tag
+            );
+            self.event(now, text);
+        }
+        let Some(billed) = c.cost() else {
+            return;
+        };
+        let listed = e
+            .tariff
+            .cost(c.usage.token_use(), crate::pricing::hhmm(&now.wall));
+        let gap = (billed.as_f64() - listed.as_f64()).abs();
+        if gap > 1e-6 && gap > 0.01 * listed.as_f64() && self.price_said.insert(e.tag.clone()) {
+            let text = format!(
+                "{} billed ${:.6} for an answer its listed prices put at ${:.6}: prices changed, \
+                 or it charges what the listing does not say (the ledger keeps the bill)",
+                e.tag,
+                billed.as_f64(),
+                listed.as_f64()
+            );
+            self.event(now, text);
+        }
+    }
+
     pub(super) fn reject(&mut self, job: Job, error: String, kind: &str, now: &Clock) {
         let d = job.dataset;
         self.datasets[d].rejected += 1;
@@ -365,6 +404,7 @@ impl Core {
             checkpoint: None,
             note: None,
         });
+        self.check_price(&ep, &c, now);
         // Paid for; now, is it an answer to keep?
         if c.finish_reason == "content_filter" {
             let why = "finish_reason content_filter: the provider filtered the answer".to_string();

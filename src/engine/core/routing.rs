@@ -24,6 +24,8 @@ pub struct Route {
     /// Prices to reserve with: the endpoint's, or the dearest of the allowed set.
     pub price_in: Price,
     pub price_out: Price,
+    /// The endpoints it may reach: the pinned one, or the set handed to OpenRouter.
+    pub over: Vec<usize>,
 }
 
 impl Core {
@@ -163,6 +165,7 @@ impl Core {
                 }),
                 price_in: e.price_in,
                 price_out: e.price_out,
+                over: vec![i],
             })
         };
         match self.cfg.routing {
@@ -219,8 +222,9 @@ impl Core {
             .filter(|&i| self.endpoints[i].custom.is_none())
             .filter(|&i| self.listed[i].present && self.permitted(i));
         allowed.fold((Price::ZERO, Price::ZERO), |(a, b), i| {
-            let e = &self.endpoints[i];
-            (a.max(e.price_in), b.max(e.price_out))
+            // Under any condition an override sets (a long prompt, another hour).
+            let (p, c) = self.endpoints[i].tariff.top();
+            (a.max(p), b.max(c))
         })
     }
 
@@ -278,6 +282,37 @@ impl Core {
             prefs: Some(prefs),
             price_in: price_in.unwrap_or_default(),
             price_out: price_out.unwrap_or_default(),
+            over: candidates.to_vec(),
+        })
+    }
+
+    /// The prices of one request of `prompt_tokens` on `route` now: its endpoint's, or for
+    /// OpenRouter's choice the dearest of each among the set (overrides, discount, fee).
+    pub(super) fn rates_for(
+        &self,
+        route: &Route,
+        prompt_tokens: u64,
+        now: &Clock,
+    ) -> crate::pricing::Rates {
+        let at = crate::pricing::hhmm(&now.wall);
+        let mut out: Option<crate::pricing::Rates> = None;
+        for &i in &route.over {
+            let r = self.endpoints[i].tariff.rates(prompt_tokens, at);
+            out = Some(match out {
+                None => r,
+                Some(o) => crate::pricing::Rates {
+                    prompt: o.prompt.max(r.prompt),
+                    completion: o.completion.max(r.completion),
+                    cache_read: o.cache_read.max(r.cache_read),
+                    request: o.request.max(r.request),
+                },
+            });
+        }
+        out.unwrap_or(crate::pricing::Rates {
+            prompt: route.price_in,
+            completion: route.price_out,
+            cache_read: route.price_in,
+            request: crate::domain::Usd::ZERO,
         })
     }
 }

@@ -41,12 +41,17 @@ pub fn config(top: &str) -> Config {
 
 /// An OpenRouter endpoint at $`price_in`/$`price_out` per million tokens.
 pub fn ep(tag: &str, provider: &str, quant: &str, price_in: f64, price_out: f64) -> RunEndpoint {
+    let (price_in, price_out) = (
+        Price::per_million_f64(price_in).expect("price"),
+        Price::per_million_f64(price_out).expect("price"),
+    );
     RunEndpoint {
         tag: tag.into(),
         provider: provider.into(),
         quantization: Quantization::parse(quant),
-        price_in: Price::per_million_f64(price_in).expect("price"),
-        price_out: Price::per_million_f64(price_out).expect("price"),
+        price_in,
+        price_out,
+        tariff: crate::pricing::Tariff::flat(price_in, price_out),
         max_completion_tokens: None,
         supported_parameters: None,
         status: Some(0),
