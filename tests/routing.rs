@@ -370,3 +370,29 @@ fn a_provider_object_in_extra_is_refused_at_load() {
         "names the file and line: {err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_variant_lists_the_base_model_and_routes_by_price() {
+    let sim = variants_sim(true).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(
+        d,
+        &sim.base_url(),
+        "model = \"moonshotai/kimi-k2.5:floor\"\nrouting = \"openrouter\"\n[request]\nmax_tokens = 300",
+    );
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    // Sent as the variant, so OpenRouter sorts the allowed set by price: the cheapest serves.
+    let requests = sim.state.requests_since(0);
+    assert!(
+        requests
+            .iter()
+            .all(|r| { r.body.as_ref().expect("body")["model"] == "moonshotai/kimi-k2.5:floor" })
+    );
+    let n = served(&sim);
+    assert_eq!(n.keys().collect::<Vec<_>>(), ["chutes/int4"], "{n:?}");
+    // The title shows it.
+    assert_eq!(status_json(d)["model"], "moonshotai/kimi-k2.5:floor");
+    sim.stop().await;
+}

@@ -232,6 +232,9 @@ impl Supervisor {
         let fresh = self
             .core
             .listing(&listing, &now, |l| super::pool::from_listing(&cfg, l));
+        for (i, e) in self.core.take_repriced() {
+            self.shared.replace_endpoint(i, e);
+        }
         for e in fresh {
             let pool = self
                 .shared

@@ -157,6 +157,19 @@ impl Shared {
             .clone()
     }
 
+    /// Puts endpoint `i`'s new entry (new prices) in the pool the workers read.
+    pub fn replace_endpoint(&self, i: usize, e: RunEndpoint) {
+        let mut list = self
+            .endpoint_list
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if i < list.len() {
+            let mut next = list.as_ref().clone();
+            next[i] = e;
+            *list = Arc::new(next);
+        }
+    }
+
     /// Adds an endpoint the listing newly shows, when a statistics slot is free; its index.
     pub fn add_endpoint(&self, e: RunEndpoint) -> Option<usize> {
         let mut list = self

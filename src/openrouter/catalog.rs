@@ -135,6 +135,19 @@ where
     })
 }
 
+/// A model id and its variant suffix: `moonshotai/kimi-k2.5:floor` is
+/// (`moonshotai/kimi-k2.5`, `Some("floor")`). `:floor` sorts by price (and lets flex-tier
+/// endpoints in), `:nitro` by throughput (and priority tiers), `:exacto` by tool-calling
+/// quality: routing meanings sent with the chat request's `model`, which is how the docs use
+/// them. The endpoint listing is read for the base id, the one whose lookup is documented
+/// (guides/routing/model-variants; docs/openrouter-routing-facts.md §8).
+pub fn split_variant(model: &str) -> (&str, Option<&str>) {
+    match model.rsplit_once(':') {
+        Some((base, v)) if !v.is_empty() && !v.contains('/') => (base, Some(v)),
+        _ => (model, None),
+    }
+}
+
 /// One endpoint (a provider serving the model at some precision and price).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Endpoint {
@@ -296,6 +309,25 @@ pub(crate) struct DataEnvelope<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variant_suffixes_split_off_the_base_id() {
+        let cases = [
+            (
+                "moonshotai/kimi-k2.5:floor",
+                ("moonshotai/kimi-k2.5", Some("floor")),
+            ),
+            (
+                "moonshotai/kimi-k2.5:nitro",
+                ("moonshotai/kimi-k2.5", Some("nitro")),
+            ),
+            ("moonshotai/kimi-k2.5", ("moonshotai/kimi-k2.5", None)),
+            ("moonshotai/kimi-k2.5:", ("moonshotai/kimi-k2.5:", None)),
+        ];
+        for (id, want) in cases {
+            assert_eq!(split_variant(id), want, "{id}");
+        }
+    }
 
     const SILICONFLOW: &str = r#"{"data":{"id":"moonshotai/kimi-k2.5","name":"MoonshotAI: Kimi K2.5","created":1769487076,"endpoints":[{
    "name":"SiliconFlow | moonshotai/kimi-k2.5-0127","model_id":"moonshotai/kimi-k2.5-0127","model_name":"Kimi K2.5",

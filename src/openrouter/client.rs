@@ -263,6 +263,8 @@ impl OpenRouterClient {
 
     /// `GET /models/{author}/{slug}/endpoints` for a model id like `moonshotai/kimi-k2.5`.
     pub async fn endpoints(&self, model: &str) -> Result<ModelEndpoints, ApiError> {
+        // A variant (`:floor`) routes among the base model's endpoints.
+        let (model, _) = super::catalog::split_variant(model);
         let (author, slug) = model.split_once('/').ok_or_else(|| {
             ApiError::Invalid(format!("model id must be author/slug, got {model:?}"))
         })?;
@@ -287,6 +289,7 @@ impl OpenRouterClient {
     /// Retention policy. The entries name the model by its canonical slug (the id with a date
     /// suffix), so an entry whose `model_id` starts with `model` is one of its endpoints.
     pub async fn zdr_tags(&self, model: &str) -> Result<HashSet<String>, ApiError> {
+        let (model, _) = super::catalog::split_variant(model);
         let body = self.get_bytes("endpoints/zdr").await?;
         let env: DataEnvelope<Vec<Endpoint>> =
             serde_json::from_slice(&body).map_err(|e| ApiError::Decode {

@@ -11,6 +11,7 @@ pub mod sse;
 
 pub use catalog::{
     Endpoint, EndpointPricing, GenerationInfo, KeyInfo, Model, ModelEndpoints, Percentiles,
+    split_variant,
 };
 pub use client::{ChatStream, ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
 pub use error::{ApiError, ErrorKind, TimeoutKind};

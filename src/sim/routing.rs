@@ -35,7 +35,16 @@ pub fn candidates(
     req: &ChatRequest,
     rng: &mut impl Rng,
 ) -> Result<Vec<usize>, NoEndpoints> {
-    let prefs = req.provider.clone().unwrap_or_default();
+    let mut prefs = req.provider.clone().unwrap_or_default();
+    // A model variant is a sort where the request sets none (`:floor` price, `:nitro`
+    // throughput); `order` replaces it (model-variants docs).
+    if prefs.sort.is_none() && prefs.order.is_none() {
+        prefs.sort = match crate::openrouter::split_variant(&req.model).1 {
+            Some("floor") => Some(ProviderSort::Price),
+            Some("nitro") => Some(ProviderSort::Throughput),
+            _ => None,
+        };
+    }
     let sent = req.parameters_sent();
     // Why each endpoint was filtered out, if it was.
     let mut reason: Vec<Option<&'static str>> = vec![None; endpoints.len()];

@@ -272,7 +272,9 @@ impl ProviderTable {
     }
 
     /// Whether a request's `model` names this table's model.
+    /// Whether it serves `model`, a variant (`:floor`) of it included.
     pub fn serves(&self, model: &str) -> bool {
+        let (model, _) = crate::openrouter::split_variant(model);
         model == self.model_id || self.canonical_slug.as_deref() == Some(model)
     }
 }

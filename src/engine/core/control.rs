@@ -135,6 +135,22 @@ impl Core {
                     if !self.listed[i].present {
                         self.event(now, format!("{} is listed again", e.tag));
                     }
+                    // New prices apply from the next request.
+                    let repriced = fresh(l);
+                    if repriced.tariff != e.tariff {
+                        let text = format!(
+                            "{}'s prices changed: {} in / {} out, were {} / {}; from the next \
+                             request",
+                            e.tag, repriced.price_in, repriced.price_out, e.price_in, e.price_out
+                        );
+                        self.event(now, text);
+                        let mut pool = self.endpoints.as_ref().clone();
+                        pool[i].price_in = repriced.price_in;
+                        pool[i].price_out = repriced.price_out;
+                        pool[i].tariff = repriced.tariff;
+                        self.endpoints = Arc::new(pool);
+                        self.repriced.push(i);
+                    }
                     self.listed[i] = Listed {
                         status: l.status,
                         uptime_30m: l.uptime_last_30m,
@@ -163,6 +179,15 @@ impl Core {
         }
         self.refresh_verdicts();
         new
+    }
+
+    /// Endpoints whose prices a listing changed since the last call, with their new entry:
+    /// the driver puts them in the pool the workers read.
+    pub fn take_repriced(&mut self) -> Vec<(usize, RunEndpoint)> {
+        std::mem::take(&mut self.repriced)
+            .into_iter()
+            .map(|i| (i, self.endpoints[i].clone()))
+            .collect()
     }
 
     /// A new endpoint of the listing: `endpoints` is the pool with it when it could join (a

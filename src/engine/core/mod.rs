@@ -277,6 +277,8 @@ pub struct Core {
     /// Endpoints whose bill parted from their listed prices, or answered on a BYOK key (said
     /// once each).
     price_said: HashSet<String>,
+    /// Endpoints a listing repriced, for the driver's pool.
+    repriced: Vec<usize>,
 }
 
 impl Core {
@@ -348,6 +350,7 @@ impl Core {
             inline_think_reported: HashSet::new(),
             said_inexpressible: false,
             price_said: HashSet::new(),
+            repriced: Vec::new(),
         };
         core.refresh_verdicts();
         core

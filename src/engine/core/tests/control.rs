@@ -441,3 +441,41 @@ fn each_quality_finding_is_said_once() {
         ]
     );
 }
+
+#[test]
+fn a_price_change_in_the_listing_applies_from_the_next_request_and_is_said() {
+    let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a", "b"]]);
+    let chutes = h.index("chutes/int4");
+    // The same listing twice: nothing to say.
+    refresh(&mut h, &listing(&KIMI));
+    h.core.take_repriced();
+    let before = h.event_texts().len();
+    refresh(&mut h, &listing(&KIMI));
+    assert_eq!(h.event_texts().len(), before);
+    assert!(h.core.take_repriced().is_empty());
+    // Chutes doubles its prices.
+    let mut l = listing(&KIMI);
+    let e = (l.endpoints.iter_mut())
+        .find(|e| e.tag.as_str() == "chutes/int4")
+        .expect("chutes");
+    e.pricing.prompt = Price::per_million_f64(2.0).expect("price");
+    e.pricing.completion = Price::per_million_f64(4.0).expect("price");
+    refresh(&mut h, &l);
+    let texts = h.event_texts();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("chutes/int4's prices changed: $2.00/M in / $4.00/M out")),
+        "{texts:?}"
+    );
+    let repriced = h.core.take_repriced();
+    assert_eq!(repriced.len(), 1);
+    assert_eq!(repriced[0].0, chutes);
+    // The next request is priced (and routed) at the new prices: chutes is now the dearest.
+    let sent = h.dispatch();
+    assert_ne!(sent[0].pinned, Some(chutes));
+    assert_eq!(
+        h.core.endpoints()[chutes].price_out,
+        Price::per_million_f64(4.0).expect("p")
+    );
+}
