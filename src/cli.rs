@@ -104,8 +104,34 @@ pub struct ProvidersArgs {
     /// `--min-probe-agreement` a policy rule.
     #[arg(long, value_name = "FILE")]
     pub probe: Option<PathBuf>,
+    /// Leave out endpoints without a Zero Data Retention policy (read from GET
+    /// /endpoints/zdr), as `[provider] zdr = true` does in a run.
+    #[arg(long)]
+    pub zdr: bool,
+    /// Leave out endpoints dearer than IN,OUT USD per million tokens, as `[provider]
+    /// max_price` does in a run (e.g. 0.6,3).
+    #[arg(long, value_name = "IN,OUT", value_parser = parse_max_price)]
+    pub max_price: Option<crate::openrouter::MaxPrice>,
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+fn parse_max_price(s: &str) -> Result<crate::openrouter::MaxPrice, String> {
+    let (i, o) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: give IN,OUT in USD per million tokens, e.g. 0.6,3"))?;
+    let num = |x: &str| {
+        x.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("{x:?} is not a price in USD per million tokens"))
+    };
+    Ok(crate::openrouter::MaxPrice {
+        prompt: Some(num(i)?),
+        completion: Some(num(o)?),
+        request: None,
+    })
 }
 
 #[derive(Args, Debug)]

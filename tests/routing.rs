@@ -396,3 +396,50 @@ async fn a_floor_variant_lists_the_base_model_and_routes_by_price() {
     assert_eq!(status_json(d)["model"], "moonshotai/kimi-k2.5:floor");
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_shows_what_zdr_and_max_price_leave_out() {
+    let sim = variants_sim_with(|t| set(t, "together/int4", |b| b.zdr = true)).await;
+    let base = sim.base_url();
+    let table = move |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(["providers", "moonshotai/kimi-k2.5", "--base-url"])
+            .arg(&base)
+            .args(extra)
+            .output()
+            .expect("providers");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let row = |text: &str, tag: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().any(|w| w == tag))
+            .unwrap_or_else(|| panic!("{tag} in {text}"))
+            .to_string()
+    };
+    let (zdr, priced) = tokio::task::spawn_blocking(move || {
+        (table(&["--zdr"]), table(&["--max-price", "0.5,2.5"]))
+    })
+    .await
+    .expect("join");
+    assert!(row(&zdr, "together/int4").ends_with("yes"), "{zdr}");
+    assert!(
+        row(&zdr, "chutes/int4").contains("no: zdr: not a ZDR endpoint"),
+        "{zdr}"
+    );
+    // Parasail asks $0.55 in, Together $2.80 out: over the cap; Chutes is under it.
+    assert!(row(&priced, "chutes/int4").ends_with("yes"), "{priced}");
+    assert!(
+        row(&priced, "parasail").contains("no: max_price"),
+        "{priced}"
+    );
+    assert!(
+        row(&priced, "together/int4").contains("no: max_price"),
+        "{priced}"
+    );
+    sim.stop().await;
+}

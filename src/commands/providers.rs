@@ -269,12 +269,15 @@ pub async fn run(args: crate::cli::ProvidersArgs) -> anyhow::Result<()> {
         Some(p) => Some(ProbeReport::load(p).map_err(|e| super::BadInput(e.to_string()))?),
         None => None,
     };
-    let r = report(
-        &args.model,
-        &listing,
-        &PolicyConfig::from(&args.policy),
-        probe.as_ref(),
-    );
+    // What `[provider]` would rule out in a run.
+    let mut policy = PolicyConfig::from(&args.policy);
+    policy.guards.max_price = args.max_price.clone();
+    if args.zdr {
+        let zdr = (client.zdr_tags(&args.model).await)
+            .map_err(|e| anyhow::anyhow!("reading the ZDR endpoint list: {e}"))?;
+        policy.guards.zdr_tags = Some(zdr);
+    }
+    let r = report(&args.model, &listing, &policy, probe.as_ref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
