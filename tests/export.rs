@@ -182,21 +182,10 @@ async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
     sim.stop().await;
 }
 
-/// The peers' Python with Jinja2 (scripts/peers.sh), or `None` with a SKIPPED line unless
-/// `HARVEST_REQUIRE_PEERS=1` (CI), where its absence fails the test.
+/// The peers' Python with Jinja2 (scripts/peers.sh), or `None` (see `common::peers_missing`).
 fn peer_python() -> Option<std::path::PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(root.join("scripts/peers.sh"))
-        .arg("env")
-        .output()
-        .expect("run scripts/peers.sh env");
-    let python = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("HARVEST_PEER_PYTHON=")
-                .map(std::path::PathBuf::from)
-        })
+    let python = common::peer_env()
+        .remove("HARVEST_PEER_PYTHON")
         .filter(|p| p.is_file())
         .filter(|p| {
             Command::new(p)
@@ -205,12 +194,10 @@ fn peer_python() -> Option<std::path::PathBuf> {
                 .is_ok_and(|s| s.success())
         });
     if python.is_none() {
-        let msg = "chat template test: the peers' Python with jinja2 is not installed; run \
-                   scripts/peers.sh install";
-        if std::env::var("HARVEST_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED {msg}");
+        common::peers_missing(
+            "chat template test: the peers' Python with jinja2 is not installed; run \
+             scripts/peers.sh install",
+        );
     }
     python
 }

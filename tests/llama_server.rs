@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -26,17 +26,7 @@ struct Peers {
 }
 
 fn peers(test: &str) -> Option<Peers> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(root.join("scripts/peers.sh"))
-        .arg("env")
-        .output()
-        .expect("run scripts/peers.sh env");
-    let vars: HashMap<String, PathBuf> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
-        .collect();
+    let vars = common::peer_env();
     let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
     let p = Peers {
         llama: get("HARVEST_LLAMA_SERVER"),
@@ -52,11 +42,9 @@ fn peers(test: &str) -> Option<Peers> {
     if missing.is_empty() {
         return Some(p);
     }
-    let msg = format!("{test}: peers not installed ({missing:?}); run scripts/peers.sh install");
-    if std::env::var("HARVEST_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("SKIPPED {msg}");
+    common::peers_missing(&format!(
+        "{test}: peers not installed ({missing:?}); run scripts/peers.sh install"
+    ));
     None
 }
 

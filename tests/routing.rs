@@ -15,19 +15,7 @@ const VAR: &str = "HARVEST_ROUTING_TEST_KEY";
 const KEY: &str = "sk-or-v1-routing-test-key-000000000";
 
 async fn variants_sim(log_bodies: bool) -> SimHandle {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/providers/kimi-k2.5-variants.json");
-    let table = ProviderTable::load(&path).expect("variants table");
-    let mut cfg = SimConfig::fast_no_faults_with(table);
-    cfg.log_bodies = log_bodies;
-    let s = sim::start(cfg, 0).await.expect("sim");
-    s.state
-        .control(&ControlRequest {
-            output_tokens_mean: Some(20.0),
-            ..Default::default()
-        })
-        .expect("control");
-    s
+    variants_sim_with(|_| {}, log_bodies).await
 }
 
 /// Requests answered per endpoint tag.
@@ -134,21 +122,23 @@ fn job(d: &Path, base: &str, settings: &str) {
     common::write_job_with_ids(d, base, VAR, 120, settings);
 }
 
+/// 120 prompts with `settings` run to the end against `sim`: the directory, and what the run
+/// printed.
+async fn run(sim: &SimHandle, settings: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tmp");
+    job(dir.path(), &sim.base_url(), settings);
+    let (code, text) = common::run_headless(dir.path(), VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    (dir, text)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
     // OpenRouter routing: the routing object as sent, require_parameters in it.
     let sim = variants_sim(true).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
     let request = "[request]\nmax_tokens = 300\ntemperature = 0.6\ntop_p = 0.95";
-    job(
-        d,
-        &sim.base_url(),
-        &format!("routing = \"openrouter\"\n{request}"),
-    );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
-    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    let (dir, _) = run(&sim, &format!("routing = \"openrouter\"\n{request}")).await;
+    let rows: Vec<OutputRecord> = common::read_jsonl(&dir.path().join("out/A.jsonl"));
     rows_record_what_was_sent(&rows, &[&sim]);
     assert_eq!(rows[0].params["provider"]["require_parameters"], true);
     assert!(rows.iter().all(|r| r.native_finish_reason.is_some()));
@@ -156,27 +146,15 @@ async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
 
     // Pinned routing with a seed: parasail does not list it, so its requests go without it.
     let sim = variants_sim(true).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
-    job(
-        d,
-        &sim.base_url(),
-        &format!("routing = \"pinned\"\n{request}\nseed = 7"),
-    );
     // Parasail cheapest, so that it serves.
-    sim.state
-        .control(
-            &serde_json::from_value(
-                serde_json::json!({"endpoints": {"chutes/int4": {"down": true},
-            "together/int4": {"down": true}}}),
-            )
-            .expect("patch"),
-        )
+    let down = serde_json::json!({"endpoints": {"chutes/int4": {"down": true},
+                                                "together/int4": {"down": true}}});
+    (sim.state)
+        .control(&serde_json::from_value(down).expect("patch"))
         .expect("control");
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
+    let (dir, text) = run(&sim, &format!("routing = \"pinned\"\n{request}\nseed = 7")).await;
     assert!(text.contains("parasail does not list seed"), "{text}");
-    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = common::read_jsonl(&dir.path().join("out/A.jsonl"));
     rows_record_what_was_sent(&rows, &[&sim]);
     assert!(
         rows.iter()
@@ -195,21 +173,14 @@ async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
     own_cfg.open_access = true;
     own_cfg.log_bodies = true;
     let own = sim::start(own_cfg, 0).await.expect("own server");
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
-    job(
-        d,
-        &sim.base_url(),
-        &format!(
-            "openrouter = false\n{request}\n[[endpoint]]\nname = \"local\"\nbase_url = \"{}\"\n\
-             model = \"moonshotai/kimi-k2.5\"\nquantization = \"int4\"\nconcurrency = 8\n\
-             extra = {{ chat_template_kwargs = {{ thinking = true }} }}",
-            own.base_url()
-        ),
+    let settings = format!(
+        "openrouter = false\n{request}\n[[endpoint]]\nname = \"local\"\nbase_url = \"{}\"\n\
+         model = \"moonshotai/kimi-k2.5\"\nquantization = \"int4\"\nconcurrency = 8\n\
+         extra = {{ chat_template_kwargs = {{ thinking = true }} }}",
+        own.base_url()
     );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
-    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    let (dir, _) = run(&sim, &settings).await;
+    let rows: Vec<OutputRecord> = common::read_jsonl(&dir.path().join("out/A.jsonl"));
     rows_record_what_was_sent(&rows, &[&own]);
     assert_eq!(
         rows[0].params["chat_template_kwargs"],
@@ -222,15 +193,12 @@ async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_parameters_keeps_requests_from_an_endpoint_that_lacks_one() {
     let sim = variants_sim(false).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
-    job(
-        d,
-        &sim.base_url(),
+    let (dir, text) = run(
+        &sim,
         "routing = \"openrouter\"\nconcurrency = 16\n[request]\nmax_tokens = 300\nseed = 7",
-    );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
+    )
+    .await;
+    drop(dir);
     assert!(text.contains("parasail does not list seed"), "{text}");
     let n = served(&sim);
     assert_eq!(n.get("parasail"), None, "{n:?}");
@@ -239,13 +207,13 @@ async fn require_parameters_keeps_requests_from_an_endpoint_that_lacks_one() {
 }
 
 /// The variants simulator with `edit` applied to its table first.
-async fn variants_sim_with(edit: impl FnOnce(&mut ProviderTable)) -> SimHandle {
+async fn variants_sim_with(edit: impl FnOnce(&mut ProviderTable), log_bodies: bool) -> SimHandle {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/providers/kimi-k2.5-variants.json");
     let mut table = ProviderTable::load(&path).expect("variants table");
     edit(&mut table);
     let mut cfg = SimConfig::fast_no_faults_with(table);
-    cfg.log_bodies = true;
+    cfg.log_bodies = log_bodies;
     let s = sim::start(cfg, 0).await.expect("sim");
     s.state
         .control(&ControlRequest {
@@ -264,28 +232,21 @@ fn set(table: &mut ProviderTable, tag: &str, f: impl Fn(&mut harvest::sim::SimBe
 }
 
 fn status_json(d: &Path) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
-        .args(["status", "--json"])
-        .arg(d.join("out"))
-        .output()
-        .expect("status");
-    serde_json::from_slice(&out.stdout).expect("status json")
+    let out = d.join("out");
+    common::harvest_json(&["status".as_ref(), "--json".as_ref(), out.as_os_str()])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_collection_deny_and_max_price_auto_ride_on_every_request() {
     // Chutes stores data (the simulator knows; the listing does not say).
-    let sim = variants_sim_with(|t| set(t, "chutes/int4", |b| b.collects_data = true)).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
-    job(
-        d,
-        &sim.base_url(),
+    let sim = variants_sim_with(|t| set(t, "chutes/int4", |b| b.collects_data = true), true).await;
+    let (dir, _) = run(
+        &sim,
         "routing = \"openrouter\"\n[request]\nmax_tokens = 300\n\
          [provider]\ndata_collection = \"deny\"\nmax_price = \"auto\"",
-    );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
+    )
+    .await;
+    let d = dir.path();
     let requests = sim.state.requests_since(0);
     assert!(!requests.is_empty());
     for r in &requests {
@@ -312,16 +273,13 @@ async fn data_collection_deny_and_max_price_auto_ride_on_every_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zdr_is_judged_from_the_zdr_list_and_sent() {
-    let sim = variants_sim_with(|t| set(t, "together/int4", |b| b.zdr = true)).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
-    job(
-        d,
-        &sim.base_url(),
+    let sim = variants_sim_with(|t| set(t, "together/int4", |b| b.zdr = true), true).await;
+    let (dir, _) = run(
+        &sim,
         "routing = \"openrouter\"\n[request]\nmax_tokens = 300\n[provider]\nzdr = true",
-    );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
+    )
+    .await;
+    let d = dir.path();
     let n = served(&sim);
     assert_eq!(n.keys().collect::<Vec<_>>(), ["together/int4"], "{n:?}");
     let first = &sim.state.requests_since(0)[0];
@@ -374,15 +332,8 @@ fn a_provider_object_in_extra_is_refused_at_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_floor_variant_lists_the_base_model_and_routes_by_price() {
     let sim = variants_sim(true).await;
-    let dir = tempfile::tempdir().expect("tmp");
+    let (dir, _) = run(&sim, "model = \"moonshotai/kimi-k2.5:floor\"\nrouting = \"openrouter\"\n[request]\nmax_tokens = 300").await;
     let d = dir.path();
-    job(
-        d,
-        &sim.base_url(),
-        "model = \"moonshotai/kimi-k2.5:floor\"\nrouting = \"openrouter\"\n[request]\nmax_tokens = 300",
-    );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
-    assert_eq!(code, 0, "{text}");
     // Sent as the variant, so OpenRouter sorts the allowed set by price: the cheapest serves.
     let requests = sim.state.requests_since(0);
     assert!(
@@ -399,7 +350,7 @@ async fn a_floor_variant_lists_the_base_model_and_routes_by_price() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn providers_shows_what_zdr_and_max_price_leave_out() {
-    let sim = variants_sim_with(|t| set(t, "together/int4", |b| b.zdr = true)).await;
+    let sim = variants_sim_with(|t| set(t, "together/int4", |b| b.zdr = true), true).await;
     let base = sim.base_url();
     let table = move |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))

@@ -114,12 +114,13 @@ async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
     let superseded: Vec<RejectRecord> = read_jsonl(&d.join("out/A.rejects.superseded.jsonl"));
     assert!(superseded.len() >= 60, "the old rejects are kept aside");
     // The report reads the current files only.
-    let report = Command::new(env!("CARGO_BIN_EXE_harvest"))
-        .args(["status", "--report", "--json"])
-        .arg(d.join("out"))
-        .output()
-        .expect("report");
-    let v: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    let out = d.join("out");
+    let v = common::harvest_json(&[
+        "status".as_ref(),
+        "--report".as_ref(),
+        "--json".as_ref(),
+        out.as_os_str(),
+    ]);
     assert_eq!(v["total"]["prompts"], N as u64);
     assert_eq!(v["total"]["rejected"], 0);
     assert_eq!(

@@ -156,30 +156,25 @@ async fn every_turn_is_generated_on_the_regenerated_history() {
         .values()
         .map(|t| t.completion_tokens)
         .sum();
-    let report = Command::new(env!("CARGO_BIN_EXE_harvest"))
-        .args(["status", "--report", "--json"])
-        .arg(d.join("out"))
-        .output()
-        .expect("report");
-    let v: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    let out = d.join("out");
+    let v = common::harvest_json(&[
+        "status".as_ref(),
+        "--report".as_ref(),
+        "--json".as_ref(),
+        out.as_os_str(),
+    ]);
     assert_eq!(v["total"]["output_tokens"].as_u64(), Some(billed), "{v}");
 
     // Exported for SpecForge, every multi-turn row passes its rules.
     let to = d.join("export");
-    let export = Command::new(env!("CARGO_BIN_EXE_harvest"))
-        .arg("export")
-        .arg(d.join("out"))
-        .arg("--to")
-        .arg(&to)
-        .args(["--require-reasoning", "--json"])
-        .output()
-        .expect("export");
-    assert!(
-        export.status.success(),
-        "{}",
-        String::from_utf8_lossy(&export.stderr)
-    );
-    let counts: serde_json::Value = serde_json::from_slice(&export.stdout).expect("json");
+    let counts = common::harvest_json(&[
+        "export".as_ref(),
+        out.as_os_str(),
+        "--to".as_ref(),
+        to.as_os_str(),
+        "--require-reasoning".as_ref(),
+        "--json".as_ref(),
+    ]);
     assert_eq!(counts[0]["success"].as_u64(), Some(N as u64), "{counts}");
     sim.stop().await;
 }

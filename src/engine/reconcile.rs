@@ -67,7 +67,7 @@ pub fn look_up(
             let one = async {
                 for attempt in 0..TRIES {
                     match client.generation(&id).await {
-                        Ok(g) => return g.total_cost,
+                        Ok(g) => return g.cost_to_user(),
                         Err(e) if e.status() == Some(404) || e.is_retryable() => {
                             let wait = Duration::from_millis(250 * u64::from(attempt + 1));
                             tokio::time::sleep(wait).await;

@@ -296,9 +296,27 @@ pub struct GenerationInfo {
     pub native_tokens_prompt: Option<u64>,
     #[serde(default, deserialize_with = "lenient")]
     pub native_tokens_completion: Option<u64>,
-    /// USD charged.
+    /// USD charged by OpenRouter (on a BYOK key, only its fee).
     #[serde(default, deserialize_with = "lenient")]
     pub total_cost: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub is_byok: Option<bool>,
+    /// What the provider charged, given for BYOK requests ("only available for BYOK",
+    /// usage-accounting docs).
+    #[serde(default, deserialize_with = "lenient")]
+    pub upstream_inference_cost: Option<f64>,
+}
+
+impl GenerationInfo {
+    /// What the generation cost the user: OpenRouter's charge, and on a BYOK key the
+    /// provider's too (as [`crate::openrouter::Usage::cost_usd`] counts an answer).
+    pub fn cost_to_user(&self) -> Option<f64> {
+        let upstream = match self.is_byok {
+            Some(true) => self.upstream_inference_cost.unwrap_or(0.0),
+            _ => 0.0,
+        };
+        self.total_cost.map(|c| c + upstream)
+    }
 }
 
 #[derive(Deserialize)]

@@ -4,6 +4,7 @@
 
 pub mod http;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -214,4 +215,45 @@ pub fn write_job(
     )
     .expect("config");
     config
+}
+
+/// What `scripts/peers.sh env` says: the installed third-party peers' paths, by variable.
+pub fn peer_env() -> HashMap<String, PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/peers.sh"))
+        .arg("env")
+        .output()
+        .expect("run scripts/peers.sh env");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+        .collect()
+}
+
+/// A test whose peers are missing: fails under `HARVEST_REQUIRE_PEERS=1` (CI installs them),
+/// else says SKIPPED with `msg`.
+pub fn peers_missing(msg: &str) {
+    if std::env::var("HARVEST_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED {msg}");
+}
+
+/// Runs `harvest ARGS` and reads its stdout as JSON, after checking it succeeded.
+pub fn harvest_json<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(args)
+        .output()
+        .expect("harvest runs");
+    assert!(
+        out.status.success(),
+        "harvest {:?}: {}",
+        args.iter()
+            .map(|a| a.as_ref().to_owned())
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
