@@ -232,5 +232,50 @@ fn demo_runs_with_no_key_and_no_network() {
             .unwrap_or_default();
         assert!(text.lines().count() > 5, "{d} has outputs");
     }
+    // The demo's output, exported for SpecForge, passes its validator, and every answer and
+    // reject is accounted for.
+    let to = dir.path().join("train");
+    let export = harvest()
+        .arg("export")
+        .arg(out_dir.join("out"))
+        .arg("--to")
+        .arg(&to)
+        .args(["--require-reasoning", "--json"])
+        .output()
+        .expect("export");
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let counts: serde_json::Value = serde_json::from_slice(&export.stdout).expect("json");
+    let lines =
+        |p: std::path::PathBuf| std::fs::read_to_string(p).map_or(0, |t| t.lines().count() as u64);
+    let validator = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/specforge/validate_regenerated_data.py");
+    for c in counts.as_array().expect("per dataset") {
+        let d = c["dataset"].as_str().expect("name");
+        let n = |k: &str| c[k].as_u64().expect(k);
+        let out = out_dir.join("out");
+        assert_eq!(
+            n("success") + n("error") + n("skipped"),
+            lines(out.join(format!("{d}.jsonl"))) + lines(out.join(format!("{d}.rejects.jsonl"))),
+            "{c}"
+        );
+        assert!(n("success") > 0, "{c}");
+        let v = std::process::Command::new("python3")
+            .arg(&validator)
+            .arg("--data-path")
+            .arg(to.join(format!("{d}.jsonl")))
+            .args(["--expect-reasoning", "--strict-think-markers"])
+            .output()
+            .expect("python3 runs SpecForge's validator");
+        let said =
+            String::from_utf8_lossy(&v.stdout).to_string() + &String::from_utf8_lossy(&v.stderr);
+        assert!(
+            v.status.success() && said.contains("validation passed"),
+            "{d}: {said}"
+        );
+    }
     let _ = std::io::stdout().flush();
 }

@@ -218,6 +218,13 @@ impl Core {
     /// The highest input and output prices among the OpenRouter endpoints allowed now (the
     /// health of each aside): what `max_price = "auto"` sends.
     fn allowed_top_prices(&self) -> (Price, Price) {
+        // Only `max_price = "auto"` reads it: skip the walk otherwise (this runs per dispatch).
+        if !matches!(
+            self.cfg.provider.max_price,
+            Some(crate::config::MaxPriceSetting::Auto(_))
+        ) {
+            return (Price::ZERO, Price::ZERO);
+        }
         let allowed = (0..self.endpoints.len())
             .filter(|&i| self.endpoints[i].custom.is_none())
             .filter(|&i| self.listed[i].present && self.permitted(i));
