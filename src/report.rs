@@ -347,7 +347,12 @@ impl Report {
             acc.row.endpoint = ep;
             per_dataset[i].merge(&acc);
             total.merge(&acc);
-            rows.push(acc.finish());
+            // A row with nothing in it (only `dispatched` lines, booked at $0) says nothing.
+            let r = &acc.row;
+            let empty = r.answers == 0 && r.usd == Usd::ZERO && r.errors.is_empty();
+            if !empty {
+                rows.push(acc.finish());
+            }
         }
         let datasets = per_dataset
             .into_iter()
@@ -640,6 +645,25 @@ mod tests {
         );
         assert_eq!((r.total.prompts, r.total.answers), (2, 3));
         assert!(r.render().contains("think-inline×2"), "{}", r.render());
+    }
+
+    #[test]
+    fn rows_with_nothing_in_them_are_left_out() {
+        let d = tempfile::tempdir().expect("tmp");
+        let rec = serde_json::to_string(&record("a", "chutes/int4", 10, 100, 1000, "stop"))
+            .expect("json");
+        write(d.path(), "B1.jsonl", &[rec]);
+        // OpenRouter routing: the dispatched line names no endpoint and costs nothing.
+        let ledger = [
+            spend("B1", None, SpendKind::Dispatched, 0, None),
+            spend("B1", Some("chutes/int4"), SpendKind::Complete, 10_000, None),
+        ]
+        .map(|e| serde_json::to_string(&e).expect("json"));
+        write(d.path(), "spend.jsonl", &ledger);
+        let r = Report::from_dir(d.path(), None).expect("report");
+        let eps: Vec<&str> = r.rows.iter().map(|x| x.endpoint.as_str()).collect();
+        assert_eq!(eps, ["chutes/int4"]);
+        assert!(!r.render().contains(UNRESOLVED), "{}", r.render());
     }
 
     #[test]

@@ -228,8 +228,7 @@ fn demo_runs_with_no_key_and_no_network() {
         "{stdout}"
     );
     for d in ["B3", "B4", "B5"] {
-        let text = std::fs::read_to_string(out_dir.join("out").join(format!("{d}.jsonl")))
-            .unwrap_or_default();
+        let text = std::fs::read_to_string(out_dir.join(format!("{d}.jsonl"))).unwrap_or_default();
         assert!(text.lines().count() > 5, "{d} has outputs");
     }
     // The demo's output, exported for SpecForge, passes its validator, and every answer and
@@ -237,7 +236,7 @@ fn demo_runs_with_no_key_and_no_network() {
     let to = dir.path().join("train");
     let export = harvest()
         .arg("export")
-        .arg(out_dir.join("out"))
+        .arg(&out_dir)
         .arg("--to")
         .arg(&to)
         .args(["--require-reasoning", "--json"])
@@ -256,7 +255,7 @@ fn demo_runs_with_no_key_and_no_network() {
     for c in counts.as_array().expect("per dataset") {
         let d = c["dataset"].as_str().expect("name");
         let n = |k: &str| c[k].as_u64().expect(k);
-        let out = out_dir.join("out");
+        let out = &out_dir;
         assert_eq!(
             n("success") + n("error") + n("skipped"),
             lines(out.join(format!("{d}.jsonl"))) + lines(out.join(format!("{d}.rejects.jsonl"))),

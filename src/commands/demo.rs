@@ -50,8 +50,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
         .await
         .context("starting the simulator")?;
 
+    // The outputs go into DIR itself, beside the demo's prompts, config and log.
     let mut text = format!(
-        "base_url = \"{}\"\noutput_dir = \"out\"\n{CONFIG}",
+        "base_url = \"{}\"\noutput_dir = \".\"\n{CONFIG}",
         sim.base_url()
     );
     if let Some(b) = args.budget {
