@@ -116,6 +116,7 @@ pub fn summary(s: &Snapshot) -> String {
                 DatasetState::Queued => "queued",
                 DatasetState::Running => "running",
                 DatasetState::BudgetReached => "budget reached",
+                DatasetState::Draining => "draining",
                 DatasetState::Stopped => "stopped",
                 DatasetState::Done => "done",
             }

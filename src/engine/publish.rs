@@ -187,6 +187,8 @@ impl Publisher {
             DatasetState::Done
         } else if stopping && ds.in_flight == 0 {
             DatasetState::Stopped
+        } else if stopping {
+            DatasetState::Draining
         } else if ds.budget_reached {
             DatasetState::BudgetReached
         } else if ds.in_flight > 0 || ds.done > 0 {
@@ -202,7 +204,8 @@ impl Publisher {
             }
             _ => None,
         }
-        .filter(|_| state != DatasetState::Done);
+        // Draining, the time left is the drain's, not the dataset's.
+        .filter(|_| !matches!(state, DatasetState::Done | DatasetState::Draining));
         DatasetSnap {
             name: ds.name.clone(),
             total: ds.total,

@@ -44,6 +44,8 @@ pub enum DatasetState {
     Running,
     /// Its output-token budget (or sample cap) is reached; in-flight requests finish.
     BudgetReached,
+    /// The run is draining: its requests in flight finish, no new ones start.
+    Draining,
     /// The run stopped (operator, dollar budget, credit) before this dataset was done.
     Stopped,
     Done,

@@ -70,6 +70,7 @@ fn state_label(s: DatasetState) -> &'static str {
         DatasetState::Queued => "queued",
         DatasetState::Running => "running",
         DatasetState::BudgetReached => "budget reached",
+        DatasetState::Draining => "draining",
         DatasetState::Stopped => "stopped",
         DatasetState::Done => "done",
     }
@@ -153,7 +154,7 @@ fn cell(c: Col, d: &DatasetSnap, w: u16, selected: bool, t: &Theme) -> Cell<'sta
         Col::State => {
             let style = match d.state {
                 DatasetState::Queued => t.dim,
-                DatasetState::Running => t.good,
+                DatasetState::Running | DatasetState::Draining => t.good,
                 DatasetState::BudgetReached | DatasetState::Stopped | DatasetState::Done => t.bold,
             };
             let label = state_label(d.state);

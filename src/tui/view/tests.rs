@@ -323,3 +323,20 @@ fn no_color_draws_no_colour_and_colour_only_repeats_marks() {
         .expect("a ? mark");
     assert_eq!(q.fg, Color::Yellow);
 }
+
+#[test]
+fn a_draining_run_says_draining_per_dataset_with_no_dataset_eta() {
+    let mut snap = kimi_snapshot();
+    snap.state = RunState::Draining;
+    for d in &mut snap.datasets {
+        if d.in_flight > 0 {
+            d.state = DatasetState::Draining;
+            d.eta_s = None;
+        }
+    }
+    let st = state_with(snap);
+    let s = text(&draw(&st, 160, 48));
+    let b3 = line_with(&s, "B3");
+    assert!(b3.contains("draining"), "{b3}");
+    assert!(!b3.contains("running"), "{b3}");
+}
