@@ -28,8 +28,10 @@ impl Core {
         while self.can_dispatch(now) {
             // Nothing to route to: do not even take a job.
             if self.route(now, None).is_none() {
+                self.say_if_stuck(now);
                 break;
             }
+            self.said_stuck = false;
             let Some(job) = self.next_job(source, now) else {
                 break;
             };

@@ -279,6 +279,8 @@ pub struct Core {
     price_said: HashSet<String>,
     /// Endpoints a listing repriced, for the driver's pool.
     repriced: Vec<usize>,
+    /// The event that no endpoint can take a request was given (until one can again).
+    said_stuck: bool,
 }
 
 impl Core {
@@ -351,6 +353,7 @@ impl Core {
             said_inexpressible: false,
             price_said: HashSet::new(),
             repriced: Vec::new(),
+            said_stuck: false,
         };
         core.refresh_verdicts();
         core

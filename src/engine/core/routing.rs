@@ -122,6 +122,38 @@ impl Core {
             .min()
     }
 
+    /// When nothing is in flight, work is left and no endpoint will take a request by time
+    /// alone (every one gone, excluded or probing), the run would wait without a word: say
+    /// why once, until something routes again.
+    pub(super) fn say_if_stuck(&mut self, now: &Clock) {
+        if self.said_stuck
+            || !self.in_flight.is_empty()
+            || self.routable_at(now).is_some()
+            || self.all_finished()
+        {
+            return;
+        }
+        self.said_stuck = true;
+        let why: Vec<String> = (0..self.endpoints.len())
+            .filter_map(|i| {
+                let r = self.off_reason(i, now)?;
+                Some(format!("{} ({r})", self.endpoints[i].tag))
+            })
+            .collect();
+        let shown = why.len().min(6);
+        let more = if why.len() > shown {
+            format!(" and {} more", why.len() - shown)
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "no endpoint can take a request: {}{more}. Waiting for the listing's next refresh, \
+             an endpoint included (space in the TUI) or another policy",
+            why[..shown].join(", ")
+        );
+        self.event(now, text);
+    }
+
     pub fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
         let n = self.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();

@@ -443,6 +443,37 @@ fn nothing_to_route_to_takes_no_prompt() {
     assert_eq!(sent[0].prompt_id, "a");
 }
 
+#[test]
+fn a_run_with_nowhere_to_send_says_why_once() {
+    let mut h = H::new(
+        config("[policy]\nexclude = [\"chutes\", \"together\", \"moonshotai\"]"),
+        kimi(),
+        &[&["a", "b"]],
+    );
+    let stuck = |h: &H| {
+        (h.event_texts().iter())
+            .filter(|t| t.starts_with("no endpoint can take a request"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert!(h.dispatch().is_empty());
+    assert!(h.dispatch().is_empty());
+    let said = stuck(&h);
+    assert_eq!(said.len(), 1, "once: {said:?}");
+    assert!(
+        said[0].contains("chutes/int4 (config exclude)") && said[0].contains("baseten/fp4"),
+        "{}",
+        said[0]
+    );
+    // An include sends the prompts, and nothing more is said.
+    h.command(Command::SetEndpoint {
+        tag: "chutes/int4".into(),
+        allowed: Some(true),
+    });
+    assert_eq!(h.dispatch().len(), 2);
+    assert_eq!(stuck(&h).len(), 1);
+}
+
 /// A retry that is due while nothing can take it wakes the driver when something can (the
 /// first breaker to cool down), or not at all when only an event can help: never "now" again
 /// and again, which would spin the driver's loop.
