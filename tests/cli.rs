@@ -1,6 +1,8 @@
 //! The `harvest` binary as a user runs it: `providers` (table and JSON) against the simulator,
 //! `sim` and `demo`, and bad input with its exit code 2.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -234,24 +236,16 @@ fn demo_runs_with_no_key_and_no_network() {
     // The demo's output, exported for SpecForge, passes its validator, and every answer and
     // reject is accounted for.
     let to = dir.path().join("train");
-    let export = harvest()
-        .arg("export")
-        .arg(&out_dir)
-        .arg("--to")
-        .arg(&to)
-        .args(["--require-reasoning", "--json"])
-        .output()
-        .expect("export");
-    assert!(
-        export.status.success(),
-        "{}",
-        String::from_utf8_lossy(&export.stderr)
-    );
-    let counts: serde_json::Value = serde_json::from_slice(&export.stdout).expect("json");
+    let counts = common::harvest_json(&[
+        "export".as_ref(),
+        out_dir.as_os_str(),
+        "--to".as_ref(),
+        to.as_os_str(),
+        "--require-reasoning".as_ref(),
+        "--json".as_ref(),
+    ]);
     let lines =
         |p: std::path::PathBuf| std::fs::read_to_string(p).map_or(0, |t| t.lines().count() as u64);
-    let validator = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/specforge/validate_regenerated_data.py");
     for c in counts.as_array().expect("per dataset") {
         let d = c["dataset"].as_str().expect("name");
         let n = |k: &str| c[k].as_u64().expect(k);
@@ -262,19 +256,7 @@ fn demo_runs_with_no_key_and_no_network() {
             "{c}"
         );
         assert!(n("success") > 0, "{c}");
-        let v = std::process::Command::new("python3")
-            .arg(&validator)
-            .arg("--data-path")
-            .arg(to.join(format!("{d}.jsonl")))
-            .args(["--expect-reasoning", "--strict-think-markers"])
-            .output()
-            .expect("python3 runs SpecForge's validator");
-        let said =
-            String::from_utf8_lossy(&v.stdout).to_string() + &String::from_utf8_lossy(&v.stderr);
-        assert!(
-            v.status.success() && said.contains("validation passed"),
-            "{d}: {said}"
-        );
+        common::specforge_validates(&to.join(format!("{d}.jsonl")));
     }
     let _ = std::io::stdout().flush();
 }

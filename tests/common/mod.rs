@@ -257,3 +257,29 @@ pub fn harvest_json<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> serde_json::Value 
     );
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
+
+/// Runs SpecForge's own validator (vendored in tests/fixtures/specforge) on a success file with
+/// `--expect-reasoning --strict-think-markers`; returns what it printed, after checking it
+/// passed.
+pub fn specforge_validates(file: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/specforge/validate_regenerated_data.py");
+    let v = std::process::Command::new("python3")
+        .arg(&script)
+        .arg("--data-path")
+        .arg(file)
+        .args(["--expect-reasoning", "--strict-think-markers"])
+        .output()
+        .expect("python3 runs SpecForge's validator");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    assert!(
+        v.status.success() && said.contains("validation passed"),
+        "{}: {said}",
+        file.display()
+    );
+    said
+}
