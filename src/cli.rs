@@ -24,8 +24,14 @@ pub enum Command {
     /// Run the job of a config file: the TUI in a terminal, progress lines otherwise; outputs
     /// written as they finish, resumable.
     Run(RunArgs),
-    /// Progress of a running or finished run, read from its state file.
+    /// Progress of a running or finished run, read from its state file, and whether its
+    /// engine is live (and how many viewers are attached).
     Status(StatusArgs),
+    /// Open the TUI of a run started elsewhere (`run --detach`, or a run in another terminal),
+    /// over the control socket of its output directory; several can attach at once.
+    Attach(AttachArgs),
+    /// Drain (or, with --now, stop) a live run from any shell, through its control socket.
+    Stop(StopArgs),
     /// The endpoint table of a model: price, quantization, context, status, uptime, and which
     /// endpoints the policy allows.
     Providers(ProvidersArgs),
@@ -307,6 +313,34 @@ pub struct RunArgs {
     /// real pace drops several times; timings shift by at most this). 0 turns it off.
     #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 0)]
     pub read_batch_ms: u64,
+    /// Check the config, the key and the output directory as a foreground run does (same
+    /// messages, same exit codes), then leave the run going in the background (its own
+    /// session, no terminal, logs in <output_dir>/harvest.log), print its pid and exit 0.
+    /// Watch it with `harvest attach`, stop it with `harvest stop`.
+    #[arg(long, conflicts_with = "headless")]
+    pub detach: bool,
+    /// The background process of `--detach` (reports its start on stdout, then keeps quiet).
+    #[arg(long, hide = true, requires = "detach")]
+    pub detached_child: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// The run's output directory (default: out).
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    /// The run's output directory (default: out).
+    pub dir: Option<PathBuf>,
+    /// Cancel in-flight requests instead of letting them finish (their tokens so far are
+    /// paid for and lost).
+    #[arg(long)]
+    pub now: bool,
+    /// Return once the engine took the order, instead of following the drain to its end.
+    #[arg(long)]
+    pub no_wait: bool,
 }
 
 #[derive(Args, Debug)]

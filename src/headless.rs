@@ -52,10 +52,28 @@ pub fn progress_line(s: &Snapshot) -> String {
     if let Some(eta) = s.eta_s {
         line.push_str(&format!("  ETA {}", duration(eta)));
     }
+    if let Some(d) = drain_progress(s) {
+        line.push_str(&format!("  {d}"));
+    }
     if errors > 0 || s.retries > 0 {
         line.push_str(&format!("  errors {errors} retries {}", s.retries));
     }
     line
+}
+
+/// A drain's own progress, while the run drains: requests left and when the last is expected
+/// to end (`drain: 120 left, the last in ~45s`). `None` when the run is not draining.
+pub fn drain_progress(s: &Snapshot) -> Option<String> {
+    if s.state != crate::engine::snapshot::RunState::Draining {
+        return None;
+    }
+    let left = group_thousands(s.in_flight);
+    Some(match s.drain_left_s {
+        _ if s.in_flight == 0 => "drain: nothing left in flight".to_string(),
+        Some(t) if t < 1.0 => format!("drain: {left} left, due any moment"),
+        Some(t) => format!("drain: {left} left, the last in ~{}", duration(t)),
+        None => format!("drain: {left} left"),
+    })
 }
 
 /// The end-of-run (or `harvest status`) summary.

@@ -17,6 +17,7 @@ pub mod openrouter;
 pub mod policy;
 pub mod pricing;
 pub mod probe;
+pub mod remote;
 pub mod report;
 pub mod sim;
 pub mod store;

@@ -10,8 +10,12 @@ use harvest::commands::{self, exit};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `run` logs to a file in its output directory; the others to stderr.
-    if !matches!(cli.command, Command::Run(_) | Command::Demo(_)) {
+    // `run` (and `attach`, whose TUI owns the screen) log to a file in the output directory;
+    // the others to stderr.
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Demo(_) | Command::Attach(_)
+    ) {
         harvest::logging::to_stderr();
     }
     harvest::raise_open_files_limit();
@@ -47,6 +51,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(a) => commands::run::run(a).await,
             Command::Status(a) => commands::status::run(a).await.map(|()| exit::OK),
+            Command::Attach(a) => commands::attach::run(a).await,
+            Command::Stop(a) => commands::stop::run(a).await,
             Command::Providers(a) => commands::providers::run(a).await.map(|()| exit::OK),
             Command::Estimate(a) => commands::estimate::run(a).await.map(|()| exit::OK),
             Command::Export(a) => commands::export::run(a).map(|()| exit::OK),

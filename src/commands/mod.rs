@@ -1,7 +1,9 @@
 //! The subcommands. This is the binary's edge: commands return `anyhow` errors, and
 //! [`BadInput`] marks the ones that are the user's input (exit code 2, not 1).
 
+pub mod attach;
 pub mod demo;
+pub mod detach;
 pub mod estimate;
 pub mod export;
 pub mod probe;
@@ -9,6 +11,7 @@ pub mod providers;
 pub mod run;
 pub mod sim;
 pub mod status;
+pub mod stop;
 
 /// An error caused by the user's input (a config, a flag, a file): exit code 2.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,8 @@
-//! `harvest run`: the main job. Headless for now (progress lines on stdout); the TUI takes
-//! over when stdout is a terminal once it lands. SIGINT/SIGTERM drain in-flight requests up to
-//! a grace period, then stop; a second signal stops at once. State is saved either way.
+//! `harvest run`: the main job. The TUI when stdout is a terminal, progress lines otherwise,
+//! or, with `--detach`, in the background (`commands::detach`). Every run serves the control
+//! socket of its output directory (`harvest attach`, `stop`, `status`). SIGINT/SIGTERM drain
+//! in-flight requests up to a grace period, then stop; a second signal stops at once. State is
+//! saved either way.
 
 use std::time::Duration;
 
@@ -61,12 +63,21 @@ enum Sig {
 
 /// The run's signal listeners, created once for its whole life: a signal that arrives between
 /// two turns of the watching loop is queued, never missed.
-struct Signals {
+pub(super) struct Signals {
     #[cfg(unix)]
     listeners: Option<[tokio::signal::unix::Signal; 3]>,
+    /// A detached run has no terminal to lose: SIGHUP is logged and ignored.
+    ignore_hangup: bool,
 }
 
 impl Signals {
+    pub(super) fn detached() -> Signals {
+        Signals {
+            ignore_hangup: true,
+            ..Signals::new()
+        }
+    }
+
     fn new() -> Signals {
         #[cfg(unix)]
         {
@@ -81,10 +92,15 @@ impl Signals {
             if listeners.is_none() {
                 tracing::warn!("cannot listen for signals: Ctrl-C ends the process at once");
             }
-            Signals { listeners }
+            Signals {
+                listeners,
+                ignore_hangup: false,
+            }
         }
         #[cfg(not(unix))]
-        Signals {}
+        Signals {
+            ignore_hangup: false,
+        }
     }
 
     async fn recv(&mut self) -> Sig {
@@ -93,10 +109,17 @@ impl Signals {
             let Some([int, term, hup]) = self.listeners.as_mut() else {
                 return std::future::pending().await;
             };
-            tokio::select! {
-                _ = int.recv() => Sig::Interrupt,
-                _ = term.recv() => Sig::Terminate,
-                _ = hup.recv() => Sig::Hangup,
+            loop {
+                tokio::select! {
+                    _ = int.recv() => return Sig::Interrupt,
+                    _ = term.recv() => return Sig::Terminate,
+                    _ = hup.recv() => {
+                        if !self.ignore_hangup {
+                            return Sig::Hangup;
+                        }
+                        tracing::info!("SIGHUP ignored: a detached run has no terminal to lose");
+                    }
+                }
             }
         }
         #[cfg(not(unix))]
@@ -115,6 +138,11 @@ pub struct Out {
 }
 
 impl Out {
+    /// An output already gone (a detached run writes nothing to stdout).
+    pub fn gone() -> Out {
+        Out { lost: true }
+    }
+
     /// Writes `text` (and flushes); false once the output is gone.
     pub fn write(&mut self, text: &str) -> bool {
         use std::io::Write;
@@ -151,10 +179,10 @@ pub struct Watch {
 
 /// What the watcher did to the run, for the exit code.
 #[derive(Default)]
-struct Stopper {
+pub(super) struct Stopper {
     /// A drain was asked (signal, lost output); the grace timer runs from then.
     grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    interrupted: bool,
+    pub(super) interrupted: bool,
     now_sent: bool,
 }
 
@@ -220,7 +248,7 @@ fn is_over(snaps: &watch::Receiver<Arc<Snapshot>>) -> bool {
 /// Follows a run to its end: progress lines (unless `out` is gone or `progress` is off),
 /// signals (Ctrl-C and SIGTERM drain, twice stop now; SIGHUP drains), and the drain's grace
 /// period, after which the run stops now.
-async fn follow(
+pub(super) async fn follow(
     handle: &engine::EngineHandle,
     w: Watch,
     out: &mut Out,
@@ -259,11 +287,13 @@ async fn follow(
 /// after the grace period, or at a second signal), SIGHUP or a closed stdout drain too. Prints
 /// the summary while stdout is there; returns the exit code.
 pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::Result<u8> {
+    let control = serve_control(&handle);
     let mut out = Out::default();
     let mut stopper = Stopper::default();
     let mut signals = Signals::new();
     let seen = follow(&handle, w, &mut out, true, &mut stopper, &mut signals).await;
     let summary = handle.finish().await.map_err(engine_error)?;
+    close_control(control).await;
     // The events of the run's last moments (look-ups, reconciliation, the key's count).
     for e in headless::new_events(&summary.snapshot, seen).0 {
         out.line(&e);
@@ -306,13 +336,14 @@ pub fn exit_code(summary: &engine::RunSummary, interrupted: bool) -> u8 {
 /// without a screen. Prints the summary on the normal screen after the TUI has given the
 /// terminal back, when there is one; returns the exit code.
 pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result<u8> {
+    let control = serve_control(&handle);
     let mut stopper = Stopper::default();
     let mut signals = Signals::new();
     let commands = handle.commands.clone();
     // The TUI runs until the run ends or the operator quits; signals meanwhile. Its future
     // (and the terminal reader in it) is dropped as soon as the block ends.
     let exit = {
-        let tui = crate::tui::run_tui(commands.clone(), handle.snapshots.clone());
+        let tui = crate::tui::run_tui(commands.clone(), handle.snapshots.clone(), None);
         tokio::pin!(tui);
         loop {
             tokio::select! {
@@ -346,8 +377,38 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
     };
     let _ = follow(&handle, w, &mut out, false, &mut stopper, &mut signals).await;
     let summary = handle.finish().await.map_err(engine_error)?;
+    close_control(control).await;
     out.write(&summary_text(&summary));
     Ok(exit_code(&summary, requested || stopper.interrupted))
+}
+
+/// Serves the run's control socket (`harvest attach`, `stop`, `status` from other shells). A
+/// run without one still runs: the failure is logged and said once on stderr.
+pub(super) fn serve_control(
+    handle: &engine::EngineHandle,
+) -> Option<crate::remote::server::ControlServer> {
+    match crate::remote::server::serve(
+        handle.output_dir(),
+        handle.commands.clone(),
+        handle.snapshots.clone(),
+    ) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("no control socket: {e}");
+            eprintln_quiet(&format!(
+                "harvest: no control socket ({e}): `harvest attach` and `harvest stop` cannot \
+                 reach this run"
+            ));
+            None
+        }
+    }
+}
+
+/// Lets viewers take the run's last snapshot, then removes the socket.
+pub(super) async fn close_control(control: Option<crate::remote::server::ControlServer>) {
+    if let Some(c) = control {
+        c.close(Duration::from_secs(2)).await;
+    }
 }
 
 /// Whether to draw the TUI: stdout is a terminal and progress lines were not asked for.
@@ -356,21 +417,47 @@ pub fn use_tui(headless: bool) -> bool {
     !headless && std::io::stdout().is_terminal()
 }
 
-/// Runs the job; returns the exit code.
-pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let (cfg, opts) = load(&args)?;
+/// A started run: the engine, its log (kept until the end), how it is watched.
+pub(super) struct Started {
+    pub handle: engine::EngineHandle,
+    pub log: tracing_appender::non_blocking::WorkerGuard,
+    pub watch: Watch,
+}
+
+/// Everything a run does before it is watched: the config, the log, the engine's start (the
+/// output directory's lock, the key, the preflight). A detached run's background process does
+/// exactly this too, so it fails with the same messages and exit codes.
+pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
+    let (cfg, opts) = load(args)?;
     let out_dir = cfg.output_dir.clone();
-    let _log = crate::logging::to_file(&out_dir).map_err(|e| {
+    let log = crate::logging::to_file(&out_dir).map_err(|e| {
         BadInput(format!(
             "cannot write the log in {}: {e}",
             out_dir.display()
         ))
     })?;
     let handle = engine::start(cfg, opts).await.map_err(engine_error)?;
-    let w = Watch {
+    let watch = Watch {
         progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
         drain_grace: Duration::from_secs_f64(args.drain_grace_s.max(0.0)),
     };
+    Ok(Started { handle, log, watch })
+}
+
+/// Runs the job; returns the exit code.
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    if args.detached_child {
+        return super::detach::background(&args).await;
+    }
+    if args.detach {
+        return super::detach::spawn(&args).await;
+    }
+    let Started {
+        handle,
+        log: _log,
+        watch: w,
+    } = start(&args).await?;
+    let out_dir = handle.output_dir().to_path_buf();
     for note in &handle.start_notes {
         eprintln_quiet(&format!("harvest: {note}"));
     }

@@ -1,9 +1,13 @@
-//! What the operator (TUI, signals, tests) can tell a running engine.
+//! What the operator (TUI, signals, tests, viewers on the control socket) can tell a running
+//! engine. Commands are serde types: they cross the control socket as they are (`remote::wire`).
+
+use serde::{Deserialize, Serialize};
 
 use crate::policy::PolicyMode;
 
 /// How to stop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ShutdownMode {
     /// Stop dispatching, let in-flight requests finish and be saved, then exit.
     Drain,
@@ -11,8 +15,22 @@ pub enum ShutdownMode {
     Now,
 }
 
+/// Another process that steers the run through the control socket (`harvest attach`,
+/// `harvest stop`), named by the pid the kernel gave for its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Viewer {
+    pub pid: u32,
+}
+
+impl std::fmt::Display for Viewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "operator (pid {})", self.pid)
+    }
+}
+
 /// A command to the supervisor. Each applies to the next request dispatched.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Command {
     Pause,
     Resume,
@@ -33,4 +51,15 @@ pub enum Command {
     /// The terminal or the output stream went away (SIGHUP, a closed pipe, a vanished pty):
     /// drain, as for an operator's drain, but say why.
     OutputLost,
+    /// A command from a viewer on the control socket: the event log names who gave it. Only
+    /// the engine's socket server wraps commands so (a viewer cannot send one itself).
+    By(Viewer, Box<Command>),
+}
+
+impl Command {
+    /// Whether a viewer on the control socket may send it: not `OutputLost` (the engine's own
+    /// terminal) nor `By` (the server attributes, a viewer cannot claim to be another).
+    pub fn from_viewer_allowed(&self) -> bool {
+        !matches!(self, Command::OutputLost | Command::By(..))
+    }
 }

@@ -105,6 +105,11 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
+    /// The run's output directory (where its lock, state and control socket are).
+    pub fn output_dir(&self) -> &Path {
+        &self.output_dir
+    }
+
     /// Waits for the end of the run; reconciles with `GET /key` when the key allows.
     pub async fn finish(mut self) -> Result<RunSummary, EngineError> {
         let mut summary = (&mut self.task)

@@ -153,6 +153,17 @@ impl Publisher {
             tok_per_s,
             usd_per_min,
             eta_s: if stopping { None } else { eta_s },
+            drain_left_s: if stopping {
+                let usual: Vec<Option<std::time::Duration>> = sh
+                    .dataset_stats
+                    .iter()
+                    .map(|c| c.latency().p95.map(std::time::Duration::from_millis))
+                    .collect();
+                core.longest_remaining(now, |d| usual.get(d).copied().flatten())
+                    .map(|d| d.as_secs_f64())
+            } else {
+                None
+            },
             datasets,
             endpoints,
             events: events

@@ -195,6 +195,10 @@ pub struct Snapshot {
     pub tok_per_s: f64,
     pub usd_per_min: f64,
     pub eta_s: Option<f64>,
+    /// While the run stops: how long its requests in flight are expected to take still (the
+    /// longest of them, from their ages and their datasets' usual request times), when known.
+    #[serde(default)]
+    pub drain_left_s: Option<f64>,
     pub datasets: Vec<DatasetSnap>,
     pub endpoints: Vec<EndpointSnap>,
     /// The last events (at most a screen's worth).

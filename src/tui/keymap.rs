@@ -30,6 +30,8 @@ pub enum Action {
     /// In the quit dialog.
     Drain,
     StopNow,
+    /// In the quit dialog of an attached viewer: close this view, the run goes on.
+    Detach,
 }
 
 /// Which keys are live.
@@ -56,6 +58,7 @@ pub fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
         Mode::QuitDialog => match key.code {
             KeyCode::Char('d' | 'D') => Some(Action::Drain),
             KeyCode::Char('n' | 'N') => Some(Action::StopNow),
+            KeyCode::Char('x' | 'X') => Some(Action::Detach),
             KeyCode::Esc | KeyCode::Char('q') => Some(Action::Back),
             _ => None,
         },

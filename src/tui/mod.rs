@@ -18,7 +18,7 @@ pub mod view;
 #[doc(hidden)]
 pub mod testkit;
 
-pub use run::{TuiExit, run_tui};
+pub use run::{Remote, TuiExit, run_tui};
 pub use state::UiState;
 pub use theme::Theme;
 pub use update::{Msg, UiEffect, update};

@@ -42,6 +42,9 @@ pub struct TuiExit {
     pub seconds: f64,
     /// The terminal went away (reading or drawing failed, input ended, SIGHUP): why.
     pub lost: Option<String>,
+    /// The engine closed the snapshot channel (its run ended, or, attached, the connection
+    /// to it did).
+    pub closed: bool,
 }
 
 impl TuiExit {
@@ -53,6 +56,7 @@ impl TuiExit {
             frames: 0,
             seconds: 0.0,
             lost: Some(why.to_string()),
+            closed: false,
         }
     }
 }
@@ -125,15 +129,41 @@ impl Drop for TerminalGuard {
     }
 }
 
+/// A TUI attached to an engine in another process (`harvest attach`).
+pub struct Remote {
+    /// The engine's pid.
+    pub pid: u32,
+    /// Viewers attached before this one.
+    pub others: u32,
+    /// Why the engine did not take a command: shown in the footer.
+    pub notices: mpsc::Receiver<String>,
+}
+
 /// Runs the TUI until the operator's shutdown has finished (the snapshot says Stopped or
-/// Done), the operator quits a finished run, or the engine closes its snapshot channel.
-/// Commands are sent with `try_send`: a full channel never blocks the UI; it says so instead.
+/// Done), the operator quits a finished run (or, attached, detaches), or the engine closes
+/// its snapshot channel. Commands are sent with `try_send`: a full channel never blocks the
+/// UI; it says so instead.
 pub async fn run_tui(
     commands: mpsc::Sender<Command>,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    remote: Option<Remote>,
 ) -> io::Result<TuiExit> {
     let first = snapshots.borrow_and_update().clone();
     let mut state = UiState::new(first, Theme::from_env());
+    let mut notices = None;
+    if let Some(r) = remote {
+        state.attached = Some(r.pid);
+        state.set_status(format!(
+            "attached to the run of pid {}{}; q to leave (the run goes on)",
+            r.pid,
+            match r.others {
+                0 => String::new(),
+                1 => ", with 1 other viewer".to_string(),
+                n => format!(", with {n} other viewers"),
+            }
+        ));
+        notices = Some(r.notices);
+    }
     let mut term = TerminalGuard::enter()?;
     let size = term.terminal.size()?;
     update(&mut state, Msg::Resize(size.width, size.height));
@@ -151,6 +181,7 @@ pub async fn run_tui(
             frames,
             seconds,
             lost,
+            closed: false,
         }
     };
     if let Err(e) = term.draw(&state) {
@@ -198,9 +229,23 @@ pub async fn run_tui(
                     return Ok(exit(&state, term.frames, Some("the terminal closed its input".into())));
                 }
             },
+            Some(note) = async {
+                match notices.as_mut() {
+                    Some(n) => n.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                state.set_status(note);
+                dirty = true;
+                None
+            }
             changed = snapshots.changed() => match changed {
                 Ok(()) => Some(Msg::Snapshot(snapshots.borrow_and_update().clone())),
-                Err(_) => return Ok(exit(&state, term.frames, None)),
+                Err(_) => {
+                    let mut e = exit(&state, term.frames, None);
+                    e.closed = true;
+                    return Ok(e);
+                }
             },
             () = tokio::time::sleep_until(next_frame), if dirty => {
                 if let Err(e) = term.draw(&state) {

@@ -129,6 +129,9 @@ pub struct UiState {
     pub status: Option<Status>,
     /// Last known terminal size (columns, rows).
     pub size: (u16, u16),
+    /// The engine's pid when this TUI is a viewer attached over the control socket (`q`
+    /// then offers to detach, leaving the run going).
+    pub attached: Option<u32>,
 }
 
 impl UiState {
@@ -145,6 +148,7 @@ impl UiState {
             shutdown: None,
             status: None,
             size: (0, 0),
+            attached: None,
         };
         s.fix_selection();
         s

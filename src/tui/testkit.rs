@@ -365,6 +365,7 @@ pub fn kimi_snapshot() -> Snapshot {
         tok_per_s: 28_310.0,
         usd_per_min: 3.91,
         eta_s: Some(1_200.0),
+        drain_left_s: None,
         datasets: vec![b3, b4, b5],
         endpoints: kimi_endpoints(),
         events_total: events.len() as u64,

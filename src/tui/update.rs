@@ -194,6 +194,14 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
         }
         Action::Drain => shutdown(state, ShutdownMode::Drain),
         Action::StopNow => shutdown(state, ShutdownMode::Now),
+        Action::Detach => {
+            if state.attached.is_some() {
+                state.quit_dialog = false;
+                vec![UiEffect::Quit]
+            } else {
+                Vec::new()
+            }
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use crate::domain::Usd;
 use crate::openrouter::ModelEndpoints;
 use crate::store::output::{SpendEntry, SpendKind};
 
-use super::super::control::{Command, ShutdownMode};
+use super::super::control::{Command, ShutdownMode, Viewer};
 use super::super::health::Health;
 use super::super::quality::Finding;
 use super::super::reason::StopReason;
@@ -19,34 +19,43 @@ use crate::policy::PolicyMode;
 impl Core {
     /// Applies an operator command; it acts on the next request dispatched.
     pub fn command(&mut self, cmd: Command, now: &Clock) -> Vec<Effect> {
+        self.apply(cmd, None, now)
+    }
+
+    /// `by`: the viewer that sent it over the control socket (named in the event log, so that
+    /// every viewer sees who did what), `None` for the run's own terminal and signals.
+    fn apply(&mut self, cmd: Command, by: Option<Viewer>, now: &Clock) -> Vec<Effect> {
+        let suffix = by.map_or(String::new(), |v| format!(" by {v}"));
         match cmd {
+            Command::By(viewer, cmd) => return self.apply(*cmd, Some(viewer), now),
             Command::Pause => {
                 self.paused = true;
-                self.event(now, "paused: no new requests");
+                self.event(now, format!("paused{suffix}: no new requests"));
             }
             Command::Resume => {
                 self.paused = false;
-                self.event(now, "resumed");
+                self.event(now, format!("resumed{suffix}"));
             }
-            Command::SetConcurrency(n) => self.set_concurrency(i64::from(n), now),
+            Command::SetConcurrency(n) => self.set_concurrency(i64::from(n), &suffix, now),
             Command::AdjustConcurrency(delta) => {
-                self.set_concurrency(i64::from(self.concurrency) + delta, now)
+                self.set_concurrency(i64::from(self.concurrency) + delta, &suffix, now)
             }
             Command::SetEndpoint { tag, allowed } => {
                 for i in self.endpoint_indices(&tag) {
                     self.operator[i] = allowed;
                 }
+                let who = by.map_or("operator".to_string(), |v| v.to_string());
                 let text = match allowed {
-                    Some(true) => format!("operator included {tag} (applies to the next request)"),
-                    Some(false) => format!("operator excluded {tag} (applies to the next request)"),
-                    None => format!("{tag} follows the policy again"),
+                    Some(true) => format!("{who} included {tag} (applies to the next request)"),
+                    Some(false) => format!("{who} excluded {tag} (applies to the next request)"),
+                    None => format!("{tag} follows the policy again{suffix}"),
                 };
                 self.event(now, text);
             }
             Command::ToggleEndpoint(tag) => {
                 if let Some(&first) = self.endpoint_indices(&tag).first() {
                     let allowed = Some(!self.permitted(first));
-                    return self.command(Command::SetEndpoint { tag, allowed }, now);
+                    return self.apply(Command::SetEndpoint { tag, allowed }, by, now);
                 }
             }
             Command::Preset(mode) => {
@@ -57,15 +66,21 @@ impl Core {
                     PolicyMode::Faithful => format!("policy: faithful (native {})", self.native),
                     PolicyMode::Any => "policy: any quantization".to_string(),
                 };
-                self.event(now, text);
+                self.event(now, format!("{text}{suffix}"));
             }
             Command::Shutdown(ShutdownMode::Drain) => {
+                if let Some(v) = by {
+                    self.event(now, format!("{v} asked for a drain"));
+                }
                 self.begin_stop(now, StopReason::OperatorDrain);
             }
             Command::OutputLost => {
                 self.begin_stop(now, StopReason::OutputLost);
             }
             Command::Shutdown(ShutdownMode::Now) => {
+                if let Some(v) = by {
+                    self.event(now, format!("{v} asked to stop now"));
+                }
                 // A drain under way becomes a stop now (the summary says so); a stop for another
                 // reason keeps it, and what is in flight is closed either way.
                 if self.stopping == Some(StopReason::OperatorDrain) {
@@ -83,9 +98,12 @@ impl Core {
         self.take_effects()
     }
 
-    fn set_concurrency(&mut self, n: i64, now: &Clock) {
+    fn set_concurrency(&mut self, n: i64, suffix: &str, now: &Clock) {
         self.concurrency = n.clamp(1, 100_000) as u32;
-        self.event(now, format!("concurrency set to {}", self.concurrency));
+        self.event(
+            now,
+            format!("concurrency set to {}{suffix}", self.concurrency),
+        );
     }
 
     fn endpoint_indices(&self, tag: &str) -> Vec<usize> {

@@ -196,6 +196,7 @@ impl Core {
                 fee,
                 prompt_tokens,
                 params,
+                sent: now.mono,
             },
         );
         self.note_sent(now);

@@ -202,6 +202,8 @@ struct InFlight {
     accrued: Arc<AtomicI64>,
     /// The request's body as sent, but its messages: what the row records as `params`.
     params: serde_json::Value,
+    /// When it was sent (how long a drain has left is reckoned from it).
+    sent: std::time::Instant,
 }
 
 /// What the latest listing says of an endpoint (refreshed every `catalog_refresh_s`).
@@ -447,6 +449,25 @@ impl Core {
             Some(t) if t <= now.mono => self.routable_at(now).map(|r| r.max(t)),
             other => other,
         }
+    }
+
+    /// How long the requests in flight are expected to take still: for each, the time its
+    /// dataset's requests usually take (`usual(dataset)`, the 95th percentile of those done)
+    /// less its age, at least zero; the longest of them. `None` with nothing in flight or no
+    /// request of their datasets done yet (nothing to go by). A drain shows it as its own
+    /// progress.
+    pub fn longest_remaining(
+        &self,
+        now: &Clock,
+        usual: impl Fn(usize) -> Option<std::time::Duration>,
+    ) -> Option<std::time::Duration> {
+        let mut longest = None;
+        for f in self.in_flight.values() {
+            let left =
+                usual(f.job.dataset)?.saturating_sub(now.mono.saturating_duration_since(f.sent));
+            longest = Some(longest.map_or(left, |l: std::time::Duration| l.max(left)));
+        }
+        longest
     }
 
     /// The dataset of attempt `key` and the endpoint it is pinned to, while it is in flight.

@@ -1,5 +1,6 @@
 //! The header line: model, run state and elapsed time, in flight vs limit, spend vs budget with
-//! a gauge and the projected final spend, overall ETA. Parts give way as the width shrinks:
+//! a gauge and the projected final spend, overall ETA (while draining: when the last request
+//! in flight is expected to end). Parts give way as the width shrinks:
 //! the brand, then the model (the providers title takes it), then long labels and the gauge;
 //! state, spend with its projection and ETA always stay.
 
@@ -8,6 +9,7 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
+use crate::engine::snapshot::RunState;
 use crate::headless::{clock, duration};
 
 use super::super::state::UiState;
@@ -186,11 +188,22 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         spans.push(Span::raw(p.to_string()));
     }
     spans.push(sep());
-    spans.push(Span::styled("ETA ", t.dim));
-    spans.push(Span::raw(match s.eta_s {
-        Some(e) if !state.finished() => duration(e),
-        _ => "-".into(),
-    }));
+    if s.state == RunState::Draining {
+        // The drain's own progress: when the last request in flight is expected to end.
+        spans.push(Span::styled("drain ", t.dim));
+        spans.push(Span::raw(match s.drain_left_s {
+            _ if s.in_flight == 0 => "done".to_string(),
+            Some(left) if left < 1.0 => "any moment".to_string(),
+            Some(left) => format!("~{}", duration(left)),
+            None => "-".into(),
+        }));
+    } else {
+        spans.push(Span::styled("ETA ", t.dim));
+        spans.push(Span::raw(match s.eta_s {
+            Some(e) if !state.finished() => duration(e),
+            _ => "-".into(),
+        }));
+    }
     if o.health {
         // Tells a slow provider from a slow client: how late the engine's own loop runs.
         spans.push(sep());

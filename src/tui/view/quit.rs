@@ -36,6 +36,12 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             Span::raw(v.to_string()),
         ])
     };
+    if let Some(pid) = state.attached {
+        lines.push(option(
+            "x",
+            &format!("detach: close this view; the run (pid {pid}) goes on"),
+        ));
+    }
     if !draining {
         lines.push(option("d", "drain: finish in-flight requests, save, exit"));
     }
@@ -44,7 +50,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
         "stop now: cancel in-flight requests, save, exit",
     ));
     lines.push(option("Esc", "keep running"));
-    let w = 56.min(area.width);
+    let w = if state.attached.is_some() { 62 } else { 56 }.min(area.width);
     overlay(
         frame,
         area,
@@ -52,7 +58,14 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
         lines,
         Block::bordered()
             .border_style(t.border_focused)
-            .title(Span::styled(" Quit harvest? ", t.title)),
+            .title(Span::styled(
+                if state.attached.is_some() {
+                    " Leave this view? "
+                } else {
+                    " Quit harvest? "
+                },
+                t.title,
+            )),
         t.overlay,
     );
 }

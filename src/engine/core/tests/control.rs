@@ -78,6 +78,68 @@ fn pause_holds_new_requests_and_resume_lets_them_go() {
     assert_eq!(texts, vec!["paused: no new requests", "resumed"]);
 }
 
+/// A viewer's command (wrapped by the control socket's server) acts as the same command from
+/// the run's own terminal, and the event log names the viewer, so every viewer sees who did it.
+#[test]
+fn a_viewers_command_acts_and_the_event_log_names_the_viewer() {
+    use crate::engine::control::Viewer;
+    let by = |c: Command| Command::By(Viewer { pid: 4242 }, Box::new(c));
+    let cases: Vec<(&str, Command, &str)> = vec![
+        (
+            "pause",
+            by(Command::Pause),
+            "paused by operator (pid 4242): no new requests",
+        ),
+        (
+            "exclude",
+            by(Command::SetEndpoint {
+                tag: "chutes/int4".into(),
+                allowed: Some(false),
+            }),
+            "operator (pid 4242) excluded chutes/int4 (applies to the next request)",
+        ),
+        (
+            "toggle",
+            by(Command::ToggleEndpoint("chutes/int4".into())),
+            "operator (pid 4242) excluded chutes/int4 (applies to the next request)",
+        ),
+        (
+            "concurrency",
+            by(Command::AdjustConcurrency(-1)),
+            "concurrency set to 3 by operator (pid 4242)",
+        ),
+        (
+            "policy",
+            by(Command::Preset(crate::policy::PolicyMode::Any)),
+            "policy: any quantization by operator (pid 4242)",
+        ),
+        (
+            "drain",
+            by(Command::Shutdown(ShutdownMode::Drain)),
+            "operator (pid 4242) asked for a drain",
+        ),
+    ];
+    for (name, cmd, text) in cases {
+        let mut h = H::new(config(""), kimi(), &[&["a", "b", "c", "d", "e", "f"]]);
+        let local = cmd.clone();
+        h.command(cmd);
+        let texts = h.event_texts();
+        assert_eq!(texts.first().map(String::as_str), Some(text), "{name}");
+        // The same effect as the command given locally.
+        let mut l = H::new(config(""), kimi(), &[&["a", "b", "c", "d", "e", "f"]]);
+        let Command::By(_, inner) = local else {
+            unreachable!()
+        };
+        l.command(*inner);
+        assert_eq!(h.core.paused(), l.core.paused(), "{name}");
+        assert_eq!(h.dispatch().len(), l.dispatch().len(), "{name}");
+    }
+    // What a viewer may send: not an attribution of its own, not the terminal's loss.
+    assert!(Command::Pause.from_viewer_allowed());
+    assert!(!Command::OutputLost.from_viewer_allowed());
+    assert!(!by(Command::Pause).from_viewer_allowed());
+}
+
 #[test]
 fn concurrency_commands_are_clamped_and_act_on_the_next_dispatch() {
     let cases: [(&str, Vec<Command>, u32); 7] = [
@@ -478,4 +540,89 @@ fn a_price_change_in_the_listing_applies_from_the_next_request_and_is_said() {
         h.core.endpoints()[chutes].price_out,
         Price::per_million_f64(4.0).expect("p")
     );
+}
+
+/// A drain's own progress: the longest expected remaining time of what is in flight, from
+/// each request's age and its dataset's usual request time.
+#[test]
+fn a_drain_reckons_the_longest_remaining_time_from_ages_and_usual_times() {
+    use std::time::Duration;
+    // (name, usual time of d0 and d1 in s, send times of d0's then d1's requests in s, now in
+    //  s, longest remaining expected in s)
+    type Case = (
+        &'static str,
+        [Option<f64>; 2],
+        [&'static [f64]; 2],
+        f64,
+        Option<f64>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "nothing in flight",
+            [Some(30.0), Some(30.0)],
+            [&[], &[]],
+            5.0,
+            None,
+        ),
+        (
+            "one young request",
+            [Some(30.0), None],
+            [&[0.0], &[]],
+            10.0,
+            Some(20.0),
+        ),
+        (
+            "the youngest decides",
+            [Some(30.0), None],
+            [&[0.0, 4.0, 8.0], &[]],
+            10.0,
+            Some(28.0),
+        ),
+        (
+            "past its usual time: any moment",
+            [Some(30.0), None],
+            [&[0.0], &[]],
+            45.0,
+            Some(0.0),
+        ),
+        (
+            "the slower dataset decides",
+            [Some(10.0), Some(60.0)],
+            [&[2.0], &[9.0]],
+            10.0,
+            Some(59.0),
+        ),
+        (
+            "no time known yet",
+            [Some(60.0), None],
+            [&[1.0], &[2.0]],
+            10.0,
+            None,
+        ),
+    ];
+    for (name, usual, sends, now, want) in cases {
+        let ids = |n: usize, p: &str| (0..n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let (a, b) = (ids(sends[0].len(), "a"), ids(sends[1].len(), "b"));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let b: Vec<&str> = b.iter().map(String::as_str).collect();
+        let mut h = H::new(config(""), kimi(), &[&a, &b]);
+        let times = sends[0]
+            .iter()
+            .map(|t| (*t, 0))
+            .chain(sends[1].iter().map(|t| (*t, 1)));
+        // One request at each send time (the concurrency lets one more go each time).
+        for (sent, (t, dataset)) in times.enumerate() {
+            h.command(Command::SetConcurrency(sent as u32 + 1));
+            h.at(t);
+            let d = h.dispatch();
+            assert_eq!(d.len(), 1, "{name}: one request at {t}");
+            let (ds, _) = h.core.attempt_info(d[0].key).expect("in flight");
+            assert_eq!(ds, dataset, "{name}: dataset of the request sent at {t}");
+        }
+        h.at(now);
+        let got = h
+            .core
+            .longest_remaining(&h.now, |d| usual[d].map(Duration::from_secs_f64));
+        assert_eq!(got.map(|d| d.as_secs_f64()), want, "{name}");
+    }
 }

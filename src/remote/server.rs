@@ -1,0 +1,367 @@
+//! The engine's side of the control socket: listens on the output directory's socket while a
+//! run lives; one task per connection. Each connection sends the latest snapshot only (at most
+//! 5 a second, when it changed, and one a second at least), so a slow viewer skips snapshots
+//! instead of queueing them, and one that does not read for [`WRITE_TIMEOUT`] is dropped with
+//! a log line: no viewer can slow the engine, which only ever does a `send_replace`.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::control::{Command, Viewer};
+use crate::engine::snapshot::{RunState, Snapshot};
+
+use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION};
+
+/// The shortest time between two snapshots to one connection (5 a second at most).
+pub const MIN_GAP: Duration = Duration::from_millis(200);
+/// The longest time between two snapshots while the run lives (the elapsed clock moves).
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A connection whose socket takes no bytes for this long is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client must say hello within this.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "{0} exists and is not a socket: move it away (harvest listens there for `harvest attach`)"
+    )]
+    InTheWay(PathBuf),
+    #[error("cannot listen on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The listening socket of a run; [`ControlServer::close`] (or a drop) stops it and removes
+/// the socket file.
+pub struct ControlServer {
+    path: PathBuf,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// What every connection task shares.
+struct Shared {
+    commands: mpsc::Sender<Command>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    viewers: AtomicU32,
+    own_uid: u32,
+    output_dir: String,
+    cancel: CancellationToken,
+}
+
+/// Listens for the run of `dir`. Call it with the output directory's lock held: a socket
+/// file already there is a crashed run's, and is replaced.
+pub fn serve(
+    dir: &Path,
+    commands: mpsc::Sender<Command>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+) -> Result<ControlServer, ServeError> {
+    let path = super::socket_path(dir);
+    let io = |source| ServeError::Io {
+        path: path.clone(),
+        source,
+    };
+    if let Some(parent) = path.parent()
+        && !parent.exists()
+    {
+        // The private fallback directory (a socket path too long for the output directory).
+        std::fs::create_dir_all(parent).map_err(io)?;
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(&path).map_err(io)?,
+        Ok(_) => return Err(ServeError::InTheWay(path)),
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(&path).map_err(io)?;
+    // Only the owner may open it; the peer-uid check below holds even where modes do not.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let shared = Arc::new(Shared {
+        commands,
+        snapshots,
+        viewers: AtomicU32::new(0),
+        own_uid: super::own_uid(),
+        output_dir: dir.display().to_string(),
+        cancel: cancel.clone(),
+    });
+    let t = tracker.clone();
+    tracker.spawn(async move {
+        loop {
+            tokio::select! {
+                () = shared.cancel.cancelled() => break,
+                conn = listener.accept() => match conn {
+                    Ok((stream, _)) => {
+                        let shared = shared.clone();
+                        t.spawn(async move { connection(stream, shared).await });
+                    }
+                    Err(e) => {
+                        tracing::warn!("control socket: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+    });
+    tracing::info!("control socket: listening on {}", path.display());
+    Ok(ControlServer {
+        path,
+        cancel,
+        tracker,
+    })
+}
+
+impl ControlServer {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops listening, gives each connection up to `grace` to send its last snapshot, and
+    /// removes the socket file.
+    pub async fn close(self, grace: Duration) {
+        self.tracker.close();
+        // Connections end by themselves once the run's last snapshot is sent; those that do
+        // not (a viewer that stopped reading) are cancelled after the grace.
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            self.cancel.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.tracker.wait()).await;
+        }
+        // `Drop` removes the file and cancels the listener.
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Counts a viewer for as long as it lives.
+struct ViewerSeat<'a>(&'a AtomicU32);
+
+impl Drop for ViewerSeat<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn write(w: &mut tokio::net::unix::OwnedWriteHalf, msg: &EngineMsg) -> Result<(), String> {
+    match tokio::time::timeout(WRITE_TIMEOUT, w.write_all(&wire::encode(msg))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("writing failed: {e}")),
+        Err(_) => Err(format!("it read nothing for {} s", WRITE_TIMEOUT.as_secs())),
+    }
+}
+
+/// Reads one line into `buf` (cancel-safe: a partial line stays in `buf` for the next call).
+/// `Ok(false)` at the end of the stream.
+pub(super) async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<bool, String> {
+    loop {
+        let n = r
+            .read_until(b'\n', buf)
+            .await
+            .map_err(|e| format!("reading failed: {e}"))?;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            return Ok(true);
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        if buf.len() > wire::MAX_LINE {
+            return Err(format!("a line longer than {} bytes", wire::MAX_LINE));
+        }
+    }
+}
+
+/// Whether `new` shows anything `old` did not, the clocks aside.
+fn changed(old: &Snapshot, new: &Snapshot) -> bool {
+    old.state != new.state
+        || old.events_total != new.events_total
+        || old.done != new.done
+        || old.rejected != new.rejected
+        || old.in_flight != new.in_flight
+        || old.spent != new.spent
+        || old.accrued != new.accrued
+        || old.concurrency_limit != new.concurrency_limit
+        || old.datasets != new.datasets
+        || old.endpoints != new.endpoints
+        || old.inflight_budget != new.inflight_budget
+}
+
+fn is_over(s: &Snapshot) -> bool {
+    matches!(s.state, RunState::Done | RunState::Stopped)
+}
+
+async fn connection(stream: UnixStream, shared: Arc<Shared>) {
+    let cred = stream.peer_cred();
+    let (rd, mut wr) = stream.into_split();
+    let pid = cred
+        .as_ref()
+        .ok()
+        .and_then(|c| c.pid())
+        .map_or(0, |p| p.unsigned_abs());
+    let uid = cred.as_ref().map(|c| c.uid()).ok();
+    if !uid.is_some_and(|u| super::peer_allowed(u, shared.own_uid)) {
+        tracing::warn!(
+            "control socket: refused pid {pid}: uid {uid:?} is not the run's ({})",
+            shared.own_uid
+        );
+        let reason = "this run belongs to another user".to_string();
+        let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
+        return;
+    }
+    let hello = EngineMsg::Hello {
+        version: VERSION,
+        harvest: env!("CARGO_PKG_VERSION").to_string(),
+        pid: std::process::id(),
+        output_dir: shared.output_dir.clone(),
+        viewers: shared.viewers.load(Ordering::SeqCst),
+    };
+    if write(&mut wr, &hello).await.is_err() {
+        return;
+    }
+    let mut reader = BufReader::new(rd);
+    let mut buf = Vec::new();
+    let role = match tokio::time::timeout(HELLO_TIMEOUT, read_line(&mut reader, &mut buf)).await {
+        Ok(Ok(true)) => match wire::decode::<ClientMsg>(&buf) {
+            Ok(ClientMsg::Hello { version, role }) if version == VERSION => role,
+            Ok(ClientMsg::Hello { version, .. }) => {
+                let reason = format!(
+                    "this engine speaks control version {VERSION} (harvest {}); the client \
+                     speaks {version}: use the same harvest for both",
+                    env!("CARGO_PKG_VERSION")
+                );
+                let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
+                return;
+            }
+            Ok(_) => {
+                let reason = "say hello first".to_string();
+                let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
+                return;
+            }
+            Err(reason) => {
+                let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
+                return;
+            }
+        },
+        // Gone before hello: `harvest status` only reads the engine's hello.
+        _ => return,
+    };
+    buf.clear();
+    let _seat = (role == Role::Viewer).then(|| {
+        let n = shared.viewers.fetch_add(1, Ordering::SeqCst) + 1;
+        tracing::info!("control socket: viewer pid {pid} attached ({n} attached)");
+        ViewerSeat(&shared.viewers)
+    });
+    let viewer = Viewer { pid };
+    let mut snapshots = shared.snapshots.clone();
+    let mut last: Arc<Snapshot> = snapshots.borrow_and_update().clone();
+    let mut last_at = Instant::now();
+    let mut dirty = false;
+    let mut engine_gone = false;
+    if let Err(why) = write(
+        &mut wr,
+        &EngineMsg::Snapshot {
+            snapshot: last.clone(),
+        },
+    )
+    .await
+    {
+        tracing::info!("control socket: pid {pid} dropped: {why}");
+        return;
+    }
+    let end = loop {
+        if is_over(&last) {
+            break "the run ended";
+        }
+        let due = last_at + if dirty { MIN_GAP } else { HEARTBEAT };
+        tokio::select! {
+            () = shared.cancel.cancelled() => break "the engine exits",
+            r = snapshots.changed(), if !engine_gone && !dirty => {
+                if r.is_err() {
+                    engine_gone = true;
+                }
+                let new = snapshots.borrow_and_update().clone();
+                dirty = changed(&last, &new) || is_over(&new);
+            }
+            () = tokio::time::sleep_until(due) => {
+                let new = snapshots.borrow_and_update().clone();
+                if let Err(why) = write(&mut wr, &EngineMsg::Snapshot { snapshot: new.clone() }).await {
+                    tracing::info!("control socket: pid {pid} dropped: {why}");
+                    return;
+                }
+                last = new;
+                last_at = Instant::now();
+                dirty = false;
+                if engine_gone && !is_over(&last) {
+                    break "the engine exits";
+                }
+            }
+            line = read_line(&mut reader, &mut buf) => {
+                match line {
+                    Ok(true) => {}
+                    Ok(false) => break "it closed the connection",
+                    Err(why) => {
+                        tracing::info!("control socket: pid {pid} dropped: {why}");
+                        return;
+                    }
+                }
+                let msg = wire::decode::<ClientMsg>(&buf);
+                buf.clear();
+                let rejected = match msg {
+                    Ok(ClientMsg::Command { command }) if command.from_viewer_allowed() => {
+                        tracing::info!("control socket: pid {pid} sent {command:?}");
+                        match shared.commands.try_send(Command::By(viewer, Box::new(command))) {
+                            Ok(()) => None,
+                            Err(mpsc::error::TrySendError::Full(_)) => {
+                                Some("the engine is busy: command not taken; try again".to_string())
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => {
+                                Some("the engine has stopped taking commands".to_string())
+                            }
+                        }
+                    }
+                    Ok(ClientMsg::Command { command }) => {
+                        Some(format!("{command:?} cannot be sent from another shell"))
+                    }
+                    Ok(ClientMsg::Hello { .. }) => None,
+                    Err(e) => Some(e),
+                };
+                if let Some(reason) = rejected {
+                    if let Err(why) = write(&mut wr, &EngineMsg::Rejected { reason }).await {
+                        tracing::info!("control socket: pid {pid} dropped: {why}");
+                        return;
+                    }
+                }
+                // A command shows in the next snapshot: send it soon.
+                dirty = true;
+            }
+        }
+    };
+    if role == Role::Viewer {
+        tracing::info!("control socket: viewer pid {pid} left: {end}");
+    }
+    let _ = wr.shutdown().await;
+}
