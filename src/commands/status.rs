@@ -1,4 +1,5 @@
-//! `harvest status [DIR]`: the state file of a running or finished run, for a second shell;
+//! `harvest status [DIR]`: the state file of a running or finished run, for a second shell,
+//! and whether its engine is live (asked on its control socket: pid, viewers attached);
 //! `--report`: the end-of-run report built from the output directory; `--reconcile`: settles
 //! what a crashed run left open in it.
 
@@ -40,12 +41,61 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     })?;
     let snap: Snapshot = serde_json::from_str(&text)
         .map_err(|e| BadInput(format!("{}: not a harvest state file: {e}", path.display())))?;
+    let live = live_engine(&dir).await;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap)?);
+        let mut doc = serde_json::to_value(&snap)?;
+        if let Some(o) = doc.as_object_mut() {
+            o.insert(
+                "engine".into(),
+                match &live {
+                    Some(e) => {
+                        serde_json::json!({"live": true, "pid": e.pid, "viewers": e.viewers})
+                    }
+                    None => serde_json::json!({"live": false}),
+                },
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!("{}", headless::summary(&snap));
+        println!("{}", engine_line(live.as_ref(), &snap));
     }
     Ok(())
+}
+
+/// The engine of `dir`, when one answers on its control socket within 3 s.
+async fn live_engine(dir: &Path) -> Option<crate::remote::client::EngineInfo> {
+    let conn = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        crate::remote::client::connect(dir),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    Some(conn.engine)
+}
+
+/// `engine: live (pid 4242), 2 viewers attached`, or why no engine is there.
+fn engine_line(live: Option<&crate::remote::client::EngineInfo>, snap: &Snapshot) -> String {
+    use crate::engine::RunState;
+    match live {
+        Some(e) => format!(
+            "engine: live (pid {}), {} attached",
+            e.pid,
+            match e.viewers {
+                1 => "1 viewer".to_string(),
+                n => format!("{n} viewers"),
+            }
+        ),
+        None if matches!(snap.state, RunState::Done | RunState::Stopped) => {
+            "engine: not running".to_string()
+        }
+        None => format!(
+            "engine: not running, though its last state says {}: it ended without saving \
+             (killed or crashed); `harvest run` resumes it",
+            snap.state.label()
+        ),
+    }
 }
 
 /// `--reconcile`: books what a crashed run left open, as the next start would, and says what.
