@@ -349,11 +349,11 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
                     Ok(ClientMsg::Hello { .. }) => None,
                     Err(e) => Some(e),
                 };
-                if let Some(reason) = rejected {
-                    if let Err(why) = write(&mut wr, &EngineMsg::Rejected { reason }).await {
-                        tracing::info!("control socket: pid {pid} dropped: {why}");
-                        return;
-                    }
+                if let Some(reason) = rejected
+                    && let Err(why) = write(&mut wr, &EngineMsg::Rejected { reason }).await
+                {
+                    tracing::info!("control socket: pid {pid} dropped: {why}");
+                    return;
                 }
                 // A command shows in the next snapshot: send it soon.
                 dirty = true;

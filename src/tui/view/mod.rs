@@ -1,7 +1,9 @@
 //! Pure drawing: [`render`] paints one frame from the [`UiState`] (its latest snapshot), reading
 //! no clock and touching no terminal. The layout keeps the header, the providers and datasets
 //! tables and the key footer at 80x24, and adds, as room allows, the event log and then the
-//! throughput chart (so they are dropped in the reverse order as the terminal shrinks).
+//! throughput chart (so they are dropped in the reverse order as the terminal shrinks). On a
+//! tall screen the event log takes the rows its events fill (up to a plenty) and the datasets
+//! row with the chart grows, instead of the log showing rows of nothing.
 
 mod chart;
 mod datasets;
@@ -34,9 +36,11 @@ const DATASETS_BESIDE_CHART: u16 = 90;
 const EVENTS_MIN: u16 = 4;
 /// Rows of a readable chart (two sparklines of two rows with their labels, and borders).
 const CHART_MIN: u16 = 8;
-const CHART_MAX: u16 = 12;
-/// Event rows that are plenty; more room than this goes to the chart.
-const EVENTS_PLENTY: u16 = 10;
+/// The tallest the chart (and beside it the datasets table) grows; more room goes to events.
+const CHART_TALL: u16 = 20;
+/// Event rows that are plenty (borders included); more room than the events fill goes to the
+/// chart first.
+const EVENTS_PLENTY: u16 = 12;
 
 /// Where each part goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +67,8 @@ pub fn plan(area: Rect, s: &Snapshot) -> Plan {
     let prov_h = prov_want.min(body.saturating_sub(ds_h + 1)).max(4);
     let mut rest = body.saturating_sub(ds_h + prov_h);
 
+    // The rows the events fill (with borders), a readable pane at least, a plenty at most.
+    let ev_want = (s.events.len().min(100) as u16 + 2).clamp(EVENTS_MIN, EVENTS_PLENTY);
     let side = area.width >= SIDE_BY_SIDE_WIDTH;
     // The row that holds the datasets (and, side by side, the chart), and a chart row below.
     let mut ds_row = ds_h;
@@ -75,8 +81,8 @@ pub fn plan(area: Rect, s: &Snapshot) -> Plan {
             ds_row += extra;
             rest -= extra;
             let grow = rest
-                .saturating_sub(EVENTS_PLENTY)
-                .min(CHART_MAX.saturating_sub(ds_row));
+                .saturating_sub(ev_want)
+                .min(CHART_TALL.saturating_sub(ds_row));
             ds_row += grow;
             rest -= grow;
         }
@@ -84,9 +90,7 @@ pub fn plan(area: Rect, s: &Snapshot) -> Plan {
         chart = true;
         chart_row = CHART_MIN;
         rest -= CHART_MIN;
-        let grow = rest
-            .saturating_sub(EVENTS_PLENTY)
-            .min(CHART_MAX - CHART_MIN);
+        let grow = rest.saturating_sub(ev_want).min(CHART_TALL - CHART_MIN);
         chart_row += grow;
         rest -= grow;
     }

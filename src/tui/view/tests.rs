@@ -340,3 +340,95 @@ fn a_draining_run_says_draining_per_dataset_with_no_dataset_eta() {
     assert!(b3.contains("draining"), "{b3}");
     assert!(!b3.contains("running"), "{b3}");
 }
+
+/// On a tall screen the event pane takes the rows its events fill (a readable pane at least),
+/// and the room left goes to the datasets row and its chart, up to their tallest; only then
+/// do events get more. (w, h, events in the snapshot) -> (event pane rows, datasets/chart
+/// rows beside each other, or the chart's rows under the datasets).
+#[test]
+fn the_event_pane_shrinks_to_its_events_and_the_chart_grows() {
+    use super::plan;
+    use ratatui::layout::Rect;
+    let cases: [(u16, u16, usize, u16, u16); 6] = [
+        // The reported case: 160x48 with a handful of events: no longer 18 empty rows.
+        (160, 48, 5, 12, 20),
+        (160, 48, 0, 12, 20),
+        // A shorter wide screen: events keep what they hold, the chart takes the rest.
+        (160, 40, 5, 7, 17),
+        (160, 40, 30, 12, 12),
+        // Narrow: the chart under the datasets grows the same way.
+        (100, 50, 3, 8, 20),
+        (100, 50, 40, 12, 16),
+    ];
+    for (w, h, n_events, want_events, want_chart) in cases {
+        let mut s = kimi_snapshot();
+        let last = s.events.last().cloned().expect("fixture has events");
+        s.events = (0..n_events).map(|_| last.clone()).collect();
+        let p = plan(Rect::new(0, 0, w, h), &s);
+        let events = p.events.map_or(0, |r| r.height);
+        let chart = p.chart.map_or(0, |r| r.height);
+        assert_eq!(
+            (events, chart),
+            (want_events, want_chart),
+            "{w}x{h} with {n_events} events: {p:?}"
+        );
+        // Nothing overlaps and the footer stays the last row.
+        assert_eq!(p.footer.y, h - 1);
+        if let Some(e) = p.events {
+            assert!(e.bottom() <= p.footer.y, "{p:?}");
+        }
+    }
+}
+
+/// A viewer attached to a run elsewhere: `q` offers to detach (the run goes on) besides
+/// drain and stop now, and `x` leaves without sending anything to the engine.
+#[test]
+fn an_attached_viewer_can_detach_from_the_quit_dialog() {
+    use super::super::update::UiEffect;
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let key = |c: char| Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+    let mut st = state_with(kimi_snapshot());
+    st.attached = Some(4242);
+    update(&mut st, key('q'));
+    let s = text(&draw(&st, 100, 30));
+    assert!(s.contains("Leave this view?"), "{s}");
+    let detach = line_with(&s, "detach");
+    assert!(
+        detach.contains(" x ") && detach.contains("pid 4242") && detach.contains("goes on"),
+        "{detach}"
+    );
+    assert!(line_with(&s, "drain:").contains(" d "));
+    assert!(line_with(&s, "stop now").contains(" n "));
+    assert_eq!(update(&mut st, key('x')), vec![UiEffect::Quit]);
+    assert_eq!(st.shutdown, None, "detaching asks nothing of the engine");
+    // Not attached: the dialog has no detach, and `x` does nothing.
+    let mut local = state_with(kimi_snapshot());
+    update(&mut local, key('q'));
+    let s = text(&draw(&local, 100, 30));
+    assert!(s.contains("Quit harvest?") && !s.contains("detach"), "{s}");
+    assert_eq!(update(&mut local, key('x')), Vec::new());
+    assert!(local.quit_dialog, "still open");
+}
+
+/// While draining, the header shows the drain's own progress where the ETA was: when the last
+/// request in flight is expected to end.
+#[test]
+fn a_draining_header_shows_when_the_last_request_is_due() {
+    let cases = [
+        (Some(95.0), 120, "drain ~1m35s"),
+        (Some(0.4), 3, "drain any moment"),
+        (None, 7, "drain -"),
+        (Some(10.0), 0, "drain done"),
+    ];
+    for (left, in_flight, want) in cases {
+        let mut snap = kimi_snapshot();
+        snap.state = RunState::Draining;
+        snap.in_flight = in_flight;
+        snap.drain_left_s = left;
+        let st = state_with(snap);
+        let s = text(&draw(&st, 160, 48));
+        let header = s.lines().next().unwrap_or_default();
+        assert!(header.contains(want), "{want:?} not in {header}");
+        assert!(!header.contains("ETA"), "{header}");
+    }
+}
