@@ -50,11 +50,15 @@ async fn wait_screen(session: &str, what: &str, secs: u64, check: impl Fn(&str) 
 
 struct Cleanup {
     pids: Vec<u32>,
+    /// This test's tmux server (the other test runs beside it and keeps its own).
+    tmux: bool,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = tmux(&["kill-server"]);
+        if self.tmux {
+            let _ = tmux(&["kill-server"]);
+        }
         // A failed assertion must not leave a background engine running.
         for pid in &self.pids {
             let _ = Command::new("kill")
@@ -93,10 +97,18 @@ fn detach(config: &Path) -> u32 {
     pid
 }
 
-fn status(out: &Path) -> serde_json::Value {
+/// `status --json`; `None` until the run has written its first state file.
+fn try_status(out: &Path) -> Option<serde_json::Value> {
     let (code, text, err) = harvest(&["status", "--json", out.to_str().expect("utf-8")]);
-    assert_eq!(code, 0, "status: {err}");
-    serde_json::from_str(&text).expect("status --json")
+    if code != 0 {
+        assert!(err.contains("no run state"), "status: {err}");
+        return None;
+    }
+    Some(serde_json::from_str(&text).expect("status --json"))
+}
+
+fn status(out: &Path) -> serde_json::Value {
+    try_status(out).expect("a state file")
 }
 
 async fn wait_status(
@@ -107,13 +119,15 @@ async fn wait_status(
 ) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let s = status(out);
-        if check(&s) {
+        if let Some(s) = try_status(out)
+            && check(&s)
+        {
             return s;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for {what}: {s:#}"
+            "timed out waiting for {what}: {:#}",
+            try_status(out).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -181,7 +195,10 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     );
     let out: PathBuf = dir.path().join("out");
     let _ = tmux(&["kill-server"]);
-    let mut cleanup = Cleanup { pids: Vec::new() };
+    let mut cleanup = Cleanup {
+        pids: Vec::new(),
+        tmux: true,
+    };
 
     let pid = detach(&config);
     cleanup.pids.push(pid);
@@ -318,7 +335,10 @@ async fn another_user_is_refused_on_the_control_socket() {
         "T",
     );
     let out = dir.path().join("out");
-    let mut cleanup = Cleanup { pids: Vec::new() };
+    let mut cleanup = Cleanup {
+        pids: Vec::new(),
+        tmux: false,
+    };
     let pid = detach(&config);
     cleanup.pids.push(pid);
     // Open every door the file system has, so only the peer-uid check stands.
@@ -327,28 +347,54 @@ async fn another_user_is_refused_on_the_control_socket() {
     }
     let sock = out.join("harvest.sock");
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    // The engine's side: a raw client as uid 65534 reads the engine's refusal.
+    let raw = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import socket,sys\n\
+             s=socket.socket(socket.AF_UNIX)\n\
+             s.connect(sys.argv[1])\n\
+             s.settimeout(10)\n\
+             print(s.recv(65536).decode())",
+        )
+        .arg(&sock)
+        .uid(65534)
+        .gid(65534)
+        .output();
+    let raw = match raw {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED: cannot run a client as uid 65534 here: {e}");
+            return;
+        }
+    };
+    let said =
+        String::from_utf8_lossy(&raw.stdout).to_string() + &String::from_utf8_lossy(&raw.stderr);
+    if said.contains("PermissionError") {
+        eprintln!("SKIPPED: uid 65534 cannot reach the socket here: {said}");
+        return;
+    }
+    assert!(
+        said.contains(r#""type":"refused""#) && said.contains("belongs to another user"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("snapshot"),
+        "no snapshot for another user: {said}"
+    );
+    // The client's side: harvest as another user will not trust an engine it does not own.
     let other = Command::new(env!("CARGO_BIN_EXE_harvest"))
         .args(["stop", "--no-wait"])
         .arg(&out)
         .uid(65534)
         .gid(65534)
-        .output();
-    let other = match other {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot run harvest as uid 65534 here: {e}");
-            return;
-        }
-    };
+        .output()
+        .expect("harvest runs as uid 65534");
     let said = String::from_utf8_lossy(&other.stderr);
-    if said.contains("Permission denied") && !said.contains("refused") {
-        eprintln!("SKIPPED: uid 65534 cannot reach the socket here: {said}");
-        return;
-    }
     assert_eq!(other.status.code(), Some(1), "{said}");
-    assert!(said.contains("belongs to another user"), "{said}");
+    assert!(said.contains("not a run of yours"), "{said}");
     // The run was not touched.
-    let s = status(&out);
+    let s = wait_status(&out, "the run's state", 20, |_| true).await;
     assert_eq!(s["engine"]["live"], true, "{s:#}");
     assert_ne!(s["state"], "draining", "{s:#}");
     let (code, o, e) = harvest(&["stop", "--now", out.to_str().expect("utf-8")]);

@@ -64,13 +64,14 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Every file of `out` but the log and the lock (which a refused start may touch).
+/// Every file of `out` but the log, the lock (which a refused start may touch) and the live
+/// run's control socket.
 fn files(out: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(out)
         .expect("read dir")
         .flatten()
         .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n != "harvest.log" && n != ".harvest.lock")
+        .filter(|n| n != "harvest.log" && n != ".harvest.lock" && n != "harvest.sock")
         .map(|n| {
             let bytes = std::fs::read(out.join(&n)).expect("read");
             (n, bytes)

@@ -57,6 +57,22 @@ pub async fn connect(dir: &Path) -> Result<Connection, ConnectError> {
         dir: dir.to_path_buf(),
         detail,
     };
+    // Both ways: a process of another user listening there (a socket planted in a shared
+    // directory) gets neither our commands nor our trust in its snapshots.
+    let own = super::own_uid();
+    match stream.peer_cred().map(|c| c.uid()) {
+        Ok(uid) if super::peer_allowed(uid, own) => {}
+        Ok(uid) => {
+            return Err(ConnectError::Refused {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "{} is served by uid {uid}, not by you (uid {own}): not a run of yours",
+                    socket.display()
+                ),
+            });
+        }
+        Err(e) => return Err(protocol(format!("cannot tell who serves it: {e}"))),
+    }
     let mut reader = BufReader::new(stream);
     let mut buf = Vec::new();
     match tokio::time::timeout(HELLO_TIMEOUT, read_line(&mut reader, &mut buf)).await {

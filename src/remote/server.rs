@@ -48,6 +48,9 @@ pub enum ServeError {
 /// the socket file.
 pub struct ControlServer {
     path: PathBuf,
+    /// Stops the accept loop.
+    listening: CancellationToken,
+    /// Ends the connections that are left.
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -90,6 +93,7 @@ pub fn serve(
     // Only the owner may open it; the peer-uid check below holds even where modes do not.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
     let cancel = CancellationToken::new();
+    let listening = CancellationToken::new();
     let tracker = TaskTracker::new();
     let shared = Arc::new(Shared {
         commands,
@@ -100,10 +104,12 @@ pub fn serve(
         cancel: cancel.clone(),
     });
     let t = tracker.clone();
-    tracker.spawn(async move {
+    let stop_listening = listening.clone();
+    // Not tracked: `close` stops it first, then waits for the connections alone.
+    tokio::spawn(async move {
         loop {
             tokio::select! {
-                () = shared.cancel.cancelled() => break,
+                () = stop_listening.cancelled() => break,
                 conn = listener.accept() => match conn {
                     Ok((stream, _)) => {
                         let shared = shared.clone();
@@ -120,6 +126,7 @@ pub fn serve(
     tracing::info!("control socket: listening on {}", path.display());
     Ok(ControlServer {
         path,
+        listening,
         cancel,
         tracker,
     })
@@ -133,6 +140,7 @@ impl ControlServer {
     /// Stops listening, gives each connection up to `grace` to send its last snapshot, and
     /// removes the socket file.
     pub async fn close(self, grace: Duration) {
+        self.listening.cancel();
         self.tracker.close();
         // Connections end by themselves once the run's last snapshot is sent; those that do
         // not (a viewer that stopped reading) are cancelled after the grace.
@@ -149,6 +157,7 @@ impl ControlServer {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
+        self.listening.cancel();
         self.cancel.cancel();
         let _ = std::fs::remove_file(&self.path);
     }
