@@ -241,10 +241,15 @@ class Sim:
             a.harvest, "sim", "--port", "0", "--speed-scale", str(a.speed_scale), "--no-faults",
             "--providers", str(table), "--seed", str(a.seed),
         ]
+        # HTTPS as the real API speaks it: the simulator makes a CA at start; both clients
+        # trust it (harvest through ca_cert, the peer through --ca-cert).
+        self.ca = work / f"{name}.ca.pem" if a.tls else None
+        if self.ca:
+            cmd += ["--tls", "--ca-out", str(self.ca)]
         env = dict(os.environ, HARVEST_SIM_KEY=key)  # --require-key, without showing it in ps
         self.p = spawn(cmd, env=env, stdout=self.out, stderr=self.err)
         self.base_url = self._wait_url(20.0)
-        state = http_json(self.base_url.replace("/api/v1", "/sim/state"))
+        state = http_json(self.base_url.replace("/api/v1", "/sim/state"), self.ca)
         self.state = state
         ep = state["endpoints"][0]["behaviour"]
         if ep.get("capacity") is not None or state["endpoints"][0]["tag"] != ENDPOINT:
@@ -257,7 +262,8 @@ class Sim:
                 raise SystemExit(f"bench: the simulator exited: {self.err.read_text()[-2000:]}")
             text = self.out.read_text(errors="replace")
             for word in text.split():
-                if word.startswith("http://127.0.0.1:") and word.endswith("/api/v1"):
+                if (word.startswith(("http://127.0.0.1:", "https://127.0.0.1:"))
+                        and word.endswith("/api/v1") and (self.ca is None or self.ca.exists())):
                     return word
             time.sleep(0.05)
         raise SystemExit("bench: the simulator did not print its address in time")
@@ -269,10 +275,12 @@ class Sim:
         stop(self.p, signal.SIGINT, 10.0)
 
 
-def http_json(url: str) -> dict:
+def http_json(url: str, ca: Path | None = None) -> dict:
+    import ssl
     import urllib.request
 
-    with urllib.request.urlopen(url, timeout=10) as r:
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca else None
+    with urllib.request.urlopen(url, timeout=10, context=ctx) as r:
         return json.loads(r.read())
 
 
@@ -301,7 +309,7 @@ def write_prompts(path: Path, n: int) -> None:
 
 
 def write_job(path: Path, *, base_url: str, out_dir: Path, prompts: Path, concurrency: int,
-              max_tokens: int) -> None:
+              max_tokens: int, ca: Path | None = None, http2: bool = False) -> None:
     # OpenRouter routing with a single allowed endpoint (`provider.only`): the least work for
     # the simulator; the faithful policy allows chutes/int4 (native int4).
     path.write_text(
@@ -313,6 +321,8 @@ output_dir = "{out_dir}"
 budget_usd = 1000000.0
 concurrency = {concurrency}
 routing = "openrouter"
+http2 = {"true" if http2 else "false"}
+{f'ca_cert = "{ca}"' if ca else ""}
 
 [request]
 max_tokens = {max_tokens}
@@ -372,7 +382,8 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
             out_dir = work / f"{name}.out"
             job = work / f"{name}.toml"
             write_job(job, base_url=sim.base_url, out_dir=out_dir, prompts=prompts,
-                      concurrency=concurrency, max_tokens=max_tokens)
+                      concurrency=concurrency, max_tokens=max_tokens, ca=sim.ca,
+                      http2=a.http2)
             cmd = [a.harvest, "run", "--headless", "-c", str(job), "--progress-every", "10"]
             out_jsonl = out_dir / "bench.jsonl"
             rejects = out_dir / "bench.rejects.jsonl"
@@ -385,6 +396,8 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
                 "--concurrency", str(concurrency), "--api-key-env", KEY_ENV,
                 "--progress-every", "10",
             ]
+            if sim.ca:
+                cmd += ["--ca-cert", str(sim.ca)]
         stdout, stderr = work / f"{name}.stdout", work / f"{name}.stderr"
         log(f"{client}: {n:,} prompts at concurrency {concurrency:,} ({sim.base_url})")
         sim_cpu0 = sim.cpu_s()
@@ -760,6 +773,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--speed-scale", type=float, default=0.0,
                    help="simulator pace: 0 = no artificial latency")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tls", action="store_true",
+                   help="HTTPS, as the real API: the simulator serves TLS (HTTP/2 and HTTP/1.1 "
+                        "by ALPN) and both clients trust its CA")
+    p.add_argument("--http2", action="store_true",
+                   help="with --tls: harvest speaks HTTP/2 (http2 = true); the peer (aiohttp) "
+                        "has no HTTP/2 and stays on HTTP/1.1")
     p.add_argument("--no-peer", action="store_true", help="harvest only")
     p.add_argument("--no-harvest", action="store_true", help="peer only")
     p.add_argument("--json", default=None, help="write the figures as JSON here")
@@ -781,6 +800,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--history-cap", type=int, default=360)
     p.add_argument("--events-cap", type=int, default=200)
     a = p.parse_args(argv)
+    if a.http2 and not a.tls:
+        p.error("--http2 needs --tls (HTTP/2 is negotiated by ALPN)")
     if a.concurrency is None:
         a.concurrency = {"full": "500,2000,5000", "smoke": "500", "soak": "2000"}[a.mode]
     if a.mode == "smoke" and a.n is None:

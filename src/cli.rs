@@ -250,6 +250,19 @@ pub struct SimArgs {
     /// was sent with what a row records. Memory grows with the log (200,000 entries at most).
     #[arg(long)]
     pub log_bodies: bool,
+    /// Serve HTTPS, as the real API does: HTTP/2 and HTTP/1.1 by ALPN, with a certificate
+    /// made at start for 127.0.0.1 and localhost; its authority is written to --ca-out for
+    /// clients to trust (SSL_CERT_FILE, a config's ca_cert).
+    #[arg(long)]
+    pub tls: bool,
+    /// With --tls: where to write the certificate authority, PEM (default:
+    /// harvest-sim-<port>-ca.pem in the system's temporary directory).
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub ca_out: Option<PathBuf>,
+    /// With --tls: HTTP/2 streams one connection may carry at once (servers commonly
+    /// advertise 100-256).
+    #[arg(long, value_name = "N", default_value_t = crate::sim::tls::DEFAULT_H2_MAX_STREAMS)]
+    pub h2_max_streams: u32,
 }
 
 #[derive(Args, Debug)]

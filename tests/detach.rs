@@ -383,7 +383,11 @@ async fn another_user_is_refused_on_the_control_socket() {
         "no snapshot for another user: {said}"
     );
     // The client's side: harvest as another user will not trust an engine it does not own.
-    let other = Command::new(env!("CARGO_BIN_EXE_harvest"))
+    // (A copy it can run: the build directory may be private to its owner.)
+    let bin = dir.path().join("harvest-copy");
+    std::fs::copy(env!("CARGO_BIN_EXE_harvest"), &bin).expect("copy the binary");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let other = Command::new(&bin)
         .args(["stop", "--no-wait"])
         .arg(&out)
         .uid(65534)

@@ -28,6 +28,7 @@ import asyncio
 import json
 import os
 import random
+import ssl
 import sys
 import time
 
@@ -67,6 +68,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=1800.0, help="whole request")
     p.add_argument("--idle-s", type=float, default=60.0, help="longest silence in a stream")
     p.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop")
+    p.add_argument("--ca-cert", default=None,
+                   help="PEM bundle of a CA to trust for HTTPS (the simulator's --tls CA)")
     p.add_argument("--progress-every", type=float, default=0.0, help="seconds; 0 = quiet")
     return p.parse_args()
 
@@ -154,7 +157,10 @@ async def main_async(a: argparse.Namespace) -> int:
         return 2
     url = a.base_url.rstrip("/") + "/chat/completions"
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=a.concurrency, limit_per_host=0, ttl_dns_cache=None)
+    # HTTPS: the default context (system roots), or one that trusts the given CA.
+    ssl_ctx = ssl.create_default_context(cafile=a.ca_cert) if a.ca_cert else True
+    connector = aiohttp.TCPConnector(limit=a.concurrency, limit_per_host=0, ttl_dns_cache=None,
+                                     ssl=ssl_ctx)
     timeout = aiohttp.ClientTimeout(total=a.timeout_s, sock_connect=10, sock_read=a.idle_s)
     sem = asyncio.Semaphore(a.concurrency)
     stats = {"completed": 0, "failed": 0, "retries": 0, "output_tokens": 0}

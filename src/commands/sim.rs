@@ -27,6 +27,8 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
     cfg.key_limit_usd = args.key_limit;
     cfg.api_key = args.require_key.clone();
     cfg.log_bodies = args.log_bodies;
+    cfg.tls = args.tls;
+    cfg.h2_max_streams = args.h2_max_streams.max(1);
     if let Some(usd) = args.inflight_budget {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
         if !(ok(usd) && usd > 0.0 && ok(args.inflight_recent_s) && ok(args.inflight_retry_after_s))
@@ -68,6 +70,21 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
         args.speed_scale,
         args.seed
     );
+    if let Some(pem) = &handle.ca_pem {
+        let path = args.ca_out.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("harvest-sim-{}-ca.pem", handle.addr.port()))
+        });
+        std::fs::write(&path, pem).map_err(|e| {
+            BadInput(format!(
+                "cannot write the certificate authority to {}: {e}",
+                path.display()
+            ))
+        })?;
+        println!(
+            "HTTPS (HTTP/2 and HTTP/1.1 by ALPN); trust its authority: export SSL_CERT_FILE={}",
+            path.display()
+        );
+    }
     println!(
         "try: harvest providers {model} --base-url {}   control: GET/POST http://{}/sim/state|control",
         handle.base_url(),

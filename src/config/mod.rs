@@ -180,6 +180,14 @@ pub struct Config {
     pub openrouter: bool,
     /// Name of the environment variable holding the API key (never the key itself).
     pub api_key_env: String,
+    /// A PEM bundle of certificate authorities to trust besides the system's, for OpenRouter
+    /// and the `[[endpoint]]` servers: a corporate proxy's, or the simulator's `--tls` one
+    /// (`SSL_CERT_FILE` adds one too). Resolved against the config's directory.
+    pub ca_cert: Option<PathBuf>,
+    /// Speak HTTP/2 where the server offers it. Off by default: over HTTP/1.1 each stream has
+    /// its own connection, while over HTTP/2 one connection carries at most the server's
+    /// `MAX_CONCURRENT_STREAMS` (often 100-256), which would cap a run of thousands.
+    pub http2: bool,
     pub output_dir: PathBuf,
     /// Hard cap on spend, in dollars.
     pub budget_usd: f64,
@@ -223,6 +231,8 @@ impl Default for Config {
             openrouter: true,
             base_url: crate::openrouter::DEFAULT_BASE_URL.into(),
             api_key_env: "OPENROUTER_API_KEY".into(),
+            ca_cert: None,
+            http2: false,
             output_dir: PathBuf::from("out"),
             budget_usd: 10.0,
             concurrency: 256,
@@ -577,6 +587,9 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new(""));
         config.source = path.to_path_buf();
         config.output_dir = base.join(&config.output_dir);
+        if let Some(ca) = &mut config.ca_cert {
+            *ca = base.join(&*ca);
+        }
         for d in &mut config.datasets {
             d.prompts = base.join(&d.prompts);
         }
@@ -628,6 +641,10 @@ impl Config {
             "must not be empty",
         )?;
         http_url(c, "base_url", &self.base_url)?;
+        if check_files && let Some(ca) = &self.ca_cert {
+            let read = crate::openrouter::roots::read(ca);
+            c.ensure(read.is_ok(), "ca_cert", read.err().unwrap_or_default())?;
+        }
         positive(c, "budget_usd", self.budget_usd)?;
         // Money is integer picodollars in an i64 (at most ~9.22M USD): a larger budget would be
         // clamped silently, and sums near the limit would overflow.

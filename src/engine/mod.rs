@@ -205,6 +205,8 @@ pub fn client_for(cfg: &Config, key: Option<ApiKey>) -> Result<OpenRouterClient,
     let key = key.or_else(|| ApiKey::from_env(&cfg.api_key_env));
     let mut opts = ClientOptions::new(cfg.base_url.clone(), key);
     opts.connect_timeout = cfg.timeouts.connect();
+    opts.http2 = cfg.http2;
+    opts.ca_certs.extend(cfg.ca_cert.clone());
     OpenRouterClient::new(opts).map_err(|e| EngineError::Input(e.to_string()))
 }
 
@@ -220,6 +222,7 @@ pub fn own_server_client(
     );
     o.connect_timeout = cfg.timeouts.connect();
     o.require_usage = c.require_usage;
+    o.ca_certs.extend(cfg.ca_cert.clone());
     OpenRouterClient::new(o).map_err(|e| EngineError::Input(format!("endpoint {}: {e}", c.name)))
 }
 

@@ -38,6 +38,9 @@ pub struct ClientOptions {
     /// Attribution headers (`HTTP-Referer`, `X-OpenRouter-Title`).
     pub app_url: String,
     pub app_title: String,
+    /// PEM bundles of certificate authorities to trust besides the system's (`SSL_CERT_FILE`
+    /// by default, a config's `ca_cert`).
+    pub ca_certs: Vec<std::path::PathBuf>,
 }
 
 impl ClientOptions {
@@ -50,6 +53,7 @@ impl ClientOptions {
             require_usage: true,
             app_url: APP_URL.to_string(),
             app_title: APP_TITLE.to_string(),
+            ca_certs: super::roots::from_env().into_iter().collect(),
         }
     }
 }
@@ -115,8 +119,13 @@ impl OpenRouterClient {
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
+        let mut roots = Vec::new();
+        for path in &opts.ca_certs {
+            roots.extend(super::roots::read(path).map_err(ApiError::Invalid)?);
+        }
         let builder = || {
             let b = reqwest::Client::builder()
+                .tls_certs_merge(roots.clone())
                 .default_headers(headers.clone())
                 .connect_timeout(opts.connect_timeout)
                 .pool_idle_timeout(Duration::from_secs(60))
@@ -179,6 +188,13 @@ impl OpenRouterClient {
                 TimeoutKind::Total
             })
         } else if connect {
+            if msg.contains("certificate") {
+                // A corporate proxy re-signing HTTPS, or a self-signed server.
+                msg.push_str(
+                    " (to trust another certificate authority: SSL_CERT_FILE=bundle.pem, or \
+                     ca_cert = \"bundle.pem\" in the config)",
+                );
+            }
             ApiError::Connect(msg)
         } else if builder {
             ApiError::Invalid(msg)

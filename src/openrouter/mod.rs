@@ -7,6 +7,7 @@ pub mod error;
 pub mod key;
 pub mod request;
 pub mod response;
+pub mod roots;
 pub mod sse;
 
 pub use catalog::{

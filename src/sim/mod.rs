@@ -11,6 +11,9 @@
 //!
 //! Control routes (not part of OpenRouter): `GET /sim/state`, `POST /sim/control`,
 //! `GET /sim/requests?since=N`, `GET /sim/billing`.
+//!
+//! Plain HTTP/1.1 by default; with [`SimConfig::tls`] HTTPS with HTTP/2 or HTTP/1.1 by ALPN,
+//! as the real API is served ([`tls`]).
 
 pub mod account;
 pub mod billing;
@@ -20,6 +23,7 @@ pub mod generate;
 pub mod routing;
 mod server;
 pub mod table;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,6 +65,10 @@ pub struct SimConfig {
     pub inflight_budget: Option<InFlightBudget>,
     /// Keep each routed request's JSON body in the request log (`/sim/requests`).
     pub log_bodies: bool,
+    /// Serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) with a certificate made at start.
+    pub tls: bool,
+    /// Over HTTPS, the HTTP/2 streams one connection may carry at once.
+    pub h2_max_streams: u32,
 }
 
 impl SimConfig {
@@ -78,6 +86,8 @@ impl SimConfig {
             generation_visible_after: Duration::from_millis(300),
             inflight_budget: None,
             log_bodies: false,
+            tls: false,
+            h2_max_streams: tls::DEFAULT_H2_MAX_STREAMS,
         }
     }
 
@@ -111,14 +121,21 @@ impl SimConfig {
 pub struct SimHandle {
     pub addr: SocketAddr,
     pub state: Arc<SimState>,
+    /// Over HTTPS: the certificate authority clients must trust, PEM.
+    pub ca_pem: Option<String>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl SimHandle {
-    /// `http://127.0.0.1:PORT/api/v1`, the base URL clients use.
+    /// `http://127.0.0.1:PORT/api/v1` (or `https://`), the base URL clients use.
     pub fn base_url(&self) -> String {
-        format!("http://{}/api/v1", self.addr)
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}/api/v1", self.addr)
     }
 
     /// Stops accepting, lets open responses end, and waits.
@@ -144,6 +161,8 @@ pub enum SimError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("cannot make the simulator's TLS certificate: {0}")]
+    Tls(String),
     #[error("cannot open billing log {path}: {source}")]
     BillingLog {
         path: String,
@@ -166,22 +185,33 @@ pub fn start_on(cfg: SimConfig, listener: TcpListener) -> Result<SimHandle, SimE
         addr: "listener".into(),
         source,
     })?;
+    let tls = if cfg.tls {
+        Some(tls::generate().map_err(SimError::Tls)?)
+    } else {
+        None
+    };
+    let h2_max_streams = cfg.h2_max_streams;
     let state = Arc::new(SimState::new(cfg)?);
     // Stopping the server also ends paced and stalled responses, so shutdown never hangs.
     let shutdown = state.stopping.clone();
     let app = server::router(state.clone());
     let token = shutdown.clone();
-    let task = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            token.cancelled().await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!("simulator stopped: {e}");
-        }
-    });
+    let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
+    let task = match tls {
+        Some(tls) => tokio::spawn(tls::serve(listener, app, tls, h2_max_streams, token)),
+        None => tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                token.cancelled().await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!("simulator stopped: {e}");
+            }
+        }),
+    };
     Ok(SimHandle {
         addr,
         state,
+        ca_pem,
         shutdown,
         task,
     })

@@ -64,6 +64,9 @@ pub struct SimState {
     forced: Mutex<Option<super::account::ForcedError>>,
     /// System prompts each endpoint has seen: sent again there, they are read from its cache.
     cached: Mutex<std::collections::HashSet<(usize, u64)>>,
+    /// Chat requests by the HTTP version they came in (HTTP/1.1, HTTP/2 over TLS).
+    http1_requests: AtomicU64,
+    http2_requests: AtomicU64,
 }
 
 /// A change to one endpoint's behaviour: present fields replace the current ones.
@@ -170,6 +173,8 @@ impl SimState {
             account: super::account::Account::new(cfg.inflight_budget.clone()),
             forced: Mutex::new(None),
             cached: Mutex::new(std::collections::HashSet::new()),
+            http1_requests: AtomicU64::new(0),
+            http2_requests: AtomicU64::new(0),
             cfg,
             live: RwLock::new(live),
             in_flight,
@@ -241,6 +246,22 @@ impl SimState {
             }
         }
         Some(out)
+    }
+
+    /// Requests streaming now, at every endpoint together.
+    pub fn in_flight_total(&self) -> u32 {
+        self.in_flight
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Chat requests that came over HTTP/1.x and over HTTP/2.
+    pub fn requests_by_http_version(&self) -> (u64, u64) {
+        (
+            self.http1_requests.load(Ordering::Relaxed),
+            self.http2_requests.load(Ordering::Relaxed),
+        )
     }
 
     /// Total billed, the figure `/key` reports as usage.
@@ -471,6 +492,10 @@ async fn sim_state(State(state): State<Arc<SimState>>) -> Response {
         "speed_scale": live.speed_scale, "output_tokens_mean": live.output_mean,
         "output_tokens_sigma": live.output_sigma,
         "billed_usd": state.billed_total(), "endpoints": eps,
+        "chat_requests_by_http_version": {
+            "http1": state.http1_requests.load(Ordering::Relaxed),
+            "http2": state.http2_requests.load(Ordering::Relaxed),
+        },
     }))
     .into_response()
 }
@@ -560,7 +585,17 @@ fn fault_name(f: Fault) -> &'static str {
     }
 }
 
-async fn chat(State(state): State<Arc<SimState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat(
+    State(state): State<Arc<SimState>>,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if version == axum::http::Version::HTTP_2 {
+        state.http2_requests.fetch_add(1, Ordering::Relaxed);
+    } else {
+        state.http1_requests.fetch_add(1, Ordering::Relaxed);
+    }
     if let Err(r) = authorize(&state, &headers) {
         return r;
     }

@@ -1,0 +1,175 @@
+//! HTTPS as the real API speaks it: the simulator with `tls` (a certificate authority made at
+//! start, HTTP/2 and HTTP/1.1 by ALPN), the real binary trusting it through `ca_cert` or
+//! `SSL_CERT_FILE`, refusing it (with a hint) when it does not, and the HTTP/1.1-or-HTTP/2
+//! choice measured: over HTTP/2 one connection carries at most the server's
+//! `MAX_CONCURRENT_STREAMS`, which caps a run's streams.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{read_jsonl, run_headless, write_job_with_ids};
+use harvest::sim::{self, SimConfig, SimHandle};
+use harvest::store::output::OutputRecord;
+
+const KEY: &str = "sk-or-v1-tls-test-key-000000000";
+const KEY_VAR: &str = "HARVEST_TLS_KEY";
+
+async fn tls_sim(speed: f64, mean_tokens: f64, h2_max_streams: u32) -> SimHandle {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.tls = true;
+    cfg.h2_max_streams = h2_max_streams;
+    let s = sim::start(cfg, 0).await.expect("sim");
+    s.state
+        .control(&harvest::sim::ControlRequest {
+            output_tokens_mean: Some(mean_tokens),
+            speed_scale: Some(speed),
+            ..Default::default()
+        })
+        .expect("control");
+    s
+}
+
+fn answered(dir: &Path) -> usize {
+    read_jsonl::<OutputRecord>(&dir.join("out/A.jsonl")).len()
+}
+
+/// The highest number of streams the simulator served at once while `run` ran.
+async fn peak_streams<F: std::future::Future<Output = (i32, String)>>(
+    sim: &SimHandle,
+    run: F,
+) -> ((i32, String), u32) {
+    let peak = Arc::new(AtomicU32::new(0));
+    let (p, state) = (peak.clone(), sim.state.clone());
+    let watch = tokio::spawn(async move {
+        loop {
+            p.fetch_max(state.in_flight_total(), Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let out = run.await;
+    watch.abort();
+    (out, peak.load(Ordering::Relaxed))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is_not() {
+    let sim = tls_sim(0.0, 40.0, 256).await;
+    assert!(sim.base_url().starts_with("https://127.0.0.1:"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let ca = dir.path().join("sim-ca.pem");
+    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+
+    // Not trusted: nothing is sent, and the error says how to trust it.
+    let plain = dir.path().join("plain");
+    write_job_with_ids(&plain, &sim.base_url(), KEY_VAR, 30, "");
+    let (code, said) = run_headless(&plain, KEY_VAR, KEY, &[]).await;
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("certificate"), "{said}");
+    assert!(
+        said.contains("SSL_CERT_FILE") && said.contains("ca_cert"),
+        "{said}"
+    );
+    assert_eq!(sim.state.requests_by_http_version(), (0, 0));
+
+    // `ca_cert` in the config (relative to it): every prompt answered, over HTTP/1.1.
+    let with_ca = dir.path().join("with-ca");
+    write_job_with_ids(
+        &with_ca,
+        &sim.base_url(),
+        KEY_VAR,
+        30,
+        &format!("ca_cert = \"{}\"", ca.display()),
+    );
+    let (code, said) = run_headless(&with_ca, KEY_VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(answered(&with_ca), 30);
+    assert_eq!(
+        sim.state.requests_by_http_version(),
+        (30, 0),
+        "HTTP/1.1 by default"
+    );
+
+    // `SSL_CERT_FILE`, as curl and Python take it.
+    let env_ca = dir.path().join("env-ca");
+    write_job_with_ids(&env_ca, &sim.base_url(), KEY_VAR, 30, "");
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.env(KEY_VAR, KEY)
+        .env("SSL_CERT_FILE", &ca)
+        .args(["run", "--headless", "-c"])
+        .arg(env_ca.join("harvest.toml"));
+    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
+        .await
+        .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(answered(&env_ca), 30);
+
+    // A ca_cert that is not a certificate is a config error naming the file, line and key.
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(&bad).expect("dir");
+    std::fs::write(bad.join("junk.pem"), "not a certificate\n").expect("write");
+    write_job_with_ids(&bad, &sim.base_url(), KEY_VAR, 3, "ca_cert = \"junk.pem\"");
+    let (code, said) = run_headless(&bad, KEY_VAR, KEY, &[]).await;
+    assert_eq!(code, 2, "{said}");
+    assert!(
+        said.contains("harvest.toml:4") && said.contains("ca_cert") && said.contains("junk.pem"),
+        "{said}"
+    );
+    sim.stop().await;
+}
+
+/// Over HTTP/2 the client multiplexes its streams on one connection, and the server's
+/// `MAX_CONCURRENT_STREAMS` caps how many run at once; over HTTP/1.1 (the default) each
+/// stream has its own connection and the run's concurrency is what runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_all() {
+    let limit = 8;
+    let sim = tls_sim(0.05, 200.0, limit).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let ca = dir.path().join("sim-ca.pem");
+    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+    let settings = |http2: bool| {
+        format!(
+            "ca_cert = \"{}\"\nconcurrency = 40\nhttp2 = {http2}\n[request]\nmax_tokens = 400",
+            ca.display()
+        )
+    };
+
+    let h2 = dir.path().join("h2");
+    write_job_with_ids(&h2, &sim.base_url(), KEY_VAR, 120, &settings(true));
+    let ((code, said), peak2) = peak_streams(&sim, run_headless(&h2, KEY_VAR, KEY, &[])).await;
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(answered(&h2), 120);
+    let (h1_n, h2_n) = sim.state.requests_by_http_version();
+    assert_eq!((h1_n, h2_n), (0, 120), "spoke HTTP/2");
+    assert!(
+        peak2 <= limit,
+        "HTTP/2: {peak2} streams at once, the server allows {limit}"
+    );
+
+    let h1 = dir.path().join("h1");
+    write_job_with_ids(&h1, &sim.base_url(), KEY_VAR, 120, &settings(false));
+    let ((code, said), peak1) = peak_streams(&sim, run_headless(&h1, KEY_VAR, KEY, &[])).await;
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(answered(&h1), 120);
+    assert_eq!(
+        sim.state.requests_by_http_version(),
+        (120, 120),
+        "spoke HTTP/1.1"
+    );
+    assert!(
+        peak1 > 3 * limit,
+        "HTTP/1.1: {peak1} streams at once at concurrency 40"
+    );
+    eprintln!(
+        "peak streams at concurrency 40: HTTP/2 {peak2} (server limit {limit}), HTTP/1.1 {peak1}"
+    );
+    sim.stop().await;
+}
