@@ -5,7 +5,8 @@
 # raises the open-files limit and runs benches/bench.py.
 #
 #   scripts/bench.sh full  [options]   concurrency 500, 2000, 5000: harvest, peer, ratio
-#   scripts/bench.sh smoke [options]   3,000 prompts at concurrency 500 (CI); fails only if a run fails
+#   scripts/bench.sh smoke [options]   3,000 prompts at concurrency 500 (CI: --tls); fails only if a run fails
+#   --tls: HTTPS as the real API (the simulator's CA trusted by both); --http2: harvest over HTTP/2
 #   scripts/bench.sh soak  [options]   1,000,000 short requests at 2,000, bounded by --deadline-s
 #   scripts/bench.sh --help            every option (--n, --concurrency, --json PATH, --keep, ...)
 #
