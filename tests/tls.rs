@@ -173,3 +173,40 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
     );
     sim.stop().await;
 }
+
+/// With `http2 = true` harvest spreads its streams over enough connections (one per 64 streams
+/// of the configured concurrency) that no connection's `MAX_CONCURRENT_STREAMS` caps the run:
+/// 300 streams against a server that allows 100 per connection all run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run() {
+    let limit = 100;
+    let sim = tls_sim(0.2, 300.0, limit).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let ca = dir.path().join("sim-ca.pem");
+    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+    let job = dir.path().join("spread");
+    write_job_with_ids(
+        &job,
+        &sim.base_url(),
+        KEY_VAR,
+        900,
+        &format!(
+            "ca_cert = \"{}\"\nconcurrency = 300\nhttp2 = true\n[request]\nmax_tokens = 600",
+            ca.display()
+        ),
+    );
+    let ((code, said), peak) = peak_streams(&sim, run_headless(&job, KEY_VAR, KEY, &[])).await;
+    eprintln!("HTTP/2 at concurrency 300, server limit {limit} per connection: peak {peak}");
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(answered(&job), 900);
+    assert_eq!(
+        sim.state.requests_by_http_version(),
+        (0, 900),
+        "spoke HTTP/2"
+    );
+    assert!(
+        peak > 270,
+        "{peak} streams at once over HTTP/2 at concurrency 300, {limit} per connection"
+    );
+    sim.stop().await;
+}

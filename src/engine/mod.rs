@@ -206,6 +206,7 @@ pub fn client_for(cfg: &Config, key: Option<ApiKey>) -> Result<OpenRouterClient,
     let mut opts = ClientOptions::new(cfg.base_url.clone(), key);
     opts.connect_timeout = cfg.timeouts.connect();
     opts.http2 = cfg.http2;
+    opts.h2_connections = ClientOptions::h2_connections_for(cfg.concurrency);
     opts.ca_certs.extend(cfg.ca_cert.clone());
     OpenRouterClient::new(opts).map_err(|e| EngineError::Input(e.to_string()))
 }

@@ -31,8 +31,11 @@ pub struct ClientOptions {
     pub api_key: Option<ApiKey>,
     pub connect_timeout: Duration,
     /// HTTP/1.1 by default: one connection per stream. Over HTTP/2 a server's
-    /// `MAX_CONCURRENT_STREAMS` (often 100-256) would silently cap a 2,000-stream run.
+    /// `MAX_CONCURRENT_STREAMS` (often 100-256) caps each connection, so streams are spread
+    /// over [`ClientOptions::h2_connections_for`] connections.
     pub http2: bool,
+    /// Over HTTP/2: how many connections chat streams are spread over (round robin).
+    pub h2_connections: usize,
     /// Whether a stream must end with a usage chunk to count as complete (OpenRouter: yes).
     pub require_usage: bool,
     /// Attribution headers (`HTTP-Referer`, `X-OpenRouter-Title`).
@@ -50,11 +53,23 @@ impl ClientOptions {
             api_key,
             connect_timeout: Duration::from_secs(10),
             http2: false,
+            h2_connections: 1,
             require_usage: true,
             app_url: APP_URL.to_string(),
             app_title: APP_TITLE.to_string(),
             ca_certs: super::roots::from_env().into_iter().collect(),
         }
+    }
+}
+
+/// Streams one HTTP/2 connection is given at most, on average: well under the 100 that
+/// servers commonly allow at the least, so that round robin's unevenness never reaches a cap.
+pub const H2_STREAMS_PER_CONNECTION: u32 = 64;
+
+impl ClientOptions {
+    /// HTTP/2 connections for `concurrency` streams.
+    pub fn h2_connections_for(concurrency: u32) -> usize {
+        concurrency.div_ceil(H2_STREAMS_PER_CONNECTION).max(1) as usize
     }
 }
 
@@ -81,6 +96,10 @@ impl Default for StreamTimeouts {
 #[derive(Clone)]
 pub struct OpenRouterClient {
     http: reqwest::Client,
+    /// Over HTTP/2, more clients (each its own connection) that chat streams take in turn;
+    /// empty over HTTP/1.1, where `http`'s pool opens a connection per stream.
+    lanes: Arc<Vec<reqwest::Client>>,
+    next_lane: Arc<std::sync::atomic::AtomicUsize>,
     /// Same settings, no idle pool: every request on a new connection. Used to resend a
     /// request whose pooled connection turned out to be dead.
     fresh: reqwest::Client,
@@ -139,6 +158,13 @@ impl OpenRouterClient {
         };
         let http = build(builder())?;
         let fresh = build(builder().pool_max_idle_per_host(0))?;
+        let lanes = if opts.http2 && opts.h2_connections > 1 {
+            (1..opts.h2_connections)
+                .map(|_| build(builder()))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
         let base = opts.base_url.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ApiError::Invalid(format!(
@@ -147,6 +173,8 @@ impl OpenRouterClient {
         }
         Ok(OpenRouterClient {
             http,
+            lanes: Arc::new(lanes),
+            next_lane: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             fresh,
             stale_retries: Arc::new(AtomicU64::new(0)),
             base,
@@ -342,6 +370,20 @@ impl OpenRouterClient {
         Ok(env.data)
     }
 
+    /// The client the next chat stream goes through: over HTTP/2 each in turn, so that no
+    /// connection carries more streams than its server allows.
+    fn lane(&self) -> &reqwest::Client {
+        if self.lanes.is_empty() {
+            return &self.http;
+        }
+        let i = self.next_lane.fetch_add(1, Ordering::Relaxed) % (self.lanes.len() + 1);
+        if i == 0 {
+            &self.http
+        } else {
+            &self.lanes[i - 1]
+        }
+    }
+
     /// Sends a chat request. A pooled connection can be dead without the pool knowing yet:
     /// llama.cpp's server, for one, closes the connection after every streamed response while
     /// advertising keep-alive. When the connection closes before any response byte, nothing
@@ -350,7 +392,7 @@ impl OpenRouterClient {
     async fn post_chat(&self, req: &ChatRequest) -> Result<reqwest::Response, ApiError> {
         let send =
             |http: &reqwest::Client| http.post(self.url("chat/completions")).json(req).send();
-        let resp = match send(&self.http).await {
+        let resp = match send(self.lane()).await {
             Ok(resp) => resp,
             Err(e) if died_before_response(&e) => {
                 self.stale_retries.fetch_add(1, Ordering::Relaxed);
