@@ -383,7 +383,7 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
             job = work / f"{name}.toml"
             write_job(job, base_url=sim.base_url, out_dir=out_dir, prompts=prompts,
                       concurrency=concurrency, max_tokens=max_tokens, ca=sim.ca,
-                      http2=a.http2)
+                      http2=not a.http1)
             cmd = [a.harvest, "run", "--headless", "-c", str(job), "--progress-every", "10"]
             out_jsonl = out_dir / "bench.jsonl"
             rejects = out_dir / "bench.rejects.jsonl"
@@ -776,9 +776,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tls", action="store_true",
                    help="HTTPS, as the real API: the simulator serves TLS (HTTP/2 and HTTP/1.1 "
                         "by ALPN) and both clients trust its CA")
-    p.add_argument("--http2", action="store_true",
-                   help="with --tls: harvest speaks HTTP/2 (http2 = true); the peer (aiohttp) "
-                        "has no HTTP/2 and stays on HTTP/1.1")
+    p.add_argument("--http1", action="store_true",
+                   help="with --tls: harvest speaks HTTP/1.1 (http2 = false) instead of its "
+                        "default HTTP/2; the peer (aiohttp) has no HTTP/2 and is always HTTP/1.1")
     p.add_argument("--no-peer", action="store_true", help="harvest only")
     p.add_argument("--no-harvest", action="store_true", help="peer only")
     p.add_argument("--json", default=None, help="write the figures as JSON here")
@@ -800,8 +800,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--history-cap", type=int, default=360)
     p.add_argument("--events-cap", type=int, default=200)
     a = p.parse_args(argv)
-    if a.http2 and not a.tls:
-        p.error("--http2 needs --tls (HTTP/2 is negotiated by ALPN)")
+    if a.http1 and not a.tls:
+        p.error("--http1 only means something with --tls (plain HTTP is always HTTP/1.1)")
     if a.concurrency is None:
         a.concurrency = {"full": "500,2000,5000", "smoke": "500", "soak": "2000"}[a.mode]
     if a.mode == "smoke" and a.n is None:

@@ -6,7 +6,8 @@
 #
 #   scripts/bench.sh full  [options]   concurrency 500, 2000, 5000: harvest, peer, ratio
 #   scripts/bench.sh smoke [options]   3,000 prompts at concurrency 500 (CI: --tls); fails only if a run fails
-#   --tls: HTTPS as the real API (the simulator's CA trusted by both); --http2: harvest over HTTP/2
+#   --tls: HTTPS as the real API (the simulator's CA trusted by both; harvest on its default
+#   HTTP/2, the peer on HTTP/1.1); --http1: harvest over HTTP/1.1 too
 #   scripts/bench.sh soak  [options]   1,000,000 short requests at 2,000, bounded by --deadline-s
 #   scripts/bench.sh --help            every option (--n, --concurrency, --json PATH, --keep, ...)
 #

@@ -75,7 +75,7 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
     );
     assert_eq!(sim.state.requests_by_http_version(), (0, 0));
 
-    // `ca_cert` in the config (relative to it): every prompt answered, over HTTP/1.1.
+    // `ca_cert` in the config: every prompt answered, over HTTP/2 (the default over HTTPS).
     let with_ca = dir.path().join("with-ca");
     write_job_with_ids(
         &with_ca,
@@ -89,8 +89,8 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
     assert_eq!(answered(&with_ca), 30);
     assert_eq!(
         sim.state.requests_by_http_version(),
-        (30, 0),
-        "HTTP/1.1 by default"
+        (0, 30),
+        "HTTP/2 by default over HTTPS"
     );
 
     // `SSL_CERT_FILE`, as curl and Python take it.
@@ -125,8 +125,8 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
     sim.stop().await;
 }
 
-/// Over HTTP/2 the client multiplexes its streams on one connection, and the server's
-/// `MAX_CONCURRENT_STREAMS` caps how many run at once; over HTTP/1.1 (the default) each
+/// Over one HTTP/2 connection (40 streams are one connection's share) the server's
+/// `MAX_CONCURRENT_STREAMS` caps how many run at once; over HTTP/1.1 (`http2 = false`) each
 /// stream has its own connection and the run's concurrency is what runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_all() {

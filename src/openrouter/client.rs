@@ -158,7 +158,9 @@ impl OpenRouterClient {
         };
         let http = build(builder())?;
         let fresh = build(builder().pool_max_idle_per_host(0))?;
-        let lanes = if opts.http2 && opts.h2_connections > 1 {
+        // HTTP/2 is negotiated by ALPN: over plain HTTP every stream has its own connection.
+        let h2 = opts.http2 && opts.base_url.starts_with("https://");
+        let lanes = if h2 && opts.h2_connections > 1 {
             (1..opts.h2_connections)
                 .map(|_| build(builder()))
                 .collect::<Result<Vec<_>, _>>()?
