@@ -13,52 +13,33 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::tmux::Tmux;
 use common::{paced_sim, read_jsonl, set_speed, write_job};
 use harvest::store::output::{OutputRecord, RejectRecord};
 
-const SOCKET: &str = "harvest-detach-test";
 const KEY: &str = "sk-or-v1-detach-test-key-000000";
 const KEY_VAR: &str = "HARVEST_DETACH_KEY";
 const PROMPTS: usize = 400;
 
-fn tmux(args: &[&str]) -> std::process::Output {
-    Command::new("tmux")
-        .args(["-L", SOCKET])
-        .args(args)
-        .output()
-        .expect("tmux is installed (.ci/run installs it)")
-}
-
-fn screen(session: &str) -> String {
-    String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", session]).stdout).to_string()
-}
-
-async fn wait_screen(session: &str, what: &str, secs: u64, check: impl Fn(&str) -> bool) -> String {
+/// The screen of `session` once `check` holds, within `secs`.
+async fn wait_screen(
+    tmux: &Tmux,
+    session: &str,
+    what: &str,
+    secs: u64,
+    check: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let s = screen(session);
-        if check(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what} in {session}; screen:\n{s}"
-        );
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    tmux.wait_for(session, what, deadline, check).await
 }
 
+/// Background engines a failed assertion must not leave running.
 struct Cleanup {
     pids: Vec<u32>,
-    /// This test's tmux server (the other test runs beside it and keeps its own).
-    tmux: bool,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if self.tmux {
-            let _ = tmux(&["kill-server"]);
-        }
         // A failed assertion must not leave a background engine running.
         for pid in &self.pids {
             let _ = Command::new("kill")
@@ -133,31 +114,13 @@ async fn wait_status(
     }
 }
 
-fn attach(session: &str, out: &Path) {
+fn attach(tmux: &Tmux, session: &str, out: &Path) {
     let cmd = format!(
         "{} attach {}; echo ATTACH-EXIT=$?; sleep 600",
         env!("CARGO_BIN_EXE_harvest"),
         out.display()
     );
-    let started = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        session,
-        "-x",
-        "160",
-        "-y",
-        "48",
-        &cmd,
-    ]);
-    assert!(started.status.success(), "{started:?}");
-}
-
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    tmux.session(session, &[], &cmd);
 }
 
 /// Every id in exactly one place, outputs or rejects; returns how many are.
@@ -177,9 +140,8 @@ fn one_row_per_id(out: &Path) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell() {
-    if !tmux_available() {
-        assert!(std::env::var_os("CI").is_none(), "tmux is missing in CI");
-        eprintln!("SKIPPED: tmux is not installed; the detached-run test did not run");
+    if !Tmux::available() {
+        common::tmux::missing("the detached-run test");
         return;
     }
     // Real pace: answers of ~150 tokens stream for seconds each.
@@ -194,11 +156,8 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
         "T",
     );
     let out: PathBuf = dir.path().join("out");
-    let _ = tmux(&["kill-server"]);
-    let mut cleanup = Cleanup {
-        pids: Vec::new(),
-        tmux: true,
-    };
+    let tmux = Tmux::new("harvest-detach-test");
+    let mut cleanup = Cleanup { pids: Vec::new() };
 
     let pid = detach(&config);
     cleanup.pids.push(pid);
@@ -217,13 +176,13 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     assert!(e.contains(&format!("pid {pid}")), "names the live pid: {e}");
 
     // A viewer sees the providers table and the datasets.
-    attach("a", &out);
-    wait_screen("a", "the providers and datasets", 30, |s| {
+    attach(&tmux, "a", &out);
+    wait_screen(&tmux, "a", "the providers and datasets", 30, |s| {
         s.contains("Providers") && s.contains("Datasets") && s.contains("chutes/int4")
     })
     .await;
     // Its terminal goes away as with an ssh drop: the run goes on.
-    assert!(tmux(&["kill-session", "-t", "a"]).status.success());
+    assert!(tmux.run(&["kill-session", "-t", "a"]).status.success());
     let before = status(&out)["done"].as_u64().expect("done");
     let s = wait_status(&out, "the done count to keep rising", 40, |s| {
         s["done"].as_u64() > Some(before + 5)
@@ -233,13 +192,17 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     assert_eq!(s["engine"]["pid"], pid, "{s:#}");
 
     // Two viewers at once; an exclusion made in one shows in the other.
-    attach("b", &out);
-    attach("c", &out);
+    attach(&tmux, "b", &out);
+    attach(&tmux, "c", &out);
     for v in ["b", "c"] {
-        wait_screen(v, "the providers table", 30, |s| s.contains("Providers")).await;
+        wait_screen(&tmux, v, "the providers table", 30, |s| {
+            s.contains("Providers")
+        })
+        .await;
     }
     wait_status(&out, "two viewers", 10, |s| s["engine"]["viewers"] == 2).await;
-    let row = screen("b")
+    let row = tmux
+        .screen("b")
         .lines()
         .find(|l| l.contains('>') && l.contains("[x]"))
         .map(str::to_string)
@@ -249,8 +212,8 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
         .find(|w| w.contains('/'))
         .expect("a tag on the row")
         .to_string();
-    assert!(tmux(&["send-keys", "-t", "b", " "]).status.success());
-    let said = wait_screen("c", "the other viewer's exclusion", 20, |s| {
+    assert!(tmux.run(&["send-keys", "-t", "b", " "]).status.success());
+    let said = wait_screen(&tmux, "c", "the other viewer's exclusion", 20, |s| {
         s.contains(&format!("excluded {tag}"))
     })
     .await;
@@ -266,7 +229,10 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     assert!(o.contains(&format!("draining the run of pid {pid}")), "{o}");
     assert!(o.contains("STOPPED"), "the summary: {o}");
     for v in ["b", "c"] {
-        let s = wait_screen(v, "the viewer to end", 20, |s| s.contains("ATTACH-EXIT=")).await;
+        let s = wait_screen(&tmux, v, "the viewer to end", 20, |s| {
+            s.contains("ATTACH-EXIT=")
+        })
+        .await;
         assert!(s.contains("ATTACH-EXIT=0"), "{s}");
         assert!(s.contains("STOPPED"), "the viewer printed the summary: {s}");
     }
@@ -335,10 +301,7 @@ async fn another_user_is_refused_on_the_control_socket() {
         "T",
     );
     let out = dir.path().join("out");
-    let mut cleanup = Cleanup {
-        pids: Vec::new(),
-        tmux: false,
-    };
+    let mut cleanup = Cleanup { pids: Vec::new() };
     let pid = detach(&config);
     cleanup.pids.push(pid);
     // Open every door the file system has, so only the peer-uid check stands.

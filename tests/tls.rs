@@ -33,6 +33,13 @@ async fn tls_sim(speed: f64, mean_tokens: f64, h2_max_streams: u32) -> SimHandle
     s
 }
 
+/// The simulator's certificate authority, written where the jobs can name it.
+fn ca_file(sim: &SimHandle, dir: &Path) -> std::path::PathBuf {
+    let ca = dir.join("sim-ca.pem");
+    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+    ca
+}
+
 fn answered(dir: &Path) -> usize {
     read_jsonl::<OutputRecord>(&dir.join("out/A.jsonl")).len()
 }
@@ -60,8 +67,7 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
     let sim = tls_sim(0.0, 40.0, 256).await;
     assert!(sim.base_url().starts_with("https://127.0.0.1:"));
     let dir = tempfile::tempdir().expect("tmp");
-    let ca = dir.path().join("sim-ca.pem");
-    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+    let ca = ca_file(&sim, dir.path());
 
     // Not trusted: nothing is sent, and the error says how to trust it.
     let plain = dir.path().join("plain");
@@ -133,8 +139,7 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
     let limit = 8;
     let sim = tls_sim(0.05, 200.0, limit).await;
     let dir = tempfile::tempdir().expect("tmp");
-    let ca = dir.path().join("sim-ca.pem");
-    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+    let ca = ca_file(&sim, dir.path());
     let settings = |http2: bool| {
         format!(
             "ca_cert = \"{}\"\nconcurrency = 40\nhttp2 = {http2}\n[request]\nmax_tokens = 400",
@@ -182,8 +187,7 @@ async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run(
     let limit = 100;
     let sim = tls_sim(0.2, 300.0, limit).await;
     let dir = tempfile::tempdir().expect("tmp");
-    let ca = dir.path().join("sim-ca.pem");
-    std::fs::write(&ca, sim.ca_pem.as_deref().expect("a CA")).expect("write CA");
+    let ca = ca_file(&sim, dir.path());
     let job = dir.path().join("spread");
     write_job_with_ids(
         &job,

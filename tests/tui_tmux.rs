@@ -6,42 +6,15 @@
 
 mod common;
 
+use common::tmux::Tmux;
 use common::{paced_sim, write_job};
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harvest::store::output::OutputRecord;
 
-const SOCKET: &str = "harvest-e2e-test";
 const KEY: &str = "sk-or-v1-tmux-test-key-000000";
-
-fn tmux(args: &[&str]) -> std::process::Output {
-    Command::new("tmux")
-        .args(["-L", SOCKET])
-        .args(args)
-        .output()
-        .expect("tmux is installed (.ci/run installs it)")
-}
-
-fn screen() -> String {
-    String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "e2e"]).stdout).to_string()
-}
-
-async fn wait_for(what: &str, deadline: Instant, check: impl Fn(&str) -> bool) -> String {
-    loop {
-        let s = screen();
-        if check(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; screen:\n{s}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn row<'a>(screen: &'a str, tag: &str) -> &'a str {
     screen
@@ -50,28 +23,10 @@ fn row<'a>(screen: &'a str, tag: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row for {tag} in:\n{screen}"))
 }
 
-struct KillServer;
-impl Drop for KillServer {
-    fn drop(&mut self) {
-        let _ = tmux(&["kill-server"]);
-    }
-}
-
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_excludes_an_endpoint_in_the_tui_then_drains() {
-    if !tmux_available() {
-        // CI installs tmux and must run this; elsewhere say loudly what was not checked.
-        assert!(std::env::var_os("CI").is_none(), "tmux is missing in CI");
-        eprintln!(
-            "SKIPPED: tmux is not installed (apt-get install tmux); the TUI end-to-end test did not run"
-        );
+    if !Tmux::available() {
+        common::tmux::missing("the TUI end-to-end test");
         return;
     }
     let sim = paced_sim(0.05, 300.0).await;
@@ -85,33 +40,20 @@ async fn operator_excludes_an_endpoint_in_the_tui_then_drains() {
         "concurrency = 20\nrouting = \"pinned\"\n[request]\nmax_tokens = 2000",
         "T",
     );
-    let _cleanup = KillServer;
-    let _ = tmux(&["kill-server"]);
+    let tmux = Tmux::new("harvest-e2e-test");
     let cmd = format!(
         "{} run -c {}; echo HARVEST-EXIT=$?; sleep 600",
         env!("CARGO_BIN_EXE_harvest"),
         config.display()
     );
-    let started = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        "e2e",
-        "-x",
-        "160",
-        "-y",
-        "48",
-        "-e",
-        &format!("HARVEST_TMUX_KEY={KEY}"),
-        &cmd,
-    ]);
-    assert!(started.status.success(), "{started:?}");
+    tmux.session("e2e", &[format!("HARVEST_TMUX_KEY={KEY}")], &cmd);
 
     let deadline = Instant::now() + Duration::from_secs(90);
-    let s = wait_for("the providers table with answers", deadline, |s| {
-        s.contains("Providers") && s.contains("chutes/int4") && s.contains("RUNNING")
-    })
-    .await;
+    let s = tmux
+        .wait_for("e2e", "the providers table with answers", deadline, |s| {
+            s.contains("Providers") && s.contains("chutes/int4") && s.contains("RUNNING")
+        })
+        .await;
     let chutes = row(&s, "chutes/int4");
     assert!(chutes.contains("[x]"), "chutes starts included: {chutes}");
     assert!(
@@ -124,13 +66,14 @@ async fn operator_excludes_an_endpoint_in_the_tui_then_drains() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    tmux(&["send-keys", "-t", "e2e", "Space"]);
-    let s = wait_for("chutes excluded by the operator", deadline, |s| {
-        s.lines()
-            .find(|l| l.contains("chutes/int4"))
-            .is_some_and(|l| l.contains("[ ]") && l.contains("operator"))
-    })
-    .await;
+    tmux.run(&["send-keys", "-t", "e2e", "Space"]);
+    let s = tmux
+        .wait_for("e2e", "chutes excluded by the operator", deadline, |s| {
+            s.lines()
+                .find(|l| l.contains("chutes/int4"))
+                .is_some_and(|l| l.contains("[ ]") && l.contains("operator"))
+        })
+        .await;
     assert!(
         s.contains("operator excluded chutes/int4"),
         "the event log says so:\n{s}"
@@ -152,10 +95,13 @@ async fn operator_excludes_an_endpoint_in_the_tui_then_drains() {
     );
 
     // Quit with drain: the dialog, then `d`; the run saves and exits 130.
-    tmux(&["send-keys", "-t", "e2e", "q"]);
-    wait_for("the quit dialog", deadline, |s| s.contains("drain")).await;
-    tmux(&["send-keys", "-t", "e2e", "d"]);
-    let s = wait_for("the exit", deadline, |s| s.contains("HARVEST-EXIT=")).await;
+    tmux.run(&["send-keys", "-t", "e2e", "q"]);
+    tmux.wait_for("e2e", "the quit dialog", deadline, |s| s.contains("drain"))
+        .await;
+    tmux.run(&["send-keys", "-t", "e2e", "d"]);
+    let s = tmux
+        .wait_for("e2e", "the exit", deadline, |s| s.contains("HARVEST-EXIT="))
+        .await;
     assert!(s.contains("HARVEST-EXIT=130"), "{s}");
     assert!(
         s.contains("STOPPED") && s.contains("operator: drain"),

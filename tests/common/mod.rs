@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod http;
+pub mod tmux;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
