@@ -69,7 +69,8 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<u8> {
         // The viewer's terminal went away; the run goes on and nobody is there to read.
         return Ok(exit::OK);
     }
-    if exit.requested.is_none() && !link_gone(&exit) {
+    // Not the engine closing the connection: the operator detached.
+    if exit.requested.is_none() && !exit.closed {
         out.line(&format!(
             "harvest: detached; the run goes on (pid {pid}). Again: harvest attach {}",
             dir.display()
@@ -80,10 +81,4 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<u8> {
         "the run (pid {pid}) went away before it ended; see {}",
         dir.join("harvest.log").display()
     )
-}
-
-/// Whether the TUI ended because the engine closed the connection (its snapshot channel
-/// closed) rather than by the operator's choice.
-fn link_gone(exit: &crate::tui::TuiExit) -> bool {
-    exit.closed
 }

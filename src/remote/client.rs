@@ -13,8 +13,7 @@ use tokio::sync::{mpsc, watch};
 use crate::engine::Command;
 use crate::engine::snapshot::Snapshot;
 
-use super::server::read_line;
-use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION};
+use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION, read_line};
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 

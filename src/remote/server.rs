@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use crate::engine::control::{Command, Viewer};
 use crate::engine::snapshot::{RunState, Snapshot};
 
-use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION};
+use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION, read_line};
 
 /// The shortest time between two snapshots to one connection (5 a second at most).
 pub const MIN_GAP: Duration = Duration::from_millis(200);
@@ -177,30 +177,6 @@ async fn write(w: &mut tokio::net::unix::OwnedWriteHalf, msg: &EngineMsg) -> Res
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("writing failed: {e}")),
         Err(_) => Err(format!("it read nothing for {} s", WRITE_TIMEOUT.as_secs())),
-    }
-}
-
-/// Reads one line into `buf` (cancel-safe: a partial line stays in `buf` for the next call).
-/// `Ok(false)` at the end of the stream.
-pub(super) async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-) -> Result<bool, String> {
-    loop {
-        let n = r
-            .read_until(b'\n', buf)
-            .await
-            .map_err(|e| format!("reading failed: {e}"))?;
-        if buf.last() == Some(&b'\n') {
-            buf.pop();
-            return Ok(true);
-        }
-        if n == 0 {
-            return Ok(false);
-        }
-        if buf.len() > wire::MAX_LINE {
-            return Err(format!("a line longer than {} bytes", wire::MAX_LINE));
-        }
     }
 }
 

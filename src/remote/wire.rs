@@ -20,6 +20,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
 
 use crate::engine::Command;
 use crate::engine::Snapshot;
@@ -95,6 +96,30 @@ pub fn decode<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Result<T, String> {
         let shown = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
         format!("not a harvest control message ({e}): {shown}")
     })
+}
+
+/// Reads one line into `buf` (cancel-safe: a partial line stays in `buf` for the next call).
+/// `Ok(false)` at the end of the stream.
+pub async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<bool, String> {
+    loop {
+        let n = r
+            .read_until(b'\n', buf)
+            .await
+            .map_err(|e| format!("reading failed: {e}"))?;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            return Ok(true);
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        if buf.len() > MAX_LINE {
+            return Err(format!("a line longer than {} bytes", MAX_LINE));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! HTTPS for the simulator (`harvest sim --tls`), as the real API speaks it (OpenRouter is
-//! HTTPS only, and offers HTTP/2). At start it makes a certificate authority and a certificate
+//! HTTPS for the simulator (`harvest sim --tls`), as the real API speaks it (OpenRouter's base
+//! URL is `https://`; issue #16 reports it speaking HTTP/2, which this project has not checked
+//! against the live API). At start it makes a certificate authority and a certificate
 //! for 127.0.0.1 and localhost signed by it (rcgen); the authority's PEM is what a client
 //! trusts (`SSL_CERT_FILE`, a config's `ca_cert`, the peer's `--ca-cert`). rustls terminates
 //! TLS and offers HTTP/2 and HTTP/1.1 by ALPN; hyper-util's auto server speaks whichever was
