@@ -321,10 +321,12 @@ pub struct RunArgs {
     /// On SIGINT/SIGTERM, seconds to let in-flight requests finish before cancelling them.
     #[arg(long, default_value_t = 30.0)]
     pub drain_grace_s: f64,
-    /// Milliseconds the engine's thread waits before sleeping in the kernel, so that tokens of
-    /// many streams pile up and are read in one wake-up instead of one each (CPU per token at
-    /// real pace drops several times; timings shift by at most this). 0 turns it off.
-    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 0)]
+    /// When the engine's thread is busy (work was already waiting at its last sleep), it
+    /// pauses this many milliseconds before sleeping again, so that the tokens of many streams
+    /// pile up and are read in one wake-up instead of one each: at real pace over HTTPS this
+    /// halves the CPU per token (BENCHMARKS.md). A token is then seen up to this much later
+    /// (TTFT and keys in the TUI too); a quiet run never pauses. 0 turns it off.
+    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 50)]
     pub read_batch_ms: u64,
     /// Check the config, the key and the output directory as a foreground run does (same
     /// messages, same exit codes), then leave the run going in the background (its own

@@ -19,6 +19,7 @@ pub mod pricing;
 pub mod probe;
 pub mod remote;
 pub mod report;
+pub mod runtime;
 pub mod sim;
 pub mod store;
 pub mod tui;

@@ -19,26 +19,14 @@ fn main() -> ExitCode {
         harvest::logging::to_stderr();
     }
     harvest::raise_open_files_limit();
-    // The simulator serves thousands of streams and may use both cores; the client side is
-    // cheapest on one thread (research/rust-client-cpu.md).
+    // The simulator may use both cores; the client side is cheapest on one thread, and a run
+    // batches its wake-ups when busy (harvest::runtime).
     let rt = match &cli.command {
-        Command::Sim(_) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-        command => {
-            let mut b = tokio::runtime::Builder::new_current_thread();
-            b.enable_all();
-            // Batched wake-ups: a short sleep before each park lets the tokens of thousands of
-            // streams arrive together (research/rust-client-cpu.md: 15.5 -> 5-6 CPU-s per 1M
-            // tokens at real pace with 50 ms).
-            if let Command::Run(a) = command
-                && a.read_batch_ms > 0
-            {
-                let pause = std::time::Duration::from_millis(a.read_batch_ms.min(1000));
-                b.on_thread_park(move || std::thread::sleep(pause));
-            }
-            b.build()
-        }
+        Command::Sim(_) => harvest::runtime::multi_thread(),
+        Command::Run(a) => harvest::runtime::current_thread(Some(
+            std::time::Duration::from_millis(a.read_batch_ms),
+        )),
+        _ => harvest::runtime::current_thread(None),
     };
     let rt = match rt {
         Ok(rt) => rt,

@@ -3,12 +3,14 @@
 //! OpenAI-compatible server (`base_url` ending in `/v1` or `/api/v1`).
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 
 use super::catalog::{
@@ -430,6 +432,7 @@ impl OpenRouterClient {
         timeouts: StreamTimeouts,
     ) -> Result<ChatStream, ApiError> {
         let started = Instant::now();
+        let started_at = tokio::time::Instant::now();
         let mut req = req.clone();
         req.stream = true;
         let resp = tokio::time::timeout(timeouts.first_token, self.post_chat(&req))
@@ -449,8 +452,13 @@ impl OpenRouterClient {
             acc: StreamAccumulator::new(self.require_usage),
             timeouts,
             started,
+            started_at,
+            last_token: started_at,
+            timer: Box::pin(tokio::time::sleep_until(started_at + timeouts.first_token)),
             ttft: None,
             ended: false,
+            eof: false,
+            failed: None,
             client: self.clone(),
         })
     }
@@ -465,71 +473,141 @@ pub struct ChatStream {
     acc: StreamAccumulator,
     timeouts: StreamTimeouts,
     started: Instant,
+    /// `started` on tokio's clock, which the timeouts run on (and tests can pause).
+    started_at: tokio::time::Instant,
+    last_token: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
     ttft: Option<Duration>,
+    /// The `[DONE]` event or the body's end was seen.
     ended: bool,
+    /// The body ended; the events before its end are still to be counted.
+    eof: bool,
+    /// The body failed; returned once the events before it are counted.
+    failed: Option<reqwest::Error>,
     client: OpenRouterClient,
 }
+
+/// How much one wake-up reads from a stream before it hands the events over: enough to take
+/// everything a real-pace stream has buffered, little enough that a full-speed stream does not
+/// hold the thread.
+const READ_AHEAD: usize = 64 * 1024;
 
 impl ChatStream {
     /// Waits for the next token-bearing data, and reports every such event that one read
     /// brought (often many). `Ok(None)` when the stream has ended (complete or not:
     /// [`ChatStream::finish`] decides).
     pub async fn next(&mut self) -> Result<Option<Progress>, ApiError> {
-        // One deadline for this wait: keep-alive comments and partial reads do not extend it
-        // (a provider that stalls behind keep-alives is still stalled).
-        let deadline = tokio::time::Instant::now()
-            + match self.ttft {
-                None => self
-                    .timeouts
-                    .first_token
-                    .saturating_sub(self.started.elapsed()),
-                Some(_) => self.timeouts.idle,
-            };
+        std::future::poll_fn(|cx| self.poll_progress(cx)).await
+    }
+
+    /// One wake-up's work: every chunk the connection already holds is read and every event in
+    /// them folded into one report, so the caller runs once per wake-up, not once per token
+    /// (at real pace a wake-up finds a token or a few per stream; see BENCHMARKS.md).
+    fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Progress>, ApiError>> {
         loop {
-            // Every event already buffered, folded into one progress report: a read often
-            // carries many, and the caller's accounting then runs once per read, not per token.
-            let mut progress = Progress::default();
-            while !self.ended {
-                let Some(ev) = self.sse.next_event() else {
-                    break;
-                };
-                let data = ev.map_err(|e| ApiError::Decode {
-                    what: "stream",
-                    detail: e.to_string(),
-                })?;
-                let p = self.acc.feed(data).map_err(|e| self.client.scrub(e))?;
-                if self.acc.saw_done() {
-                    self.ended = true;
-                }
-                if p.token_events > 0 && self.ttft.is_none() {
+            let progress = self.drain_events()?;
+            if progress.token_events > 0 {
+                self.last_token = tokio::time::Instant::now();
+                if self.ttft.is_none() {
                     self.ttft = Some(self.started.elapsed());
                 }
-                progress.token_events += p.token_events;
-                progress.content_events += p.content_events;
-                // Role-only, finish and usage chunks add nothing: keep reading.
-            }
-            if progress.token_events > 0 {
-                return Ok(Some(progress));
+                return Poll::Ready(Ok(Some(progress)));
             }
             if self.ended {
-                return Ok(None);
+                return Poll::Ready(Ok(None));
             }
+            if let Some(e) = self.failed.take() {
+                return Poll::Ready(Err(self.client.transport_error(e)));
+            }
+            if self.eof {
+                self.ended = true;
+                return Poll::Ready(Ok(None));
+            }
+            if self.read_ready(cx) {
+                continue;
+            }
+            // Nothing to read: wait, under the timeout.
             self.sse.release_idle();
-            match tokio::time::timeout_at(deadline, self.body.next()).await {
-                Err(_) => {
-                    return Err(ApiError::Timeout(if self.ttft.is_none() {
-                        TimeoutKind::FirstToken
-                    } else {
-                        TimeoutKind::Idle
-                    }));
+            return match self.poll_deadline(cx) {
+                Poll::Ready(kind) => Poll::Ready(Err(ApiError::Timeout(kind))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+
+    /// Reads the chunks that are ready now, up to [`READ_AHEAD`] bytes. True if it read any or
+    /// the body ended or failed (the caller then looks at what it has).
+    fn read_ready(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut read = 0usize;
+        loop {
+            match self.body.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.sse.push(&chunk);
+                    read += chunk.len();
+                    if read >= READ_AHEAD {
+                        return true;
+                    }
                 }
-                Ok(None) => {
-                    self.ended = true;
-                    return Ok(None);
+                // Kept until the events before it are counted: the tokens were streamed.
+                Poll::Ready(Some(Err(e))) => {
+                    self.failed = Some(e);
+                    return true;
                 }
-                Ok(Some(Err(e))) => return Err(self.client.transport_error(e)),
-                Ok(Some(Ok(chunk))) => self.sse.push(&chunk),
+                Poll::Ready(None) => {
+                    self.eof = true;
+                    return true;
+                }
+                Poll::Pending => return read > 0,
             }
+        }
+    }
+
+    /// Every complete event buffered, folded into one report.
+    fn drain_events(&mut self) -> Result<Progress, ApiError> {
+        let mut progress = Progress::default();
+        while !self.ended {
+            let Some(ev) = self.sse.next_event() else {
+                break;
+            };
+            let data = ev.map_err(|e| ApiError::Decode {
+                what: "stream",
+                detail: e.to_string(),
+            })?;
+            let p = self.acc.feed(data).map_err(|e| self.client.scrub(e))?;
+            if self.acc.saw_done() {
+                self.ended = true;
+            }
+            progress.token_events += p.token_events;
+            progress.content_events += p.content_events;
+            // Role-only, finish and usage chunks add nothing: keep reading.
+        }
+        Ok(progress)
+    }
+
+    /// The first-token or idle timeout. One timer per stream, moved only when it fires early:
+    /// re-arming it on every token would cost a timer-wheel insert and remove per token.
+    /// Keep-alive comments and partial reads do not extend it (a provider that stalls behind
+    /// keep-alives is still stalled).
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<TimeoutKind> {
+        let (deadline, kind) = match self.ttft {
+            None => (
+                self.started_at + self.timeouts.first_token,
+                TimeoutKind::FirstToken,
+            ),
+            Some(_) => (self.last_token + self.timeouts.idle, TimeoutKind::Idle),
+        };
+        if self.timer.deadline() > deadline {
+            // The first token came: the idle deadline is usually sooner.
+            self.timer.as_mut().reset(deadline);
+        }
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if self.timer.deadline() >= deadline {
+                return Poll::Ready(kind);
+            }
+            self.timer.as_mut().reset(deadline);
         }
     }
 
