@@ -239,6 +239,11 @@ impl fmt::Display for Tokens {
 }
 
 /// `1234567` → `1,234,567`.
+/// Bytes in whole megabytes (10^6), grouped: `1,234 MB`.
+pub fn megabytes(bytes: u64) -> String {
+    format!("{} MB", group_thousands(bytes / 1_000_000))
+}
+
 pub fn group_thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);

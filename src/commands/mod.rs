@@ -9,6 +9,7 @@ pub mod export;
 pub mod probe;
 pub mod providers;
 pub mod run;
+mod scan_line;
 pub mod sim;
 pub mod status;
 pub mod stop;

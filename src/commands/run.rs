@@ -39,6 +39,7 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
             repair: args.repair,
             retry_rejects: args.retry_rejects.clone(),
             retry_truncated: args.retry_truncated,
+            scan_progress: None,
         },
     ))
 }
@@ -436,7 +437,15 @@ pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
             out_dir.display()
         ))
     })?;
-    let handle = engine::start(cfg, opts).await.map_err(engine_error)?;
+    let progress = Arc::new(crate::store::prescan::ScanProgress::default());
+    let opts = RunOptions {
+        scan_progress: Some(progress.clone()),
+        ..opts
+    };
+    let line = super::scan_line::ScanLine::start(progress);
+    let started = engine::start(cfg, opts).await;
+    drop(line);
+    let handle = started.map_err(engine_error)?;
     let watch = Watch {
         progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
         drain_grace: Duration::from_secs_f64(args.drain_grace_s.max(0.0)),

@@ -58,6 +58,8 @@ pub struct RunOptions {
     pub retry_rejects: Option<Vec<String>>,
     /// `--retry-truncated`: send again prompts whose answer was cut at `max_tokens`.
     pub retry_truncated: bool,
+    /// Filled while the prompt files are counted at start, for a progress line.
+    pub scan_progress: Option<std::sync::Arc<crate::store::prescan::ScanProgress>>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,7 @@ use crate::domain::Usd;
 use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRouterClient};
 use crate::store::lock;
 use crate::store::output::{SpendEntry, Writer};
-use crate::store::prompts::{PromptCount, PromptReader, count_prompts_in_shard};
+use crate::store::prompts::{PromptCount, PromptReader};
 use crate::store::repair;
 use crate::store::scan::{DatasetScan, ExistingDataset};
 
@@ -72,10 +72,14 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
     let mut sizes = (0u64, 0u64);
-    for (d, found) in cfg.datasets.iter().zip(prepared.datasets) {
+    let paths: Vec<_> = cfg.datasets.iter().map(|d| d.prompts.clone()).collect();
+    let progress = opts.scan_progress.clone().unwrap_or_default();
+    let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
+    for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {
         output_generations.extend(found.existing.generation_ids.iter().cloned());
+        let counted = counted.map_err(|e| EngineError::Input(e.to_string()))?;
         datasets.push(ready_dataset(
-            &cfg, &opts, d, found, &mut notes, &mut sizes,
+            &cfg, &opts, d, found, counted, &mut notes, &mut sizes,
         )?);
     }
 
@@ -162,18 +166,17 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
     })
 }
 
-/// One dataset: its prompt file read once (counts, the shard's share, bad lines and duplicate
-/// ids refused or noted), and what earlier runs finished.
+/// One dataset: its prompt file's count (the shard's share, bad lines and duplicate ids
+/// refused or noted), and what earlier runs finished.
 fn ready_dataset(
     cfg: &Config,
     opts: &RunOptions,
     d: &DatasetConfig,
     found: DatasetScan,
+    counted: PromptCount,
     notes: &mut Vec<String>,
     sizes: &mut (u64, u64),
 ) -> Result<DatasetRun, EngineError> {
-    let counted = count_prompts_in_shard(&d.prompts, opts.shard)
-        .map_err(|e| EngineError::Input(e.to_string()))?;
     sizes.0 += counted.bytes;
     sizes.1 += counted.in_shard + counted.invalid;
     check_prompts(cfg, d, &counted, notes)?;

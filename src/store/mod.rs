@@ -6,6 +6,7 @@
 
 pub mod lock;
 pub mod output;
+pub mod prescan;
 pub mod probe_file;
 pub mod prompts;
 pub mod repair;
