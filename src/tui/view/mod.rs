@@ -9,6 +9,7 @@ mod chart;
 mod datasets;
 mod events;
 mod footer;
+mod grid;
 mod header;
 mod help;
 mod providers;

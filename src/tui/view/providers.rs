@@ -5,10 +5,10 @@
 //! first, then $/M in, then the rest of what is not needed at 80 columns.
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Cell, Row, Table};
+use ratatui::widgets::Block;
 
 use crate::engine::reason::OffReason;
 use crate::engine::snapshot::EndpointSnap;
@@ -16,6 +16,7 @@ use crate::policy::{Exclusion, Fidelity};
 
 use super::super::state::{Pane, SortColumn, UiState, included};
 use super::super::theme::Theme;
+use super::grid::{self, Row};
 use super::text::{ColSpec, MUST, count, fit, money, rate, shown, truncate, width};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +40,7 @@ enum Col {
     Why,
 }
 
+/// Every column, in enum order (`Col as usize` indexes it).
 const COLS: [Col; 17] = [
     Col::Mark,
     Col::Provider,
@@ -58,6 +60,14 @@ const COLS: [Col; 17] = [
     Col::Spent,
     Col::Why,
 ];
+// `Col as usize` indexes a row's texts: the order above must be the enum's.
+const _: () = {
+    let mut i = 0;
+    while i < COLS.len() {
+        assert!(COLS[i] as usize == i);
+        i += 1;
+    }
+};
 
 impl Col {
     fn header(self) -> &'static str {
@@ -189,15 +199,16 @@ fn why_style(t: &Theme, why: Option<&OffReason>) -> Style {
     }
 }
 
+/// The cell of column `c`, from its text `raw` ([`text`]).
 fn cell(
     c: Col,
     e: &EndpointSnap,
+    raw: String,
     w: u16,
     quant_w: usize,
     selected: bool,
     t: &Theme,
-) -> Cell<'static> {
-    let raw = text(c, e, quant_w);
+) -> Line<'static> {
     let line = match c {
         Col::Mark => {
             let sel = if selected { ">" } else { " " };
@@ -250,11 +261,11 @@ fn cell(
         }
         _ => Line::raw(truncate(&raw, w)),
     };
-    Cell::new(if c.right() {
+    if c.right() {
         line.right_aligned()
     } else {
         line
-    })
+    }
 }
 
 pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) {
@@ -315,12 +326,18 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
         .map(|e| e.quantization.chars().count())
         .max()
         .unwrap_or(4);
+    // Each cell's text, formatted once: measured for the widths, then drawn.
+    let texts: Vec<Vec<String>> = order
+        .iter()
+        .map(|e| COLS.iter().map(|&c| text(c, e, quant_w)).collect())
+        .collect();
     let specs: Vec<ColSpec> = COLS
         .iter()
-        .map(|&c| {
-            let want = order
+        .enumerate()
+        .map(|(ci, &c)| {
+            let want = texts
                 .iter()
-                .map(|e| width(&text(c, e, quant_w)))
+                .map(|row| width(&row[ci]))
                 .chain([width(c.header())])
                 .max()
                 .unwrap_or(1);
@@ -354,15 +371,21 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
     let widths = fit(&specs, inner.width, 1);
     let shown: Vec<(Col, u16)> = shown(&COLS, &widths);
 
-    let header = Row::new(shown.iter().map(|(c, w)| {
-        let style = if c.sort() == Some(state.sort.column) {
-            t.sort_column
-        } else {
-            t.header_row
-        };
-        let l = Line::styled(truncate(c.header(), *w), style);
-        Cell::new(if c.right() { l.right_aligned() } else { l })
-    }));
+    let header = Row {
+        style: Style::default(),
+        cells: shown
+            .iter()
+            .map(|(c, w)| {
+                let style = if c.sort() == Some(state.sort.column) {
+                    t.sort_column
+                } else {
+                    t.header_row
+                };
+                let l = Line::styled(truncate(c.header(), *w), style);
+                if c.right() { l.right_aligned() } else { l }
+            })
+            .collect(),
+    };
 
     // Scroll so the selected row is visible.
     let visible = usize::from(inner.height.saturating_sub(1));
@@ -374,9 +397,10 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
     };
     let rows: Vec<Row> = order
         .iter()
+        .zip(texts)
         .skip(offset)
         .take(visible)
-        .map(|e| {
+        .map(|(e, mut row_texts)| {
             let selected = state.selected.as_deref() == Some(e.tag.as_str());
             let mut style = if included(e) { t.text } else { t.dim };
             if selected {
@@ -386,12 +410,16 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
                     t.selected_unfocused
                 });
             }
-            Row::new(
-                shown
+            Row {
+                style,
+                cells: shown
                     .iter()
-                    .map(|(c, w)| cell(*c, e, *w, quant_w, selected, t)),
-            )
-            .style(style)
+                    .map(|(c, w)| {
+                        let raw = std::mem::take(&mut row_texts[*c as usize]);
+                        cell(*c, e, raw, *w, quant_w, selected, t)
+                    })
+                    .collect(),
+            }
         })
         .collect();
     let hidden = order.len().saturating_sub(offset + rows.len());
@@ -407,9 +435,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) 
         block = block
             .title_bottom(Line::styled(format!(" {} ", parts.join("  ")), t.dim).right_aligned());
     }
-    let table = Table::new(rows, shown.iter().map(|(_, w)| Constraint::Length(*w)))
-        .header(header)
-        .column_spacing(1)
-        .block(block);
-    frame.render_widget(table, area);
+    frame.render_widget(block, area);
+    let widths: Vec<u16> = shown.iter().map(|(_, w)| *w).collect();
+    grid::table(frame.buffer_mut(), inner, &widths, &header, &rows);
 }
