@@ -2,15 +2,17 @@
 //! as a bar and in figures, tok/s, dollars, ETA and state.
 
 use ratatui::Frame;
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Cell, Row, Table};
+use ratatui::widgets::Block;
 
 use crate::engine::snapshot::{DatasetSnap, DatasetState};
 use crate::headless::duration;
 
 use super::super::state::{Pane, UiState};
 use super::super::theme::Theme;
+use super::grid::{self, Row};
 use super::text::{ColSpec, MUST, bar, count, fit, money, rate, shown, tokens, truncate, width};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +128,7 @@ fn ratio(d: &DatasetSnap) -> f64 {
     }
 }
 
-fn cell(c: Col, d: &DatasetSnap, w: u16, selected: bool, t: &Theme) -> Cell<'static> {
+fn cell(c: Col, d: &DatasetSnap, w: u16, selected: bool, t: &Theme) -> Line<'static> {
     let line = match c {
         Col::Name => Line::from(vec![
             Span::styled(if selected { ">" } else { " " }, t.bold),
@@ -167,11 +169,11 @@ fn cell(c: Col, d: &DatasetSnap, w: u16, selected: bool, t: &Theme) -> Cell<'sta
         }
         _ => Line::raw(truncate(&text(c, d), w)),
     };
-    Cell::new(if c.right() {
+    if c.right() {
         line.right_aligned()
     } else {
         line
-    })
+    }
 }
 
 pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
@@ -219,18 +221,24 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
         .collect();
     let widths = fit(&specs, inner.width, 1);
     let shown: Vec<(Col, u16)> = shown(&COLS, &widths);
-    let header = Row::new(shown.iter().map(|(c, w)| {
-        let label = if *c == Col::Gauge {
-            ["output tokens vs budget", "output tokens", "tokens"]
-                .into_iter()
-                .find(|h| width(h) <= *w)
-                .unwrap_or("")
-        } else {
-            c.header()
-        };
-        let l = Line::styled(truncate(label, *w), t.header_row);
-        Cell::new(if c.right() { l.right_aligned() } else { l })
-    }));
+    let header = Row {
+        style: Style::default(),
+        cells: shown
+            .iter()
+            .map(|(c, w)| {
+                let label = if *c == Col::Gauge {
+                    ["output tokens vs budget", "output tokens", "tokens"]
+                        .into_iter()
+                        .find(|h| width(h) <= *w)
+                        .unwrap_or("")
+                } else {
+                    c.header()
+                };
+                let l = Line::styled(truncate(label, *w), t.header_row);
+                if c.right() { l.right_aligned() } else { l }
+            })
+            .collect(),
+    };
     let visible = usize::from(inner.height.saturating_sub(1));
     let sel = state.selected_dataset_row().unwrap_or(0);
     let offset = if visible == 0 {
@@ -253,12 +261,13 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             if selected && focused {
                 style = style.patch(t.selected);
             }
-            Row::new(
-                shown
+            Row {
+                style,
+                cells: shown
                     .iter()
-                    .map(|(c, w)| cell(*c, d, *w, selected && focused, t)),
-            )
-            .style(style)
+                    .map(|(c, w)| cell(*c, d, *w, selected && focused, t))
+                    .collect(),
+            }
         })
         .collect();
     let hidden = s.datasets.len().saturating_sub(offset + rows.len());
@@ -268,9 +277,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             Line::styled(format!(" ↑ {offset}  ↓ {hidden} more "), t.dim).right_aligned(),
         );
     }
-    let table = Table::new(rows, shown.iter().map(|(_, w)| Constraint::Length(*w)))
-        .header(header)
-        .column_spacing(1)
-        .block(block);
-    frame.render_widget(table, area);
+    frame.render_widget(block, area);
+    let widths: Vec<u16> = shown.iter().map(|(_, w)| *w).collect();
+    grid::table(frame.buffer_mut(), inner, &widths, &header, &rows);
 }

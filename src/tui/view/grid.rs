@@ -40,7 +40,7 @@ pub fn line(buf: &mut Buffer, area: Rect, line: &Line) {
         line.render(area, buf);
         return;
     }
-    buf.set_style(area, line.style);
+    style_row(buf, area, line.style);
     let indent = match line.alignment {
         Some(Alignment::Center) => (usize::from(area.width) - total) / 2,
         Some(Alignment::Right) => usize::from(area.width) - total,
@@ -57,6 +57,18 @@ pub fn line(buf: &mut Buffer, area: Rect, line: &Line) {
             cell.set_char(char::from(b)).set_style(span.style);
         }
         x += w as u16;
+    }
+}
+
+/// `buf.set_style(area, style)` for an area one row high inside the buffer, over the row's
+/// slice of cells at once (and nothing for the empty style, which changes no cell).
+fn style_row(buf: &mut Buffer, area: Rect, style: Style) {
+    if style == Style::default() || area.is_empty() {
+        return;
+    }
+    let from = buf.index_of(area.x, area.y);
+    for cell in &mut buf.content[from..from + usize::from(area.width)] {
+        cell.set_style(style);
     }
 }
 
@@ -88,7 +100,7 @@ pub fn table(buf: &mut Buffer, area: Rect, widths: &[u16], header: &Row, rows: &
             height: 1,
             ..area
         };
-        buf.set_style(row_area, row.style);
+        style_row(buf, row_area, row.style);
         for ((&x, &w), cell) in xs.iter().zip(widths).zip(&row.cells) {
             let cell_area = Rect::new(x, y, w, 1).intersection(row_area);
             line(buf, cell_area, cell);
