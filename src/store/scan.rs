@@ -340,12 +340,39 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
                 _ => {}
             }
         }
+        // Only attempts not yet closed are kept: a line's attempt is dispatched, then started,
+        // then closed, in that order (one writer), so a close drops what was kept for it.
+        // Keeping every attempt's lines until the end took ~1 KB an attempt (1.9 GB for the
+        // end-of-run report of a million requests).
         let Some(a) = e.attempt.clone() else { return };
         match e.kind {
             SpendKind::Dispatched => {
-                dispatched.insert(a, e);
+                if closed.contains(&a) {
+                    return;
+                }
+                match started.get_mut(&a) {
+                    // Out of order: the start came first; keep what the request was expected
+                    // to cost.
+                    Some(s) => {
+                        if s.expected_usd.is_none() {
+                            s.expected_usd = e.expected_usd;
+                        }
+                    }
+                    None => {
+                        dispatched.insert(a, e);
+                    }
+                }
             }
             SpendKind::Started => {
+                if closed.contains(&a) {
+                    return;
+                }
+                let mut e = e;
+                if let Some(d) = dispatched.remove(&a)
+                    && e.expected_usd.is_none()
+                {
+                    e.expected_usd = d.expected_usd;
+                }
                 started.insert(a, e);
             }
             SpendKind::Complete
@@ -353,7 +380,12 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             | SpendKind::Failed
             | SpendKind::Recovered
             | SpendKind::Unknown => {
-                closed.insert(a);
+                let was_open = dispatched.remove(&a).is_some() | started.remove(&a).is_some();
+                // A close with nothing open before it (out of order, or a second close):
+                // remembered, so that a later dispatched or started line stays closed.
+                if !was_open {
+                    closed.insert(a);
+                }
             }
             SpendKind::Adjustment | SpendKind::Other | SpendKind::KeyUsage => {}
         }
@@ -363,23 +395,11 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         .filter(|(id, _)| !confirmed.contains(id))
         .map(|(_, e)| e)
         .collect();
-    scan.unknown = dispatched
-        .iter()
-        .filter(|(a, _)| !closed.contains(*a) && !started.contains_key(*a))
-        .map(|(_, e)| e.clone())
-        .collect();
-    // An open generation carries what its request was expected to cost (from its
-    // `dispatched` line): it is booked at that when the API never learns of it.
-    scan.open = started
-        .into_iter()
-        .filter(|(a, _)| !closed.contains(a))
-        .map(|(a, mut e)| {
-            if e.expected_usd.is_none() {
-                e.expected_usd = dispatched.get(&a).and_then(|d| d.expected_usd);
-            }
-            e
-        })
-        .collect();
+    // What is left is open: dispatched and never started (unknown to us whether the API
+    // saw it), or started and never closed (the API has it; its cost carries the expected
+    // cost of its `dispatched` line, booked when the API never learns of it).
+    scan.unknown = dispatched.into_values().collect();
+    scan.open = started.into_values().collect();
     Ok(scan)
 }
 
@@ -598,5 +618,119 @@ mod tests {
         assert!(s.exists && s.torn.is_some() && s.damaged == 1);
         assert_eq!(std::fs::read_to_string(&p).expect("read"), text);
         assert!(!dir.path().join("missing").exists());
+    }
+
+    /// Which attempts the ledger leaves open, whatever order their lines came in.
+    #[test]
+    fn open_and_unknown_attempts_as_a_table() {
+        use crate::store::output::{SpendEntry, SpendKind};
+        let line = |attempt: &str, kind: SpendKind, expected: Option<f64>| SpendEntry {
+            at: "2026-12-02T00:00:00.000Z".into(),
+            id: format!("p-{attempt}"),
+            dataset: "d".into(),
+            endpoint: None,
+            kind,
+            usd: Usd::ZERO,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: true,
+            generation_id: None,
+            attempt: Some(attempt.into()),
+            expected_usd: expected.map(Usd::from_f64),
+            error: None,
+            checkpoint: None,
+            note: None,
+        };
+        use SpendKind::*;
+        // (lines, unknown attempts, open attempts with their expected cost)
+        type Case = (
+            Vec<SpendEntry>,
+            Vec<&'static str>,
+            Vec<(&'static str, Option<f64>)>,
+        );
+        let table: Vec<Case> = vec![
+            // Closed in order: nothing open.
+            (
+                vec![
+                    line("a", Dispatched, Some(0.5)),
+                    line("a", Started, None),
+                    line("a", Complete, None),
+                    line("b", Dispatched, None),
+                    line("b", Failed, None),
+                ],
+                vec![],
+                vec![],
+            ),
+            // Dispatched only: unknown. Started: open, with the dispatched line's cost.
+            (
+                vec![
+                    line("a", Dispatched, Some(0.5)),
+                    line("b", Dispatched, Some(0.25)),
+                    line("b", Started, None),
+                ],
+                vec!["a"],
+                vec![("b", Some(0.25))],
+            ),
+            // A started line's own expected cost wins.
+            (
+                vec![
+                    line("a", Dispatched, Some(0.5)),
+                    line("a", Started, Some(0.75)),
+                ],
+                vec![],
+                vec![("a", Some(0.75))],
+            ),
+            // Out of order: a close before its lines keeps them closed; a start before its
+            // dispatch is open once, with the dispatch's cost.
+            (
+                vec![
+                    line("a", Unknown, None),
+                    line("a", Dispatched, Some(0.5)),
+                    line("a", Started, None),
+                    line("b", Started, None),
+                    line("b", Dispatched, Some(0.125)),
+                ],
+                vec![],
+                vec![("b", Some(0.125))],
+            ),
+            // Closed twice (unknown, then recovered): still closed.
+            (
+                vec![
+                    line("a", Dispatched, None),
+                    line("a", Started, None),
+                    line("a", Unknown, None),
+                    line("a", Recovered, None),
+                ],
+                vec![],
+                vec![],
+            ),
+        ];
+        for (lines, unknown, open) in table {
+            let dir = tempfile::tempdir().expect("tmp");
+            let text: String = lines
+                .iter()
+                .map(|l| serde_json::to_string(l).expect("json") + "\n")
+                .collect();
+            std::fs::write(ledger_path(dir.path()), text).expect("write");
+            let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+            let mut got_unknown: Vec<String> = scan
+                .unknown
+                .iter()
+                .filter_map(|e| e.attempt.clone())
+                .collect();
+            got_unknown.sort();
+            let mut got_open: Vec<(String, Option<Usd>)> = scan
+                .open
+                .iter()
+                .map(|e| (e.attempt.clone().unwrap_or_default(), e.expected_usd))
+                .collect();
+            got_open.sort_by(|x, y| x.0.cmp(&y.0));
+            let want_open: Vec<(String, Option<Usd>)> = open
+                .iter()
+                .map(|(a, u)| (a.to_string(), u.map(Usd::from_f64)))
+                .collect();
+            assert_eq!(got_unknown, unknown, "{lines:?}");
+            assert_eq!(got_open, want_open, "{lines:?}");
+        }
     }
 }
