@@ -52,6 +52,11 @@ fn watch(progress: &ScanProgress, stop: &AtomicBool) {
     std::thread::park_timeout(QUIET);
     let mut shown = false;
     while !stop.load(Ordering::Relaxed) {
+        // Done counting: the start goes on (catalog, key, preflight) with nothing to show here.
+        let files = progress.files.load(Ordering::Relaxed);
+        if files > 0 && progress.files_done.load(Ordering::Relaxed) >= files {
+            break;
+        }
         let line = describe(progress, started.elapsed());
         let mut err = std::io::stderr().lock();
         let _ = if tty {

@@ -8,20 +8,12 @@
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::Style;
-use ratatui::text::{Line, Span};
+use ratatui::text::Line;
 use ratatui::widgets::Widget;
 
 /// Printable ASCII: one byte, one cell, one grapheme.
 fn plain(s: &str) -> bool {
     s.bytes().all(|b| (0x20..0x7f).contains(&b))
-}
-
-fn span_width(span: &Span) -> usize {
-    if plain(&span.content) {
-        span.content.len()
-    } else {
-        span.width()
-    }
 }
 
 /// Draws `line` in the first row of `area`, as `line.render(area, buf)` does.
@@ -31,12 +23,16 @@ pub fn line(buf: &mut Buffer, area: Rect, line: &Line) {
         return;
     }
     let area = Rect { height: 1, ..area };
-    let widths: Vec<usize> = line.spans.iter().map(span_width).collect();
-    let total: usize = widths.iter().sum();
+    if !line.spans.iter().all(|s| plain(&s.content)) {
+        line.render(area, buf);
+        return;
+    }
+    // Printable ASCII from here on: a span's width is its length.
+    let total: usize = line.spans.iter().map(|s| s.content.len()).sum();
     if total == 0 {
         return;
     }
-    if total > usize::from(area.width) || !line.spans.iter().all(|s| plain(&s.content)) {
+    if total > usize::from(area.width) {
         line.render(area, buf);
         return;
     }
@@ -48,7 +44,8 @@ pub fn line(buf: &mut Buffer, area: Rect, line: &Line) {
     };
     let mut x = area.x + indent as u16;
     let start = buf.index_of(area.x, area.y) - usize::from(area.x);
-    for (span, w) in line.spans.iter().zip(widths) {
+    for span in &line.spans {
+        let w = span.content.len();
         let from = start + usize::from(x);
         for (cell, b) in buf.content[from..from + w]
             .iter_mut()
@@ -112,6 +109,7 @@ pub fn table(buf: &mut Buffer, area: Rect, widths: &[u16], header: &Row, rows: &
 mod tests {
     use super::*;
     use ratatui::style::{Color, Modifier, Stylize};
+    use ratatui::text::Span;
     use ratatui::widgets::{Cell, Table};
 
     /// What ratatui draws, against what this module draws, on the same starting buffer.
