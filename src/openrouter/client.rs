@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::Stream;
+use hyper::body::Body as _;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 
 use super::catalog::{
@@ -21,6 +21,7 @@ use super::key::ApiKey;
 use super::request::ChatRequest;
 use super::response::{Completion, Progress, StreamAccumulator, parse_completion_body};
 use super::sse::SseDecoder;
+use super::transport::{self, ChatTransport, Failure, FailureKind};
 
 pub const DEFAULT_BASE_URL: &str = "https://openrouter.ai/api/v1";
 const APP_URL: &str = "https://github.com/harvest-llm/harvest";
@@ -97,14 +98,10 @@ impl Default for StreamTimeouts {
 /// A client for one base URL.
 #[derive(Clone)]
 pub struct OpenRouterClient {
+    /// Catalog, key and generation calls (few, small).
     http: reqwest::Client,
-    /// Over HTTP/2, more clients (each its own connection) that chat streams take in turn;
-    /// empty over HTTP/1.1, where `http`'s pool opens a connection per stream.
-    lanes: Arc<Vec<reqwest::Client>>,
-    next_lane: Arc<std::sync::atomic::AtomicUsize>,
-    /// Same settings, no idle pool: every request on a new connection. Used to resend a
-    /// request whose pooled connection turned out to be dead.
-    fresh: reqwest::Client,
+    /// Chat requests (thousands at once): see [`ChatTransport`] for which client carries them.
+    chat: Arc<ChatTransport>,
     /// Requests resent on a new connection after a pooled one died before any response byte.
     stale_retries: Arc<AtomicU64>,
     base: String,
@@ -120,8 +117,6 @@ impl std::fmt::Debug for OpenRouterClient {
             .finish()
     }
 }
-
-type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
 
 impl OpenRouterClient {
     pub fn new(opts: ClientOptions) -> Result<Self, ApiError> {
@@ -144,30 +139,20 @@ impl OpenRouterClient {
         for path in &opts.ca_certs {
             roots.extend(super::roots::read(path).map_err(ApiError::Invalid)?);
         }
+        let pool_idle_timeout = Duration::from_secs(60);
         let builder = || {
             let b = reqwest::Client::builder()
                 .tls_certs_merge(roots.clone())
                 .default_headers(headers.clone())
                 .connect_timeout(opts.connect_timeout)
-                .pool_idle_timeout(Duration::from_secs(60))
+                .pool_idle_timeout(pool_idle_timeout)
                 .tcp_nodelay(true)
-                .user_agent(concat!("harvest/", env!("CARGO_PKG_VERSION")));
+                .user_agent(transport::USER_AGENT_VALUE);
             if opts.http2 { b } else { b.http1_only() }
         };
         let build = |b: reqwest::ClientBuilder| {
             b.build()
                 .map_err(|e| ApiError::Invalid(format!("could not build HTTP client: {e}")))
-        };
-        let http = build(builder())?;
-        let fresh = build(builder().pool_max_idle_per_host(0))?;
-        // HTTP/2 is negotiated by ALPN: over plain HTTP every stream has its own connection.
-        let h2 = opts.http2 && opts.base_url.starts_with("https://");
-        let lanes = if h2 && opts.h2_connections > 1 {
-            (1..opts.h2_connections)
-                .map(|_| build(builder()))
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            Vec::new()
         };
         let base = opts.base_url.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
@@ -175,11 +160,29 @@ impl OpenRouterClient {
                 "base URL must start with http:// or https://, got {base:?}"
             )));
         }
+        let http = build(builder())?;
+        let chat = if ChatTransport::wants_http1(&base, transport::http_proxy_set()) {
+            ChatTransport::http1(transport::Http1Settings {
+                headers: headers.clone(),
+                connect_timeout: opts.connect_timeout,
+                pool_idle_timeout,
+            })
+        } else {
+            let fresh = build(builder().pool_max_idle_per_host(0))?;
+            // HTTP/2 is negotiated by ALPN: over plain HTTP every stream has its own connection.
+            let h2 = opts.http2 && base.starts_with("https://");
+            let lanes = if h2 && opts.h2_connections > 1 {
+                (1..opts.h2_connections)
+                    .map(|_| build(builder()))
+                    .collect::<Result<Vec<_>, _>>()?
+            } else {
+                Vec::new()
+            };
+            ChatTransport::reqwest(http.clone(), lanes, fresh)
+        };
         Ok(OpenRouterClient {
             http,
-            lanes: Arc::new(lanes),
-            next_lane: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            fresh,
+            chat: Arc::new(chat),
             stale_retries: Arc::new(AtomicU64::new(0)),
             base,
             key: opts.api_key,
@@ -205,49 +208,49 @@ impl OpenRouterClient {
         format!("{}/{}", self.base, path.trim_start_matches('/'))
     }
 
-    /// Turns a transport error into our taxonomy, with no URL (it may carry a query) and the
-    /// key scrubbed from anything a server echoed.
-    fn transport_error(&self, e: reqwest::Error) -> ApiError {
-        let connect = e.is_connect();
-        let timeout = e.is_timeout();
-        let builder = e.is_builder();
-        let mut msg = error_chain(&e.without_url());
-        msg = super::key::redact(&msg, self.key.as_ref().map(ApiKey::expose));
-        if timeout {
-            ApiError::Timeout(if connect {
-                TimeoutKind::Connect
-            } else {
-                TimeoutKind::Total
-            })
-        } else if connect {
-            if msg.contains("certificate") {
-                // A corporate proxy re-signing HTTPS, or a self-signed server.
-                msg.push_str(
-                    " (to trust another certificate authority: SSL_CERT_FILE=bundle.pem, or \
-                     ca_cert = \"bundle.pem\" in the config)",
-                );
+    /// Turns a transport failure into our taxonomy, with the key scrubbed from anything a
+    /// server echoed.
+    fn transport_error(&self, f: Failure) -> ApiError {
+        let mut msg = super::key::redact(&f.message, self.key.as_ref().map(ApiKey::expose));
+        match f.kind {
+            FailureKind::ConnectTimeout => ApiError::Timeout(TimeoutKind::Connect),
+            FailureKind::Timeout => ApiError::Timeout(TimeoutKind::Total),
+            FailureKind::Connect => {
+                if msg.contains("certificate") {
+                    // A corporate proxy re-signing HTTPS, or a self-signed server.
+                    msg.push_str(
+                        " (to trust another certificate authority: SSL_CERT_FILE=bundle.pem, or \
+                         ca_cert = \"bundle.pem\" in the config)",
+                    );
+                }
+                ApiError::Connect(msg)
             }
-            ApiError::Connect(msg)
-        } else if builder {
-            ApiError::Invalid(msg)
-        } else {
-            ApiError::Connection(msg)
+            FailureKind::Invalid => ApiError::Invalid(msg),
+            FailureKind::Other => ApiError::Connection(msg),
         }
+    }
+
+    /// The error a non-success response stands for, from its status, `Retry-After` and body.
+    fn error_from_parts(
+        &self,
+        status: u16,
+        headers: &HeaderMap,
+        body: Result<bytes::Bytes, Failure>,
+    ) -> ApiError {
+        let retry_after = headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok());
+        let body = match body {
+            Ok(b) => b,
+            Err(e) => return self.transport_error(e),
+        };
+        let err = ApiError::from_response_body(status, retry_after, &body);
+        self.scrub(err)
     }
 
     async fn error_from_response(&self, resp: reqwest::Response) -> ApiError {
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = match resp.bytes().await {
-            Ok(b) => b,
-            Err(e) => return self.transport_error(e),
-        };
-        let err = ApiError::from_response_body(status, retry_after.as_deref(), &body);
-        self.scrub(err)
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map_err(Failure::from);
+        self.error_from_parts(status, &headers, body)
     }
 
     /// Redacts the key (whole, in fragments, or anything shaped like one, also with no key of
@@ -292,11 +295,13 @@ impl OpenRouterClient {
             .get(self.url(path))
             .send()
             .await
-            .map_err(|e| self.transport_error(e))?;
+            .map_err(|e| self.transport_error(e.into()))?;
         if !resp.status().is_success() {
             return Err(self.error_from_response(resp).await);
         }
-        resp.bytes().await.map_err(|e| self.transport_error(e))
+        resp.bytes()
+            .await
+            .map_err(|e| self.transport_error(e.into()))
     }
 
     /// `GET /models`.
@@ -361,11 +366,14 @@ impl OpenRouterClient {
             .query(&[("id", id)])
             .send()
             .await
-            .map_err(|e| self.transport_error(e))?;
+            .map_err(|e| self.transport_error(e.into()))?;
         if !resp.status().is_success() {
             return Err(self.error_from_response(resp).await);
         }
-        let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(e.into()))?;
         let env: DataEnvelope<GenerationInfo> =
             serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
                 what: "generation response",
@@ -374,41 +382,23 @@ impl OpenRouterClient {
         Ok(env.data)
     }
 
-    /// The client the next chat stream goes through: over HTTP/2 each in turn, so that no
-    /// connection carries more streams than its server allows.
-    fn lane(&self) -> &reqwest::Client {
-        if self.lanes.is_empty() {
-            return &self.http;
-        }
-        let i = self.next_lane.fetch_add(1, Ordering::Relaxed) % (self.lanes.len() + 1);
-        if i == 0 {
-            &self.http
-        } else {
-            &self.lanes[i - 1]
-        }
-    }
-
-    /// Sends a chat request. A pooled connection can be dead without the pool knowing yet:
-    /// llama.cpp's server, for one, closes the connection after every streamed response while
-    /// advertising keep-alive. When the connection closes before any response byte, nothing
-    /// was generated, so the request is resent at once on a new connection; it does not count
-    /// as a failure of the endpoint.
-    async fn post_chat(&self, req: &ChatRequest) -> Result<reqwest::Response, ApiError> {
-        let send =
-            |http: &reqwest::Client| http.post(self.url("chat/completions")).json(req).send();
-        let resp = match send(self.lane()).await {
-            Ok(resp) => resp,
-            Err(e) if died_before_response(&e) => {
-                self.stale_retries.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(base = %self.base, "pooled connection was dead; resending on a new one");
-                send(&self.fresh)
-                    .await
-                    .map_err(|e| self.transport_error(e))?
-            }
-            Err(e) => return Err(self.transport_error(e)),
-        };
-        if !resp.status().is_success() {
-            return Err(self.error_from_response(resp).await);
+    /// Sends a chat request; a non-success status comes back as its error. A pooled
+    /// connection found dead before any response byte is replaced at once (see
+    /// [`ChatTransport::post`]).
+    async fn post_chat(&self, req: &ChatRequest) -> Result<transport::Response, ApiError> {
+        let body = serde_json::to_vec(req).map_err(|e| ApiError::Invalid(e.to_string()))?;
+        let resp = self
+            .chat
+            .post(
+                &self.url("chat/completions"),
+                body.into(),
+                &self.stale_retries,
+            )
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        if !resp.status.is_success() {
+            let body = transport::read_all(resp.body).await;
+            return Err(self.error_from_parts(resp.status.as_u16(), &resp.headers, body));
         }
         Ok(resp)
     }
@@ -419,7 +409,9 @@ impl OpenRouterClient {
         let mut req = req.clone();
         req.stream = false;
         let resp = self.post_chat(&req).await?;
-        let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+        let body = transport::read_all(resp.body)
+            .await
+            .map_err(|e| self.transport_error(e))?;
         parse_completion_body(&body, self.require_usage, started.elapsed())
             .map_err(|e| self.scrub(e))
     }
@@ -441,13 +433,13 @@ impl OpenRouterClient {
         // OpenRouter names the generation in a header before the first token, so even a
         // stream we cancel early can be looked up (`GET /generation`) for what it cost.
         let generation_id = resp
-            .headers()
+            .headers
             .get("x-generation-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         Ok(ChatStream {
             generation_id,
-            body: Box::pin(resp.bytes_stream()),
+            body: resp.body,
             sse: SseDecoder::new(),
             acc: StreamAccumulator::new(self.require_usage),
             timeouts,
@@ -468,7 +460,7 @@ impl OpenRouterClient {
 /// then [`ChatStream::finish`]. Dropping it closes the connection (the provider may stop billing).
 pub struct ChatStream {
     generation_id: Option<String>,
-    body: ByteStream,
+    body: transport::Body,
     sse: SseDecoder,
     acc: StreamAccumulator,
     timeouts: StreamTimeouts,
@@ -483,7 +475,7 @@ pub struct ChatStream {
     /// The body ended; the events before its end are still to be counted.
     eof: bool,
     /// The body failed; returned once the events before it are counted.
-    failed: Option<reqwest::Error>,
+    failed: Option<Failure>,
     client: OpenRouterClient,
 }
 
@@ -540,8 +532,12 @@ impl ChatStream {
     fn read_ready(&mut self, cx: &mut Context<'_>) -> bool {
         let mut read = 0usize;
         loop {
-            match self.body.as_mut().poll_next(cx) {
-                Poll::Ready(Some(Ok(chunk))) => {
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers carry no events.
+                    let Ok(chunk) = frame.into_data() else {
+                        continue;
+                    };
                     self.sse.push(&chunk);
                     read += chunk.len();
                     if read >= READ_AHEAD {
@@ -640,49 +636,6 @@ impl ChatStream {
         let latency = self.started.elapsed();
         self.acc.finish(self.ttft, latency)
     }
-}
-
-/// Whether a request failed because its connection closed (or was reset) before any response
-/// byte arrived, as a dead keep-alive connection does; not a refused connect or a timeout.
-fn died_before_response(e: &reqwest::Error) -> bool {
-    if e.is_connect() || e.is_timeout() || e.is_builder() || e.is_status() {
-        return false;
-    }
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(h) = err.downcast_ref::<hyper::Error>()
-            && (h.is_incomplete_message() || h.is_canceled())
-        {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::UnexpectedEof
-            )
-        {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        let t = src.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = src.source();
-    }
-    s
 }
 
 fn scrub_value(key: Option<&str>, v: serde_json::Value) -> serde_json::Value {

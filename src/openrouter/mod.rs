@@ -9,6 +9,7 @@ pub mod request;
 pub mod response;
 pub mod roots;
 pub mod sse;
+mod transport;
 
 pub use catalog::{
     Endpoint, EndpointPricing, GenerationInfo, KeyInfo, Model, ModelEndpoints, Percentiles,
