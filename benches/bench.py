@@ -400,6 +400,11 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
                 cmd += ["--ca-cert", str(sim.ca)]
         stdout, stderr = work / f"{name}.stdout", work / f"{name}.stderr"
         log(f"{client}: {n:,} prompts at concurrency {concurrency:,} ({sim.base_url})")
+        try:
+            connections0 = http_json(sim.base_url.replace("/api/v1", "/sim/state"),
+                                     sim.ca)["connections"]
+        except (OSError, KeyError):
+            connections0 = None
         sim_cpu0 = sim.cpu_s()
         t0 = time.monotonic()
         p = spawn(cmd, env=env, stdout=stdout, stderr=stderr)
@@ -417,6 +422,13 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
         else:
             code, ru = res
         completed, tokens = count_jsonl(out_jsonl)
+        # Connections the client opened (over TLS: handshakes), from the simulator's count
+        # less the harness's own two queries.
+        try:
+            c1 = http_json(sim.base_url.replace("/api/v1", "/sim/state"), sim.ca)["connections"]
+            connections = c1 - connections0 - 1
+        except (OSError, KeyError, TypeError):
+            connections = None
         r = {
             "client": client,
             "concurrency": concurrency,
@@ -429,6 +441,7 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
             "output_tokens": tokens,
             "req_per_s": completed / wall if wall > 0 else 0.0,
             "tok_per_s": tokens / wall if wall > 0 else 0.0,
+            "connections": connections,
             "sim_cpu_s": round(sim_cpu, 3),
             "sim_cpu_pct": 100.0 * sim_cpu / wall if wall > 0 else 0.0,
             "sim_peak_rss_mb": max((s.get("sim_rss_kb", 0) for s in sampler.samples), default=0)
@@ -481,6 +494,7 @@ ROWS = [
     ("cpu_pct", "client CPU (% of one core)", "{:,.0f}%", True),
     ("sim_cpu_pct", "simulator CPU (% of one core)", "{:,.0f}%", True),
     ("wall_s", "wall time (s)", "{:,.1f}", True),
+    ("connections", "connections opened", "{:,}", True),
     ("output_tokens", "output tokens", "{:,}", False),
     ("completed", "completed / requested", None, False),
 ]

@@ -158,6 +158,11 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
         peak2 <= limit,
         "HTTP/2: {peak2} streams at once, the server allows {limit}"
     );
+    let h2_connections = sim.state.connections();
+    assert_eq!(
+        h2_connections, 1,
+        "concurrency 40 is one HTTP/2 connection's share, catalog calls included"
+    );
 
     let h1 = dir.path().join("h1");
     write_job_with_ids(&h1, &sim.base_url(), KEY_VAR, 120, &settings(false));
@@ -173,15 +178,22 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
         peak1 > 3 * limit,
         "HTTP/1.1: {peak1} streams at once at concurrency 40"
     );
+    let h1_connections = sim.state.connections() - h2_connections;
+    assert!(
+        h1_connections >= u64::from(peak1),
+        "HTTP/1.1: {h1_connections} connections for {peak1} streams at once"
+    );
     eprintln!(
-        "peak streams at concurrency 40: HTTP/2 {peak2} (server limit {limit}), HTTP/1.1 {peak1}"
+        "peak streams at concurrency 40: HTTP/2 {peak2} (server limit {limit}) over \
+         {h2_connections} connection, HTTP/1.1 {peak1} over {h1_connections}"
     );
     sim.stop().await;
 }
 
 /// With `http2 = true` harvest spreads its streams over enough connections (one per 64 streams
 /// of the configured concurrency) that no connection's `MAX_CONCURRENT_STREAMS` caps the run:
-/// 300 streams against a server that allows 100 per connection all run at once.
+/// 300 streams against a server that allows 100 per connection all run at once, over 5
+/// connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run() {
     let limit = 100;
@@ -200,7 +212,11 @@ async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run(
         ),
     );
     let ((code, said), peak) = peak_streams(&sim, run_headless(&job, KEY_VAR, KEY, &[])).await;
-    eprintln!("HTTP/2 at concurrency 300, server limit {limit} per connection: peak {peak}");
+    let connections = sim.state.connections();
+    eprintln!(
+        "HTTP/2 at concurrency 300, server limit {limit} per connection: peak {peak} over \
+         {connections} connections"
+    );
     assert_eq!(code, 0, "{said}");
     assert_eq!(answered(&job), 900);
     assert_eq!(
@@ -211,6 +227,13 @@ async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run(
     assert!(
         peak > 270,
         "{peak} streams at once over HTTP/2 at concurrency 300, {limit} per connection"
+    );
+    // One TLS handshake per lane: the first request on each goes alone, so a burst does not
+    // open a connection per stream before ALPN has said HTTP/2 (205 for these 300 before).
+    assert_eq!(
+        connections,
+        harvest::openrouter::ClientOptions::h2_connections_for(300) as u64,
+        "connections opened"
     );
     sim.stop().await;
 }

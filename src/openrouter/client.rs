@@ -171,14 +171,13 @@ impl OpenRouterClient {
             let fresh = build(builder().pool_max_idle_per_host(0))?;
             // HTTP/2 is negotiated by ALPN: over plain HTTP every stream has its own connection.
             let h2 = opts.http2 && base.starts_with("https://");
-            let lanes = if h2 && opts.h2_connections > 1 {
-                (1..opts.h2_connections)
-                    .map(|_| build(builder()))
-                    .collect::<Result<Vec<_>, _>>()?
-            } else {
-                Vec::new()
-            };
-            ChatTransport::reqwest(http.clone(), lanes, fresh)
+            let mut lanes = vec![transport::Lane::new(http.clone(), h2)];
+            if h2 {
+                for _ in 1..opts.h2_connections {
+                    lanes.push(transport::Lane::new(build(builder())?, true));
+                }
+            }
+            ChatTransport::reqwest(lanes, fresh)
         };
         Ok(OpenRouterClient {
             http,

@@ -110,10 +110,9 @@ pub(super) async fn read_all(body: Body) -> Result<Bytes, Failure> {
 /// The clients chat requests go through.
 pub(super) enum ChatTransport {
     Reqwest {
-        http: reqwest::Client,
-        /// Over HTTP/2, more clients (each its own connection) that streams take in turn;
-        /// empty over HTTP/1.1, where `http`'s pool opens a connection per stream.
-        lanes: Vec<reqwest::Client>,
+        /// The client of each connection, taken in turn: one over HTTP/1.1 (its pool opens
+        /// a connection per stream), one per lane over HTTP/2.
+        lanes: Vec<Lane>,
         next_lane: AtomicUsize,
         /// Same settings, no idle pool: to resend on a new connection.
         fresh: reqwest::Client,
@@ -128,6 +127,50 @@ pub(super) struct Http1Clients {
     fresh: HyperClient<HttpConnector, Full<Bytes>>,
     /// reqwest's default headers plus the user agent and content type, which hyper does not add.
     headers: HeaderMap,
+}
+
+/// One reqwest client and, over HTTP/2, the gate that lets its first request go alone.
+pub(super) struct Lane {
+    client: reqwest::Client,
+    /// Over HTTP/2, held by the request that opens the lane's connection. Until TLS has
+    /// chosen the protocol (ALPN), reqwest's pool does not know the connection will be shared,
+    /// and a burst of requests each opens its own: 205 TLS handshakes for 300 streams that
+    /// then share 5 connections (tests/tls.rs). The others wait for the first one's response
+    /// headers and then share its connection. `None` over HTTP/1.1.
+    opening: Option<tokio::sync::Mutex<()>>,
+    opened: std::sync::atomic::AtomicBool,
+}
+
+impl Lane {
+    /// A lane for `client`; `gated` when it may speak HTTP/2.
+    pub(super) fn new(client: reqwest::Client, gated: bool) -> Lane {
+        Lane {
+            client,
+            opening: gated.then(|| tokio::sync::Mutex::new(())),
+            opened: std::sync::atomic::AtomicBool::new(!gated),
+        }
+    }
+
+    /// Sends a request on this lane; the lane's first goes alone (see [`Lane::opening`]).
+    /// A request that fails or is dropped while opening hands the gate to the next.
+    async fn send(
+        &self,
+        request: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        if let Some(gate) = &self.opening
+            && !self.opened.load(Ordering::Acquire)
+        {
+            let _held = gate.lock().await;
+            if !self.opened.load(Ordering::Acquire) {
+                let r = request(&self.client).send().await;
+                if r.is_ok() {
+                    self.opened.store(true, Ordering::Release);
+                }
+                return r;
+            }
+        }
+        request(&self.client).send().await
+    }
 }
 
 /// What [`ChatTransport::http1`] needs from the client's options.
@@ -182,29 +225,22 @@ impl ChatTransport {
     ) -> Result<Response, Failure> {
         match self {
             ChatTransport::Reqwest {
-                http,
                 lanes,
                 next_lane,
                 fresh,
             } => {
-                let lane = if lanes.is_empty() {
-                    http
-                } else {
-                    let i = next_lane.fetch_add(1, Ordering::Relaxed) % (lanes.len() + 1);
-                    if i == 0 { http } else { &lanes[i - 1] }
-                };
-                let send = |c: &reqwest::Client| {
+                let lane = &lanes[next_lane.fetch_add(1, Ordering::Relaxed) % lanes.len()];
+                let request = |c: &reqwest::Client| {
                     c.post(url)
                         .header(CONTENT_TYPE, "application/json")
                         .body(body.clone())
-                        .send()
                 };
-                let resp = match send(lane).await {
+                let resp = match lane.send(request).await {
                     Ok(r) => r,
                     Err(e) if !e.is_connect() && !e.is_timeout() && died_before_response(&e) => {
                         stale.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!("pooled connection was dead; resending on a new one");
-                        send(fresh).await?
+                        request(fresh).send().await?
                     }
                     Err(e) => return Err(e.into()),
                 };
@@ -251,14 +287,10 @@ impl ChatTransport {
         }
     }
 
-    /// The reqwest transport; over HTTP/2 `lanes` are the extra connections.
-    pub(super) fn reqwest(
-        http: reqwest::Client,
-        lanes: Vec<reqwest::Client>,
-        fresh: reqwest::Client,
-    ) -> ChatTransport {
+    /// The reqwest transport over `lanes` (at least one), taken in turn.
+    pub(super) fn reqwest(lanes: Vec<Lane>, fresh: reqwest::Client) -> ChatTransport {
+        assert!(!lanes.is_empty(), "a transport needs a lane");
         ChatTransport::Reqwest {
-            http,
             lanes,
             next_lane: AtomicUsize::new(0),
             fresh,
@@ -355,21 +387,23 @@ mod tests {
     #[tokio::test]
     async fn a_fast_server_is_read_in_capped_pieces() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
         let body_len = 4 << 20;
         let server = tokio::spawn(async move {
-            let (mut sock, _) = listener.accept().await.unwrap();
+            let (mut sock, _) = listener.accept().await.expect("accept");
             let mut req = vec![0u8; 4096];
             let mut seen = Vec::new();
             while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                let n = sock.read(&mut req).await.unwrap();
+                let n = sock.read(&mut req).await.expect("read");
                 assert!(n > 0, "request cut short");
                 seen.extend_from_slice(&req[..n]);
             }
             let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {body_len}\r\n\r\n");
-            sock.write_all(head.as_bytes()).await.unwrap();
-            sock.write_all(&vec![b'x'; body_len]).await.unwrap();
+            sock.write_all(head.as_bytes()).await.expect("write");
+            sock.write_all(&vec![b'x'; body_len]).await.expect("write");
         });
         let t = ChatTransport::http1(Http1Settings {
             headers: HeaderMap::new(),
@@ -384,18 +418,18 @@ mod tests {
                 &stale,
             )
             .await
-            .unwrap();
+            .expect("post");
         assert_eq!(resp.status, StatusCode::OK);
         // Let the server fill the socket buffers while nothing is read.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let mut body = resp.body;
         let (mut total, mut largest) = (0usize, 0usize);
         while let Some(frame) = body.frame().await {
-            let data = frame.unwrap().into_data().unwrap();
+            let data = frame.expect("frame").into_data().expect("data");
             total += data.len();
             largest = largest.max(data.len());
         }
-        server.await.unwrap();
+        server.await.expect("server");
         assert_eq!(total, body_len);
         assert!(
             largest <= HTTP1_READ_BUFFER,

@@ -197,9 +197,20 @@ pub fn start_on(cfg: SimConfig, listener: TcpListener) -> Result<SimHandle, SimE
     let app = server::router(state.clone());
     let token = shutdown.clone();
     let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
+    let state_for_count = state.clone();
     let task = match tls {
-        Some(tls) => tokio::spawn(tls::serve(listener, app, tls, h2_max_streams, token)),
+        Some(tls) => tokio::spawn(tls::serve(
+            listener,
+            app,
+            tls,
+            h2_max_streams,
+            state.clone(),
+            token,
+        )),
         None => tokio::spawn(async move {
+            use axum::serve::ListenerExt;
+            let counted = state_for_count.clone();
+            let listener = listener.tap_io(move |_| counted.count_connection());
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 token.cancelled().await;
             });

@@ -67,6 +67,9 @@ pub struct SimState {
     /// Chat requests by the HTTP version they came in (HTTP/1.1, HTTP/2 over TLS).
     http1_requests: AtomicU64,
     http2_requests: AtomicU64,
+    /// Connections clients opened (over TLS: handshakes completed), so a benchmark can set a
+    /// protocol's connection count and handshakes beside its CPU.
+    connections: AtomicU64,
 }
 
 /// A change to one endpoint's behaviour: present fields replace the current ones.
@@ -175,6 +178,7 @@ impl SimState {
             cached: Mutex::new(std::collections::HashSet::new()),
             http1_requests: AtomicU64::new(0),
             http2_requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
             cfg,
             live: RwLock::new(live),
             in_flight,
@@ -254,6 +258,16 @@ impl SimState {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// A client opened a connection (over TLS: finished its handshake).
+    pub(super) fn count_connection(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections clients opened so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Chat requests that came over HTTP/1.x and over HTTP/2.
@@ -496,6 +510,7 @@ async fn sim_state(State(state): State<Arc<SimState>>) -> Response {
             "http1": state.http1_requests.load(Ordering::Relaxed),
             "http2": state.http2_requests.load(Ordering::Relaxed),
         },
+        "connections": state.connections(),
     }))
     .into_response()
 }

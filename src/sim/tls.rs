@@ -96,6 +96,7 @@ pub async fn serve(
     app: Router,
     tls: Tls,
     h2_max_streams: u32,
+    state: Arc<super::server::SimState>,
     stop: CancellationToken,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -117,11 +118,12 @@ pub async fn serve(
             },
         };
         let _ = tcp.set_nodelay(true);
-        let (acceptor, app, builder, stop) = (
+        let (acceptor, app, builder, stop, state) = (
             tls.acceptor.clone(),
             app.clone(),
             builder.clone(),
             stop.clone(),
+            state.clone(),
         );
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -132,6 +134,7 @@ pub async fn serve(
                 }
                 Err(_) => return,
             };
+            state.count_connection();
             let conn =
                 builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
             tokio::pin!(conn);
