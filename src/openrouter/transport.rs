@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 
 /// The most hyper buffers from one plain-HTTP/1.1 connection: a read asks for at most this
 /// much. 16 KiB holds ~100 streamed events, so a fast stream still moves in large reads, and
@@ -95,8 +95,15 @@ impl From<hyper_util::client::legacy::Error> for Failure {
 
 impl From<hyper::Error> for Failure {
     fn from(e: hyper::Error) -> Self {
+        // A socket timeout mid-body (the kernel's user timeout) is a timeout, as reqwest
+        // classes it, not a dropped connection.
+        let kind = if has_io_kind(&e, &[std::io::ErrorKind::TimedOut]) {
+            FailureKind::Timeout
+        } else {
+            FailureKind::Other
+        };
         Failure {
-            kind: FailureKind::Other,
+            kind,
             message: error_chain(&e),
         }
     }
@@ -122,10 +129,11 @@ pub(super) enum ChatTransport {
 
 /// hyper's clients for plain HTTP/1.1 (boxed: they are much larger than reqwest's handles).
 pub(super) struct Http1Clients {
-    pooled: HyperClient<HttpConnector, Full<Bytes>>,
+    pooled: HyperClient<TimedConnector, Full<Bytes>>,
     /// No idle pool: to resend on a new connection.
-    fresh: HyperClient<HttpConnector, Full<Bytes>>,
-    /// reqwest's default headers plus the user agent and content type, which hyper does not add.
+    fresh: HyperClient<TimedConnector, Full<Bytes>>,
+    /// reqwest's default headers plus what reqwest adds and hyper does not (user agent,
+    /// content type, `Accept`).
     headers: HeaderMap,
 }
 
@@ -136,40 +144,106 @@ pub(super) struct Lane {
     /// chosen the protocol (ALPN), reqwest's pool does not know the connection will be shared,
     /// and a burst of requests each opens its own: 205 TLS handshakes for 300 streams that
     /// then share 5 connections (tests/tls.rs). The others wait for the first one's response
-    /// headers and then share its connection. `None` over HTTP/1.1.
-    opening: Option<tokio::sync::Mutex<()>>,
+    /// headers, or [`OPEN_ALONE`] at most, and then share its connection. `None` over HTTP/1.1.
+    opening: Option<tokio::sync::RwLock<()>>,
     opened: std::sync::atomic::AtomicBool,
 }
+
+/// The longest a lane's first request holds the others back. The connection is pooled once
+/// its handshake is done, well before this on any working network; a server slow to send
+/// headers (or not answering at all) must not hold a lane's streams behind one request, so
+/// past this the rest go as they would without the gate.
+const OPEN_ALONE: Duration = Duration::from_secs(2);
 
 impl Lane {
     /// A lane for `client`; `gated` when it may speak HTTP/2.
     pub(super) fn new(client: reqwest::Client, gated: bool) -> Lane {
         Lane {
             client,
-            opening: gated.then(|| tokio::sync::Mutex::new(())),
+            opening: gated.then(|| tokio::sync::RwLock::new(())),
             opened: std::sync::atomic::AtomicBool::new(!gated),
         }
     }
 
     /// Sends a request on this lane; the lane's first goes alone (see [`Lane::opening`]).
-    /// A request that fails or is dropped while opening hands the gate to the next.
+    /// The others wait on the gate's read side, so they all go at once when it opens. If the
+    /// first fails or is dropped, one of them opens the lane instead; a failed request closes
+    /// the gate again, since its connection may be gone and the next burst would otherwise
+    /// open one per stream again.
     async fn send(
         &self,
         request: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, reqwest::Error> {
-        if let Some(gate) = &self.opening
-            && !self.opened.load(Ordering::Acquire)
-        {
-            let _held = gate.lock().await;
-            if !self.opened.load(Ordering::Acquire) {
-                let r = request(&self.client).send().await;
-                if r.is_ok() {
-                    self.opened.store(true, Ordering::Release);
-                }
-                return r;
+        let Some(gate) = &self.opening else {
+            return request(&self.client).send().await;
+        };
+        while !self.opened.load(Ordering::Acquire) {
+            let Ok(held) = gate.try_write() else {
+                // Another request is opening the lane: wait for it, then look again.
+                drop(gate.read().await);
+                continue;
+            };
+            if self.opened.load(Ordering::Acquire) {
+                break;
             }
+            let send = request(&self.client).send();
+            tokio::pin!(send);
+            let r = match tokio::time::timeout(OPEN_ALONE, &mut send).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.opened.store(true, Ordering::Release);
+                    drop(held);
+                    send.await
+                }
+            };
+            self.opened.store(r.is_ok(), Ordering::Release);
+            return r;
         }
-        request(&self.client).send().await
+        let r = request(&self.client).send().await;
+        if r.is_err() {
+            self.opened.store(false, Ordering::Release);
+        }
+        r
+    }
+}
+
+/// `HttpConnector` with the connect timeout over name resolution too, as reqwest has it
+/// (`HttpConnector`'s own bounds each TCP attempt only).
+#[derive(Clone)]
+pub(super) struct TimedConnector {
+    inner: HttpConnector,
+    timeout: Duration,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<hyper::Uri> for TimedConnector {
+    type Response = <HttpConnector as tower_service::Service<hyper::Uri>>::Response;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        let connect = self.inner.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connect).await {
+                Ok(r) => r.map_err(Into::into),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out (name resolution included)",
+                )
+                .into()),
+            }
+        })
     }
 }
 
@@ -182,13 +256,22 @@ pub(super) struct Http1Settings {
 
 impl ChatTransport {
     /// hyper's client over plain TCP, with the read buffer capped at [`HTTP1_READ_BUFFER`] and
-    /// reqwest's other defaults that matter here (no Nagle, keep-alive probes every 15 s).
+    /// reqwest 0.13's socket defaults (no Nagle; keep-alive probes after 15 s idle, every 15 s,
+    /// 3 of them; on Linux unacknowledged data gives up after 30 s).
     pub(super) fn http1(s: Http1Settings) -> ChatTransport {
         let build = |max_idle: usize| {
             let mut connector = HttpConnector::new();
             connector.set_nodelay(true);
             connector.set_connect_timeout(Some(s.connect_timeout));
             connector.set_keepalive(Some(Duration::from_secs(15)));
+            connector.set_keepalive_interval(Some(Duration::from_secs(15)));
+            connector.set_keepalive_retries(Some(3));
+            #[cfg(target_os = "linux")]
+            connector.set_tcp_user_timeout(Some(Duration::from_secs(30)));
+            let connector = TimedConnector {
+                inner: connector,
+                timeout: s.connect_timeout,
+            };
             HyperClient::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(s.pool_idle_timeout)
@@ -199,6 +282,7 @@ impl ChatTransport {
         let mut headers = s.headers;
         headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
         ChatTransport::Http1(Box::new(Http1Clients {
             pooled: build(usize::MAX),
             fresh: build(0),
@@ -207,9 +291,14 @@ impl ChatTransport {
     }
 
     /// Whether chat requests to `base_url` go over the capped HTTP/1.1 client: plain HTTP
-    /// (HTTP/2 is only negotiated over TLS) with no proxy variable that reqwest would honour.
+    /// (HTTP/2 is only negotiated over TLS) with no proxy variable that reqwest would honour,
+    /// and no `user:password@` in the URL (reqwest turns that into Basic auth).
     pub(super) fn wants_http1(base_url: &str, proxy_set: bool) -> bool {
-        base_url.starts_with("http://") && !proxy_set
+        let Some(rest) = base_url.strip_prefix("http://") else {
+            return false;
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        !proxy_set && !authority.contains('@')
     }
 
     /// Posts `body` (JSON) to `url`. A pooled connection can be dead without the pool knowing
@@ -369,6 +458,8 @@ mod tests {
             ("http://127.0.0.1:8000/v1", false, true),
             ("http://gpu-box:30000/v1", false, true),
             ("http://127.0.0.1:8000/v1", true, false),
+            ("http://user:secret@gpu-box:8000/v1", false, false),
+            ("http://gpu-box:8000/v1?user=a@b", false, true),
             ("https://openrouter.ai/api/v1", false, false),
             ("https://openrouter.ai/api/v1", true, false),
         ];
