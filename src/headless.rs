@@ -52,6 +52,12 @@ pub fn progress_line(s: &Snapshot) -> String {
     if let Some(eta) = s.eta_s {
         line.push_str(&format!("  ETA {}", duration(eta)));
     }
+    if let Some(share) = s.cut_thinking_share {
+        line.push_str(&format!(
+            "  cut while thinking {:.0}% (raise max_tokens)",
+            share * 100.0
+        ));
+    }
     if let Some(d) = drain_progress(s) {
         line.push_str(&format!("  {d}"));
     }

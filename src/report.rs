@@ -46,6 +46,10 @@ pub struct Row {
     pub mean_output_tokens: Option<f64>,
     /// Share of answers cut at max_tokens (`finish_reason: length`).
     pub truncation_rate: Option<f64>,
+    /// Answers kept although cut at `max_tokens` before any content (the model still
+    /// thinking): rows of reasoning and an empty answer, counted in `truncation_rate` too.
+    #[serde(default)]
+    pub cut_thinking: u64,
     /// Answers (requests; each turn of a regenerated conversation) that make up the row.
     #[serde(default)]
     pub answers: u64,
@@ -76,7 +80,11 @@ pub struct SpendCheck {
     pub adjustments: Usd,
     /// Ledger amounts that are harvest's estimate rather than the server's figure.
     pub estimated: Usd,
-    /// Sum of `cost_usd` over the records; equals `answers` when nothing was lost.
+    /// Of `answers`: those written as records (matched by generation id); the rest were paid
+    /// for and not kept (empty answers retried, answers rejected).
+    #[serde(default)]
+    pub answers_kept: Usd,
+    /// Sum of `cost_usd` over the records; equals `answers_kept` when nothing was lost.
     pub records: Usd,
     /// The API key's usage growth over the last run (`GET /key` before and after), when known:
     /// key-wide, so other use of the same key counts too.
@@ -106,6 +114,7 @@ struct Answer<'a> {
     latency_ms: u64,
     finish_reason: &'a str,
     inline_think: bool,
+    cut_thinking: bool,
 }
 
 /// The answers a row is made of: itself, or each turn of a regenerated conversation, with the
@@ -122,11 +131,13 @@ fn answers_of(r: &OutputRecord) -> Vec<(String, Answer<'_>)> {
                 latency_ms: r.latency_ms,
                 finish_reason: &r.finish_reason,
                 inline_think: r.inline_think,
+                cut_thinking: r.cut_thinking,
             },
         )];
     }
-    (r.turns.iter())
-        .map(|t| {
+    let last = r.turns.len() - 1;
+    (r.turns.iter().enumerate())
+        .map(|(i, t)| {
             (
                 t.endpoint_tag.clone().unwrap_or_else(|| t.provider.clone()),
                 Answer {
@@ -136,6 +147,9 @@ fn answers_of(r: &OutputRecord) -> Vec<(String, Answer<'_>)> {
                     latency_ms: t.latency_ms,
                     finish_reason: &t.finish_reason,
                     inline_think: t.inline_think,
+                    // Only the last turn may be cut while thinking (an earlier one is no
+                    // history to go on from).
+                    cut_thinking: i == last && r.cut_thinking,
                 },
             )
         })
@@ -177,12 +191,16 @@ impl Acc {
         if a.inline_think {
             self.row.inline_think += 1;
         }
+        if a.cut_thinking {
+            self.row.cut_thinking += 1;
+        }
     }
 
     fn merge(&mut self, o: &Acc) {
         self.row.prompts += o.row.prompts;
         self.row.answers += o.row.answers;
         self.row.inline_think += o.row.inline_think;
+        self.row.cut_thinking += o.row.cut_thinking;
         self.row.prompt_tokens += o.row.prompt_tokens;
         self.row.output_tokens += o.row.output_tokens;
         self.row.usd += o.row.usd;
@@ -291,6 +309,15 @@ impl Report {
             .collect();
         let mut spend = SpendCheck::default();
         let mut rejected = vec![0u64; names.len()];
+        // What each answer's `complete` line booked, by a hash of its generation id (16 bytes
+        // an answer), so that the records are compared with the answers they hold.
+        let mut booked: std::collections::HashMap<u64, Usd> = std::collections::HashMap::new();
+        let gid_key = |g: &str| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            g.hash(&mut h);
+            h.finish()
+        };
         // Read-only and safe beside a live run: its half-written last line is not read.
         let ledger = scan::scan_ledger(dir, |e: &SpendEntry| {
             spend.ledger += e.usd;
@@ -298,7 +325,12 @@ impl Report {
                 spend.estimated += e.usd;
             }
             match e.kind {
-                SpendKind::Complete => spend.answers += e.usd,
+                SpendKind::Complete => {
+                    spend.answers += e.usd;
+                    if let Some(g) = &e.generation_id {
+                        *booked.entry(gid_key(g)).or_default() += e.usd;
+                    }
+                }
                 SpendKind::Cancelled | SpendKind::Failed => spend.closed += e.usd,
                 _ => spend.adjustments += e.usd,
             }
@@ -317,6 +349,21 @@ impl Report {
             let i = index[d.as_str()];
             let found = scan::scan_dataset(dir, d, &ledger.completes, |r: &OutputRecord| {
                 spend.records += r.cost_usd;
+                let gids: Vec<&str> = if r.turns.is_empty() {
+                    r.generation_id.iter().map(String::as_str).collect()
+                } else {
+                    r.turns
+                        .iter()
+                        .filter_map(|t| t.generation_id.as_deref())
+                        .collect()
+                };
+                if gids.is_empty() {
+                    // A server that names no generation: the row is its own evidence.
+                    spend.answers_kept += r.cost_usd;
+                }
+                for g in gids {
+                    spend.answers_kept += booked.remove(&gid_key(g)).unwrap_or_default();
+                }
                 let mut last = None;
                 for (ep, a) in answers_of(r) {
                     accs.entry((i, ep.clone())).or_default().add_answer(a);
@@ -416,6 +463,9 @@ impl Report {
             if r.inline_think > 0 {
                 errors.push(format!("think-inline×{}", group_thousands(r.inline_think)));
             }
+            if r.cut_thinking > 0 {
+                errors.push(format!("cut-thinking×{}", group_thousands(r.cut_thinking)));
+            }
             format!(
                 "{:<10} {:<24} {:>7} {:>13} {:>11.4} {:>7} {:>6} {:>6} {:>6}  {}\n",
                 truncate(&r.dataset, 10),
@@ -467,12 +517,23 @@ impl Report {
             s.adjustments.as_f64(),
             s.estimated.as_f64()
         ));
-        if s.records != s.answers {
+        let not_kept = s.answers - s.answers_kept;
+        if not_kept > Usd::ZERO {
             out.push_str(&format!(
-                "records: {:.6} USD, ledger answers {:.6}: {:+.6} apart\n",
+                "answers: {:.6} USD kept in records, {:.6} paid for answers not kept (empty \
+                 answers retried, answers rejected)\n",
+                s.answers_kept.as_f64(),
+                not_kept.as_f64()
+            ));
+        }
+        // Like with like: the records against the ledger lines of the answers they hold.
+        if s.records != s.answers_kept {
+            out.push_str(&format!(
+                "records: {:.6} USD, their answers in the ledger {:.6}: {:+.6} apart (a row \
+                 without its ledger line, or a ledger line without its row)\n",
                 s.records.as_f64(),
-                s.answers.as_f64(),
-                (s.records - s.answers).as_f64()
+                s.answers_kept.as_f64(),
+                (s.records - s.answers_kept).as_f64()
             ));
         }
         if let (Some(api), Some(ours)) = (s.api_usage_delta_usd, s.run_spent) {
@@ -535,6 +596,8 @@ mod tests {
             finish_reason: finish.into(),
             native_finish_reason: None,
             truncated: finish == "length",
+            cut_thinking: false,
+            cost_estimated: false,
             usage: RecordUsage {
                 prompt_tokens: 10,
                 completion_tokens: out,
@@ -607,6 +670,7 @@ mod tests {
             ttft_ms: Some(100),
             latency_ms: 1100,
             inline_think: inline,
+            cost_estimated: false,
         };
         // A row of two turns: its first at own/bf16 (thinking inline), its last at chutes.
         let mut two = record("a0", "chutes/int4", 300, 100, 1100, "stop");

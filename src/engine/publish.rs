@@ -164,6 +164,7 @@ impl Publisher {
             } else {
                 None
             },
+            cut_thinking_share: core.cut_thinking_alarm(),
             datasets,
             endpoints,
             events: events
@@ -246,7 +247,7 @@ impl Publisher {
         let c = &sh.endpoint_stats[i];
         let rate = self.endpoint_rates[i].update(t, Counters::get(&c.streamed_tokens) as f64);
         let done = Counters::get(&c.done);
-        let finished = done + Counters::get(&c.truncated).min(done);
+        let answers = Counters::get(&c.answers);
         let ttft = c.ttft();
         let errs = c.errors_by_kind();
         let off = core.off_reason(i, now);
@@ -274,11 +275,15 @@ impl Publisher {
             ttft_p95_ms: ttft.p95,
             mean_output_tokens: (done > 0)
                 .then(|| Counters::get(&c.output_tokens) as f64 / done as f64),
-            truncation_rate: (finished > 0)
-                .then(|| Counters::get(&c.truncated) as f64 / done.max(1) as f64),
+            // Over the answers that came back (kept, rejected or retried alike): never
+            // over 100%.
+            truncation_rate: (answers > 0)
+                .then(|| Counters::get(&c.truncated) as f64 / answers as f64),
+            cut_thinking_rate: (answers > 0)
+                .then(|| Counters::get(&c.cut_thinking) as f64 / answers as f64),
             empty_rate: {
                 let empty = c.errors[ErrorKind::Empty.index()].load(Ordering::Relaxed);
-                (done + empty > 0).then(|| empty as f64 / (done + empty) as f64)
+                (answers + empty > 0).then(|| empty as f64 / (answers + empty) as f64)
             },
             spent: Usd::from_pico(c.spent_pico.load(Ordering::Relaxed)),
         }

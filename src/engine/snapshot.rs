@@ -104,7 +104,11 @@ pub struct EndpointSnap {
     pub ttft_p50_ms: Option<u64>,
     pub ttft_p95_ms: Option<u64>,
     pub mean_output_tokens: Option<f64>,
+    /// Share of its answers cut at `max_tokens` (with content or while thinking).
     pub truncation_rate: Option<f64>,
+    /// Share of its answers cut at `max_tokens` before any content.
+    #[serde(default)]
+    pub cut_thinking_rate: Option<f64>,
     /// Share of answers that came back empty (each retried), of answers and empties.
     #[serde(default)]
     pub empty_rate: Option<f64>,
@@ -199,6 +203,10 @@ pub struct Snapshot {
     /// longest of them, from their ages and their datasets' usual request times), when known.
     #[serde(default)]
     pub drain_left_s: Option<f64>,
+    /// The share of recent answers cut at `max_tokens` while thinking, while it is high enough
+    /// to warn of (`max_tokens` is below the model's reasoning).
+    #[serde(default)]
+    pub cut_thinking_share: Option<f64>,
     pub datasets: Vec<DatasetSnap>,
     pub endpoints: Vec<EndpointSnap>,
     /// The last events (at most a screen's worth).

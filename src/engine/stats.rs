@@ -10,6 +10,8 @@ use hdrhistogram::Histogram;
 
 use crate::openrouter::ErrorKind;
 
+use super::core::verdict::Shape;
+
 const KINDS: usize = ErrorKind::ALL.len();
 
 /// Counters of one endpoint or one dataset.
@@ -24,7 +26,12 @@ pub struct Counters {
     /// Completion tokens of finished requests, per their usage.
     pub output_tokens: AtomicU64,
     pub prompt_tokens: AtomicU64,
+    /// Answers that came back (any shape but empty): the base of the truncation rate.
+    pub answers: AtomicU64,
+    /// Answers cut at `max_tokens`, with content or while thinking.
     pub truncated: AtomicU64,
+    /// Answers cut at `max_tokens` before any content (the model still thinking).
+    pub cut_thinking: AtomicU64,
     /// Confirmed spend (finished and cancelled requests), picodollars.
     pub spent_pico: AtomicI64,
     ttft_ms: Mutex<Histogram<u64>>,
@@ -46,7 +53,9 @@ impl Default for Counters {
             streamed_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            answers: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
+            cut_thinking: AtomicU64::new(0),
             spent_pico: AtomicI64::new(0),
             ttft_ms: Mutex::new(histogram()),
             latency_ms: Mutex::new(histogram()),
@@ -184,14 +193,25 @@ impl super::worker::Shared {
         let counters = [Some(&self.totals), Some(&self.dataset_stats[dataset]), at];
         match &r.outcome {
             AttemptOutcome::Done(c) => {
+                let shape = Shape::of_completion(c);
                 for k in counters.into_iter().flatten() {
                     k.spent_pico.fetch_add(r.booked_pico, Ordering::Relaxed);
                     k.prompt_tokens
                         .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
                     k.output_tokens
                         .fetch_add(c.usage.completion_tokens, Ordering::Relaxed);
-                    if c.finish_reason == "length" {
+                    // An empty answer is paid for and counted as the endpoint's failure, as
+                    // the core's breaker counts it; any other is an answer.
+                    if shape == Shape::Empty {
+                        k.error(ErrorKind::Empty);
+                    } else {
+                        k.answers.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if shape.is_cut() {
                         k.truncated.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if matches!(shape, Shape::CutThinking { .. }) {
+                        k.cut_thinking.fetch_add(1, Ordering::Relaxed);
                     }
                     k.record_timing(
                         c.ttft.map(|t| t.as_millis() as u64),

@@ -444,6 +444,8 @@ mod tests {
             finish_reason: if truncated { "length" } else { "stop" }.into(),
             native_finish_reason: None,
             truncated,
+            cut_thinking: false,
+            cost_estimated: false,
             usage: RecordUsage {
                 prompt_tokens: 10,
                 completion_tokens: 20,

@@ -353,7 +353,6 @@ impl StreamAccumulator {
 
     /// Ends the stream: a completion when it is complete, else why it is not.
     pub fn finish(self, ttft: Option<Duration>, latency: Duration) -> Result<Completion, ApiError> {
-        let provider = self.provider.clone().unwrap_or_else(|| "?".to_string());
         let Some(finish_reason) = self.finish_reason else {
             return Err(ApiError::Truncated(format!(
                 "no finish_reason after {} events{}",
@@ -383,9 +382,9 @@ impl StreamAccumulator {
                 UsageSource::CountedEvents,
             ),
         };
-        if self.content.is_empty() && self.reasoning.is_empty() {
-            return Err(ApiError::Empty { provider });
-        }
+        // A complete answer without text (a tool call only, hidden or encrypted reasoning) is
+        // still a billed answer: it goes out as one, for the core to book at its `usage.cost`
+        // and judge as empty.
         Ok(Completion {
             id: self.id,
             provider: self.provider,
@@ -517,16 +516,44 @@ mod tests {
     }
 
     #[test]
-    fn empty_200_is_an_error() {
-        let r = run(
+    fn a_complete_answer_without_text_is_an_answer_with_its_bill() {
+        // Nothing at all: still an answer, for the core to book and judge empty.
+        let c = run(
             &[
                 r#"{"provider":"Fireworks","choices":[{"delta":{"content":""},"finish_reason":"stop"}]}"#,
                 r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}}"#,
                 "[DONE]",
             ],
             true,
-        );
-        assert!(matches!(r, Err(ApiError::Empty { ref provider }) if provider == "Fireworks"));
+        )
+        .expect("an answer");
+        assert_eq!((c.content.as_str(), c.reasoning.as_deref()), ("", None));
+        assert_eq!(c.provider.as_deref(), Some("Fireworks"));
+        // A tool call only, billed (as Kimi K2 via Chutes streams it): booked at its cost.
+        let c = run(
+            &[
+                r#"{"id":"gen-1","provider":"Chutes","choices":[{"delta":{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":""}}]}}]}"#,
+                r#"{"id":"gen-1","provider":"Chutes","choices":[{"delta":{"content":null,"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+                r#"{"id":"gen-1","provider":"Chutes","choices":[],"usage":{"prompt_tokens":90,"completion_tokens":20,"total_tokens":110,"cost":0.000137}}"#,
+                "[DONE]",
+            ],
+            true,
+        )
+        .expect("an answer");
+        assert_eq!(c.finish_reason, "tool_calls");
+        assert!(c.content.is_empty());
+        assert_eq!(c.cost(), Some(Usd::from_f64(0.000137)));
+        // Encrypted reasoning only: no text to keep, the bill all the same.
+        let c = run(
+            &[
+                r#"{"id":"gen-2","choices":[{"delta":{"content":"","reasoning_details":[{"type":"reasoning.encrypted","data":"xyz"}]}}]}"#,
+                r#"{"id":"gen-2","choices":[{"delta":{"content":""},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":40,"cost":0.0002}}"#,
+            ],
+            true,
+        )
+        .expect("an answer");
+        assert_eq!(c.reasoning, None);
+        assert_eq!(c.usage.completion_tokens, 40);
     }
 
     #[test]

@@ -813,12 +813,19 @@ fn make_plan(
         None => true,
     };
     let reasoning_visible = req.reasoning.as_ref().and_then(|r| r.exclude) != Some(true);
+    // A thinking model thinks first, then answers, and `max_tokens` bounds both: reasoning
+    // tokens are output tokens (openrouter.ai/docs/use-cases/reasoning-tokens). So the
+    // reasoning is a share of the answer the model would have written, and a cut at
+    // `max_tokens` that falls inside it leaves no content: `finish_reason: "length"` with
+    // reasoning only, billed in full.
     let mut reasoning = if reasoning_on {
-        ((n as f64) * table.reasoning_share).round() as u64
+        ((natural as f64) * table.reasoning_share).round() as u64
     } else {
         0
     };
-    if reasoning >= n {
+    if finish == "length" {
+        reasoning = reasoning.min(n);
+    } else if reasoning >= n {
         reasoning = n.saturating_sub(1);
     }
     let tag_hash = fnv1a(ep.tag.as_str().as_bytes(), FNV_OFFSET);

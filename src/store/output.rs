@@ -57,6 +57,14 @@ pub struct OutputRecord {
     pub native_finish_reason: Option<String>,
     /// `finish_reason` was `length`: the answer was cut at `max_tokens`.
     pub truncated: bool,
+    /// `cost_usd` is harvest's estimate from the endpoint's listed prices: the server
+    /// reported no `usage.cost` (for a row of several turns: for one of them at least).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_estimated: bool,
+    /// Cut at `max_tokens` before any content: the model was still thinking, and the row
+    /// holds its reasoning and an empty answer (`truncated` too).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_thinking: bool,
     pub usage: RecordUsage,
     pub cost_usd: Usd,
     pub ttft_ms: Option<u64>,
@@ -90,6 +98,9 @@ pub struct TurnRecord {
     pub latency_ms: u64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline_think: bool,
+    /// `cost_usd` is harvest's estimate (no `usage.cost` came).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_estimated: bool,
 }
 
 /// One prompt that failed for good.
@@ -451,6 +462,8 @@ mod tests {
             finish_reason: "stop".into(),
             native_finish_reason: None,
             truncated: false,
+            cut_thinking: false,
+            cost_estimated: false,
             usage: RecordUsage {
                 prompt_tokens: 5,
                 completion_tokens: 7,

@@ -49,6 +49,7 @@ pub fn endpoint(
         ttft_p95_ms: None,
         mean_output_tokens: None,
         truncation_rate: None,
+        cut_thinking_rate: None,
         empty_rate: None,
         spent: Usd::ZERO,
     }
@@ -366,6 +367,7 @@ pub fn kimi_snapshot() -> Snapshot {
         usd_per_min: 3.91,
         eta_s: Some(1_200.0),
         drain_left_s: None,
+        cut_thinking_share: None,
         datasets: vec![b3, b4, b5],
         endpoints: kimi_endpoints(),
         events_total: events.len() as u64,

@@ -13,6 +13,7 @@ pub mod account;
 mod admission;
 mod budget;
 mod control;
+mod cut_watch;
 mod dispatch;
 mod outcome;
 mod routing;
@@ -21,6 +22,7 @@ mod systematic;
 mod tests;
 pub mod think;
 pub(crate) mod turns;
+pub(crate) mod verdict;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -283,6 +285,8 @@ pub struct Core {
     repriced: Vec<usize>,
     /// The event that no endpoint can take a request was given (until one can again).
     said_stuck: bool,
+    /// The recent share of answers cut while thinking.
+    cut_watch: cut_watch::CutWatch,
 }
 
 impl Core {
@@ -356,6 +360,7 @@ impl Core {
             price_said: HashSet::new(),
             repriced: Vec::new(),
             said_stuck: false,
+            cut_watch: cut_watch::CutWatch::default(),
         };
         core.refresh_verdicts();
         core
@@ -532,6 +537,11 @@ impl Core {
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
+    /// The recent share of answers cut while thinking, while it is high enough to warn of.
+    pub fn cut_thinking_alarm(&self) -> Option<f64> {
+        self.cut_watch.alarming()
+    }
+
     pub fn retries(&self) -> u64 {
         self.retries
     }

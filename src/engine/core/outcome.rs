@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::{OnEmpty, OnLength, SplitThink, Turns};
+use crate::config::{SplitThink, Turns};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, Completion, ErrorKind, UsageSource};
 use crate::store::output::{
@@ -18,6 +18,8 @@ use crate::store::output::{
 use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
 use super::super::worker::{AttemptOutcome, AttemptResult, cut_after_tokens};
+use super::cut_watch::CutNews;
+use super::verdict::{AnswerRules, Shape, Verdict, verdict};
 use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
 
 /// What an attempt sent: its ledger name and its parameters.
@@ -81,19 +83,8 @@ impl Core {
             if kind == ErrorKind::RateLimited {
                 let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
                 self.health[e].on_rate_limited(now.mono, wait);
-            } else if err.is_retryable()
-                && let Some(HealthEvent::Opened { failures, cooldown }) =
-                    self.health[e].on_failure(now.mono)
-            {
-                let tag = self.endpoints[e].tag.clone();
-                self.event(
-                    now,
-                    format!(
-                        "breaker opened: {tag} after {failures} failures in a row ({}); probe in {}s",
-                        kind.label(),
-                        cooldown.as_secs()
-                    ),
-                );
+            } else if err.is_retryable() {
+                self.endpoint_failed(e, kind.label(), now);
             }
         }
         // A timeout is our own close, and a stream cut after tokens (a reset, a clean
@@ -248,6 +239,54 @@ impl Core {
         self.push_retry(job, due);
     }
 
+    /// A failure the endpoint is to blame for, of kind `label`: counted by its breaker.
+    fn endpoint_failed(&mut self, e: usize, label: &str, now: &Clock) {
+        if let Some(HealthEvent::Opened { failures, cooldown }) =
+            self.health[e].on_failure(now.mono)
+        {
+            let tag = self.endpoints[e].tag.clone();
+            self.event(
+                now,
+                format!(
+                    "breaker opened: {tag} after {failures} failures in a row ({label}); probe in {}s",
+                    cooldown.as_secs()
+                ),
+            );
+        }
+    }
+
+    /// Counts a paid answer's shape: an empty one is its endpoint's failure (the breaker
+    /// counts it), any other its success; the recent share cut while thinking is watched.
+    fn note_answer_shape(
+        &mut self,
+        shape: Shape,
+        dataset: usize,
+        endpoint: Option<usize>,
+        now: &Clock,
+    ) {
+        if let Some(e) = endpoint {
+            if shape == Shape::Empty {
+                self.endpoint_failed(e, ErrorKind::Empty.label(), now);
+            } else if let Some(HealthEvent::Closed) = self.health[e].on_success() {
+                let tag = self.endpoints[e].tag.clone();
+                self.event(now, format!("breaker closed: {tag} answered again"));
+            }
+        }
+        let cut = matches!(shape, Shape::CutThinking { .. });
+        if let CutNews::Rising(share) = self.cut_watch.note(cut) {
+            let max_tokens = self.datasets[dataset].params.max_tokens;
+            self.event(
+                now,
+                format!(
+                    "{:.0}% of recent answers were cut while thinking (max_tokens {max_tokens} \
+                     is below the model's reasoning): raise max_tokens; the cut rows are kept \
+                     as truncated, and `harvest run --retry-truncated` sends them again",
+                    share * 100.0
+                ),
+            );
+        }
+    }
+
     /// Retries `job` after a back-off (at least what the server asked for).
     fn schedule_retry(&mut self, job: Job, err: &ApiError, now: &Clock) {
         let unit: f64 = self.rng.random();
@@ -379,38 +418,15 @@ impl Core {
     ) {
         let attempt = sent.attempt;
         let d = job.dataset;
-        if let Some(e) = endpoint
-            && let Some(HealthEvent::Closed) = self.health[e].on_success()
-        {
-            let tag = self.endpoints[e].tag.clone();
-            self.event(now, format!("breaker closed: {tag} answered again"));
-        }
-        let truncated = c.finish_reason == "length";
         let ep = endpoint.map(|e| self.endpoints[e].clone());
-        self.ledger(SpendEntry {
-            at: now.rfc3339(),
-            id: job.prompt.id.clone(),
-            dataset: self.datasets[d].name.clone(),
-            endpoint: ep.as_ref().map(|e| e.tag.clone()),
-            kind: SpendKind::Complete,
-            usd: cost,
-            prompt_tokens: c.usage.prompt_tokens,
-            completion_tokens: c.usage.completion_tokens,
-            estimated: c.cost().is_none(),
-            generation_id: c.id.clone(),
-            attempt: Some(attempt.to_string()),
-            expected_usd: None,
-            error: None,
-            checkpoint: None,
-            note: None,
-        });
         self.check_price(&ep, &c, now);
+        let (cost_estimated, usage_prompt, usage_completion, gid) = (
+            c.cost().is_none(),
+            c.usage.prompt_tokens,
+            c.usage.completion_tokens,
+            c.id.clone(),
+        );
         // Paid for; now, is it an answer to keep?
-        if c.finish_reason == "content_filter" {
-            let why = "finish_reason content_filter: the provider filtered the answer".to_string();
-            self.reject(job, why, ErrorKind::ContentPolicy.label(), now);
-            return;
-        }
         let (content, reasoning, split) = match self.cfg.split_think {
             SplitThink::Auto => super::think::clean(c.content, c.reasoning),
             SplitThink::Off => (c.content, c.reasoning, false),
@@ -426,40 +442,69 @@ impl Core {
             );
             self.event(now, text);
         }
-        if content.trim().is_empty() && self.cfg.on_empty != OnEmpty::Keep {
-            let err = ApiError::Empty {
-                provider: c.provider.clone().unwrap_or_else(|| "?".into()),
+        let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref());
+        self.ledger(SpendEntry {
+            at: now.rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.datasets[d].name.clone(),
+            endpoint: ep.as_ref().map(|e| e.tag.clone()),
+            kind: SpendKind::Complete,
+            usd: cost,
+            prompt_tokens: usage_prompt,
+            completion_tokens: usage_completion,
+            estimated: cost_estimated,
+            generation_id: gid,
+            attempt: Some(attempt.to_string()),
+            expected_usd: None,
+            // A paid answer with nothing in it counts among the failures by kind.
+            error: (shape == Shape::Empty).then(|| ErrorKind::Empty.to_string()),
+            checkpoint: None,
+            note: None,
+        });
+        self.note_answer_shape(shape, d, endpoint, now);
+        let rules = AnswerRules {
+            on_length: self.cfg.retry.on_length,
+            on_empty: self.cfg.on_empty,
+            max_attempts: self.cfg.retry.max_attempts,
+            max_tokens: self.datasets[d].params.max_tokens,
+        };
+        let mut verdict = verdict(shape, rules, job.attempts);
+        let last_turn = !(self.datasets[d].turns == Turns::All
+            && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt));
+        if matches!(shape, Shape::CutThinking { .. }) && !last_turn {
+            // An empty assistant turn is no history to answer the next user turn on.
+            verdict = Verdict::Reject {
+                kind: super::verdict::CUT_THINKING,
+                why: format!(
+                    "cut while thinking at max_tokens {} before the last turn: raise \
+                     max_tokens, then run with --retry-rejects",
+                    rules.max_tokens
+                ),
             };
-            if self.cfg.on_empty == OnEmpty::Retry && job.attempts < self.cfg.retry.max_attempts {
-                self.schedule_retry(job, &err, now);
-            } else {
-                let why = format!(
-                    "empty answer content (reasoning only, or cut while thinking) after {} attempt{}",
-                    job.attempts,
-                    if job.attempts == 1 { "" } else { "s" }
-                );
-                self.reject(job, why, ErrorKind::Empty.label(), now);
+        }
+        match verdict {
+            Verdict::Keep => {}
+            Verdict::Retry => {
+                let err = match shape {
+                    Shape::Empty => ApiError::Empty {
+                        provider: c.provider.clone().unwrap_or_else(|| "?".into()),
+                    },
+                    _ => ApiError::Truncated(
+                        "finish_reason length (retrying per retry.on_length)".into(),
+                    ),
+                };
+                return self.schedule_retry(job, &err, now);
             }
-            return;
+            Verdict::Reject { kind, why } => {
+                if shape == Shape::Empty {
+                    // The prompt's own, not the run's: what was held before it is too.
+                    self.write_held(now);
+                }
+                return self.reject(job, why, kind, now);
+            }
         }
-        if truncated
-            && job.attempts < self.cfg.retry.max_attempts
-            && self.cfg.retry.on_length == OnLength::Retry
-        {
-            let err =
-                ApiError::Truncated("finish_reason length (retrying per retry.on_length)".into());
-            self.schedule_retry(job, &err, now);
-            return;
-        }
-        if truncated && self.cfg.retry.on_length != OnLength::Keep {
-            self.reject(
-                job,
-                "finish_reason length: cut at max_tokens".into(),
-                "length",
-                now,
-            );
-            return;
-        }
+        let truncated = shape.is_cut();
+        let cut_thinking = matches!(shape, Shape::CutThinking { .. });
         let completion_tokens = c.usage.completion_tokens;
         let usage = RecordUsage {
             prompt_tokens: c.usage.prompt_tokens,
@@ -488,6 +533,7 @@ impl Core {
             ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
             latency_ms: elapsed.as_millis() as u64,
             inline_think: split,
+            cost_estimated,
         };
         // Every answer counts against the budgets, whether it ends a row or not.
         let ds = &mut self.datasets[d];
@@ -538,6 +584,8 @@ impl Core {
             finish_reason: c.finish_reason,
             native_finish_reason: c.native_finish_reason,
             truncated,
+            cut_thinking,
+            cost_estimated: turn_records.iter().any(|t| t.cost_estimated) || cost_estimated,
             usage,
             cost_usd: cost,
             ttft_ms: c.ttft.map(|t| t.as_millis() as u64),

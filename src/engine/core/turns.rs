@@ -128,6 +128,7 @@ mod tests {
                 ttft_ms: None,
                 latency_ms: 1,
                 inline_think: false,
+                cost_estimated: false,
             },
         }
     }

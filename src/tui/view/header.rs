@@ -1,5 +1,6 @@
 //! The header line: model, run state and elapsed time, in flight vs limit, spend vs budget with
-//! a gauge and the projected final spend, overall ETA (while draining: when the last request
+//! a gauge and the projected final spend, a warning while many answers are cut while thinking,
+//! overall ETA (while draining: when the last request
 //! in flight is expected to end). Parts give way as the width shrinks:
 //! the brand, then the model (the providers title takes it), then long labels and the gauge;
 //! state, spend with its projection and ETA always stay.
@@ -144,6 +145,20 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         && let Some(r) = &s.reason
     {
         spans.push(Span::styled(format!(" ({r})"), t.warn));
+    }
+    if o.reason
+        && let Some(share) = s.cut_thinking_share
+    {
+        // max_tokens is below what the model thinks: the operator should raise it.
+        let text = if o.long_fly {
+            format!(
+                " cut while thinking {:.0}%: raise max_tokens",
+                share * 100.0
+            )
+        } else {
+            format!(" cut thinking {:.0}%", share * 100.0)
+        };
+        spans.push(Span::styled(text, t.warn));
     }
     spans.push(sep());
     spans.push(Span::styled(

@@ -11,6 +11,7 @@ mod purity;
 mod routing;
 mod systematic;
 mod turns;
+mod verdict;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 11] = [
+const SOURCES: [(&str, &str); 13] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
@@ -13,6 +13,8 @@ const SOURCES: [(&str, &str); 11] = [
     ("systematic.rs", include_str!("../systematic.rs")),
     ("think.rs", include_str!("../think.rs")),
     ("turns.rs", include_str!("../turns.rs")),
+    ("cut_watch.rs", include_str!("../cut_watch.rs")),
+    ("verdict.rs", include_str!("../verdict.rs")),
 ];
 
 const FORBIDDEN: [&str; 12] = [

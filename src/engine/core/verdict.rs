@@ -1,0 +1,136 @@
+//! Whether a paid answer is kept: its [`Shape`] (whole, cut at `max_tokens`, cut while
+//! thinking, empty, filtered) and the [`Verdict`] the config gives that shape. Pure and
+//! table-tested (`core/tests/verdict.rs`); the outcome room books the answer first, whatever
+//! the verdict, and the driver's counters read the same shape.
+//!
+//! A thinking model that reaches `max_tokens` while still thinking returns `finish_reason:
+//! "length"` with reasoning and no content. That is a cut, not an empty answer: sending the same
+//! request at the same `max_tokens` mostly buys the same cut, and for a drafter the reasoning is
+//! the model's own output, worth keeping. So it is kept as a truncated row (unless
+//! `retry.on_length = "reject"`), never retried; `--retry-truncated` at a larger `max_tokens` is
+//! the remedy. `on_empty` applies only to answers that *finished* with no content.
+
+use crate::config::{OnEmpty, OnLength};
+use crate::openrouter::Completion;
+
+/// What a finished response holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Finished with content.
+    Whole,
+    /// Cut at `max_tokens` with content.
+    Cut,
+    /// Cut at `max_tokens` before any content: the model was still thinking. `reasoning` says
+    /// whether any reasoning text came (hidden or encrypted reasoning gives none).
+    CutThinking { reasoning: bool },
+    /// Finished (not cut) with no content, or only whitespace: reasoning only, a tool call
+    /// only, hidden reasoning.
+    Empty,
+    /// The provider filtered it (`finish_reason: "content_filter"`).
+    Filtered,
+}
+
+impl Shape {
+    /// The shape of an answer with this finish reason, content and reasoning.
+    pub(crate) fn of(finish_reason: &str, content: &str, reasoning: Option<&str>) -> Shape {
+        let has_content = !content.trim().is_empty();
+        let has_reasoning = reasoning.is_some_and(|r| !r.trim().is_empty());
+        match finish_reason {
+            "content_filter" => Shape::Filtered,
+            "length" if has_content => Shape::Cut,
+            "length" => Shape::CutThinking {
+                reasoning: has_reasoning,
+            },
+            _ if has_content => Shape::Whole,
+            _ => Shape::Empty,
+        }
+    }
+
+    /// The shape of a completion as it came (before thinking inline in the text is split out:
+    /// an answer with `<think>` text is not empty).
+    pub(crate) fn of_completion(c: &Completion) -> Shape {
+        Shape::of(&c.finish_reason, &c.content, c.reasoning.as_deref())
+    }
+
+    /// Cut at `max_tokens`, with or without content.
+    pub(crate) fn is_cut(self) -> bool {
+        matches!(self, Shape::Cut | Shape::CutThinking { .. })
+    }
+}
+
+/// What to do with a paid answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Write it to the outputs (`truncated` when cut).
+    Keep,
+    /// Send the prompt again (the answer stays booked).
+    Retry,
+    /// A final reject, with its kind label and text.
+    Reject { kind: &'static str, why: String },
+}
+
+/// The config's answer options, as the verdict reads them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AnswerRules {
+    pub on_length: OnLength,
+    pub on_empty: OnEmpty,
+    pub max_attempts: u32,
+    pub max_tokens: u32,
+}
+
+/// What to do with an answer of `shape`, after `attempts` attempts (this one included).
+pub(crate) fn verdict(shape: Shape, rules: AnswerRules, attempts: u32) -> Verdict {
+    let retries_left = attempts < rules.max_attempts;
+    let plural = if attempts == 1 { "" } else { "s" };
+    match shape {
+        Shape::Whole => Verdict::Keep,
+        Shape::Filtered => Verdict::Reject {
+            kind: crate::openrouter::ErrorKind::ContentPolicy.label(),
+            why: "finish_reason content_filter: the provider filtered the answer".into(),
+        },
+        Shape::Cut => match rules.on_length {
+            OnLength::Keep => Verdict::Keep,
+            OnLength::Retry if retries_left => Verdict::Retry,
+            OnLength::Retry | OnLength::Reject => Verdict::Reject {
+                kind: LENGTH,
+                why: format!(
+                    "finish_reason length: cut at max_tokens {} after {attempts} attempt{plural}",
+                    rules.max_tokens
+                ),
+            },
+        },
+        // Never retried: the same max_tokens buys the same cut.
+        Shape::CutThinking { reasoning: true } if rules.on_length != OnLength::Reject => {
+            Verdict::Keep
+        }
+        Shape::CutThinking { reasoning } => Verdict::Reject {
+            kind: CUT_THINKING,
+            why: format!(
+                "cut while thinking at max_tokens {}{}: raise max_tokens, then run with \
+                 --retry-truncated",
+                rules.max_tokens,
+                if reasoning {
+                    ""
+                } else {
+                    " (no reasoning text came back: hidden or encrypted)"
+                }
+            ),
+        },
+        Shape::Empty => match rules.on_empty {
+            OnEmpty::Keep => Verdict::Keep,
+            OnEmpty::Retry if retries_left => Verdict::Retry,
+            OnEmpty::Retry | OnEmpty::Reject => Verdict::Reject {
+                kind: crate::openrouter::ErrorKind::Empty.label(),
+                why: format!(
+                    "empty answer content (reasoning only, a tool call only, or hidden \
+                     reasoning) after {attempts} attempt{plural}"
+                ),
+            },
+        },
+    }
+}
+
+/// The reject kind of an answer cut at `max_tokens` (with content).
+pub(crate) const LENGTH: &str = "length";
+/// The kind of an answer cut at `max_tokens` before any content, in rejects, stats and report.
+pub(crate) const CUT_THINKING: &str = "cut-thinking";
