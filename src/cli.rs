@@ -246,6 +246,10 @@ pub struct SimArgs {
     /// The Retry-After of the in-flight budget's 402, at real pace (scaled by --speed-scale).
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub inflight_retry_after_s: f64,
+    /// Leave out the X-Generation-Id response header, as the real API's recorded chat
+    /// responses do (the id is in every chunk's `id` either way)
+    #[arg(long)]
+    pub no_generation_header: bool,
     /// Keep each request's JSON body in the request log (GET /sim/requests), to compare what
     /// was sent with what a row records. Memory grows with the log (200,000 entries at most).
     #[arg(long)]

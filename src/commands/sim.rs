@@ -27,6 +27,7 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
     cfg.key_limit_usd = args.key_limit;
     cfg.api_key = args.require_key.clone();
     cfg.log_bodies = args.log_bodies;
+    cfg.generation_header = !args.no_generation_header;
     cfg.tls = args.tls;
     cfg.h2_max_streams = args.h2_max_streams.max(1);
     if let Some(usd) = args.inflight_budget {

@@ -281,28 +281,7 @@ pub async fn run_attempt(
         // The provider has the prompt: it is paid for from here on.
         accrue(prompt_cost);
         if let Some(g) = &generation_id {
-            // If we crash now, the next start finds this line open and asks the API for the
-            // cost. A failed write stops the run through the supervisor's own writes.
-            let _ = shared
-                .writer
-                .spend(&SpendEntry {
-                    at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                    id: spec.prompt_id.clone(),
-                    dataset: spec.dataset_name.clone(),
-                    endpoint: spec.pinned.map(|e| shared.endpoints()[e].tag.clone()),
-                    kind: SpendKind::Started,
-                    usd: crate::domain::Usd::ZERO,
-                    prompt_tokens: spec.prompt_tokens_estimate,
-                    completion_tokens: 0,
-                    estimated: true,
-                    generation_id: Some(g.clone()),
-                    attempt: Some(spec.attempt.clone()),
-                    expected_usd: None,
-                    error: None,
-                    checkpoint: None,
-                    note: None,
-                })
-                .await;
+            write_started(&shared, &spec, g, spec.pinned).await;
         }
         let mut first = true;
         while let Some(p) = stream.next().await? {
@@ -312,6 +291,14 @@ pub async fn run_attempt(
                     endpoint = stream
                         .provider()
                         .and_then(|name| shared.endpoint_serving(name, &spec.over));
+                }
+                if generation_id.is_none() {
+                    // No `X-Generation-Id` header (the real API's recorded responses carry
+                    // none): the id every chunk carries will do for a crash's look-up.
+                    generation_id = stream.generation_id().map(str::to_string);
+                    if let Some(g) = &generation_id {
+                        write_started(&shared, &spec, g, endpoint).await;
+                    }
                 }
                 if let Some(e) = endpoint {
                     // Its own completion price for this prompt now (overrides, discount).
@@ -425,6 +412,32 @@ pub async fn run_attempt(
         generation_id,
         elapsed: started.elapsed(),
     }
+}
+
+/// Writes the attempt's `started` ledger line: if we crash now, the next start finds it open
+/// and asks the API what generation `g` cost. A failed write stops the run through the
+/// supervisor's own writes.
+async fn write_started(shared: &Shared, spec: &AttemptSpec, g: &str, endpoint: Option<usize>) {
+    let _ = shared
+        .writer
+        .spend(&SpendEntry {
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            id: spec.prompt_id.clone(),
+            dataset: spec.dataset_name.clone(),
+            endpoint: endpoint.map(|e| shared.endpoints()[e].tag.clone()),
+            kind: SpendKind::Started,
+            usd: crate::domain::Usd::ZERO,
+            prompt_tokens: spec.prompt_tokens_estimate,
+            completion_tokens: 0,
+            estimated: true,
+            generation_id: Some(g.to_string()),
+            attempt: Some(spec.attempt.clone()),
+            expected_usd: None,
+            error: None,
+            checkpoint: None,
+            note: None,
+        })
+        .await;
 }
 
 /// Failures that end a stream early without an error finish reason: once tokens were sent,

@@ -69,6 +69,9 @@ pub struct SimConfig {
     pub tls: bool,
     /// Over HTTPS, the HTTP/2 streams one connection may carry at once.
     pub h2_max_streams: u32,
+    /// Send the `X-Generation-Id` response header. The real API's recorded chat responses
+    /// carry none (tests/fixtures/recorded/README.md): the id is in every chunk's `id`.
+    pub generation_header: bool,
 }
 
 impl SimConfig {
@@ -88,6 +91,7 @@ impl SimConfig {
             log_bodies: false,
             tls: false,
             h2_max_streams: tls::DEFAULT_H2_MAX_STREAMS,
+            generation_header: true,
         }
     }
 

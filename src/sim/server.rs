@@ -41,6 +41,8 @@ const STALL_LIMIT: Duration = Duration::from_secs(600);
 #[derive(Clone, Debug, Serialize)]
 struct Live {
     speed_scale: f64,
+    /// Send `X-Generation-Id` (see [`SimConfig::generation_header`]).
+    generation_header: bool,
     output_mean: f64,
     output_sigma: f64,
     behaviours: Vec<SimBehaviour>,
@@ -94,6 +96,8 @@ pub struct EndpointPatch {
 #[serde(deny_unknown_fields)]
 pub struct ControlRequest {
     pub speed_scale: Option<f64>,
+    /// Send the `X-Generation-Id` header (the chunks' `id` carries the id either way).
+    pub generation_header: Option<bool>,
     pub output_tokens_mean: Option<f64>,
     pub output_tokens_sigma: Option<f64>,
     /// Applied to every endpoint.
@@ -157,6 +161,7 @@ impl SimState {
         };
         let live = Live {
             speed_scale: cfg.speed_scale.max(0.0),
+            generation_header: cfg.generation_header,
             output_mean: cfg.table.output_tokens.mean,
             output_sigma: cfg.table.output_tokens.sigma,
             behaviours: cfg
@@ -205,6 +210,9 @@ impl SimState {
         let mut next = live.clone();
         if let Some(s) = req.speed_scale {
             next.speed_scale = s.max(0.0);
+        }
+        if let Some(g) = req.generation_header {
+            next.generation_header = g;
         }
         if let Some(m) = req.output_tokens_mean {
             next.output_mean = m.max(1.0);
@@ -929,6 +937,7 @@ fn respond(
     let (tx, rx) = mpsc::channel::<Chunk>(2);
     let stream = plan.stream;
     let id = plan.id.clone();
+    let header_id = state.live().generation_header;
     tokio::spawn(async move {
         // Counted against the in-flight budget until the generation ends.
         let _ticket = ticket;
@@ -951,7 +960,7 @@ fn respond(
             HeaderValue::from_static("application/json"),
         );
     }
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    if header_id && let Ok(v) = HeaderValue::from_str(&id) {
         h.insert("x-generation-id", v);
     }
     resp
