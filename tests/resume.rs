@@ -455,3 +455,91 @@ async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
     );
     sim.stop().await;
 }
+
+/// Look-ups never hold a run: a `kill -9` catches 150 streams between their headers and
+/// their first token, at an API that does not know them (`/generation` 404s, as for streams
+/// closed before their first token where closing stops the bill). The resume finishes the
+/// work, and a run with nothing left to do ends at once, saying how many look-ups it leaves
+/// open, instead of waiting on `/generation` for each (8 tries, ~9 s a look-up, 32 at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.speed_scale = 1.0;
+    cfg.generation_visible_after = Duration::from_secs(3600);
+    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    let slow_start = harvest::sim::EndpointPatch {
+        ttft_ms: Some(20_000.0),
+        ..Default::default()
+    };
+    sim.state
+        .control(&harvest::sim::ControlRequest {
+            all: Some(slow_start),
+            ..Default::default()
+        })
+        .expect("control");
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        150,
+        &sim.base_url(),
+        "HARVEST_RESUME_TEST_KEY",
+        "budget_usd = 50.0\nconcurrency = 150\n[request]\nmax_tokens = 500",
+        "N",
+    );
+    let ledger = dir.path().join("out").join("spend.jsonl");
+    let started = || {
+        std::fs::read_to_string(&ledger)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"started\""))
+            .count()
+    };
+    let mut child = harvest_run(&config).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while started() < 150 {
+        assert!(Instant::now() < deadline, "headers too slow: {}", started());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    sim.state
+        .control(&harvest::sim::ControlRequest {
+            speed_scale: Some(0.0),
+            all: Some(harvest::sim::EndpointPatch {
+                ttft_ms: Some(100.0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .expect("control");
+    // The resume does the work; then a run with nothing to do.
+    for run in ["resume", "no-op"] {
+        let config = config.clone();
+        let t0 = Instant::now();
+        let output = tokio::task::spawn_blocking(move || harvest_run(&config).output())
+            .await
+            .expect("join")
+            .expect("run");
+        let took = t0.elapsed();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{run}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        eprintln!("{run} took {took:?}");
+        if run == "no-op" {
+            assert!(
+                took < Duration::from_secs(10),
+                "{run} took {took:?}: {stdout}"
+            );
+            assert!(
+                stdout.contains("left open for the next start"),
+                "the pending look-ups are named: {stdout}"
+            );
+        }
+    }
+    let done = std::fs::read_to_string(dir.path().join("out").join("N.jsonl")).expect("outputs");
+    assert_eq!(done.lines().count(), 150);
+    sim.stop().await;
+}

@@ -22,6 +22,13 @@ const DEADLINE: Duration = Duration::from_secs(20);
 /// unknown to the API, or no answer in time).
 pub type Found = (SpendEntry, Option<f64>);
 
+/// How long the end of a run waits for look-ups still running (of a crash's leftovers, of
+/// streams it closed): the rest are left for the next start, never holding a finished run.
+pub const END_GRACE: Duration = Duration::from_secs(3);
+
+/// The most the end of a run spends asking what the streams it closed really cost.
+pub const CLOSED_DEADLINE: Duration = Duration::from_secs(15);
+
 /// A generation the API still does not know this long after it started is taken to be lost
 /// (a provider finishes or drops a generation within minutes; the API records it when it
 /// ends): booked once at its expected cost, marked estimated, and closed. Younger ones stay
@@ -94,6 +101,12 @@ pub(super) struct Recovery {
     /// Booked at their expected cost, unknown to the API past [`UNKNOWN_AFTER`].
     pub lost: usize,
     pub total: crate::domain::Usd,
+    /// What the requests looked up were expected to cost when sent, and of it, that of those
+    /// whose look-up came back (the rest is what pending look-ups stand for).
+    pub expected: crate::domain::Usd,
+    pub expected_back: crate::domain::Usd,
+    /// Look-ups that came back (found, lost, or still unknown and left open).
+    pub back: usize,
     /// Of the look-ups, those of lines `--repair` rebuilt from the outputs.
     pub rebuilt_asked: usize,
     /// Rebuilt lines the API confirmed, and what its costs add to the outputs' costs.
@@ -109,6 +122,7 @@ impl Recovery {
         rebuilt_asked: usize,
     ) -> Recovery {
         let asked = items.len() - rebuilt_asked;
+        let expected = items.iter().filter_map(|(_, e)| e.expected_usd).sum();
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let task = tokio::spawn(async move {
             let mut found = std::pin::pin!(look_up(client, items));
@@ -123,6 +137,7 @@ impl Recovery {
             task: Some(task),
             asked,
             rebuilt_asked,
+            expected,
             ..Recovery::default()
         }
     }

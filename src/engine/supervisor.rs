@@ -348,18 +348,33 @@ impl Supervisor {
                 }
             }
         }
-        // Look-ups still running: a stop-now leaves them (their lines stay open, and the next
-        // start asks again); otherwise their answers are booked before the run ends.
+        // Look-ups still running never hold the run: those that land within a short grace
+        // are booked, the rest stay open (their `started` lines) for the next start or
+        // `harvest status --reconcile`, and one line says so. A stop-now takes no grace.
         if let Some(mut rx) = recovery.rx.take() {
-            if self.core.stopped_now() {
-                if let Some(t) = recovery.task.take() {
-                    t.abort();
-                }
+            let grace = if self.core.stopped_now() {
+                Duration::ZERO
             } else {
-                while let Some(f) = rx.recv().await {
-                    self.recovered(&mut recovery, f).await;
+                super::reconcile::END_GRACE
+            };
+            let until = tokio::time::Instant::now() + grace;
+            let mut all_in = false;
+            loop {
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(f)) => self.recovered(&mut recovery, f).await,
+                    Ok(None) => {
+                        all_in = true;
+                        break;
+                    }
+                    Err(_) => break,
                 }
-                self.recovery_done(&recovery);
+            }
+            if let Some(t) = recovery.task.take() {
+                t.abort();
+            }
+            self.recovery_done(&recovery);
+            if !all_in {
+                self.recovery_left(&recovery);
             }
         }
         self.reconcile_closed().await;

@@ -226,6 +226,8 @@ impl Supervisor {
     ) {
         use super::super::reconcile::{Settle, settle};
         let (entry, cost) = found;
+        rec.back += 1;
+        rec.expected_back += entry.expected_usd.unwrap_or_default();
         if entry.kind == SpendKind::Complete
             && entry.attempt.as_deref() == Some(crate::store::repair::REBUILT)
         {
@@ -247,6 +249,24 @@ impl Supervisor {
             }
             Settle::Wait => self.unsettled += 1,
         }
+    }
+
+    /// The run ended with look-ups of a crash's leftovers still running: they are left open
+    /// for the next start (or `harvest status --reconcile`), in one line.
+    pub(super) fn recovery_left(&mut self, rec: &super::super::reconcile::Recovery) {
+        let left = (rec.asked + rec.rebuilt_asked).saturating_sub(rec.back);
+        if left == 0 {
+            return;
+        }
+        self.core.say(
+            &Clock::now(),
+            format!(
+                "{left} look-ups of requests an earlier run left open were still running when \
+                 the work was done: left open for the next start or `harvest status \
+                 --reconcile` (expected cost {:.6} USD, not booked until the API says)",
+                (rec.expected - rec.expected_back).as_f64()
+            ),
+        );
     }
 
     /// All look-ups of a crash's leftovers are in: says what they found.
@@ -296,12 +316,17 @@ impl Supervisor {
         if items.is_empty() || !self.shared.client.has_key() || self.core.stopped_now() {
             return;
         }
+        let asked = items.len();
         let mut found = std::pin::pin!(super::super::reconcile::look_up(
             self.shared.client.clone(),
             items
         ));
-        let (mut fixed, mut delta_total) = (0u64, Usd::ZERO);
-        while let Some((entry, actual)) = found.next().await {
+        let (mut fixed, mut back, mut delta_total) = (0u64, 0usize, Usd::ZERO);
+        // Bounded: a look-up the API is slow to answer keeps its estimate rather than hold
+        // the end of the run.
+        let until = tokio::time::Instant::now() + super::super::reconcile::CLOSED_DEADLINE;
+        while let Ok(Some((entry, actual))) = tokio::time::timeout_at(until, found.next()).await {
+            back += 1;
             let Some(actual) = actual else { continue };
             let delta = Usd::from_f64(actual) - entry.usd;
             fixed += 1;
@@ -320,6 +345,16 @@ impl Supervisor {
                 format!(
                     "reconciled {fixed} closed streams with /generation: {:+.6} USD",
                     delta_total.as_f64()
+                ),
+            );
+        }
+        if back < asked {
+            self.core.say(
+                &Clock::now(),
+                format!(
+                    "{} closed streams not looked up within {}s: they keep their estimates",
+                    asked - back,
+                    super::super::reconcile::CLOSED_DEADLINE.as_secs()
                 ),
             );
         }
