@@ -59,6 +59,13 @@ impl Core {
             return self.reject(job, why, label, now);
         }
         let signature = err.signature();
+        if let Some(StopReason::Systematic { signature: s, .. }) = &self.stopping
+            && *s == signature
+        {
+            // The run is stopping for this very failure: the prompts still in flight when it
+            // tripped meet it too, and stay pending with the others.
+            return self.requeue_front(job, now);
+        }
         if self.streak.signature != signature {
             self.write_held(now);
             self.streak.signature = signature;

@@ -76,6 +76,26 @@ fn the_same_failure_for_every_prompt_stops_the_run_and_rejects_nothing() {
 }
 
 #[test]
+fn prompts_in_flight_when_the_stop_trips_stay_pending_however_many() {
+    // 50 in flight, the stop at 20: the 30 that fail after it are kept pending too.
+    let mut h = run_with(
+        "concurrency = 50\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 20",
+        60,
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 50);
+    let effects = answer(&mut h, &sent, |_| Some(privacy_404()));
+    assert!(rejects(&effects).is_empty(), "{:?}", rejects(&effects));
+    assert!(matches!(
+        h.core.stopping(),
+        Some(StopReason::Systematic { .. })
+    ));
+    assert_eq!(h.core.datasets()[0].rejected, 0);
+    assert!(h.dispatch().is_empty(), "nothing more is sent");
+    assert!(h.core.is_over());
+}
+
+#[test]
 fn failures_that_are_the_prompts_own_are_rejected_when_the_streak_breaks() {
     let cases: Vec<(&str, Vec<Option<ApiError>>, usize)> = vec![
         (
@@ -143,4 +163,41 @@ fn zero_turns_the_check_off() {
     let effects = answer(&mut h, &sent, |_| Some(privacy_404()));
     assert_eq!(rejects(&effects).len(), 8);
     assert_eq!(h.core.stopping(), None);
+}
+
+#[test]
+fn a_real_refusal_names_its_raw_cause_in_the_reject_and_the_stop() {
+    // A 400 recorded from OpenRouter (pydantic-ai's cassettes): "Provider returned error",
+    // whose `metadata.raw` holds the cause.
+    let body = include_str!(
+        "../../../../tests/fixtures/recorded/o3_400_provider_error_unsupported_value.json"
+    );
+    let refusal = || ApiError::from_response_body(400, None, body.as_bytes());
+    let cause = "Unsupported value: 'none' is not supported";
+    // The prompt's own: rejected with the cause.
+    let mut h = run_with("concurrency = 2\nrouting = \"pinned\"", 2);
+    let sent = h.dispatch();
+    let mut all = answer(&mut h, &sent[..1], |_| Some(refusal()));
+    all.extend(answer(&mut h, &sent[1..], |_| None));
+    let why: Vec<String> = all
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Reject { record, .. } => Some(record.error.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(
+        why[0].contains(cause) && why[0].contains("OpenAI"),
+        "{why:?}"
+    );
+    // Every prompt's: the stop says it.
+    let mut h = run_with(
+        "concurrency = 4\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 3",
+        4,
+    );
+    let sent = h.dispatch();
+    answer(&mut h, &sent, |_| Some(refusal()));
+    let stop = h.core.stopping().expect("stopped").to_string();
+    assert!(stop.contains(cause), "{stop}");
 }
