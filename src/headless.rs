@@ -52,6 +52,9 @@ pub fn progress_line(s: &Snapshot) -> String {
     if let Some(eta) = s.eta_s {
         line.push_str(&format!("  ETA {}", duration(eta)));
     }
+    if let Some(last) = s.last_stretch_s {
+        line.push_str(&format!("  budget last stretch {}", duration(last)));
+    }
     if let Some(share) = s.cut_thinking_share {
         line.push_str(&format!(
             "  cut while thinking {:.0}% (raise max_tokens)",
@@ -116,6 +119,12 @@ pub fn summary(s: &Snapshot) -> String {
         ));
     }
     out.push('\n');
+    if let Some(last) = s.last_stretch_s {
+        out.push_str(&format!(
+            "budget: the last stretch (worst-case reservations) took the final {} of the run\n",
+            duration(last)
+        ));
+    }
     if let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now) {
         out.push_str(&format!(
             "API key usage: {:.4} USD this run ({a:.4} -> {b:.4})\n",

@@ -100,3 +100,64 @@ async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
     );
     sim.stop().await;
 }
+
+/// Where every endpoint bills a cancelled stream in full, the hard budget (the default) ends at
+/// or under `budget_usd` plus 0.5%; the expected mode, as every run did before it, passes it by
+/// the tail of the streams in flight at the cap. Both against the same simulator, side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hard_budget_holds_where_cancelled_streams_are_billed() {
+    let budget = 0.40;
+    let mut billed_by_mode = Vec::new();
+    for mode in ["expected", "hard"] {
+        let s = setup();
+        let sim = fast_sim(300.0).await;
+        sim.state
+            .control(&ControlRequest {
+                all: Some(EndpointPatch {
+                    cancel_stops_billing: Some(false),
+                    ..Default::default()
+                }),
+                // Streams long enough to be in flight at the cap (~2 s each).
+                speed_scale: Some(0.05),
+                ..Default::default()
+            })
+            .expect("control");
+        let p = write_prompts(&s.dir, "a", 3000);
+        let body = format!(
+            "budget_usd = {budget}\nbudget_mode = \"{mode}\"\nconcurrency = 200\ncancel_stops_billing = []\n\
+             routing = \"pinned\"\n[request]\nmax_tokens = 1000\n\
+             [[dataset]]\nname = \"a\"\nprompts = \"{}\"\n",
+            p.display()
+        );
+        let summary = run(config(&s, &sim.base_url(), &body)).await;
+        assert_eq!(
+            summary.reason,
+            Some(harvest::engine::StopReason::DollarBudget),
+            "{mode}"
+        );
+        let billed = sim.state.billed_total().as_f64();
+        let ledger = ledger_total(&s.out).as_f64();
+        assert!(
+            (ledger - billed).abs() <= billed * 0.001,
+            "{mode}: ledger {ledger} vs simulator {billed}"
+        );
+        eprintln!(
+            "{mode}: budget {budget} billed {billed:.6} ({:+.1}%), last stretch {:?}",
+            (billed / budget - 1.0) * 100.0,
+            summary.snapshot.last_stretch_s
+        );
+        billed_by_mode.push(billed);
+        sim.stop().await;
+    }
+    let (expected, hard) = (billed_by_mode[0], billed_by_mode[1]);
+    assert!(
+        hard <= budget * 1.005,
+        "hard: billed {hard} against {budget}"
+    );
+    assert!(hard > budget * 0.9, "hard: the budget was used ({hard})");
+    assert!(
+        expected > budget * 1.005,
+        "the expected mode passes the budget where cancels are billed ({expected}): the case \
+         the hard mode is for"
+    );
+}

@@ -462,8 +462,10 @@ async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
     let p = write_prompts(&s.dir, "nc", 2000);
     let budget = 0.2;
     // SiliconFlow (next cheapest once Chutes is excluded) bills a cancelled generation in full.
+    // The expected mode: the hard one never lets such streams reach the cap
+    // (tests/budget_cap.rs).
     let body = format!(
-        "budget_usd = {budget}\nconcurrency = 200\nrouting = \"pinned\"\n[policy]\nexclude = [\"chutes\"]\n\
+        "budget_usd = {budget}\nbudget_mode = \"expected\"\nconcurrency = 200\nrouting = \"pinned\"\n[policy]\nexclude = [\"chutes\"]\n\
          [request]\nmax_tokens = 3000\n[[dataset]]\nname = \"N\"\nprompts = \"{}\"\n",
         p.display()
     );

@@ -159,6 +159,20 @@ pub enum OnDuplicate {
     Skip,
 }
 
+/// How the dollar budget holds against requests in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetMode {
+    /// Spend never passes `budget_usd` (but for tokens in transit when a cancellable stream is
+    /// closed at the cap): at endpoints that bill a cancelled stream, a request reserves its
+    /// worst case (prompt plus `max_tokens`).
+    #[default]
+    Hard,
+    /// Requests reserve their expected cost: faster near the end, and streams billed anyway
+    /// may run past the budget.
+    Expected,
+}
+
 /// What to do with a response cut off at `max_tokens` (finish_reason `length`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -200,6 +214,8 @@ pub struct Config {
     pub on_bad_line: OnBadLine,
     pub on_duplicate: OnDuplicate,
     pub on_empty: OnEmpty,
+    /// How the dollar budget holds: `hard` (the default) or `expected`.
+    pub budget_mode: BudgetMode,
     pub split_think: SplitThink,
     pub request: RequestParams,
     pub timeouts: Timeouts,
@@ -244,6 +260,7 @@ impl Default for Config {
             on_bad_line: OnBadLine::default(),
             on_duplicate: OnDuplicate::default(),
             on_empty: OnEmpty::default(),
+            budget_mode: BudgetMode::default(),
             split_think: SplitThink::default(),
             request: RequestParams::default(),
             timeouts: Timeouts::default(),

@@ -165,6 +165,7 @@ impl Publisher {
                 None
             },
             cut_thinking_share: core.cut_thinking_alarm(),
+            last_stretch_s: core.last_stretch(now).map(|d| d.as_secs_f64()),
             datasets,
             endpoints,
             events: events

@@ -207,6 +207,10 @@ pub struct Snapshot {
     /// to warn of (`max_tokens` is below the model's reasoning).
     #[serde(default)]
     pub cut_thinking_share: Option<f64>,
+    /// Seconds the run has spent in the dollar budget's last stretch (requests that may be
+    /// billed in full when closed waiting for room for their worst case), once it entered it.
+    #[serde(default)]
+    pub last_stretch_s: Option<f64>,
     pub datasets: Vec<DatasetSnap>,
     pub endpoints: Vec<EndpointSnap>,
     /// The last events (at most a screen's worth).

@@ -368,6 +368,7 @@ pub fn kimi_snapshot() -> Snapshot {
         eta_s: Some(1_200.0),
         drain_left_s: None,
         cut_thinking_share: None,
+        last_stretch_s: None,
         datasets: vec![b3, b4, b5],
         endpoints: kimi_endpoints(),
         events_total: events.len() as u64,

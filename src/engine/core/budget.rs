@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::domain::Usd;
 
 use super::super::reason::StopReason;
+use super::reserve::{Exposure, reservation};
 use super::{Clock, Core, Live};
 
 /// Whether one more request fits under the dollar budget.
@@ -33,32 +34,55 @@ impl Core {
             .map(|d| self.expected_output_tokens(d))
             .collect();
         let mut total = 0;
+        let mode = self.cfg.budget_mode;
         for f in self.in_flight.values_mut() {
             let out = f.price_out.cost(expected[f.job.dataset]).pico();
             f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + f.fee.pico() + out;
-            let mut remaining = (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0);
-            // Output lengths have a long tail: an answer already past the mean is likely to go
-            // on. Where closing a stream does not stop the bill, keep half a mean answer in
-            // reserve for every stream, however far along it is.
-            let cancellable = f
-                .endpoint
-                .is_some_and(|e| self.endpoints[e].cancel_stops_billing);
-            if !cancellable {
-                remaining = remaining.max(out / 2);
-            }
-            f.reserved_pico = remaining;
-            total += remaining;
+            let x = Exposure {
+                expected: f.expected_pico,
+                worst: f.worst_pico,
+                accrued: f.accrued.load(Ordering::Relaxed),
+                tail: out / 2,
+            };
+            f.reserved_pico = reservation(mode, f.billed_if_closed, x);
+            total += f.reserved_pico;
         }
         self.reserved_pico = total;
     }
 
-    /// Whether a request expected to cost `expected` fits: what is spent, accrued and still
-    /// expected must leave room for it. Says so in the log and stops the run when nothing
-    /// more ever will.
-    pub(super) fn fits(&mut self, expected: Usd, live: &Live, now: &Clock) -> Fits {
+    /// Whether a request that reserves `reserve` (its expected cost, or under the hard budget
+    /// its worst case, see [`reservation`]) fits: what is spent, accrued and reserved must
+    /// leave room for it. Says so in the log, and stops the run when nothing more ever will.
+    /// `expected` is its expected cost: when that would fit and only the worst cases held it
+    /// back, the run has entered the budget's last stretch (said once).
+    pub(super) fn fits(&mut self, reserve: Usd, expected: Usd, live: &Live, now: &Clock) -> Fits {
         let committed = self.committed_pico(live);
-        if committed + expected.pico() <= self.budget_pico {
+        if committed + reserve.pico() <= self.budget_pico {
             return Fits::Yes;
+        }
+        let worst_held: i64 = self
+            .in_flight
+            .values()
+            .filter(|f| f.billed_if_closed)
+            .map(|f| f.reserved_pico - (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0))
+            .sum();
+        let at_expectation = committed - worst_held.max(0) + expected.pico();
+        if self.cfg.budget_mode == crate::config::BudgetMode::Hard
+            && at_expectation <= self.budget_pico
+            && self.last_stretch.is_none()
+        {
+            self.last_stretch = Some(now.mono);
+            self.event(
+                now,
+                format!(
+                    "dollar budget: last stretch ({} of {} committed at worst case): requests that \
+                     may land where a cancelled stream is billed in full wait for room for their \
+                     worst case (prompt + max_tokens), so spend stays under the budget \
+                     (budget_mode = \"expected\" trades that bound for speed)",
+                    Usd::from_pico(committed),
+                    Usd::from_pico(self.budget_pico)
+                ),
+            );
         }
         if self.in_flight.is_empty() {
             self.begin_stop(now, StopReason::DollarBudget);

@@ -12,6 +12,16 @@ use crate::store::output::{SpendEntry, SpendKind};
 
 use super::super::worker::estimate_prompt_tokens;
 use super::budget::Fits;
+use super::reserve::reserves_worst_case;
+
+/// A request's money at dispatch: what it is expected to cost, its worst case, what it
+/// reserves against the budget, and whether closing it would stop its bill.
+struct Money {
+    expected: Usd,
+    worst: Usd,
+    reserve: Usd,
+    billed_if_closed: bool,
+}
 use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Live, PromptSource, Route, turns};
 
 impl Core {
@@ -50,7 +60,17 @@ impl Core {
             let expected = route.price_in.cost(prompt_tokens)
                 + route.price_out.cost(expected_out)
                 + rates.request;
-            if self.fits(expected, live, now) != Fits::Yes {
+            let max_tokens = u64::from(self.datasets[job.dataset].params.max_tokens);
+            let worst = route.price_in.cost(prompt_tokens)
+                + route.price_out.cost(max_tokens)
+                + rates.request;
+            let billed_if_closed = self.billed_if_closed(&route);
+            let reserve = if reserves_worst_case(self.cfg.budget_mode, billed_if_closed) {
+                worst
+            } else {
+                expected
+            };
+            if self.fits(reserve, expected, live, now) != Fits::Yes {
                 self.requeue_front(job, now);
                 break;
             }
@@ -59,7 +79,12 @@ impl Core {
                 messages,
                 route,
                 (prompt_tokens, rates.request),
-                expected,
+                Money {
+                    expected,
+                    worst,
+                    reserve,
+                    billed_if_closed,
+                },
                 now,
             );
         }
@@ -79,6 +104,19 @@ impl Core {
         }
     }
 
+    /// Whether a request so routed may be served where closing its stream does not stop the
+    /// bill: its pinned endpoint's terms, or any of those OpenRouter may pick.
+    fn billed_if_closed(&self, route: &Route) -> bool {
+        match route.pinned {
+            Some(e) => !self.endpoints[e].cancel_stops_billing,
+            None if route.over.is_empty() => true,
+            None => route
+                .over
+                .iter()
+                .any(|&e| !self.endpoints[e].cancel_stops_billing),
+        }
+    }
+
     /// Books one attempt in flight and hands it to the driver.
     fn spawn(
         &mut self,
@@ -86,9 +124,10 @@ impl Core {
         messages: Vec<Message>,
         route: Route,
         (prompt_tokens, fee): (u64, Usd),
-        expected: Usd,
+        money: Money,
         now: &Clock,
     ) {
+        let expected = money.expected;
         let d = job.dataset;
         let mut req = self.datasets[d]
             .params
@@ -164,7 +203,7 @@ impl Core {
         };
         let accrued = Arc::new(AtomicI64::new(0));
         self.datasets[d].in_flight += 1;
-        self.reserved_pico += expected.pico();
+        self.reserved_pico += money.reserve.pico();
         self.effects.push(Effect::Spawn(Box::new(Dispatch {
             key,
             dataset: d,
@@ -189,7 +228,9 @@ impl Core {
                 endpoint: pinned,
                 openrouter,
                 expected_pico: expected.pico(),
-                reserved_pico: expected.pico(),
+                reserved_pico: money.reserve.pico(),
+                worst_pico: money.worst.pico(),
+                billed_if_closed: money.billed_if_closed,
                 accrued,
                 price_in: route.price_in,
                 price_out: route.price_out,

@@ -16,6 +16,7 @@ mod control;
 mod cut_watch;
 mod dispatch;
 mod outcome;
+mod reserve;
 mod routing;
 mod systematic;
 #[cfg(test)]
@@ -202,6 +203,11 @@ struct InFlight {
     /// is left of it at the last tick): released whole when its result comes in.
     reserved_pico: i64,
     accrued: Arc<AtomicI64>,
+    /// Its worst case (prompt, fee, `max_tokens`), picodollars.
+    worst_pico: i64,
+    /// It may be served where closing the stream does not stop the bill (pinned there, or
+    /// routed by OpenRouter over a set that includes such an endpoint).
+    billed_if_closed: bool,
     /// The request's body as sent, but its messages: what the row records as `params`.
     params: serde_json::Value,
     /// When it was sent (how long a drain has left is reckoned from it).
@@ -287,6 +293,8 @@ pub struct Core {
     said_stuck: bool,
     /// The recent share of answers cut while thinking.
     cut_watch: cut_watch::CutWatch,
+    /// When worst-case reservations first held a request back (the budget's last stretch).
+    last_stretch: Option<Instant>,
 }
 
 impl Core {
@@ -361,6 +369,7 @@ impl Core {
             repriced: Vec::new(),
             said_stuck: false,
             cut_watch: cut_watch::CutWatch::default(),
+            last_stretch: None,
         };
         core.refresh_verdicts();
         core
@@ -538,6 +547,13 @@ impl Core {
         self.in_flight.len()
     }
     /// The recent share of answers cut while thinking, while it is high enough to warn of.
+    /// How long the run has been in the dollar budget's last stretch (worst-case
+    /// reservations holding requests back), once it entered it.
+    pub fn last_stretch(&self, now: &Clock) -> Option<std::time::Duration> {
+        self.last_stretch
+            .map(|t| now.mono.saturating_duration_since(t))
+    }
+
     pub fn cut_thinking_alarm(&self) -> Option<f64> {
         self.cut_watch.alarming()
     }

@@ -324,6 +324,10 @@ impl Core {
         let Some(billed) = c.cost() else {
             return;
         };
+        if c.usage.completion_tokens == 0 && billed == Usd::ZERO {
+            // Nothing generated, nothing billed: zero completion insurance, not a price.
+            return;
+        }
         let listed = e
             .tariff
             .cost(c.usage.token_use(), crate::pricing::hhmm(&now.wall));

@@ -202,6 +202,16 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         spans.push(Span::styled(" proj ", t.dim));
         spans.push(Span::raw(p.to_string()));
     }
+    if let Some(last) = s.last_stretch_s {
+        // Worst-case reservations hold requests back: why the run slows near the budget.
+        let label = if o.long_fly {
+            " last stretch "
+        } else {
+            " last "
+        };
+        spans.push(Span::styled(label, t.warn));
+        spans.push(Span::raw(duration(last)));
+    }
     spans.push(sep());
     if s.state == RunState::Draining {
         // The drain's own progress: when the last request in flight is expected to end.

@@ -175,7 +175,9 @@ fn streams_keep_half_a_mean_answer_in_reserve_where_cancels_are_billed() {
         },
     ];
     for c in cases {
-        let mut h = H::new(config(c.top), kimi(), &[&["a"]]);
+        // The expected mode's rule (the hard mode's is in `reserve.rs`).
+        let top = format!("budget_mode = \"expected\"\n{}", c.top);
+        let mut h = H::new(config(&top), kimi(), &[&["a"]]);
         let sent = h.dispatch();
         assert_eq!(sent.len(), 1, "{}", c.name);
         let d = &sent[0];

@@ -8,6 +8,7 @@ mod budget;
 mod control;
 mod outcome;
 mod purity;
+mod reserve;
 mod routing;
 mod systematic;
 mod turns;
@@ -33,8 +34,13 @@ pub fn config(top: &str) -> Config {
     } else {
         "concurrency = 4\n"
     };
+    let budget = if top.contains("budget_usd =") {
+        ""
+    } else {
+        "budget_usd = 10.0\n"
+    };
     let text = format!(
-        "model = \"moonshotai/kimi-k2.5\"\nbudget_usd = 10.0\n{concurrency}{top}\n\
+        "model = \"moonshotai/kimi-k2.5\"\n{budget}{concurrency}{top}\n\
          [[dataset]]\nname = \"a\"\nprompts = \"a.jsonl\"\n"
     );
     Config::parse_unchecked(&text, Path::new("test.toml")).expect("test config parses")

@@ -1,7 +1,7 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 13] = [
+const SOURCES: [(&str, &str); 14] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
@@ -15,6 +15,7 @@ const SOURCES: [(&str, &str); 13] = [
     ("turns.rs", include_str!("../turns.rs")),
     ("cut_watch.rs", include_str!("../cut_watch.rs")),
     ("verdict.rs", include_str!("../verdict.rs")),
+    ("reserve.rs", include_str!("../reserve.rs")),
 ];
 
 const FORBIDDEN: [&str; 12] = [
