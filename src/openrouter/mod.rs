@@ -2,6 +2,7 @@
 //! chat requests and streamed responses, the error taxonomy, and the redacted API key.
 
 pub mod catalog;
+mod cause;
 pub mod client;
 pub mod error;
 pub mod key;
