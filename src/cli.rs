@@ -366,11 +366,14 @@ pub struct StopArgs {
 pub struct ExportArgs {
     /// The run's output directory (read only; safe while a run writes it).
     pub dir: PathBuf,
-    /// Where to write `<dataset>.jsonl`, `<dataset>_error.jsonl`, `<dataset>_skipped.jsonl`.
+    /// Where to write `<dataset>.jsonl` (training rows), `<dataset>.error.ndjson` and
+    /// `<dataset>.skipped.ndjson`.
     #[arg(long, value_name = "DIR")]
     pub to: PathBuf,
-    /// The rows' shape: specforge (`conversations` with `reasoning_content`, `status`),
-    /// sharegpt (`from`/`value`, no reasoning) or openai (`messages`).
+    /// The rows' shape: specforge (`conversations` with `reasoning_content`, `status`; what
+    /// SpecForge and speculators read), text (the row rendered through --chat-template, for
+    /// SpecForge's is_preformatted), sharegpt (`from`/`value`, no reasoning) or openai
+    /// (`messages`).
     #[arg(long, value_enum, default_value = "specforge")]
     pub format: crate::export::Format,
     /// The run's config: its datasets in order, and their prompt files' counts (for the
@@ -399,17 +402,19 @@ pub struct ExportArgs {
     /// SpecForge's train_only_last_turn, so every turn is a target.
     #[arg(long)]
     pub explode_turns: bool,
-    /// A Hugging Face chat template (the model's tokenizer_config.json, or its
-    /// chat_template.jinja) to print exported rows through, as the trainer will see them.
-    #[arg(long, value_name = "FILE", requires = "show")]
+    /// A Hugging Face chat template: the model's tokenizer_config.json or chat_template.jinja,
+    /// or a built-in one (kimi-k2.5-final-turn, kimi-k2-thinking-final-turn). Every success
+    /// row is rendered through it as written: --format text writes that text, --show prints
+    /// it, and rows whose reasoning it drops are counted and named.
+    #[arg(long, value_name = "FILE|NAME", required_if_eq("format", "text"))]
     pub chat_template: Option<PathBuf>,
-    /// How many exported rows to print through --chat-template (the first success rows).
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "chat_template",
-        conflicts_with = "json"
-    )]
+    /// A template option, as apply_chat_template(**kwargs) passes it: KEY=JSON, e.g.
+    /// thinking=true (repeatable).
+    #[arg(long, value_name = "KEY=JSON", requires = "chat_template")]
+    pub template_kwarg: Vec<String>,
+    /// How many success rows to print through --chat-template, as written (exploded, in the
+    /// format), first rows first.
+    #[arg(long, value_name = "N", requires = "chat_template")]
     pub show: Option<usize>,
     /// The accounting as JSON.
     #[arg(long)]

@@ -246,7 +246,7 @@ fn demo_runs_with_no_key_and_no_network() {
     ]);
     let lines =
         |p: std::path::PathBuf| std::fs::read_to_string(p).map_or(0, |t| t.lines().count() as u64);
-    for c in counts.as_array().expect("per dataset") {
+    for c in counts["datasets"].as_array().expect("per dataset") {
         let d = c["dataset"].as_str().expect("name");
         let n = |k: &str| c[k].as_u64().expect(k);
         let out = &out_dir;

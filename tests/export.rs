@@ -55,7 +55,7 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
 
     let to = d.join("export");
     let cfg = d.join("harvest.toml");
-    let counts = common::harvest_json(&[
+    let report = common::harvest_json(&[
         "export".as_ref(),
         out.as_os_str(),
         "--to".as_ref(),
@@ -65,7 +65,7 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
         "-c".as_ref(),
         cfg.as_os_str(),
     ]);
-    let c = &counts[0];
+    let c = &report["datasets"][0];
     let n = |k: &str| c[k].as_u64().expect(k);
     assert_eq!(
         n("success") + n("error") + n("skipped") + n("not_run"),
@@ -76,6 +76,9 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
     assert!(n("success") > 0 && n("skipped") > 0, "{c}");
     assert_eq!(files(&out), before, "the output directory is not changed");
 
+    // The success file alone is .jsonl: a trainer's directory loader takes nothing else.
+    let written: Vec<String> = files(&to).into_keys().collect();
+    assert_eq!(written, ["A.error.ndjson", "A.jsonl", "A.skipped.ndjson"]);
     // SpecForge's own validator on the success file.
     let said = common::specforge_validates(&to.join("A.jsonl"));
     assert!(said.contains(&format!("rows: {}", n("success"))), "{said}");
@@ -183,15 +186,78 @@ fn peer_python() -> Option<std::path::PathBuf> {
     python
 }
 
-/// `export --chat-template FILE --show N` prints N exported rows as the trainer's template
-/// renders them: the same text as Python's Jinja2 under transformers' options, byte for byte;
-/// the last answer's reasoning inside its think block, earlier answers' not, and the
-/// template's default system turn where the row has none.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn show_renders_rows_through_the_chat_template_as_transformers_does() {
+fn fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+/// Moonshot's templates, Qwen3's, harvest's two built-in final-turn variants and harvest's own
+/// test template, as `--chat-template` takes them, with the file Python reads.
+const TEMPLATES: [(&str, &str); 6] = [
+    (
+        "tests/fixtures/chat_templates/moonshotai-Kimi-K2-Thinking.jinja",
+        "tests/fixtures/chat_templates/moonshotai-Kimi-K2-Thinking.jinja",
+    ),
+    (
+        "tests/fixtures/chat_templates/moonshotai-Kimi-K2.5.jinja",
+        "tests/fixtures/chat_templates/moonshotai-Kimi-K2.5.jinja",
+    ),
+    (
+        "tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja",
+        "tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja",
+    ),
+    (
+        "kimi-k2-thinking-final-turn",
+        "templates/kimi-k2-thinking-final-turn.jinja",
+    ),
+    (
+        "kimi-k2.5-final-turn",
+        "templates/kimi-k2.5-final-turn.jinja",
+    ),
+    (
+        "tests/fixtures/chat_templates/kimi_k2_test.jinja",
+        "tests/fixtures/chat_templates/kimi_k2_test.jinja",
+    ),
+];
+
+/// The texts Python's Jinja2 renders for `rows` (`{messages, tools?}`) under transformers'
+/// setup (tests/fixtures/chat_templates/render_like_transformers.py), or `None` without the
+/// peers' Python.
+fn python_renders(
+    template_file: &Path,
+    rows: &[serde_json::Value],
+    kwargs: serde_json::Value,
+) -> Option<Vec<serde_json::Value>> {
+    let python = peer_python()?;
+    let job = serde_json::json!({
+        "template": std::fs::read_to_string(template_file).expect("template"),
+        "rows": rows,
+        "kwargs": kwargs,
+    });
+    let mut child = Command::new(&python)
+        .arg(fixture(
+            "tests/fixtures/chat_templates/render_like_transformers.py",
+        ))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(job.to_string().as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("python runs");
+    assert!(out.status.success(), "{}", template_file.display());
+    Some(serde_json::from_slice(&out.stdout).expect("a JSON list"))
+}
+
+/// A multi-turn job against the simulator: six conversations of two user turns (the first
+/// answer the model's own, `turns = "all"`), half with a system turn. Returns the output
+/// directory.
+async fn multi_turn_run(d: &Path) -> std::path::PathBuf {
     let sim = fast_sim(30.0).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
     let prompts: String = (0..6)
         .map(|i| {
             let mut msgs = Vec::new();
@@ -221,86 +287,314 @@ async fn show_renders_rows_through_the_chat_template_as_transformers_does() {
     let (code, text) =
         common::run_headless(d, VAR, "sk-or-v1-export-test-key-0000000000", &[]).await;
     assert_eq!(code, 0, "{text}");
-    let template = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/chat_templates/kimi_k2_test.jinja");
-    let to = d.join("export");
-    let shown = Command::new(env!("CARGO_BIN_EXE_harvest"))
-        .arg("export")
-        .arg(d.join("out"))
-        .arg("--to")
-        .arg(&to)
-        .arg("--chat-template")
-        .arg(&template)
-        .args(["--show", "4"])
+    sim.stop().await;
+    d.join("out")
+}
+
+/// `harvest export OUT --to TO ARGS --json`: the accounting of dataset A and the samples.
+fn export_json(
+    out: &Path,
+    to: &Path,
+    args: &[&str],
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let mut all: Vec<&std::ffi::OsStr> = vec![
+        "export".as_ref(),
+        out.as_os_str(),
+        "--to".as_ref(),
+        to.as_os_str(),
+        "--json".as_ref(),
+    ];
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    let v = common::harvest_json(&all);
+    let samples = v["samples"].as_array().cloned().unwrap_or_default();
+    (v["datasets"][0].clone(), samples)
+}
+
+/// What the drafter learns from each row of a `--format text` file under SpecForge's
+/// pre-formatted path with `train_only_last_turn` (its loss-mask rule, one token per
+/// character: tests/fixtures/specforge/supervised_text.py), by row id.
+fn supervised(file: &Path) -> BTreeMap<String, String> {
+    let out = Command::new("python3")
+        .arg(fixture("tests/fixtures/specforge/supervised_text.py"))
+        .arg(file)
         .output()
-        .expect("export");
-    let stdout = String::from_utf8_lossy(&shown.stdout).to_string();
+        .expect("python3");
     assert!(
-        shown.status.success(),
+        out.status.success(),
         "{}",
-        String::from_utf8_lossy(&shown.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
-    // "── A · t0 · 5 messages ──" then the text, a blank line after each.
-    // The table comes last; each rendering ends with a blank line.
-    let table_at = stdout.rfind("\ndataset ").expect("the table") + 1;
-    let blocks: Vec<(&str, &str)> = stdout[..table_at]
-        .split("── A · ")
-        .skip(1)
-        .map(|b| {
-            let (head, text) = b.split_once(" ──\n").expect("heading");
-            let id = head.split(" · ").next().expect("id");
-            (id, text.strip_suffix("\n\n").expect("blank line after"))
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json");
+            let spans = v["supervised"].as_array().expect("spans");
+            assert_eq!(spans.len(), 1, "{l}");
+            (
+                v["id"].as_str().expect("id").to_string(),
+                spans[0].as_str().expect("text").to_string(),
+            )
         })
-        .collect();
-    assert_eq!(blocks.len(), 4, "{stdout}");
-    assert!(stdout.contains("success"), "the table follows: {stdout}");
-    let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
-    for (id, text) in &blocks {
-        let row = rows.iter().find(|r| r["id"] == *id).expect("exported row");
-        let conv = row["conversations"].as_array().expect("conversations");
-        let last = conv.last().expect("last");
-        let reasoning = last["reasoning_content"].as_str().expect("reasoning");
-        // What a person checks: the answer's thinking where the template puts it, the earlier
-        // answer (the model's, not the dataset's) without its thinking, a system turn.
-        assert!(
-            text.ends_with(&format!(
-                "<think>{}</think>{}<|im_end|>",
-                reasoning.trim(),
-                last["content"].as_str().expect("content")
-            )),
-            "{text}"
-        );
-        assert_eq!(text.matches("<think></think>").count(), 1, "{text}");
-        assert!(!text.contains("dataset text"), "{text}");
-        assert!(
-            text.starts_with("<|im_system|>system<|im_middle|>"),
-            "{text}"
-        );
-    }
-    if let Some(python) = peer_python() {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/chat_templates/render_like_transformers.py");
-        let source = std::fs::read_to_string(&template).expect("template");
-        for (id, text) in &blocks {
-            let row = rows.iter().find(|r| r["id"] == *id).expect("exported row");
-            let job = serde_json::json!({"template": source, "messages": row["conversations"]});
-            let mut child = Command::new(&python)
-                .arg(&script)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .expect("python");
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(job.to_string().as_bytes())
-                .expect("write");
-            let out = child.wait_with_output().expect("python runs");
-            assert!(out.status.success());
-            assert_eq!(*text, String::from_utf8_lossy(&out.stdout), "{id}");
+        .collect()
+}
+
+/// The answers of a run, by exploded id (`<id>#<k>`): `<think>{reasoning}</think>{answer}<|im_end|>`,
+/// what a drafter for a thinking model must be trained on.
+fn wanted(out: &Path) -> BTreeMap<String, String> {
+    let rows: Vec<harvest::store::output::OutputRecord> = common::read_jsonl(&out.join("A.jsonl"));
+    let mut want = BTreeMap::new();
+    for r in rows {
+        let answers: Vec<_> = r
+            .conversations
+            .iter()
+            .filter(|t| t.role == "assistant")
+            .collect();
+        for (k, t) in answers.iter().enumerate() {
+            let reasoning = t.reasoning_content.as_deref().expect("reasoning");
+            want.insert(
+                format!("{}#{}", r.id, k + 1),
+                format!("<think>{reasoning}</think>{}<|im_end|>", t.content),
+            );
         }
     }
-    sim.stop().await;
+    want
+}
+
+/// The thinking reaches the trainer. Through Moonshot's own Kimi templates no row keeps its
+/// reasoning, and the export says so and names the rows; `--format text --explode-turns`
+/// through the built-in final-turn variants gives SpecForge's pre-formatted path
+/// `<think>{reasoning}</think>{answer}<|im_end|>` for every answer. Every rendering is
+/// Python's, byte for byte, and the rows a speculators-style reader fans out are the answers,
+/// each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let out = multi_turn_run(d).await;
+    let want = wanted(&out);
+    assert_eq!(want.len(), 12, "six conversations of two answers");
+
+    // Before: Moonshot's template drops every row's reasoning; the export counts and names them.
+    let official = TEMPLATES[0].0;
+    let (c, samples) = export_json(
+        &out,
+        &d.join("sf"),
+        &["--chat-template", official, "--show", "3"],
+    );
+    assert_eq!(
+        (c["rendered"].as_u64(), c["reasoning_dropped"].as_u64()),
+        (Some(6), Some(6)),
+        "{c}"
+    );
+    assert_eq!(c["dropped_ids"].as_array().map(Vec::len), Some(5), "{c}");
+    assert!(
+        samples.iter().all(|s| s["reasoning_dropped"] == true),
+        "{samples:?}"
+    );
+    let (_, text_official) = (
+        export_json(
+            &out,
+            &d.join("before"),
+            &[
+                "--format",
+                "text",
+                "--explode-turns",
+                "--chat-template",
+                official,
+            ],
+        ),
+        supervised(&d.join("before/A.jsonl")),
+    );
+    let kept = |got: &BTreeMap<String, String>| {
+        got.iter()
+            .filter(|(id, text)| want.get(*id) == Some(*text))
+            .count()
+    };
+    assert_eq!(kept(&text_official), 0, "before: {text_official:?}");
+
+    // After: each answer a final turn, its thinking supervised.
+    for builtin in ["kimi-k2-thinking-final-turn", "kimi-k2.5-final-turn"] {
+        let to = d.join(builtin);
+        let (c, _) = export_json(
+            &out,
+            &to,
+            &[
+                "--format",
+                "text",
+                "--explode-turns",
+                "--chat-template",
+                builtin,
+            ],
+        );
+        assert_eq!(
+            (c["success_rows"].as_u64(), c["reasoning_dropped"].as_u64()),
+            (Some(12), Some(0)),
+            "{c}"
+        );
+        let got = supervised(&to.join("A.jsonl"));
+        assert_eq!(kept(&got), 12, "{builtin}: {got:?}");
+        let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+        assert!(
+            rows.iter()
+                .all(|r| r.as_object().map(|o| o.len()) == Some(2)),
+            "{{id, text}} only"
+        );
+    }
+
+    // speculators fans each assistant turn of a `conversations` row out into a training row:
+    // unexploded rows give each answer once; exploded ones repeat the earlier answers.
+    let fan_out = |file: &Path| -> Vec<String> {
+        let rows: Vec<serde_json::Value> = common::read_jsonl(file);
+        rows.iter()
+            .flat_map(|r| {
+                (r["conversations"].as_array().expect("conversations").iter())
+                    .filter(|t| t["role"] == "assistant")
+                    .map(|t| t["content"].as_str().expect("content").to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let once = fan_out(&d.join("sf/A.jsonl"));
+    let mut unique = once.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((once.len(), unique.len()), (12, 12));
+    export_json(&out, &d.join("exploded"), &["--explode-turns"]);
+    assert_eq!(
+        fan_out(&d.join("exploded/A.jsonl")).len(),
+        18,
+        "README warns: do not explode for speculators"
+    );
+
+    // Every row as written, through every template, byte for byte as Python renders it.
+    for (arg, file) in TEMPLATES {
+        for explode in [false, true] {
+            let to = d.join("py");
+            let mut args = vec!["--chat-template", arg, "--show", "100"];
+            if explode {
+                args.push("--explode-turns");
+            }
+            let (_, samples) = export_json(&out, &to, &args);
+            assert_eq!(samples.len(), if explode { 12 } else { 6 });
+            let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+            let jobs: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| serde_json::json!({"messages": r["conversations"]}))
+                .collect();
+            let Some(python) = python_renders(&fixture(file), &jobs, serde_json::json!({})) else {
+                return;
+            };
+            for ((s, r), py) in samples.iter().zip(&rows).zip(&python) {
+                assert_eq!(s["id"], r["id"]);
+                assert_eq!(&s["text"], py, "{arg} {}", r["id"]);
+            }
+        }
+    }
+}
+
+/// Rows no run writes yet, through the real templates, byte for byte as Python renders them:
+/// tools and tool calls (`tojson` with `separators`, key order, no HTML escaping), a tool
+/// result, characters Python strips (U+001C..U+001F), template options.
+#[test]
+fn the_renderer_matches_python_on_tools_and_edge_characters() {
+    let tools = serde_json::json!([{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather <now> & 'here', é",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                       "required": ["city"]}}}]);
+    let tool_row = serde_json::json!([
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": "I need the weather.",
+         "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
+                         "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp\": 21}"},
+        {"role": "assistant", "content": "21 degrees.", "reasoning_content": "It said 21."}
+    ]);
+    let ctrl_row = serde_json::json!([
+        {"role": "user", "content": "\u{1c}question with file/group separators\u{1f}"},
+        {"role": "assistant", "content": "answer\u{1e}", "reasoning_content": "thinking\u{1d}"}
+    ]);
+    let plain_row = serde_json::json!([
+        {"role": "user", "content": "<q> & 'x' {{ not a tag }} \u{1f600}"},
+        {"role": "assistant", "content": "a", "reasoning_content": ""}
+    ]);
+    let cases = [
+        (&tool_row, &tools),
+        (&tool_row, &serde_json::Value::Null),
+        (&ctrl_row, &serde_json::Value::Null),
+        (&plain_row, &serde_json::Value::Null),
+    ];
+    for (arg, file) in TEMPLATES {
+        for kwargs in [
+            serde_json::json!({}),
+            serde_json::json!({"thinking": false}),
+        ] {
+            let pairs: Vec<String> = kwargs
+                .as_object()
+                .expect("map")
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let t = harvest::export::template::ChatTemplate::load(Path::new(arg))
+                .or_else(|_| harvest::export::template::ChatTemplate::load(&fixture(arg)))
+                .expect("loads")
+                .with_kwargs(&pairs)
+                .expect("kwargs");
+            let ours: Vec<serde_json::Value> = cases
+                .iter()
+                .map(|(m, tools)| match t.render_with_tools("x", m, tools) {
+                    Ok(text) => serde_json::json!(text),
+                    Err(e) => serde_json::json!({"error": e.to_string()}),
+                })
+                .collect();
+            let jobs: Vec<serde_json::Value> = cases
+                .iter()
+                .map(|(m, tools)| serde_json::json!({"messages": m, "tools": tools}))
+                .collect();
+            let Some(python) = python_renders(&fixture(file), &jobs, kwargs.clone()) else {
+                return;
+            };
+            for (i, (a, b)) in ours.iter().zip(&python).enumerate() {
+                if b.get("error").is_some() {
+                    // The template refuses the row in Python: so must harvest.
+                    assert!(a.get("error").is_some(), "{arg} case {i}: {a}");
+                } else {
+                    assert_eq!(a, b, "{arg} {kwargs} case {i}");
+                }
+            }
+        }
+    }
+}
+
+/// `export --show N | head -1`: the reader goes away; the files are written and the export
+/// ends quietly with 0 (it panicked with 101 on the broken pipe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_the_show_quietly() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let out = multi_turn_run(d).await;
+    let to = d.join("piped");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .arg("export")
+        .arg(&out)
+        .arg("--to")
+        .arg(&to)
+        .args(["--chat-template", "kimi-k2.5-final-turn", "--show", "100"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("export");
+    // The reader is gone before the first line: the process is still starting, so every
+    // write it makes meets the closed pipe (a `head` that has read its line).
+    drop(child.stdout.take());
+    let done = child.wait_with_output().expect("ends");
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&done.stderr).contains("panicked"));
+    let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+    assert_eq!(rows.len(), 6);
 }

@@ -58,6 +58,18 @@ impl Drop for Proc {
     }
 }
 
+/// The CPU's model name, for a start-up failure's message (the build is CPU-sensitive).
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "an unknown CPU".into())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -95,7 +107,9 @@ async fn start_llama(p: &Peers, dir: &Path) -> (Proc, u16) {
         }
         assert!(
             Instant::now() < deadline,
-            "llama-server not healthy in 90 s: {}",
+            "llama-server ({}) not healthy in 90 s on {}: {}",
+            p.llama.display(),
+            cpu_model(),
             std::fs::read_to_string(dir.join("llama-server.log")).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -175,7 +175,11 @@ async fn every_turn_is_generated_on_the_regenerated_history() {
         "--require-reasoning".as_ref(),
         "--json".as_ref(),
     ]);
-    assert_eq!(counts[0]["success"].as_u64(), Some(N as u64), "{counts}");
+    assert_eq!(
+        counts["datasets"][0]["success"].as_u64(),
+        Some(N as u64),
+        "{counts}"
+    );
     sim.stop().await;
 }
 

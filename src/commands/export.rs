@@ -1,13 +1,15 @@
 //! `harvest export`: the output directory as training files (see `crate::export`).
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use crate::cli::ExportArgs;
 use crate::config::Config;
 use crate::export::template::ChatTemplate;
-use crate::export::{Options, Sample, export, render};
+use crate::export::{Counts, Exported, Options, Sample, export, file_names, render};
 
 use super::BadInput;
+use super::run::Out;
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if !args.dir.is_dir() {
@@ -44,36 +46,85 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     };
     // A template that does not compile is refused before anything is written.
     let template = match &args.chat_template {
-        Some(path) => Some(ChatTemplate::load(path).map_err(|e| BadInput(e.to_string()))?),
+        Some(path) => Some(
+            ChatTemplate::load(path)
+                .and_then(|t| t.with_kwargs(&args.template_kwarg))
+                .map_err(|e| BadInput(e.to_string()))?,
+        ),
         None => None,
     };
-    let exported = export(&args.dir, &names, &prompts, &args.to, &opts)?;
+    let exported = export(
+        &args.dir,
+        &names,
+        &prompts,
+        &args.to,
+        &opts,
+        template.as_ref(),
+    )?;
+    // A pipe into `head` may close: the files are written by now, so stop printing quietly.
+    let mut out = Out::default();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&exported.counts)?);
+        out.line(&serde_json::to_string_pretty(&json_report(&exported))?);
         return Ok(());
     }
-    if let Some(t) = &template {
-        print!("{}", show(t, &exported.samples)?);
+    if args.show.is_some() {
+        out.write(&show(&exported.samples));
     }
-    print!("{}", render(&exported.counts, &args.to));
+    out.write(&render(&exported.counts, &args.to));
+    out.write(&stale_files(&args.to, &names));
     Ok(())
 }
 
+/// `--json`: the accounting, and the samples when `--show` asked for them.
+fn json_report(e: &Exported) -> serde_json::Value {
+    #[derive(serde::Serialize)]
+    struct Report<'a> {
+        datasets: &'a [Counts],
+        #[serde(skip_serializing_if = "<[Sample]>::is_empty")]
+        samples: &'a [Sample],
+    }
+    serde_json::json!(Report {
+        datasets: &e.counts,
+        samples: &e.samples,
+    })
+}
+
 /// The samples as the trainer's template renders them, each under a heading line.
-fn show(t: &ChatTemplate, samples: &[Sample]) -> anyhow::Result<String> {
+fn show(samples: &[Sample]) -> String {
     let mut out = String::new();
     if samples.is_empty() {
         out.push_str("no success rows to show\n\n");
     }
     for s in samples {
-        let turns = s.messages.as_array().map_or(0, Vec::len);
-        let text = t
-            .render(&s.id, &s.messages)
-            .map_err(|e| BadInput(e.to_string()))?;
+        let flag = if s.reasoning_dropped {
+            " · reasoning dropped by the template"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "── {} · {} · {turns} messages ──\n{text}\n\n",
-            s.dataset, s.id
+            "── {} · {} · {} messages{flag} ──\n{}\n\n",
+            s.dataset, s.id, s.messages, s.text
         ));
     }
-    Ok(out)
+    out
+}
+
+/// An older export's `<dataset>_error.jsonl` / `_skipped.jsonl` in the same directory: a
+/// directory loader would read them as training rows.
+fn stale_files(to: &Path, names: &[String]) -> String {
+    let ours: Vec<String> = names.iter().flat_map(|n| file_names(n)).collect();
+    let stale: Vec<String> = names
+        .iter()
+        .flat_map(|n| [format!("{n}_error.jsonl"), format!("{n}_skipped.jsonl")])
+        .filter(|f| !ours.contains(f) && to.join(f).is_file())
+        .collect();
+    if stale.is_empty() {
+        return String::new();
+    }
+    format!(
+        "{} in {} are an older export's rejected rows (now .error.ndjson / .skipped.ndjson): \
+         remove them before pointing a trainer at the directory\n",
+        stale.join(", "),
+        to.display()
+    )
 }

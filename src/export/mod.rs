@@ -1,11 +1,14 @@
 //! `harvest export`: an output directory's answers as a trainer takes them. Per dataset,
 //! `<dataset>.jsonl` (rows that pass SpecForge's gate, in the chosen format),
-//! `<dataset>_error.jsonl` (rejected prompts, and rows that fail the gate, each with the
-//! reason) and `<dataset>_skipped.jsonl` (rows left out by a filter: cut at `max_tokens`, a
-//! think marker, no reasoning), as SpecForge's own regeneration script splits its output.
+//! `<dataset>.error.ndjson` (rejected prompts, and rows that fail the gate, each with the
+//! reason) and `<dataset>.skipped.ndjson` (rows left out by a filter: cut at `max_tokens`, a
+//! think marker, no reasoning), as SpecForge's own regeneration script splits its output. The
+//! rejected rows are not `.jsonl`: a trainer pointed at the directory (speculators' `--data
+//! DIR`, `load_dataset("json", data_dir=...)`) reads every `*.json`/`*.jsonl` under it.
 //! Reads the output directory through the one read-only reader (`store::scan`), so it works
 //! while a run writes (it takes complete lines only) and never changes it.
 
+mod rows;
 pub mod template;
 pub mod validate;
 
@@ -19,19 +22,24 @@ use serde_json::{Value, json};
 use crate::store::output::{OutputRecord, RejectRecord, output_path, rejects_path};
 use crate::store::scan;
 
+use template::ChatTemplate;
 use validate::{Rules, has_think_marker, validate_row};
 
 /// The shape of a success row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
-    /// `{id, conversations: [{role, content, reasoning_content?}], status: "success"}`: what
-    /// SpecForge's loader and validator read.
+    /// `{id, conversations: [{role, content, reasoning_content}], status: "success"}`: what
+    /// SpecForge's loader and validator and speculators' `prepare_data` read.
     Specforge,
     /// `{id, conversations: [{from, value}]}` (`system`, `human`, `gpt`); no reasoning field.
     Sharegpt,
-    /// `{id, messages: [{role, content, reasoning_content?}]}`.
+    /// `{id, messages: [{role, content, reasoning_content}]}` (OpenAI chat shape; no EAGLE-3
+    /// trainer reads it).
     Openai,
+    /// `{id, text}`: the row rendered through `--chat-template`, for SpecForge's
+    /// `data.is_preformatted: true`.
+    Text,
 }
 
 /// What goes where.
@@ -49,7 +57,8 @@ pub struct Options {
     pub keep_think_markers: bool,
     /// A system turn for rows that have none (to match a training template's default).
     pub system_prompt: Option<String>,
-    /// Success rows to keep aside as [`Sample`]s (for `--show`), first rows first.
+    /// Success rows (as written: exploded, in the format) to keep aside as [`Sample`]s for
+    /// `--show`, first rows first.
     pub samples: usize,
     /// One success row per assistant turn (`<id>#<k>`, k from 1), each ending at that turn
     /// with its reasoning, earlier answers without theirs: every turn's target trained under
@@ -57,13 +66,16 @@ pub struct Options {
     pub explode_turns: bool,
 }
 
-/// A success row as exported, kept for showing it through a chat template.
-#[derive(Clone, Debug, PartialEq)]
+/// A success row as written, through the chat template.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Sample {
     pub dataset: String,
     pub id: String,
-    /// `[{role, content, reasoning_content?}]`, as in the SpecForge row.
-    pub messages: Value,
+    pub messages: usize,
+    /// The training text the template makes of the row.
+    pub text: String,
+    /// The last answer has reasoning and the text does not hold it.
+    pub reasoning_dropped: bool,
 }
 
 /// What an export did: the accounting per dataset, and the samples asked for.
@@ -77,6 +89,10 @@ pub struct Exported {
 pub enum ExportError {
     #[error(transparent)]
     Scan(#[from] scan::ScanError),
+    #[error("{0}")]
+    Template(#[from] template::TemplateError),
+    #[error("--format text renders every row through a chat template: give --chat-template")]
+    NoTemplate,
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -106,7 +122,18 @@ pub struct Counts {
     pub prompts: Option<u64>,
     /// Lines of the output directory that could not be read (damage): not exported.
     pub unreadable: u64,
+    /// Success rows rendered through the chat template (all of them, when one is given).
+    pub rendered: u64,
+    /// Of those, rows whose last answer has reasoning the rendered text does not hold: the
+    /// template drops it (Moonshot's Kimi templates do, for a conversation's last answer).
+    pub reasoning_dropped: u64,
+    /// The first few of those rows' ids.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped_ids: Vec<String>,
 }
+
+/// How many ids of rows whose reasoning the template drops are named.
+const NAMED: usize = 5;
 
 /// Why a row is left out by choice, or `None`.
 fn filtered(r: &OutputRecord, o: &Options) -> Option<String> {
@@ -136,95 +163,14 @@ fn filtered(r: &OutputRecord, o: &Options) -> Option<String> {
     None
 }
 
-/// The row as SpecForge reads it (what the gate checks).
-fn specforge_row(r: &OutputRecord) -> Value {
-    let turns: Vec<Value> = r
-        .conversations
-        .iter()
-        .map(|t| {
-            let mut m = json!({"role": t.role, "content": t.content});
-            if let Some(rc) = &t.reasoning_content {
-                m["reasoning_content"] = json!(rc);
-            }
-            m
-        })
-        .collect();
-    json!({"id": r.id, "conversations": turns, "status": "success"})
-}
-
-/// A SpecForge row of several assistant turns as one row per turn (`<id>#<k>`): each ends at
-/// its turn, which keeps its reasoning; the answers before it keep their visible content only,
-/// as the model saw them when it wrote the turn. A row of one answer stays as it is.
-fn exploded(sf: &Value) -> Vec<Value> {
-    let empty = Vec::new();
-    let conv = sf["conversations"].as_array().unwrap_or(&empty);
-    let at: Vec<usize> = (0..conv.len())
-        .filter(|&i| conv[i]["role"] == "assistant")
-        .collect();
-    if at.len() < 2 {
-        return vec![sf.clone()];
-    }
-    let id = sf["id"].as_str().unwrap_or_default();
-    at.iter()
-        .enumerate()
-        .map(|(k, &end)| {
-            let turns: Vec<Value> = conv[..=end]
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let mut t = t.clone();
-                    if i < end
-                        && let Some(m) = t.as_object_mut()
-                    {
-                        m.remove("reasoning_content");
-                    }
-                    t
-                })
-                .collect();
-            json!({"id": format!("{id}#{}", k + 1), "conversations": turns, "status": "success"})
-        })
-        .collect()
-}
-
-/// The success row in `format`, with provenance columns when asked.
-fn success_row(r: &OutputRecord, sf: Value, o: &Options) -> Value {
-    let mut row = match o.format {
-        Format::Specforge => sf,
-        Format::Openai => json!({"id": sf["id"], "messages": sf["conversations"]}),
-        Format::Sharegpt => {
-            let empty = Vec::new();
-            let turns: Vec<Value> = (sf["conversations"].as_array().unwrap_or(&empty).iter())
-                .map(|t| {
-                    let from = match t["role"].as_str().unwrap_or_default() {
-                        "user" => "human",
-                        "assistant" => "gpt",
-                        other => other,
-                    };
-                    json!({"from": from, "value": t["content"]})
-                })
-                .collect();
-            json!({"id": sf["id"], "conversations": turns})
-        }
-    };
-    if o.with_provenance {
-        let cols = json!({
-            "provider": r.provider,
-            "endpoint_tag": r.endpoint_tag,
-            "quantization": r.quantization,
-            "model": r.model,
-            "finish_reason": r.finish_reason,
-            "prompt_tokens": r.usage.prompt_tokens,
-            "completion_tokens": r.usage.completion_tokens,
-            "reasoning_tokens": r.usage.reasoning_tokens,
-            "cost_usd": r.cost_usd.as_f64(),
-            "generation_id": r.generation_id,
-            "created_at": r.created_at,
-        });
-        if let (Some(row), Some(cols)) = (row.as_object_mut(), cols.as_object()) {
-            row.extend(cols.clone());
-        }
-    }
-    row
+/// A dataset's three files: success, error, skipped. The success file alone is `.jsonl`, so
+/// no dataset's rejected rows can take another's name (datasets `a` and `a_error` clashed).
+pub fn file_names(dataset: &str) -> [String; 3] {
+    [
+        format!("{dataset}.jsonl"),
+        format!("{dataset}.error.ndjson"),
+        format!("{dataset}.skipped.ndjson"),
+    ]
 }
 
 /// Three files written beside each other and moved into place together at the end.
@@ -235,9 +181,9 @@ struct Sink {
 impl Sink {
     fn new(to: &Path, dataset: &str) -> Result<Sink, ExportError> {
         let mut files = Vec::new();
-        for suffix in ["", "_error", "_skipped"] {
-            let path = to.join(format!("{dataset}{suffix}.jsonl"));
-            let tmp = to.join(format!(".{dataset}{suffix}.jsonl.tmp"));
+        for name in file_names(dataset) {
+            let path = to.join(&name);
+            let tmp = to.join(format!(".{name}.tmp"));
             let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
             files.push((path, tmp, std::io::BufWriter::new(f)));
         }
@@ -265,14 +211,20 @@ const ERROR: usize = 1;
 const SKIPPED: usize = 2;
 
 /// Exports the datasets `names` of `dir` into `to`; `prompts` gives each dataset's prompt
-/// count when known. Returns the accounting per dataset.
+/// count when known. With a chat template, every success row is rendered through it as
+/// written: the `text` format's text, the samples, and the count of rows whose reasoning it
+/// drops; a row it refuses is an error row. Returns the accounting per dataset.
 pub fn export(
     dir: &Path,
     names: &[String],
     prompts: &HashMap<String, u64>,
     to: &Path,
     o: &Options,
+    template: Option<&ChatTemplate>,
 ) -> Result<Exported, ExportError> {
+    if o.format == Format::Text && template.is_none() {
+        return Err(ExportError::NoTemplate);
+    }
     std::fs::create_dir_all(to).map_err(io(to))?;
     let mut samples = Vec::new();
     let rules = Rules {
@@ -321,37 +273,72 @@ pub fn export(
                     },
                 );
             }
-            let sf = specforge_row(&r);
+            let sf = rows::specforge_row(&r);
             if let Some(why) = filtered(&r, o) {
                 let row = json!({"id": r.id, "status": "skipped", "reason": why,
                                  "conversations": sf["conversations"]});
                 return keep(&mut sink, SKIPPED, &[row], &mut c);
             }
-            match validate_row(&sf, rules) {
-                Ok(_) => {
-                    if samples.len() < o.samples {
-                        samples.push(Sample {
+            if let Err(why) = validate_row(&sf, rules) {
+                let row = json!({"id": r.id, "status": "error", "reason": why,
+                                 "conversations": sf["conversations"]});
+                return keep(&mut sink, ERROR, &[row], &mut c);
+            }
+            // Validated whole, then exploded: SpecForge's order (regenerate, validate, expand).
+            let parts = if o.explode_turns {
+                rows::exploded(&sf)
+            } else {
+                vec![sf.clone()]
+            };
+            let mut written = Vec::with_capacity(parts.len());
+            let mut shown = Vec::new();
+            let (mut rendered, mut dropped) = (0u64, Vec::new());
+            for part in parts {
+                let id = part["id"].as_str().unwrap_or_default().to_string();
+                let messages = rows::messages_as_written(&part, o.format);
+                let text = match template {
+                    None => None,
+                    Some(t) => match t.render(&id, &messages) {
+                        Ok(text) => Some(text),
+                        Err(e) => {
+                            // The trainer renders the row through the same template: it
+                            // would fail there too.
+                            let row = json!({"id": r.id, "status": "error",
+                                             "reason": format!("the chat template refuses the row: {e}"),
+                                             "conversations": sf["conversations"]});
+                            return keep(&mut sink, ERROR, &[row], &mut c);
+                        }
+                    },
+                };
+                if let Some(text) = &text {
+                    rendered += 1;
+                    let lost = rows::last_reasoning(&messages).is_some_and(|r| !text.contains(r));
+                    if lost {
+                        dropped.push(id.clone());
+                    }
+                    if samples.len() + shown.len() < o.samples {
+                        shown.push(Sample {
                             dataset: name.clone(),
-                            id: r.id.clone(),
-                            messages: sf["conversations"].clone(),
+                            id,
+                            messages: messages.as_array().map_or(0, Vec::len),
+                            text: text.clone(),
+                            reasoning_dropped: lost,
                         });
                     }
-                    let rows: Vec<Value> = if o.explode_turns {
-                        exploded(&sf)
-                            .iter()
-                            .map(|e| success_row(&r, e.clone(), o))
-                            .collect()
-                    } else {
-                        vec![success_row(&r, sf, o)]
-                    };
-                    keep(&mut sink, SUCCESS, &rows, &mut c);
                 }
-                Err(why) => {
-                    let row = json!({"id": r.id, "status": "error", "reason": why,
-                                     "conversations": sf["conversations"]});
-                    keep(&mut sink, ERROR, &[row], &mut c);
+                let mut row = rows::success_row(part, o.format, text);
+                if o.with_provenance {
+                    rows::add_provenance(&mut row, &r);
                 }
+                written.push(row);
             }
+            c.rendered += rendered;
+            c.reasoning_dropped += dropped.len() as u64;
+            let room = NAMED.saturating_sub(c.dropped_ids.len());
+            c.dropped_ids.extend(dropped.into_iter().take(room));
+            let room = o.samples.saturating_sub(samples.len());
+            samples.extend(shown.into_iter().take(room));
+            keep(&mut sink, SUCCESS, &written, &mut c);
         })?;
         let rejects = scan::read_file(&rejects_path(dir, name), |r: RejectRecord| {
             let row = json!({"id": r.id, "status": "error",
@@ -402,6 +389,18 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                 g(c.success_rows)
             ));
         }
+        if c.reasoning_dropped > 0 {
+            out.push_str(&format!(
+                "  {}: the chat template drops the last answer's reasoning in {} of {} rows ({}): \
+                 the trainer would never see the thinking. Moonshot's Kimi templates render the \
+                 last answer as history; the built-in kimi-k2.5-final-turn / \
+                 kimi-k2-thinking-final-turn keep it (README: Feeding the trainer)\n",
+                c.dataset,
+                g(c.reasoning_dropped),
+                g(c.rendered),
+                c.dropped_ids.join(", ")
+            ));
+        }
         if c.unreadable > 0 {
             out.push_str(&format!(
                 "  {}: {} damaged line(s) of the output directory were not exported (harvest run --repair)\n",
@@ -410,7 +409,8 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
         }
     }
     out.push_str(&format!(
-        "written to {}: <dataset>.jsonl, <dataset>_error.jsonl, <dataset>_skipped.jsonl\n",
+        "written to {}: <dataset>.jsonl (training rows), <dataset>.error.ndjson, \
+         <dataset>.skipped.ndjson\n",
         to.display()
     ));
     out
@@ -533,7 +533,7 @@ mod tests {
         );
         let to = dir.path().join("export");
         let prompts = HashMap::from([("A".to_string(), 10u64)]);
-        let counts = export(&out, &["A".into()], &prompts, &to, &SF)
+        let counts = export(&out, &["A".into()], &prompts, &to, &SF, None)
             .expect("export")
             .counts;
         assert_eq!(
@@ -547,6 +547,7 @@ mod tests {
                 not_run: Some(3),
                 prompts: Some(10),
                 unreadable: 0,
+                ..Counts::default()
             }]
         );
         let ok = read(&to.join("A.jsonl"));
@@ -574,11 +575,11 @@ mod tests {
                 })
                 .collect()
         };
-        let skipped = why("A_skipped.jsonl");
+        let skipped = why("A.skipped.ndjson");
         assert!(skipped["cut"].contains("max_tokens"));
         assert!(skipped["think"].contains("<think>"));
         assert!(skipped["noreason"].contains("reasoning_content"));
-        let errors = why("A_error.jsonl");
+        let errors = why("A.error.ndjson");
         assert_eq!(
             errors["empty"],
             "message 1 content must be a non-empty string"
@@ -623,7 +624,7 @@ mod tests {
             let mut o = SF;
             o.explode_turns = true;
             o.format = format;
-            let done = export(&out, &["A".into()], &HashMap::new(), &to, &o).expect("export");
+            let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
             assert_eq!(
                 (done.counts[0].success, done.counts[0].success_rows),
                 (2, 3)
@@ -638,7 +639,8 @@ mod tests {
             let shown = |r: &Value| -> Vec<(String, Option<String>)> {
                 (r["conversations"].as_array().expect("turns").iter())
                     .map(|t| {
-                        let s = |k: &str| t[k].as_str().map(str::to_string);
+                        let s =
+                            |k: &str| t[k].as_str().filter(|s| !s.is_empty()).map(str::to_string);
                         (s("content").unwrap_or_default(), s("reasoning_content"))
                     })
                     .collect()
@@ -681,7 +683,7 @@ mod tests {
         let to = dir.path().join("export");
         let mut o = SF;
         o.system_prompt = Some("You are a helpful assistant.".into());
-        export(&out, &["A".into()], &HashMap::new(), &to, &o).expect("export");
+        export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
         let rows = read(&to.join("A.jsonl"));
         let first: Vec<&str> = rows
             .iter()
@@ -693,17 +695,14 @@ mod tests {
     #[test]
     fn formats_and_provenance() {
         let r = rec("x", "answer", Some("thinking"), false);
-        let sf = specforge_row(&r);
-        let mut o = SF;
-        o.format = Format::Sharegpt;
-        let s = success_row(&r, sf.clone(), &o);
+        let sf = rows::specforge_row(&r);
+        let s = rows::success_row(sf.clone(), Format::Sharegpt, None);
         assert_eq!(
             s,
             json!({"id": "x", "conversations": [{"from": "human", "value": "question"}, {"from": "gpt", "value": "answer"}]})
         );
-        o.format = Format::Openai;
-        o.with_provenance = true;
-        let m = success_row(&r, sf, &o);
+        let mut m = rows::success_row(sf.clone(), Format::Openai, None);
+        rows::add_provenance(&mut m, &r);
         assert_eq!(m["messages"][1]["reasoning_content"], "thinking");
         assert_eq!(m["endpoint_tag"], "chutes/int4");
         assert_eq!(m["cost_usd"], 0.001);
@@ -711,5 +710,14 @@ mod tests {
             m.as_object().expect("obj").values().all(|v| !v.is_object()),
             "flat columns"
         );
+        // Keys in the order written, as Python's json.dumps writes a dict.
+        let keys: Vec<&String> = m.as_object().expect("obj").keys().take(3).collect();
+        assert_eq!(keys, ["id", "messages", "provider"]);
+        let t = rows::success_row(sf, Format::Text, Some("<text>".into()));
+        assert_eq!(t, json!({"id": "x", "text": "<text>"}));
+        // Every answer carries reasoning_content, empty when it has none.
+        let none = rows::specforge_row(&rec("y", "answer", None, false));
+        assert_eq!(none["conversations"][1]["reasoning_content"], "");
+        assert!(none["conversations"][0].get("reasoning_content").is_none());
     }
 }

@@ -3,7 +3,14 @@
 //! `transformers`' `apply_chat_template(messages, add_generation_prompt=False)` would render
 //! them, so the operator sees where the reasoning and the system turn land before the trainer
 //! extracts hidden states. Rendered with minijinja under the options transformers uses
-//! (`trim_blocks`, `lstrip_blocks`, loop controls) and Python's string methods.
+//! (`trim_blocks`, `lstrip_blocks`, loop controls), Python's string methods, and transformers'
+//! own `tojson`; maps keep their keys in the order the row has them, as Python's dicts do.
+
+mod builtin;
+mod pystr;
+mod tojson;
+
+pub(crate) use pystr::python_trim;
 
 use std::path::{Path, PathBuf};
 
@@ -36,7 +43,18 @@ pub struct ChatTemplate {
     path: PathBuf,
     bos_token: String,
     eos_token: String,
+    /// Extra variables, as `apply_chat_template(..., **kwargs)` passes them (`thinking`).
+    kwargs: serde_json::Map<String, Value>,
 }
+
+/// Variables the renderer sets itself; a template keyword argument may not name them.
+const RESERVED: [&str; 5] = [
+    "messages",
+    "add_generation_prompt",
+    "tools",
+    "bos_token",
+    "eos_token",
+];
 
 /// The name of the template inside the environment.
 const NAME: &str = "chat_template";
@@ -107,13 +125,43 @@ fn strftime_now(format: String) -> String {
 }
 
 impl ChatTemplate {
-    /// Reads and compiles the template in `path`.
+    /// Reads and compiles the template in `path`, or the built-in template of that name when
+    /// no such file exists.
     pub fn load(path: &Path) -> Result<ChatTemplate, TemplateError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TemplateError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(source) => {
+                let name = path.to_str().unwrap_or_default();
+                if let Some(b) = builtin::find(name) {
+                    return Self::compile(path, b.text.to_string(), String::new(), String::new());
+                }
+                let source = if source.kind() == std::io::ErrorKind::NotFound {
+                    std::io::Error::new(
+                        source.kind(),
+                        format!(
+                            "{source} (and no built-in template has that name: {})",
+                            builtin::names()
+                        ),
+                    )
+                } else {
+                    source
+                };
+                return Err(TemplateError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
         let (source, bos_token, eos_token) = parse_file(path, text)?;
+        Self::compile(path, source, bos_token, eos_token)
+    }
+
+    fn compile(
+        path: &Path,
+        source: String,
+        bos_token: String,
+        eos_token: String,
+    ) -> Result<ChatTemplate, TemplateError> {
         let mut env = Environment::new();
         // As transformers compiles chat templates.
         env.set_syntax(
@@ -127,7 +175,9 @@ impl ChatTemplate {
                 })?,
         );
         minijinja_contrib::add_to_environment(&mut env);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_unknown_method_callback(pystr::unknown_method);
+        env.add_filter("trim", pystr::trim);
+        env.add_filter("tojson", tojson::tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, source)
@@ -140,11 +190,53 @@ impl ChatTemplate {
             path: path.to_path_buf(),
             bos_token,
             eos_token,
+            kwargs: serde_json::Map::new(),
         })
+    }
+
+    /// Template options as `KEY=JSON` (`thinking=true`), passed to every rendering.
+    pub fn with_kwargs(mut self, pairs: &[String]) -> Result<ChatTemplate, TemplateError> {
+        for pair in pairs {
+            let bad = |msg: String| TemplateError::Bad {
+                path: self.path.clone(),
+                msg: format!("--template-kwarg {pair}: {msg}"),
+            };
+            let (key, json) = pair
+                .split_once('=')
+                .ok_or_else(|| bad("expected KEY=JSON, e.g. thinking=true".into()))?;
+            if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(bad(format!("{key:?} is not a template variable name")));
+            }
+            if RESERVED.contains(&key) {
+                return Err(bad(format!("{key} is set by harvest itself")));
+            }
+            let value: Value = serde_json::from_str(json).map_err(|e| {
+                bad(format!(
+                    "the value is not JSON ({e}); a string needs quotes: {key}='\"text\"'"
+                ))
+            })?;
+            self.kwargs.insert(key.to_string(), value);
+        }
+        Ok(self)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The training text of one row: `messages` is `[{role, content, reasoning_content?}]`.
     pub fn render(&self, id: &str, messages: &Value) -> Result<String, TemplateError> {
+        self.render_with_tools(id, messages, &Value::Null)
+    }
+
+    /// The training text of one row offered `tools` (a list of function schemas, or null), as
+    /// `apply_chat_template(messages, tools=...)` renders it.
+    pub fn render_with_tools(
+        &self,
+        id: &str,
+        messages: &Value,
+        tools: &Value,
+    ) -> Result<String, TemplateError> {
         let fail = |e: Error| TemplateError::Render {
             path: self.path.clone(),
             id: id.to_string(),
@@ -156,7 +248,8 @@ impl ChatTemplate {
             add_generation_prompt => false,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-            tools => (),
+            tools => Serde(tools),
+            ..minijinja::value::Value::from(Serde(&self.kwargs))
         })
         .map_err(fail)
     }

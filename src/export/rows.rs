@@ -1,0 +1,135 @@
+//! The shapes of an exported success row: SpecForge's conversation row (what the gate checks),
+//! its explosion into one row per answer, and the formats a trainer reads it in. Every
+//! assistant turn carries `reasoning_content`, `""` when it has none: Hugging Face `datasets`
+//! infers a JSON file's columns from its first block, and a file whose first rows lack the key
+//! fails to load once a later row has it (two exports concatenated, as the trainers take them).
+//! Not null: Moonshot's templates read it with `message.get('reasoning_content', '')`, and a
+//! null prints `<think>None</think>`; `""` renders as an absent key does in Kimi's, Qwen3's
+//! and speculators' reading alike.
+
+use serde_json::{Value, json};
+
+use crate::store::output::OutputRecord;
+
+use super::Format;
+
+/// The row as SpecForge reads it (what the gate checks).
+pub(super) fn specforge_row(r: &OutputRecord) -> Value {
+    let turns: Vec<Value> = r
+        .conversations
+        .iter()
+        .map(|t| {
+            if t.role == "assistant" {
+                json!({"role": t.role, "content": t.content,
+                        "reasoning_content": t.reasoning_content.as_deref().unwrap_or("")})
+            } else {
+                json!({"role": t.role, "content": t.content})
+            }
+        })
+        .collect();
+    json!({"id": r.id, "conversations": turns, "status": "success"})
+}
+
+/// A SpecForge row of several assistant turns as one row per turn (`<id>#<k>`): each ends at
+/// its turn, which keeps its reasoning; the answers before it keep their visible content only
+/// (`reasoning_content` empty), as the model saw them when it wrote the turn. A row of one
+/// answer stays as it is.
+pub(super) fn exploded(sf: &Value) -> Vec<Value> {
+    let empty = Vec::new();
+    let conv = sf["conversations"].as_array().unwrap_or(&empty);
+    let at: Vec<usize> = (0..conv.len())
+        .filter(|&i| conv[i]["role"] == "assistant")
+        .collect();
+    if at.len() < 2 {
+        return vec![sf.clone()];
+    }
+    let id = sf["id"].as_str().unwrap_or_default();
+    at.iter()
+        .enumerate()
+        .map(|(k, &end)| {
+            let turns: Vec<Value> = conv[..=end]
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut t = t.clone();
+                    if i < end && t["role"] == "assistant" {
+                        t["reasoning_content"] = json!("");
+                    }
+                    t
+                })
+                .collect();
+            json!({"id": format!("{id}#{}", k + 1), "conversations": turns, "status": "success"})
+        })
+        .collect()
+}
+
+/// The messages of a row as the trainer's parser reads them from the file, for rendering
+/// through a chat template: `role`/`content` (and `reasoning_content` where the format keeps
+/// it). ShareGPT's `from`/`value` map back as SpecForge's `_normalize_message` maps them.
+pub(super) fn messages_as_written(sf: &Value, format: Format) -> Value {
+    let empty = Vec::new();
+    let conv = sf["conversations"].as_array().unwrap_or(&empty);
+    match format {
+        Format::Sharegpt => Value::Array(
+            conv.iter()
+                .map(|t| json!({"role": t["role"], "content": t["content"]}))
+                .collect(),
+        ),
+        Format::Specforge | Format::Openai | Format::Text => Value::Array(conv.clone()),
+    }
+}
+
+/// The success row in `format`; `text` is the row rendered through the chat template (the
+/// `text` format's only field).
+pub(super) fn success_row(sf: Value, format: Format, text: Option<String>) -> Value {
+    match format {
+        Format::Specforge => sf,
+        Format::Openai => json!({"id": sf["id"], "messages": sf["conversations"]}),
+        Format::Text => json!({"id": sf["id"], "text": text}),
+        Format::Sharegpt => {
+            let empty = Vec::new();
+            let turns: Vec<Value> = (sf["conversations"].as_array().unwrap_or(&empty).iter())
+                .map(|t| {
+                    let from = match t["role"].as_str().unwrap_or_default() {
+                        "user" => "human",
+                        "assistant" => "gpt",
+                        other => other,
+                    };
+                    json!({"from": from, "value": t["content"]})
+                })
+                .collect();
+            json!({"id": sf["id"], "conversations": turns})
+        }
+    }
+}
+
+/// Flat scalar columns of where the answer came from, added to a success row.
+pub(super) fn add_provenance(row: &mut Value, r: &OutputRecord) {
+    let cols = json!({
+        "provider": r.provider,
+        "endpoint_tag": r.endpoint_tag,
+        "quantization": r.quantization,
+        "model": r.model,
+        "finish_reason": r.finish_reason,
+        "prompt_tokens": r.usage.prompt_tokens,
+        "completion_tokens": r.usage.completion_tokens,
+        "reasoning_tokens": r.usage.reasoning_tokens,
+        "cost_usd": r.cost_usd.as_f64(),
+        "generation_id": r.generation_id,
+        "created_at": r.created_at,
+    });
+    if let (Some(row), Value::Object(cols)) = (row.as_object_mut(), cols) {
+        row.extend(cols);
+    }
+}
+
+/// The last answer's reasoning, trimmed as templates trim it, when it has any.
+pub(super) fn last_reasoning(messages: &Value) -> Option<&str> {
+    let last = messages
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|t| t["role"] == "assistant")?;
+    let r = super::template::python_trim(last["reasoning_content"].as_str()?);
+    (!r.is_empty()).then_some(r)
+}
