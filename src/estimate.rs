@@ -100,6 +100,9 @@ pub struct Observed {
     /// Answers the outputs took: one each, or one per turn of a regenerated conversation.
     pub answers: u64,
     pub completion_tokens: u64,
+    /// Outputs cut at `max_tokens` while thinking, and the largest `max_tokens` they had.
+    pub cut_thinking: u64,
+    pub cut_thinking_at: u64,
 }
 
 /// What one dataset has left, as read from its prompt file and the output directory.
@@ -1005,6 +1008,16 @@ fn output_assumptions(d: &DatasetEstimate, f: &DatasetFacts, given: Option<u64>)
              upper bound; pass --mean-output for a likelier figure"
         )),
     }
+    if u64::from(d.max_tokens) <= f.observed.cut_thinking_at
+        && let Some(line) = crate::engine::core::cut_watch::earlier_cuts(
+            n,
+            f.observed.cut_thinking,
+            f.observed.outputs,
+            d.max_tokens,
+        )
+    {
+        out.push(line.trim_start_matches("dataset ").to_string());
+    }
     if f.remaining.requests > d.prompts_remaining {
         out.push(format!(
             "{n}: every assistant turn is regenerated (turns = \"all\"): {} requests for {} \
@@ -1283,6 +1296,7 @@ mod tests {
             outputs: 4,
             answers: 4,
             completion_tokens: 4_000,
+            ..Observed::default()
         };
         d.output_token_budget = Some(504_000);
         let mut i = inputs(vec![d], vec![offer("a", "1", "2")]);
@@ -1314,6 +1328,7 @@ mod tests {
             outputs: 4,
             answers: 12,
             completion_tokens: 12_000,
+            ..Observed::default()
         };
         d.output_token_budget = Some(1_512_000);
         let e = estimate(&inputs(vec![d], vec![offer("a", "1", "2")])).expect("estimate");

@@ -628,3 +628,60 @@ async fn the_binary_prints_a_stable_json_document_and_a_readable_table() {
     assert!(!err.contains(CLI_KEY));
     sim.stop().await;
 }
+
+/// Answers cut while thinking in an earlier run are said before the next prompts are bought:
+/// at the start of `harvest run` and among `harvest estimate`'s assumptions, with the fix; not
+/// once max_tokens is raised above what cut them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_cuts_while_thinking_are_said_before_the_next_run() {
+    // Answers of ~200 tokens, 30% of them reasoning first: at max_tokens 30 most answers are
+    // cut inside their reasoning.
+    let sim = fast_sim(200.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let key = "sk-or-v1-estimate-test-key-000000000000";
+    let var = "HARVEST_CUT_TEST_KEY";
+    let settings = |max: u32| format!("concurrency = 8\n[request]\nmax_tokens = {max}");
+    write_job_with_ids(d, &sim.base_url(), var, 30, &settings(30));
+    let (code, text) = run_headless(d, var, key, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    // Most of them (lengths vary): "dataset A: N of 30 answers so far (P%) were cut ...".
+    let said = |text: &str| {
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        flat.contains("of 30 answers so far (")
+            && flat.contains("were cut while thinking at max_tokens 30: kept as truncated rows")
+            && flat.contains("raise [request] max_tokens")
+    };
+    // More prompts, same max_tokens: the next run and the estimate say it.
+    write_job_with_ids(d, &sim.base_url(), var, 40, &settings(30));
+    let estimate = |d: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .env(var, key)
+            .args(["estimate", "-c"])
+            .arg(d.join("harvest.toml"))
+            .output()
+            .expect("estimate");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(said(&estimate(d)), "{}", estimate(d));
+    let (code, text) = run_headless(d, var, key, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(said(&text) && text.contains("dataset A: "), "{text}");
+    // Raised: nothing to say about cuts at a lower limit.
+    write_job_with_ids(d, &sim.base_url(), var, 50, &settings(4096));
+    assert!(
+        !estimate(d).contains("cut while thinking"),
+        "{}",
+        estimate(d)
+    );
+    // (Other request parameters than the output's: the run asks for --force.)
+    let (code, text) = run_headless(d, var, key, &["--force"]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("cut while thinking at"), "{text}");
+    sim.stop().await;
+}

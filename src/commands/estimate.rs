@@ -321,6 +321,8 @@ fn read_outputs(
             outputs: ex.outputs,
             answers,
             completion_tokens: ex.output_tokens,
+            cut_thinking: ex.cut_thinking,
+            cut_thinking_at: ex.cut_thinking_at,
         },
         rejects: ex.rejects,
         unreadable: found.outputs_file.damaged + found.rejects_file.damaged,

@@ -214,6 +214,18 @@ fn ready_dataset(
     }
     let reader = PromptReader::open_prescanned(&d.prompts, &counted)
         .map_err(|e| EngineError::Input(e.to_string()))?;
+    let max_tokens = cfg.request_for(d).max_tokens;
+    // Earlier answers cut while thinking at this max_tokens (not at a lower one since raised).
+    if u64::from(max_tokens) <= found.existing.cut_thinking_at
+        && let Some(line) = crate::engine::core::cut_watch::earlier_cuts(
+            &d.name,
+            found.existing.cut_thinking,
+            found.existing.outputs,
+            max_tokens,
+        )
+    {
+        notes.push(line);
+    }
     Ok(dataset_run(
         d,
         cfg.request_for(d),

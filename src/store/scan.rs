@@ -204,6 +204,10 @@ pub struct ExistingDataset {
     /// Generation ids of the outputs.
     pub generation_ids: HashSet<String>,
     pub outputs: u64,
+    /// Outputs cut at `max_tokens` while the model was still thinking (no answer).
+    pub cut_thinking: u64,
+    /// The largest `max_tokens` those were sent with (their `params`).
+    pub cut_thinking_at: u64,
     pub rejects: u64,
     pub output_tokens: u64,
     pub prompt_tokens: u64,
@@ -235,6 +239,14 @@ pub fn scan_dataset(
     let outputs_file = read_file(&output_path(dir, dataset), |r: OutputRecord| {
         each(&r);
         ex.outputs += 1;
+        if r.cut_thinking {
+            ex.cut_thinking += 1;
+            let sent = r
+                .params
+                .get("max_tokens")
+                .and_then(serde_json::Value::as_u64);
+            ex.cut_thinking_at = ex.cut_thinking_at.max(sent.unwrap_or(0));
+        }
         ex.output_tokens += r.usage.completion_tokens;
         ex.prompt_tokens += r.usage.prompt_tokens;
         ex.cost += r.cost_usd;

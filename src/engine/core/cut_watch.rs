@@ -62,9 +62,55 @@ impl CutWatch {
     }
 }
 
+/// What earlier runs' answers say before a run starts: `cut` of `answers` were cut while
+/// thinking at `max_tokens`. Past [`WARN_SHARE`] of at least [`MIN_ANSWERS`], the line that
+/// says so and names the fix (`harvest run` prints it at the start, `harvest estimate` among
+/// its assumptions), so the next prompts are not bought at the same cut.
+pub(crate) fn earlier_cuts(
+    dataset: &str,
+    cut: u64,
+    answers: u64,
+    max_tokens: u32,
+) -> Option<String> {
+    if answers < MIN_ANSWERS as u64 || (cut as f64) < WARN_SHARE * answers as f64 {
+        return None;
+    }
+    Some(format!(
+        "dataset {dataset}: {cut} of {answers} answers so far ({:.0}%) were cut while thinking at \
+         max_tokens {max_tokens}: kept as truncated rows with reasoning and no answer; raise \
+         [request] max_tokens (or the dataset's) to buy whole answers",
+        cut as f64 * 100.0 / answers as f64
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn earlier_cuts_are_said_past_the_line_with_enough_answers() {
+        // (cut, answers) -> said?
+        let cases = [
+            ((0, 0), false),
+            ((19, 19), false), // too few answers to judge
+            ((2, 20), true),   // 10%: at the line
+            ((1, 20), false),
+            ((223, 300), true),
+            ((29, 300), false),
+        ];
+        for ((cut, answers), said) in cases {
+            let line = earlier_cuts("B3", cut, answers, 256);
+            assert_eq!(line.is_some(), said, "{cut}/{answers}");
+        }
+        assert_eq!(
+            earlier_cuts("B3", 223, 300, 256).as_deref(),
+            Some(
+                "dataset B3: 223 of 300 answers so far (74%) were cut while thinking at \
+                 max_tokens 256: kept as truncated rows with reasoning and no answer; raise \
+                 [request] max_tokens (or the dataset's) to buy whole answers"
+            )
+        );
+    }
 
     #[test]
     fn warns_once_when_the_share_rises_and_again_only_after_it_fell() {

@@ -13,7 +13,7 @@ pub mod account;
 mod admission;
 mod budget;
 mod control;
-mod cut_watch;
+pub(crate) mod cut_watch;
 mod dispatch;
 mod outcome;
 mod reserve;
