@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{Tokens, Usd, group_thousands};
 use crate::engine::{Manifest, Snapshot, manifest_path, state_path};
-use crate::store::output::{OutputRecord, SpendEntry, SpendKind};
+use crate::store::output::{
+    FailureCause, OutputRecord, RejectRecord, SpendEntry, SpendKind, rejects_path,
+};
 use crate::store::scan::{self, FileScan, ScanError};
 
 /// Version of the JSON form; bumped when a field changes meaning or goes away.
@@ -104,7 +106,23 @@ pub struct Report {
     pub datasets: Vec<Row>,
     pub total: Row,
     pub spend: SpendCheck,
+    /// The rejects by kind and by what the provider said, most first.
+    #[serde(default)]
+    pub reject_causes: Vec<RejectCause>,
 }
+
+/// Rejects of one kind with one cause.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RejectCause {
+    /// `error_kind` of the rejects (`policy`, `empty`, `400`, ...).
+    pub kind: String,
+    #[serde(flatten)]
+    pub cause: FailureCause,
+    pub rejects: u64,
+}
+
+/// Most reject causes listed in the text form.
+const CAUSES_SHOWN: usize = 5;
 
 /// One answer's figures, from a row or from one of its turns.
 struct Answer<'a> {
@@ -309,6 +327,8 @@ impl Report {
             .collect();
         let mut spend = SpendCheck::default();
         let mut rejected = vec![0u64; names.len()];
+        let mut causes: std::collections::HashMap<(String, FailureCause), u64> =
+            std::collections::HashMap::new();
         // What each answer's `complete` line booked, by a hash of its generation id (16 bytes
         // an answer), so that the records are compared with the answers they hold.
         let mut booked: std::collections::HashMap<u64, Usd> = std::collections::HashMap::new();
@@ -377,6 +397,12 @@ impl Report {
             refuse_damage(&found.outputs_file)?;
             refuse_damage(&found.rejects_file)?;
             rejected[i] = found.existing.rejects;
+            if found.existing.rejects > 0 {
+                scan::read_file(&rejects_path(dir, d), |r: RejectRecord| {
+                    *causes.entry((r.error_kind, r.cause)).or_default() += 1;
+                })
+                .map_err(scan_error)?;
+            }
         }
         refuse_damage(&ledger.file)?;
         if let Some(s) = &snapshot
@@ -420,6 +446,17 @@ impl Report {
             .collect();
         total.row.dataset = "all".into();
         total.row.endpoint = "all".into();
+        let mut reject_causes: Vec<RejectCause> = causes
+            .into_iter()
+            .map(|((kind, cause), rejects)| RejectCause {
+                kind,
+                cause,
+                rejects,
+            })
+            .collect();
+        reject_causes.sort_by(|a, b| {
+            (b.rejects.cmp(&a.rejects)).then_with(|| (&a.kind, &a.cause).cmp(&(&b.kind, &b.cause)))
+        });
         Ok(Report {
             schema: SCHEMA,
             output_dir: dir.display().to_string(),
@@ -429,6 +466,7 @@ impl Report {
             datasets,
             total: total.finish(),
             spend,
+            reject_causes,
         })
     }
 
@@ -534,6 +572,33 @@ impl Report {
                 s.records.as_f64(),
                 s.answers_kept.as_f64(),
                 (s.records - s.answers_kept).as_f64()
+            ));
+        }
+        for c in self.reject_causes.iter().take(CAUSES_SHOWN) {
+            let said: Vec<&str> = [
+                &c.cause.provider_name,
+                &c.cause.error_type,
+                &c.cause.upstream,
+            ]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+            out.push_str(&format!(
+                "rejected: {} {}{}\n",
+                group_thousands(c.rejects),
+                c.kind,
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", said.join(": "))
+                }
+            ));
+        }
+        if self.reject_causes.len() > CAUSES_SHOWN {
+            out.push_str(&format!(
+                "rejected: {} more causes (status --json lists them all)\n",
+                self.reject_causes.len() - CAUSES_SHOWN
             ));
         }
         if let (Some(api), Some(ours)) = (s.api_usage_delta_usd, s.run_spent) {

@@ -126,6 +126,7 @@ async fn baseline(sim: &SimHandle, root: &Path) -> PathBuf {
                 error_kind: "400".into(),
                 attempts: 1,
                 created_at: "2026-12-01T00:00:00Z".into(),
+                cause: Default::default(),
             };
             format!("{}\n", serde_json::to_string(&r).expect("json"))
         })

@@ -99,6 +99,8 @@ async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
             mid_stream: false,
             message: Some("a transient validation bug".into()),
             remaining: Some(60),
+            provider_name: None,
+            raw: None,
         }),
     );
     finish(d, &[]).await;

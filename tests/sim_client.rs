@@ -603,6 +603,8 @@ async fn forced_errors_are_typed_before_and_during_the_stream() {
         mid_stream: false,
         message: None,
         remaining: Some(2),
+        provider_name: None,
+        raw: None,
     });
     for _ in 0..2 {
         let e = stream_error(&client, "chutes/int4", fast_timeouts()).await;
@@ -623,6 +625,8 @@ async fn forced_errors_are_typed_before_and_during_the_stream() {
         mid_stream: true,
         message: Some("flagged".into()),
         remaining: None,
+        provider_name: None,
+        raw: None,
     });
     let e = stream_error(&client, "chutes/int4", fast_timeouts()).await;
     assert!(matches!(e, ApiError::MidStream { .. }), "{e}");

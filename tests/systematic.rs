@@ -42,6 +42,8 @@ async fn a_privacy_setting_that_refuses_everything_stops_the_run_and_rejects_not
             mid_stream: false,
             message: None,
             remaining: None,
+            provider_name: None,
+            raw: None,
         }),
     );
     let (code, text) = run(dir.path()).await;
@@ -86,6 +88,8 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
             mid_stream: true,
             message: Some("Output flagged by the content filter".into()),
             remaining: Some(1),
+            provider_name: Some("Chutes".into()),
+            raw: Some(r#"{"error": {"message": "Output flagged:\nviolence"}}"#.into()),
         }),
     );
     let (code, text) = run(dir.path()).await;
@@ -98,6 +102,36 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
         ("policy", 1)
     );
     assert_eq!(sim.state.requests_since(0).len(), 1, "attempted once");
+    // What the provider said, as typed fields of the reject and of status --json.
+    let said = harvest::store::output::FailureCause {
+        provider_name: Some("Chutes".into()),
+        error_type: Some("content_policy_violation".into()),
+        upstream: Some("Output flagged: violence".into()),
+    };
+    assert_eq!(rejects[0].cause, said);
+    let report = |json: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"));
+        c.arg("status").arg(&out).arg("--report");
+        if json {
+            c.arg("--json");
+        }
+        String::from_utf8(c.output().expect("status").stdout).expect("utf-8")
+    };
+    let status: serde_json::Value = serde_json::from_str(&report(true)).expect("json");
+    assert_eq!(
+        status["reject_causes"],
+        serde_json::json!([{"kind": "policy", "provider_name": "Chutes",
+                            "error_type": "content_policy_violation",
+                            "upstream": "Output flagged: violence", "rejects": 1}]),
+        "{status}"
+    );
+    assert!(
+        report(false).contains(
+            "rejected: 1 policy (Chutes: content_policy_violation: Output flagged: violence)"
+        ),
+        "{}",
+        report(false)
+    );
 
     // A fresh directory: an overload first, then the answer.
     let dir = tempfile::tempdir().expect("tmp");
@@ -111,6 +145,8 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
             mid_stream: false,
             message: None,
             remaining: Some(1),
+            provider_name: None,
+            raw: None,
         }),
     );
     let (code, text) = run(dir.path()).await;

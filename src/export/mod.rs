@@ -345,6 +345,12 @@ pub fn export(
                              "reason": format!("rejected after {} attempt{}: {}", r.attempts,
                                                if r.attempts == 1 { "" } else { "s" }, r.error),
                              "error_kind": r.error_kind, "line": r.line});
+            let mut row = row;
+            if let (Some(row), Ok(serde_json::Value::Object(cause))) =
+                (row.as_object_mut(), serde_json::to_value(&r.cause))
+            {
+                row.extend(cause);
+            }
             keep(&mut sink, ERROR, &[row], &mut c);
         })?;
         if let Some(e) = failed {
@@ -529,6 +535,11 @@ mod tests {
                 error_kind: "policy".into(),
                 attempts: 1,
                 created_at: "2026-12-01T00:00:00Z".into(),
+                cause: crate::store::output::FailureCause {
+                    provider_name: Some("OpenAI".into()),
+                    error_type: None,
+                    upstream: Some("flagged for violence".into()),
+                },
             }],
         );
         let to = dir.path().join("export");
@@ -589,6 +600,16 @@ mod tests {
             "message 2 has unsupported role 'system'"
         );
         assert!(errors["rej"].contains("rejected after 1 attempt: HTTP 400"));
+        // The provider's cause as typed fields, for jq and the trainers' tooling.
+        let rej = read(&to.join("A.error.ndjson"))
+            .into_iter()
+            .find(|r| r["id"] == "rej")
+            .expect("reject row");
+        assert_eq!(
+            (&rej["provider_name"], &rej["upstream"]),
+            (&json!("OpenAI"), &json!("flagged for violence"))
+        );
+        assert!(rej.get("error_type").is_none());
         // Nothing in the output directory changed, no temporary file is left.
         assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 2);
         assert_eq!(std::fs::read_dir(&to).expect("dir").count(), 3);

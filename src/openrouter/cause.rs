@@ -12,33 +12,15 @@ impl ErrorBody {
     /// OpenAI-shaped JSON error, else its text), on one line without control characters, the
     /// raw part cut at [`RAW_SHOWN`] characters. "Provider returned error" alone names no cause.
     pub fn cause(&self) -> Option<String> {
-        let meta = self.metadata.as_ref();
-        let provider = meta
-            .and_then(|m| m.get("provider_name"))
-            .and_then(Value::as_str);
+        let provider = self.provider_name();
         let error_type = self.error_type();
-        let raw = meta.and_then(|m| m.get("raw")).and_then(|raw| {
-            let text = match raw {
-                Value::String(s) => s.clone(),
-                Value::Null => return None,
-                other => other.to_string(),
-            };
-            // Upstream bodies are often `{"error": {"message": ...}}`: the message says it.
-            let inner = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
-                v.pointer("/error/message")
-                    .or_else(|| v.get("message"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            });
-            let text = one_line(&inner.unwrap_or(text));
-            (!text.is_empty()).then_some(text)
-        });
+        let raw = self.upstream_message();
         if raw.is_none() && error_type.is_none() {
             return None;
         }
         let mut out = String::new();
         if let Some(p) = provider {
-            out.push_str(&one_line(p));
+            out.push_str(&p);
             out.push_str(": ");
         }
         if let Some(t) = error_type {
@@ -51,6 +33,33 @@ impl ErrorBody {
             out.push_str(&r);
         }
         Some(out)
+    }
+
+    /// `metadata.provider_name`, made one safe line.
+    pub fn provider_name(&self) -> Option<String> {
+        let meta = self.metadata.as_ref()?;
+        let p = one_line(meta.get("provider_name")?.as_str()?);
+        (!p.is_empty()).then_some(p)
+    }
+
+    /// `metadata.raw`: the upstream's own error, its `message` when it is an OpenAI-shaped JSON
+    /// error, else its text; one safe line cut at [`RAW_SHOWN`] characters.
+    pub fn upstream_message(&self) -> Option<String> {
+        let raw = self.metadata.as_ref()?.get("raw")?;
+        let text = match raw {
+            Value::String(s) => s.clone(),
+            Value::Null => return None,
+            other => other.to_string(),
+        };
+        // Upstream bodies are often `{"error": {"message": ...}}`: the message says it.
+        let inner = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("message"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        let text = one_line(&inner.unwrap_or(text));
+        (!text.is_empty()).then_some(text)
     }
 }
 

@@ -177,6 +177,12 @@ pub struct ForcedError {
     /// How many requests get it; unset: every request until cleared.
     #[serde(default)]
     pub remaining: Option<u64>,
+    /// The provider OpenRouter blames and its own words (`error.metadata.provider_name` and
+    /// `.raw`, as on a real "Provider returned error": tests/fixtures/recorded).
+    #[serde(default)]
+    pub provider_name: Option<String>,
+    #[serde(default)]
+    pub raw: Option<String>,
 }
 
 impl ForcedError {
@@ -197,6 +203,12 @@ impl ForcedError {
             "message": self.message(),
             "metadata": {"error_type": self.error_type},
         });
+        if let Some(p) = &self.provider_name {
+            err["metadata"]["provider_name"] = serde_json::json!(p);
+        }
+        if let Some(r) = &self.raw {
+            err["metadata"]["raw"] = serde_json::json!(r);
+        }
         if let Some(code) = &self.availability {
             err["error_type"] = serde_json::json!(self.error_type);
             err["availability"] = serde_json::json!({

@@ -113,6 +113,21 @@ pub struct RejectRecord {
     pub error_kind: String,
     pub attempts: u32,
     pub created_at: String,
+    /// What the provider said of the failure, as typed fields (`error` has them in its text).
+    #[serde(flatten)]
+    pub cause: FailureCause,
+}
+
+/// What a provider said of a failure, when OpenRouter passed it on (`error.metadata`): whom it
+/// blames, its typed `error_type`, and the upstream's own message, each one safe line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FailureCause {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 /// What a ledger line records.
@@ -501,6 +516,7 @@ mod tests {
                 error_kind: "400".into(),
                 attempts: 1,
                 created_at: "x".into(),
+                cause: FailureCause::default(),
             },
         )
         .await

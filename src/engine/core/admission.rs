@@ -101,6 +101,7 @@ impl Core {
                                 error_kind: "input".into(),
                                 attempts: 0,
                                 created_at: now.rfc3339(),
+                                cause: Default::default(),
                             },
                         });
                     }

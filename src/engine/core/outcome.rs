@@ -12,7 +12,7 @@ use crate::config::{SplitThink, Turns};
 use crate::domain::Usd;
 use crate::openrouter::{ApiError, Completion, ErrorKind, UsageSource};
 use crate::store::output::{
-    OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, TurnRecord,
+    FailureCause, OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, TurnRecord,
 };
 
 use super::super::health::{HealthEvent, backoff};
@@ -191,7 +191,7 @@ impl Core {
         } else if err.is_retryable() {
             self.write_held(now);
             let why = format!("{err} (after {} attempts)", job.attempts);
-            self.reject(job, why, kind.label(), now);
+            self.reject(job, why, kind.label(), cause_of(&err), now);
         } else {
             self.reject_or_hold(job, &err, err.to_string(), kind.label(), now);
         }
@@ -344,7 +344,14 @@ impl Core {
         }
     }
 
-    pub(super) fn reject(&mut self, job: Job, error: String, kind: &str, now: &Clock) {
+    pub(super) fn reject(
+        &mut self,
+        job: Job,
+        error: String,
+        kind: &str,
+        cause: FailureCause,
+        now: &Clock,
+    ) {
         let d = job.dataset;
         self.datasets[d].rejected += 1;
         // A row of several turns says which one failed; the turns before it were paid for.
@@ -369,6 +376,7 @@ impl Core {
                 error_kind: kind.to_string(),
                 attempts,
                 created_at: now.rfc3339(),
+                cause,
             },
         });
     }
@@ -504,7 +512,7 @@ impl Core {
                     // The prompt's own, not the run's: what was held before it is too.
                     self.write_held(now);
                 }
-                return self.reject(job, why, kind, now);
+                return self.reject(job, why, kind, FailureCause::default(), now);
             }
         }
         let truncated = shape.is_cut();
@@ -609,5 +617,17 @@ impl Core {
             endpoint,
             record: Box::new(record),
         });
+    }
+}
+
+/// The typed cause of a failure, from what OpenRouter passed on of the provider's error.
+pub(super) fn cause_of(err: &ApiError) -> FailureCause {
+    match err.detail() {
+        Some(d) => FailureCause {
+            provider_name: d.provider_name(),
+            error_type: d.error_type().map(str::to_string),
+            upstream: d.upstream_message(),
+        },
+        None => FailureCause::default(),
     }
 }

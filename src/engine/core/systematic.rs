@@ -7,6 +7,7 @@
 //! writes the held rejects, which were then the prompts' own.
 
 use crate::openrouter::ApiError;
+use crate::store::output::FailureCause;
 
 use super::super::reason::StopReason;
 use super::{Clock, Core, Job};
@@ -25,6 +26,7 @@ struct Held {
     job: Job,
     why: String,
     label: &'static str,
+    cause: FailureCause,
 }
 
 /// What to check, by the failure's signature.
@@ -55,8 +57,9 @@ impl Core {
         now: &Clock,
     ) {
         let n = self.cfg.retry.stop_after_same_error;
+        let cause = super::outcome::cause_of(err);
         if n == 0 {
-            return self.reject(job, why, label, now);
+            return self.reject(job, why, label, cause, now);
         }
         let signature = err.signature();
         if let Some(StopReason::Systematic { signature: s, .. }) = &self.stopping
@@ -72,7 +75,12 @@ impl Core {
             self.streak.sample = err.to_string();
         }
         self.datasets[job.dataset].retries_pending += 1;
-        self.streak.held.push(Held { job, why, label });
+        self.streak.held.push(Held {
+            job,
+            why,
+            label,
+            cause,
+        });
         if self.streak.held.len() >= n as usize {
             let held = std::mem::take(&mut self.streak.held);
             let count = held.len() as u32;
@@ -96,7 +104,7 @@ impl Core {
     pub(super) fn write_held(&mut self, now: &Clock) {
         for h in std::mem::take(&mut self.streak.held) {
             self.datasets[h.job.dataset].retries_pending -= 1;
-            self.reject(h.job, h.why, h.label, now);
+            self.reject(h.job, h.why, h.label, h.cause, now);
         }
         self.streak.signature.clear();
     }
