@@ -75,6 +75,23 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
     assert_eq!(n("prompts"), 60);
     assert!(n("success") > 0 && n("skipped") > 0, "{c}");
     assert_eq!(files(&out), before, "the output directory is not changed");
+    // Exporting into the run's own directory (or inside it) would rename training rows over
+    // its records: refused, with the way out, and nothing there changes.
+    for into in [out.clone(), out.join("train"), d.join("./out/../out")] {
+        let refused = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .arg("export")
+            .arg(&out)
+            .arg("--to")
+            .arg(&into)
+            .output()
+            .expect("export");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{}: {said}", into.display());
+        assert!(said.contains("is a run's output directory"), "{said}");
+        assert!(said.contains("out-train"), "{said}");
+    }
+    assert!(!out.join("train").exists());
+    assert_eq!(files(&out), before, "the records are untouched");
 
     // The success file alone is .jsonl: a trainer's directory loader takes nothing else.
     let written: Vec<String> = files(&to).into_keys().collect();

@@ -174,7 +174,10 @@ fn check_records(out: &Path, n: usize, provider: Option<&str>) -> Vec<OutputReco
         if r.cut_thinking {
             assert!(r.truncated && answer.content.is_empty(), "{}", r.id);
             assert!(
-                answer.reasoning_content.as_deref().is_some_and(|t| !t.is_empty()),
+                answer
+                    .reasoning_content
+                    .as_deref()
+                    .is_some_and(|t| !t.is_empty()),
                 "{}: cut while thinking, with its reasoning",
                 r.id
             );

@@ -15,6 +15,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if !args.dir.is_dir() {
         return Err(BadInput(format!("{}: not an output directory", args.dir.display())).into());
     }
+    refuse_output_dir(&args.dir, &args.to)?;
     let (names, prompts) = match &args.config {
         Some(path) => {
             let cfg = Config::load(path).map_err(|e| BadInput(e.to_string()))?;
@@ -73,6 +74,50 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     out.write(&render(&exported.counts, &args.to));
     out.write(&stale_files(&args.to, &names));
     Ok(())
+}
+
+/// Refuses a `--to` that is, or is inside, a run's output directory: the training files would
+/// be renamed over the run's records (`<dataset>.jsonl`), and a live run would go on writing
+/// to the unlinked file (reliability-probe-3 D1: 299 of 300 paid answers lost).
+fn refuse_output_dir(dir: &Path, to: &Path) -> Result<(), BadInput> {
+    let source = dir
+        .canonicalize()
+        .map_err(|e| BadInput(format!("{}: {e}", dir.display())))?;
+    // `to` may not exist yet: its nearest existing ancestor decides, symlinks resolved.
+    let mut at = Some(to);
+    let existing = loop {
+        match at {
+            Some(p) if p.as_os_str().is_empty() => break std::env::current_dir().ok(),
+            Some(p) => match p.canonicalize() {
+                Ok(c) => break Some(c),
+                Err(_) => at = p.parent(),
+            },
+            None => break std::env::current_dir().ok(),
+        }
+    };
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    let is_output = |p: &Path| {
+        p == source
+            || crate::engine::manifest_path(p).is_file()
+            || p.join(crate::store::lock::FILE_NAME).exists()
+            || crate::store::output::ledger_path(p).is_file()
+    };
+    match existing.ancestors().find(|p| is_output(p)) {
+        Some(run) => Err(BadInput(format!(
+            "--to {}: {} is a run's output directory; the export would overwrite its records \
+             (<dataset>.jsonl). Export next to it instead, e.g. --to {}",
+            to.display(),
+            run.display(),
+            run.with_file_name(format!(
+                "{}-train",
+                run.file_name().and_then(|n| n.to_str()).unwrap_or("out")
+            ))
+            .display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `--json`: the accounting, and the samples when `--show` asked for them.
