@@ -163,3 +163,89 @@ async fn retry_truncated_killed_twice_ends_with_one_whole_answer_per_id() {
     assert!(superseded.iter().all(|o| o.finish_reason == "length"));
     sim.stop().await;
 }
+
+/// A `--retry-truncated` run that the dollar budget stops, and one limited to a shard, leave
+/// every paid answer current: what the first did not buy again comes back at its end, and the
+/// second never touches the other shard's answers (reliability probe 3, D4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_stopped_by_the_budget_or_limited_to_a_shard_leaves_every_answer_current() {
+    let sim = fast_sim(120.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(d, &sim.base_url(), 60);
+    finish(d, &[]).await;
+    let (outputs, _) = one_place_per_id(d);
+    let cut: Vec<String> = (outputs.iter())
+        .filter(|o| o.finish_reason == "length")
+        .map(|o| o.id.clone())
+        .collect();
+    assert!(
+        cut.len() > N / 2,
+        "most answers cut at 60 tokens: {}",
+        cut.len()
+    );
+
+    // Room to finish, but the budget buys only a few of them again.
+    job(d, &sim.base_url(), 4_096);
+    let spent = common::ledger_total(&d.join("out"));
+    let cfg = std::fs::read_to_string(d.join("harvest.toml")).expect("config");
+    let budget = spent.as_f64() + 0.002;
+    std::fs::write(
+        d.join("harvest.toml"),
+        cfg.replace("budget_usd = 5.0", &format!("budget_usd = {budget:.6}")),
+    )
+    .expect("config");
+    let text = finish(d, &["--retry-truncated"]).await;
+    assert!(text.contains("budget"), "stopped by the budget: {text}");
+    let (outputs, _) = one_place_per_id(d);
+    let whole = outputs
+        .iter()
+        .filter(|o| o.finish_reason != "length")
+        .count();
+    assert!(
+        whole < N,
+        "the budget stopped it before all were bought again: {text}"
+    );
+    assert!(
+        text.contains("with no new outcome made current again"),
+        "the end says so: {text}"
+    );
+
+    // Shard 0 of 2 only: the other shard's cut answers stay where they are, untouched.
+    std::fs::write(d.join("harvest.toml"), cfg).expect("config");
+    let shard1_before: Vec<String> = read_jsonl::<OutputRecord>(&d.join("out/A.jsonl"))
+        .into_iter()
+        .filter(|o| harvest::store::prompts::shard_of(&o.id, 2) == 1)
+        .map(|o| serde_json::to_string(&o).expect("json"))
+        .collect();
+    let archived_of_shard1 = || {
+        read_jsonl::<OutputRecord>(&d.join("out/A.superseded.jsonl"))
+            .iter()
+            .filter(|o| harvest::store::prompts::shard_of(&o.id, 2) == 1)
+            .count()
+    };
+    let archived_before = archived_of_shard1();
+    finish(d, &["--retry-truncated", "--shard", "0/2"]).await;
+    assert_eq!(
+        archived_of_shard1(),
+        archived_before,
+        "nothing of shard 1 superseded"
+    );
+    let (outputs, _) = one_place_per_id(d);
+    let shard1_after: Vec<String> = (outputs.iter())
+        .filter(|o| harvest::store::prompts::shard_of(&o.id, 2) == 1)
+        .map(|o| serde_json::to_string(o).expect("json"))
+        .collect();
+    let mut a = shard1_before.clone();
+    let mut b = shard1_after;
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "shard 1's answers untouched");
+    assert!(
+        (outputs.iter())
+            .filter(|o| harvest::store::prompts::shard_of(&o.id, 2) == 0)
+            .all(|o| o.finish_reason != "length"),
+        "shard 0 bought whole"
+    );
+    sim.stop().await;
+}

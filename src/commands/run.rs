@@ -306,6 +306,10 @@ pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::R
 /// The end-of-run summary and report, as printed on the normal screen.
 pub fn summary_text(summary: &engine::RunSummary) -> String {
     let mut text = headless::summary(&summary.snapshot);
+    for line in &summary.restored {
+        text.push_str(line);
+        text.push('\n');
+    }
     if let Some(report) = crate::report::after_run(&summary.output_dir, &summary.datasets) {
         text.push('\n');
         text.push_str(&report.render());

@@ -124,6 +124,17 @@ impl EngineHandle {
                 .map_err(|e| EngineError::Startup(e.to_string()))?
                 .map_err(|e| EngineError::Startup(format!("writing outputs failed: {e}")))?;
         }
+        // A --retry-* run that stopped before buying everything again: what it superseded and
+        // did not replace is current again, so a paid outcome is never left out.
+        match start::restore_superseded(&self.output_dir, &self.datasets) {
+            Ok(notes) => {
+                for n in notes {
+                    tracing::warn!("{n}");
+                    summary.restored.push(n);
+                }
+            }
+            Err(e) => tracing::error!("restoring superseded lines: {e}"),
+        }
         // After a stop-now the operator wants out: the key's usage gets 2 s, not 10.
         let wait = if summary.stopped_now {
             Duration::from_secs(2)

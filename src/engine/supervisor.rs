@@ -63,6 +63,9 @@ pub struct RunSummary {
     /// Where the outputs are, and the datasets in config order (for the report).
     pub output_dir: std::path::PathBuf,
     pub datasets: Vec<String>,
+    /// Superseded lines made current again at the end (a `--retry-*` run that stopped before
+    /// buying them again), one sentence per file.
+    pub restored: Vec<String>,
 }
 
 pub(super) struct Supervisor {
@@ -418,6 +421,7 @@ impl Supervisor {
             overshoot,
             output_dir: Default::default(),
             datasets: Vec::new(),
+            restored: Vec::new(),
         }
     }
 }

@@ -6,8 +6,12 @@
 //! Crash safety: the picked lines are appended to the superseded file and synced first, then
 //! the kept lines replace the original atomically (a temporary file renamed over it). A crash
 //! in between leaves a line in both (the next `--retry-*` moves it again; the archive may hold
-//! it twice), never in neither; after the rename, the prompt is pending, and any later run
-//! (with the flag or not) sends it.
+//! it twice), never in neither.
+//!
+//! A paid outcome is never left without a current line: when the run that superseded it ends
+//! without a new one (a budget stop, Ctrl-C, a systematic stop), and at every start (after a
+//! crash), [`restore_unanswered`] puts the latest superseded line of each id that has no current
+//! outcome back (reliability-probe-3 D4: a budget stop left 22 of 300 answers current).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -94,6 +98,77 @@ pub fn supersede<T: DeserializeOwned>(
     Ok(moved)
 }
 
+/// Just the id of a line.
+#[derive(serde::Deserialize)]
+struct IdOnly {
+    id: String,
+}
+
+/// The ids of the good lines of `path` (none when it does not exist).
+fn ids_of(path: &Path) -> Result<std::collections::HashSet<String>, RepairError> {
+    let mut ids = std::collections::HashSet::new();
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ids),
+        Err(e) => return Err(io(path)(e)),
+    };
+    let mut input = BufReader::with_capacity(1 << 20, f);
+    let mut buf = Vec::new();
+    while input.read_until(b'\n', &mut buf).map_err(io(path))? > 0 {
+        if let LineClass::Good(r) = scan::classify::<IdOnly>(&buf) {
+            ids.insert(r.id);
+        }
+        buf.clear();
+    }
+    Ok(ids)
+}
+
+/// Puts back into `path` the latest superseded line of every id that has no current line in
+/// `path` nor in `other` (the dataset's other file: its rejects for its outputs, and the
+/// reverse): appended, then synced. Returns how many came back.
+pub fn restore_unanswered(path: &Path, other: &Path) -> Result<u64, RepairError> {
+    let spath = superseded_path(path);
+    let archive = match File::open(&spath) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(&spath)(e)),
+    };
+    let mut current = ids_of(path)?;
+    current.extend(ids_of(other)?);
+    // The latest line of each id without a current outcome, in archive order.
+    let mut latest: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    let mut input = BufReader::with_capacity(1 << 20, archive);
+    let mut buf = Vec::new();
+    while input.read_until(b'\n', &mut buf).map_err(io(&spath))? > 0 {
+        if let LineClass::Good(r) = scan::classify::<IdOnly>(&buf)
+            && !current.contains(&r.id)
+        {
+            latest.insert(r.id, lines.len());
+            lines.push(std::mem::take(&mut buf));
+        }
+        buf.clear();
+    }
+    if latest.is_empty() {
+        return Ok(0);
+    }
+    let mut keep: Vec<usize> = latest.into_values().collect();
+    keep.sort_unstable();
+    let mut out = BufWriter::new(
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io(path))?,
+    );
+    for &i in &keep {
+        out.write_all(&lines[i]).map_err(io(path))?;
+    }
+    let f = out.into_inner().map_err(|e| io(path)(e.into_error()))?;
+    f.sync_all().map_err(io(path))?;
+    Ok(keep.len() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +209,30 @@ mod tests {
             superseded_path(Path::new("out/A.jsonl")),
             Path::new("out/A.superseded.jsonl")
         );
+    }
+
+    /// A retry that bought nothing leaves the old outcome current again; one that bought a new
+    /// answer (or a new reject, in the other file) leaves the archive alone.
+    #[test]
+    fn unanswered_ids_come_back_latest_line_first_bought_ones_stay_archived() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("A.jsonl");
+        let rejects = dir.path().join("A.rejects.jsonl");
+        std::fs::write(&out, "{\"id\":\"kept\"}\n{\"id\":\"new\",\"v\":2}\n").expect("write");
+        std::fs::write(&rejects, "{\"id\":\"now-rejected\"}\n").expect("write");
+        std::fs::write(
+            superseded_path(&out),
+            "{\"id\":\"lost\",\"v\":1}\n{\"id\":\"new\",\"v\":1}\n{\"id\":\"lost\",\"v\":2}\n\
+             {\"id\":\"now-rejected\"}\nnot json\n{\"id\":\"also-lost\"}\n",
+        )
+        .expect("archive");
+        assert_eq!(restore_unanswered(&out, &rejects).expect("restore"), 2);
+        assert_eq!(
+            std::fs::read_to_string(&out).expect("read"),
+            "{\"id\":\"kept\"}\n{\"id\":\"new\",\"v\":2}\n{\"id\":\"lost\",\"v\":2}\n{\"id\":\"also-lost\"}\n"
+        );
+        // Again: every id is current, nothing moves; no archive, nothing to do.
+        assert_eq!(restore_unanswered(&out, &rejects).expect("again"), 0);
+        assert_eq!(restore_unanswered(&rejects, &out).expect("none"), 0);
     }
 }
