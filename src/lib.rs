@@ -16,6 +16,7 @@ pub mod logging;
 pub mod openrouter;
 pub mod policy;
 pub mod pricing;
+pub mod printable;
 pub mod probe;
 pub mod remote;
 pub mod report;

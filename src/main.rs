@@ -52,7 +52,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("harvest: {e:#}");
+            eprintln!(
+                "harvest: {}",
+                harvest::printable::printable(&format!("{e:#}"))
+            );
             ExitCode::from(commands::exit_code(&e))
         }
     }

@@ -156,3 +156,54 @@ async fn a_policy_flag_mid_stream_is_rejected_at_once_and_an_overload_is_retried
     assert_eq!(outputs[0].attempts, 2, "retried once");
     sim.stop().await;
 }
+
+/// Server text with escape sequences (a title set, a screen cleared, a line forged) reaches the
+/// terminal without them: in the headless lines, the stop message, the summary and `status`
+/// (reliability probe 3, D8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_sequences_in_server_text_never_reach_the_terminal() {
+    let sim = fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    write_job_with_ids(
+        dir.path(),
+        &sim.base_url(),
+        VAR,
+        30,
+        "concurrency = 4\n[retry]\nbase_delay_ms = 10\nstop_after_same_error = 5",
+    );
+    force_error(
+        &sim,
+        Some(ForcedError {
+            status: 400,
+            error_type: "invalid_request".into(),
+            availability: None,
+            mid_stream: false,
+            message: Some("bad \u{1b}]0;PWNED-TITLE\u{7} \u{1b}[2J end\r\nFAKE LINE".into()),
+            remaining: None,
+            provider_name: Some("Evil\u{1b}[31mRed".into()),
+            raw: None,
+        }),
+    );
+    let (code, text) = run(dir.path()).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("PWNED-TITLE"), "the words are shown: {text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\r'),
+        "{text:?}"
+    );
+    let out = dir.path().join("out");
+    for args in [vec![], vec!["--report"]] {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .arg("status")
+            .arg(&out)
+            .args(&args)
+            .output()
+            .expect("status");
+        let shown = String::from_utf8_lossy(&status.stdout);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+            "{shown:?}"
+        );
+    }
+    sim.stop().await;
+}

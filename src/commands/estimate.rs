@@ -67,7 +67,7 @@ pub async fn run(args: EstimateArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&est)?);
     } else {
-        print!("{}", render_text(&est));
+        print!("{}", crate::printable::printable(&render_text(&est)));
     }
     Ok(())
 }

@@ -142,7 +142,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render());
+        print!("{}", crate::printable::printable(&report.render()));
         println!(
             "saved to {}; spend booked in {}",
             path.display(),

@@ -281,7 +281,7 @@ pub async fn run(args: crate::cli::ProvidersArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", render_text(&r));
+        print!("{}", crate::printable::printable(&render_text(&r)));
     }
     Ok(())
 }

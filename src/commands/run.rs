@@ -151,6 +151,8 @@ impl Out {
             return false;
         }
         let mut out = std::io::stdout().lock();
+        // Server text (errors, provider names) is in these lines: no escape sequences.
+        let text = crate::printable::printable(text);
         if out
             .write_all(text.as_bytes())
             .and_then(|()| out.flush())

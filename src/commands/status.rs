@@ -27,7 +27,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            print!("{}", report.render());
+            print!("{}", crate::printable::printable(&report.render()));
         }
         return Ok(());
     }
@@ -57,8 +57,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         }
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", headless::summary(&snap));
-        println!("{}", engine_line(live.as_ref(), &snap));
+        print!("{}", crate::printable::printable(&headless::summary(&snap)));
+        println!(
+            "{}",
+            crate::printable::printable(&engine_line(live.as_ref(), &snap))
+        );
     }
     Ok(())
 }
