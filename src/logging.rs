@@ -30,9 +30,7 @@ pub fn to_file(dir: &Path) -> std::io::Result<tracing_appender::non_blocking::Wo
         )));
     }
     std::fs::create_dir_all(dir)?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    let file = crate::store::no_follow(std::fs::OpenOptions::new().create(true).append(true))
         .open(dir.join("harvest.log"))?;
     let (writer, guard) = tracing_appender::non_blocking(file);
     let _ = tracing_subscriber::fmt()

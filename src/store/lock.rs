@@ -23,6 +23,11 @@ pub enum LockError {
         pid: String,
         started_at: String,
     },
+    #[error(
+        "{dir}: {why}; another user could plant links or files in it that harvest would write \
+         through. Use a directory of your own (chmod o-w, or another output_dir)"
+    )]
+    Unsafe { dir: PathBuf, why: String },
     #[error("cannot lock {path}: {source}")]
     Io {
         path: PathBuf,
@@ -52,6 +57,41 @@ impl DirLock {
     }
 }
 
+/// Refuses an output directory other users can write to (world-writable without the sticky
+/// bit) or that another user owns: they could plant links or files harvest would write
+/// through. Group-writable directories are allowed (a team's shared space).
+#[cfg(unix)]
+fn refuse_shared(dir: &Path) -> Result<(), LockError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).map_err(|source| LockError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let unsafe_dir = |why: String| LockError::Unsafe {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(unsafe_dir(format!(
+            "owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+        return Err(unsafe_dir(format!(
+            "writable by every user (mode {:o})",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn refuse_shared(_dir: &Path) -> Result<(), LockError> {
+    Ok(())
+}
+
 /// Takes the lock of `dir` (which must exist) without waiting.
 pub fn lock_dir(dir: &Path) -> Result<DirLock, LockError> {
     let path = dir.join(FILE_NAME);
@@ -59,14 +99,19 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, LockError> {
         path: path.clone(),
         source,
     };
-    // Not truncated on open: until we hold the lock, the content is the holder's.
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io)?;
+    refuse_shared(dir)?;
+    // Not truncated on open: until we hold the lock, the content is the holder's. Never through
+    // a link planted in the directory (reliability-probe-3 D6: a root run truncated the file it
+    // pointed at).
+    let mut file = super::no_follow(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .open(&path)
+    .map_err(io)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -98,6 +143,36 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link planted as the lock file is not followed: the lock is refused and the file it
+    /// points at keeps its bytes. A directory every user can write to is refused; with the
+    /// sticky bit (as /tmp) it is not.
+    #[cfg(unix)]
+    #[test]
+    fn planted_links_and_shared_directories_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().expect("tmp");
+        let victim = root.path().join("victim.txt");
+        std::fs::write(&victim, "IMPORTANT").expect("victim");
+        let out = root.path().join("out");
+        std::fs::create_dir(&out).expect("out");
+        std::os::unix::fs::symlink(&victim, out.join(FILE_NAME)).expect("link");
+        let err = lock_dir(&out).expect_err("refused");
+        assert!(matches!(err, LockError::Io { .. }), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "IMPORTANT");
+        // The ledger and the outputs are opened the same way.
+        std::os::unix::fs::symlink(&victim, out.join("spend.jsonl")).expect("link");
+        assert!(crate::store::output::append_spend(&out, &[]).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "IMPORTANT");
+
+        let shared = root.path().join("shared");
+        std::fs::create_dir(&shared).expect("dir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = lock_dir(&shared).expect_err("refused").to_string();
+        assert!(err.contains("writable by every user (mode 777)"), "{err}");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        lock_dir(&shared).expect("sticky: as /tmp");
+    }
 
     #[test]
     fn a_second_lock_is_refused_naming_the_holder_until_the_first_is_dropped() {

@@ -12,3 +12,15 @@ pub mod prompts;
 pub mod repair;
 pub mod scan;
 pub mod supersede;
+
+/// Opens never follow a symbolic link at the last component (`O_NOFOLLOW`): a link planted in
+/// the output directory must not make harvest write, append or truncate the file it points
+/// at (reliability-probe-3 D6). The open then fails with ELOOP, naming the file.
+pub fn no_follow(o: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    }
+    o
+}

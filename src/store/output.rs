@@ -256,9 +256,7 @@ struct Files {
 }
 
 fn open_append(path: &Path) -> Result<File, StoreError> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
+    super::no_follow(OpenOptions::new().create(true).append(true))
         .open(path)
         .map_err(|source| StoreError::Open {
             path: path.display().to_string(),
@@ -423,9 +421,7 @@ pub use super::scan::ExistingDataset;
 pub fn append_spend(dir: &Path, entries: &[SpendEntry]) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    let mut f = super::no_follow(std::fs::OpenOptions::new().create(true).append(true))
         .open(ledger_path(dir))?;
     for e in entries {
         let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
