@@ -37,6 +37,11 @@ pub enum ServeError {
         "{0} exists and is not a socket: move it away (harvest listens there for `harvest attach`)"
     )]
     InTheWay(PathBuf),
+    #[error(
+        "{dir} holds the control socket but {why}: another user could take the socket's place. \
+         Remove it (harvest makes it again, private), or set XDG_RUNTIME_DIR"
+    )]
+    UnsafeDir { dir: PathBuf, why: String },
     #[error("cannot listen on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -65,6 +70,37 @@ struct Shared {
     cancel: CancellationToken,
 }
 
+/// A directory of this user alone: a real directory (not a link), owned by the effective
+/// user, with no access for group or others.
+fn private_dir(dir: &Path) -> Result<(), ServeError> {
+    use std::os::unix::fs::MetadataExt;
+    let unsafe_dir = |why: String| ServeError::UnsafeDir {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| ServeError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() {
+        return Err(unsafe_dir("is not a directory (a link?)".into()));
+    }
+    if meta.uid() != me {
+        return Err(unsafe_dir(format!(
+            "is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(unsafe_dir(format!(
+            "is open to other users (mode {:o})",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
 /// Listens for the run of `dir`. Call it with the output directory's lock held: a socket
 /// file already there is a crashed run's, and is replaced.
 pub fn serve(
@@ -78,11 +114,16 @@ pub fn serve(
         source,
     };
     if let Some(parent) = path.parent()
-        && !parent.exists()
+        && path.file_name() != Some(std::ffi::OsStr::new(super::SOCKET_NAME))
     {
-        // The private fallback directory (a socket path too long for the output directory).
-        std::fs::create_dir_all(parent).map_err(io)?;
-        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        // The private fallback directory (a socket path too long for the output directory):
+        // made 0700 when missing, and used only when it is still the user's own and private
+        // (reliability-probe-3 D7: one pre-created by another user locked its owner out).
+        if !parent.exists() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        }
+        private_dir(parent)?;
     }
     match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_socket() => std::fs::remove_file(&path).map_err(io)?,
@@ -349,4 +390,33 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
         tracing::info!("control socket: viewer pid {pid} left: {end}");
     }
     let _ = wr.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fallback socket directory is used only when it is this user's own and private.
+    #[test]
+    fn the_fallback_directory_must_be_private() {
+        let root = tempfile::tempdir().expect("tmp");
+        let d = root.path().join("harvest-uid");
+        std::fs::create_dir(&d).expect("dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        private_dir(&d).expect("private");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = private_dir(&d).expect_err("open to others").to_string();
+        assert!(err.contains("is open to other users (mode 777)"), "{err}");
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&d, &link).expect("link");
+        let err = private_dir(&link).expect_err("a link").to_string();
+        assert!(err.contains("is not a directory"), "{err}");
+        // Another user's directory (when the test may hand one over: as root).
+        if rustix::process::geteuid().is_root() {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+            std::os::unix::fs::chown(&d, Some(65534), None).expect("chown");
+            let err = private_dir(&d).expect_err("not mine").to_string();
+            assert!(err.contains("is owned by uid 65534"), "{err}");
+        }
+    }
 }
