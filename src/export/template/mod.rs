@@ -59,6 +59,12 @@ const RESERVED: [&str; 5] = [
 /// The name of the template inside the environment.
 const NAME: &str = "chat_template";
 
+/// What one rendering may do: minijinja charges one fuel per instruction and per 64 bytes it
+/// makes, so this is 20 million steps or about 1.3 GB of text. A real template on a 50 MB row
+/// takes a few million; a loop of 10^10 steps or a string doubled 40 times stops in a second
+/// with an error instead of hanging or exhausting memory (reliability-probe-3 D11).
+const FUEL: u64 = 20_000_000;
+
 /// A special token as `tokenizer_config.json` writes it: a string, or `{"content": ...}`.
 fn token(v: Option<&Value>) -> String {
     match v {
@@ -174,6 +180,7 @@ impl ChatTemplate {
                     msg: e.to_string(),
                 })?,
         );
+        env.set_fuel(Some(FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(pystr::unknown_method);
         env.add_filter("trim", pystr::trim);
@@ -342,5 +349,24 @@ mod tests {
             .to_string();
         assert!(err.contains("rendering row row-7"), "{err}");
         assert!(err.contains("a system turn first"), "{err}");
+    }
+
+    /// Templates that would never end, or would take all memory, stop with an error.
+    #[test]
+    fn runaway_templates_stop_on_their_fuel() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cases = [
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "{% set ns = namespace(s='xxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        ];
+        for (i, text) in cases.iter().enumerate() {
+            let p = write(dir.path(), &format!("t{i}.jinja"), text);
+            let t = ChatTemplate::load(&p).expect("compiles");
+            let err = t
+                .render("r", &json!([{"role": "user", "content": "q"}]))
+                .expect_err("stopped")
+                .to_string();
+            assert!(err.contains("fuel"), "{err}");
+        }
     }
 }
