@@ -225,3 +225,56 @@ async fn a_viewer_that_never_reads_is_dropped_and_the_run_does_not_wait() {
     assert!(snapshots <= most, "{snapshots} snapshots, at most {most}");
     server.close(Duration::from_secs(2)).await;
 }
+
+/// A flood of connections cannot take the run's file descriptors: past 64 open at once, a new
+/// one is refused at once, naming why; once they close, connections are served again
+/// (reliability probe 3, D10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_are_refused_at_once() {
+    let s = setup();
+    let sim = fast_sim(150.0).await;
+    set_speed(&sim, 0.2);
+    let h = start_engine(job(&s, &sim.base_url(), 400), 50).await;
+    let server = serve(&s.out, h.commands.clone(), h.snapshots.clone()).expect("serves");
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let mut c = Raw::connect(&s.out).await;
+        assert!(matches!(c.next().await, Some(EngineMsg::Hello { .. })));
+        open.push(c);
+    }
+    let mut extra = Raw::connect(&s.out).await;
+    match extra.next().await {
+        Some(EngineMsg::Refused { reason }) => {
+            assert!(
+                reason.contains("64 connections are open already"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    drop(open);
+    // The closed connections' tasks end; then a new one is served (bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = Raw::connect(&s.out).await;
+        match c.next().await {
+            Some(EngineMsg::Hello { .. }) => break,
+            _ => assert!(
+                Instant::now() < deadline,
+                "still refused after the others closed"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (mut ctl, _) = Raw::hello(&s.out, Role::Control).await;
+    ctl.send(&ClientMsg::Command {
+        command: harvest::engine::Command::Shutdown(harvest::engine::ShutdownMode::Now),
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(60), h.finish())
+        .await
+        .expect("bounded")
+        .expect("finishes");
+    server.close(Duration::from_secs(2)).await;
+    sim.stop().await;
+}

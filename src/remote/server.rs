@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use crate::engine::control::{Command, Viewer};
 use crate::engine::snapshot::{RunState, Snapshot};
 
-use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION, read_line};
+use super::wire::{self, ClientMsg, EngineMsg, Role, VERSION, encode, read_line};
 
 /// The shortest time between two snapshots to one connection (5 a second at most).
 pub const MIN_GAP: Duration = Duration::from_millis(200);
@@ -59,6 +59,11 @@ pub struct ControlServer {
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
+
+/// Most connections served at once: each costs a task and a file descriptor, which the run's
+/// streams need (reliability-probe-3 D10: a flood of 1,200 took the fds and failed requests).
+/// The rest are refused at once.
+const MAX_CONNECTIONS: usize = 64;
 
 /// What every connection task shares.
 struct Shared {
@@ -153,6 +158,14 @@ pub fn serve(
                 () = stop_listening.cancelled() => break,
                 conn = listener.accept() => match conn {
                     Ok((stream, _)) => {
+                        if t.len() >= MAX_CONNECTIONS {
+                            // Said without waiting: a busy socket never blocks the loop.
+                            let reason = format!(
+                                "{MAX_CONNECTIONS} connections are open already; close one"
+                            );
+                            let _ = stream.try_write(&encode(&EngineMsg::Refused { reason }));
+                            continue;
+                        }
                         let shared = shared.clone();
                         t.spawn(async move { connection(stream, shared).await });
                     }
