@@ -367,3 +367,48 @@ async fn another_user_is_refused_on_the_control_socket() {
     let (code, o, e) = harvest(&["stop", "--now", out.to_str().expect("utf-8")]);
     assert_eq!(code, 0, "{o}{e}");
 }
+
+/// A detached run whose control socket cannot be served says so in the foreground, with its
+/// pid and the signal that reaches it, instead of pointing at `attach` and `stop` (reliability
+/// probe 3, D13); SIGTERM then drains it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_run_without_its_socket_says_how_to_reach_it() {
+    let sim = paced_sim(1.0, 150.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        PROMPTS,
+        &sim.base_url(),
+        KEY_VAR,
+        "concurrency = 20\noutput_dir = \"out\"\n[request]\nmax_tokens = 300",
+        "T",
+    );
+    let out: PathBuf = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("out");
+    // A plain file where the socket goes.
+    std::fs::write(out.join("harvest.sock"), "in the way").expect("file");
+    let mut cleanup = Cleanup { pids: Vec::new() };
+    let (code, stdout, stderr) =
+        harvest(&["run", "--detach", "-c", config.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let pid: u32 = stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in: {stderr}"));
+    cleanup.pids.push(pid);
+    assert!(stderr.contains("without its control socket"), "{stderr}");
+    assert!(stderr.contains(&format!("kill -TERM {pid}")), "{stderr}");
+    assert!(!stdout.contains("harvest attach"), "{stdout}");
+    // The signal it names drains it.
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(std::time::Instant::now() < deadline, "still running");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sim.stop().await;
+}

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::cli::RunArgs;
 use crate::engine;
 
-use super::run::{Signals, Started, Stopper, close_control, engine_error, follow, serve_control};
+use super::run::{Signals, Started, Stopper, close_control, engine_error, follow};
 use super::{BadInput, exit};
 
 /// The background process's one line to the foreground one.
@@ -29,6 +29,10 @@ enum Report {
         output_dir: String,
         /// What the start changed in the output directory (repairs, a cut torn tail).
         notes: Vec<String>,
+        /// Why the control socket could not be served, when it could not: the run is live,
+        /// but `attach` and `stop` cannot reach it (a signal can).
+        #[serde(default)]
+        no_control: Option<String>,
     },
     Failed {
         message: String,
@@ -43,9 +47,7 @@ pub async fn spawn(args: &RunArgs) -> anyhow::Result<u8> {
     let (cfg, _) = super::run::load(args)?;
     engine::create_output_dir(&cfg.output_dir).map_err(engine_error)?;
     let log_path = cfg.output_dir.join("harvest.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    let log = crate::store::no_follow(std::fs::OpenOptions::new().create(true).append(true))
         .open(&log_path)
         .map_err(|e| BadInput(format!("cannot write the log {}: {e}", log_path.display())))?;
     let exe = std::env::current_exe()
@@ -75,10 +77,25 @@ pub async fn spawn(args: &RunArgs) -> anyhow::Result<u8> {
             pid,
             output_dir,
             notes,
+            no_control,
         }) => {
             let mut out = std::io::stdout().lock();
             for note in notes {
                 let _ = writeln!(std::io::stderr(), "harvest: {note}");
+            }
+            if let Some(why) = no_control {
+                // Live and holding the lock, but deaf to attach and stop: say how to reach it.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "harvest: the run started in the background (pid {pid}) without its control \
+                     socket ({why}): `harvest attach` and `harvest stop` cannot reach it.\n  \
+                     progress: harvest status {output_dir}\n  \
+                     drain:    kill -TERM {pid}    (twice: stop at once)\n  \
+                     log:      {}",
+                    log_path.display()
+                );
+                drop(child);
+                return Ok(exit::OK);
             }
             let _ = writeln!(
                 out,
@@ -141,11 +158,22 @@ pub async fn background(args: &RunArgs) -> anyhow::Result<u8> {
             return Ok(code);
         }
     };
-    let control = serve_control(&handle);
+    let (control, no_control) = match crate::remote::server::serve(
+        handle.output_dir(),
+        handle.commands.clone(),
+        handle.snapshots.clone(),
+    ) {
+        Ok(s) => (Some(s), None),
+        Err(e) => {
+            tracing::warn!("no control socket: {e}");
+            (None, Some(e.to_string()))
+        }
+    };
     report(&Report::Ready {
         pid: std::process::id(),
         output_dir: handle.output_dir().display().to_string(),
         notes: handle.start_notes.clone(),
+        no_control,
     });
     tracing::info!("detached run started (pid {})", std::process::id());
     let mut stopper = Stopper::default();
