@@ -249,3 +249,29 @@ async fn a_retry_stopped_by_the_budget_or_limited_to_a_shard_leaves_every_answer
     );
     sim.stop().await;
 }
+
+/// A kind no reject has (a typo, or nothing after `=`) is refused before anything runs: it
+/// would retry nothing, silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_reject_kind_is_refused() {
+    let sim = fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    job(d, &sim.base_url(), 100);
+    for arg in [
+        "--retry-rejects=polcy",
+        "--retry-rejects=",
+        "--retry-rejects=429,foo",
+    ] {
+        let (code, text) = common::run_headless(d, VAR, KEY, &[arg]).await;
+        assert_eq!(code, 2, "{arg}: {text}");
+        assert!(
+            text.contains("is not a kind of reject; the kinds are 429, 5xx"),
+            "{text}"
+        );
+    }
+    assert!(!d.join("out/A.jsonl").exists(), "nothing ran");
+    let (code, text) = common::run_headless(d, VAR, KEY, &["--retry-rejects=policy,429"]).await;
+    assert_eq!(code, 0, "{text}");
+    sim.stop().await;
+}

@@ -29,6 +29,9 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
         .map(parse_shard)
         .transpose()
         .map_err(BadInput)?;
+    if let Some(kinds) = &args.retry_rejects {
+        check_reject_kinds(kinds).map_err(BadInput)?;
+    }
     Ok((
         cfg,
         RunOptions {
@@ -42,6 +45,19 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
             scan_progress: None,
         },
     ))
+}
+
+/// `--retry-rejects=KINDS` names kinds a reject can have: a typo would retry nothing, silently.
+fn check_reject_kinds(kinds: &[String]) -> Result<(), String> {
+    let known = crate::engine::core::reject_kinds();
+    match kinds.iter().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(format!(
+            "--retry-rejects={}: {k:?} is not a kind of reject; the kinds are {}",
+            kinds.join(","),
+            known.join(", ")
+        )),
+        None => Ok(()),
+    }
 }
 
 pub fn engine_error(e: EngineError) -> anyhow::Error {

@@ -189,8 +189,9 @@ impl OpenRouterClient {
         })
     }
 
-    pub fn base_url(&self) -> &str {
-        &self.base
+    /// The base URL as shown to people: a password (or user) in it is `***`.
+    pub fn base_url(&self) -> std::borrow::Cow<'_, str> {
+        shown_url(&self.base)
     }
 
     pub fn has_key(&self) -> bool {
@@ -646,5 +647,43 @@ fn scrub_value(key: Option<&str>, v: serde_json::Value) -> serde_json::Value {
         // "[redacted]" holds no quote or backslash, so the text stays JSON; if a cut ever
         // broke it, nothing of it is kept.
         serde_json::from_str(&clean).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// `url` with the user information of its authority (`user:password@`) shown as `***@`: a
+/// `base_url` may carry a proxy's credentials, which no message, log or screen repeats.
+pub fn shown_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => std::borrow::Cow::Owned(format!("{}***{}", &url[..start], &url[start + at..])),
+        None => std::borrow::Cow::Borrowed(url),
+    }
+}
+
+#[cfg(test)]
+mod shown_url_tests {
+    use super::shown_url;
+
+    #[test]
+    fn credentials_in_a_url_are_never_shown() {
+        let cases = [
+            (
+                "https://openrouter.ai/api/v1",
+                "https://openrouter.ai/api/v1",
+            ),
+            (
+                "http://user:s3cret@proxy:8080/v1",
+                "http://***@proxy:8080/v1",
+            ),
+            ("http://tok@host/v1?x=a@b", "http://***@host/v1?x=a@b"),
+            ("http://a:b@c@host", "http://***@host"),
+            ("host-only", "host-only"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(shown_url(url), shown, "{url}");
+        }
     }
 }

@@ -48,6 +48,7 @@ use crate::policy::{Exclusion, PolicyConfig};
 
 pub use super::clock::Clock;
 pub use routing::Route;
+pub(crate) use verdict::reject_kinds;
 
 /// Most events kept for the snapshot's log.
 const EVENT_CAPACITY: usize = 200;

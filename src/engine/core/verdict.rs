@@ -134,3 +134,14 @@ pub(crate) fn verdict(shape: Shape, rules: AnswerRules, attempts: u32) -> Verdic
 pub(crate) const LENGTH: &str = "length";
 /// The kind of an answer cut at `max_tokens` before any content, in rejects, stats and report.
 pub(crate) const CUT_THINKING: &str = "cut-thinking";
+
+/// Every `error_kind` a reject can carry: the error kinds', these rules' own, and `input` (a
+/// prompt-file line that is no prompt, `on_bad_line = "skip"`).
+pub(crate) fn reject_kinds() -> Vec<&'static str> {
+    let mut kinds: Vec<&'static str> = crate::openrouter::ErrorKind::ALL
+        .iter()
+        .map(|k| k.label())
+        .collect();
+    kinds.extend([LENGTH, CUT_THINKING, "input"]);
+    kinds
+}
