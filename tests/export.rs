@@ -408,6 +408,8 @@ async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
         samples.iter().all(|s| s["reasoning_dropped"] == true),
         "{samples:?}"
     );
+    // Half the conversations have no system turn: SpecForge would add its own to those.
+    assert_eq!(c["without_system"].as_u64(), Some(3), "{c}");
     let (_, text_official) = (
         export_json(
             &out,

@@ -130,6 +130,10 @@ pub struct Counts {
     /// The first few of those rows' ids.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dropped_ids: Vec<String>,
+    /// Success rows without a system turn, when the trainer renders them itself (`specforge`,
+    /// `sharegpt`): SpecForge inserts its template's own system prompt into those, which the
+    /// rendering here (and the provider at generation) did not have.
+    pub without_system: u64,
 }
 
 /// How many ids of rows whose reasoning the template drops are named.
@@ -332,6 +336,11 @@ pub fn export(
                 }
                 written.push(row);
             }
+            if matches!(o.format, Format::Specforge | Format::Sharegpt)
+                && sf["conversations"][0]["role"] != "system"
+            {
+                c.without_system += 1;
+            }
             c.rendered += rendered;
             c.reasoning_dropped += dropped.len() as u64;
             let room = NAMED.saturating_sub(c.dropped_ids.len());
@@ -405,6 +414,16 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                 g(c.reasoning_dropped),
                 g(c.rendered),
                 c.dropped_ids.join(", ")
+            ));
+        }
+        if c.without_system > 0 && c.rendered > 0 {
+            out.push_str(&format!(
+                "  {}: {} rows have no system turn: SpecForge adds its chat template's system \
+                 prompt to them (kimi-k2-thinking: \"You are a helpful assistant.\"), which this \
+                 rendering and the provider did not have; --system-prompt TEXT writes one into \
+                 the rows so all three agree\n",
+                c.dataset,
+                g(c.without_system)
             ));
         }
         if c.unreadable > 0 {
@@ -558,6 +577,7 @@ mod tests {
                 not_run: Some(3),
                 prompts: Some(10),
                 unreadable: 0,
+                without_system: 1,
                 ..Counts::default()
             }]
         );
