@@ -394,3 +394,54 @@ async fn providers_shows_what_zdr_and_max_price_leave_out() {
     );
     sim.stop().await;
 }
+
+/// OpenRouter names only the provider of an answer; with two endpoints of one provider in the
+/// request (parasail int4, and parasail/fp8 at twice the price), the bill says which served:
+/// every row's endpoint_tag is the one the simulator billed it at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_with_two_endpoints_is_told_apart_by_its_bill() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/providers/kimi-k2.5-variants.json");
+    let mut raw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("table")).expect("json");
+    for e in raw["endpoints"].as_array_mut().expect("endpoints") {
+        if e["tag"] == "parasail/fp8" {
+            e["pricing"]["prompt"] = serde_json::json!("0.0000011");
+            e["pricing"]["completion"] = serde_json::json!("0.0000052");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let table_path = dir.path().join("table.json");
+    std::fs::write(&table_path, raw.to_string()).expect("table");
+    let table = ProviderTable::load(&table_path).expect("table");
+    let s = sim::start(SimConfig::fast_no_faults_with(table), 0)
+        .await
+        .expect("sim");
+    s.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(40.0),
+            ..Default::default()
+        })
+        .expect("control");
+    // Only Parasail's two endpoints allowed.
+    let (run_dir, _) = run(
+        &s,
+        "routing = \"openrouter\"\nconcurrency = 8\n[request]\nmax_tokens = 400\n\
+         [policy]\nmode = \"any\"\ninclude = [\"parasail\", \"parasail/fp8\"]\n\
+         exclude = [\"chutes\", \"together\", \"deepinfra\", \"baseten\"]",
+    )
+    .await;
+    let rows: Vec<OutputRecord> = common::read_jsonl(&run_dir.path().join("out/A.jsonl"));
+    let billed: HashMap<String, String> = (s.state.billing_entries().into_iter())
+        .map(|b| (b.id, b.tag))
+        .collect();
+    let mut by_tag: HashMap<String, usize> = HashMap::new();
+    for r in &rows {
+        let gid = r.generation_id.as_deref().expect("generation id");
+        let tag = r.endpoint_tag.as_deref().expect("tag");
+        assert_eq!(Some(tag), billed.get(gid).map(String::as_str), "{}", r.id);
+        *by_tag.entry(tag.to_string()).or_default() += 1;
+    }
+    assert!(by_tag.len() == 2, "both served: {by_tag:?}");
+    s.stop().await;
+}

@@ -383,6 +383,13 @@ pub async fn run_attempt(
             .and_then(|n| shared.endpoint_serving(n, &spec.over)),
         _ => None,
     });
+    // OpenRouter named a provider with several of the request's endpoints: the bill says which.
+    let endpoint = match (&outcome, endpoint) {
+        (AttemptOutcome::Done(c), Some(e)) if spec.pinned.is_none() => {
+            Some(billed_endpoint(&shared, c, e, &spec.over))
+        }
+        (_, e) => e,
+    };
     // Book the attempt's cost before its running cost leaves the in-flight sum, so that
     // spent + accrued never dips and the dollar cap never misses a beat.
     let booked = match &outcome {
@@ -445,6 +452,33 @@ async fn write_started(shared: &Shared, spec: &AttemptSpec, g: &str, endpoint: O
 pub fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
     use crate::openrouter::ErrorKind;
     matches!(kind, ErrorKind::Connection | ErrorKind::Truncated)
+}
+
+/// Of the request's endpoints of the provider that served `c` (first guessed as `e`), the one
+/// whose tariff puts the answer nearest its billed cost (`core::attribution`); `e` when the
+/// provider has one endpoint there or no cost came.
+fn billed_endpoint(shared: &Shared, c: &Completion, e: usize, over: &[usize]) -> usize {
+    let Some(billed) = c.cost() else {
+        return e;
+    };
+    let eps = shared.endpoints();
+    let Some(provider) = eps.get(e).map(|x| x.provider.clone()) else {
+        return e;
+    };
+    let at = crate::pricing::hhmm(&chrono::Utc::now());
+    let listed: Vec<(usize, i64)> = over
+        .iter()
+        .copied()
+        .filter(|&i| {
+            eps.get(i)
+                .is_some_and(|x| x.provider.eq_ignore_ascii_case(&provider))
+        })
+        .map(|i| (i, eps[i].tariff.cost(c.usage.token_use(), at).pico()))
+        .collect();
+    if listed.len() < 2 {
+        return e;
+    }
+    super::core::attribution::by_bill(&listed, billed.pico()).unwrap_or(e)
 }
 
 /// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.

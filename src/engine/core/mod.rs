@@ -11,6 +11,7 @@
 
 pub mod account;
 mod admission;
+pub(crate) mod attribution;
 mod budget;
 mod control;
 pub(crate) mod cut_watch;
