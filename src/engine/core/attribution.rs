@@ -17,10 +17,12 @@ pub(crate) fn by_bill(listed: &[(usize, i64)], billed_pico: i64) -> Option<usize
 mod tests {
     use super::*;
 
+    /// Candidates as (endpoint, listed pico), the billed pico, the endpoint picked.
+    type Case<'a> = (&'a [(usize, i64)], i64, Option<usize>);
+
     #[test]
     fn the_tariff_nearest_the_bill_served_it() {
-        // (candidates as (endpoint, listed pico), billed pico) -> endpoint
-        let cases: [(&[(usize, i64)], i64, Option<usize>); 5] = [
+        let cases: [Case; 5] = [
             (&[], 100, None),
             (&[(3, 100)], 5_000, Some(3)),
             // fp8 at 2x the int4 price: billed at the int4 price.
