@@ -225,6 +225,11 @@ pub struct SimArgs {
     /// Append every billed generation to this JSONL file.
     #[arg(long, value_name = "FILE")]
     pub billing_log: Option<PathBuf>,
+    /// Answer chat completions with recorded real responses, in turn (`*.sse`, `*.json`; e.g.
+    /// tests/fixtures/recorded): each billed at its own usage.cost, its generation id made
+    /// unique per request. The listing and the key stay the simulator's.
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
     /// Credit limit of the key in USD; past it, requests get 402.
     #[arg(long, value_name = "USD")]
     pub key_limit: Option<f64>,

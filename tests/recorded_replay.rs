@@ -8,6 +8,8 @@
 //! cassettes of charmbracelet/fantasy, pydantic/pydantic-ai and simonw/llm-openrouter. See
 //! `tests/fixtures/recorded/README.md` for where each one came from and under which license.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -537,4 +539,62 @@ fn a_refusal_names_its_raw_cause() {
         checked += 1;
     }
     assert!(checked > 0, "no fixture with metadata.raw in the manifest");
+}
+
+/// The engine against real traffic: `harvest sim --replay` serving the recorded bodies in turn
+/// (reasoning, tool calls, encrypted reasoning, a mid-stream error, real 400 and 429 bodies)
+/// to a headless run. Every prompt ends in one place, and the ledger equals the replayed bill
+/// but for the amounts harvest had to estimate (a body without `usage.cost`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_against_replayed_real_traffic_books_what_it_is_billed() {
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.replay = Some(std::sync::Arc::new(
+        harvest::sim::replay::Replay::load(&recorded_dir()).expect("replay"),
+    ));
+    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let var = "HARVEST_REPLAY_TEST_KEY";
+    common::write_job_with_ids(
+        d,
+        &sim.base_url(),
+        var,
+        60,
+        "routing = \"openrouter\"\nconcurrency = 4\n[request]\nmax_tokens = 400\n\
+         [retry]\nmax_attempts = 3\nbase_delay_ms = 10\nstop_after_same_error = 0",
+    );
+    let (code, text) = common::run_headless(d, var, "sk-or-v1-replay-test-key-00000000", &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let out = d.join("out");
+    let outputs: Vec<harvest::store::output::OutputRecord> =
+        common::read_jsonl(&out.join("A.jsonl"));
+    let rejects: Vec<harvest::store::output::RejectRecord> =
+        common::read_jsonl(&out.join("A.rejects.jsonl"));
+    let ids: BTreeSet<&str> = (outputs.iter().map(|o| o.id.as_str()))
+        .chain(rejects.iter().map(|r| r.id.as_str()))
+        .collect();
+    assert_eq!(outputs.len() + rejects.len(), 60, "{text}");
+    assert_eq!(ids.len(), 60, "every id in one place");
+    // The real 400 body's own cause reaches the reject.
+    assert!(
+        rejects
+            .iter()
+            .any(|r| r.error.contains("Unsupported value")),
+        "{rejects:?}"
+    );
+    let report = common::harvest_json(&[
+        "status".as_ref(),
+        "--report".as_ref(),
+        "--json".as_ref(),
+        out.as_os_str(),
+    ]);
+    let usd = |k: &str| Usd::from_f64(report["spend"][k].as_f64().expect(k));
+    let booked = usd("ledger") - usd("estimated");
+    let gap = (booked - sim.state.billed_total()).as_f64().abs();
+    assert!(
+        gap < 1e-9,
+        "ledger {booked:?} vs bill {:?}: {report}",
+        sim.state.billed_total()
+    );
+    sim.stop().await;
 }

@@ -30,6 +30,11 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
     cfg.generation_header = !args.no_generation_header;
     cfg.tls = args.tls;
     cfg.h2_max_streams = args.h2_max_streams.max(1);
+    if let Some(dir) = &args.replay {
+        cfg.replay = Some(std::sync::Arc::new(
+            sim::replay::Replay::load(dir).map_err(BadInput)?,
+        ));
+    }
     if let Some(usd) = args.inflight_budget {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
         if !(ok(usd) && usd > 0.0 && ok(args.inflight_recent_s) && ok(args.inflight_retry_after_s))
@@ -62,6 +67,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let cfg = config(&args)?;
     let model = cfg.table.model_id.clone();
     let n = cfg.table.endpoints.len();
+    let replaying = cfg.replay.as_ref().map(|r| r.len());
     let handle = sim::start(cfg, args.port)
         .await
         .context("starting the simulator")?;
@@ -71,6 +77,13 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
         args.speed_scale,
         args.seed
     );
+    if let (Some(bodies), Some(dir)) = (replaying, &args.replay) {
+        println!(
+            "chat completions: {bodies} recorded responses from {}, in turn, each billed at its \
+             own usage.cost",
+            dir.display()
+        );
+    }
     if let Some(pem) = &handle.ca_pem {
         let path = args.ca_out.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("harvest-sim-{}-ca.pem", handle.addr.port()))

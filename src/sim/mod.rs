@@ -20,6 +20,7 @@ pub mod billing;
 mod errors;
 pub mod faults;
 pub mod generate;
+pub mod replay;
 pub mod routing;
 mod server;
 pub mod table;
@@ -72,6 +73,8 @@ pub struct SimConfig {
     /// Send the `X-Generation-Id` response header. The real API's recorded chat responses
     /// carry none (tests/fixtures/recorded/README.md): the id is in every chunk's `id`.
     pub generation_header: bool,
+    /// Answer chat completions with recorded real responses (`harvest sim --replay DIR`).
+    pub replay: Option<std::sync::Arc<replay::Replay>>,
 }
 
 impl SimConfig {
@@ -92,6 +95,7 @@ impl SimConfig {
             tls: false,
             h2_max_streams: tls::DEFAULT_H2_MAX_STREAMS,
             generation_header: true,
+            replay: None,
         }
     }
 

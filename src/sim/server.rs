@@ -314,7 +314,7 @@ impl SimState {
             .collect()
     }
 
-    fn elapsed_ms(&self) -> u64 {
+    pub(super) fn elapsed_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
@@ -666,6 +666,9 @@ async fn chat(
             "Key limit exceeded. Manage it using https://openrouter.ai/settings/keys",
             Some(("metadata", json!({"limit_source": "openrouter_credits"}))),
         );
+    }
+    if let Some(replay) = &state.cfg.replay {
+        return replay.serve(&state, req.stream);
     }
     let prompt_tokens = count_prompt_tokens(&req.messages);
     let max_ctx = table
