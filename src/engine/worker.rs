@@ -15,6 +15,7 @@ use crate::openrouter::{
 };
 use crate::store::output::{SpendEntry, SpendKind};
 
+use super::core::attempt_money::{self, Ending};
 use super::stats::Counters;
 
 /// Static facts about an endpoint the run may use.
@@ -355,12 +356,12 @@ pub async fn run_attempt(
                 _ = cancel.cancelled() => break AttemptOutcome::Cancelled,
                 _ = shared.budget_hit.cancelled(), if !past_cap => {
                     let e = known_endpoint.load(Ordering::Relaxed);
-                    if e != usize::MAX && !shared.endpoints()[e].cancel_stops_billing {
-                        past_cap = true;
-                        shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
-                    } else {
+                    let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
+                    if attempt_money::close_at_cap(stops) {
                         break AttemptOutcome::Cancelled;
                     }
+                    past_cap = true;
+                    shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
                 }
                 r = &mut work => break match r {
                     Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
@@ -392,16 +393,19 @@ pub async fn run_attempt(
     };
     // Book the attempt's cost before its running cost leaves the in-flight sum, so that
     // spent + accrued never dips and the dollar cap never misses a beat.
-    let booked = match &outcome {
-        AttemptOutcome::Done(c) => final_cost(&shared, c, endpoint).pico(),
-        AttemptOutcome::Cancelled => accrued,
-        AttemptOutcome::Failed(e) if e.kind() == crate::openrouter::ErrorKind::Timeout => accrued,
-        // A stream cut after tokens (a reset, a clean truncation) is billed like a cancel:
-        // zero completion insurance covers only error finishes and empty answers (see
-        // `engine::core::outcome`). Our estimate holds until `GET /generation` says.
-        AttemptOutcome::Failed(e) if streamed > 0 && cut_after_tokens(e.kind()) => accrued,
-        AttemptOutcome::Failed(_) => 0,
+    let ending = match &outcome {
+        AttemptOutcome::Done(c) => Ending::Done {
+            final_pico: final_cost(&shared, c, endpoint).pico(),
+        },
+        AttemptOutcome::Cancelled => Ending::Closed,
+        AttemptOutcome::Failed(e) if e.kind() == crate::openrouter::ErrorKind::Timeout => {
+            Ending::Closed
+        }
+        AttemptOutcome::Failed(e) => Ending::Failed {
+            cut_after_tokens: streamed > 0 && cut_after_tokens(e.kind()),
+        },
     };
+    let booked = attempt_money::booked(ending, accrued);
     shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
     shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed);
     if shared.spent_pico.load(Ordering::Relaxed) + shared.accrued_pico.load(Ordering::Relaxed)

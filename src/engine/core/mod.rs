@@ -11,6 +11,7 @@
 
 pub mod account;
 mod admission;
+pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
 mod control;
