@@ -438,9 +438,10 @@ pub struct StatusArgs {
     #[arg(long)]
     pub report: bool,
     /// Settle what a crashed run left open, without starting a run: looks up its open
-    /// generations at `GET /generation` and books them (found: at their cost; unknown for 15
-    /// minutes: at their expected cost, marked estimated), and books requests caught before
-    /// any answer at their expected cost. Refused while a run holds the directory.
+    /// generations at `GET /generation` and books those the API knows at their cost. Requests
+    /// caught before any answer, and generations unknown for 15 minutes, stay open with their
+    /// expected cost said: the next run books them and trues up against the key's usage.
+    /// Refused while a run holds the directory.
     #[arg(long, conflicts_with = "report")]
     pub reconcile: bool,
     /// With --reconcile: the API's base URL.

@@ -1,7 +1,7 @@
 //! The core stays pure: no `async`, no clock, no file or socket. Checked on the source, so a
 //! change that slips I/O or a clock read into a decision fails here.
 
-const SOURCES: [(&str, &str); 14] = [
+const SOURCES: [(&str, &str); 16] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("account.rs", include_str!("../account.rs")),
     ("admission.rs", include_str!("../admission.rs")),
@@ -16,6 +16,8 @@ const SOURCES: [(&str, &str); 14] = [
     ("cut_watch.rs", include_str!("../cut_watch.rs")),
     ("verdict.rs", include_str!("../verdict.rs")),
     ("reserve.rs", include_str!("../reserve.rs")),
+    ("attribution.rs", include_str!("../attribution.rs")),
+    ("attempt_money.rs", include_str!("../attempt_money.rs")),
 ];
 
 const FORBIDDEN: [&str; 12] = [
