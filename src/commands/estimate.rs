@@ -496,7 +496,7 @@ fn offer(
     cfg: &Config,
     native: &Quantization,
     agreement: &HashMap<String, f64>,
-    e: &crate::engine::worker::RunEndpoint,
+    e: &crate::engine::endpoint::RunEndpoint,
     as_listed: Option<&Endpoint>,
     speeds: &HashMap<String, SpeedSample>,
 ) -> EndpointOffer {

@@ -6,7 +6,7 @@ use crate::config::{Config, EndpointConfig};
 use crate::openrouter::{Endpoint, ModelEndpoints};
 
 use super::EngineError;
-use super::worker::{CustomTarget, RunEndpoint, stops_billing_on_cancel};
+use super::endpoint::{CustomTarget, RunEndpoint, stops_billing_on_cancel};
 
 /// An endpoint of OpenRouter's listing, as the run uses it.
 pub fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {

@@ -21,8 +21,9 @@ use crate::store::repair;
 use crate::store::scan::{DatasetScan, ExistingDataset};
 
 use super::core::DatasetBook;
+use super::endpoint::RunEndpoint;
 use super::stats::Counters;
-use super::worker::{RunEndpoint, Shared};
+use super::worker::Shared;
 use super::{EngineError, EngineHandle, RunOptions, pool, supervisor};
 
 /// Endpoints that may join a run when the listing shows them (statistics slots kept free).

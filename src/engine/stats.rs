@@ -176,11 +176,11 @@ impl super::worker::Shared {
     /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
     pub fn count_result(
         &self,
-        r: &super::worker::AttemptResult,
+        r: &super::attempt::AttemptResult,
         dataset: usize,
         pinned: Option<usize>,
     ) {
-        use super::worker::AttemptOutcome;
+        use super::attempt::AttemptOutcome;
         for c in [&self.totals, &self.dataset_stats[dataset]] {
             c.in_flight.fetch_sub(1, Ordering::Relaxed);
         }

@@ -19,6 +19,7 @@ use crate::store::output::{SpendEntry, Writer};
 use crate::store::prompts::{Prompt, PromptError, PromptReader};
 use crate::store::scan::KeyBase;
 
+use super::attempt::AttemptResult;
 use super::control::Command;
 use super::core::{Clock, Core, Effect, Live, PromptSource};
 use super::publish::Publisher;
@@ -26,7 +27,7 @@ use super::reason::StopReason;
 use super::snapshot::{RunState, Snapshot};
 use super::start::DatasetRun;
 use super::stats::Counters;
-use super::worker::{AttemptResult, AttemptSpec, Shared, run_attempt};
+use super::worker::{AttemptSpec, Shared, run_attempt};
 
 mod settle;
 

@@ -11,82 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::Price;
 use crate::openrouter::{
-    ApiError, ChatRequest, Completion, Message, OpenRouterClient, StreamTimeouts, TimeoutKind,
+    ApiError, ChatRequest, Completion, OpenRouterClient, StreamTimeouts, TimeoutKind,
 };
 use crate::store::output::{SpendEntry, SpendKind};
 
-use super::core::attempt_money::{self, Ending};
+use super::attempt::{AttemptOutcome, AttemptResult};
+use super::core::attempt_money::{self, Ending, cut_after_tokens};
+use super::endpoint::RunEndpoint;
 use super::stats::Counters;
-
-/// Static facts about an endpoint the run may use.
-#[derive(Clone, Debug)]
-pub struct RunEndpoint {
-    pub tag: String,
-    pub provider: String,
-    pub quantization: crate::domain::Quantization,
-    /// The prices of an ordinary request now (discount applied): for ordering, display and
-    /// the policy; a request's own prices come from `tariff`.
-    pub price_in: Price,
-    pub price_out: Price,
-    /// Every price the listing gives (overrides, cache reads, the request fee, the discount).
-    pub tariff: crate::pricing::Tariff,
-    pub max_completion_tokens: Option<u64>,
-    pub supported_parameters: Option<Vec<String>>,
-    pub status: Option<i64>,
-    pub uptime_30m: Option<f64>,
-    /// Closing the connection stops billing here (OpenRouter documents DeepInfra, Together,
-    /// Novita, Fireworks and Chutes); elsewhere a cancelled generation is billed in full.
-    pub cancel_stops_billing: bool,
-    /// A server of the operator's own (`[[endpoint]]`), reached directly rather than through
-    /// OpenRouter.
-    pub custom: Option<CustomTarget>,
-}
-
-impl crate::policy::Judged for RunEndpoint {
-    fn facts(&self) -> crate::policy::EndpointFacts<'_> {
-        crate::policy::EndpointFacts {
-            tag: &self.tag,
-            provider_name: &self.provider,
-            quantization: &self.quantization,
-            uptime_30m: self.uptime_30m,
-            prices: self
-                .custom
-                .is_none()
-                .then_some((self.price_in, self.price_out)),
-        }
-    }
-}
-
-/// How to reach an `[[endpoint]]` server.
-#[derive(Clone, Debug)]
-pub struct CustomTarget {
-    pub client: OpenRouterClient,
-    /// The model's name on that server.
-    pub model: String,
-    /// Extra JSON body fields for it (merged over the dataset's).
-    pub extra: serde_json::Map<String, serde_json::Value>,
-    /// Most requests in flight there.
-    pub concurrency: u32,
-}
-
-/// Providers whose billing stops when the client disconnects (OpenRouter docs, streaming
-/// cancellation), by base slug.
-pub const CANCEL_STOPS_BILLING: [&str; 5] =
-    ["chutes", "deepinfra", "together", "novita", "fireworks"];
-
-/// Whether closing a stream at this endpoint stops its bill: per the config's list when it
-/// gives one, else per OpenRouter's documented list.
-pub fn stops_billing_on_cancel(configured: Option<&[String]>, tag: &str, provider: &str) -> bool {
-    match configured {
-        Some(list) => crate::policy::list_matches(list, tag, provider),
-        None => {
-            let base = crate::domain::EndpointTag::base_of(tag);
-            CANCEL_STOPS_BILLING
-                .iter()
-                .any(|p| p.eq_ignore_ascii_case(base))
-        }
-    }
-}
 
 /// What every worker shares with the supervisor.
 pub struct Shared {
@@ -191,41 +123,6 @@ impl Shared {
         *list = Arc::new(next);
         Some(i)
     }
-}
-
-/// Prompt tokens as estimated without a tokenizer: ~4 characters a token, plus 4 per message.
-pub fn estimate_prompt_tokens(messages: &[Message]) -> u64 {
-    messages
-        .iter()
-        .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
-        .sum::<u64>()
-        .max(1)
-}
-
-/// How one attempt ended.
-#[derive(Debug)]
-pub enum AttemptOutcome {
-    Done(Box<Completion>),
-    Failed(ApiError),
-    /// We closed it: stop-now or the dollar cap.
-    Cancelled,
-}
-
-#[derive(Debug)]
-pub struct AttemptResult {
-    pub key: u64,
-    pub outcome: AttemptOutcome,
-    /// The endpoint that served (pinned, or named by the stream), when known.
-    pub endpoint: Option<usize>,
-    pub streamed_tokens: u64,
-    /// Our estimate of what this attempt cost so far (prompt + streamed tokens).
-    pub accrued_pico: i64,
-    /// What the worker booked into the confirmed spend: the reported cost of a finished
-    /// response, our estimate for one we closed (cancelled, timed out), zero otherwise.
-    pub booked_pico: i64,
-    /// The generation id, for looking up later what a closed stream really cost.
-    pub generation_id: Option<String>,
-    pub elapsed: Duration,
 }
 
 /// One dispatched attempt.
@@ -451,13 +348,6 @@ async fn write_started(shared: &Shared, spec: &AttemptSpec, g: &str, endpoint: O
         .await;
 }
 
-/// Failures that end a stream early without an error finish reason: once tokens were sent,
-/// OpenRouter bills them (zero completion insurance covers error finishes and empty answers).
-pub fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
-    use crate::openrouter::ErrorKind;
-    matches!(kind, ErrorKind::Connection | ErrorKind::Truncated)
-}
-
 /// Of the request's endpoints of the provider that served `c` (first guessed as `e`), the one
 /// whose tariff puts the answer nearest its billed cost (`core::attribution`); `e` when the
 /// provider has one endpoint there or no cost came.
@@ -497,43 +387,4 @@ pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> c
     }
     c.cost()
         .unwrap_or_else(|| endpoint.map_or(crate::domain::Usd::ZERO, priced))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn who_stops_billing_on_cancel() {
-        // OpenRouter's documented list, by base slug.
-        assert!(stops_billing_on_cancel(None, "chutes/int4", "Chutes"));
-        assert!(stops_billing_on_cancel(
-            None,
-            "deepinfra/turbo",
-            "DeepInfra"
-        ));
-        assert!(!stops_billing_on_cancel(
-            None,
-            "siliconflow/int4",
-            "SiliconFlow"
-        ));
-        // The config's list replaces it; tags, base slugs and display names all match.
-        let cfg = crate::config::Config::parse_unchecked(
-            "cancel_stops_billing = [\"siliconflow\", \"Moonshot AI\"]\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
-            std::path::Path::new("harvest.toml"),
-        )
-        .expect("config");
-        let list = cfg.cancel_stops_billing.as_deref();
-        assert!(stops_billing_on_cancel(
-            list,
-            "siliconflow/int4",
-            "SiliconFlow"
-        ));
-        assert!(stops_billing_on_cancel(
-            list,
-            "moonshotai/int4",
-            "Moonshot AI"
-        ));
-        assert!(!stops_billing_on_cancel(list, "chutes/int4", "Chutes"));
-    }
 }

@@ -9,10 +9,10 @@ use crate::openrouter::ModelEndpoints;
 use crate::store::output::{SpendEntry, SpendKind};
 
 use super::super::control::{Command, ShutdownMode, Viewer};
+use super::super::endpoint::RunEndpoint;
 use super::super::health::Health;
 use super::super::quality::Finding;
 use super::super::reason::StopReason;
-use super::super::worker::RunEndpoint;
 use super::{Clock, Core, Effect, Listed};
 use crate::policy::PolicyMode;
 

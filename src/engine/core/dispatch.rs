@@ -10,7 +10,6 @@ use crate::openrouter::Message;
 use crate::openrouter::request::StreamOptions;
 use crate::store::output::{SpendEntry, SpendKind};
 
-use super::super::worker::estimate_prompt_tokens;
 use super::budget::Fits;
 use super::reserve::reserves_worst_case;
 
@@ -242,4 +241,13 @@ impl Core {
         );
         self.note_sent(now);
     }
+}
+
+/// Prompt tokens as estimated without a tokenizer: ~4 characters a token, plus 4 per message.
+pub fn estimate_prompt_tokens(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
+        .sum::<u64>()
+        .max(1)
 }

@@ -42,10 +42,10 @@ use crate::openrouter::ChatRequest;
 use crate::store::output::{OutputRecord, RejectRecord, SpendEntry};
 use crate::store::prompts::{Prompt, PromptError};
 
+use super::endpoint::RunEndpoint;
 use super::health::Health;
 use super::reason::StopReason;
 use super::snapshot::EventLine;
-use super::worker::RunEndpoint;
 use crate::policy::{Exclusion, PolicyConfig};
 
 pub use super::clock::Clock;

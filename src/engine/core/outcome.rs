@@ -15,9 +15,10 @@ use crate::store::output::{
     FailureCause, OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, TurnRecord,
 };
 
+use super::super::attempt::{AttemptOutcome, AttemptResult};
 use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
-use super::super::worker::{AttemptOutcome, AttemptResult, cut_after_tokens};
+use super::attempt_money::cut_after_tokens;
 use super::cut_watch::CutNews;
 use super::verdict::{AnswerRules, Shape, Verdict, verdict};
 use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
@@ -306,7 +307,7 @@ impl Core {
     /// listing prices something harvest does not model. BYOK answers are said once too.
     fn check_price(
         &mut self,
-        ep: &Option<super::super::worker::RunEndpoint>,
+        ep: &Option<super::super::endpoint::RunEndpoint>,
         c: &Completion,
         now: &Clock,
     ) {

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::engine::core::account::{AccountGate, GateChange, MIN_CEILING, QUIET, RAISE_EVERY};
+use crate::engine::endpoint::CustomTarget;
 use crate::engine::reason::StopReason;
-use crate::engine::worker::CustomTarget;
 use crate::openrouter::{ClientOptions, OpenRouterClient};
 
 fn budget_402(retry_after: &str) -> ApiError {

@@ -24,7 +24,8 @@ use crate::domain::{Price, Quantization, Usd};
 use crate::openrouter::{ApiError, Completion, Message, Usage, UsageSource};
 use crate::store::prompts::{Prompt, PromptError};
 
-use super::super::worker::{AttemptOutcome, AttemptResult, RunEndpoint};
+use super::super::attempt::{AttemptOutcome, AttemptResult};
+use super::super::endpoint::RunEndpoint;
 use super::{Clock, Core, DatasetBook, Dispatch, Effect, Live, PromptSource};
 
 /// A config: `top` goes at the top level (before the one dataset table the parser wants).
@@ -63,7 +64,7 @@ pub fn ep(tag: &str, provider: &str, quant: &str, price_in: f64, price_out: f64)
         supported_parameters: None,
         status: Some(0),
         uptime_30m: Some(99.0),
-        cancel_stops_billing: super::super::worker::stops_billing_on_cancel(None, tag, provider),
+        cancel_stops_billing: super::super::endpoint::stops_billing_on_cancel(None, tag, provider),
         custom: None,
     }
 }

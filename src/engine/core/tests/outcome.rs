@@ -2,8 +2,8 @@
 //! queue, the endpoint's health and the run.
 
 use super::*;
+use crate::engine::endpoint::CustomTarget;
 use crate::engine::reason::{OffReason, StopReason};
-use crate::engine::worker::CustomTarget;
 use crate::openrouter::{ClientOptions, OpenRouterClient, TimeoutKind};
 use crate::store::output::SpendKind;
 

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::config::{OnEmpty, OnLength};
+use crate::engine::attempt::AttemptOutcome;
 use crate::engine::core::verdict::{AnswerRules, CUT_THINKING, Shape, Verdict, verdict};
-use crate::engine::worker::AttemptOutcome;
 
 #[test]
 fn the_shape_of_an_answer() {
