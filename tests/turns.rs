@@ -265,3 +265,55 @@ async fn kill_9_mid_row_then_resume_leaves_one_row_per_id() {
     ledger_matches_bill(&sim, &d.join("out"));
     sim.stop().await;
 }
+
+/// Conversations whose turns do not alternate are not sent when every turn is regenerated: two
+/// assistants in a row would make a request end on an assistant turn (a prefill), two users in
+/// a row a row SpecForge refuses. Each is rejected as `input`, naming its line and message,
+/// before anything is paid; the good rows are answered as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_conversations_are_rejected_before_anything_is_paid() {
+    let sim = logging_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    write_job(d, &sim.base_url(), None);
+    let m = |role: &str, text: &str| serde_json::json!({"role": role, "content": text});
+    let bad = [
+        serde_json::json!({"id": "two-assistants", "messages": [m("user", "q1"), m("assistant", "a1"), m("assistant", "a2"), m("user", "q2")]}),
+        serde_json::json!({"id": "two-users", "messages": [m("user", "q1"), m("user", "q2")]}),
+    ];
+    let mut prompts = std::fs::read_to_string(d.join("p.jsonl")).expect("prompts");
+    for b in &bad {
+        prompts.push_str(&format!("{b}\n"));
+    }
+    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let rejects: Vec<harvest::store::output::RejectRecord> =
+        read_jsonl(&d.join("out/A.rejects.jsonl"));
+    let by_id: std::collections::HashMap<&str, &harvest::store::output::RejectRecord> =
+        rejects.iter().map(|r| (r.id.as_str(), r)).collect();
+    assert_eq!(rejects.len(), 2, "{rejects:?}");
+    assert!(
+        by_id["two-assistants"]
+            .error
+            .contains("messages[2] has role assistant, but the turn due is user"),
+        "{rejects:?}"
+    );
+    assert!(
+        by_id["two-users"]
+            .error
+            .contains("messages[1] has role user, but the turn due is assistant"),
+        "{rejects:?}"
+    );
+    assert!(
+        rejects
+            .iter()
+            .all(|r| r.error_kind == "input" && r.attempts == 0)
+    );
+    // Nothing of them was sent: one request per user turn of the good rows, no more.
+    let turns: usize = (0..N).map(users_of).sum();
+    assert_eq!(sent_histories(&sim).len(), turns);
+    let rows: Vec<OutputRecord> = read_jsonl(&d.join("out/A.jsonl"));
+    assert_eq!(rows.len(), N);
+    sim.stop().await;
+}

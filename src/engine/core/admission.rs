@@ -84,6 +84,25 @@ impl Core {
                     {
                         p.messages.insert(0, Message::system(sys.clone()));
                     }
+                    if self.datasets[d].turns == crate::config::Turns::All
+                        && let Some(why) = super::turns::shape_error(&p)
+                    {
+                        // Not sendable as asked: a reject of the input, before anything is paid.
+                        self.datasets[d].rejected += 1;
+                        self.effects.push(Effect::Reject {
+                            dataset: d,
+                            record: RejectRecord {
+                                id: p.id,
+                                line: Some(p.line),
+                                error: format!("line {}: {why}", p.line),
+                                error_kind: "input".into(),
+                                attempts: 0,
+                                created_at: now.rfc3339(),
+                                cause: Default::default(),
+                            },
+                        });
+                        continue;
+                    }
                     return Some(p);
                 }
                 // A bad line belongs to shard 0 alone, so that it is rejected once.

@@ -19,6 +19,30 @@ pub struct DoneTurn {
     pub record: TurnRecord,
 }
 
+/// Why `prompt` cannot have every turn regenerated, or `None`: after an optional first system
+/// turn, user and assistant turns must alternate from a user turn (the parser already ends
+/// every prompt on one). Two assistants in a row would send a request ending on an assistant
+/// turn (a prefill), two users in a row a row the trainer's validator refuses: both paid for,
+/// then thrown away (reliability-probe-3 D14). Said before anything is sent.
+pub fn shape_error(prompt: &Prompt) -> Option<String> {
+    let mut want = "user";
+    for (i, m) in prompt.messages.iter().enumerate() {
+        if i == 0 && m.role == "system" {
+            continue;
+        }
+        if m.role != want {
+            return Some(format!(
+                "messages[{i}] has role {}, but the turn due is {want}: turns = \"all\" \
+                 regenerates each assistant turn, so user and assistant turns must alternate \
+                 from a user turn (after an optional first system turn)",
+                m.role
+            ));
+        }
+        want = if want == "user" { "assistant" } else { "user" };
+    }
+    None
+}
+
 /// How many assistant turns the model writes for `prompt`: one per assistant message in it
 /// (each replaced), then the answer to its last user turn.
 pub fn turns_to_generate(prompt: &Prompt) -> usize {
@@ -97,6 +121,36 @@ pub fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_alternating_conversations_have_every_turn_regenerated() {
+        let p = |roles: &[&str]| Prompt {
+            id: "x".into(),
+            messages: roles
+                .iter()
+                .map(|r| Message::new(*r, "t".to_string()))
+                .collect(),
+            line: 1,
+        };
+        let cases: [(&[&str], Option<usize>); 7] = [
+            (&["user"], None),
+            (&["system", "user", "assistant", "user"], None),
+            (&["user", "assistant", "user", "assistant", "user"], None),
+            (&["user", "user"], Some(1)),
+            (&["user", "assistant", "assistant", "user"], Some(2)),
+            (&["assistant", "user"], Some(0)),
+            (&["user", "system", "user"], Some(1)),
+        ];
+        for (roles, bad_at) in cases {
+            let said = shape_error(&p(roles));
+            assert_eq!(
+                said.as_ref()
+                    .map(|s| s.starts_with(&format!("messages[{}]", bad_at.unwrap_or(99)))),
+                bad_at.map(|_| true),
+                "{roles:?}: {said:?}"
+            );
+        }
+    }
     use crate::domain::Usd;
 
     fn prompt(turns: &[(&str, &str)]) -> Prompt {
