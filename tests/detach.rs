@@ -401,6 +401,18 @@ async fn a_detached_run_without_its_socket_says_how_to_reach_it() {
     assert!(stderr.contains("without its control socket"), "{stderr}");
     assert!(stderr.contains(&format!("kill -TERM {pid}")), "{stderr}");
     assert!(!stdout.contains("harvest attach"), "{stdout}");
+    // `status` tells it from a crash: the pid still holds the directory (D13).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while try_status(&out).is_none() {
+        assert!(std::time::Instant::now() < deadline, "no state file");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, said, _) = harvest(&["status", out.to_str().expect("utf-8")]);
+    assert!(
+        said.contains(&format!("engine: pid {pid} holds the directory")),
+        "{said}"
+    );
+    assert_eq!(status(&out)["engine"]["held_by_pid"], pid);
     // The signal it names drains it.
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])

@@ -51,7 +51,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                     Some(e) => {
                         serde_json::json!({"live": true, "pid": e.pid, "viewers": e.viewers})
                     }
-                    None => serde_json::json!({"live": false}),
+                    None => match crate::store::lock::live_holder(&dir) {
+                        Some(h) => serde_json::json!({"live": false, "held_by_pid": h.pid}),
+                        None => serde_json::json!({"live": false}),
+                    },
                 },
             );
         }
@@ -60,7 +63,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         print!("{}", crate::printable::printable(&headless::summary(&snap)));
         println!(
             "{}",
-            crate::printable::printable(&engine_line(live.as_ref(), &snap))
+            crate::printable::printable(&engine_line(
+                live.as_ref(),
+                crate::store::lock::live_holder(&dir),
+                &snap
+            ))
         );
     }
     Ok(())
@@ -79,7 +86,11 @@ async fn live_engine(dir: &Path) -> Option<crate::remote::client::EngineInfo> {
 }
 
 /// `engine: live (pid 4242), 2 viewers attached`, or why no engine is there.
-fn engine_line(live: Option<&crate::remote::client::EngineInfo>, snap: &Snapshot) -> String {
+fn engine_line(
+    live: Option<&crate::remote::client::EngineInfo>,
+    holder: Option<crate::store::lock::Holder>,
+    snap: &Snapshot,
+) -> String {
     use crate::engine::RunState;
     match live {
         Some(e) => format!(
@@ -93,11 +104,20 @@ fn engine_line(live: Option<&crate::remote::client::EngineInfo>, snap: &Snapshot
         None if matches!(snap.state, RunState::Done | RunState::Stopped) => {
             "engine: not running".to_string()
         }
-        None => format!(
-            "engine: not running, though its last state says {}: it ended without saving \
-             (killed or crashed); `harvest run` resumes it",
-            snap.state.label()
-        ),
+        None => match holder {
+            // Alive and holding the directory, but deaf to its socket: stopped or stuck.
+            Some(h) => format!(
+                "engine: pid {} holds the directory (since {}) but does not answer on its \
+                 control socket: stopped (SIGSTOP, `kill -CONT {}`), stuck, or started without \
+                 its socket",
+                h.pid, h.started_at, h.pid
+            ),
+            None => format!(
+                "engine: not running, though its last state says {}: it ended without saving \
+                 (killed or crashed); `harvest run` resumes it",
+                snap.state.label()
+            ),
+        },
     }
 }
 

@@ -57,6 +57,27 @@ impl DirLock {
     }
 }
 
+/// The process that holds `dir`'s lock, when one does: the pid its lock file names, if that
+/// process is alive and the lock is really held (a stale file locks nothing). Read-only: the
+/// lock is probed with a shared open of the file, never taken.
+pub fn live_holder(dir: &Path) -> Option<Holder> {
+    let path = dir.join(FILE_NAME);
+    let file = super::no_follow(OpenOptions::new().read(true))
+        .open(&path)
+        .ok()?;
+    // A shared lock fails while the run holds its exclusive one.
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            None
+        }
+        Err(_) => {
+            let text = std::fs::read_to_string(&path).ok()?;
+            serde_json::from_str(text.trim()).ok()
+        }
+    }
+}
+
 /// Refuses an output directory other users can write to (world-writable without the sticky
 /// bit) or that another user owns: they could plant links or files harvest would write
 /// through. Group-writable directories are allowed (a team's shared space).
@@ -172,6 +193,19 @@ mod tests {
         assert!(err.contains("writable by every user (mode 777)"), "{err}");
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
         lock_dir(&shared).expect("sticky: as /tmp");
+    }
+
+    #[test]
+    fn the_live_holder_is_named_only_while_the_lock_is_held() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert_eq!(live_holder(dir.path()), None, "no lock file");
+        let lock = lock_dir(dir.path()).expect("lock");
+        let h = live_holder(dir.path()).expect("held");
+        assert_eq!(h.pid, std::process::id());
+        drop(lock);
+        assert_eq!(live_holder(dir.path()), None, "a stale file names nobody");
+        // Probing took nothing: the directory can be locked again.
+        lock_dir(dir.path()).expect("free");
     }
 
     #[test]
