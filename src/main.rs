@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "harvest: {}",
-                harvest::printable::printable(&format!("{e:#}"))
+                harvest::printable::printable(&commands::error_text(&e))
             );
             ExitCode::from(commands::exit_code(&e))
         }

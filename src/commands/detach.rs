@@ -152,7 +152,7 @@ pub async fn background(args: &RunArgs) -> anyhow::Result<u8> {
         Err(e) => {
             let code = super::exit_code(&e);
             report(&Report::Failed {
-                message: format!("{e:#}"),
+                message: super::error_text(&e),
                 code,
             });
             return Ok(code);

@@ -37,3 +37,41 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         exit::FAILURE
     }
 }
+
+/// An error and its causes on one line, each cause said once: a message that already quotes
+/// its source (`cannot read {path}: {source}`) is not followed by it again (`File exists (os
+/// error 17): File exists (os error 17)`).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::error_text;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(17);
+        let quoted = anyhow::Error::new(crate::export::template::TemplateError::Read {
+            path: "t.jinja".into(),
+            source: std::io::Error::from_raw_os_error(17),
+        });
+        assert_eq!(error_text(&quoted), format!("cannot read t.jinja: {io}"));
+        let chained = anyhow::Error::new(std::io::Error::from_raw_os_error(2)).context("loading x");
+        assert_eq!(
+            error_text(&chained),
+            format!("loading x: {}", std::io::Error::from_raw_os_error(2))
+        );
+    }
+}
