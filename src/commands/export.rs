@@ -76,7 +76,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuses a `--to` that is, or is inside, a run's output directory: the training files would
+/// Refuses a `--to` that is, or is inside, a run's output directory (the source, or one with
+/// harvest's lock file or manifest): the training files would
 /// be renamed over the run's records (`<dataset>.jsonl`), and a live run would go on writing
 /// to the unlinked file (reliability-probe-3 D1: 299 of 300 paid answers lost).
 fn refuse_output_dir(dir: &Path, to: &Path) -> Result<(), BadInput> {
@@ -98,11 +99,13 @@ fn refuse_output_dir(dir: &Path, to: &Path) -> Result<(), BadInput> {
     let Some(existing) = existing else {
         return Ok(());
     };
+    // Harvest's own marks: the lock file every run and probe leaves, or its manifest (a file
+    // named manifest.json alone proves nothing).
     let is_output = |p: &Path| {
         p == source
-            || crate::engine::manifest_path(p).is_file()
             || p.join(crate::store::lock::FILE_NAME).exists()
-            || crate::store::output::ledger_path(p).is_file()
+            || std::fs::read_to_string(crate::engine::manifest_path(p))
+                .is_ok_and(|t| t.contains("\"harvest_version\""))
     };
     match existing.ancestors().find(|p| is_output(p)) {
         Some(run) => Err(BadInput(format!(
@@ -172,4 +175,35 @@ fn stale_files(to: &Path, names: &[String]) -> String {
         stale.join(", "),
         to.display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only harvest's own marks make a directory a run's: a project's unrelated manifest.json
+    /// does not.
+    #[test]
+    fn a_run_directory_is_known_by_harvests_own_marks() {
+        let root = tempfile::tempdir().expect("tmp");
+        let src = root.path().join("out");
+        std::fs::create_dir(&src).expect("out");
+        let project = root.path().join("project");
+        std::fs::create_dir(&project).expect("project");
+        std::fs::write(project.join("manifest.json"), r#"{"name": "web app"}"#).expect("m");
+        refuse_output_dir(&src, &project.join("train")).expect("not a run's directory");
+        std::fs::write(
+            project.join("manifest.json"),
+            r#"{"model": "m", "harvest_version": "0.1.0"}"#,
+        )
+        .expect("m");
+        assert!(refuse_output_dir(&src, &project.join("train")).is_err());
+        std::fs::remove_file(project.join("manifest.json")).expect("rm");
+        std::fs::write(project.join(crate::store::lock::FILE_NAME), "").expect("lock");
+        assert!(refuse_output_dir(&src, &project).is_err());
+        assert!(
+            refuse_output_dir(&src, &src.join("x")).is_err(),
+            "the source itself"
+        );
+    }
 }

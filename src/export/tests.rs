@@ -1,0 +1,320 @@
+//! `harvest export` on hand-made output directories: each row in one file with its reason,
+//! explosion, the system turn, the formats and provenance.
+
+use super::*;
+use crate::domain::Usd;
+use crate::store::output::{RecordUsage, Turn};
+
+fn rec(id: &str, content: &str, reasoning: Option<&str>, truncated: bool) -> OutputRecord {
+    OutputRecord {
+        id: id.into(),
+        conversations: vec![
+            Turn {
+                role: "user".into(),
+                content: "question".into(),
+                reasoning_content: None,
+            },
+            Turn {
+                role: "assistant".into(),
+                content: content.into(),
+                reasoning_content: reasoning.map(str::to_string),
+            },
+        ],
+        provider: "Chutes".into(),
+        endpoint_tag: Some("chutes/int4".into()),
+        quantization: Some("int4".into()),
+        model: "moonshotai/kimi-k2.5".into(),
+        finish_reason: if truncated { "length" } else { "stop" }.into(),
+        native_finish_reason: None,
+        truncated,
+        cut_thinking: false,
+        cost_estimated: false,
+        usage: RecordUsage {
+            prompt_tokens: 10,
+            completion_tokens: 20,
+            reasoning_tokens: 5,
+            source: "reported".into(),
+            ..RecordUsage::default()
+        },
+        cost_usd: Usd::from_f64(0.001),
+        ttft_ms: Some(300),
+        latency_ms: 900,
+        attempts: 1,
+        created_at: "2026-12-01T00:00:00Z".into(),
+        generation_id: Some("gen-1".into()),
+        params: json!({}),
+        inline_think: false,
+        turns: Vec::new(),
+    }
+}
+
+fn write_lines<T: Serialize>(p: &Path, rows: &[T]) {
+    let text: String = rows
+        .iter()
+        .map(|r| format!("{}\n", serde_json::to_string(r).expect("json")))
+        .collect();
+    std::fs::write(p, text).expect("write");
+}
+
+fn read(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .expect("read")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+const SF: Options = Options {
+    format: Format::Specforge,
+    with_provenance: false,
+    keep_truncated: false,
+    require_reasoning: true,
+    keep_think_markers: false,
+    system_prompt: None,
+    samples: 0,
+    explode_turns: false,
+};
+
+/// Rows that break each rule land in `_error` or `_skipped` with the reason; the rest pass
+/// the gate; the accounting adds up to the prompt count.
+#[test]
+fn each_row_lands_in_one_file_with_its_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let mut sys_late = rec("sys-late", "answer", Some("r"), false);
+    sys_late.conversations.push(Turn {
+        role: "system".into(),
+        content: "late".into(),
+        reasoning_content: None,
+    });
+    let rows = vec![
+        rec("good", "answer", Some("thinking"), false),
+        rec("cut", "answ", Some("thinking"), true),
+        rec("think", "</think>answer", Some("thinking"), false),
+        rec("noreason", "answer", None, false),
+        rec("empty", "  ", Some("thinking"), false),
+        sys_late,
+    ];
+    write_lines(&out.join("A.jsonl"), &rows);
+    // A torn last line (a live run) is not read.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(out.join("A.jsonl"))
+        .and_then(|mut f| f.write_all(b"{\"id\":\"half"))
+        .expect("torn");
+    write_lines(
+        &out.join("A.rejects.jsonl"),
+        &[RejectRecord {
+            id: "rej".into(),
+            line: Some(9),
+            error: "HTTP 400: flagged".into(),
+            error_kind: "policy".into(),
+            attempts: 1,
+            created_at: "2026-12-01T00:00:00Z".into(),
+            cause: crate::store::output::FailureCause {
+                provider_name: Some("OpenAI".into()),
+                error_type: None,
+                upstream: Some("flagged for violence".into()),
+            },
+        }],
+    );
+    let to = dir.path().join("export");
+    let prompts = HashMap::from([("A".to_string(), 10u64)]);
+    let counts = export(&out, &["A".into()], &prompts, &to, &SF, None)
+        .expect("export")
+        .counts;
+    assert_eq!(
+        counts,
+        vec![Counts {
+            dataset: "A".into(),
+            success: 1,
+            success_rows: 1,
+            error: 3,
+            skipped: 3,
+            not_run: Some(3),
+            prompts: Some(10),
+            unreadable: 0,
+            without_system: 1,
+            ..Counts::default()
+        }]
+    );
+    let ok = read(&to.join("A.jsonl"));
+    assert_eq!(ok.len(), 1);
+    assert_eq!(ok[0]["id"], "good");
+    for r in &ok {
+        validate_row(
+            r,
+            Rules {
+                expect_reasoning: true,
+                expect_non_reasoning: false,
+                strict_think_markers: true,
+            },
+        )
+        .expect("every success row passes the gate");
+    }
+    let why = |file: &str| -> HashMap<String, String> {
+        read(&to.join(file))
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().expect("id").to_string(),
+                    r["reason"].as_str().expect("reason").to_string(),
+                )
+            })
+            .collect()
+    };
+    let skipped = why("A.skipped.ndjson");
+    assert!(skipped["cut"].contains("max_tokens"));
+    assert!(skipped["think"].contains("<think>"));
+    assert!(skipped["noreason"].contains("reasoning_content"));
+    let errors = why("A.error.ndjson");
+    assert_eq!(
+        errors["empty"],
+        "message 1 content must be a non-empty string"
+    );
+    assert_eq!(
+        errors["sys-late"],
+        "message 2 has unsupported role 'system'"
+    );
+    assert!(errors["rej"].contains("rejected after 1 attempt: HTTP 400"));
+    // The provider's cause as typed fields, for jq and the trainers' tooling.
+    let rej = read(&to.join("A.error.ndjson"))
+        .into_iter()
+        .find(|r| r["id"] == "rej")
+        .expect("reject row");
+    assert_eq!(
+        (&rej["provider_name"], &rej["upstream"]),
+        (&json!("OpenAI"), &json!("flagged for violence"))
+    );
+    assert!(rej.get("error_type").is_none());
+    // Nothing in the output directory changed, no temporary file is left.
+    assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 2);
+    assert_eq!(std::fs::read_dir(&to).expect("dir").count(), 3);
+    assert!(
+        render(&counts, &to)
+            .contains("A                        1         3         3           3        10")
+    );
+}
+
+#[test]
+fn exploded_turns_end_at_each_answer_with_only_its_own_reasoning() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let mut two = rec("two", "a2", Some("r2"), false);
+    let turn = |role: &str, content: &str, reasoning: Option<&str>| Turn {
+        role: role.into(),
+        content: content.into(),
+        reasoning_content: reasoning.map(str::to_string),
+    };
+    two.conversations = vec![
+        turn("user", "q1", None),
+        turn("assistant", "a1", Some("r1")),
+        turn("user", "q2", None),
+        turn("assistant", "a2", Some("r2")),
+    ];
+    write_lines(
+        &out.join("A.jsonl"),
+        &[rec("one", "answer", Some("r"), false), two],
+    );
+    let to = dir.path().join("export");
+    for format in [Format::Specforge, Format::Openai, Format::Sharegpt] {
+        let mut o = SF;
+        o.explode_turns = true;
+        o.format = format;
+        let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+        assert_eq!(
+            (done.counts[0].success, done.counts[0].success_rows),
+            (2, 3)
+        );
+        let rows = read(&to.join("A.jsonl"));
+        let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().expect("id")).collect();
+        assert_eq!(ids, ["one", "two#1", "two#2"], "{format:?}");
+        if format != Format::Specforge {
+            continue;
+        }
+        // (content, reasoning) of each row's turns.
+        let shown = |r: &Value| -> Vec<(String, Option<String>)> {
+            (r["conversations"].as_array().expect("turns").iter())
+                .map(|t| {
+                    let s = |k: &str| t[k].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+                    (s("content").unwrap_or_default(), s("reasoning_content"))
+                })
+                .collect()
+        };
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            shown(&rows[1]),
+            [("q1".into(), None), ("a1".into(), some("r1"))]
+        );
+        assert_eq!(
+            shown(&rows[2]),
+            [
+                ("q1".into(), None),
+                ("a1".into(), None),
+                ("q2".into(), None),
+                ("a2".into(), some("r2"))
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_system_turn_for_rows_without_one() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let mut with = rec("with", "answer", Some("r"), false);
+    with.conversations.insert(
+        0,
+        Turn {
+            role: "system".into(),
+            content: "own".into(),
+            reasoning_content: None,
+        },
+    );
+    write_lines(
+        &out.join("A.jsonl"),
+        &[rec("without", "answer", Some("r"), false), with],
+    );
+    let to = dir.path().join("export");
+    let mut o = SF;
+    o.system_prompt = Some("You are a helpful assistant.".into());
+    export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+    let rows = read(&to.join("A.jsonl"));
+    let first: Vec<&str> = rows
+        .iter()
+        .map(|r| r["conversations"][0]["content"].as_str().expect("content"))
+        .collect();
+    assert_eq!(first, vec!["You are a helpful assistant.", "own"]);
+}
+
+#[test]
+fn formats_and_provenance() {
+    let r = rec("x", "answer", Some("thinking"), false);
+    let sf = rows::specforge_row(&r);
+    let s = rows::success_row(sf.clone(), Format::Sharegpt, None);
+    assert_eq!(
+        s,
+        json!({"id": "x", "conversations": [{"from": "human", "value": "question"}, {"from": "gpt", "value": "answer"}]})
+    );
+    let mut m = rows::success_row(sf.clone(), Format::Openai, None);
+    rows::add_provenance(&mut m, &r);
+    assert_eq!(m["messages"][1]["reasoning_content"], "thinking");
+    assert_eq!(m["endpoint_tag"], "chutes/int4");
+    assert_eq!(m["cost_usd"], 0.001);
+    assert!(
+        m.as_object().expect("obj").values().all(|v| !v.is_object()),
+        "flat columns"
+    );
+    // Keys in the order written, as Python's json.dumps writes a dict.
+    let keys: Vec<&String> = m.as_object().expect("obj").keys().take(3).collect();
+    assert_eq!(keys, ["id", "messages", "provider"]);
+    let t = rows::success_row(sf, Format::Text, Some("<text>".into()));
+    assert_eq!(t, json!({"id": "x", "text": "<text>"}));
+    // Every answer carries reasoning_content, empty when it has none.
+    let none = rows::specforge_row(&rec("y", "answer", None, false));
+    assert_eq!(none["conversations"][1]["reasoning_content"], "");
+    assert!(none["conversations"][0].get("reasoning_content").is_none());
+}
