@@ -175,7 +175,8 @@ impl Out {
             .is_err()
         {
             self.lost = true;
-            tracing::warn!("standard output is gone: draining the run");
+            // Only a run drains on it (see `Stopper::lost`); `stop` and `attach` merely go quiet.
+            tracing::warn!("standard output is gone: nothing more is printed there");
         }
         !self.lost
     }
@@ -228,6 +229,7 @@ impl Stopper {
 
     /// The terminal or the output went away: drain within the grace period.
     async fn lost(&mut self, commands: &mpsc::Sender<Command>, w: Watch) {
+        tracing::warn!("the terminal or the output went away: draining the run");
         let _ = commands.send(Command::OutputLost).await;
         self.start_grace(w);
     }
