@@ -49,6 +49,16 @@ pub enum Command {
     /// The whole experience with no key and no network: the simulator in-process with the Kimi
     /// K2.5 providers, three demo datasets, and a budgeted run through the real engine.
     Demo(DemoArgs),
+    /// A completion script for a shell, on standard output: e.g.
+    /// `harvest completions bash > ~/.local/share/bash-completion/completions/harvest`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             Command::Probe(a) => commands::probe::run(a).await.map(|()| exit::OK),
             Command::Sim(a) => commands::sim::run(a).await.map(|()| exit::OK),
             Command::Demo(a) => commands::demo::run(a).await,
+            Command::Completions(a) => Ok(commands::completions(a.shell)),
         }
     });
     match result {

@@ -260,3 +260,29 @@ fn demo_runs_with_no_key_and_no_network() {
     }
     let _ = std::io::stdout().flush();
 }
+
+/// `harvest completions SHELL` prints a script that knows the subcommands and their flags.
+#[test]
+fn completion_scripts_know_the_commands() {
+    for (shell, marker) in [
+        ("bash", "_harvest()"),
+        ("zsh", "#compdef harvest"),
+        ("fish", "complete -c harvest"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(["completions", shell])
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for word in ["export", "chat-template", "retry-truncated", "replay"] {
+            assert!(script.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("runs");
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -38,6 +38,20 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// `harvest completions SHELL`: the script, written as `run` writes (a closed pipe is quiet).
+pub fn completions(shell: clap_complete::Shell) -> u8 {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(
+        shell,
+        &mut crate::cli::Cli::command(),
+        "harvest",
+        &mut script,
+    );
+    run::Out::default().write(&String::from_utf8_lossy(&script));
+    exit::OK
+}
+
 /// An error and its causes on one line, each cause said once: a message that already quotes
 /// its source (`cannot read {path}: {source}`) is not followed by it again (`File exists (os
 /// error 17): File exists (os error 17)`).
