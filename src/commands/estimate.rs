@@ -477,7 +477,7 @@ async fn offers(
         sources.push("the config's [[endpoint]] prices for its own servers".to_string());
     }
     // The endpoints a run would have, judged as the run would judge them.
-    let pool = engine::pool::build(cfg, &listing).map_err(super::run::engine_error)?;
+    let pool = engine::pool::build(cfg, &listing);
     let (native, _) = cfg.policy.native_for(&cfg.model);
     for e in &pool {
         let as_listed = e

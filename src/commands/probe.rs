@@ -62,17 +62,26 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         }
     }
     // The endpoints a run would have (the listing's, then the config's own servers).
-    let pool = match &cfg {
-        Some(c) => crate::engine::pool::build(c, &listing).map_err(super::run::engine_error)?,
-        None => listing
-            .endpoints
-            .iter()
-            .map(|e| crate::engine::pool::listed(None, e))
-            .collect(),
+    let (pool, mut own_clients) = match &cfg {
+        Some(c) => (
+            crate::engine::pool::build(c, &listing),
+            crate::engine::pool::own_clients(c).map_err(super::run::engine_error)?,
+        ),
+        None => (
+            listing
+                .endpoints
+                .iter()
+                .map(|e| crate::engine::pool::listed(None, e))
+                .collect(),
+            Default::default(),
+        ),
     };
     for e in pool {
-        let (client, model, via_openrouter) = match e.custom {
-            Some(c) => (c.client, c.model, false),
+        let own = e
+            .custom
+            .and_then(|c| Some((own_clients.remove(&e.tag)?, c.model)));
+        let (client, model, via_openrouter) = match own {
+            Some((own_client, own_model)) => (own_client, own_model, false),
             None => (client.clone(), model.clone(), true),
         };
         targets.push(Target {

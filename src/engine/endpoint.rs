@@ -1,9 +1,9 @@
 //! An endpoint as a run knows it: its listing's facts and prices, whether closing a stream
-//! there stops its bill, and how to reach an operator's own server. Read by the core's
-//! decisions, the pool and the workers alike.
+//! there stops its bill, and what an operator's own server is called and asked. Facts only
+//! (the client that reaches an own server lives with the workers, in `worker::Shared`): read
+//! by the core's decisions, the pool and the workers alike.
 
 use crate::domain::Price;
-use crate::openrouter::OpenRouterClient;
 
 /// Static facts about an endpoint the run may use.
 #[derive(Clone, Debug)]
@@ -44,10 +44,9 @@ impl crate::policy::Judged for RunEndpoint {
     }
 }
 
-/// How to reach an `[[endpoint]]` server.
+/// What an `[[endpoint]]` server is asked (the client that reaches it is the workers').
 #[derive(Clone, Debug)]
 pub struct CustomTarget {
-    pub client: OpenRouterClient,
     /// The model's name on that server.
     pub model: String,
     /// Extra JSON body fields for it (merged over the dataset's).

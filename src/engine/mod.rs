@@ -4,7 +4,6 @@
 //! lists the model's endpoints, starts the writer and spawns the supervisor. The caller gets an
 //! [`EngineHandle`]: a command sender, a `watch` of snapshots, and the summary at the end.
 
-pub mod attempt;
 pub mod clock;
 pub mod control;
 pub mod core;

@@ -2,8 +2,10 @@
 //! servers (`[[endpoint]]`) into [`RunEndpoint`]s: for a run at start and when a refreshed
 //! listing shows a new endpoint, and for `estimate` and `probe`.
 
+use std::collections::HashMap;
+
 use crate::config::{Config, EndpointConfig};
-use crate::openrouter::{Endpoint, ModelEndpoints};
+use crate::openrouter::{Endpoint, ModelEndpoints, OpenRouterClient};
 
 use super::EngineError;
 use super::endpoint::{CustomTarget, RunEndpoint, stops_billing_on_cancel};
@@ -40,21 +42,28 @@ pub fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
 }
 
 /// The listing's endpoints, then the operator's own servers (reached directly).
-pub fn build(cfg: &Config, listing: &ModelEndpoints) -> Result<Vec<RunEndpoint>, EngineError> {
+pub fn build(cfg: &Config, listing: &ModelEndpoints) -> Vec<RunEndpoint> {
     let mut endpoints: Vec<RunEndpoint> = listing
         .endpoints
         .iter()
         .map(|e| from_listing(cfg, e))
         .collect();
-    for c in &cfg.endpoints {
-        endpoints.push(own(cfg, c)?);
-    }
-    Ok(endpoints)
+    endpoints.extend(cfg.endpoints.iter().map(own));
+    endpoints
+}
+
+/// The clients that reach the operator's own servers, by endpoint tag (their `name`): the
+/// workers' to use, kept out of the endpoints' facts.
+pub fn own_clients(cfg: &Config) -> Result<HashMap<String, OpenRouterClient>, EngineError> {
+    cfg.endpoints
+        .iter()
+        .map(|c| Ok((c.name.clone(), super::own_server_client(cfg, c)?)))
+        .collect()
 }
 
 /// One of the operator's own servers, reached directly.
-pub fn own(cfg: &Config, c: &EndpointConfig) -> Result<RunEndpoint, EngineError> {
-    Ok(RunEndpoint {
+fn own(c: &EndpointConfig) -> RunEndpoint {
+    RunEndpoint {
         tag: c.name.clone(),
         provider: c.name.clone(),
         quantization: c.quantization.clone(),
@@ -68,10 +77,9 @@ pub fn own(cfg: &Config, c: &EndpointConfig) -> Result<RunEndpoint, EngineError>
         // Aborting a request on one's own server stops the generation.
         cancel_stops_billing: true,
         custom: Some(CustomTarget {
-            client: super::own_server_client(cfg, c)?,
             model: c.model.clone(),
             extra: c.extra.clone(),
             concurrency: c.concurrency,
         }),
-    })
+    }
 }

@@ -95,7 +95,8 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
         })?;
         cfg.policy.guards.zdr_tags = Some(zdr);
     }
-    let endpoints = pool::build(&cfg, &listing)?;
+    let endpoints = pool::build(&cfg, &listing);
+    let own_clients = pool::own_clients(&cfg)?;
     // The probe's verdict on who serves the real model, when one was run for this model.
     let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
         .map_err(|e| EngineError::Input(e.to_string()))?;
@@ -132,7 +133,14 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
         .collect();
     let (writer, writer_thread) =
         Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
-    let shared = shared(&cfg, endpoints, datasets.len(), &writer, &client, carried);
+    let shared = shared(
+        &cfg,
+        (endpoints, own_clients),
+        datasets.len(),
+        &writer,
+        &client,
+        carried,
+    );
     let mut sup = supervisor::Supervisor::new(
         cfg,
         shared,
@@ -571,7 +579,7 @@ fn parameter_notes(
 /// What the workers share with the supervisor: the pool, the counters, the money.
 fn shared(
     cfg: &Config,
-    endpoints: Vec<RunEndpoint>,
+    (endpoints, own_clients): (Vec<RunEndpoint>, HashMap<String, OpenRouterClient>),
     datasets: usize,
     writer: &Writer,
     client: &OpenRouterClient,
@@ -590,6 +598,7 @@ fn shared(
     let shared = Arc::new(Shared {
         writer: writer.clone(),
         client: client.clone(),
+        own_clients,
         // Spare slots for endpoints that appear in the listing during the run.
         endpoint_stats: (0..n + SPARE_ENDPOINTS)
             .map(|_| Counters::default())

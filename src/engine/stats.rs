@@ -176,11 +176,11 @@ impl super::worker::Shared {
     /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
     pub fn count_result(
         &self,
-        r: &super::attempt::AttemptResult,
+        r: &super::core::attempt::AttemptResult,
         dataset: usize,
         pinned: Option<usize>,
     ) {
-        use super::attempt::AttemptOutcome;
+        use super::core::attempt::AttemptOutcome;
         for c in [&self.totals, &self.dataset_stats[dataset]] {
             c.in_flight.fetch_sub(1, Ordering::Relaxed);
         }

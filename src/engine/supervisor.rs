@@ -1,12 +1,15 @@
-//! The driver: the one task that performs what the core decides. It feeds the core events (an
-//! operator command, an attempt's result, a tick, a listing refresh, the dollar cap) with the
-//! time, and runs the effects it returns: spawning attempts, writing outputs, rejects and
-//! ledger lines, closing streams. It also settles what a crash left open before the first
-//! dispatch and what closed streams cost after the last, and publishes a [`Snapshot`] a few
-//! times a second. Every decision is in `core/`.
+//! The driver: the one task that performs what the core decides. Its loop makes an [`Event`]
+//! of what happened (an operator command, an attempt's result, a tick, a listing refresh, the
+//! dollar cap), hands it to [`Core::handle`] with the time, and performs the effects it
+//! returns: spawning attempts, writing outputs, rejects and ledger lines, closing streams,
+//! growing the pool. It also settles what a crash left open before the first dispatch and what
+//! closed streams cost after the last, and publishes a [`Snapshot`] a few times a second.
+//! Every decision is in `core/`; the driver is the core's [`Port`] onto prompt files and the
+//! workers' counters.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
@@ -19,9 +22,9 @@ use crate::store::output::{SpendEntry, Writer};
 use crate::store::prompts::{Prompt, PromptError, PromptReader};
 use crate::store::scan::KeyBase;
 
-use super::attempt::AttemptResult;
 use super::control::Command;
-use super::core::{Clock, Core, Effect, Live, PromptSource};
+use super::core::attempt::AttemptResult;
+use super::core::{Clock, Core, Effect, Event, Live, Port};
 use super::publish::Publisher;
 use super::reason::StopReason;
 use super::snapshot::{RunState, Snapshot};
@@ -34,18 +37,43 @@ mod settle;
 /// `engine::EngineHandle` writes the final state through here.
 pub(super) use super::publish::write_state;
 
-/// The prompt readers of the run, one per dataset, as the core's source of fresh prompts.
+/// The prompt readers of the run, one per dataset.
 struct Readers(Vec<Option<PromptReader>>);
 
-impl PromptSource for Readers {
+/// What the core reads while it decides: the prompt readers, the workers' counters, and each
+/// attempt's running cost.
+struct DriverPort<'a> {
+    readers: &'a mut Readers,
+    shared: &'a Shared,
+    accrued: &'a HashMap<u64, Arc<AtomicI64>>,
+}
+
+impl Port for DriverPort<'_> {
     fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>> {
-        let slot = self.0.get_mut(dataset)?;
+        let slot = self.readers.0.get_mut(dataset)?;
         let item = slot.as_mut()?.next();
         if item.is_none() {
             // Read to the end: its buffer goes now, not at the end of the run.
             *slot = None;
         }
         item
+    }
+
+    fn live(&self) -> Live {
+        let sh = self.shared;
+        Live {
+            spent_pico: sh.spent_pico.load(Ordering::Relaxed),
+            accrued_pico: sh.accrued_pico.load(Ordering::Relaxed),
+            endpoint_in_flight: (0..sh.endpoints().len())
+                .map(|i| Counters::get(&sh.endpoint_stats[i].in_flight))
+                .collect(),
+        }
+    }
+
+    fn accrued_pico(&self, key: u64) -> i64 {
+        self.accrued
+            .get(&key)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
     }
 }
 
@@ -89,6 +117,14 @@ pub(super) struct Supervisor {
     key_base: Option<KeyBase>,
     /// Look-ups of a crash's leftovers that found no answer yet (their lines stay open).
     unsettled: usize,
+    /// The attempts in flight.
+    tasks: JoinSet<AttemptResult>,
+    /// Each attempt's running cost, shared with its worker, by attempt key.
+    accrued: HashMap<u64, Arc<AtomicI64>>,
+    /// Closed streams to look up at the end (`GET /generation`), as the core asked.
+    to_reconcile: Vec<(String, SpendEntry)>,
+    /// `harvest probe`'s agreement per endpoint, handed to the core as the run begins.
+    probe: Option<HashMap<String, f64>>,
 }
 
 impl Supervisor {
@@ -133,6 +169,10 @@ impl Supervisor {
             key_usage_start,
             key_base: None,
             unsettled: 0,
+            tasks: JoinSet::new(),
+            accrued: HashMap::new(),
+            to_reconcile: Vec::new(),
+            probe: None,
         }
     }
 
@@ -146,35 +186,54 @@ impl Supervisor {
         self.rebuilt = rebuilt;
     }
 
-    /// Takes the probe's agreement per endpoint into the policy.
-    pub(super) fn set_probe(&mut self, agreement: std::collections::HashMap<String, f64>) {
-        self.core.set_probe(agreement);
+    /// Takes the probe's agreement per endpoint into the policy (as the run begins).
+    pub(super) fn set_probe(&mut self, agreement: HashMap<String, f64>) {
+        self.probe = Some(agreement);
     }
 
-    /// What the workers' counters say now.
-    fn live(&self) -> Live {
-        let sh = &self.shared;
-        Live {
-            spent_pico: sh.spent_pico.load(Ordering::Relaxed),
-            accrued_pico: sh.accrued_pico.load(Ordering::Relaxed),
-            endpoint_in_flight: (0..self.core.endpoints().len())
-                .map(|i| Counters::get(&sh.endpoint_stats[i].in_flight))
-                .collect(),
-        }
+    /// The core's port onto the readers, counters and running costs.
+    fn port(&mut self) -> (&mut Core, DriverPort<'_>) {
+        (
+            &mut self.core,
+            DriverPort {
+                readers: &mut self.readers,
+                shared: &self.shared,
+                accrued: &self.accrued,
+            },
+        )
     }
 
     pub(super) fn snapshot(&mut self) -> Snapshot {
-        let live = self.live();
+        let (_, port) = self.port();
+        let live = port.live();
         self.publisher
             .snapshot(&self.core, &self.shared, &live, &Clock::now())
     }
 
-    /// Runs what the core decided.
-    async fn perform(&mut self, effects: Vec<Effect>, tasks: &mut JoinSet<AttemptResult>) {
+    /// Hands `event` to the core and performs what it decides, then the events those effects
+    /// answer (a new endpoint joining the pool, a write that failed), in order.
+    async fn step(&mut self, event: Event) {
+        let mut next = VecDeque::from([event]);
+        while let Some(event) = next.pop_front() {
+            let (core, mut port) = self.port();
+            let effects = core.handle(event, &mut port, &Clock::now());
+            self.perform(effects, &mut next).await;
+        }
+    }
+
+    /// A line of the driver's own for the event log.
+    async fn say(&mut self, text: String) {
+        self.step(Event::Said(text)).await;
+    }
+
+    /// Runs what the core decided; events that answer an effect go to `next`.
+    async fn perform(&mut self, effects: Vec<Effect>, next: &mut VecDeque<Event>) {
         for effect in effects {
             let written = match effect {
                 Effect::Spawn(d) => {
                     let written = self.writer.spend(&d.ledger).await;
+                    let accrued = Arc::new(AtomicI64::new(0));
+                    self.accrued.insert(d.key, accrued.clone());
                     let sh = &self.shared;
                     sh.count_dispatch(d.dataset, d.pinned);
                     let spec = AttemptSpec {
@@ -190,9 +249,10 @@ impl Supervisor {
                         fee: d.fee,
                         over: d.over,
                         prompt_tokens_estimate: d.prompt_tokens,
-                        accrued: d.accrued,
+                        accrued,
                     };
-                    tasks.spawn(run_attempt(sh.clone(), spec, self.stop_now.child_token()));
+                    let task = run_attempt(sh.clone(), spec, self.stop_now.child_token());
+                    self.tasks.spawn(task);
                     written
                 }
                 Effect::Ledger(e) => self.writer.spend(&e).await,
@@ -212,40 +272,47 @@ impl Supervisor {
                     self.stop_now.cancel();
                     Ok(())
                 }
+                Effect::Reconcile {
+                    generation_id,
+                    entry,
+                } => {
+                    self.to_reconcile.push((generation_id, entry));
+                    Ok(())
+                }
+                Effect::Repriced { index, endpoint } => {
+                    self.shared.replace_endpoint(index, *endpoint);
+                    Ok(())
+                }
+                Effect::Join(endpoint) => {
+                    let pool = (self.shared.add_endpoint((*endpoint).clone()))
+                        .map(|_| self.shared.endpoints());
+                    next.push_back(Event::Joined { endpoint, pool });
+                    Ok(())
+                }
             };
             if let Err(e) = written {
-                self.core.fail(&Clock::now(), e.to_string());
+                next.push_back(Event::Failed(e.to_string()));
             }
         }
     }
 
     /// Counts a finished attempt into the workers' statistics (what the views show), then
     /// hands it to the core.
-    async fn on_result(&mut self, r: AttemptResult, tasks: &mut JoinSet<AttemptResult>) {
+    async fn on_result(&mut self, r: AttemptResult) {
         if let Some((d, pinned)) = self.core.attempt_info(r.key) {
             self.shared.count_result(&r, d, pinned);
         }
-        let effects = self.core.on_result(r, &Clock::now());
-        self.perform(effects, tasks).await;
+        self.accrued.remove(&r.key);
+        self.step(Event::Result(Box::new(r))).await;
     }
 
-    /// Folds a refreshed listing in; new endpoints join the pool when a slot is free.
-    fn apply_listing(&mut self, listing: crate::openrouter::ModelEndpoints) {
-        let now = Clock::now();
-        let cfg = self.core.config().clone();
-        let fresh = self
-            .core
-            .listing(&listing, &now, |l| super::pool::from_listing(&cfg, l));
-        for (i, e) in self.core.take_repriced() {
-            self.shared.replace_endpoint(i, e);
-        }
-        for e in fresh {
-            let pool = self
-                .shared
-                .add_endpoint(e.clone())
-                .map(|_| self.shared.endpoints());
-            self.core.endpoint_added(&e, pool, &now);
-        }
+    /// Folds a refreshed listing in, its endpoints as the run knows them.
+    async fn apply_listing(&mut self, listing: crate::openrouter::ModelEndpoints) {
+        let cfg = self.core.config();
+        let endpoints = (listing.endpoints.iter())
+            .map(|l| super::pool::from_listing(cfg, l))
+            .collect();
+        self.step(Event::Listing(endpoints)).await;
     }
 
     /// Runs until the work is done or the run is stopped; returns the summary.
@@ -261,8 +328,10 @@ impl Supervisor {
                 self.orphans.is_empty() && self.unknown.is_empty() && self.rebuilt.is_empty();
             self.checkpoint(u, quiet, "start").await;
         }
+        if let Some(agreement) = self.probe.take() {
+            self.step(Event::Probe(agreement)).await;
+        }
         let mut recovery = self.settle_crash().await;
-        let mut tasks: JoinSet<AttemptResult> = JoinSet::new();
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut state_writer = super::publish::StateWriter::new(self.state_path.clone());
@@ -273,20 +342,12 @@ impl Supervisor {
         type Listing = Result<crate::openrouter::ModelEndpoints, crate::openrouter::ApiError>;
         let mut refreshing: Option<tokio::task::JoinHandle<Listing>> = None;
         let mut commands_open = true;
-        loop {
-            let live = self.live();
-            let effects = self.core.dispatch(&mut self.readers, &live, &Clock::now());
-            self.perform(effects, &mut tasks).await;
-            if self.core.is_over() {
-                break;
-            }
+        self.step(Event::Begin).await;
+        while !self.core.is_over() {
             let wake = self.core.next_wake(&Clock::now());
             tokio::select! {
                 cmd = commands.recv(), if commands_open => match cmd {
-                    Some(c) => {
-                        let effects = self.core.command(c, &Clock::now());
-                        self.perform(effects, &mut tasks).await;
-                    }
+                    Some(c) => self.step(Event::Command(c)).await,
                     None => commands_open = false,
                 },
                 found = async {
@@ -298,26 +359,26 @@ impl Supervisor {
                     Some(f) => self.recovered(&mut recovery, f).await,
                     None => {
                         recovery.rx = None;
-                        self.recovery_done(&recovery);
+                        self.recovery_done(&recovery).await;
                     }
                 },
-                Some(res) = tasks.join_next(), if !tasks.is_empty() => match res {
-                    Ok(r) => self.on_result(r, &mut tasks).await,
+                Some(res) = self.tasks.join_next(), if !self.tasks.is_empty() => match res {
+                    Ok(r) => self.on_result(r).await,
                     Err(e) => {
                         tracing::error!("an attempt task failed: {e}");
-                        self.core.fail(&Clock::now(), format!("an attempt task failed: {e}"));
+                        self.step(Event::Failed(format!("an attempt task failed: {e}"))).await;
                     }
                 },
                 _ = budget_hit.cancelled(), if !budget_handled => {
                     budget_handled = true;
-                    self.core.budget_hit(&Clock::now());
+                    self.step(Event::BudgetHit).await;
                 }
                 _ = async {
                     match wake {
                         Some(t) => tokio::time::sleep_until(t.into()).await,
                         None => std::future::pending().await,
                     }
-                }, if wake.is_some() => {}
+                }, if wake.is_some() => self.step(Event::Wake).await,
                 listing = async {
                     match refreshing.as_mut() {
                         Some(h) => h.await,
@@ -326,7 +387,7 @@ impl Supervisor {
                 }, if refreshing.is_some() => {
                     refreshing = None;
                     match listing {
-                        Ok(Ok(l)) => self.apply_listing(l),
+                        Ok(Ok(l)) => self.apply_listing(l).await,
                         Ok(Err(e)) => tracing::warn!("refreshing the endpoint listing failed: {e}"),
                         Err(e) => tracing::warn!("the listing refresh task failed: {e}"),
                     }
@@ -343,10 +404,9 @@ impl Supervisor {
                     }
                     let lag = at.elapsed().as_secs_f64() * 1000.0;
                     self.publisher.loop_lag_ms = lag.max(self.publisher.loop_lag_ms * 0.8);
-                    let now = Clock::now();
-                    self.core.tick(&now);
+                    self.step(Event::Tick).await;
                     let snap = Arc::new(self.snapshot());
-                    self.core.note_quality(super::quality::deviations(&snap.endpoints), &now);
+                    self.step(Event::Quality(super::quality::deviations(&snap.endpoints))).await;
                     state_writer.offer(&snap);
                     publish.send_replace(snap);
                 }
@@ -376,17 +436,17 @@ impl Supervisor {
             if let Some(t) = recovery.task.take() {
                 t.abort();
             }
-            self.recovery_done(&recovery);
+            self.recovery_done(&recovery).await;
             if !all_in {
-                self.recovery_left(&recovery);
+                self.recovery_left(&recovery).await;
             }
         }
         self.reconcile_closed().await;
         let key_now = self.settle_with_key().await;
         if let Err(e) = self.writer.flush().await {
-            self.core.fail(&Clock::now(), e.to_string());
+            self.step(Event::Failed(e.to_string())).await;
         }
-        self.core.tick(&Clock::now());
+        self.step(Event::Tick).await;
         let mut snap = self.snapshot();
         snap.key_usage_now = key_now;
         let stopping = self.core.stopping().is_some();
@@ -397,13 +457,11 @@ impl Supervisor {
         };
         let overshoot = snap.spent.saturating_sub(snap.budget).max(Usd::ZERO);
         if overshoot > Usd::ZERO {
-            self.core.say(
-                &Clock::now(),
-                format!(
-                    "spend {} exceeded the budget by {} (tokens in transit when the cap hit)",
-                    snap.spent, overshoot
-                ),
-            );
+            self.say(format!(
+                "spend {} exceeded the budget by {} (tokens in transit when the cap hit)",
+                snap.spent, overshoot
+            ))
+            .await;
             let events = self.core.events();
             snap.events = events
                 .iter()

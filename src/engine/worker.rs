@@ -15,7 +15,7 @@ use crate::openrouter::{
 };
 use crate::store::output::{SpendEntry, SpendKind};
 
-use super::attempt::{AttemptOutcome, AttemptResult};
+use super::core::attempt::{AttemptOutcome, AttemptResult};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
 use super::endpoint::RunEndpoint;
 use super::stats::Counters;
@@ -23,6 +23,8 @@ use super::stats::Counters;
 /// What every worker shares with the supervisor.
 pub struct Shared {
     pub client: OpenRouterClient,
+    /// The clients of the operator's own servers (`[[endpoint]]`), by endpoint tag.
+    pub own_clients: HashMap<String, OpenRouterClient>,
     /// The endpoints of the run; grows when the listing shows a new one (read with
     /// [`Shared::endpoints`]).
     pub endpoint_list: std::sync::RwLock<Arc<Vec<RunEndpoint>>>,
@@ -170,10 +172,11 @@ pub async fn run_attempt(
 
     let work = async {
         let eps = shared.endpoints();
-        let client = match spec.pinned.and_then(|e| eps[e].custom.as_ref()) {
-            Some(c) => &c.client,
-            None => &shared.client,
-        };
+        let own = spec
+            .pinned
+            .filter(|&e| eps[e].custom.is_some())
+            .and_then(|e| shared.own_clients.get(&eps[e].tag));
+        let client = own.unwrap_or(&shared.client);
         let mut stream = client.chat_stream(&spec.request, shared.timeouts).await?;
         generation_id = stream.generation_id().map(str::to_string);
         // The provider has the prompt: it is paid for from here on.

@@ -9,7 +9,7 @@ use crate::openrouter::Message;
 use crate::store::output::RejectRecord;
 use crate::store::prompts::shard_of;
 
-use super::{Clock, Core, Effect, Job, Pending, PromptSource};
+use super::{Clock, Core, Effect, Job, Pending, Port};
 
 impl Core {
     /// Output tokens a request of dataset `d` is expected to produce. Short answers finish
@@ -63,7 +63,7 @@ impl Core {
     fn fresh_prompt(
         &mut self,
         d: usize,
-        source: &mut dyn PromptSource,
+        source: &mut dyn Port,
         now: &Clock,
     ) -> Option<crate::store::prompts::Prompt> {
         loop {
@@ -130,7 +130,7 @@ impl Core {
     }
 
     /// The next job to dispatch: a due retry first, then a fresh prompt by the schedule.
-    pub(super) fn next_job(&mut self, source: &mut dyn PromptSource, now: &Clock) -> Option<Job> {
+    pub(super) fn next_job(&mut self, source: &mut dyn Port, now: &Clock) -> Option<Job> {
         if let Some(Reverse(p)) = self.retry.peek()
             && p.not_before <= now.mono
         {

@@ -2,14 +2,13 @@
 //! (the reservation), whether one more request fits under `budget_usd`, and the spacing of
 //! requests under `requests_per_second`.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::domain::Usd;
 
 use super::super::reason::StopReason;
 use super::reserve::{Exposure, reservation};
-use super::{Clock, Core, Live};
+use super::{Clock, Core, Live, Port};
 
 /// Whether one more request fits under the dollar budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,19 +28,19 @@ impl Core {
 
     /// What in-flight requests are still expected to cost, with today's expectations: the
     /// observed mean output length replaces the guess each was dispatched with.
-    pub(super) fn recompute_reserved(&mut self) {
+    pub(super) fn recompute_reserved(&mut self, port: &dyn Port) {
         let expected: Vec<u64> = (0..self.datasets.len())
             .map(|d| self.expected_output_tokens(d))
             .collect();
         let mut total = 0;
         let mode = self.cfg.budget_mode;
-        for f in self.in_flight.values_mut() {
+        for (&key, f) in self.in_flight.iter_mut() {
             let out = f.price_out.cost(expected[f.job.dataset]).pico();
             f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + f.fee.pico() + out;
             let x = Exposure {
                 expected: f.expected_pico,
                 worst: f.worst_pico,
-                accrued: f.accrued.load(Ordering::Relaxed),
+                accrued: port.accrued_pico(key),
                 tail: out / 2,
             };
             f.reserved_pico = reservation(mode, f.billed_if_closed, x);
@@ -55,16 +54,23 @@ impl Core {
     /// leave room for it. Says so in the log, and stops the run when nothing more ever will.
     /// `expected` is its expected cost: when that would fit and only the worst cases held it
     /// back, the run has entered the budget's last stretch (said once).
-    pub(super) fn fits(&mut self, reserve: Usd, expected: Usd, live: &Live, now: &Clock) -> Fits {
+    /// `live` and `port`: the workers' counters and each attempt's running cost.
+    pub(super) fn fits(
+        &mut self,
+        reserve: Usd,
+        expected: Usd,
+        (live, port): (&Live, &dyn Port),
+        now: &Clock,
+    ) -> Fits {
         let committed = self.committed_pico(live);
         if committed + reserve.pico() <= self.budget_pico {
             return Fits::Yes;
         }
         let worst_held: i64 = self
             .in_flight
-            .values()
-            .filter(|f| f.billed_if_closed)
-            .map(|f| f.reserved_pico - (f.expected_pico - f.accrued.load(Ordering::Relaxed)).max(0))
+            .iter()
+            .filter(|(_, f)| f.billed_if_closed)
+            .map(|(&key, f)| f.reserved_pico - (f.expected_pico - port.accrued_pico(key)).max(0))
             .sum();
         let at_expectation = committed - worst_held.max(0) + expected.pico();
         if self.cfg.budget_mode == crate::config::BudgetMode::Hard

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use crate::domain::Usd;
-use crate::openrouter::ModelEndpoints;
 use crate::store::output::{SpendEntry, SpendKind};
 
 use super::super::control::{Command, ShutdownMode, Viewer};
@@ -13,21 +12,16 @@ use super::super::endpoint::RunEndpoint;
 use super::super::health::Health;
 use super::super::quality::Finding;
 use super::super::reason::StopReason;
-use super::{Clock, Core, Effect, Listed};
+use super::{Clock, Core, Effect, Listed, Port};
 use crate::policy::PolicyMode;
 
 impl Core {
-    /// Applies an operator command; it acts on the next request dispatched.
-    pub fn command(&mut self, cmd: Command, now: &Clock) -> Vec<Effect> {
-        self.apply(cmd, None, now)
-    }
-
-    /// `by`: the viewer that sent it over the control socket (named in the event log, so that
+    /// Applies an operator command; it acts on the next request dispatched. `by`: the viewer that sent it over the control socket (named in the event log, so that
     /// every viewer sees who did what), `None` for the run's own terminal and signals.
-    fn apply(&mut self, cmd: Command, by: Option<Viewer>, now: &Clock) -> Vec<Effect> {
+    pub(super) fn apply(&mut self, cmd: Command, by: Option<Viewer>, now: &Clock) {
         let suffix = by.map_or(String::new(), |v| format!(" by {v}"));
         match cmd {
-            Command::By(viewer, cmd) => return self.apply(*cmd, Some(viewer), now),
+            Command::By(viewer, cmd) => self.apply(*cmd, Some(viewer), now),
             Command::Pause => {
                 self.paused = true;
                 self.event(now, format!("paused{suffix}: no new requests"));
@@ -55,7 +49,7 @@ impl Core {
             Command::ToggleEndpoint(tag) => {
                 if let Some(&first) = self.endpoint_indices(&tag).first() {
                     let allowed = Some(!self.permitted(first));
-                    return self.apply(Command::SetEndpoint { tag, allowed }, by, now);
+                    self.apply(Command::SetEndpoint { tag, allowed }, by, now);
                 }
             }
             Command::Preset(mode) => {
@@ -95,7 +89,6 @@ impl Core {
                 self.effects.push(Effect::CancelInFlight);
             }
         }
-        self.take_effects()
     }
 
     fn set_concurrency(&mut self, n: i64, suffix: &str, now: &Clock) {
@@ -116,8 +109,8 @@ impl Core {
     }
 
     /// The periodic tick: reservations follow the observed mean, datasets their budgets.
-    pub fn tick(&mut self, now: &Clock) {
-        self.recompute_reserved();
+    pub(super) fn tick(&mut self, port: &dyn Port, now: &Clock) {
+        self.recompute_reserved(port);
         self.update_datasets(now);
         if let Some(change) = self.account.tick(self.concurrency, now.mono) {
             self.event(now, change.to_string());
@@ -125,7 +118,7 @@ impl Core {
     }
 
     /// Says once per endpoint and kind when its answers stand out from the others'.
-    pub fn note_quality(&mut self, findings: Vec<Finding>, now: &Clock) {
+    pub(super) fn note_quality(&mut self, findings: Vec<Finding>, now: &Clock) {
         for f in findings {
             if self.quality_reported.insert((f.tag.clone(), f.kind)) {
                 self.event(now, f.text);
@@ -133,45 +126,41 @@ impl Core {
         }
     }
 
-    /// Folds a fresh listing in: status and uptime of known endpoints, endpoints that left (no
-    /// longer routed to) and came back. Returns the endpoints it shows for the first time, for
-    /// the driver to add to the run's pool (then [`Core::endpoint_added`]).
-    pub fn listing(
-        &mut self,
-        listing: &ModelEndpoints,
-        now: &Clock,
-        fresh: impl Fn(&crate::openrouter::Endpoint) -> RunEndpoint,
-    ) -> Vec<RunEndpoint> {
+    /// Folds a fresh listing in (its endpoints as the run knows them): status and uptime of
+    /// known endpoints, new prices (from the next request; [`Effect::Repriced`] for the
+    /// workers' pool), endpoints that left (no longer routed to) and came back. An endpoint it
+    /// shows for the first time goes to the driver to join the pool ([`Effect::Join`]).
+    pub(super) fn listing(&mut self, listing: Vec<RunEndpoint>, now: &Clock) {
         let eps = self.endpoints.clone();
         for (i, e) in eps.iter().enumerate().filter(|(_, e)| e.custom.is_none()) {
             let found = listing
-                .endpoints
                 .iter()
-                .find(|l| l.tag.as_str() == e.tag && l.provider_name == e.provider);
+                .find(|l| l.tag == e.tag && l.provider == e.provider);
             match found {
                 Some(l) => {
                     if !self.listed[i].present {
                         self.event(now, format!("{} is listed again", e.tag));
                     }
-                    // New prices apply from the next request.
-                    let repriced = fresh(l);
-                    if repriced.tariff != e.tariff {
+                    if l.tariff != e.tariff {
                         let text = format!(
                             "{}'s prices changed: {} in / {} out, were {} / {}; from the next \
                              request",
-                            e.tag, repriced.price_in, repriced.price_out, e.price_in, e.price_out
+                            e.tag, l.price_in, l.price_out, e.price_in, e.price_out
                         );
                         self.event(now, text);
                         let mut pool = self.endpoints.as_ref().clone();
-                        pool[i].price_in = repriced.price_in;
-                        pool[i].price_out = repriced.price_out;
-                        pool[i].tariff = repriced.tariff;
+                        pool[i].price_in = l.price_in;
+                        pool[i].price_out = l.price_out;
+                        pool[i].tariff = l.tariff.clone();
+                        self.effects.push(Effect::Repriced {
+                            index: i,
+                            endpoint: Box::new(pool[i].clone()),
+                        });
                         self.endpoints = Arc::new(pool);
-                        self.repriced.push(i);
                     }
                     self.listed[i] = Listed {
                         status: l.status,
-                        uptime_30m: l.uptime_last_30m,
+                        uptime_30m: l.uptime_30m,
                         present: true,
                     };
                 }
@@ -188,29 +177,18 @@ impl Core {
                 None => {}
             }
         }
-        let mut new = Vec::new();
-        for l in &listing.endpoints {
-            let known = eps.iter().any(|e| e.tag == l.tag.as_str());
-            if !known && self.reported_new.insert(l.tag.to_string()) {
-                new.push(fresh(l));
+        for l in listing {
+            let known = eps.iter().any(|e| e.tag == l.tag);
+            if !known && self.reported_new.insert(l.tag.clone()) {
+                self.effects.push(Effect::Join(Box::new(l)));
             }
         }
         self.refresh_verdicts();
-        new
-    }
-
-    /// Endpoints whose prices a listing changed since the last call, with their new entry:
-    /// the driver puts them in the pool the workers read.
-    pub fn take_repriced(&mut self) -> Vec<(usize, RunEndpoint)> {
-        std::mem::take(&mut self.repriced)
-            .into_iter()
-            .map(|i| (i, self.endpoints[i].clone()))
-            .collect()
     }
 
     /// A new endpoint of the listing: `endpoints` is the pool with it when it could join (a
     /// free statistics slot), `None` when not.
-    pub fn endpoint_added(
+    pub(super) fn endpoint_added(
         &mut self,
         e: &RunEndpoint,
         endpoints: Option<Arc<Vec<RunEndpoint>>>,
@@ -252,14 +230,14 @@ impl Core {
 
     /// Books what an earlier run left open (a crash): into the carried-over spend and the
     /// ledger, closing the open line. The driver adds `usd` to the live spend.
-    pub fn book_carried(
+    pub(super) fn book_carried(
         &mut self,
         open: SpendEntry,
         kind: SpendKind,
         usd: Usd,
         estimated: bool,
         now: &Clock,
-    ) -> Vec<Effect> {
+    ) {
         self.carried_over += usd;
         self.ledger(SpendEntry {
             at: now.rfc3339(),
@@ -270,12 +248,11 @@ impl Core {
             error: None,
             ..open
         });
-        self.take_effects()
     }
 
     /// Books the difference between what a closed stream was booked at and what the API says
     /// it cost. The driver adds the difference to the live spend.
-    pub fn book_adjustment(&mut self, entry: SpendEntry, actual: Usd, now: &Clock) -> Vec<Effect> {
+    pub(super) fn book_adjustment(&mut self, entry: SpendEntry, actual: Usd, now: &Clock) {
         let delta = actual - entry.usd;
         if delta != Usd::ZERO {
             self.ledger(SpendEntry {
@@ -288,18 +265,5 @@ impl Core {
                 ..entry
             });
         }
-        self.take_effects()
-    }
-
-    /// A ledger line the driver composed (key checkpoints, the key true-up); the dataset's
-    /// spend follows it when it names one.
-    pub fn book_line(&mut self, entry: SpendEntry) -> Vec<Effect> {
-        self.ledger(entry);
-        self.take_effects()
-    }
-
-    /// Adds a line to the event log from the driver (look-ups, listing failures).
-    pub fn say(&mut self, now: &Clock, text: impl Into<String>) {
-        self.event(now, text);
     }
 }

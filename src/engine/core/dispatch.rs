@@ -1,9 +1,6 @@
 //! Dispatch: as many attempts as the limits allow right now, each routed, priced, reserved
 //! against the dollar budget and written to the ledger before it leaves.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
-
 use crate::config::Turns;
 use crate::domain::Usd;
 use crate::openrouter::Message;
@@ -21,17 +18,13 @@ struct Money {
     reserve: Usd,
     billed_if_closed: bool,
 }
-use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Live, PromptSource, Route, turns};
+use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 impl Core {
-    /// Takes `live` (the workers' counters) and starts what fits: returns the attempts to
-    /// spawn, and any rejects of bad prompt lines met on the way.
-    pub fn dispatch(
-        &mut self,
-        source: &mut dyn PromptSource,
-        live: &Live,
-        now: &Clock,
-    ) -> Vec<super::Effect> {
+    /// Reads the workers' counters and starts what fits: [`Effect::Spawn`]s, and rejects of
+    /// bad prompt lines met on the way.
+    pub(super) fn dispatch(&mut self, port: &mut dyn Port, now: &Clock) {
+        let live = port.live();
         self.ep_in_flight.clone_from(&live.endpoint_in_flight);
         self.ep_in_flight.resize(self.endpoints.len(), 0);
         while self.can_dispatch(now) {
@@ -41,7 +34,7 @@ impl Core {
                 break;
             }
             self.said_stuck = false;
-            let Some(job) = self.next_job(source, now) else {
+            let Some(job) = self.next_job(port, now) else {
                 break;
             };
             // A retry goes elsewhere than where it just failed, when there is elsewhere.
@@ -69,7 +62,7 @@ impl Core {
             } else {
                 expected
             };
-            if self.fits(reserve, expected, live, now) != Fits::Yes {
+            if self.fits(reserve, expected, (&live, &*port), now) != Fits::Yes {
                 self.requeue_front(job, now);
                 break;
             }
@@ -91,7 +84,6 @@ impl Core {
             // Nothing runs and nothing waits: no more failures can join the held ones.
             self.write_held(now);
         }
-        self.take_effects()
     }
 
     /// What the job's next request sends: its prompt, or (every turn regenerated) the prompt
@@ -200,7 +192,6 @@ impl Core {
             checkpoint: None,
             note: None,
         };
-        let accrued = Arc::new(AtomicI64::new(0));
         self.datasets[d].in_flight += 1;
         self.reserved_pico += money.reserve.pico();
         self.effects.push(Effect::Spawn(Box::new(Dispatch {
@@ -216,7 +207,6 @@ impl Core {
             over: route.over.clone(),
             prompt_tokens,
             expected,
-            accrued: accrued.clone(),
             ledger,
         })));
         self.in_flight.insert(
@@ -230,7 +220,6 @@ impl Core {
                 reserved_pico: money.reserve.pico(),
                 worst_pico: money.worst.pico(),
                 billed_if_closed: money.billed_if_closed,
-                accrued,
                 price_in: route.price_in,
                 price_out: route.price_out,
                 fee,

@@ -11,13 +11,16 @@
 
 pub mod account;
 mod admission;
+pub mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
 mod control;
 pub(crate) mod cut_watch;
 mod dispatch;
+mod events;
 mod outcome;
+mod port;
 mod reserve;
 mod routing;
 mod systematic;
@@ -30,7 +33,6 @@ pub(crate) mod verdict;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -38,9 +40,8 @@ use rand::rngs::SmallRng;
 
 use crate::config::{Config, RequestParams};
 use crate::domain::{Price, Quantization, Usd};
-use crate::openrouter::ChatRequest;
-use crate::store::output::{OutputRecord, RejectRecord, SpendEntry};
-use crate::store::prompts::{Prompt, PromptError};
+use crate::store::output::SpendEntry;
+use crate::store::prompts::Prompt;
 
 use super::endpoint::RunEndpoint;
 use super::health::Health;
@@ -49,75 +50,16 @@ use super::snapshot::EventLine;
 use crate::policy::{Exclusion, PolicyConfig};
 
 pub use super::clock::Clock;
+pub use attempt::Dispatch;
+pub use events::{Effect, Event};
+pub use port::{Live, Port};
 pub use routing::Route;
 pub(crate) use verdict::reject_kinds;
 
 /// Most events kept for the snapshot's log.
 const EVENT_CAPACITY: usize = 200;
-/// Most closed streams remembered for reconciliation (a cap hit closes at most `concurrency`).
+/// Most closed streams looked up for reconciliation (a cap hit closes at most `concurrency`).
 const RECONCILE_CAPACITY: usize = 100_000;
-
-/// What the driver reads off the shared counters for a decision: money the workers booked and
-/// accrued, and how many requests each endpoint has in flight (the workers attribute
-/// OpenRouter-routed ones as the stream names its provider).
-#[derive(Clone, Debug, Default)]
-pub struct Live {
-    pub spent_pico: i64,
-    pub accrued_pico: i64,
-    pub endpoint_in_flight: Vec<u64>,
-}
-
-/// Where the core gets the next prompt of a dataset (a file reader in a run, a list in a test).
-pub trait PromptSource {
-    fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>>;
-}
-
-/// What the driver must do.
-#[derive(Debug)]
-pub enum Effect {
-    /// Write the attempt's `dispatched` ledger line, then start it.
-    Spawn(Box<Dispatch>),
-    /// Append a ledger line.
-    Ledger(SpendEntry),
-    /// Append an answer to the dataset's outputs (it counts as done at `endpoint`).
-    Output {
-        dataset: usize,
-        endpoint: Option<usize>,
-        record: Box<OutputRecord>,
-    },
-    /// Append a final reject to the dataset's rejects file.
-    Reject {
-        dataset: usize,
-        record: RejectRecord,
-    },
-    /// Close every attempt in flight (stop now).
-    CancelInFlight,
-}
-
-/// One attempt to start.
-#[derive(Debug)]
-pub struct Dispatch {
-    pub key: u64,
-    pub dataset: usize,
-    pub prompt_id: String,
-    /// `<run>-<n>`: ties the attempt's ledger lines together.
-    pub attempt: String,
-    pub request: ChatRequest,
-    /// The endpoint it is pinned to (pinned routing, own servers).
-    pub pinned: Option<usize>,
-    pub price_in: Price,
-    pub price_out: Price,
-    /// The request fee, paid once the provider has the prompt.
-    pub fee: Usd,
-    /// The endpoints it may reach.
-    pub over: Vec<usize>,
-    pub prompt_tokens: u64,
-    pub expected: Usd,
-    /// The attempt's running cost, shared with its worker.
-    pub accrued: Arc<AtomicI64>,
-    /// The `dispatched` line, written before the request leaves.
-    pub ledger: SpendEntry,
-}
 
 /// A prompt waiting for (another) attempt.
 #[derive(Clone, Debug)]
@@ -205,7 +147,6 @@ struct InFlight {
     /// What this attempt adds to `Core::reserved_pico` (its expected cost at dispatch, what
     /// is left of it at the last tick): released whole when its result comes in.
     reserved_pico: i64,
-    accrued: Arc<AtomicI64>,
     /// Its worst case (prompt, fee, `max_tokens`), picodollars.
     worst_pico: i64,
     /// It may be served where closing the stream does not stop the bill (pinned there, or
@@ -265,8 +206,8 @@ pub struct Core {
     rng: SmallRng,
     retries: u64,
     budget_event_sent: bool,
-    /// Streams we closed, to look up what they really cost.
-    to_reconcile: Vec<(String, SpendEntry)>,
+    /// Streams we closed and asked the driver to look up (see [`Effect::Reconcile`]).
+    reconcile_asked: usize,
     carried_over: Usd,
     /// Prefix of this run's attempt keys.
     run_id: String,
@@ -290,14 +231,14 @@ pub struct Core {
     /// Endpoints whose bill parted from their listed prices, or answered on a BYOK key (said
     /// once each).
     price_said: HashSet<String>,
-    /// Endpoints a listing repriced, for the driver's pool.
-    repriced: Vec<usize>,
     /// The event that no endpoint can take a request was given (until one can again).
     said_stuck: bool,
     /// The recent share of answers cut while thinking.
     cut_watch: cut_watch::CutWatch,
     /// When worst-case reservations first held a request back (the budget's last stretch).
     last_stretch: Option<Instant>,
+    /// What a crash left is settled ([`Event::Begin`]): requests may start.
+    begun: bool,
 }
 
 impl Core {
@@ -356,7 +297,7 @@ impl Core {
             rng: SmallRng::seed_from_u64(0x4841_5256),
             retries: 0,
             budget_event_sent: false,
-            to_reconcile: Vec::new(),
+            reconcile_asked: 0,
             carried_over,
             run_id,
             next_send_at: None,
@@ -369,17 +310,13 @@ impl Core {
             inline_think_reported: HashSet::new(),
             said_inexpressible: false,
             price_said: HashSet::new(),
-            repriced: Vec::new(),
             said_stuck: false,
             cut_watch: cut_watch::CutWatch::default(),
             last_stretch: None,
+            begun: false,
         };
         core.refresh_verdicts();
         core
-    }
-
-    fn take_effects(&mut self) -> Vec<Effect> {
-        std::mem::take(&mut self.effects)
     }
 
     /// Adds a line to the event log (and to the log file, through `tracing`).
@@ -410,6 +347,15 @@ impl Core {
         self.effects.push(Effect::Ledger(entry));
     }
 
+    /// Asks the driver to look up at the end of the run what a stream really cost.
+    fn look_up(&mut self, generation_id: String, entry: SpendEntry) {
+        self.reconcile_asked += 1;
+        self.effects.push(Effect::Reconcile {
+            generation_id,
+            entry,
+        });
+    }
+
     /// Stops dispatching, for `reason` (the first reason wins).
     fn begin_stop(&mut self, now: &Clock, reason: StopReason) {
         if !matches!(reason, StopReason::Systematic { .. }) {
@@ -424,14 +370,14 @@ impl Core {
     }
 
     /// harvest itself cannot go on (a write failed, a task died): stop, exit code 1.
-    pub fn fail(&mut self, now: &Clock, detail: String) {
+    fn fail(&mut self, now: &Clock, detail: String) {
         self.failed = true;
         self.event(now, format!("internal error: {detail}"));
         self.begin_stop(now, StopReason::Internal { detail });
     }
 
     /// The dollar cap tripped in a worker: in-flight streams close where that stops the bill.
-    pub fn budget_hit(&mut self, now: &Clock) {
+    fn budget_hit(&mut self, now: &Clock) {
         let n = self.in_flight.len();
         self.event(
             now,
@@ -494,17 +440,6 @@ impl Core {
             .map(|f| (f.job.dataset, f.endpoint))
     }
 
-    /// Closed streams with a generation id, for `GET /generation` at the end of the run.
-    pub fn take_reconcile(&mut self) -> Vec<(String, SpendEntry)> {
-        std::mem::take(&mut self.to_reconcile)
-    }
-
-    /// Takes the probe's agreement per endpoint tag into the policy.
-    pub fn set_probe(&mut self, agreement: HashMap<String, f64>) {
-        self.probe = agreement;
-        self.refresh_verdicts();
-    }
-
     // Read access for the snapshot.
 
     pub fn datasets(&self) -> &[DatasetBook] {
@@ -549,7 +484,6 @@ impl Core {
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
-    /// The recent share of answers cut while thinking, while it is high enough to warn of.
     /// How long the run has been in the dollar budget's last stretch (worst-case
     /// reservations holding requests back), once it entered it.
     pub fn last_stretch(&self, now: &Clock) -> Option<std::time::Duration> {
@@ -557,6 +491,7 @@ impl Core {
             .map(|t| now.mono.saturating_duration_since(t))
     }
 
+    /// The recent share of answers cut while thinking, while it is high enough to warn of.
     pub fn cut_thinking_alarm(&self) -> Option<f64> {
         self.cut_watch.alarming()
     }

@@ -15,9 +15,9 @@ use crate::store::output::{
     FailureCause, OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, TurnRecord,
 };
 
-use super::super::attempt::{AttemptOutcome, AttemptResult};
 use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
+use super::attempt::{AttemptOutcome, AttemptResult};
 use super::attempt_money::cut_after_tokens;
 use super::cut_watch::CutNews;
 use super::verdict::{AnswerRules, Shape, Verdict, verdict};
@@ -31,9 +31,9 @@ struct Sent<'a> {
 
 impl Core {
     /// Takes an attempt's result; returns what to write.
-    pub fn on_result(&mut self, mut r: AttemptResult, now: &Clock) -> Vec<Effect> {
+    pub(super) fn on_result(&mut self, mut r: AttemptResult, now: &Clock) {
         let Some(f) = self.in_flight.remove(&r.key) else {
-            return Vec::new();
+            return;
         };
         // Its cost is in the spend now (the worker booked it): none of it stays reserved.
         self.reserved_pico -= f.reserved_pico;
@@ -63,7 +63,6 @@ impl Core {
             AttemptOutcome::Cancelled => self.book_closed(&job, &f, &r, None, now),
             AttemptOutcome::Failed(err) => self.on_failure(job, &f, &r, err, now),
         }
-        self.take_effects()
     }
 
     fn on_failure(
@@ -99,7 +98,7 @@ impl Core {
             // has a generation id is looked up all the same: the API's figure is the last word.
             if r.streamed_tokens > 0
                 && let Some(g) = &r.generation_id
-                && self.to_reconcile.len() < RECONCILE_CAPACITY
+                && self.reconcile_asked < RECONCILE_CAPACITY
             {
                 let entry = SpendEntry {
                     at: now.rfc3339(),
@@ -118,7 +117,7 @@ impl Core {
                     checkpoint: None,
                     note: None,
                 };
-                self.to_reconcile.push((g.clone(), entry));
+                self.look_up(g.clone(), entry);
             }
             self.ledger(SpendEntry {
                 at: now.rfc3339(),
@@ -409,9 +408,9 @@ impl Core {
             note: None,
         };
         if let Some(g) = &r.generation_id
-            && self.to_reconcile.len() < RECONCILE_CAPACITY
+            && self.reconcile_asked < RECONCILE_CAPACITY
         {
-            self.to_reconcile.push((g.clone(), entry.clone()));
+            self.look_up(g.clone(), entry.clone());
         }
         self.ledger(entry);
     }

@@ -154,7 +154,7 @@ impl Core {
         self.event(now, text);
     }
 
-    pub fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
+    pub(super) fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
         let n = self.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {

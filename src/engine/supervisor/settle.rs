@@ -6,13 +6,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::task::JoinSet;
 
 use crate::domain::Usd;
 use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind};
 use crate::store::scan::KeyBase;
 
-use super::super::core::Clock;
+use super::super::core::{Clock, Event};
 use super::super::reconcile::Recovery;
 use super::Supervisor;
 
@@ -40,7 +39,7 @@ impl Supervisor {
                 estimated_lines: 0,
             });
         }
-        let effects = self.core.book_line(SpendEntry {
+        self.step(Event::Line(SpendEntry {
             at: now.rfc3339(),
             id: what.into(),
             dataset: String::new(),
@@ -56,8 +55,8 @@ impl Supervisor {
             error: None,
             checkpoint: Some(checkpoint),
             note: None,
-        });
-        self.perform(effects, &mut JoinSet::new()).await;
+        }))
+        .await;
     }
 
     /// At the end of a run: the key's usage against the ledger since the last quiet
@@ -85,8 +84,9 @@ impl Supervisor {
                     self.shared
                         .spent_pico
                         .fetch_add(usd.pico(), Ordering::Relaxed);
-                    self.core.say(&now, format!("{note}: {:+.6} USD booked", usd.as_f64()));
-                    let effects = self.core.book_line(SpendEntry {
+                    self.say(format!("{note}: {:+.6} USD booked", usd.as_f64()))
+                        .await;
+                    self.step(Event::Line(SpendEntry {
                         at: now.rfc3339(),
                         id: "key-true-up".into(),
                         dataset: String::new(),
@@ -102,16 +102,16 @@ impl Supervisor {
                         error: None,
                         checkpoint: None,
                         note: Some(note),
-                    });
-                    self.perform(effects, &mut JoinSet::new()).await;
+                    }))
+                    .await;
                 }
-                super::super::reconcile::KeyVerdict::Unexplained { usd } => self.core.say(
-                    &now,
-                    format!(
+                super::super::reconcile::KeyVerdict::Unexplained { usd } => {
+                    self.say(format!(
                         "the key's usage and the ledger differ by {:+.6} USD since the last quiet checkpoint, more than crash estimates explain (a key shared with other work, or usage not counted yet): the estimates stay",
                         usd.as_f64()
-                    ),
-                ),
+                    ))
+                    .await
+                }
             }
         }
         let quiet = !self.core.stopped_now() && self.core.in_flight() == 0 && self.unsettled == 0;
@@ -130,10 +130,13 @@ impl Supervisor {
         self.shared
             .spent_pico
             .fetch_add(usd.pico(), Ordering::Relaxed);
-        let effects = self
-            .core
-            .book_carried(e, kind, usd, estimated, &Clock::now());
-        self.perform(effects, &mut JoinSet::new()).await;
+        self.step(Event::Carried {
+            open: e,
+            kind,
+            usd,
+            estimated,
+        })
+        .await;
     }
 
     /// Books requests an earlier run's crash left before any answer at their expected cost
@@ -151,13 +154,12 @@ impl Supervisor {
                 self.note_estimate(usd);
                 self.book_carried(e, SpendKind::Unknown, usd, true).await;
             }
-            self.core.say(
-                &Clock::now(),
+            self.say(
                 format!(
                     "an earlier run stopped with {n} requests sent but unanswered: booked at their expected cost, {:.6} USD",
                     total.as_f64()
                 ),
-            );
+            ).await;
         }
         let orphans = std::mem::take(&mut self.orphans);
         let mut items: Vec<_> = orphans
@@ -175,20 +177,17 @@ impl Supervisor {
             return Recovery::default();
         }
         if n > 0 {
-            self.core.say(
-                &Clock::now(),
-                format!(
-                    "an earlier run stopped with {n} requests in flight: looking up what they cost"
-                ),
-            );
+            self.say(format!(
+                "an earlier run stopped with {n} requests in flight: looking up what they cost"
+            ))
+            .await;
         }
         if r > 0 {
-            self.core.say(
-                &Clock::now(),
+            self.say(
                 format!(
                     "{r} ledger lines rebuilt from the outputs by --repair: confirming each at /generation"
                 ),
-            );
+            ).await;
         }
         Recovery::start(self.shared.client.clone(), items, r)
     }
@@ -204,7 +203,7 @@ impl Supervisor {
         self.shared
             .spent_pico
             .fetch_add(delta.pico(), Ordering::Relaxed);
-        let effects = self.core.book_line(SpendEntry {
+        self.step(Event::Line(SpendEntry {
             at: Clock::now().rfc3339(),
             kind: SpendKind::Adjustment,
             usd: delta,
@@ -213,8 +212,8 @@ impl Supervisor {
             checkpoint: None,
             note: Some("a rebuilt line confirmed at /generation".into()),
             ..entry
-        });
-        self.perform(effects, &mut JoinSet::new()).await;
+        }))
+        .await;
     }
 
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
@@ -253,27 +252,24 @@ impl Supervisor {
 
     /// The run ended with look-ups of a crash's leftovers still running: they are left open
     /// for the next start (or `harvest status --reconcile`), in one line.
-    pub(super) fn recovery_left(&mut self, rec: &super::super::reconcile::Recovery) {
+    pub(super) async fn recovery_left(&mut self, rec: &super::super::reconcile::Recovery) {
         let left = (rec.asked + rec.rebuilt_asked).saturating_sub(rec.back);
         if left == 0 {
             return;
         }
-        self.core.say(
-            &Clock::now(),
-            format!(
-                "{left} look-ups of requests an earlier run left open were still running when \
+        self.say(format!(
+            "{left} look-ups of requests an earlier run left open were still running when \
                  the work was done: left open for the next start or `harvest status \
                  --reconcile` (expected cost {:.6} USD, not booked until the API says)",
-                (rec.expected - rec.expected_back).as_f64()
-            ),
-        );
+            (rec.expected - rec.expected_back).as_f64()
+        ))
+        .await;
     }
 
     /// All look-ups of a crash's leftovers are in: says what they found.
-    pub(super) fn recovery_done(&mut self, rec: &Recovery) {
+    pub(super) async fn recovery_done(&mut self, rec: &Recovery) {
         if rec.rebuilt_asked > 0 {
-            self.core.say(
-                &Clock::now(),
+            self.say(
                 format!(
                     "rebuilt ledger lines: {} of {} confirmed at /generation ({:+.6} USD against the outputs' costs){}",
                     rec.confirmed,
@@ -285,13 +281,12 @@ impl Supervisor {
                         ""
                     }
                 ),
-            );
+            ).await;
         }
         if rec.asked == 0 {
             return;
         }
-        self.core.say(
-            &Clock::now(),
+        self.say(
             format!(
                 "looked up {} requests an earlier run left in flight: {} found at the API, {} unknown for {} min and booked at their expected cost, {:.6} USD in all{}",
                 rec.asked,
@@ -305,14 +300,14 @@ impl Supervisor {
                     ""
                 }
             ),
-        );
+        ).await;
     }
 
     /// Asks the API what each closed stream really cost and books the difference, so the
     /// ledger matches the bill and not our estimate. Skipped after a stop-now: the operator
     /// wants out, and the estimates stand.
     pub(super) async fn reconcile_closed(&mut self) {
-        let items = self.core.take_reconcile();
+        let items = std::mem::take(&mut self.to_reconcile);
         if items.is_empty() || !self.shared.client.has_key() || self.core.stopped_now() {
             return;
         }
@@ -334,29 +329,26 @@ impl Supervisor {
             self.shared
                 .spent_pico
                 .fetch_add(delta.pico(), Ordering::Relaxed);
-            let effects = self
-                .core
-                .book_adjustment(entry, Usd::from_f64(actual), &Clock::now());
-            self.perform(effects, &mut JoinSet::new()).await;
+            self.step(Event::Adjusted {
+                entry,
+                actual: Usd::from_f64(actual),
+            })
+            .await;
         }
         if fixed > 0 {
-            self.core.say(
-                &Clock::now(),
-                format!(
-                    "reconciled {fixed} closed streams with /generation: {:+.6} USD",
-                    delta_total.as_f64()
-                ),
-            );
+            self.say(format!(
+                "reconciled {fixed} closed streams with /generation: {:+.6} USD",
+                delta_total.as_f64()
+            ))
+            .await;
         }
         if back < asked {
-            self.core.say(
-                &Clock::now(),
-                format!(
-                    "{} closed streams not looked up within {}s: they keep their estimates",
-                    asked - back,
-                    super::super::reconcile::CLOSED_DEADLINE.as_secs()
-                ),
-            );
+            self.say(format!(
+                "{} closed streams not looked up within {}s: they keep their estimates",
+                asked - back,
+                super::super::reconcile::CLOSED_DEADLINE.as_secs()
+            ))
+            .await;
         }
     }
 }

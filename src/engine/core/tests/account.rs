@@ -6,7 +6,6 @@ use super::*;
 use crate::engine::core::account::{AccountGate, GateChange, MIN_CEILING, QUIET, RAISE_EVERY};
 use crate::engine::endpoint::CustomTarget;
 use crate::engine::reason::StopReason;
-use crate::openrouter::{ClientOptions, OpenRouterClient};
 
 fn budget_402(retry_after: &str) -> ApiError {
     let body = serde_json::json!({"error": {"code": 402,
@@ -165,8 +164,6 @@ fn a_budget_402_is_not_an_attempt_nor_a_failure_and_holds_openrouter_only() {
 fn own_servers_go_on_while_openrouter_waits() {
     let mut own = ep("mybox", "mybox", "int4", 0.0, 0.0);
     own.custom = Some(CustomTarget {
-        client: OpenRouterClient::new(ClientOptions::new("http://127.0.0.1:9", None))
-            .expect("client"),
         model: "kimi".into(),
         extra: serde_json::Map::new(),
         concurrency: 2,

@@ -167,26 +167,21 @@ fn a_dataset_takes_prompts_again_when_answers_come_in_shorter() {
         10,
         "30000 written + 10 x 1000 expected fills 40000"
     );
-    let now = h.now;
-    h.core.tick(&now);
+    h.tick();
     assert!(h.core.datasets()[0].budget_reached, "budget reached");
     assert_eq!(count_events(&h, "d0: output-token budget reached"), 1);
     assert!(h.dispatch().is_empty(), "no prompt while the budget is met");
 
-    // One answer comes in at 200 tokens: 30200 written, 9 x 974 expected, room again.
+    // One answer comes in at 200 tokens: 30200 written, 9 x 974 expected, room again (not
+    // sticky: the short answer made room, taken as the answer comes in).
     h.result(done(sent[0].key, None, 200, 0.001, "stop"));
-    h.core.tick(&now);
-    assert!(
-        !h.core.datasets()[0].budget_reached,
-        "not sticky: the short answer made room"
-    );
     let more = h.dispatch();
     assert_eq!(
         more.len(),
         2,
         "30200 + 11 x 974 passes 40000, 30200 + 10 x 974 does not"
     );
-    h.core.tick(&now);
+    h.tick();
     assert!(h.core.datasets()[0].budget_reached, "met again");
     assert_eq!(
         count_events(&h, "output-token budget reached"),
@@ -467,12 +462,10 @@ fn reaching_a_budget_is_said_once() {
             b.max_samples = cap;
         });
         assert_eq!(h.dispatch().len(), 2, "{name}");
-        let now = h.now;
-        h.core.tick(&now);
+        h.tick();
         h.at(1.0);
-        let now = h.now;
-        h.core.tick(&now);
-        h.core.tick(&now);
+        h.tick();
+        h.tick();
         assert_eq!(
             h.event_texts().iter().filter(|t| *t == text).count(),
             1,

@@ -3,7 +3,7 @@
 //! `content_filter` finish is rejected.
 
 use super::*;
-use crate::engine::attempt::AttemptOutcome;
+use crate::engine::core::attempt::AttemptOutcome;
 
 /// A finished answer with this content and reasoning.
 fn answer(

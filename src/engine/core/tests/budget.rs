@@ -1,8 +1,7 @@
 //! The dollar budget and the request rate: what is committed, when a request waits or the run
 //! stops, what in-flight streams keep in reserve, and what limits dispatch.
 
-use std::sync::atomic::Ordering;
-
+use super::super::Event;
 use super::*;
 use crate::engine::Command;
 use crate::engine::reason::StopReason;
@@ -77,13 +76,13 @@ fn a_request_that_does_not_fit_waits_then_stops_the_run_when_nothing_is_in_fligh
     assert!(h.dispatch().is_empty(), "still waiting");
     assert_eq!(count_events(&h, NEARLY), 1, "said once");
 
-    // Both answers cost what was expected: nothing more fits, and nothing is in flight.
+    // Both answers cost what was expected (the workers book it before the results come
+    // in): nothing more fits, and nothing is in flight.
+    h.live.spent_pico = usd(2.0 * 0.0040988);
     for d in &sent {
         h.result(done(d.key, d.pinned, 2048, 0.0040988, "stop"));
     }
-    h.live.spent_pico = usd(2.0 * 0.0040988);
-    let now = h.now;
-    h.core.tick(&now);
+    h.tick();
     assert!(h.dispatch().is_empty());
     assert_eq!(h.core.stopping(), Some(&StopReason::DollarBudget));
     assert!(!h.core.failed(), "a budget stop is not a failure");
@@ -185,9 +184,8 @@ fn streams_keep_half_a_mean_answer_in_reserve_where_cancels_are_billed() {
         assert_eq!(tag, c.tag, "{}: routed", c.name);
         let expected = d.expected.pico();
         let accrued = (expected as f64 * c.accrued) as i64;
-        d.accrued.store(accrued, Ordering::Relaxed);
-        let now = h.now;
-        h.core.tick(&now);
+        h.accrued.insert(d.key, accrued);
+        h.tick();
         let remaining = (expected - accrued).max(0);
         let half = d.price_out.cost(2048).pico() / 2;
         let want = if c.keeps_half {
@@ -311,10 +309,12 @@ fn concurrency_and_pause_stop_dispatch() {
     h.command(Command::Resume);
     assert!(h.core.next_wake(&h.now).is_some(), "the retry wakes again");
     h.at(120.0);
-    let resumed = h.dispatch();
-    assert_eq!(resumed.len(), 2);
-    assert_eq!(resumed[0].prompt_id, "c", "the due retry first");
-    assert_eq!(resumed[1].prompt_id, "d");
+    let resumed: Vec<String> = h.dispatch().into_iter().map(|d| d.prompt_id).collect();
+    assert_eq!(
+        resumed,
+        ["d", "e"],
+        "resumed: the free slots take fresh prompts at once (the retry is not due yet)"
+    );
 }
 
 #[test]
@@ -322,8 +322,7 @@ fn budget_hit_begins_a_stop_that_lets_answers_in_flight_finish() {
     let mut h = H::new(config(""), kimi(), &[&["a", "b", "c", "d", "e"]]);
     let sent = h.dispatch();
     assert_eq!(sent.len(), 4);
-    let now = h.now;
-    h.core.budget_hit(&now);
+    h.handle(Event::BudgetHit);
     assert_eq!(h.core.stopping(), Some(&StopReason::DollarBudget));
     assert!(!h.core.failed());
     assert!(
@@ -341,6 +340,6 @@ fn budget_hit_begins_a_stop_that_lets_answers_in_flight_finish() {
     }
     assert!(h.core.is_over());
     // A second hit does not say another reason.
-    h.core.budget_hit(&now);
+    h.handle(Event::BudgetHit);
     assert_eq!(count_events(&h, "stopping: "), 1, "{:?}", h.event_texts());
 }

@@ -1,6 +1,7 @@
 //! Control: operator commands, the end of a run, listing refreshes, the booking of what a crash
 //! or a closed stream left to settle, and quality findings.
 
+use super::super::Event;
 use super::*;
 use crate::engine::quality::{Deviation, Finding};
 use crate::engine::reason::{OffReason, StopReason};
@@ -36,11 +37,18 @@ const KIMI: [(&str, &str, &str); 5] = [
     ("novita", "Novita", "unknown"),
 ];
 
+/// Hands the core listing `l`; returns the endpoints it asks to join the pool.
 fn refresh(h: &mut H, l: &ModelEndpoints) -> Vec<RunEndpoint> {
     let cfg = h.core.config().clone();
-    let now = h.now;
-    h.core
-        .listing(l, &now, |e| crate::engine::pool::from_listing(&cfg, e))
+    let endpoints = (l.endpoints.iter())
+        .map(|e| crate::engine::pool::from_listing(&cfg, e))
+        .collect();
+    (h.handle(Event::Listing(endpoints)).into_iter())
+        .filter_map(|e| match e {
+            Effect::Join(e) => Some(*e),
+            _ => None,
+        })
+        .collect()
 }
 
 fn open_line(id: &str, dataset: &str) -> SpendEntry {
@@ -374,8 +382,10 @@ fn a_new_endpoint_is_handed_over_once_then_judged_by_the_policy() {
             all.push(new[0].clone());
             Arc::new(all)
         });
-        let now = h.now;
-        h.core.endpoint_added(&new[0], pool, &now);
+        h.handle(Event::Joined {
+            endpoint: Box::new(new[0].clone()),
+            pool,
+        });
         let last = h.event_texts().last().cloned().unwrap_or_default();
         assert!(
             last.starts_with(&format!("new endpoint listed: {} {}", c.new.1, c.new.0)),
@@ -413,11 +423,13 @@ fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
     ];
     let mut total = Usd::ZERO;
     for (name, kind, usd, estimated) in cases {
-        let now = h.now;
         let amount = Usd::from_f64(usd);
-        let effects = h
-            .core
-            .book_carried(open_line("p1", "a"), kind, amount, estimated, &now);
+        let effects = h.handle(Event::Carried {
+            open: open_line("p1", "a"),
+            kind,
+            usd: amount,
+            estimated,
+        });
         total += amount;
         assert_eq!(ledger(&effects), vec![(kind, amount)], "{name}: one line");
         let Some(Effect::Ledger(line)) = effects.first() else {
@@ -450,8 +462,10 @@ fn an_adjustment_books_only_a_real_difference() {
         entry.kind = SpendKind::Cancelled;
         entry.usd = Usd::from_f64(booked);
         entry.generation_id = Some("gen-1".into());
-        let now = h.now;
-        let effects = h.core.book_adjustment(entry, Usd::from_f64(actual), &now);
+        let effects = h.handle(Event::Adjusted {
+            entry,
+            actual: Usd::from_f64(actual),
+        });
         let want_lines: Vec<(SpendKind, Usd)> = want
             .map(|d| (SpendKind::Adjustment, Usd::from_f64(d)))
             .into_iter()
@@ -483,16 +497,12 @@ fn each_quality_finding_is_said_once() {
         f("chutes/int4", Deviation::Long),
         f("together/int4", Deviation::Short),
     ];
-    let now = h.now;
-    h.core.note_quality(first.clone(), &now);
-    h.core.note_quality(first, &now);
-    h.core.note_quality(
-        vec![
-            f("together/int4", Deviation::Short),
-            f("together/int4", Deviation::Truncated),
-        ],
-        &now,
-    );
+    h.handle(Event::Quality(first.clone()));
+    h.handle(Event::Quality(first));
+    h.handle(Event::Quality(vec![
+        f("together/int4", Deviation::Short),
+        f("together/int4", Deviation::Truncated),
+    ]));
     assert_eq!(
         h.event_texts(),
         vec![
@@ -510,11 +520,11 @@ fn a_price_change_in_the_listing_applies_from_the_next_request_and_is_said() {
     let chutes = h.index("chutes/int4");
     // The same listing twice: nothing to say.
     refresh(&mut h, &listing(&KIMI));
-    h.core.take_repriced();
+    h.take_repriced();
     let before = h.event_texts().len();
     refresh(&mut h, &listing(&KIMI));
     assert_eq!(h.event_texts().len(), before);
-    assert!(h.core.take_repriced().is_empty());
+    assert!(h.take_repriced().is_empty());
     // Chutes doubles its prices.
     let mut l = listing(&KIMI);
     let e = (l.endpoints.iter_mut())
@@ -530,7 +540,7 @@ fn a_price_change_in_the_listing_applies_from_the_next_request_and_is_said() {
             .any(|t| t.starts_with("chutes/int4's prices changed: $2.00/M in / $4.00/M out")),
         "{texts:?}"
     );
-    let repriced = h.core.take_repriced();
+    let repriced = h.take_repriced();
     assert_eq!(repriced.len(), 1);
     assert_eq!(repriced[0].0, chutes);
     // The next request is priced (and routed) at the new prices: chutes is now the dearest.
@@ -612,8 +622,8 @@ fn a_drain_reckons_the_longest_remaining_time_from_ages_and_usual_times() {
             .chain(sends[1].iter().map(|t| (*t, 1)));
         // One request at each send time (the concurrency lets one more go each time).
         for (sent, (t, dataset)) in times.enumerate() {
-            h.command(Command::SetConcurrency(sent as u32 + 1));
             h.at(t);
+            h.command(Command::SetConcurrency(sent as u32 + 1));
             let d = h.dispatch();
             assert_eq!(d.len(), 1, "{name}: one request at {t}");
             let (ds, _) = h.core.attempt_info(d[0].key).expect("in flight");

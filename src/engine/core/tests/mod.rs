@@ -24,9 +24,9 @@ use crate::domain::{Price, Quantization, Usd};
 use crate::openrouter::{ApiError, Completion, Message, Usage, UsageSource};
 use crate::store::prompts::{Prompt, PromptError};
 
-use super::super::attempt::{AttemptOutcome, AttemptResult};
 use super::super::endpoint::RunEndpoint;
-use super::{Clock, Core, DatasetBook, Dispatch, Effect, Live, PromptSource};
+use super::attempt::{AttemptOutcome, AttemptResult};
+use super::{Clock, Core, DatasetBook, Dispatch, Effect, Event, Live, Port};
 
 /// A config: `top` goes at the top level (before the one dataset table the parser wants).
 pub fn config(top: &str) -> Config {
@@ -114,9 +114,22 @@ impl Source {
     }
 }
 
-impl PromptSource for Source {
+/// The test's port: its prompt lists, the counters it sets, each attempt's running cost.
+struct TestPort<'a> {
+    src: &'a mut Source,
+    live: &'a Live,
+    accrued: &'a HashMap<u64, i64>,
+}
+
+impl Port for TestPort<'_> {
     fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>> {
-        self.0.get_mut(dataset)?.pop_front()
+        self.src.0.get_mut(dataset)?.pop_front()
+    }
+    fn live(&self) -> Live {
+        self.live.clone()
+    }
+    fn accrued_pico(&self, key: u64) -> i64 {
+        self.accrued.get(&key).copied().unwrap_or(0)
     }
 }
 
@@ -127,8 +140,18 @@ pub struct H {
     pub now: Clock,
     pub src: Source,
     pub live: Live,
-    /// Effects of the last call other than spawns.
+    /// What each attempt has streamed so far (its running cost), picodollars, by key.
+    pub accrued: HashMap<u64, i64>,
+    /// Effects of the last call other than spawns, look-ups and repricings.
     pub other: Vec<Effect>,
+    /// Attempts the core started since the last [`H::dispatch`] (any event starts what fits
+    /// once the run has begun).
+    spawned: Vec<Dispatch>,
+    /// Closed streams the core asked to look up, not yet taken.
+    reconcile: Vec<(String, crate::store::output::SpendEntry)>,
+    /// Endpoints a listing repriced, not yet taken.
+    repriced: Vec<(usize, RunEndpoint)>,
+    begun: bool,
 }
 
 impl H {
@@ -170,8 +193,58 @@ impl H {
                 accrued_pico: 0,
                 endpoint_in_flight: vec![0; n],
             },
+            accrued: HashMap::new(),
             other: Vec::new(),
+            spawned: Vec::new(),
+            reconcile: Vec::new(),
+            repriced: Vec::new(),
+            begun: false,
         }
+    }
+
+    /// Hands `event` to the core; returns its effects but the spawns (kept for the next
+    /// [`H::dispatch`]), look-ups and repricings (see [`H::take_reconcile`],
+    /// [`H::take_repriced`]).
+    pub fn handle(&mut self, event: Event) -> Vec<Effect> {
+        let mut port = TestPort {
+            src: &mut self.src,
+            live: &self.live,
+            accrued: &self.accrued,
+        };
+        let effects = self.core.handle(event, &mut port, &self.now);
+        let mut rest = Vec::new();
+        for e in effects {
+            match e {
+                Effect::Spawn(d) => {
+                    if let Some(p) = d.pinned {
+                        self.live.endpoint_in_flight[p] += 1;
+                    }
+                    self.spawned.push(*d);
+                }
+                Effect::Reconcile {
+                    generation_id,
+                    entry,
+                } => self.reconcile.push((generation_id, entry)),
+                Effect::Repriced { index, endpoint } => self.repriced.push((index, *endpoint)),
+                other => rest.push(other),
+            }
+        }
+        rest
+    }
+
+    /// The periodic tick.
+    pub fn tick(&mut self) -> Vec<Effect> {
+        self.handle(Event::Tick)
+    }
+
+    /// Closed streams the core asked to look up since the last call.
+    pub fn take_reconcile(&mut self) -> Vec<(String, crate::store::output::SpendEntry)> {
+        std::mem::take(&mut self.reconcile)
+    }
+
+    /// Endpoints a listing repriced since the last call.
+    pub fn take_repriced(&mut self) -> Vec<(usize, RunEndpoint)> {
+        std::mem::take(&mut self.repriced)
     }
 
     /// Moves the clock to `secs` after the start.
@@ -180,39 +253,30 @@ impl H {
         self
     }
 
-    /// Dispatches what fits now; returns the attempts started (other effects in `other`).
+    /// Starts what fits now (the first call begins the run); returns the attempts started
+    /// since the last call (other effects in `other`).
     pub fn dispatch(&mut self) -> Vec<Dispatch> {
-        let effects = self.core.dispatch(&mut self.src, &self.live, &self.now);
-        self.split(effects)
+        let event = if self.begun {
+            Event::Wake
+        } else {
+            Event::Begin
+        };
+        self.begun = true;
+        self.other = self.handle(event);
+        std::mem::take(&mut self.spawned)
     }
 
-    fn split(&mut self, effects: Vec<Effect>) -> Vec<Dispatch> {
-        let mut spawned = Vec::new();
-        self.other.clear();
-        for e in effects {
-            match e {
-                Effect::Spawn(d) => {
-                    if let Some(p) = d.pinned {
-                        self.live.endpoint_in_flight[p] += 1;
-                    }
-                    spawned.push(*d);
-                }
-                other => self.other.push(other),
-            }
-        }
-        spawned
-    }
-
-    /// Hands a result to the core; returns its effects.
+    /// Hands a result to the core; returns its effects but the spawns.
     pub fn result(&mut self, r: AttemptResult) -> Vec<Effect> {
         if let Some((_, Some(p))) = self.core.attempt_info(r.key) {
             self.live.endpoint_in_flight[p] -= 1;
         }
-        self.core.on_result(r, &self.now)
+        self.accrued.remove(&r.key);
+        self.handle(Event::Result(Box::new(r)))
     }
 
     pub fn command(&mut self, c: crate::engine::Command) -> Vec<Effect> {
-        self.core.command(c, &self.now)
+        self.handle(Event::Command(c))
     }
 
     /// The tags the core would route a fresh request to (pinned: one; openrouter: `only`).

@@ -4,7 +4,7 @@
 use super::*;
 use crate::engine::endpoint::CustomTarget;
 use crate::engine::reason::{OffReason, StopReason};
-use crate::openrouter::{ClientOptions, OpenRouterClient, TimeoutKind};
+use crate::openrouter::TimeoutKind;
 use crate::store::output::SpendKind;
 
 const PINNED: &str =
@@ -25,8 +25,6 @@ fn own_server(tag: &str) -> RunEndpoint {
     let mut e = ep(tag, tag, "int4", 0.0, 0.0);
     e.cancel_stops_billing = true;
     e.custom = Some(CustomTarget {
-        client: OpenRouterClient::new(ClientOptions::new("http://127.0.0.1:9", None))
-            .expect("client"),
         model: "kimi".into(),
         extra: serde_json::Map::new(),
         concurrency: 8,
@@ -300,11 +298,11 @@ fn a_timeout_is_booked_cancelled_at_the_estimate_and_kept_for_reconciliation() {
     assert!(line.estimated, "our estimate until looked up");
     assert_eq!(line.completion_tokens, 300);
     assert_eq!(spent(&h, 0), booked);
-    let rec = h.core.take_reconcile();
+    let rec = h.take_reconcile();
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0].0, "gen-t");
     assert_eq!(rec[0].1.usd, booked);
-    assert!(h.core.take_reconcile().is_empty(), "taken once");
+    assert!(h.take_reconcile().is_empty(), "taken once");
     assert_eq!(h.core.retries(), 1, "and retried");
     assert!(rejects(&effects).is_empty());
 }
@@ -474,7 +472,7 @@ fn a_cancelled_stream_is_booked_at_our_estimate_and_neither_kept_nor_rejected() 
     let ds = &h.core.datasets()[0];
     assert_eq!((ds.done, ds.rejected, ds.in_flight), (0, 0, 0));
     assert_eq!(ds.spent, Usd::from_f64(0.0007));
-    let rec = h.core.take_reconcile();
+    let rec = h.take_reconcile();
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0].0, format!("gen-{}", sent[0].key));
     assert!(rec[0].1.estimated);
@@ -624,7 +622,7 @@ fn failed_streams_with_tokens_are_booked_as_billed_and_looked_up() {
         r.generation_id = Some("gen-x".into());
         let fx = h.result(r);
         assert_eq!(ledger(&fx), vec![(kind, Usd::from_f64(booked))], "{name}");
-        let asked = h.core.take_reconcile();
+        let asked = h.take_reconcile();
         assert_eq!(!asked.is_empty(), looked_up, "{name}");
         assert_eq!(spent(&h, 0), Usd::from_f64(booked), "{name}");
     }

@@ -1,6 +1,7 @@
 //! Routing and the include/exclude reasons: policy, config exclude, probe, operator, listing,
 //! breakers and 429 waits, in both routing modes.
 
+use super::super::Event;
 use super::*;
 use crate::domain::EndpointTag;
 use crate::engine::reason::OffReason;
@@ -257,7 +258,7 @@ fn include_mark_reason_and_space_agree_for_every_source_of_exclusion() {
     ];
     for c in cases {
         let mut h = H::new(config(c.top), kimi(), &[&["p1"]]);
-        h.core.set_probe(agreement(c.probe));
+        h.handle(Event::Probe(agreement(c.probe)));
         if let Some(v) = c.operator {
             h.command(Command::SetEndpoint {
                 tag: c.tag.into(),

@@ -51,6 +51,9 @@ fn the_same_failure_for_every_prompt_stops_the_run_and_rejects_nothing() {
     assert_eq!(sent.len(), 8);
     let effects = answer(&mut h, &sent[..5], |_| Some(privacy_404()));
     assert!(rejects(&effects).is_empty(), "nothing rejected");
+    // Each of the first four failures freed a slot, taken at once by a fresh prompt.
+    let refill = h.dispatch();
+    assert_eq!(refill.len(), 4, "refilled before the stop");
     let Some(StopReason::Systematic {
         signature, count, ..
     }) = h.core.stopping().cloned()
@@ -62,16 +65,17 @@ fn the_same_failure_for_every_prompt_stops_the_run_and_rejects_nothing() {
     let text = h.core.stopping().expect("stop").to_string();
     assert!(text.contains("openrouter.ai/settings/privacy"), "{text}");
     assert!(text.contains("kept pending"), "{text}");
-    // The five stay pending for the next run; the three in flight finish as in any stop.
-    let effects = answer(&mut h, &sent[5..], |_| Some(privacy_404()));
+    // The five stay pending for the next run; the seven in flight finish as in any stop.
+    let rest: Vec<Dispatch> = sent.into_iter().skip(5).chain(refill).collect();
+    let effects = answer(&mut h, &rest, |_| Some(privacy_404()));
     assert!(rejects(&effects).is_empty(), "still nothing rejected");
     assert!(h.dispatch().is_empty(), "nothing more is sent");
     assert!(h.core.is_over());
     assert_eq!(h.core.datasets()[0].rejected, 0);
     assert_eq!(
         h.core.datasets()[0].retries_pending,
-        8,
-        "all eight kept pending"
+        12,
+        "all twelve kept pending"
     );
 }
 
@@ -84,7 +88,11 @@ fn prompts_in_flight_when_the_stop_trips_stay_pending_however_many() {
     );
     let sent = h.dispatch();
     assert_eq!(sent.len(), 50);
-    let effects = answer(&mut h, &sent, |_| Some(privacy_404()));
+    let mut effects = answer(&mut h, &sent, |_| Some(privacy_404()));
+    // The first failures' freed slots took the last ten prompts before the stop.
+    let refill = h.dispatch();
+    assert_eq!(refill.len(), 10);
+    effects.extend(answer(&mut h, &refill, |_| Some(privacy_404())));
     assert!(rejects(&effects).is_empty(), "{:?}", rejects(&effects));
     assert!(matches!(
         h.core.stopping(),
@@ -139,15 +147,19 @@ fn held_rejects_are_written_when_the_run_runs_out_of_work() {
         3,
     );
     let sent = h.dispatch();
-    let effects = answer(&mut h, &sent, |_| Some(policy_400()));
+    let effects = answer(&mut h, &sent[..2], |_| Some(policy_400()));
     assert!(
         rejects(&effects).is_empty(),
         "held while others might follow"
     );
-    assert_eq!(h.core.held_rejects(), 3);
+    assert_eq!(h.core.held_rejects(), 2);
     assert!(!h.core.is_over(), "not over while rejects are held");
-    assert!(h.dispatch().is_empty());
-    assert_eq!(rejects(&h.other), vec!["policy"; 3], "written at the end");
+    let effects = answer(&mut h, &sent[2..], |_| Some(policy_400()));
+    assert_eq!(
+        rejects(&effects),
+        vec!["policy"; 3],
+        "written when nothing is left to run"
+    );
     assert!(h.core.is_over());
     assert_eq!(h.core.datasets()[0].rejected, 3);
     assert_eq!(h.core.stopping(), None, "three is not a systematic run");

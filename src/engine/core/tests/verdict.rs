@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::config::{OnEmpty, OnLength};
-use crate::engine::attempt::AttemptOutcome;
+use crate::engine::core::attempt::AttemptOutcome;
 use crate::engine::core::verdict::{AnswerRules, CUT_THINKING, Shape, Verdict, verdict};
 
 #[test]

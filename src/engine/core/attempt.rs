@@ -1,0 +1,58 @@
+//! One attempt, as the core and the worker exchange it: the [`Dispatch`] the core hands out
+//! (what to send, where, at what prices) and the [`AttemptResult`] the worker hands back (how
+//! it ended, where, and what it cost so far). Plain data.
+
+use std::time::Duration;
+
+use crate::domain::{Price, Usd};
+use crate::openrouter::{ApiError, ChatRequest, Completion};
+use crate::store::output::SpendEntry;
+
+/// One attempt to start.
+#[derive(Debug)]
+pub struct Dispatch {
+    pub key: u64,
+    pub dataset: usize,
+    pub prompt_id: String,
+    /// `<run>-<n>`: ties the attempt's ledger lines together.
+    pub attempt: String,
+    pub request: ChatRequest,
+    /// The endpoint it is pinned to (pinned routing, own servers).
+    pub pinned: Option<usize>,
+    pub price_in: Price,
+    pub price_out: Price,
+    /// The request fee, paid once the provider has the prompt.
+    pub fee: Usd,
+    /// The endpoints it may reach.
+    pub over: Vec<usize>,
+    pub prompt_tokens: u64,
+    pub expected: Usd,
+    /// The `dispatched` line, written before the request leaves.
+    pub ledger: SpendEntry,
+}
+
+/// How one attempt ended.
+#[derive(Debug)]
+pub enum AttemptOutcome {
+    Done(Box<Completion>),
+    Failed(ApiError),
+    /// We closed it: stop-now or the dollar cap.
+    Cancelled,
+}
+
+#[derive(Debug)]
+pub struct AttemptResult {
+    pub key: u64,
+    pub outcome: AttemptOutcome,
+    /// The endpoint that served (pinned, or named by the stream), when known.
+    pub endpoint: Option<usize>,
+    pub streamed_tokens: u64,
+    /// Our estimate of what this attempt cost so far (prompt + streamed tokens).
+    pub accrued_pico: i64,
+    /// What the worker booked into the confirmed spend: the reported cost of a finished
+    /// response, our estimate for one we closed (cancelled, timed out), zero otherwise.
+    pub booked_pico: i64,
+    /// The generation id, for looking up later what a closed stream really cost.
+    pub generation_id: Option<String>,
+    pub elapsed: Duration,
+}

@@ -1,0 +1,142 @@
+//! The core's one door: every [`Event`] the driver sees goes through [`Core::handle`], which
+//! decides, then starts what fits, and returns the [`Effect`]s for the driver to perform.
+//! Events come from the operator, the attempts, the clock, the listing, the dollar cap and
+//! the settling of money with the API; some answer an effect (a new endpoint joining the
+//! pool answers [`Effect::Join`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::domain::Usd;
+use crate::store::output::{OutputRecord, RejectRecord, SpendEntry, SpendKind};
+
+use super::super::control::Command;
+use super::super::endpoint::RunEndpoint;
+use super::super::quality::Finding;
+use super::attempt::{AttemptResult, Dispatch};
+use super::{Clock, Core, Port};
+
+/// What happened, for the core to decide on.
+#[derive(Debug)]
+pub enum Event {
+    // The driver.
+    /// What an earlier run's crash left is booked: requests may start.
+    Begin,
+    /// Time passed (a retry fell due, the request-rate cap opened): only start what fits.
+    Wake,
+    /// The periodic tick: reservations follow the observed mean, datasets their budgets.
+    Tick,
+    /// harvest itself cannot go on (a write failed, a task died).
+    Failed(String),
+    /// A line of the driver's own for the event log (look-ups, the end's overshoot).
+    Said(String),
+
+    // The operator.
+    Command(Command),
+
+    // The attempts.
+    Result(Box<AttemptResult>),
+    /// The dollar cap tripped in a worker.
+    BudgetHit,
+
+    // The listing and the probe.
+    /// A refreshed listing's endpoints, as the run knows them.
+    Listing(Vec<RunEndpoint>),
+    /// Answers [`Effect::Join`]: the pool with the endpoint when a slot was free.
+    Joined {
+        endpoint: Box<RunEndpoint>,
+        pool: Option<Arc<Vec<RunEndpoint>>>,
+    },
+    /// `harvest probe`'s agreement with the reference per endpoint tag.
+    Probe(HashMap<String, f64>),
+    /// Answers that stand out from the others' (from the run's statistics).
+    Quality(Vec<Finding>),
+
+    // Settling money with the API.
+    /// What an earlier run left open, now known (or given up on): closes its open line.
+    Carried {
+        open: SpendEntry,
+        kind: SpendKind,
+        usd: Usd,
+        estimated: bool,
+    },
+    /// What a closed stream really cost (`GET /generation`), against what it was booked at.
+    Adjusted {
+        entry: SpendEntry,
+        actual: Usd,
+    },
+    /// A ledger line the driver composed (key checkpoints, the key true-up).
+    Line(SpendEntry),
+}
+
+/// What the driver must do.
+#[derive(Debug)]
+pub enum Effect {
+    /// Write the attempt's `dispatched` ledger line, then start it.
+    Spawn(Box<Dispatch>),
+    /// Append a ledger line.
+    Ledger(SpendEntry),
+    /// Append an answer to the dataset's outputs (it counts as done at `endpoint`).
+    Output {
+        dataset: usize,
+        endpoint: Option<usize>,
+        record: Box<OutputRecord>,
+    },
+    /// Append a final reject to the dataset's rejects file.
+    Reject {
+        dataset: usize,
+        record: RejectRecord,
+    },
+    /// Close every attempt in flight (stop now).
+    CancelInFlight,
+    /// Ask `GET /generation` at the end of the run what this closed stream really cost; the
+    /// answer comes back as [`Event::Adjusted`].
+    Reconcile {
+        generation_id: String,
+        entry: SpendEntry,
+    },
+    /// Endpoint `index` has new prices: put its new entry in the pool the workers read.
+    Repriced {
+        index: usize,
+        endpoint: Box<RunEndpoint>,
+    },
+    /// The listing shows a new endpoint: add it to the pool if a slot is free, and answer
+    /// with [`Event::Joined`].
+    Join(Box<RunEndpoint>),
+}
+
+impl Core {
+    /// Decides on `event` at `now`, then (once begun) starts what fits; returns what the
+    /// driver must do. The core's only door that changes it.
+    pub fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
+        match event {
+            Event::Begin => self.begun = true,
+            Event::Wake => {}
+            Event::Tick => self.tick(&*port, now),
+            Event::Failed(detail) => self.fail(now, detail),
+            Event::Said(text) => self.event(now, text),
+            Event::Command(c) => self.apply(c, None, now),
+            Event::Result(r) => self.on_result(*r, now),
+            Event::BudgetHit => self.budget_hit(now),
+            Event::Listing(endpoints) => self.listing(endpoints, now),
+            Event::Joined { endpoint, pool } => self.endpoint_added(&endpoint, pool, now),
+            Event::Probe(agreement) => {
+                self.probe = agreement;
+                self.refresh_verdicts();
+            }
+            Event::Quality(findings) => self.note_quality(findings, now),
+            Event::Carried {
+                open,
+                kind,
+                usd,
+                estimated,
+            } => self.book_carried(open, kind, usd, estimated, now),
+            Event::Adjusted { entry, actual } => self.book_adjustment(entry, actual, now),
+            Event::Line(entry) => self.ledger(entry),
+        }
+        if self.begun {
+            self.dispatch(port, now);
+        }
+        std::mem::take(&mut self.effects)
+    }
+}
