@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::domain::Usd;
 
 use super::super::reason::StopReason;
+use super::journal::Once;
 use super::reserve::{Exposure, reservation};
 use super::{Clock, Core, Live, Port};
 
@@ -94,8 +95,7 @@ impl Core {
             self.begin_stop(now, StopReason::DollarBudget);
             return Fits::Never;
         }
-        if !self.budget_event_sent {
-            self.budget_event_sent = true;
+        if self.journal.first(Once::BudgetNearly) {
             self.event(
                 now,
                 format!(

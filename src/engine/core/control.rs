@@ -12,6 +12,7 @@ use super::super::endpoint::RunEndpoint;
 use super::super::health::Health;
 use super::super::quality::Finding;
 use super::super::reason::StopReason;
+use super::journal::Once;
 use super::{Clock, Core, Effect, Listed, Port};
 use crate::policy::PolicyMode;
 
@@ -120,7 +121,7 @@ impl Core {
     /// Says once per endpoint and kind when its answers stand out from the others'.
     pub(super) fn note_quality(&mut self, findings: Vec<Finding>, now: &Clock) {
         for f in findings {
-            if self.quality_reported.insert((f.tag.clone(), f.kind)) {
+            if self.journal.first(Once::Quality(f.tag.clone(), f.kind)) {
                 self.event(now, f.text);
             }
         }
@@ -179,7 +180,7 @@ impl Core {
         }
         for l in listing {
             let known = eps.iter().any(|e| e.tag == l.tag);
-            if !known && self.reported_new.insert(l.tag.clone()) {
+            if !known && self.journal.first(Once::NewEndpoint(l.tag.clone())) {
                 self.effects.push(Effect::Join(Box::new(l)));
             }
         }

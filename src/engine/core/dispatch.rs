@@ -18,6 +18,7 @@ struct Money {
     reserve: Usd,
     billed_if_closed: bool,
 }
+use super::journal::Once;
 use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 impl Core {
@@ -33,7 +34,7 @@ impl Core {
                 self.say_if_stuck(now);
                 break;
             }
-            self.said_stuck = false;
+            self.journal.forget(&Once::Stuck);
             let Some(job) = self.next_job(port, now) else {
                 break;
             };

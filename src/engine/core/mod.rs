@@ -19,6 +19,7 @@ mod control;
 pub(crate) mod cut_watch;
 mod dispatch;
 mod events;
+mod journal;
 mod outcome;
 mod port;
 mod reserve;
@@ -56,8 +57,6 @@ pub use port::{Live, Port};
 pub use routing::Route;
 pub(crate) use verdict::reject_kinds;
 
-/// Most events kept for the snapshot's log.
-const EVENT_CAPACITY: usize = 200;
 /// Most closed streams looked up for reconciliation (a cap hit closes at most `concurrency`).
 const RECONCILE_CAPACITY: usize = 100_000;
 
@@ -200,12 +199,9 @@ pub struct Core {
     /// In-flight counts per endpoint as of the last [`Live`] reading, plus this dispatch
     /// round's pinned requests.
     ep_in_flight: Vec<u64>,
-    events: VecDeque<EventLine>,
-    events_total: u64,
-    started: Instant,
+    journal: journal::Journal,
     rng: SmallRng,
     retries: u64,
-    budget_event_sent: bool,
     /// Streams we closed and asked the driver to look up (see [`Effect::Reconcile`]).
     reconcile_asked: usize,
     carried_over: Usd,
@@ -213,10 +209,6 @@ pub struct Core {
     run_id: String,
     /// Under a requests-per-second cap, the earliest time of the next request.
     next_send_at: Option<Instant>,
-    /// Quality deviations already reported (endpoint tag, kind).
-    quality_reported: HashSet<(String, super::quality::Deviation)>,
-    /// Tags of new endpoints already reported, so each is said once.
-    reported_new: HashSet<String>,
     effects: Vec<Effect>,
     /// The account's in-flight budget, learned from its 402s.
     account: account::AccountGate,
@@ -224,15 +216,6 @@ pub struct Core {
     or_in_flight: u32,
     /// Rejects held while the same failure repeats (see `systematic`).
     streak: systematic::Streak,
-    /// Endpoints already reported for returning their thinking inline.
-    inline_think_reported: HashSet<String>,
-    /// The event that the allowed set cannot be named to OpenRouter was given.
-    said_inexpressible: bool,
-    /// Endpoints whose bill parted from their listed prices, or answered on a BYOK key (said
-    /// once each).
-    price_said: HashSet<String>,
-    /// The event that no endpoint can take a request was given (until one can again).
-    said_stuck: bool,
     /// The recent share of answers cut while thinking.
     cut_watch: cut_watch::CutWatch,
     /// When worst-case reservations first held a request back (the budget's last stretch).
@@ -291,26 +274,17 @@ impl Core {
             reserved_pico: 0,
             next_dataset: 0,
             ep_in_flight: vec![0; n],
-            events: VecDeque::new(),
-            events_total: 0,
-            started: now.mono,
+            journal: journal::Journal::new(now.mono),
             rng: SmallRng::seed_from_u64(0x4841_5256),
             retries: 0,
-            budget_event_sent: false,
             reconcile_asked: 0,
             carried_over,
             run_id,
             next_send_at: None,
-            quality_reported: HashSet::new(),
-            reported_new: HashSet::new(),
             effects: Vec::new(),
             account: account::AccountGate::new(learn),
             or_in_flight: 0,
             streak: systematic::Streak::default(),
-            inline_think_reported: HashSet::new(),
-            said_inexpressible: false,
-            price_said: HashSet::new(),
-            said_stuck: false,
             cut_watch: cut_watch::CutWatch::default(),
             last_stretch: None,
             begun: false,
@@ -321,22 +295,11 @@ impl Core {
 
     /// Adds a line to the event log (and to the log file, through `tracing`).
     fn event(&mut self, now: &Clock, text: impl Into<String>) {
-        let text = text.into();
-        tracing::info!("{text}");
-        self.events_total += 1;
-        if self.events.len() >= EVENT_CAPACITY {
-            self.events.pop_front();
-        }
-        self.events.push_back(EventLine {
-            at_s: self.elapsed_s(now),
-            text,
-        });
+        self.journal.push(now, text.into());
     }
 
     pub fn elapsed_s(&self, now: &Clock) -> f64 {
-        now.mono
-            .saturating_duration_since(self.started)
-            .as_secs_f64()
+        self.journal.elapsed_s(now)
     }
 
     /// A ledger line to write; the dataset's spend follows it.
@@ -512,7 +475,7 @@ impl Core {
         self.reserved_pico
     }
     pub fn events(&self) -> &VecDeque<EventLine> {
-        &self.events
+        self.journal.events()
     }
 
     /// The account's gate: the learned ceiling on OpenRouter streams, its 402s, its pause.
@@ -522,6 +485,6 @@ impl Core {
 
     /// Events logged since the start (the log keeps the last ones).
     pub fn events_total(&self) -> u64 {
-        self.events_total
+        self.journal.total()
     }
 }

@@ -20,6 +20,7 @@ use super::super::reason::StopReason;
 use super::attempt::{AttemptOutcome, AttemptResult};
 use super::attempt_money::cut_after_tokens;
 use super::cut_watch::CutNews;
+use super::journal::Once;
 use super::verdict::{AnswerRules, Shape, Verdict, verdict};
 use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
 
@@ -313,7 +314,7 @@ impl Core {
         let Some(e) = ep.as_ref().filter(|e| e.custom.is_none()) else {
             return;
         };
-        if c.usage.is_byok == Some(true) && self.price_said.insert(format!("byok {}", e.tag)) {
+        if c.usage.is_byok == Some(true) && self.journal.first(Once::Byok(e.tag.clone())) {
             let text = format!(
                 "{} answers on your own provider key (BYOK): booking the provider's charge \
                  (cost_details.upstream_inference_cost) plus OpenRouter's fee",
@@ -332,7 +333,10 @@ impl Core {
             .tariff
             .cost(c.usage.token_use(), crate::pricing::hhmm(&now.wall));
         let gap = (billed.as_f64() - listed.as_f64()).abs();
-        if gap > 1e-6 && gap > 0.01 * listed.as_f64() && self.price_said.insert(e.tag.clone()) {
+        if gap > 1e-6
+            && gap > 0.01 * listed.as_f64()
+            && self.journal.first(Once::PriceGap(e.tag.clone()))
+        {
             let text = format!(
                 "{} billed ${:.6} for an answer its listed prices put at ${:.6}: prices changed, \
                  or it charges what the listing does not say (the ledger keeps the bill)",
@@ -445,7 +449,7 @@ impl Core {
         };
         if split
             && let Some(e) = &ep
-            && self.inline_think_reported.insert(e.tag.clone())
+            && self.journal.first(Once::InlineThink(e.tag.clone()))
         {
             let text = format!(
                 "{} returns its thinking inline in the answer (<think>...</think>): moved to \

@@ -11,6 +11,7 @@ use crate::openrouter::ProviderPreferences;
 
 use super::super::health::BreakerState;
 use super::super::reason::OffReason;
+use super::journal::Once;
 use super::{Clock, Core};
 use crate::policy::{Judged, PolicyMode};
 
@@ -126,14 +127,13 @@ impl Core {
     /// alone (every one gone, excluded or probing), the run would wait without a word: say
     /// why once, until something routes again.
     pub(super) fn say_if_stuck(&mut self, now: &Clock) {
-        if self.said_stuck
-            || !self.in_flight.is_empty()
+        if !self.in_flight.is_empty()
             || self.routable_at(now).is_some()
             || self.all_finished()
+            || !self.journal.first(Once::Stuck)
         {
             return;
         }
-        self.said_stuck = true;
         let why: Vec<String> = (0..self.endpoints.len())
             .filter_map(|i| {
                 let r = self.off_reason(i, now)?;
@@ -225,8 +225,7 @@ impl Core {
                 }
                 // OpenRouter's slugs cannot say "exactly these": pin each request instead.
                 let choice = cheapest(&mut candidates.iter().copied())?;
-                if !self.said_inexpressible {
-                    self.said_inexpressible = true;
+                if self.journal.first(Once::Inexpressible) {
                     let tags: Vec<&str> = candidates.iter().map(|&i| eps[i].tag.as_str()).collect();
                     let text = format!(
                         "the allowed endpoints ({}) cannot be named exactly in only/ignore (an \
