@@ -3,13 +3,27 @@
 //! flight at their expected length, or its sample cap).
 
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use crate::config::Schedule;
 use crate::openrouter::Message;
 use crate::store::output::RejectRecord;
 use crate::store::prompts::shard_of;
 
-use super::{Clock, Core, Effect, Job, Pending, Port};
+use super::{Clock, Core, DatasetBook, Effect, Job, Pending, Port};
+
+/// Which prompt goes next: each dataset's book, the retries waiting, the schedule's place.
+pub(super) struct Admission {
+    pub(super) datasets: Vec<DatasetBook>,
+    /// Jobs waiting for another attempt, the earliest due first.
+    pub(super) retry: BinaryHeap<Reverse<Pending>>,
+    /// Where the interleaved schedule takes the next fresh prompt.
+    pub(super) next_dataset: usize,
+    /// This process's shard of the prompts (`--shard K/N`).
+    pub(super) shard: Option<(u32, u32)>,
+    /// Retries scheduled so far.
+    pub(super) retries: u64,
+}
 
 impl Core {
     /// Output tokens a request of dataset `d` is expected to produce. Short answers finish
@@ -17,7 +31,7 @@ impl Core {
     /// are in flight (a whole wave), the estimate is never below a prior of
     /// min(max_tokens, 2048).
     pub fn expected_output_tokens(&self, d: usize) -> u64 {
-        let ds = &self.datasets[d];
+        let ds = &self.admission.datasets[d];
         let prior = u64::from(ds.params.max_tokens).min(2048);
         let mean = (ds.finished_here > 0).then(|| ds.output_tokens_here / ds.finished_here);
         match mean {
@@ -29,7 +43,7 @@ impl Core {
 
     /// Whether dataset `d` takes another fresh prompt.
     pub fn admitting(&self, d: usize) -> bool {
-        let ds = &self.datasets[d];
+        let ds = &self.admission.datasets[d];
         if ds.exhausted {
             return false;
         }
@@ -49,12 +63,12 @@ impl Core {
 
     /// Nothing in flight or waiting, and nothing more to take.
     pub fn dataset_finished(&self, d: usize) -> bool {
-        let ds = &self.datasets[d];
+        let ds = &self.admission.datasets[d];
         ds.in_flight == 0 && ds.retries_pending == 0 && (ds.exhausted || !self.admitting(d))
     }
 
     pub fn all_finished(&self) -> bool {
-        (0..self.datasets.len()).all(|d| self.dataset_finished(d))
+        (0..self.admission.datasets.len()).all(|d| self.dataset_finished(d))
     }
 
     /// Reads the next fresh prompt of dataset `d`: skips other shards and ids finished by
@@ -68,27 +82,31 @@ impl Core {
     ) -> Option<crate::store::prompts::Prompt> {
         loop {
             let Some(item) = source.next_prompt(d) else {
-                self.datasets[d].exhausted = true;
+                self.admission.datasets[d].exhausted = true;
                 return None;
             };
             match item {
                 Ok(mut p) => {
-                    if self.shard.is_some_and(|(k, n)| shard_of(&p.id, n) != k) {
+                    if self
+                        .admission
+                        .shard
+                        .is_some_and(|(k, n)| shard_of(&p.id, n) != k)
+                    {
                         continue;
                     }
-                    if self.datasets[d].done_ids.contains(&p.id) {
+                    if self.admission.datasets[d].done_ids.contains(&p.id) {
                         continue;
                     }
-                    if let Some(sys) = &self.datasets[d].system_prompt
+                    if let Some(sys) = &self.admission.datasets[d].system_prompt
                         && p.messages.first().is_none_or(|m| m.role != "system")
                     {
                         p.messages.insert(0, Message::system(sys.clone()));
                     }
-                    if self.datasets[d].turns == crate::config::Turns::All
+                    if self.admission.datasets[d].turns == crate::config::Turns::All
                         && let Some(why) = super::turns::shape_error(&p)
                     {
                         // Not sendable as asked: a reject of the input, before anything is paid.
-                        self.datasets[d].rejected += 1;
+                        self.admission.datasets[d].rejected += 1;
                         self.effects.push(Effect::Reject {
                             dataset: d,
                             record: RejectRecord {
@@ -106,11 +124,11 @@ impl Core {
                     return Some(p);
                 }
                 // A bad line belongs to shard 0 alone, so that it is rejected once.
-                Err(_) if self.shard.is_some_and(|(k, _)| k != 0) => continue,
+                Err(_) if self.admission.shard.is_some_and(|(k, _)| k != 0) => continue,
                 Err(e) => {
                     let id = format!("@line:{}", e.line);
-                    if !self.datasets[d].done_ids.contains(&id) {
-                        self.datasets[d].rejected += 1;
+                    if !self.admission.datasets[d].done_ids.contains(&id) {
+                        self.admission.datasets[d].rejected += 1;
                         self.effects.push(Effect::Reject {
                             dataset: d,
                             record: RejectRecord {
@@ -131,17 +149,17 @@ impl Core {
 
     /// The next job to dispatch: a due retry first, then a fresh prompt by the schedule.
     pub(super) fn next_job(&mut self, source: &mut dyn Port, now: &Clock) -> Option<Job> {
-        if let Some(Reverse(p)) = self.retry.peek()
+        if let Some(Reverse(p)) = self.admission.retry.peek()
             && p.not_before <= now.mono
         {
-            let Reverse(p) = self.retry.pop()?;
-            self.datasets[p.job.dataset].retries_pending -= 1;
+            let Reverse(p) = self.admission.retry.pop()?;
+            self.admission.datasets[p.job.dataset].retries_pending -= 1;
             return Some(p.job);
         }
-        let n = self.datasets.len();
+        let n = self.admission.datasets.len();
         for k in 0..n {
             let d = match self.cfg.schedule {
-                Schedule::Interleaved => (self.next_dataset + k) % n,
+                Schedule::Interleaved => (self.admission.next_dataset + k) % n,
                 Schedule::Sequential => k,
             };
             if self.cfg.schedule == Schedule::Sequential
@@ -149,7 +167,9 @@ impl Core {
                 && !self.admitting(d)
             {
                 // In sequence, a dataset that is still running holds the line.
-                if self.datasets[d].in_flight > 0 || self.datasets[d].retries_pending > 0 {
+                if self.admission.datasets[d].in_flight > 0
+                    || self.admission.datasets[d].retries_pending > 0
+                {
                     return None;
                 }
                 continue;
@@ -158,7 +178,7 @@ impl Core {
                 continue;
             }
             if let Some(p) = self.fresh_prompt(d, source, now) {
-                self.next_dataset = (d + 1) % n;
+                self.admission.next_dataset = (d + 1) % n;
                 return Some(Job {
                     dataset: d,
                     prompt: p,
@@ -170,7 +190,8 @@ impl Core {
             // In sequence, a dataset whose file just ended still holds the line while its
             // answers are in flight or its retries wait.
             if self.cfg.schedule == Schedule::Sequential
-                && (self.datasets[d].in_flight > 0 || self.datasets[d].retries_pending > 0)
+                && (self.admission.datasets[d].in_flight > 0
+                    || self.admission.datasets[d].retries_pending > 0)
             {
                 return None;
             }
@@ -184,9 +205,9 @@ impl Core {
     }
 
     pub(super) fn push_retry(&mut self, job: Job, not_before: std::time::Instant) {
-        self.datasets[job.dataset].retries_pending += 1;
+        self.admission.datasets[job.dataset].retries_pending += 1;
         self.seq += 1;
-        self.retry.push(Reverse(Pending {
+        self.admission.retry.push(Reverse(Pending {
             not_before,
             seq: self.seq,
             job,
@@ -197,8 +218,8 @@ impl Core {
     /// in-flight answers come in shorter than expected, the dataset takes prompts again until
     /// its budget is met.
     pub(super) fn update_datasets(&mut self, now: &Clock) {
-        for d in 0..self.datasets.len() {
-            let ds = &self.datasets[d];
+        for d in 0..self.admission.datasets.len() {
+            let ds = &self.admission.datasets[d];
             let over_tokens = ds.budget.is_some_and(|b| {
                 ds.output_tokens + ds.in_flight * self.expected_output_tokens(d) >= b
             });
@@ -213,10 +234,10 @@ impl Core {
                     "sample cap"
                 };
                 let text = format!("{}: {what} reached; in-flight requests finish", ds.name);
-                self.datasets[d].budget_event_sent = true;
+                self.admission.datasets[d].budget_event_sent = true;
                 self.event(now, text);
             }
-            self.datasets[d].budget_reached = reached;
+            self.admission.datasets[d].budget_reached = reached;
         }
     }
 }

@@ -2,7 +2,7 @@
 //! (the reservation), whether one more request fits under `budget_usd`, and the spacing of
 //! requests under `requests_per_second`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::domain::Usd;
 
@@ -10,6 +10,24 @@ use super::super::reason::StopReason;
 use super::journal::Once;
 use super::reserve::{Exposure, reservation};
 use super::{Clock, Core, Live, Port};
+
+/// The money side of the run: the budget, what in-flight requests reserve of it, the pacing.
+pub(super) struct Budget {
+    pub(super) budget_pico: i64,
+    /// What in-flight requests are still expected to cost (or, where closing them would not
+    /// stop the bill, their worst case), picodollars.
+    pub(super) reserved_pico: i64,
+    /// Under a requests-per-second cap, the earliest time of the next request.
+    pub(super) next_send_at: Option<Instant>,
+    /// When worst-case reservations first held a request back (the budget's last stretch).
+    pub(super) last_stretch: Option<Instant>,
+    /// What earlier runs of the output directory spent.
+    pub(super) carried_over: Usd,
+    /// The account's in-flight budget, learned from its 402s.
+    pub(super) account: super::account::AccountGate,
+    /// OpenRouter streams in flight (own servers' not counted).
+    pub(super) or_in_flight: u32,
+}
 
 /// Whether one more request fits under the dollar budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,13 +42,13 @@ pub enum Fits {
 impl Core {
     /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
     pub fn committed_pico(&self, live: &Live) -> i64 {
-        live.spent_pico + live.accrued_pico + self.reserved_pico
+        live.spent_pico + live.accrued_pico + self.budget.reserved_pico
     }
 
     /// What in-flight requests are still expected to cost, with today's expectations: the
     /// observed mean output length replaces the guess each was dispatched with.
     pub(super) fn recompute_reserved(&mut self, port: &dyn Port) {
-        let expected: Vec<u64> = (0..self.datasets.len())
+        let expected: Vec<u64> = (0..self.admission.datasets.len())
             .map(|d| self.expected_output_tokens(d))
             .collect();
         let mut total = 0;
@@ -47,7 +65,7 @@ impl Core {
             f.reserved_pico = reservation(mode, f.billed_if_closed, x);
             total += f.reserved_pico;
         }
-        self.reserved_pico = total;
+        self.budget.reserved_pico = total;
     }
 
     /// Whether a request that reserves `reserve` (its expected cost, or under the hard budget
@@ -64,7 +82,7 @@ impl Core {
         now: &Clock,
     ) -> Fits {
         let committed = self.committed_pico(live);
-        if committed + reserve.pico() <= self.budget_pico {
+        if committed + reserve.pico() <= self.budget.budget_pico {
             return Fits::Yes;
         }
         let worst_held: i64 = self
@@ -75,10 +93,10 @@ impl Core {
             .sum();
         let at_expectation = committed - worst_held.max(0) + expected.pico();
         if self.cfg.budget_mode == crate::config::BudgetMode::Hard
-            && at_expectation <= self.budget_pico
-            && self.last_stretch.is_none()
+            && at_expectation <= self.budget.budget_pico
+            && self.budget.last_stretch.is_none()
         {
-            self.last_stretch = Some(now.mono);
+            self.budget.last_stretch = Some(now.mono);
             self.event(
                 now,
                 format!(
@@ -87,7 +105,7 @@ impl Core {
                      worst case (prompt + max_tokens), so spend stays under the budget \
                      (budget_mode = \"expected\" trades that bound for speed)",
                     Usd::from_pico(committed),
-                    Usd::from_pico(self.budget_pico)
+                    Usd::from_pico(self.budget.budget_pico)
                 ),
             );
         }
@@ -101,7 +119,7 @@ impl Core {
                 format!(
                     "dollar budget nearly committed ({} of {}): dispatching only as requests finish",
                     Usd::from_pico(committed),
-                    Usd::from_pico(self.budget_pico)
+                    Usd::from_pico(self.budget.budget_pico)
                 ),
             );
         }
@@ -110,10 +128,10 @@ impl Core {
 
     /// Whether the run may send another request now (stop, pause, concurrency, rate cap).
     pub(super) fn can_dispatch(&self, now: &Clock) -> bool {
-        self.stopping.is_none()
-            && !self.paused
+        self.life.stopping.is_none()
+            && !self.life.paused
             && (self.in_flight.len() as u64) < u64::from(self.concurrency)
-            && self.next_send_at.is_none_or(|t| t <= now.mono)
+            && self.budget.next_send_at.is_none_or(|t| t <= now.mono)
     }
 
     /// Spaces requests out under `requests_per_second` (a burst of at most one second's worth).
@@ -126,7 +144,7 @@ impl Core {
         // second (one, when the gap is longer): the one sent now counts as the first of them.
         let window = gap.max(Duration::from_secs(1));
         let floor = now.mono.checked_sub(window).map_or(now.mono, |t| t + gap);
-        let base = self.next_send_at.map_or(now.mono, |t| t.max(floor));
-        self.next_send_at = Some(base + gap);
+        let base = self.budget.next_send_at.map_or(now.mono, |t| t.max(floor));
+        self.budget.next_send_at = Some(base + gap);
     }
 }

@@ -24,11 +24,11 @@ impl Core {
         match cmd {
             Command::By(viewer, cmd) => self.apply(*cmd, Some(viewer), now),
             Command::Pause => {
-                self.paused = true;
+                self.life.paused = true;
                 self.event(now, format!("paused{suffix}: no new requests"));
             }
             Command::Resume => {
-                self.paused = false;
+                self.life.paused = false;
                 self.event(now, format!("resumed{suffix}"));
             }
             Command::SetConcurrency(n) => self.set_concurrency(i64::from(n), &suffix, now),
@@ -37,7 +37,7 @@ impl Core {
             }
             Command::SetEndpoint { tag, allowed } => {
                 for i in self.endpoint_indices(&tag) {
-                    self.operator[i] = allowed;
+                    self.fleet.operator[i] = allowed;
                 }
                 let who = by.map_or("operator".to_string(), |v| v.to_string());
                 let text = match allowed {
@@ -54,11 +54,13 @@ impl Core {
                 }
             }
             Command::Preset(mode) => {
-                self.policy.mode = mode;
+                self.fleet.policy.mode = mode;
                 self.refresh_verdicts();
-                self.operator.iter_mut().for_each(|o| *o = None);
+                self.fleet.operator.iter_mut().for_each(|o| *o = None);
                 let text = match mode {
-                    PolicyMode::Faithful => format!("policy: faithful (native {})", self.native),
+                    PolicyMode::Faithful => {
+                        format!("policy: faithful (native {})", self.fleet.native)
+                    }
                     PolicyMode::Any => "policy: any quantization".to_string(),
                 };
                 self.event(now, format!("{text}{suffix}"));
@@ -78,15 +80,15 @@ impl Core {
                 }
                 // A drain under way becomes a stop now (the summary says so); a stop for another
                 // reason keeps it, and what is in flight is closed either way.
-                if self.stopping == Some(StopReason::OperatorDrain) {
-                    self.stopping = None;
+                if self.life.stopping == Some(StopReason::OperatorDrain) {
+                    self.life.stopping = None;
                 }
-                if self.stopping.is_none() {
+                if self.life.stopping.is_none() {
                     self.begin_stop(now, StopReason::OperatorStopNow);
                 } else {
                     self.event(now, "stopping now: closing what is in flight");
                 }
-                self.stopped_now = true;
+                self.life.stopped_now = true;
                 self.effects.push(Effect::CancelInFlight);
             }
         }
@@ -101,7 +103,8 @@ impl Core {
     }
 
     fn endpoint_indices(&self, tag: &str) -> Vec<usize> {
-        self.endpoints
+        self.fleet
+            .endpoints
             .iter()
             .enumerate()
             .filter(|(_, e)| e.tag == tag)
@@ -113,7 +116,7 @@ impl Core {
     pub(super) fn tick(&mut self, port: &dyn Port, now: &Clock) {
         self.recompute_reserved(port);
         self.update_datasets(now);
-        if let Some(change) = self.account.tick(self.concurrency, now.mono) {
+        if let Some(change) = self.budget.account.tick(self.concurrency, now.mono) {
             self.event(now, change.to_string());
         }
     }
@@ -132,14 +135,14 @@ impl Core {
     /// workers' pool), endpoints that left (no longer routed to) and came back. An endpoint it
     /// shows for the first time goes to the driver to join the pool ([`Effect::Join`]).
     pub(super) fn listing(&mut self, listing: Vec<RunEndpoint>, now: &Clock) {
-        let eps = self.endpoints.clone();
+        let eps = self.fleet.endpoints.clone();
         for (i, e) in eps.iter().enumerate().filter(|(_, e)| e.custom.is_none()) {
             let found = listing
                 .iter()
                 .find(|l| l.tag == e.tag && l.provider == e.provider);
             match found {
                 Some(l) => {
-                    if !self.listed[i].present {
+                    if !self.fleet.listed[i].present {
                         self.event(now, format!("{} is listed again", e.tag));
                     }
                     if l.tariff != e.tariff {
@@ -149,7 +152,7 @@ impl Core {
                             e.tag, l.price_in, l.price_out, e.price_in, e.price_out
                         );
                         self.event(now, text);
-                        let mut pool = self.endpoints.as_ref().clone();
+                        let mut pool = self.fleet.endpoints.as_ref().clone();
                         pool[i].price_in = l.price_in;
                         pool[i].price_out = l.price_out;
                         pool[i].tariff = l.tariff.clone();
@@ -157,16 +160,16 @@ impl Core {
                             index: i,
                             endpoint: Box::new(pool[i].clone()),
                         });
-                        self.endpoints = Arc::new(pool);
+                        self.fleet.endpoints = Arc::new(pool);
                     }
-                    self.listed[i] = Listed {
+                    self.fleet.listed[i] = Listed {
                         status: l.status,
                         uptime_30m: l.uptime_30m,
                         present: true,
                     };
                 }
-                None if self.listed[i].present => {
-                    self.listed[i].present = false;
+                None if self.fleet.listed[i].present => {
+                    self.fleet.listed[i].present = false;
                     self.event(
                         now,
                         format!(
@@ -206,23 +209,23 @@ impl Core {
             );
             return;
         };
-        self.endpoints = endpoints;
-        while self.operator.len() < self.endpoints.len() {
-            self.operator.push(None);
-            self.health.push(Health::new(
+        self.fleet.endpoints = endpoints;
+        while self.fleet.operator.len() < self.fleet.endpoints.len() {
+            self.fleet.operator.push(None);
+            self.fleet.health.push(Health::new(
                 self.cfg.breaker.failures,
                 self.cfg.breaker.cooldown(),
             ));
-            self.listed.push(Listed {
+            self.fleet.listed.push(Listed {
                 status: e.status,
                 uptime_30m: e.uptime_30m,
                 present: true,
             });
-            self.ep_in_flight.push(0);
+            self.fleet.ep_in_flight.push(0);
         }
         self.refresh_verdicts();
-        let i = self.endpoints.len() - 1;
-        let verdict = match self.verdicts.get(i).and_then(Option::as_ref) {
+        let i = self.fleet.endpoints.len() - 1;
+        let verdict = match self.fleet.verdicts.get(i).and_then(Option::as_ref) {
             None => "allowed by the policy".to_string(),
             Some(x) => format!("not used ({x}); space includes it"),
         };
@@ -239,7 +242,7 @@ impl Core {
         estimated: bool,
         now: &Clock,
     ) {
-        self.carried_over += usd;
+        self.budget.carried_over += usd;
         self.ledger(SpendEntry {
             at: now.rfc3339(),
             kind,

@@ -26,8 +26,10 @@ impl Core {
     /// bad prompt lines met on the way.
     pub(super) fn dispatch(&mut self, port: &mut dyn Port, now: &Clock) {
         let live = port.live();
-        self.ep_in_flight.clone_from(&live.endpoint_in_flight);
-        self.ep_in_flight.resize(self.endpoints.len(), 0);
+        self.fleet.ep_in_flight.clone_from(&live.endpoint_in_flight);
+        self.fleet
+            .ep_in_flight
+            .resize(self.fleet.endpoints.len(), 0);
         while self.can_dispatch(now) {
             // Nothing to route to: do not even take a job.
             if self.route(now, None).is_none() {
@@ -53,7 +55,7 @@ impl Core {
             let expected = route.price_in.cost(prompt_tokens)
                 + route.price_out.cost(expected_out)
                 + rates.request;
-            let max_tokens = u64::from(self.datasets[job.dataset].params.max_tokens);
+            let max_tokens = u64::from(self.admission.datasets[job.dataset].params.max_tokens);
             let worst = route.price_in.cost(prompt_tokens)
                 + route.price_out.cost(max_tokens)
                 + rates.request;
@@ -81,7 +83,7 @@ impl Core {
                 now,
             );
         }
-        if self.in_flight.is_empty() && self.retry.is_empty() {
+        if self.in_flight.is_empty() && self.admission.retry.is_empty() {
             // Nothing runs and nothing waits: no more failures can join the held ones.
             self.write_held(now);
         }
@@ -90,7 +92,7 @@ impl Core {
     /// What the job's next request sends: its prompt, or (every turn regenerated) the prompt
     /// up to its next assistant turn on the history written so far.
     pub(super) fn request_messages(&self, job: &Job) -> Vec<Message> {
-        match self.datasets[job.dataset].turns {
+        match self.admission.datasets[job.dataset].turns {
             Turns::All => turns::next_request(&job.prompt, &job.done_turns),
             Turns::Last => job.prompt.messages.clone(),
         }
@@ -100,12 +102,12 @@ impl Core {
     /// bill: its pinned endpoint's terms, or any of those OpenRouter may pick.
     fn billed_if_closed(&self, route: &Route) -> bool {
         match route.pinned {
-            Some(e) => !self.endpoints[e].cancel_stops_billing,
+            Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
             None if route.over.is_empty() => true,
             None => route
                 .over
                 .iter()
-                .any(|&e| !self.endpoints[e].cancel_stops_billing),
+                .any(|&e| !self.fleet.endpoints[e].cancel_stops_billing),
         }
     }
 
@@ -121,12 +123,12 @@ impl Core {
     ) {
         let expected = money.expected;
         let d = job.dataset;
-        let mut req = self.datasets[d]
+        let mut req = self.admission.datasets[d]
             .params
             .chat_request(&self.cfg.model, messages);
         let pinned = route.pinned;
         if let Some(e) = pinned {
-            let ep = &self.endpoints[e];
+            let ep = &self.fleet.endpoints[e];
             if let Some(c) = &ep.custom {
                 req.model = c.model.clone();
                 for (k, v) in &c.extra {
@@ -154,8 +156,8 @@ impl Core {
                     req.seed = None;
                 }
             }
-            self.health[e].on_dispatch();
-            if let Some(n) = self.ep_in_flight.get_mut(e) {
+            self.fleet.health[e].on_dispatch();
+            if let Some(n) = self.fleet.ep_in_flight.get_mut(e) {
                 *n += 1;
             }
         }
@@ -169,9 +171,9 @@ impl Core {
         if let Some(p) = params.as_object_mut() {
             p.remove("messages");
         }
-        let openrouter = pinned.is_none_or(|e| self.endpoints[e].custom.is_none());
+        let openrouter = pinned.is_none_or(|e| self.fleet.endpoints[e].custom.is_none());
         if openrouter {
-            self.or_in_flight += 1;
+            self.budget.or_in_flight += 1;
         }
         self.seq += 1;
         let key = self.seq;
@@ -179,8 +181,8 @@ impl Core {
         let ledger = SpendEntry {
             at: now.rfc3339(),
             id: job.prompt.id.clone(),
-            dataset: self.datasets[d].name.clone(),
-            endpoint: pinned.map(|e| self.endpoints[e].tag.clone()),
+            dataset: self.admission.datasets[d].name.clone(),
+            endpoint: pinned.map(|e| self.fleet.endpoints[e].tag.clone()),
             kind: SpendKind::Dispatched,
             usd: Usd::ZERO,
             prompt_tokens,
@@ -193,8 +195,8 @@ impl Core {
             checkpoint: None,
             note: None,
         };
-        self.datasets[d].in_flight += 1;
-        self.reserved_pico += money.reserve.pico();
+        self.admission.datasets[d].in_flight += 1;
+        self.budget.reserved_pico += money.reserve.pico();
         self.effects.push(Effect::Spawn(Box::new(Dispatch {
             key,
             dataset: d,

@@ -110,7 +110,7 @@ impl Core {
     /// driver must do. The core's only door that changes it.
     pub fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
         match event {
-            Event::Begin => self.begun = true,
+            Event::Begin => self.life.begun = true,
             Event::Wake => {}
             Event::Tick => self.tick(&*port, now),
             Event::Failed(detail) => self.fail(now, detail),
@@ -121,7 +121,7 @@ impl Core {
             Event::Listing(endpoints) => self.listing(endpoints, now),
             Event::Joined { endpoint, pool } => self.endpoint_added(&endpoint, pool, now),
             Event::Probe(agreement) => {
-                self.probe = agreement;
+                self.fleet.probe = agreement;
                 self.refresh_verdicts();
             }
             Event::Quality(findings) => self.note_quality(findings, now),
@@ -134,7 +134,7 @@ impl Core {
             Event::Adjusted { entry, actual } => self.book_adjustment(entry, actual, now),
             Event::Line(entry) => self.ledger(entry),
         }
-        if self.begun {
+        if self.life.begun {
             self.dispatch(port, now);
         }
         std::mem::take(&mut self.effects)

@@ -48,7 +48,7 @@ use super::endpoint::RunEndpoint;
 use super::health::Health;
 use super::reason::StopReason;
 use super::snapshot::EventLine;
-use crate::policy::{Exclusion, PolicyConfig};
+use crate::policy::PolicyConfig;
 
 pub use super::clock::Clock;
 pub use attempt::Dispatch;
@@ -169,21 +169,39 @@ pub struct Listed {
 /// The decision state of a run.
 pub struct Core {
     cfg: Config,
-    datasets: Vec<DatasetBook>,
-    endpoints: Arc<Vec<RunEndpoint>>,
-    policy: PolicyConfig,
-    native: Quantization,
-    /// The operator's choice per endpoint (overrides the policy).
-    operator: Vec<Option<bool>>,
-    health: Vec<Health>,
-    listed: Vec<Listed>,
-    /// The policy's verdict per endpoint (see `refresh_verdicts`).
-    verdicts: Vec<Option<Exclusion>>,
-    /// Probe agreement per endpoint tag (`harvest probe`), for `policy.min_probe_agreement`.
-    probe: HashMap<String, f64>,
-    budget_pico: i64,
-    shard: Option<(u32, u32)>,
+    /// Which prompt goes next, and each dataset's book.
+    admission: admission::Admission,
+    /// The run's endpoints and how each stands.
+    fleet: routing::Fleet,
+    /// The dollar budget, the request rate and the account's in-flight gate.
+    budget: budget::Budget,
+    /// Paused, begun, stopping.
+    life: Lifecycle,
+    /// The event log and what it has said once.
+    journal: journal::Journal,
+    /// Most requests in flight at once.
     concurrency: u32,
+    in_flight: HashMap<u64, InFlight>,
+    /// Attempt keys and the retry queue's order.
+    seq: u64,
+    /// Prefix of this run's attempt keys.
+    run_id: String,
+    /// The back-off's jitter.
+    rng: SmallRng,
+    /// Rejects held while the same failure repeats (see `systematic`).
+    streak: systematic::Streak,
+    /// The recent share of answers cut while thinking.
+    cut_watch: cut_watch::CutWatch,
+    /// Streams we closed and asked the driver to look up (see [`Effect::Reconcile`]).
+    reconcile_asked: usize,
+    effects: Vec<Effect>,
+}
+
+/// Where the run is in its life: begun, paused, stopping (and how).
+#[derive(Default)]
+struct Lifecycle {
+    /// What a crash left is settled ([`Event::Begin`]): requests may start.
+    begun: bool,
     paused: bool,
     stopping: Option<StopReason>,
     /// Set with a stop caused by the API or harvest itself (exit code 1).
@@ -191,37 +209,6 @@ pub struct Core {
     /// A stop-now was asked (by the operator, or at the end of a drain's grace period): what
     /// is in flight is closed and nothing waits on look-ups.
     stopped_now: bool,
-    retry: BinaryHeap<Reverse<Pending>>,
-    seq: u64,
-    in_flight: HashMap<u64, InFlight>,
-    reserved_pico: i64,
-    next_dataset: usize,
-    /// In-flight counts per endpoint as of the last [`Live`] reading, plus this dispatch
-    /// round's pinned requests.
-    ep_in_flight: Vec<u64>,
-    journal: journal::Journal,
-    rng: SmallRng,
-    retries: u64,
-    /// Streams we closed and asked the driver to look up (see [`Effect::Reconcile`]).
-    reconcile_asked: usize,
-    carried_over: Usd,
-    /// Prefix of this run's attempt keys.
-    run_id: String,
-    /// Under a requests-per-second cap, the earliest time of the next request.
-    next_send_at: Option<Instant>,
-    effects: Vec<Effect>,
-    /// The account's in-flight budget, learned from its 402s.
-    account: account::AccountGate,
-    /// OpenRouter streams in flight (own servers' not counted).
-    or_in_flight: u32,
-    /// Rejects held while the same failure repeats (see `systematic`).
-    streak: systematic::Streak,
-    /// The recent share of answers cut while thinking.
-    cut_watch: cut_watch::CutWatch,
-    /// When worst-case reservations first held a request back (the budget's last stretch).
-    last_stretch: Option<Instant>,
-    /// What a crash left is settled ([`Event::Begin`]): requests may start.
-    begun: bool,
 }
 
 impl Core {
@@ -237,7 +224,6 @@ impl Core {
         now: &Clock,
     ) -> Core {
         let policy = cfg.policy.clone();
-        let learn = cfg.retry.learn_inflight_budget;
         let (native, _) = policy.native_for(&cfg.model);
         let n = endpoints.len();
         let listed = endpoints
@@ -250,44 +236,46 @@ impl Core {
             .collect();
         let mut core = Core {
             concurrency: cfg.concurrency,
-            budget_pico: cfg.budget().pico(),
-            health: (0..n)
-                .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
-                .collect(),
+            budget: budget::Budget {
+                budget_pico: cfg.budget().pico(),
+                reserved_pico: 0,
+                next_send_at: None,
+                last_stretch: None,
+                carried_over,
+                account: account::AccountGate::new(cfg.retry.learn_inflight_budget),
+                or_in_flight: 0,
+            },
+            fleet: routing::Fleet {
+                health: (0..n)
+                    .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
+                    .collect(),
+                endpoints,
+                policy,
+                native,
+                operator: vec![None; n],
+                listed,
+                verdicts: Vec::new(),
+                probe: HashMap::new(),
+                ep_in_flight: vec![0; n],
+            },
+            admission: admission::Admission {
+                datasets,
+                retry: BinaryHeap::new(),
+                next_dataset: 0,
+                shard,
+                retries: 0,
+            },
             cfg,
-            datasets,
-            endpoints,
-            policy,
-            native,
-            operator: vec![None; n],
-            listed,
-            verdicts: Vec::new(),
-            probe: HashMap::new(),
-            shard,
-            paused: false,
-            stopping: None,
-            failed: false,
-            stopped_now: false,
-            retry: BinaryHeap::new(),
+            life: Lifecycle::default(),
             seq: 0,
             in_flight: HashMap::new(),
-            reserved_pico: 0,
-            next_dataset: 0,
-            ep_in_flight: vec![0; n],
             journal: journal::Journal::new(now.mono),
             rng: SmallRng::seed_from_u64(0x4841_5256),
-            retries: 0,
             reconcile_asked: 0,
-            carried_over,
             run_id,
-            next_send_at: None,
             effects: Vec::new(),
-            account: account::AccountGate::new(learn),
-            or_in_flight: 0,
             streak: systematic::Streak::default(),
             cut_watch: cut_watch::CutWatch::default(),
-            last_stretch: None,
-            begun: false,
         };
         core.refresh_verdicts();
         core
@@ -304,7 +292,12 @@ impl Core {
 
     /// A ledger line to write; the dataset's spend follows it.
     fn ledger(&mut self, entry: SpendEntry) {
-        if let Some(d) = self.datasets.iter_mut().find(|d| d.name == entry.dataset) {
+        if let Some(d) = self
+            .admission
+            .datasets
+            .iter_mut()
+            .find(|d| d.name == entry.dataset)
+        {
             d.spent += entry.usd;
         }
         self.effects.push(Effect::Ledger(entry));
@@ -325,16 +318,16 @@ impl Core {
             // Stopped for another reason: the held failures were the prompts' own.
             self.write_held(now);
         }
-        if self.stopping.is_none() {
+        if self.life.stopping.is_none() {
             self.event(now, format!("stopping: {reason}"));
-            self.failed |= reason.is_failure();
-            self.stopping = Some(reason);
+            self.life.failed |= reason.is_failure();
+            self.life.stopping = Some(reason);
         }
     }
 
     /// harvest itself cannot go on (a write failed, a task died): stop, exit code 1.
     fn fail(&mut self, now: &Clock, detail: String) {
-        self.failed = true;
+        self.life.failed = true;
         self.event(now, format!("internal error: {detail}"));
         self.begin_stop(now, StopReason::Internal { detail });
     }
@@ -346,7 +339,7 @@ impl Core {
             now,
             format!(
                 "dollar budget reached ({}): closing {n} in-flight requests where that stops the bill; the others run to the end (they are paid for)",
-                Usd::from_pico(self.budget_pico)
+                Usd::from_pico(self.budget.budget_pico)
             ),
         );
         self.begin_stop(now, StopReason::DollarBudget);
@@ -354,17 +347,17 @@ impl Core {
 
     /// Nothing is in flight and either every dataset is finished or the run is stopping.
     pub fn is_over(&self) -> bool {
-        self.in_flight.is_empty() && (self.stopping.is_some() || self.all_finished())
+        self.in_flight.is_empty() && (self.life.stopping.is_some() || self.all_finished())
     }
 
     /// When the driver must wake for the core even if nothing happens: a retry falls due, or
     /// the rate cap lets the next request go. `None` while paused.
     pub fn next_wake(&self, now: &Clock) -> Option<Instant> {
-        if self.paused {
+        if self.life.paused {
             return None;
         }
-        let retry = self.retry.peek().map(|Reverse(p)| p.not_before);
-        let send = self.next_send_at.filter(|t| *t > now.mono);
+        let retry = self.admission.retry.peek().map(|Reverse(p)| p.not_before);
+        let send = self.budget.next_send_at.filter(|t| *t > now.mono);
         let due = match (retry, send) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -406,40 +399,40 @@ impl Core {
     // Read access for the snapshot.
 
     pub fn datasets(&self) -> &[DatasetBook] {
-        &self.datasets
+        &self.admission.datasets
     }
     pub fn endpoints(&self) -> &Arc<Vec<RunEndpoint>> {
-        &self.endpoints
+        &self.fleet.endpoints
     }
     pub fn listed(&self, i: usize) -> &Listed {
-        &self.listed[i]
+        &self.fleet.listed[i]
     }
     pub fn operator(&self, i: usize) -> Option<bool> {
-        self.operator[i]
+        self.fleet.operator[i]
     }
     pub fn health(&self, i: usize) -> &Health {
-        &self.health[i]
+        &self.fleet.health[i]
     }
     pub fn policy(&self) -> &PolicyConfig {
-        &self.policy
+        &self.fleet.policy
     }
     pub fn native(&self) -> &Quantization {
-        &self.native
+        &self.fleet.native
     }
     pub fn config(&self) -> &Config {
         &self.cfg
     }
     pub fn stopping(&self) -> Option<&StopReason> {
-        self.stopping.as_ref()
+        self.life.stopping.as_ref()
     }
     pub fn failed(&self) -> bool {
-        self.failed
+        self.life.failed
     }
     pub fn stopped_now(&self) -> bool {
-        self.stopped_now
+        self.life.stopped_now
     }
     pub fn paused(&self) -> bool {
-        self.paused
+        self.life.paused
     }
     pub fn concurrency(&self) -> u32 {
         self.concurrency
@@ -450,7 +443,8 @@ impl Core {
     /// How long the run has been in the dollar budget's last stretch (worst-case
     /// reservations holding requests back), once it entered it.
     pub fn last_stretch(&self, now: &Clock) -> Option<std::time::Duration> {
-        self.last_stretch
+        self.budget
+            .last_stretch
             .map(|t| now.mono.saturating_duration_since(t))
     }
 
@@ -460,19 +454,19 @@ impl Core {
     }
 
     pub fn retries(&self) -> u64 {
-        self.retries
+        self.admission.retries
     }
     pub fn retry_queue_empty(&self) -> bool {
-        self.retry.is_empty()
+        self.admission.retry.is_empty()
     }
     pub fn carried_over(&self) -> Usd {
-        self.carried_over
+        self.budget.carried_over
     }
     pub fn budget_pico(&self) -> i64 {
-        self.budget_pico
+        self.budget.budget_pico
     }
     pub fn reserved_pico(&self) -> i64 {
-        self.reserved_pico
+        self.budget.reserved_pico
     }
     pub fn events(&self) -> &VecDeque<EventLine> {
         self.journal.events()
@@ -480,7 +474,7 @@ impl Core {
 
     /// The account's gate: the learned ceiling on OpenRouter streams, its 402s, its pause.
     pub fn account(&self) -> &account::AccountGate {
-        &self.account
+        &self.budget.account
     }
 
     /// Events logged since the start (the log keeps the last ones).

@@ -37,13 +37,13 @@ impl Core {
             return;
         };
         // Its cost is in the spend now (the worker booked it): none of it stays reserved.
-        self.reserved_pico -= f.reserved_pico;
+        self.budget.reserved_pico -= f.reserved_pico;
         if f.openrouter {
-            self.or_in_flight = self.or_in_flight.saturating_sub(1);
+            self.budget.or_in_flight = self.budget.or_in_flight.saturating_sub(1);
         }
         let mut job = f.job.clone();
         job.attempts += 1;
-        self.datasets[job.dataset].in_flight -= 1;
+        self.admission.datasets[job.dataset].in_flight -= 1;
         match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
             AttemptOutcome::Done(mut c) => {
                 // An answer: whatever failed before it was the prompts' own.
@@ -83,7 +83,7 @@ impl Core {
         if let Some(e) = endpoint {
             if kind == ErrorKind::RateLimited {
                 let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
-                self.health[e].on_rate_limited(now.mono, wait);
+                self.fleet.health[e].on_rate_limited(now.mono, wait);
             } else if err.is_retryable() {
                 self.endpoint_failed(e, kind.label(), now);
             }
@@ -104,8 +104,8 @@ impl Core {
                 let entry = SpendEntry {
                     at: now.rfc3339(),
                     id: job.prompt.id.clone(),
-                    dataset: self.datasets[job.dataset].name.clone(),
-                    endpoint: endpoint.map(|e| self.endpoints[e].tag.clone()),
+                    dataset: self.admission.datasets[job.dataset].name.clone(),
+                    endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
                     kind: SpendKind::Failed,
                     usd: Usd::ZERO,
                     prompt_tokens: 0,
@@ -123,8 +123,8 @@ impl Core {
             self.ledger(SpendEntry {
                 at: now.rfc3339(),
                 id: job.prompt.id.clone(),
-                dataset: self.datasets[job.dataset].name.clone(),
-                endpoint: endpoint.map(|e| self.endpoints[e].tag.clone()),
+                dataset: self.admission.datasets[job.dataset].name.clone(),
+                endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
                 kind: SpendKind::Failed,
                 usd: Usd::ZERO,
                 prompt_tokens: 0,
@@ -138,11 +138,11 @@ impl Core {
                 note: None,
             });
         }
-        let own_server = endpoint.filter(|&e| self.endpoints[e].custom.is_some());
+        let own_server = endpoint.filter(|&e| self.fleet.endpoints[e].custom.is_some());
         if let (Some(e), true) = (own_server, err.stops_dispatch()) {
             // One of the operator's own servers refused us: take it out, go on.
-            let tag = self.endpoints[e].tag.clone();
-            self.operator[e] = Some(false);
+            let tag = self.fleet.endpoints[e].tag.clone();
+            self.fleet.operator[e] = Some(false);
             self.event(
                 now,
                 format!("{tag} refused the request ({err}): excluded; check its api_key_env"),
@@ -150,15 +150,15 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
-            && self.endpoints[e].custom.is_none()
+            && self.fleet.endpoints[e].custom.is_none()
             && !err.is_account_restriction()
             && job.attempts < self.cfg.retry.max_attempts
         {
             // A pinned endpoint OpenRouter no longer has: out of routing until the listing
             // shows it again; the prompt goes elsewhere.
-            if self.listed[e].present {
-                let tag = self.endpoints[e].tag.clone();
-                self.listed[e].present = false;
+            if self.fleet.listed[e].present {
+                let tag = self.fleet.endpoints[e].tag.clone();
+                self.fleet.listed[e].present = false;
                 self.event(
                     now,
                     format!("{tag} is not served any more ({err}): taken out of routing"),
@@ -167,7 +167,7 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if err.stops_dispatch() {
-            let max_tokens = self.datasets[job.dataset].params.max_tokens;
+            let max_tokens = self.admission.datasets[job.dataset].params.max_tokens;
             let reason = match kind {
                 ErrorKind::Auth => StopReason::KeyRefused {
                     variable: self.cfg.api_key_env.clone(),
@@ -214,8 +214,8 @@ impl Core {
         self.ledger(SpendEntry {
             at: now.rfc3339(),
             id: job.prompt.id.clone(),
-            dataset: self.datasets[job.dataset].name.clone(),
-            endpoint: r.endpoint.map(|e| self.endpoints[e].tag.clone()),
+            dataset: self.admission.datasets[job.dataset].name.clone(),
+            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
             kind: SpendKind::Failed,
             usd: Usd::ZERO,
             prompt_tokens: 0,
@@ -230,22 +230,22 @@ impl Core {
         });
         let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
         // The refused one was running too when the account counted.
-        let running = self.or_in_flight + 1;
-        if let Some(change) = self.account.on_budget_402(running, wait, now.mono) {
+        let running = self.budget.or_in_flight + 1;
+        if let Some(change) = self.budget.account.on_budget_402(running, wait, now.mono) {
             self.event(now, change.to_string());
         }
         // Due when OpenRouter may be asked again (an own server may take it sooner as a
         // fresh prompt would not: it waits its turn at the head of the retries).
-        let due = now.mono + self.account.paused_for(now.mono).unwrap_or_default();
+        let due = now.mono + self.budget.account.paused_for(now.mono).unwrap_or_default();
         self.push_retry(job, due);
     }
 
     /// A failure the endpoint is to blame for, of kind `label`: counted by its breaker.
     fn endpoint_failed(&mut self, e: usize, label: &str, now: &Clock) {
         if let Some(HealthEvent::Opened { failures, cooldown }) =
-            self.health[e].on_failure(now.mono)
+            self.fleet.health[e].on_failure(now.mono)
         {
-            let tag = self.endpoints[e].tag.clone();
+            let tag = self.fleet.endpoints[e].tag.clone();
             self.event(
                 now,
                 format!(
@@ -268,14 +268,14 @@ impl Core {
         if let Some(e) = endpoint {
             if shape == Shape::Empty {
                 self.endpoint_failed(e, ErrorKind::Empty.label(), now);
-            } else if let Some(HealthEvent::Closed) = self.health[e].on_success() {
-                let tag = self.endpoints[e].tag.clone();
+            } else if let Some(HealthEvent::Closed) = self.fleet.health[e].on_success() {
+                let tag = self.fleet.endpoints[e].tag.clone();
                 self.event(now, format!("breaker closed: {tag} answered again"));
             }
         }
         let cut = matches!(shape, Shape::CutThinking { .. });
         if let CutNews::Rising(share) = self.cut_watch.note(cut) {
-            let max_tokens = self.datasets[dataset].params.max_tokens;
+            let max_tokens = self.admission.datasets[dataset].params.max_tokens;
             self.event(
                 now,
                 format!(
@@ -298,7 +298,7 @@ impl Core {
             err.retry_after(),
             unit,
         );
-        self.retries += 1;
+        self.admission.retries += 1;
         self.push_retry(job, now.mono + wait);
     }
 
@@ -357,10 +357,10 @@ impl Core {
         now: &Clock,
     ) {
         let d = job.dataset;
-        self.datasets[d].rejected += 1;
+        self.admission.datasets[d].rejected += 1;
         // A row of several turns says which one failed; the turns before it were paid for.
         let n = turns::turns_to_generate(&job.prompt);
-        let error = if self.datasets[d].turns == Turns::All && n > 1 {
+        let error = if self.admission.datasets[d].turns == Turns::All && n > 1 {
             format!("turn {} of {n}: {error}", job.done_turns.len() + 1)
         } else {
             error
@@ -397,8 +397,8 @@ impl Core {
         let entry = SpendEntry {
             at: now.rfc3339(),
             id: job.prompt.id.clone(),
-            dataset: self.datasets[job.dataset].name.clone(),
-            endpoint: r.endpoint.map(|e| self.endpoints[e].tag.clone()),
+            dataset: self.admission.datasets[job.dataset].name.clone(),
+            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
             kind: SpendKind::Cancelled,
             usd: Usd::from_pico(r.booked_pico),
             prompt_tokens: f.prompt_tokens,
@@ -434,7 +434,7 @@ impl Core {
     ) {
         let attempt = sent.attempt;
         let d = job.dataset;
-        let ep = endpoint.map(|e| self.endpoints[e].clone());
+        let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
         let (cost_estimated, usage_prompt, usage_completion, gid) = (
             c.cost().is_none(),
@@ -462,7 +462,7 @@ impl Core {
         self.ledger(SpendEntry {
             at: now.rfc3339(),
             id: job.prompt.id.clone(),
-            dataset: self.datasets[d].name.clone(),
+            dataset: self.admission.datasets[d].name.clone(),
             endpoint: ep.as_ref().map(|e| e.tag.clone()),
             kind: SpendKind::Complete,
             usd: cost,
@@ -482,10 +482,10 @@ impl Core {
             on_length: self.cfg.retry.on_length,
             on_empty: self.cfg.on_empty,
             max_attempts: self.cfg.retry.max_attempts,
-            max_tokens: self.datasets[d].params.max_tokens,
+            max_tokens: self.admission.datasets[d].params.max_tokens,
         };
         let mut verdict = verdict(shape, rules, job.attempts);
-        let last_turn = !(self.datasets[d].turns == Turns::All
+        let last_turn = !(self.admission.datasets[d].turns == Turns::All
             && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt));
         if matches!(shape, Shape::CutThinking { .. }) && !last_turn {
             // An empty assistant turn is no history to answer the next user turn on.
@@ -552,7 +552,7 @@ impl Core {
             cost_estimated,
         };
         // Every answer counts against the budgets, whether it ends a row or not.
-        let ds = &mut self.datasets[d];
+        let ds = &mut self.admission.datasets[d];
         ds.output_tokens += completion_tokens;
         ds.finished_here += 1;
         ds.output_tokens_here += completion_tokens;
@@ -613,7 +613,7 @@ impl Core {
             inline_think: split,
             turns: turn_records,
         };
-        let ds = &mut self.datasets[d];
+        let ds = &mut self.admission.datasets[d];
         ds.done += 1;
         ds.rows_here += 1;
         self.effects.push(Effect::Output {

@@ -3,17 +3,39 @@
 //! (pinned routing, own servers), or the allowed set handed to OpenRouter (`only`, `ignore`,
 //! `quantizations`).
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Routing;
 use crate::domain::{EndpointTag, Price, Quantization};
 use crate::openrouter::ProviderPreferences;
 
-use super::super::health::BreakerState;
+use super::super::endpoint::RunEndpoint;
+use super::super::health::{BreakerState, Health};
 use super::super::reason::OffReason;
 use super::journal::Once;
-use super::{Clock, Core};
-use crate::policy::{Judged, PolicyMode};
+use super::{Clock, Core, Listed};
+use crate::policy::{Exclusion, Judged, PolicyConfig, PolicyMode};
+
+/// The run's endpoints and how each stands: the facts, the operator's choices, the policy's
+/// verdicts, the listing's word, the breakers.
+pub(super) struct Fleet {
+    pub(super) endpoints: Arc<Vec<RunEndpoint>>,
+    pub(super) policy: PolicyConfig,
+    pub(super) native: Quantization,
+    /// The operator's choice per endpoint (overrides the policy).
+    pub(super) operator: Vec<Option<bool>>,
+    pub(super) health: Vec<Health>,
+    pub(super) listed: Vec<Listed>,
+    /// The policy's verdict per endpoint (see `refresh_verdicts`).
+    pub(super) verdicts: Vec<Option<Exclusion>>,
+    /// Probe agreement per endpoint tag (`harvest probe`), for `policy.min_probe_agreement`.
+    pub(super) probe: HashMap<String, f64>,
+    /// In-flight counts per endpoint as of the last [`super::Live`] reading, plus this
+    /// dispatch round's pinned requests.
+    pub(super) ep_in_flight: Vec<u64>,
+}
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,48 +56,49 @@ impl Core {
     /// refresh (it only changes with those, not per request).
     pub(super) fn refresh_verdicts(&mut self) {
         let verdicts = self
+            .fleet
             .endpoints
             .iter()
-            .zip(&self.listed)
+            .zip(&self.fleet.listed)
             .map(|(e, l)| {
                 // The listing's latest uptime, not the one the run started with.
                 let mut facts = e.facts();
                 facts.uptime_30m = l.uptime_30m;
-                self.policy.verdict_with_probe(
-                    &self.native,
+                self.fleet.policy.verdict_with_probe(
+                    &self.fleet.native,
                     &facts,
-                    self.probe.get(&e.tag).copied(),
+                    self.fleet.probe.get(&e.tag).copied(),
                 )
             })
             .collect();
-        self.verdicts = verdicts;
+        self.fleet.verdicts = verdicts;
     }
 
     /// Allowed by the operator and the policy (health and listing aside): the include mark.
     pub fn permitted(&self, i: usize) -> bool {
-        match self.operator[i] {
+        match self.fleet.operator[i] {
             Some(v) => v,
-            None => self.verdicts.get(i).is_none_or(Option::is_none),
+            None => self.fleet.verdicts.get(i).is_none_or(Option::is_none),
         }
     }
 
     /// Why endpoint `i` takes no request now, if it does not.
     pub fn off_reason(&self, i: usize, now: &Clock) -> Option<OffReason> {
-        if !self.listed[i].present {
+        if !self.fleet.listed[i].present {
             return Some(OffReason::Gone);
         }
-        match self.operator[i] {
+        match self.fleet.operator[i] {
             Some(false) => return Some(OffReason::Operator),
             Some(true) => {}
             None => {
-                if let Some(x) = self.verdicts.get(i).and_then(Option::as_ref) {
+                if let Some(x) = self.fleet.verdicts.get(i).and_then(Option::as_ref) {
                     return Some(OffReason::Policy {
                         exclusion: x.clone(),
                     });
                 }
             }
         }
-        let h = &self.health[i];
+        let h = &self.fleet.health[i];
         if let Some(d) = h.open_for(now.mono) {
             return Some(OffReason::Breaker { secs: d.as_secs() });
         }
@@ -93,7 +116,7 @@ impl Core {
     /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
     /// the config's `endpoint_concurrency` for it.
     fn cap(&self, i: usize) -> Option<u32> {
-        let e = &self.endpoints[i];
+        let e = &self.fleet.endpoints[i];
         match &e.custom {
             Some(c) => Some(c.concurrency),
             None => self.cfg.endpoint_concurrency.get(&e.tag).copied(),
@@ -106,19 +129,25 @@ impl Core {
     /// a 429 pause or the account's pause; `None` when only an event can change it (a result,
     /// an operator's command, a listing: every endpoint excluded, gone, at its cap or probing).
     pub(super) fn routable_at(&self, now: &Clock) -> Option<Instant> {
-        (0..self.endpoints.len())
-            .filter(|&i| self.listed[i].present && self.permitted(i))
+        (0..self.fleet.endpoints.len())
+            .filter(|&i| self.fleet.listed[i].present && self.permitted(i))
             .filter(|&i| {
                 self.cap(i).is_none_or(|cap| {
-                    self.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap)
+                    self.fleet.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap)
                 })
             })
             .filter_map(|i| {
-                let t = self.health[i].available_at(now.mono)?;
-                if self.endpoints[i].custom.is_some() {
+                let t = self.fleet.health[i].available_at(now.mono)?;
+                if self.fleet.endpoints[i].custom.is_some() {
                     return Some(t);
                 }
-                Some(t.max(self.account.open_at(self.or_in_flight, now.mono)?))
+                Some(
+                    t.max(
+                        self.budget
+                            .account
+                            .open_at(self.budget.or_in_flight, now.mono)?,
+                    ),
+                )
             })
             .min()
     }
@@ -134,10 +163,10 @@ impl Core {
         {
             return;
         }
-        let why: Vec<String> = (0..self.endpoints.len())
+        let why: Vec<String> = (0..self.fleet.endpoints.len())
             .filter_map(|i| {
                 let r = self.off_reason(i, now)?;
-                Some(format!("{} ({r})", self.endpoints[i].tag))
+                Some(format!("{} ({r})", self.fleet.endpoints[i].tag))
             })
             .collect();
         let shown = why.len().min(6);
@@ -155,10 +184,13 @@ impl Core {
     }
 
     pub(super) fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
-        let n = self.endpoints.len();
+        let n = self.fleet.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {
-            if self.listed[i].present && self.permitted(i) && self.health[i].available(now.mono) {
+            if self.fleet.listed[i].present
+                && self.permitted(i)
+                && self.fleet.health[i].available(now.mono)
+            {
                 candidates.push(i);
             }
         }
@@ -169,18 +201,23 @@ impl Core {
         }
         // Caps: an endpoint at its cap takes no more until one finishes.
         // The account's in-flight budget holds OpenRouter traffic; own servers go on.
-        if !self.account.admits(self.or_in_flight, now.mono) {
-            candidates.retain(|&i| self.endpoints[i].custom.is_some());
+        if !self
+            .budget
+            .account
+            .admits(self.budget.or_in_flight, now.mono)
+        {
+            candidates.retain(|&i| self.fleet.endpoints[i].custom.is_some());
         }
         candidates.retain(|&i| {
-            self.cap(i)
-                .is_none_or(|cap| self.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap))
+            self.cap(i).is_none_or(|cap| {
+                self.fleet.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap)
+            })
         });
         if candidates.is_empty() {
             return None;
         }
-        let eps = self.endpoints.clone();
-        let load = |i: usize| self.ep_in_flight.get(i).copied().unwrap_or(0);
+        let eps = self.fleet.endpoints.clone();
+        let load = |i: usize| self.fleet.ep_in_flight.get(i).copied().unwrap_or(0);
         let cheapest = |list: &mut dyn Iterator<Item = usize>| {
             list.min_by_key(|&i| (eps[i].price_out, eps[i].price_in, load(i)))
         };
@@ -256,12 +293,12 @@ impl Core {
         ) {
             return (Price::ZERO, Price::ZERO);
         }
-        let allowed = (0..self.endpoints.len())
-            .filter(|&i| self.endpoints[i].custom.is_none())
-            .filter(|&i| self.listed[i].present && self.permitted(i));
+        let allowed = (0..self.fleet.endpoints.len())
+            .filter(|&i| self.fleet.endpoints[i].custom.is_none())
+            .filter(|&i| self.fleet.listed[i].present && self.permitted(i));
         allowed.fold((Price::ZERO, Price::ZERO), |(a, b), i| {
             // Under any condition an override sets (a long prompt, another hour).
-            let (p, c) = self.endpoints[i].tariff.top();
+            let (p, c) = self.fleet.endpoints[i].tariff.top();
             (a.max(p), b.max(c))
         })
     }
@@ -272,7 +309,7 @@ impl Core {
     /// when no such object reaches exactly the candidates (an ignore entry would also reach an
     /// allowed endpoint).
     fn openrouter_route(&self, candidates: &[usize]) -> Option<Route> {
-        let eps = &self.endpoints;
+        let eps = &self.fleet.endpoints;
         let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
         let reached = |slugs: &[String], i: usize| {
             slugs
@@ -291,7 +328,7 @@ impl Core {
         let price_in = candidates.iter().map(|&i| eps[i].price_in).max();
         let price_out = candidates.iter().map(|&i| eps[i].price_out).max();
         let mut prefs = ProviderPreferences::only(tags);
-        prefs.allow_fallbacks = Some(self.policy.allow_fallbacks);
+        prefs.allow_fallbacks = Some(self.fleet.policy.allow_fallbacks);
         prefs.require_parameters = Some(self.cfg.provider.require_parameters);
         self.cfg
             .provider
@@ -302,10 +339,10 @@ impl Core {
         // When the allowed set is the quantization policy alone (no operator choices, no
         // include list), say so to OpenRouter too: a variant it routes to under an allowed slug
         // must still be of an allowed precision.
-        let pure_filter = self.policy.mode == PolicyMode::Faithful
-            && self.policy.include.is_empty()
-            && self.operator.iter().all(Option::is_none)
-            && !self.policy.allow_unknown;
+        let pure_filter = self.fleet.policy.mode == PolicyMode::Faithful
+            && self.fleet.policy.include.is_empty()
+            && self.fleet.operator.iter().all(Option::is_none)
+            && !self.fleet.policy.allow_unknown;
         if pure_filter {
             let mut qs: Vec<Quantization> = Vec::new();
             for &i in candidates {
@@ -335,7 +372,7 @@ impl Core {
         let at = crate::pricing::hhmm(&now.wall);
         let mut out: Option<crate::pricing::Rates> = None;
         for &i in &route.over {
-            let r = self.endpoints[i].tariff.rates(prompt_tokens, at);
+            let r = self.fleet.endpoints[i].tariff.rates(prompt_tokens, at);
             out = Some(match out {
                 None => r,
                 Some(o) => crate::pricing::Rates {

@@ -62,7 +62,7 @@ impl Core {
             return self.reject(job, why, label, cause, now);
         }
         let signature = err.signature();
-        if let Some(StopReason::Systematic { signature: s, .. }) = &self.stopping
+        if let Some(StopReason::Systematic { signature: s, .. }) = &self.life.stopping
             && *s == signature
         {
             // The run is stopping for this very failure: the prompts still in flight when it
@@ -74,7 +74,7 @@ impl Core {
             self.streak.signature = signature;
             self.streak.sample = err.to_string();
         }
-        self.datasets[job.dataset].retries_pending += 1;
+        self.admission.datasets[job.dataset].retries_pending += 1;
         self.streak.held.push(Held {
             job,
             why,
@@ -85,7 +85,7 @@ impl Core {
             let held = std::mem::take(&mut self.streak.held);
             let count = held.len() as u32;
             for h in held {
-                self.datasets[h.job.dataset].retries_pending -= 1;
+                self.admission.datasets[h.job.dataset].retries_pending -= 1;
                 self.requeue_front(h.job, now);
             }
             let signature = std::mem::take(&mut self.streak.signature);
@@ -103,7 +103,7 @@ impl Core {
     /// Another outcome broke the streak: the held failures were the prompts' own; rejected.
     pub(super) fn write_held(&mut self, now: &Clock) {
         for h in std::mem::take(&mut self.streak.held) {
-            self.datasets[h.job.dataset].retries_pending -= 1;
+            self.admission.datasets[h.job.dataset].retries_pending -= 1;
             self.reject(h.job, h.why, h.label, h.cause, now);
         }
         self.streak.signature.clear();
