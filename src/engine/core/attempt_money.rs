@@ -1,7 +1,7 @@
 //! What an attempt costs when it ends, and whether a stream is closed at the dollar cap: the
 //! two money rules the worker applies on its own (it books before the attempt's running cost
 //! leaves the in-flight sum, and decides at the cap while the stream runs), decided here, pure
-//! and table-tested.
+//! and table-tested (`core/tests/attempt_money.rs`).
 //!
 //! The rules follow OpenRouter's billing (docs: guides/features/zero-completion-insurance,
 //! api_reference/streaming "Stream cancellation"): a finished answer costs its reported
@@ -47,42 +47,4 @@ pub(crate) fn close_at_cap(cancel_stops_billing: Option<bool>) -> bool {
 pub fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
     use crate::openrouter::ErrorKind;
     matches!(kind, ErrorKind::Connection | ErrorKind::Truncated)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn what_each_ending_books() {
-        let cases = [
-            (Ending::Done { final_pico: 700 }, 500, 700),
-            (Ending::Closed, 500, 500),
-            (
-                Ending::Failed {
-                    cut_after_tokens: true,
-                },
-                500,
-                500,
-            ),
-            (
-                Ending::Failed {
-                    cut_after_tokens: false,
-                },
-                500,
-                0,
-            ),
-            (Ending::Done { final_pico: 0 }, 500, 0),
-        ];
-        for (ending, accrued, want) in cases {
-            assert_eq!(booked(ending, accrued), want, "{ending:?}");
-        }
-    }
-
-    #[test]
-    fn streams_close_at_the_cap_unless_closing_does_not_stop_the_bill() {
-        assert!(close_at_cap(Some(true)));
-        assert!(close_at_cap(None), "not known yet: closed");
-        assert!(!close_at_cap(Some(false)), "billed anyway: runs to the end");
-    }
 }

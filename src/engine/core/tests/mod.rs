@@ -4,6 +4,7 @@
 mod account;
 mod admission;
 mod answers;
+mod attempt_money;
 mod budget;
 mod control;
 mod outcome;
