@@ -29,7 +29,7 @@ pub fn to_file(dir: &Path) -> std::io::Result<tracing_appender::non_blocking::Wo
             dir.display()
         )));
     }
-    std::fs::create_dir_all(dir)?;
+    crate::store::create_private_dir(dir)?;
     let file = crate::store::no_follow(std::fs::OpenOptions::new().create(true).append(true))
         .open(dir.join("harvest.log"))?;
     let (writer, guard) = tracing_appender::non_blocking(file);

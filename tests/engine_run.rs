@@ -60,6 +60,26 @@ async fn several_datasets_finish_with_every_prompt_accounted_for() {
             .expect("parse state");
     assert_eq!(state.state, RunState::Done);
     assert_eq!(state.done, 270);
+    // The run's files are the operator's alone: the directory it made 0700, each file 0600.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode();
+        assert_eq!(mode(&s.out) & 0o777, 0o700, "the output directory");
+        let files: Vec<_> = std::fs::read_dir(&s.out)
+            .expect("out")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.is_file())
+            .collect();
+        assert!(files.len() >= 6, "{files:?}");
+        for f in files {
+            assert_eq!(
+                mode(&f) & 0o077,
+                0,
+                "{} is the operator's alone",
+                f.display()
+            );
+        }
+    }
     // Faithful policy in OpenRouter mode: only int4 endpoints served.
     let served: HashSet<String> = sim
         .state

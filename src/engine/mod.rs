@@ -257,7 +257,7 @@ pub fn create_output_dir(dir: &Path) -> Result<(), EngineError> {
             dir.display()
         )));
     }
-    std::fs::create_dir_all(dir)
+    crate::store::create_private_dir(dir)
         .map_err(|e| EngineError::Input(format!("cannot create {}: {e}", dir.display())))
 }
 

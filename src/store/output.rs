@@ -267,7 +267,7 @@ fn open_append(path: &Path) -> Result<File, StoreError> {
 impl Writer {
     /// Opens (appending) the files of `datasets` in `dir` and starts the writer thread.
     pub fn start(dir: &Path, datasets: &[String]) -> Result<(Writer, WriterThread), StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
+        super::create_private_dir(dir).map_err(|source| StoreError::Open {
             path: dir.display().to_string(),
             source,
         })?;
@@ -420,7 +420,7 @@ pub use super::scan::ExistingDataset;
 /// cannot interleave inside it.
 pub fn append_spend(dir: &Path, entries: &[SpendEntry]) -> std::io::Result<()> {
     use std::io::Write;
-    std::fs::create_dir_all(dir)?;
+    super::create_private_dir(dir)?;
     let mut f = super::no_follow(std::fs::OpenOptions::new().create(true).append(true))
         .open(ledger_path(dir))?;
     for e in entries {
@@ -440,7 +440,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("state")
     ));
     {
-        let mut f = File::create(&tmp)?;
+        let mut f = super::no_follow(OpenOptions::new().write(true).create(true).truncate(true))
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }

@@ -58,8 +58,7 @@ pub fn damaged_path(path: &Path) -> PathBuf {
 /// Cuts the torn last line `torn` found by a scan, after checking that the file is still the
 /// length the scan saw (a torn line is only ever cut as it was read).
 pub fn cut_torn_tail(path: &Path, torn: Torn) -> Result<(), RepairError> {
-    let f = OpenOptions::new()
-        .write(true)
+    let f = super::no_follow(OpenOptions::new().write(true))
         .open(path)
         .map_err(io(path))?;
     let len = f.metadata().map_err(io(path))?.len();
@@ -104,7 +103,10 @@ pub fn quarantine<T: DeserializeOwned>(path: &Path) -> Result<Quarantined, Repai
     ));
     let src = File::open(path).map_err(io(path))?;
     let mut input = BufReader::with_capacity(1 << 20, src);
-    let mut kept = BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(io(&tmp))?);
+    let tmp_file = super::no_follow(OpenOptions::new().write(true).create(true).truncate(true))
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    let mut kept = BufWriter::with_capacity(1 << 20, tmp_file);
     let qpath = damaged_path(path);
     let mut quarantine: Option<File> = None;
     let mut report = Quarantined::default();
@@ -140,9 +142,7 @@ pub fn quarantine<T: DeserializeOwned>(path: &Path) -> Result<Quarantined, Repai
                 let q = match quarantine.as_mut() {
                     Some(q) => q,
                     None => quarantine.insert(
-                        OpenOptions::new()
-                            .create(true)
-                            .append(true)
+                        super::no_follow(OpenOptions::new().create(true).append(true))
                             .open(&qpath)
                             .map_err(io(&qpath))?,
                     ),

@@ -72,9 +72,7 @@ pub fn supersede<T: DeserializeOwned>(
             let w = match moved_to.as_mut() {
                 Some(w) => w,
                 None => moved_to.insert(BufWriter::new(
-                    OpenOptions::new()
-                        .create(true)
-                        .append(true)
+                    super::no_follow(OpenOptions::new().create(true).append(true))
                         .open(&spath)
                         .map_err(io(&spath))?,
                 )),
@@ -155,9 +153,7 @@ pub fn restore_unanswered(path: &Path, other: &Path) -> Result<u64, RepairError>
     let mut keep: Vec<usize> = latest.into_values().collect();
     keep.sort_unstable();
     let mut out = BufWriter::new(
-        OpenOptions::new()
-            .create(true)
-            .append(true)
+        super::no_follow(OpenOptions::new().create(true).append(true))
             .open(path)
             .map_err(io(path))?,
     );
