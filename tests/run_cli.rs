@@ -254,3 +254,49 @@ async fn a_policy_that_allows_no_endpoint_is_refused_up_front() {
     assert!(s.state.requests_since(0).is_empty(), "nothing was sent");
     s.stop().await;
 }
+
+#[test]
+fn more_datasets_than_the_open_files_limit_allows_are_refused_before_a_file_is_written() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let mut datasets = String::new();
+    for i in 0..200 {
+        write(d, &format!("p{i}.jsonl"), "{\"prompt\": \"hi\"}\n");
+        datasets.push_str(&format!(
+            "[[dataset]]\nname = \"d{i}\"\nprompts = \"p{i}.jsonl\"\n"
+        ));
+    }
+    let cfg = write(
+        d,
+        "harvest.toml",
+        &config(
+            "http://127.0.0.1:9/api/v1",
+            &format!("output_dir = \"out\"\n{datasets}"),
+        ),
+    );
+    // 200 datasets need 728 files; a shell's `ulimit -n` sets the hard limit too, so harvest
+    // cannot raise it.
+    let (code, _, err) = run(Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 512 && exec \"$0\" run --headless -c \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_harvest"))
+        .arg(&cfg)
+        .env("HARVEST_RUN_CLI_KEY", KEY));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("200 datasets need about 728 open files"),
+        "{err}"
+    );
+    assert!(err.contains("limit of 512"), "{err}");
+    // Only the run's log (opened before the engine starts) may be there: no dataset's files.
+    let made: Vec<String> = std::fs::read_dir(d.join("out"))
+        .map(|r| {
+            r.map(|e| e.expect("entry").file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        made.iter().all(|f| f == "harvest.log"),
+        "nothing written but the log: {made:?}"
+    );
+}

@@ -29,6 +29,26 @@ use super::{EngineError, EngineHandle, RunOptions, pool, supervisor};
 /// Endpoints that may join a run when the listing shows them (statistics slots kept free).
 const SPARE_ENDPOINTS: usize = 32;
 
+/// Files a run holds open besides its datasets' (the ledger, the log, the lock, the control
+/// socket and its viewers, the standard streams, the runtime's own, a few streams' sockets).
+const OPEN_FILES_BESIDES_DATASETS: u64 = 128;
+
+/// Each dataset holds three files open for the whole run (its prompt reader, its outputs, its
+/// rejects). A run that cannot have them all is refused before it creates a file, rather than
+/// failing with "Too many open files" after thousands of empty ones (reliability probe 3, D16).
+/// `limit`: the process's open-files limit (already raised to its hard limit by `main`).
+fn check_open_files(datasets: usize, limit: u64) -> Result<(), EngineError> {
+    let needed = 3 * datasets as u64 + OPEN_FILES_BESIDES_DATASETS;
+    if needed <= limit {
+        return Ok(());
+    }
+    Err(EngineError::Input(format!(
+        "{datasets} datasets need about {needed} open files (three each: prompts, outputs, \
+         rejects), above this process's limit of {limit}: raise it (ulimit -n, or the hard \
+         limit in /etc/security/limits.conf) or merge datasets. Nothing was written"
+    )))
+}
+
 /// One dataset of the run, as the start prepared it: the core's book and its prompt reader.
 pub(super) struct DatasetRun {
     pub book: DatasetBook,
@@ -46,6 +66,8 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
     if cfg.openrouter && opts.api_key.is_none() && ApiKey::from_env(&cfg.api_key_env).is_none() {
         return Err(EngineError::Input(super::missing_key(&cfg.api_key_env)));
     }
+    let soft_limit = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(soft, _)| soft);
+    check_open_files(cfg.datasets.len(), soft_limit)?;
     let dir = cfg.output_dir.clone();
     super::create_output_dir(&dir)?;
     // Before anything in the directory is read or changed: one run per directory.
@@ -620,4 +642,37 @@ fn shared(
         shared.budget_hit.cancel();
     }
     shared
+}
+
+#[cfg(test)]
+mod open_files_tests {
+    use super::check_open_files;
+
+    #[test]
+    fn a_run_needs_three_files_per_dataset_within_the_limit() {
+        // (datasets, limit, refused)
+        let cases = [
+            (1, 1024, false),
+            (298, 1024, false),
+            (299, 1024, true),
+            (10_000, 20_000, true),
+            (10_000, 1 << 20, false),
+        ];
+        for (datasets, limit, refused) in cases {
+            let got = check_open_files(datasets, limit);
+            assert_eq!(
+                got.is_err(),
+                refused,
+                "{datasets} datasets at {limit}: {got:?}"
+            );
+            if let Err(e) = got {
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("above this process's limit of {limit}")),
+                    "{text}"
+                );
+                assert!(text.contains("ulimit -n"), "{text}");
+            }
+        }
+    }
 }
