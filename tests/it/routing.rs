@@ -3,8 +3,6 @@
 //! base-slug endpoint left out next to its allowed variant, and an allowed base-slug endpoint
 //! next to a variant left out. The simulator's request log shows where requests went.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -37,14 +35,14 @@ async fn only_the_allowed_variants_serve_in_openrouter_routing() {
     let sim = variants_sim(true).await;
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path();
-    common::write_job_with_ids(
+    crate::common::write_job_with_ids(
         d,
         &sim.base_url(),
         VAR,
         300,
         "routing = \"openrouter\"\nconcurrency = 16\n[request]\nmax_tokens = 400",
     );
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     let n = served(&sim);
     let got = |t: &str| n.get(t).copied().unwrap_or(0);
@@ -65,7 +63,7 @@ async fn only_the_allowed_variants_serve_in_openrouter_routing() {
     assert_eq!(n.values().sum::<usize>(), 300, "{n:?}");
     // Each row names the endpoint that served it, though `together` and `together/int4` share
     // one provider name in responses.
-    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&d.join("out/A.jsonl"));
     let mut by_row: HashMap<String, usize> = HashMap::new();
     for r in &rows {
         *by_row
@@ -119,7 +117,7 @@ fn rows_record_what_was_sent(rows: &[OutputRecord], sims: &[&SimHandle]) {
 }
 
 fn job(d: &Path, base: &str, settings: &str) {
-    common::write_job_with_ids(d, base, VAR, 120, settings);
+    crate::common::write_job_with_ids(d, base, VAR, 120, settings);
 }
 
 /// 120 prompts with `settings` run to the end against `sim`: the directory, and what the run
@@ -127,7 +125,7 @@ fn job(d: &Path, base: &str, settings: &str) {
 async fn run(sim: &SimHandle, settings: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tmp");
     job(dir.path(), &sim.base_url(), settings);
-    let (code, text) = common::run_headless(dir.path(), VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(dir.path(), VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     (dir, text)
 }
@@ -138,7 +136,7 @@ async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
     let sim = variants_sim(true).await;
     let request = "[request]\nmax_tokens = 300\ntemperature = 0.6\ntop_p = 0.95";
     let (dir, _) = run(&sim, &format!("routing = \"openrouter\"\n{request}")).await;
-    let rows: Vec<OutputRecord> = common::read_jsonl(&dir.path().join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&dir.path().join("out/A.jsonl"));
     rows_record_what_was_sent(&rows, &[&sim]);
     assert_eq!(rows[0].params["provider"]["require_parameters"], true);
     assert!(rows.iter().all(|r| r.native_finish_reason.is_some()));
@@ -154,7 +152,7 @@ async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
         .expect("control");
     let (dir, text) = run(&sim, &format!("routing = \"pinned\"\n{request}\nseed = 7")).await;
     assert!(text.contains("parasail does not list seed"), "{text}");
-    let rows: Vec<OutputRecord> = common::read_jsonl(&dir.path().join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&dir.path().join("out/A.jsonl"));
     rows_record_what_was_sent(&rows, &[&sim]);
     assert!(
         rows.iter()
@@ -180,7 +178,7 @@ async fn a_rows_params_are_the_body_the_simulator_received_in_every_routing() {
         own.base_url()
     );
     let (dir, _) = run(&sim, &settings).await;
-    let rows: Vec<OutputRecord> = common::read_jsonl(&dir.path().join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&dir.path().join("out/A.jsonl"));
     rows_record_what_was_sent(&rows, &[&own]);
     assert_eq!(
         rows[0].params["chat_template_kwargs"],
@@ -233,7 +231,7 @@ fn set(table: &mut ProviderTable, tag: &str, f: impl Fn(&mut harvest::sim::SimBe
 
 fn status_json(d: &Path) -> serde_json::Value {
     let out = d.join("out");
-    common::harvest_json(&["status".as_ref(), "--json".as_ref(), out.as_os_str()])
+    crate::common::harvest_json(&["status".as_ref(), "--json".as_ref(), out.as_os_str()])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,7 +429,7 @@ async fn a_provider_with_two_endpoints_is_told_apart_by_its_bill() {
          exclude = [\"chutes\", \"together\", \"deepinfra\", \"baseten\"]",
     )
     .await;
-    let rows: Vec<OutputRecord> = common::read_jsonl(&run_dir.path().join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&run_dir.path().join("out/A.jsonl"));
     let billed: HashMap<String, String> = (s.state.billing_entries().into_iter())
         .map(|b| (b.id, b.tag))
         .collect();

@@ -1,6 +1,5 @@
 //! Helpers shared by the engine tests: prompt files, configs for the simulator, running the
 //! engine bounded in time, reading outputs and the ledger.
-#![allow(dead_code)] // each test binary uses its own subset
 
 pub mod http;
 pub mod tmux;

@@ -4,8 +4,6 @@
 //! the picodollar, and the engine's price check stays quiet; when the bill departs from the
 //! listing, the check says so.
 
-mod common;
-
 use std::path::Path;
 
 use harvest::sim::{self, ControlRequest, ProviderTable, SimConfig, SimHandle};
@@ -92,10 +90,10 @@ async fn discount_override_and_cache_reads_are_billed_as_listed() {
     let d = dir.path();
     let sim = start(priced_table(d)).await;
     job(d, &sim.base_url());
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     assert!(!text.contains("its listed prices put at"), "{text}");
-    let rows: Vec<OutputRecord> = common::read_jsonl(&d.join("out/A.jsonl"));
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&d.join("out/A.jsonl"));
     assert_eq!(rows.len(), 160);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
     let (mut long_together, mut discounted, mut cached) = (0, 0, 0);
@@ -131,7 +129,7 @@ async fn discount_override_and_cache_reads_are_billed_as_listed() {
     );
     // To the picodollar.
     assert_eq!(
-        common::ledger_total(&d.join("out")),
+        crate::common::ledger_total(&d.join("out")),
         sim.state.billed_total()
     );
     sim.stop().await;
@@ -149,7 +147,7 @@ async fn a_bill_that_departs_from_the_listing_is_said() {
     chutes.tariff.discount = rust_decimal::Decimal::new(6, 1);
     let sim = start(table).await;
     job(d, &sim.base_url());
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     let said: Vec<&str> = text
         .lines()
@@ -159,7 +157,7 @@ async fn a_bill_that_departs_from_the_listing_is_said() {
     assert!(said[0].contains("chutes/int4"), "{}", said[0]);
     // The ledger keeps the bill.
     assert_eq!(
-        common::ledger_total(&d.join("out")),
+        crate::common::ledger_total(&d.join("out")),
         sim.state.billed_total()
     );
     sim.stop().await;

@@ -5,8 +5,6 @@
 //! Without them these tests say they were skipped, unless `HARVEST_REQUIRE_PEERS=1` (set by
 //! `.ci/run`), where a missing peer is a failure.
 
-mod common;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use harvest::store::output::OutputRecord;
 
-use common::{config, read_jsonl, setup};
+use crate::common::{config, read_jsonl, setup};
 
 struct Peers {
     llama: PathBuf,
@@ -26,7 +24,7 @@ struct Peers {
 }
 
 fn peers(test: &str) -> Option<Peers> {
-    let vars = common::peer_env();
+    let vars = crate::common::peer_env();
     let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
     let p = Peers {
         llama: get("HARVEST_LLAMA_SERVER"),
@@ -42,7 +40,7 @@ fn peers(test: &str) -> Option<Peers> {
     if missing.is_empty() {
         return Some(p);
     }
-    common::peers_missing(&format!(
+    crate::common::peers_missing(&format!(
         "{test}: peers not installed ({missing:?}); run scripts/peers.sh install"
     ));
     None
@@ -207,7 +205,7 @@ async fn llama_server_alone_serves_a_dataset() {
     };
     let s = setup();
     let (_llama, port) = start_llama(&p, &s.dir).await;
-    common::write_prompts(&s.dir, "local", 24);
+    crate::common::write_prompts(&s.dir, "local", 24);
     let cfg = config(
         &s,
         "http://127.0.0.1:9/api/v1",
@@ -218,10 +216,10 @@ async fn llama_server_alone_serves_a_dataset() {
             llama_endpoint(port, 8)
         ),
     );
-    let sum = common::run(cfg).await;
+    let sum = crate::common::run(cfg).await;
     assert!(!sum.failed, "{:?}", sum.reason);
     check_records(&s.out, 24, Some("llama"));
-    assert_eq!(common::ledger_total(&s.out).pico(), 0);
+    assert_eq!(crate::common::ledger_total(&s.out).pico(), 0);
     let ep = &sum.snapshot.endpoints[0];
     assert_eq!((ep.tag.as_str(), ep.done, ep.errors), ("llama", 24, 0));
     assert_eq!(sum.snapshot.output_tokens, 24 * 16);
@@ -272,8 +270,8 @@ async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
     let s = setup();
     let (_llama, port) = start_llama(&p, &s.dir).await;
     // The simulator at a pace comparable to the small model on one core.
-    let sim = common::paced_sim(1.0, 200.0).await;
-    common::write_prompts(&s.dir, "local", 48);
+    let sim = crate::common::paced_sim(1.0, 200.0).await;
+    crate::common::write_prompts(&s.dir, "local", 48);
     let cfg = config(
         &s,
         &sim.base_url(),
@@ -286,7 +284,7 @@ async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let (peak, watcher) = watch_llama_load(port, stop.clone());
-    let sum = common::run(cfg).await;
+    let sum = crate::common::run(cfg).await;
     stop.store(true, Ordering::Relaxed);
     let samples = watcher.await.expect("watcher");
     assert!(!sum.failed, "{:?}", sum.reason);
@@ -310,7 +308,10 @@ async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
     // What the simulator served was paid for, and the ledger says the same as its bill.
     let paid: i64 = recs.iter().map(|r| r.cost_usd.pico()).sum();
     assert!(paid > 0);
-    assert_eq!(common::ledger_total(&s.out), sim.state.billed_total());
+    assert_eq!(
+        crate::common::ledger_total(&s.out),
+        sim.state.billed_total()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,7 +335,7 @@ async fn llama_server_behind_fault_proxy_loses_and_doubles_nothing() {
         ],
     )
     .await;
-    common::write_prompts(&s.dir, "local", 30);
+    crate::common::write_prompts(&s.dir, "local", 30);
     let cfg = config(
         &s,
         "http://127.0.0.1:9/api/v1",
@@ -347,7 +348,7 @@ async fn llama_server_behind_fault_proxy_loses_and_doubles_nothing() {
             llama_endpoint(port, 6)
         ),
     );
-    let sum = common::run(cfg).await;
+    let sum = crate::common::run(cfg).await;
     assert!(!sum.failed, "{:?}", sum.reason);
     check_records(&s.out, 30, Some("llama"));
     let applied = std::fs::read_to_string(&fault_log).expect("fault log");

@@ -1,8 +1,6 @@
 //! The `harvest` binary as a user runs it: `providers` (table and JSON) against the simulator,
 //! `sim` and `demo`, and bad input with its exit code 2.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -236,7 +234,7 @@ fn demo_runs_with_no_key_and_no_network() {
     // The demo's output, exported for SpecForge, passes its validator, and every answer and
     // reject is accounted for.
     let to = dir.path().join("train");
-    let counts = common::harvest_json(&[
+    let counts = crate::common::harvest_json(&[
         "export".as_ref(),
         out_dir.as_os_str(),
         "--to".as_ref(),
@@ -256,7 +254,7 @@ fn demo_runs_with_no_key_and_no_network() {
             "{c}"
         );
         assert!(n("success") > 0, "{c}");
-        common::specforge_validates(&to.join(format!("{d}.jsonl")));
+        crate::common::specforge_validates(&to.join(format!("{d}.jsonl")));
     }
     let _ = std::io::stdout().flush();
 }

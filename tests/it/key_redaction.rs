@@ -1,8 +1,6 @@
 //! The API key never appears in an error, a log line or Debug output, even when a server echoes
 //! it back. All logs of this process (ours, reqwest's, hyper's) are captured at TRACE level.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -34,7 +32,7 @@ async fn echoing_server(status: u16) -> String {
     let body = format!(
         r#"{{"error":{{"code":{status},"message":"Invalid key {KEY} for this route","metadata":{{"raw":"upstream said: bad bearer {KEY}","provider_name":"Echo"}}}}}}"#
     );
-    let base = common::http::canned_server(format!(
+    let base = crate::common::http::canned_server(format!(
         "HTTP/1.1 {status} Oops\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     ))
@@ -129,7 +127,7 @@ async fn a_key_quoted_in_pieces_or_another_key_is_redacted_too() {
     let body = format!(
         r#"{{"error":{{"code":401,"message":"Invalid key {head}...{tail}","metadata":{{"raw":"ends in {tail}; also tried sk-or-v1-0f0f0f0f0f0f0f0f","provider_name":"Echo"}}}}}}"#
     );
-    let base = common::http::canned_server(format!(
+    let base = crate::common::http::canned_server(format!(
         "HTTP/1.1 401 Oops\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     ))

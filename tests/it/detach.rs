@@ -5,16 +5,14 @@
 //! the end one row per id and a ledger equal to the simulator's bill. Needs tmux (`.ci/run`
 //! installs it).
 
-mod common;
-
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::tmux::Tmux;
-use common::{paced_sim, read_jsonl, set_speed, write_job};
+use crate::common::tmux::Tmux;
+use crate::common::{paced_sim, read_jsonl, set_speed, write_job};
 use harvest::store::output::{OutputRecord, RejectRecord};
 
 const KEY: &str = "sk-or-v1-detach-test-key-000000";
@@ -141,7 +139,7 @@ fn one_row_per_id(out: &Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell() {
     if !Tmux::available() {
-        common::tmux::missing("the detached-run test");
+        crate::common::tmux::missing("the detached-run test");
         return;
     }
     // Real pace: answers of ~150 tokens stream for seconds each.
@@ -272,7 +270,7 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     })
     .await;
     assert_eq!(one_row_per_id(&out), PROMPTS);
-    let ledger = common::ledger_total(&out).as_f64();
+    let ledger = crate::common::ledger_total(&out).as_f64();
     let billed = sim.state.billed_total().as_f64();
     assert!(
         (ledger - billed).abs() < 1e-6,

@@ -4,12 +4,10 @@
 //! viewer that never reads: it gets the latest snapshot only, is dropped, and the run does not
 //! wait for it.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{config, fast_sim, set_speed, setup, start_engine, write_prompts};
+use crate::common::{config, fast_sim, set_speed, setup, start_engine, write_prompts};
 use harvest::engine::RunState;
 use harvest::remote::server::{WRITE_TIMEOUT, serve};
 use harvest::remote::wire::{ClientMsg, EngineMsg, Role, VERSION, decode, encode};
@@ -75,7 +73,7 @@ impl Raw {
     }
 }
 
-fn job(s: &common::Setup, base: &str, n: usize) -> harvest::config::Config {
+fn job(s: &crate::common::Setup, base: &str, n: usize) -> harvest::config::Config {
     let p = write_prompts(&s.dir, "x", n);
     let body = format!(
         "budget_usd = 100.0\nconcurrency = 20\n[request]\nmax_tokens = 400\n\

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
-mod common;
-
-use common::http::{canned_server, read_request};
+use crate::common::http::{canned_server, read_request};
 use harvest::openrouter::{
     ApiError, ChatRequest, ClientOptions, ErrorKind, Message, OpenRouterClient, StreamTimeouts,
 };

@@ -2,12 +2,10 @@
 //! budgets, excluding an endpoint mid-run, faults, caps, sequence, shards, own servers. Every
 //! run is bounded in prompts and time.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use harvest::domain::Usd;
 use harvest::engine::{self, Command, RunOptions, RunState, ShutdownMode};
 use harvest::openrouter::ApiKey;
@@ -483,7 +481,7 @@ async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
     let budget = 0.2;
     // SiliconFlow (next cheapest once Chutes is excluded) bills a cancelled generation in full.
     // The expected mode: the hard one never lets such streams reach the cap
-    // (tests/budget_cap.rs).
+    // (tests/it/budget_cap.rs).
     let body = format!(
         "budget_usd = {budget}\nbudget_mode = \"expected\"\nconcurrency = 200\nrouting = \"pinned\"\n[policy]\nexclude = [\"chutes\"]\n\
          [request]\nmax_tokens = 3000\n[[dataset]]\nname = \"N\"\nprompts = \"{}\"\n",

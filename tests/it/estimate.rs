@@ -2,13 +2,11 @@
 //! computation, existing outputs give the observed mean and leave the rest as remaining work,
 //! the policy's exclusions hold, and the binary's JSON document keeps its shape.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
 
-use common::*;
+use crate::common::*;
 use harvest::commands::estimate::{EstimateOptions, estimate_config};
 use harvest::domain::Usd;
 use harvest::estimate::{Estimate, OutputBasis, SCHEMA, SpeedSource, VerdictStatus};

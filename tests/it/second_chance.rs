@@ -3,14 +3,12 @@
 //! exactly one entry per id (one answer, or one reject) in the current files; what they
 //! superseded is in the `.superseded` files, which `status --report` does not read as current.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fast_sim, force_error, read_jsonl, set_speed, write_job_with_ids};
+use crate::common::{fast_sim, force_error, read_jsonl, set_speed, write_job_with_ids};
 use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
@@ -38,7 +36,7 @@ fn harvest(dir: &Path, extra: &[&str]) -> Command {
 }
 
 async fn finish(dir: &Path, extra: &[&str]) -> String {
-    let (code, text) = common::run_headless(dir, VAR, KEY, extra).await;
+    let (code, text) = crate::common::run_headless(dir, VAR, KEY, extra).await;
     assert_eq!(code, 0, "{text}");
     text
 }
@@ -117,7 +115,7 @@ async fn retry_rejects_killed_twice_ends_with_one_entry_per_id() {
     assert!(superseded.len() >= 60, "the old rejects are kept aside");
     // The report reads the current files only.
     let out = d.join("out");
-    let v = common::harvest_json(&[
+    let v = crate::common::harvest_json(&[
         "status".as_ref(),
         "--report".as_ref(),
         "--json".as_ref(),
@@ -187,7 +185,7 @@ async fn a_retry_stopped_by_the_budget_or_limited_to_a_shard_leaves_every_answer
 
     // Room to finish, but the budget buys only a few of them again.
     job(d, &sim.base_url(), 4_096);
-    let spent = common::ledger_total(&d.join("out"));
+    let spent = crate::common::ledger_total(&d.join("out"));
     let cfg = std::fs::read_to_string(d.join("harvest.toml")).expect("config");
     let budget = spent.as_f64() + 0.002;
     std::fs::write(
@@ -263,7 +261,7 @@ async fn an_unknown_reject_kind_is_refused() {
         "--retry-rejects=",
         "--retry-rejects=429,foo",
     ] {
-        let (code, text) = common::run_headless(d, VAR, KEY, &[arg]).await;
+        let (code, text) = crate::common::run_headless(d, VAR, KEY, &[arg]).await;
         assert_eq!(code, 2, "{arg}: {text}");
         assert!(
             text.contains("is not a kind of reject; the kinds are 429, 5xx"),
@@ -271,7 +269,8 @@ async fn an_unknown_reject_kind_is_refused() {
         );
     }
     assert!(!d.join("out/A.jsonl").exists(), "nothing ran");
-    let (code, text) = common::run_headless(d, VAR, KEY, &["--retry-rejects=policy,429"]).await;
+    let (code, text) =
+        crate::common::run_headless(d, VAR, KEY, &["--retry-rejects=policy,429"]).await;
     assert_eq!(code, 0, "{text}");
     sim.stop().await;
 }

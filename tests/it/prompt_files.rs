@@ -2,11 +2,9 @@
 //! anything is sent (exit 2, naming both lines) unless `on_duplicate = "skip"`, and duplicates
 //! are counted where the operator looks (start notes, `status --json`).
 
-mod common;
-
 use std::process::Command;
 
-use common::paced_sim;
+use crate::common::paced_sim;
 
 const KEY: &str = "sk-or-v1-prompt-files-test-key-0000";
 

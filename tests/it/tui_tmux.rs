@@ -4,10 +4,8 @@
 //! and that the simulator got no later request for that endpoint, then quits with drain and
 //! checks the outputs are complete. Needs tmux (`.ci/run` installs it).
 
-mod common;
-
-use common::tmux::Tmux;
-use common::{paced_sim, write_job};
+use crate::common::tmux::Tmux;
+use crate::common::{paced_sim, write_job};
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,7 +24,7 @@ fn row<'a>(screen: &'a str, tag: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_excludes_an_endpoint_in_the_tui_then_drains() {
     if !Tmux::available() {
-        common::tmux::missing("the TUI end-to-end test");
+        crate::common::tmux::missing("the TUI end-to-end test");
         return;
     }
     let sim = paced_sim(0.05, 300.0).await;

@@ -4,14 +4,12 @@
 //! choice measured: over HTTP/2 one connection carries at most the server's
 //! `MAX_CONCURRENT_STREAMS`, which caps a run's streams.
 
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{read_jsonl, run_headless, write_job_with_ids};
+use crate::common::{read_jsonl, run_headless, write_job_with_ids};
 use harvest::sim::{self, SimConfig, SimHandle};
 use harvest::store::output::OutputRecord;
 

@@ -4,11 +4,9 @@
 //! with learning off it keeps bouncing off it (the storm). Both figures are printed and
 //! compared. In neither does a 402 cost a prompt an attempt: nothing is rejected.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{KEY, config, read_jsonl, setup, write_prompts};
+use crate::common::{KEY, config, read_jsonl, setup, write_prompts};
 use harvest::engine::{self, RunOptions};
 use harvest::openrouter::ApiKey;
 use harvest::sim::{self, ControlRequest, InFlightBudget, SimConfig};

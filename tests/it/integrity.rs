@@ -7,14 +7,12 @@
 //! run without its key variable, or with an `output_dir` that is a file, is refused up front;
 //! a rebuilt ledger is confirmed line by line at `GET /generation`, once.
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fast_sim, paced_sim};
+use crate::common::{fast_sim, paced_sim};
 use harvest::sim::SimHandle;
 use harvest::store::output::{OutputRecord, RejectRecord, SpendEntry, SpendKind};
 
@@ -49,7 +47,7 @@ async fn run(dir: &Path, extra: &[&str]) -> (i32, String, String) {
 
 /// `N` prompts with ids `p00`.. and a config for the simulator at `base`.
 fn write_job(dir: &Path, base: &str, n: usize, settings: &str) {
-    common::write_job_with_ids(dir, base, VAR, n, settings);
+    crate::common::write_job_with_ids(dir, base, VAR, n, settings);
 }
 
 fn copy_dir(from: &Path, to: &Path) {

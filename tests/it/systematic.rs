@@ -4,11 +4,9 @@
 //! and resumed, the run completes. A mid-stream `content_policy_violation` is attempted once
 //! and rejected with its kind; a `provider_overloaded` is retried.
 
-mod common;
-
 use std::path::Path;
 
-use common::{fast_sim, force_error, read_jsonl, write_job_with_ids};
+use crate::common::{fast_sim, force_error, read_jsonl, write_job_with_ids};
 use harvest::sim::ForcedError;
 use harvest::store::output::{OutputRecord, RejectRecord};
 
@@ -25,7 +23,7 @@ fn job(dir: &Path, base: &str, n: usize) {
 }
 
 async fn run(dir: &Path) -> (i32, String) {
-    common::run_headless(dir, VAR, "sk-or-v1-systematic-test-key-00000", &[]).await
+    crate::common::run_headless(dir, VAR, "sk-or-v1-systematic-test-key-00000", &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

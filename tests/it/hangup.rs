@@ -3,15 +3,13 @@
 //! drop without tmux). Each drains within the grace period, writes everything, leaves nothing
 //! open in the ledger, and exits 129. And a second Ctrl-C stops now: within 2 s.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{paced_sim, write_job};
+use crate::common::{paced_sim, write_job};
 
 const KEY: &str = "sk-or-v1-hangup-test-key-000000";
 

@@ -4,14 +4,12 @@
 //! rows that pass the export's SpecForge rules, and a kill -9 mid-row then a resume that leaves
 //! one row per id with the ledger equal to the bill.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_jsonl, set_speed};
+use crate::common::{read_jsonl, set_speed};
 use harvest::sim::{self, ControlRequest, SimConfig, SimHandle};
 use harvest::store::output::OutputRecord;
 
@@ -88,7 +86,7 @@ fn sent_histories(sim: &SimHandle) -> Vec<Vec<(String, String)>> {
 }
 
 fn ledger_matches_bill(sim: &SimHandle, out: &Path) {
-    let ledger = common::ledger_total(out).as_f64();
+    let ledger = crate::common::ledger_total(out).as_f64();
     let billed = sim.state.billed_total().as_f64();
     assert!(
         (ledger - billed).abs() < 1e-6,
@@ -140,7 +138,7 @@ async fn every_turn_is_generated_on_the_regenerated_history() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path();
     write_job(d, &sim.base_url(), None);
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     let rows: Vec<OutputRecord> = read_jsonl(&d.join("out/A.jsonl"));
     assert_eq!(rows.len(), N, "{text}");
@@ -157,7 +155,7 @@ async fn every_turn_is_generated_on_the_regenerated_history() {
         .map(|t| t.completion_tokens)
         .sum();
     let out = d.join("out");
-    let v = common::harvest_json(&[
+    let v = crate::common::harvest_json(&[
         "status".as_ref(),
         "--report".as_ref(),
         "--json".as_ref(),
@@ -167,7 +165,7 @@ async fn every_turn_is_generated_on_the_regenerated_history() {
 
     // Exported for SpecForge, every multi-turn row passes its rules.
     let to = d.join("export");
-    let counts = common::harvest_json(&[
+    let counts = crate::common::harvest_json(&[
         "export".as_ref(),
         out.as_os_str(),
         "--to".as_ref(),
@@ -191,7 +189,7 @@ async fn a_token_budget_counts_every_turn() {
     // Half of what all turns take (~120 turns of ~40 tokens): counting only each row's last
     // turn, the run would take every prompt.
     write_job(d, &sim.base_url(), Some(2_400));
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     let rows: Vec<OutputRecord> = read_jsonl(&d.join("out/A.jsonl"));
     let written: u64 = rows.iter().map(|r| r.usage.completion_tokens).sum();
@@ -251,7 +249,7 @@ async fn kill_9_mid_row_then_resume_leaves_one_row_per_id() {
     }
     assert!(caught_mid_row > 0, "the kills caught no row in the middle");
     set_speed(&sim, 0.0);
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     let rows: Vec<OutputRecord> = read_jsonl(&out);
     let mut per_id: HashMap<&str, usize> = HashMap::new();
@@ -286,7 +284,7 @@ async fn malformed_conversations_are_rejected_before_anything_is_paid() {
         prompts.push_str(&format!("{b}\n"));
     }
     std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
-    let (code, text) = common::run_headless(d, VAR, KEY, &[]).await;
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{text}");
     let rejects: Vec<harvest::store::output::RejectRecord> =
         read_jsonl(&d.join("out/A.rejects.jsonl"));

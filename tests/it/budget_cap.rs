@@ -1,9 +1,7 @@
 //! The dollar budget as a hard cap at 2,000 concurrent streams, against the simulator on
 //! 127.0.0.1. In a file of its own: the other engine tests would compete for the two cores.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use harvest::engine::RunState;
 use harvest::sim::{ControlRequest, EndpointPatch};
 use harvest::store::output::{SpendEntry, SpendKind};

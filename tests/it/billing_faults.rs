@@ -4,9 +4,7 @@
 //! faults of every kind, at endpoints that stop billing on cancel and at ones that bill in full,
 //! harvest's ledger equals the simulator's bill to the picodollar.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use harvest::engine::RunState;
 use harvest::sim::{ControlRequest, EndpointPatch, Outcome};
 use harvest::store::output::{SpendEntry, SpendKind};

@@ -8,8 +8,6 @@
 //! cassettes of charmbracelet/fantasy, pydantic/pydantic-ai and simonw/llm-openrouter. See
 //! `tests/fixtures/recorded/README.md` for where each one came from and under which license.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -555,7 +553,7 @@ async fn a_run_against_replayed_real_traffic_books_what_it_is_billed() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path();
     let var = "HARVEST_REPLAY_TEST_KEY";
-    common::write_job_with_ids(
+    crate::common::write_job_with_ids(
         d,
         &sim.base_url(),
         var,
@@ -563,13 +561,14 @@ async fn a_run_against_replayed_real_traffic_books_what_it_is_billed() {
         "routing = \"openrouter\"\nconcurrency = 4\n[request]\nmax_tokens = 400\n\
          [retry]\nmax_attempts = 3\nbase_delay_ms = 10\nstop_after_same_error = 0",
     );
-    let (code, text) = common::run_headless(d, var, "sk-or-v1-replay-test-key-00000000", &[]).await;
+    let (code, text) =
+        crate::common::run_headless(d, var, "sk-or-v1-replay-test-key-00000000", &[]).await;
     assert_eq!(code, 0, "{text}");
     let out = d.join("out");
     let outputs: Vec<harvest::store::output::OutputRecord> =
-        common::read_jsonl(&out.join("A.jsonl"));
+        crate::common::read_jsonl(&out.join("A.jsonl"));
     let rejects: Vec<harvest::store::output::RejectRecord> =
-        common::read_jsonl(&out.join("A.rejects.jsonl"));
+        crate::common::read_jsonl(&out.join("A.rejects.jsonl"));
     let ids: BTreeSet<&str> = (outputs.iter().map(|o| o.id.as_str()))
         .chain(rejects.iter().map(|r| r.id.as_str()))
         .collect();
@@ -582,7 +581,7 @@ async fn a_run_against_replayed_real_traffic_books_what_it_is_billed() {
             .any(|r| r.error.contains("Unsupported value")),
         "{rejects:?}"
     );
-    let report = common::harvest_json(&[
+    let report = crate::common::harvest_json(&[
         "status".as_ref(),
         "--report".as_ref(),
         "--json".as_ref(),

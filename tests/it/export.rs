@@ -3,13 +3,11 @@
 //! with python3 and `--expect-reasoning --strict-think-markers`), the accounting adds up to
 //! the prompt files' counts, and the output directory is not changed.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::{fast_sim, write_job_with_ids};
+use crate::common::{fast_sim, write_job_with_ids};
 
 const VAR: &str = "HARVEST_EXPORT_TEST_KEY";
 
@@ -55,7 +53,7 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
 
     let to = d.join("export");
     let cfg = d.join("harvest.toml");
-    let report = common::harvest_json(&[
+    let report = crate::common::harvest_json(&[
         "export".as_ref(),
         out.as_os_str(),
         "--to".as_ref(),
@@ -97,7 +95,7 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
     let written: Vec<String> = files(&to).into_keys().collect();
     assert_eq!(written, ["A.error.ndjson", "A.jsonl", "A.skipped.ndjson"]);
     // SpecForge's own validator on the success file.
-    let said = common::specforge_validates(&to.join("A.jsonl"));
+    let said = crate::common::specforge_validates(&to.join("A.jsonl"));
     assert!(said.contains(&format!("rows: {}", n("success"))), "{said}");
     sim.stop().await;
 }
@@ -138,7 +136,7 @@ async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows: Vec<harvest::store::output::OutputRecord> =
-        common::read_jsonl(&d.join("out/A.jsonl"));
+        crate::common::read_jsonl(&d.join("out/A.jsonl"));
     assert_eq!(rows.len(), 12);
     for r in &rows {
         let t = r.conversations.last().expect("turn");
@@ -167,7 +165,7 @@ async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rejects: Vec<harvest::store::output::RejectRecord> =
-        common::read_jsonl(&d.join("out/A.rejects.jsonl"));
+        crate::common::read_jsonl(&d.join("out/A.rejects.jsonl"));
     assert_eq!(rejects.len(), 12);
     assert!(
         rejects
@@ -183,9 +181,9 @@ async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
     sim.stop().await;
 }
 
-/// The peers' Python with Jinja2 (scripts/peers.sh), or `None` (see `common::peers_missing`).
+/// The peers' Python with Jinja2 (scripts/peers.sh), or `None` (see `crate::common::peers_missing`).
 fn peer_python() -> Option<std::path::PathBuf> {
-    let python = common::peer_env()
+    let python = crate::common::peer_env()
         .remove("HARVEST_PEER_PYTHON")
         .filter(|p| p.is_file())
         .filter(|p| {
@@ -195,7 +193,7 @@ fn peer_python() -> Option<std::path::PathBuf> {
                 .is_ok_and(|s| s.success())
         });
     if python.is_none() {
-        common::peers_missing(
+        crate::common::peers_missing(
             "chat template test: the peers' Python with jinja2 is not installed; run \
              scripts/peers.sh install",
         );
@@ -302,7 +300,7 @@ async fn multi_turn_run(d: &Path) -> std::path::PathBuf {
     )
     .expect("config");
     let (code, text) =
-        common::run_headless(d, VAR, "sk-or-v1-export-test-key-0000000000", &[]).await;
+        crate::common::run_headless(d, VAR, "sk-or-v1-export-test-key-0000000000", &[]).await;
     assert_eq!(code, 0, "{text}");
     sim.stop().await;
     d.join("out")
@@ -322,7 +320,7 @@ fn export_json(
         "--json".as_ref(),
     ];
     all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
-    let v = common::harvest_json(&all);
+    let v = crate::common::harvest_json(&all);
     let samples = v["samples"].as_array().cloned().unwrap_or_default();
     (v["datasets"][0].clone(), samples)
 }
@@ -358,7 +356,8 @@ fn supervised(file: &Path) -> BTreeMap<String, String> {
 /// The answers of a run, by exploded id (`<id>#<k>`): `<think>{reasoning}</think>{answer}<|im_end|>`,
 /// what a drafter for a thinking model must be trained on.
 fn wanted(out: &Path) -> BTreeMap<String, String> {
-    let rows: Vec<harvest::store::output::OutputRecord> = common::read_jsonl(&out.join("A.jsonl"));
+    let rows: Vec<harvest::store::output::OutputRecord> =
+        crate::common::read_jsonl(&out.join("A.jsonl"));
     let mut want = BTreeMap::new();
     for r in rows {
         let answers: Vec<_> = r
@@ -452,7 +451,7 @@ async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
         );
         let got = supervised(&to.join("A.jsonl"));
         assert_eq!(kept(&got), 12, "{builtin}: {got:?}");
-        let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+        let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
         assert!(
             rows.iter()
                 .all(|r| r.as_object().map(|o| o.len()) == Some(2)),
@@ -463,7 +462,7 @@ async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
     // speculators fans each assistant turn of a `conversations` row out into a training row:
     // unexploded rows give each answer once; exploded ones repeat the earlier answers.
     let fan_out = |file: &Path| -> Vec<String> {
-        let rows: Vec<serde_json::Value> = common::read_jsonl(file);
+        let rows: Vec<serde_json::Value> = crate::common::read_jsonl(file);
         rows.iter()
             .flat_map(|r| {
                 (r["conversations"].as_array().expect("conversations").iter())
@@ -495,7 +494,7 @@ async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
             }
             let (_, samples) = export_json(&out, &to, &args);
             assert_eq!(samples.len(), if explode { 12 } else { 6 });
-            let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+            let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
             let jobs: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|r| serde_json::json!({"messages": r["conversations"]}))
@@ -614,6 +613,6 @@ async fn a_closed_pipe_ends_the_show_quietly() {
         String::from_utf8_lossy(&done.stderr)
     );
     assert!(!String::from_utf8_lossy(&done.stderr).contains("panicked"));
-    let rows: Vec<serde_json::Value> = common::read_jsonl(&to.join("A.jsonl"));
+    let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
     assert_eq!(rows.len(), 6);
 }

@@ -3,12 +3,10 @@
 //! the faithful ones, the probe's spend must land in the ledger (and equal the simulator's
 //! bill), and the policy must be able to leave drifting endpoints out of a run.
 
-mod common;
-
 use std::collections::HashMap;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use harvest::probe::ProbeReport;
 use harvest::sim::{self, SimConfig};
 use harvest::store::output::{SpendEntry, SpendKind};

@@ -6,12 +6,10 @@
 //! (included) with "operator" as its reason, and space said "excluding" while the engine
 //! included it.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use harvest::engine::{Command, OffReason, ShutdownMode, Snapshot};
 use harvest::tui::{Msg, Theme, UiEffect, UiState, render, update};

@@ -3,9 +3,7 @@
 //! ledger, and generations the crashes left open, looked up at the API) matches the
 //! simulator's billing log.
 
-mod common;
-
-use common::{paced_sim, write_job};
+use crate::common::{paced_sim, write_job};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
