@@ -437,6 +437,12 @@ impl Default for Quantization {
     }
 }
 
+/// A run's clock, `00:12:41`: the time since its start in every view and progress line.
+pub fn clock(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, (s % 3600) / 60, s % 60)
+}
+
 /// A duration for people, the one format of every view: `45s`, `12m03s`, `1h02m`, `2d04h`;
 /// `-` when unknown (not finite or negative).
 pub fn duration(secs: f64) -> String {
@@ -483,6 +489,12 @@ mod tests {
         for (tag, slug, want) in cases {
             assert_eq!(EndpointTag::reached_by(tag, slug), want, "{slug} -> {tag}");
         }
+    }
+
+    #[test]
+    fn a_run_clock_reads_hours_minutes_seconds() {
+        assert_eq!(clock(761.0), "00:12:41");
+        assert_eq!(clock(-3.0), "00:00:00");
     }
 
     #[test]

@@ -1,15 +1,8 @@
 //! Progress lines and the end-of-run summary, from the same [`Snapshot`] the TUI draws, so the
 //! numbers agree everywhere.
 
-pub use crate::domain::duration;
-use crate::domain::{Tokens, group_thousands};
+use crate::domain::{Tokens, clock, duration, group_thousands};
 use crate::engine::snapshot::{DatasetState, Snapshot};
-
-/// `00:12:41`.
-pub fn clock(secs: f64) -> String {
-    let s = secs.max(0.0) as u64;
-    format!("{:02}:{:02}:{:02}", s / 3600, (s % 3600) / 60, s % 60)
-}
 
 /// One progress line.
 /// The events logged since a follower had seen `seen` of them, one line each with the run's
@@ -186,11 +179,6 @@ pub fn summary(s: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(clock(761.0), "00:12:41");
-    }
 
     #[test]
     fn new_events_prints_each_event_once_and_skips_what_scrolled_away() {

@@ -37,6 +37,9 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
+            // A detached run: its launcher, or the engine it spawned (`commands/detach.rs`).
+            Command::Run(a) if a.detached_child => commands::detach::background(&a).await,
+            Command::Run(a) if a.detach => commands::detach::spawn(&a).await,
             Command::Run(a) => commands::run::run(a).await,
             Command::Status(a) => commands::status::run(a).await.map(|()| exit::OK),
             Command::Attach(a) => commands::attach::run(a).await,

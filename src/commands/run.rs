@@ -477,14 +477,8 @@ pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
     Ok(Started { handle, log, watch })
 }
 
-/// Runs the job; returns the exit code.
+/// Runs the job in the foreground (`--detach` is `detach.rs`'s); returns the exit code.
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    if args.detached_child {
-        return super::detach::background(&args).await;
-    }
-    if args.detach {
-        return super::detach::spawn(&args).await;
-    }
     let Started {
         handle,
         log: _log,

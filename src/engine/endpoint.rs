@@ -1,6 +1,6 @@
 //! An endpoint as a run knows it: its listing's facts and prices, whether closing a stream
 //! there stops its bill, and what an operator's own server is called and asked. Facts only
-//! (the client that reaches an own server lives with the workers, in `worker::Shared`): read
+//! (the client that reaches an own server lives with the workers, in `shared::Shared`): read
 //! by the core's decisions, the pool and the workers alike.
 
 use crate::domain::Price;

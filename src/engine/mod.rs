@@ -14,6 +14,7 @@ mod publish;
 pub mod quality;
 pub mod reason;
 pub mod reconcile;
+pub(crate) mod shared;
 pub mod snapshot;
 mod start;
 pub mod stats;

@@ -12,11 +12,11 @@ use crate::domain::Usd;
 use crate::openrouter::ErrorKind;
 
 use super::core::{Clock, Core, Live};
+use super::shared::Shared;
 use super::snapshot::{
     DatasetSnap, DatasetState, EndpointSnap, HistoryPoint, InFlightBudgetSnap, RunState, Snapshot,
 };
 use super::stats::{Counters, Rate};
-use super::worker::Shared;
 use crate::policy::PolicyMode;
 
 const HISTORY_CAPACITY: usize = 360;

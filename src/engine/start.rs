@@ -22,8 +22,9 @@ use crate::store::scan::{DatasetScan, ExistingDataset};
 
 use super::core::DatasetBook;
 use super::endpoint::RunEndpoint;
+use super::shared::Shared;
 use super::stats::Counters;
-use super::worker::Shared;
+use super::supervisor::DatasetRun;
 use super::{EngineError, EngineHandle, RunOptions, pool, supervisor};
 
 /// Endpoints that may join a run when the listing shows them (statistics slots kept free).
@@ -47,12 +48,6 @@ fn check_open_files(datasets: usize, limit: u64) -> Result<(), EngineError> {
          rejects), above this process's limit of {limit}: raise it (ulimit -n, or the hard \
          limit in /etc/security/limits.conf) or merge datasets. Nothing was written"
     )))
-}
-
-/// One dataset of the run, as the start prepared it: the core's book and its prompt reader.
-pub(super) struct DatasetRun {
-    pub book: DatasetBook,
-    pub reader: Option<PromptReader>,
 }
 
 /// Starts a run: checks everything that can be checked before a request leaves, then spawns

@@ -10,8 +10,6 @@ use hdrhistogram::Histogram;
 
 use crate::openrouter::ErrorKind;
 
-use super::core::verdict::Shape;
-
 const KINDS: usize = ErrorKind::ALL.len();
 
 /// Counters of one endpoint or one dataset.
@@ -153,89 +151,6 @@ impl Rate {
         match (self.samples.front(), self.samples.back()) {
             (Some((t0, v0)), Some((t1, v1))) if t1 > t0 => ((v1 - v0) / (t1 - t0)).max(0.0),
             _ => 0.0,
-        }
-    }
-}
-
-/// The views' counters follow the attempts: one place that adds what the driver saw.
-impl super::worker::Shared {
-    /// An attempt left: in flight for its dataset, the totals and, when pinned, its endpoint
-    /// (OpenRouter-routed ones count at their endpoint once the stream names it).
-    pub fn count_dispatch(&self, dataset: usize, pinned: Option<usize>) {
-        for c in [&self.totals, &self.dataset_stats[dataset]] {
-            c.in_flight.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(e) = pinned {
-            self.endpoint_stats[e]
-                .in_flight
-                .fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// An attempt came back: no longer in flight; an answer's cost, tokens, truncation and
-    /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
-    pub fn count_result(
-        &self,
-        r: &super::core::attempt::AttemptResult,
-        dataset: usize,
-        pinned: Option<usize>,
-    ) {
-        use super::core::attempt::AttemptOutcome;
-        for c in [&self.totals, &self.dataset_stats[dataset]] {
-            c.in_flight.fetch_sub(1, Ordering::Relaxed);
-        }
-        if let Some(e) = pinned {
-            self.endpoint_stats[e]
-                .in_flight
-                .fetch_sub(1, Ordering::Relaxed);
-        }
-        let at = r.endpoint.map(|e| &self.endpoint_stats[e]);
-        let counters = [Some(&self.totals), Some(&self.dataset_stats[dataset]), at];
-        match &r.outcome {
-            AttemptOutcome::Done(c) => {
-                let shape = Shape::of_completion(c);
-                for k in counters.into_iter().flatten() {
-                    k.spent_pico.fetch_add(r.booked_pico, Ordering::Relaxed);
-                    k.prompt_tokens
-                        .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
-                    k.output_tokens
-                        .fetch_add(c.usage.completion_tokens, Ordering::Relaxed);
-                    // An empty answer is paid for and counted as the endpoint's failure, as
-                    // the core's breaker counts it; any other is an answer.
-                    if shape == Shape::Empty {
-                        k.error(ErrorKind::Empty);
-                    } else {
-                        k.answers.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if shape.is_cut() {
-                        k.truncated.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if matches!(shape, Shape::CutThinking { .. }) {
-                        k.cut_thinking.fetch_add(1, Ordering::Relaxed);
-                    }
-                    k.record_timing(
-                        c.ttft.map(|t| t.as_millis() as u64),
-                        r.elapsed.as_millis() as u64,
-                    );
-                }
-            }
-            AttemptOutcome::Failed(err) => {
-                for k in counters.into_iter().flatten() {
-                    k.error(err.kind());
-                }
-            }
-            AttemptOutcome::Cancelled => {}
-        }
-    }
-
-    /// An answer was kept (written to the outputs).
-    pub fn count_kept(&self, dataset: usize, endpoint: Option<usize>) {
-        let at = endpoint.map(|e| &self.endpoint_stats[e]);
-        for c in [Some(&self.totals), Some(&self.dataset_stats[dataset]), at]
-            .into_iter()
-            .flatten()
-        {
-            c.done.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

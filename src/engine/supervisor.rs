@@ -23,19 +23,26 @@ use crate::store::prompts::{Prompt, PromptError, PromptReader};
 use crate::store::scan::KeyBase;
 
 use super::control::Command;
+use super::core::DatasetBook;
 use super::core::attempt::AttemptResult;
 use super::core::{Clock, Core, Effect, Event, Live, Port};
 use super::publish::Publisher;
 use super::reason::StopReason;
+use super::shared::Shared;
 use super::snapshot::{RunState, Snapshot};
-use super::start::DatasetRun;
 use super::stats::Counters;
-use super::worker::{AttemptSpec, Shared, run_attempt};
+use super::worker::{AttemptSpec, run_attempt};
 
 mod settle;
 
 /// `engine::EngineHandle` writes the final state through here.
 pub(super) use super::publish::write_state;
+
+/// One dataset of the run, as the start prepared it: the core's book and its prompt reader.
+pub(super) struct DatasetRun {
+    pub book: DatasetBook,
+    pub reader: Option<PromptReader>,
+}
 
 /// The prompt readers of the run, one per dataset.
 struct Readers(Vec<Option<PromptReader>>);

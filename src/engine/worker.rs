@@ -2,130 +2,19 @@
 //! token into shared atomics (and trip the dollar cap the moment it is reached), and hand back
 //! the completion or the failure. Knows nothing of retries or routing: the supervisor decides.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::Price;
-use crate::openrouter::{
-    ApiError, ChatRequest, Completion, OpenRouterClient, StreamTimeouts, TimeoutKind,
-};
+use crate::openrouter::{ApiError, ChatRequest, Completion, TimeoutKind};
 use crate::store::output::{SpendEntry, SpendKind};
 
 use super::core::attempt::{AttemptOutcome, AttemptResult};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
-use super::endpoint::RunEndpoint;
-use super::stats::Counters;
-
-/// What every worker shares with the supervisor.
-pub struct Shared {
-    pub client: OpenRouterClient,
-    /// The clients of the operator's own servers (`[[endpoint]]`), by endpoint tag.
-    pub own_clients: HashMap<String, OpenRouterClient>,
-    /// The endpoints of the run; grows when the listing shows a new one (read with
-    /// [`Shared::endpoints`]).
-    pub endpoint_list: std::sync::RwLock<Arc<Vec<RunEndpoint>>>,
-    /// For the `started` ledger line of each generation.
-    pub writer: crate::store::output::Writer,
-    /// Display name → endpoint index, for attributing OpenRouter-routed responses.
-    pub by_provider: std::sync::RwLock<HashMap<String, usize>>,
-    pub endpoint_stats: Vec<Counters>,
-    pub dataset_stats: Vec<Counters>,
-    pub totals: Counters,
-    /// Picodollars streamed by requests in flight (their running cost).
-    pub accrued_pico: AtomicI64,
-    /// Picodollars confirmed: finished requests at their reported cost, cancelled ones at our
-    /// estimate, plus what earlier runs spent.
-    pub spent_pico: AtomicI64,
-    pub budget_pico: i64,
-    /// Cancelled when spent + accrued reaches the budget.
-    pub budget_hit: CancellationToken,
-    pub timeouts: StreamTimeouts,
-    pub total_timeout: Duration,
-    pub attempts_started: AtomicU64,
-    /// Streams let run past the dollar cap because closing them would not stop the bill.
-    pub finishing_past_cap: AtomicU64,
-}
-
-impl Shared {
-    /// Adds `pico` to the running cost; trips the dollar cap when it is reached.
-    fn accrue(&self, pico: i64) {
-        if pico == 0 {
-            return;
-        }
-        let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
-        if self.spent_pico.load(Ordering::Relaxed) + accrued >= self.budget_pico {
-            self.budget_hit.cancel();
-        }
-    }
-
-    pub fn endpoint_by_provider(&self, name: &str) -> Option<usize> {
-        self.by_provider
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied()
-    }
-
-    /// The endpoint a response naming provider `name` came from, among `over` (where its
-    /// request could go): a provider listed under several tags (`together` and
-    /// `together/int4`) is told apart by the set the request allowed. Else by name alone.
-    pub fn endpoint_serving(&self, name: &str, over: &[usize]) -> Option<usize> {
-        let eps = self.endpoints();
-        over.iter()
-            .copied()
-            .find(|&i| {
-                eps.get(i)
-                    .is_some_and(|e| e.provider.eq_ignore_ascii_case(name))
-            })
-            .or_else(|| self.endpoint_by_provider(name))
-    }
-
-    /// The endpoints as they are now (a cheap shared copy).
-    pub fn endpoints(&self) -> Arc<Vec<RunEndpoint>> {
-        self.endpoint_list
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Puts endpoint `i`'s new entry (new prices) in the pool the workers read.
-    pub fn replace_endpoint(&self, i: usize, e: RunEndpoint) {
-        let mut list = self
-            .endpoint_list
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if i < list.len() {
-            let mut next = list.as_ref().clone();
-            next[i] = e;
-            *list = Arc::new(next);
-        }
-    }
-
-    /// Adds an endpoint the listing newly shows, when a statistics slot is free; its index.
-    pub fn add_endpoint(&self, e: RunEndpoint) -> Option<usize> {
-        let mut list = self
-            .endpoint_list
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if list.len() >= self.endpoint_stats.len() {
-            return None;
-        }
-        let mut next = list.as_ref().clone();
-        let i = next.len();
-        self.by_provider
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(e.provider.clone())
-            .or_insert(i);
-        next.push(e);
-        *list = Arc::new(next);
-        Some(i)
-    }
-}
+use super::shared::Shared;
 
 /// One dispatched attempt.
 pub struct AttemptSpec {

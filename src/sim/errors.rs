@@ -6,8 +6,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::server::SimState;
-
 /// The documented `error_type` of a status, for bodies that do not name a more precise one
 /// (docs: api_reference/errors-and-debugging, "Typed error codes").
 pub(super) fn default_error_type(status: u16) -> &'static str {
@@ -55,22 +53,19 @@ pub(super) fn respond_error(status: u16, err: Value) -> Response {
 /// The 402 of the in-flight budget (its `Retry-After` scaled by `speed`): wait (`Retry-After`) when the account is busy, or no
 /// wait at all when this request alone is over the budget.
 pub(super) fn budget_refusal(
-    state: &SimState,
+    (account, billing): (&super::account::Account, &super::billing::Billing),
     speed: f64,
     refusal: super::account::Refusal,
     now_ms: u64,
     ph: u64,
 ) -> Response {
     use super::account::Refusal;
-    let retry = state
-        .account
+    let retry = account
         .budget()
         .map_or(1.0, |b| b.retry_after_s * speed.max(0.001));
     match refusal {
         Refusal::Busy { in_flight, budget } => {
-            state
-                .billing
-                .record_request(now_ms, "(account)", 402, "inflight_budget", ph);
+            billing.record_request(now_ms, "(account)", 402, "inflight_budget", ph);
             let mut resp = error_response(
                 402,
                 &format!(
@@ -95,9 +90,7 @@ pub(super) fn budget_refusal(
             requested,
             affordable,
         } => {
-            state
-                .billing
-                .record_request(now_ms, "(account)", 402, "request_over_budget", ph);
+            billing.record_request(now_ms, "(account)", 402, "request_over_budget", ph);
             error_response(
                 402,
                 &format!(

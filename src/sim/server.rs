@@ -718,7 +718,15 @@ async fn chat(
             live.speed_scale,
         ) {
             Ok(t) => t,
-            Err(refusal) => return budget_refusal(&state, live.speed_scale, refusal, now_ms, ph),
+            Err(refusal) => {
+                return budget_refusal(
+                    (&state.account, &state.billing),
+                    live.speed_scale,
+                    refusal,
+                    now_ms,
+                    ph,
+                );
+            }
         }
     };
     let mut last_error: Option<Response> = None;

@@ -413,8 +413,6 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     Ok(())
 }
 
-pub use super::scan::ExistingDataset;
-
 /// Appends lines to the spend ledger outside a run (the probe), synced before returning. Each
 /// line goes out in one `write` on an append-mode file, so a run writing at the same time
 /// cannot interleave inside it.

@@ -19,11 +19,8 @@ use super::output::{
 };
 use super::scan::{self, DirScan, LineClass, ScanError, Torn};
 
-/// The `attempt` of ledger lines rebuilt from the outputs, so that they can be told apart
-/// from lines the engine booked as it went (`<run>-<n>`). A run then asks `GET /generation`
-/// for each and writes an `adjustment` line with the same attempt once the API has confirmed
-/// it (of the difference, often zero): a rebuilt line with such a line is confirmed.
-pub const REBUILT: &str = "rebuilt";
+/// The `attempt` of ledger lines this file rebuilds (defined where the ledger is read).
+pub use super::scan::REBUILT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepairError {

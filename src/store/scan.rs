@@ -33,6 +33,13 @@ use super::output::{
 /// a few more help to see a pattern, and a file of garbage must not fill memory.
 const KEPT_DAMAGE: usize = 5;
 
+/// The `attempt` of ledger lines rebuilt from the outputs (`--repair`), so that they can be
+/// told apart from lines the engine booked as it went (`<run>-<n>`). A run then asks
+/// `GET /generation` for each and writes an `adjustment` line with the same attempt once the
+/// API has confirmed it (of the difference, often zero): a rebuilt line with such a line is
+/// confirmed.
+pub const REBUILT: &str = "rebuilt";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
     #[error("cannot read {path}: {source}")]
@@ -289,7 +296,7 @@ pub struct LedgerScan {
     /// starts from.
     pub key_base: Option<KeyBase>,
     /// `complete` lines that `--repair` rebuilt from the outputs (attempt
-    /// [`REBUILT`](super::repair::REBUILT)) and that no look-up has confirmed yet: a run asks
+    /// [`REBUILT`]) and that no look-up has confirmed yet: a run asks
     /// `GET /generation` for each, beside its new work.
     pub rebuilt: Vec<SpendEntry>,
 }
@@ -341,7 +348,7 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         if e.kind == SpendKind::Complete {
             scan.completes.insert(e.id.clone());
         }
-        if e.attempt.as_deref() == Some(super::repair::REBUILT) {
+        if e.attempt.as_deref() == Some(REBUILT) {
             match e.kind {
                 SpendKind::Complete if e.generation_id.is_some() => {
                     rebuilt.insert(e.id.clone(), e.clone());

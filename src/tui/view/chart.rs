@@ -7,8 +7,8 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Sparkline};
 
+use crate::domain::duration;
 use crate::engine::snapshot::HistoryPoint;
-use crate::headless::duration;
 
 use super::super::state::UiState;
 use super::text::{grouped_f64, rate};

@@ -7,8 +7,8 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Block;
 
+use crate::domain::duration;
 use crate::engine::snapshot::{DatasetSnap, DatasetState};
-use crate::headless::duration;
 
 use super::super::state::{Pane, UiState};
 use super::super::theme::Theme;

@@ -7,8 +7,8 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 
+use crate::domain::clock;
 use crate::engine::snapshot::EventLine;
-use crate::headless::clock;
 
 use super::super::state::UiState;
 use super::super::theme::Theme;

@@ -10,8 +10,8 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
+use crate::domain::{clock, duration};
 use crate::engine::snapshot::RunState;
-use crate::headless::{clock, duration};
 
 use super::super::state::UiState;
 use super::text::{bar, count};

@@ -24,7 +24,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             format!(
                 "{} {}  {}/{}",
                 s.state.label(),
-                crate::headless::clock(s.elapsed_s),
+                crate::domain::clock(s.elapsed_s),
                 s.spent_with_accrued(),
                 s.budget
             ),

@@ -1,0 +1,207 @@
+//! What every worker shares with the driver: the API client and the own servers' clients, the
+//! run's endpoint pool (which grows when the listing shows a new endpoint), the writer for
+//! `started` lines, the money counters (spent, accrued, the dollar cap's trip) and the views'
+//! counters, with the one place that adds what the driver saw to them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::openrouter::{ErrorKind, OpenRouterClient, StreamTimeouts};
+
+use super::core::verdict::Shape;
+use super::endpoint::RunEndpoint;
+use super::stats::Counters;
+
+/// What every worker shares with the supervisor.
+pub struct Shared {
+    pub client: OpenRouterClient,
+    /// The clients of the operator's own servers (`[[endpoint]]`), by endpoint tag.
+    pub own_clients: HashMap<String, OpenRouterClient>,
+    /// The endpoints of the run; grows when the listing shows a new one (read with
+    /// [`Shared::endpoints`]).
+    pub endpoint_list: std::sync::RwLock<Arc<Vec<RunEndpoint>>>,
+    /// For the `started` ledger line of each generation.
+    pub writer: crate::store::output::Writer,
+    /// Display name → endpoint index, for attributing OpenRouter-routed responses.
+    pub by_provider: std::sync::RwLock<HashMap<String, usize>>,
+    pub endpoint_stats: Vec<Counters>,
+    pub dataset_stats: Vec<Counters>,
+    pub totals: Counters,
+    /// Picodollars streamed by requests in flight (their running cost).
+    pub accrued_pico: AtomicI64,
+    /// Picodollars confirmed: finished requests at their reported cost, cancelled ones at our
+    /// estimate, plus what earlier runs spent.
+    pub spent_pico: AtomicI64,
+    pub budget_pico: i64,
+    /// Cancelled when spent + accrued reaches the budget.
+    pub budget_hit: CancellationToken,
+    pub timeouts: StreamTimeouts,
+    pub total_timeout: Duration,
+    pub attempts_started: AtomicU64,
+    /// Streams let run past the dollar cap because closing them would not stop the bill.
+    pub finishing_past_cap: AtomicU64,
+}
+
+impl Shared {
+    /// Adds `pico` to the running cost; trips the dollar cap when it is reached.
+    pub(super) fn accrue(&self, pico: i64) {
+        if pico == 0 {
+            return;
+        }
+        let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
+        if self.spent_pico.load(Ordering::Relaxed) + accrued >= self.budget_pico {
+            self.budget_hit.cancel();
+        }
+    }
+
+    pub fn endpoint_by_provider(&self, name: &str) -> Option<usize> {
+        self.by_provider
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied()
+    }
+
+    /// The endpoint a response naming provider `name` came from, among `over` (where its
+    /// request could go): a provider listed under several tags (`together` and
+    /// `together/int4`) is told apart by the set the request allowed. Else by name alone.
+    pub fn endpoint_serving(&self, name: &str, over: &[usize]) -> Option<usize> {
+        let eps = self.endpoints();
+        over.iter()
+            .copied()
+            .find(|&i| {
+                eps.get(i)
+                    .is_some_and(|e| e.provider.eq_ignore_ascii_case(name))
+            })
+            .or_else(|| self.endpoint_by_provider(name))
+    }
+
+    /// The endpoints as they are now (a cheap shared copy).
+    pub fn endpoints(&self) -> Arc<Vec<RunEndpoint>> {
+        self.endpoint_list
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Puts endpoint `i`'s new entry (new prices) in the pool the workers read.
+    pub fn replace_endpoint(&self, i: usize, e: RunEndpoint) {
+        let mut list = self
+            .endpoint_list
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if i < list.len() {
+            let mut next = list.as_ref().clone();
+            next[i] = e;
+            *list = Arc::new(next);
+        }
+    }
+
+    /// Adds an endpoint the listing newly shows, when a statistics slot is free; its index.
+    pub fn add_endpoint(&self, e: RunEndpoint) -> Option<usize> {
+        let mut list = self
+            .endpoint_list
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if list.len() >= self.endpoint_stats.len() {
+            return None;
+        }
+        let mut next = list.as_ref().clone();
+        let i = next.len();
+        self.by_provider
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(e.provider.clone())
+            .or_insert(i);
+        next.push(e);
+        *list = Arc::new(next);
+        Some(i)
+    }
+}
+
+/// The views' counters follow the attempts: one place that adds what the driver saw.
+impl Shared {
+    /// An attempt left: in flight for its dataset, the totals and, when pinned, its endpoint
+    /// (OpenRouter-routed ones count at their endpoint once the stream names it).
+    pub fn count_dispatch(&self, dataset: usize, pinned: Option<usize>) {
+        for c in [&self.totals, &self.dataset_stats[dataset]] {
+            c.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(e) = pinned {
+            self.endpoint_stats[e]
+                .in_flight
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An attempt came back: no longer in flight; an answer's cost, tokens, truncation and
+    /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
+    pub fn count_result(
+        &self,
+        r: &super::core::attempt::AttemptResult,
+        dataset: usize,
+        pinned: Option<usize>,
+    ) {
+        use super::core::attempt::AttemptOutcome;
+        for c in [&self.totals, &self.dataset_stats[dataset]] {
+            c.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(e) = pinned {
+            self.endpoint_stats[e]
+                .in_flight
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+        let at = r.endpoint.map(|e| &self.endpoint_stats[e]);
+        let counters = [Some(&self.totals), Some(&self.dataset_stats[dataset]), at];
+        match &r.outcome {
+            AttemptOutcome::Done(c) => {
+                let shape = Shape::of_completion(c);
+                for k in counters.into_iter().flatten() {
+                    k.spent_pico.fetch_add(r.booked_pico, Ordering::Relaxed);
+                    k.prompt_tokens
+                        .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
+                    k.output_tokens
+                        .fetch_add(c.usage.completion_tokens, Ordering::Relaxed);
+                    // An empty answer is paid for and counted as the endpoint's failure, as
+                    // the core's breaker counts it; any other is an answer.
+                    if shape == Shape::Empty {
+                        k.error(ErrorKind::Empty);
+                    } else {
+                        k.answers.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if shape.is_cut() {
+                        k.truncated.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if matches!(shape, Shape::CutThinking { .. }) {
+                        k.cut_thinking.fetch_add(1, Ordering::Relaxed);
+                    }
+                    k.record_timing(
+                        c.ttft.map(|t| t.as_millis() as u64),
+                        r.elapsed.as_millis() as u64,
+                    );
+                }
+            }
+            AttemptOutcome::Failed(err) => {
+                for k in counters.into_iter().flatten() {
+                    k.error(err.kind());
+                }
+            }
+            AttemptOutcome::Cancelled => {}
+        }
+    }
+
+    /// An answer was kept (written to the outputs).
+    pub fn count_kept(&self, dataset: usize, endpoint: Option<usize>) {
+        let at = endpoint.map(|e| &self.endpoint_stats[e]);
+        for c in [Some(&self.totals), Some(&self.dataset_stats[dataset]), at]
+            .into_iter()
+            .flatten()
+        {
+            c.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
