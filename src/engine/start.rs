@@ -100,6 +100,7 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
             &cfg, &opts, d, found, counted, &mut notes, &mut sizes,
         )?);
     }
+    resume_rows(&dir, &mut datasets, &mut notes)?;
 
     let client = client(&cfg, &opts)?;
     let listing = listing(&cfg, &client).await?;
@@ -310,6 +311,54 @@ fn check_prompts(
         );
         tracing::warn!("{note}");
         notes.push(note);
+    }
+    Ok(())
+}
+
+/// Multi-turn rows earlier runs left in progress (the turns file): each dataset's book takes
+/// its own, to continue them from their last finished turn. Rows finished since are dropped
+/// from the file; a dataset no longer in the config keeps its rows there.
+fn resume_rows(
+    dir: &std::path::Path,
+    datasets: &mut [DatasetRun],
+    notes: &mut Vec<String>,
+) -> Result<(), EngineError> {
+    let finished = |d: &str, id: &str| {
+        datasets
+            .iter()
+            .any(|r| r.book.name == d && r.book.done_ids.contains(id))
+    };
+    let mut loaded = crate::store::turns_file::load(dir, finished).map_err(|e| {
+        EngineError::Input(format!(
+            "cannot read {}: {e}",
+            crate::store::turns_file::turns_path(dir).display()
+        ))
+    })?;
+    let (mut rows, mut turns) = (0, 0);
+    for r in datasets.iter_mut() {
+        if r.book.turns != crate::config::Turns::All {
+            continue;
+        }
+        if let Some(in_progress) = loaded.rows.remove(&r.book.name) {
+            rows += in_progress.len();
+            turns += in_progress.values().map(Vec::len).sum::<usize>();
+            r.book.in_progress = in_progress;
+        }
+    }
+    if rows > 0 {
+        notes.push(format!(
+            "{rows} multi-turn rows continue from their last finished turn ({turns} turns an \
+             earlier run paid for, kept in {})",
+            crate::store::turns_file::TURNS_FILE
+        ));
+    }
+    if loaded.unreadable > 0 {
+        notes.push(format!(
+            "{}: {} unreadable lines left out (a torn tail after a crash costs at most one turn \
+             each, generated again)",
+            crate::store::turns_file::TURNS_FILE,
+            loaded.unreadable
+        ));
     }
     Ok(())
 }

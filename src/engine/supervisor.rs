@@ -275,6 +275,7 @@ impl Supervisor {
                     written
                 }
                 Effect::Reject { dataset, record } => self.writer.reject(dataset, &record).await,
+                Effect::Turn(line) => self.writer.turn(&line).await,
                 Effect::CancelInFlight => {
                     self.stop_now.cancel();
                     Ok(())

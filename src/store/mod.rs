@@ -12,6 +12,7 @@ pub mod prompts;
 pub mod repair;
 pub mod scan;
 pub mod supersede;
+pub mod turns_file;
 
 /// How every file of an output directory is opened. Opens never follow a symbolic link at the
 /// last component (`O_NOFOLLOW`): a link planted in the output directory must not make harvest

@@ -223,6 +223,7 @@ enum Op {
     Output(usize, String),
     Reject(usize, String),
     Spend(String),
+    Turn(String),
     Flush(oneshot::Sender<std::io::Result<()>>),
 }
 
@@ -252,6 +253,8 @@ struct Files {
     outputs: Vec<BufWriter<File>>,
     rejects: Vec<BufWriter<File>>,
     ledger: BufWriter<File>,
+    /// Finished turns of multi-turn rows in progress (`turns_file`).
+    turns: BufWriter<File>,
     raw: Vec<File>,
 }
 
@@ -284,10 +287,13 @@ impl Writer {
         }
         let l = open_append(&ledger_path(dir))?;
         raw.push(l.try_clone().map_err(StoreError::Write)?);
+        let t = open_append(&super::turns_file::turns_path(dir))?;
+        raw.push(t.try_clone().map_err(StoreError::Write)?);
         let files = Files {
             outputs,
             rejects,
             ledger: BufWriter::new(l),
+            turns: BufWriter::new(t),
             raw,
         };
         let (tx, rx) = mpsc::channel(4096);
@@ -315,6 +321,12 @@ impl Writer {
     pub async fn spend(&self, e: &SpendEntry) -> Result<(), StoreError> {
         let line = serde_json::to_string(e).map_err(|e| StoreError::Serialise(e.to_string()))?;
         self.send(Op::Spend(line)).await
+    }
+
+    /// A finished turn of a multi-turn row in progress, for the next run to continue from.
+    pub async fn turn(&self, t: &super::turns_file::TurnLine) -> Result<(), StoreError> {
+        let line = serde_json::to_string(t).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        self.send(Op::Turn(line)).await
     }
 
     /// Waits until everything sent so far is written, flushed and synced.
@@ -384,6 +396,7 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
                 Op::Output(d, line) => write_line(&mut f.outputs[d], &line)?,
                 Op::Reject(d, line) => write_line(&mut f.rejects[d], &line)?,
                 Op::Spend(line) => write_line(&mut f.ledger, &line)?,
+                Op::Turn(line) => write_line(&mut f.turns, &line)?,
                 Op::Flush(w) => waiters.push(w),
             }
             op = rx.try_recv().ok();
@@ -392,6 +405,7 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
             w.flush()?;
         }
         f.ledger.flush()?;
+        f.turns.flush()?;
         if !waiters.is_empty() {
             for file in &f.raw {
                 file.sync_data()?;
@@ -405,6 +419,7 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
         w.flush()?;
     }
     f.ledger.flush()?;
+    f.turns.flush()?;
     for file in &f.raw {
         file.sync_data()?;
     }

@@ -235,7 +235,11 @@ async fn kill_9_mid_row_then_resume_leaves_one_row_per_id() {
             .spawn()
             .expect("spawn");
         let deadline = Instant::now() + Duration::from_secs(60);
-        while lines(&out) < start + 8 && child.try_wait().expect("wait").is_none() {
+        // Killed once rows were written and a row is half done (a turn of it in the turns
+        // file, its row not written yet).
+        while (lines(&out) < start + 8 || !half_done(d))
+            && child.try_wait().expect("wait").is_none()
+        {
             assert!(Instant::now() < deadline, "run too slow");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -261,7 +265,49 @@ async fn kill_9_mid_row_then_resume_leaves_one_row_per_id() {
     rows_match_requests(&rows, &sent_histories(&sim));
     // The turns of the rows cut by the kills were paid for, and the ledger says so.
     ledger_matches_bill(&sim, &d.join("out"));
+    // Rows cut by a kill went on from their last finished turn: their turns come from more
+    // than one run (the run of a turn is its ledger line's attempt, `<run>-<n>`).
+    let run_of: HashMap<String, String> =
+        read_jsonl::<harvest::store::output::SpendEntry>(&d.join("out/spend.jsonl"))
+            .into_iter()
+            .filter_map(|e| {
+                let run = e.attempt?.split('-').next()?.to_string();
+                Some((e.generation_id?, run))
+            })
+            .collect();
+    let spanning = rows
+        .iter()
+        .filter(|r| {
+            let runs: HashSet<&String> = (r.turns.iter())
+                .filter_map(|t| run_of.get(t.generation_id.as_ref()?))
+                .collect();
+            runs.len() > 1
+        })
+        .count();
+    assert!(spanning > 0, "no row continued across runs");
+    // Every answered request is a turn of a row, but those cut in flight by the kills.
+    let in_rows: usize = rows.iter().map(|r| r.turns.len()).sum();
+    let answered = sent_histories(&sim).len();
+    assert!(
+        answered - in_rows <= 2 * 8,
+        "{answered} requests for {in_rows} turns: paid turns were thrown away"
+    );
     sim.stop().await;
+}
+
+/// A row is half done in `d`'s run: the turns file holds a turn of an id with no row yet.
+fn half_done(d: &Path) -> bool {
+    let rows: HashSet<String> = std::fs::read_to_string(d.join("out/A.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| Some(v["id"].as_str()?.to_string()))
+        .collect();
+    std::fs::read_to_string(d.join("out/turns.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|v| v["id"].as_str().is_some_and(|id| !rows.contains(id)))
 }
 
 /// Conversations whose turns do not alternate are not sent when every turn is regenerated: two

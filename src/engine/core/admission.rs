@@ -179,12 +179,13 @@ impl Core {
             }
             if let Some(p) = self.fresh_prompt(d, source, now) {
                 self.admission.next_dataset = (d + 1) % n;
+                let done_turns = self.resumed_turns(d, &p);
                 return Some(Job {
                     dataset: d,
                     prompt: p,
                     attempts: 0,
                     failed_at: None,
-                    done_turns: Vec::new(),
+                    done_turns,
                 });
             }
             // In sequence, a dataset whose file just ended still holds the line while its
@@ -197,6 +198,23 @@ impl Core {
             }
         }
         None
+    }
+
+    /// The turns an earlier run finished of `prompt`'s row, to continue from (see
+    /// [`super::turns::resumed`]); none for a dataset that sends only the last turn.
+    fn resumed_turns(
+        &mut self,
+        d: usize,
+        prompt: &crate::store::prompts::Prompt,
+    ) -> Vec<super::turns::DoneTurn> {
+        let ds = &mut self.admission.datasets[d];
+        if ds.turns != crate::config::Turns::All {
+            return Vec::new();
+        }
+        let Some(chain) = ds.in_progress.remove(&prompt.id) else {
+            return Vec::new();
+        };
+        super::turns::resumed(prompt, chain)
     }
 
     /// Puts a job back for the next dispatch (or the next run), without counting an attempt.

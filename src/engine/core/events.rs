@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::domain::Usd;
 use crate::store::output::{OutputRecord, RejectRecord, SpendEntry, SpendKind};
+use crate::store::turns_file::TurnLine;
 
 use super::super::control::Command;
 use super::super::endpoint::RunEndpoint;
@@ -87,6 +88,9 @@ pub enum Effect {
         dataset: usize,
         record: RejectRecord,
     },
+    /// Append a finished turn of a multi-turn row in progress to the turns file, for a later
+    /// run to continue the row from.
+    Turn(Box<TurnLine>),
     /// Close every attempt in flight (stop now).
     CancelInFlight,
     /// Ask `GET /generation` at the end of the run what this closed stream really cost; the

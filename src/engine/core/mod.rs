@@ -107,6 +107,9 @@ pub struct DatasetBook {
     /// Ids finished or rejected by earlier runs (this run reads the file once, and the
     /// reader drops in-file duplicates, so ids finished now need not be kept).
     pub done_ids: HashSet<String>,
+    /// Multi-turn rows earlier runs left in progress: their finished turns, by id (taken when
+    /// the row's prompt comes up).
+    pub in_progress: crate::store::turns_file::InProgress,
     pub total: u64,
     pub done: u64,
     pub rejected: u64,

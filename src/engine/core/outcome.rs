@@ -558,12 +558,16 @@ impl Core {
         ds.output_tokens_here += completion_tokens;
         let all_turns = ds.turns == Turns::All;
         if all_turns && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt) {
-            // Not the last turn: the next goes out on this history, first in line.
-            job.done_turns.push(turns::DoneTurn {
+            // Not the last turn: kept in the turns file (a run stopped now continues the row
+            // from here), and the next goes out on this history, first in line.
+            let done = turns::DoneTurn {
                 content,
                 reasoning,
                 record: turn,
-            });
+            };
+            let line = turns::line_of(&ds.name, &job.prompt, job.done_turns.len(), &done);
+            self.effects.push(Effect::Turn(Box::new(line)));
+            job.done_turns.push(done);
             job.attempts = 0;
             job.failed_at = None;
             self.push_retry(job, now.mono);

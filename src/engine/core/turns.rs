@@ -3,13 +3,15 @@
 //! given), so that the drafter never learns from text the target model did not write. A job
 //! carries the turns done; this file says what the next request sends and what the row holds.
 //!
-//! A row is written when its last turn is done. A run that stops mid-row (drain, kill -9) keeps
-//! nothing of it but the ledger lines of the turns paid for: the next run starts that prompt
-//! again from its first turn.
+//! A row is written when its last turn is done. Each turn before it goes to the turns file
+//! (`store/turns_file.rs`) as it is done: a run that stops mid-row (a drain, the dollar budget,
+//! kill -9) keeps the turns it paid for, and the next run continues the row from its last
+//! finished turn, unless the row's conversation has changed since.
 
 use crate::openrouter::Message;
 use crate::store::output::{RecordUsage, Turn, TurnRecord};
-use crate::store::prompts::Prompt;
+use crate::store::prompts::{Prompt, content_id};
+use crate::store::turns_file::TurnLine;
 
 /// A turn the model has written.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,6 +118,39 @@ pub fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
         cost_details: None,
         is_byok: turns.iter().find_map(|t| t.usage.is_byok),
     }
+}
+
+/// The turns file's line of `done`, the `turn`th assistant turn of `prompt`'s row.
+pub fn line_of(dataset: &str, prompt: &Prompt, turn: usize, done: &DoneTurn) -> TurnLine {
+    TurnLine {
+        dataset: dataset.to_string(),
+        id: prompt.id.clone(),
+        turn,
+        conversation: content_id(&prompt.messages),
+        content: done.content.clone(),
+        reasoning_content: done.reasoning.clone(),
+        record: done.record.clone(),
+    }
+}
+
+/// The turns an earlier run finished of `prompt`'s row (`chain`, from its turns file), to
+/// continue from: all of them while the row's conversation is the one they were written for
+/// and they leave a turn to write; none otherwise (the row starts again).
+pub fn resumed(prompt: &Prompt, chain: Vec<TurnLine>) -> Vec<DoneTurn> {
+    let same = chain
+        .iter()
+        .all(|t| t.conversation == content_id(&prompt.messages));
+    if !same || chain.len() >= turns_to_generate(prompt) {
+        return Vec::new();
+    }
+    chain
+        .into_iter()
+        .map(|t| DoneTurn {
+            content: t.content,
+            reasoning: t.reasoning_content,
+            record: t.record,
+        })
+        .collect()
 }
 
 #[cfg(test)]

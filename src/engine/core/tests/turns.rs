@@ -193,3 +193,145 @@ fn a_cut_middle_turn_follows_on_length_like_any_answer() {
         r[0]
     );
 }
+
+/// The turns-file lines among `effects`, as (id, turn, content).
+fn turn_lines(effects: &[Effect]) -> Vec<(String, usize, String)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Turn(t) => Some((t.id.clone(), t.turn, t.content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn each_turn_before_the_last_goes_to_the_turns_file_as_it_is_done() {
+    let mut h = harness(Turns::All, None);
+    let mut lines = Vec::new();
+    for i in 0..3u64 {
+        let d = h.dispatch();
+        let fx = h.result(done(d[0].key, d[0].pinned, 100 + i, 0.01, "stop"));
+        lines.extend(turn_lines(&fx));
+        if i < 2 {
+            let Some(Effect::Turn(t)) = fx.iter().find(|e| matches!(e, Effect::Turn(_))) else {
+                panic!("turn {i}: no line");
+            };
+            assert_eq!(t.dataset, "d0");
+            assert_eq!(
+                t.conversation,
+                crate::store::prompts::content_id(&three_turns("p1").messages)
+            );
+            assert_eq!(t.record.cost_usd, Usd::from_f64(0.01));
+            assert_eq!(t.reasoning_content.as_deref(), Some("thinking"));
+        }
+    }
+    let keys: Vec<(String, usize)> = lines.iter().map(|(id, t, _)| (id.clone(), *t)).collect();
+    assert_eq!(
+        keys,
+        [("p1".to_string(), 0), ("p1".to_string(), 1)],
+        "the last turn is the row's, not the file's"
+    );
+    let mut last = harness(Turns::Last, None);
+    let d = last.dispatch();
+    let fx = last.result(done(d[0].key, d[0].pinned, 100, 0.01, "stop"));
+    assert!(turn_lines(&fx).is_empty(), "one request, no turns file");
+}
+
+/// Two turns an earlier run finished of `prompt`, as its turns file holds them.
+fn earlier_turns(
+    prompt: &Prompt,
+    conversation: Option<&str>,
+) -> Vec<crate::store::turns_file::TurnLine> {
+    (0..2)
+        .map(|k| {
+            let done = crate::engine::core::turns::DoneTurn {
+                content: format!("earlier answer {k}"),
+                reasoning: Some(format!("earlier thought {k}")),
+                record: crate::store::output::TurnRecord {
+                    provider: "Chutes".into(),
+                    endpoint_tag: Some("chutes/int4".into()),
+                    finish_reason: "stop".into(),
+                    usage: Default::default(),
+                    cost_usd: Usd::from_f64(0.02),
+                    attempts: 1,
+                    generation_id: Some(format!("gen-earlier-{k}")),
+                    ttft_ms: None,
+                    latency_ms: 5,
+                    inline_think: false,
+                    cost_estimated: false,
+                },
+            };
+            let mut line = crate::engine::core::turns::line_of("d0", prompt, k, &done);
+            if let Some(c) = conversation {
+                line.conversation = c.into();
+            }
+            line
+        })
+        .collect()
+}
+
+#[test]
+fn a_row_an_earlier_run_left_in_progress_continues_from_its_last_finished_turn() {
+    // (case, the conversation the turns were written for, requests the row takes)
+    let cases = [
+        ("the same conversation: only the last turn is left", None, 1),
+        (
+            "the prompt changed since: started again",
+            Some("h0000000000000000"),
+            3,
+        ),
+    ];
+    for (name, conversation, requests) in cases {
+        let mut h = harness(Turns::All, None);
+        let p = three_turns("p1");
+        h.core.admission.datasets[0]
+            .in_progress
+            .insert("p1".into(), earlier_turns(&p, conversation));
+        let mut fx = Vec::new();
+        let mut sent_first = Vec::new();
+        for i in 0..requests {
+            let d = h.dispatch();
+            assert_eq!(d.len(), 1, "{name}: request {i}");
+            if i == 0 {
+                sent_first = sent(&d[0]);
+            }
+            fx = h.result(done(d[0].key, d[0].pinned, 100, 0.01, "stop"));
+        }
+        assert!(h.dispatch().is_empty(), "{name}: nothing more");
+        assert_eq!(outputs(&fx), 1, "{name}: the row");
+        let Some(Effect::Output { record, .. }) =
+            fx.iter().find(|e| matches!(e, Effect::Output { .. }))
+        else {
+            panic!("{name}");
+        };
+        let continued = conversation.is_none();
+        assert_eq!(
+            sent_first.contains(&"assistant:earlier answer 1".to_string()),
+            continued,
+            "{name}: the first request's history {sent_first:?}"
+        );
+        assert_eq!(record.turns.len(), 3, "{name}");
+        let gens: Vec<&str> = (record.turns.iter())
+            .map(|t| t.generation_id.as_deref().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            gens[..2] == ["gen-earlier-0", "gen-earlier-1"],
+            continued,
+            "{name}: {gens:?}"
+        );
+        if continued {
+            assert_eq!(record.conversations[2].content, "earlier answer 0");
+            assert_eq!(
+                record.conversations[4].reasoning_content.as_deref(),
+                Some("earlier thought 1")
+            );
+            // The row costs what every turn cost, the earlier run's included.
+            assert_eq!(record.cost_usd, Usd::from_f64(0.05), "{name}");
+        }
+        assert!(
+            h.core.admission.datasets[0].in_progress.is_empty(),
+            "{name}: taken"
+        );
+    }
+}
