@@ -57,6 +57,15 @@ pub enum Command {
 }
 
 impl Command {
+    /// A stop-now, whoever sent it.
+    pub fn is_stop_now(&self) -> bool {
+        match self {
+            Command::Shutdown(ShutdownMode::Now) => true,
+            Command::By(_, c) => c.is_stop_now(),
+            _ => false,
+        }
+    }
+
     /// Whether a viewer on the control socket may send it: not `OutputLost` (the engine's own
     /// terminal) nor `By` (the server attributes, a viewer cannot claim to be another).
     pub fn from_viewer_allowed(&self) -> bool {

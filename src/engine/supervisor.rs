@@ -113,6 +113,9 @@ pub(super) struct Supervisor {
     state_path: std::path::PathBuf,
     /// Cancelled by a stop-now: every attempt's token is a child of it.
     stop_now: CancellationToken,
+    /// Cancelled by a stop-now that came after the work was over, while look-ups ran: what
+    /// is still being looked up is left as it is (see [`Supervisor::stopping_now`]).
+    end_now: CancellationToken,
     /// Generations a crash of an earlier run left open.
     orphans: Vec<SpendEntry>,
     /// Requests a crash of an earlier run left before any answer.
@@ -170,6 +173,7 @@ impl Supervisor {
             readers: Readers(readers),
             state_path,
             stop_now: CancellationToken::new(),
+            end_now: CancellationToken::new(),
             orphans,
             unknown,
             rebuilt: Vec::new(),
@@ -226,6 +230,31 @@ impl Supervisor {
             let effects = core.handle(event, &mut port, &Clock::now());
             self.perform(effects, &mut next).await;
         }
+    }
+
+    /// A stop-now was asked, during the work or after it: nothing more waits on the API.
+    fn stopping_now(&self) -> bool {
+        self.core.stopped_now() || self.end_now.is_cancelled()
+    }
+
+    /// Once the work is over, commands go nowhere but a stop-now still counts: it ends the
+    /// look-ups at once (reliability probe 3, D5). Reads the commands until the run ends.
+    fn listen_for_stop_now(
+        &self,
+        mut commands: mpsc::Receiver<Command>,
+    ) -> tokio::task::JoinHandle<()> {
+        let end_now = self.end_now.clone();
+        if self.core.stopped_now() {
+            end_now.cancel();
+        }
+        tokio::spawn(async move {
+            while let Some(c) = commands.recv().await {
+                if c.is_stop_now() {
+                    tracing::info!("stop now asked while the last look-ups ran: they are left");
+                    end_now.cancel();
+                }
+            }
+        })
     }
 
     /// A line of the driver's own for the event log.
@@ -420,19 +449,26 @@ impl Supervisor {
                 }
             }
         }
+        let listener = self.listen_for_stop_now(commands);
         // Look-ups still running never hold the run: those that land within a short grace
         // are booked, the rest stay open (their `started` lines) for the next start or
-        // `harvest status --reconcile`, and one line says so. A stop-now takes no grace.
+        // `harvest status --reconcile`, and one line says so. A stop-now takes no grace, and
+        // one that comes during it ends it.
         if let Some(mut rx) = recovery.rx.take() {
-            let grace = if self.core.stopped_now() {
+            let grace = if self.stopping_now() {
                 Duration::ZERO
             } else {
                 super::reconcile::END_GRACE
             };
             let until = tokio::time::Instant::now() + grace;
+            let end_now = self.end_now.clone();
             let mut all_in = false;
             loop {
-                match tokio::time::timeout_at(until, rx.recv()).await {
+                let next = tokio::select! {
+                    next = tokio::time::timeout_at(until, rx.recv()) => next,
+                    () = end_now.cancelled() => break,
+                };
+                match next {
                     Ok(Some(f)) => self.recovered(&mut recovery, f).await,
                     Ok(None) => {
                         all_in = true;
@@ -448,6 +484,17 @@ impl Supervisor {
             if !all_in {
                 self.recovery_left(&recovery).await;
             }
+        }
+        let look_ups = self.closed_look_ups();
+        if look_ups > 0 {
+            // Said and shown at once: the views would otherwise sit still while it lasts.
+            self.say(format!(
+                "looking up what {look_ups} closed streams cost at /generation (up to {}s; stop \
+                 now to leave them at their estimates)",
+                super::reconcile::CLOSED_DEADLINE.as_secs()
+            ))
+            .await;
+            publish.send_replace(Arc::new(self.snapshot()));
         }
         self.reconcile_closed().await;
         let key_now = self.settle_with_key().await;
@@ -479,9 +526,10 @@ impl Supervisor {
         }
         state_writer.finish(&snap).await;
         publish.send_replace(Arc::new(snap.clone()));
+        listener.abort();
         RunSummary {
             state: snap.state,
-            stopped_now: self.core.stopped_now(),
+            stopped_now: self.stopping_now(),
             reason: self.core.stopping().cloned(),
             failed: self.core.failed(),
             snapshot: snap,

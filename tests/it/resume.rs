@@ -552,3 +552,86 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
     assert_eq!(done.lines().count(), 150);
     sim.stop().await;
 }
+
+/// A stop-now after the work is over ends the look-ups of what closed streams cost at once
+/// (reliability probe 3, D5): the dollar cap closes streams in flight, the API does not know
+/// them yet (`/generation` 404s: ~9 s a look-up), the run says it is looking them up, and the
+/// operator's stop-now leaves them at their estimates within a moment instead of 9 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_now_during_the_last_look_ups_ends_the_run_at_once() {
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.2;
+    cfg.generation_visible_after = Duration::from_secs(3600);
+    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    sim.state
+        .control(&harvest::sim::ControlRequest {
+            output_tokens_mean: Some(300.0),
+            all: Some(harvest::sim::EndpointPatch {
+                // Closing a stream stops its bill: the cap closes what is in flight.
+                cancel_stops_billing: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .expect("control");
+    let s = crate::common::setup();
+    let p = crate::common::write_prompts(&s.dir, "a", 400);
+    let body = format!(
+        "budget_usd = 0.03\nconcurrency = 40\nrouting = \"pinned\"\n[request]\nmax_tokens = 400\n\
+         [[dataset]]\nname = \"a\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let h =
+        crate::common::start_engine(crate::common::config(&s, &sim.base_url(), &body), 50).await;
+    let mut snaps = h.snapshots.clone();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let looking = snaps
+            .borrow_and_update()
+            .events
+            .iter()
+            .any(|e| e.text.starts_with("looking up what"));
+        if looking {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no look-ups at the end");
+        let _ = tokio::time::timeout(Duration::from_millis(200), snaps.changed()).await;
+    }
+    let asked = Instant::now();
+    h.commands
+        .send(harvest::engine::Command::Shutdown(
+            harvest::engine::ShutdownMode::Now,
+        ))
+        .await
+        .expect("send");
+    let summary = tokio::time::timeout(Duration::from_secs(30), h.finish())
+        .await
+        .expect("bounded")
+        .expect("finishes");
+    let took = asked.elapsed();
+    eprintln!("ended {took:?} after the stop-now");
+    assert!(
+        took < Duration::from_secs(3),
+        "the look-ups held the run {took:?}"
+    );
+    assert!(summary.stopped_now);
+    assert_eq!(
+        summary.reason,
+        Some(harvest::engine::StopReason::DollarBudget),
+        "the stop's reason stays the budget"
+    );
+    let texts: Vec<&str> = summary
+        .snapshot
+        .events
+        .iter()
+        .map(|e| e.text.as_str())
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t
+                .contains("closed streams not looked up (stopped now): they keep their estimates")),
+        "{texts:#?}"
+    );
+    sim.stop().await;
+}

@@ -67,14 +67,17 @@ impl Supervisor {
         if !self.shared.client.has_key() || self.key_usage_start.is_none() {
             return None;
         }
-        let wait = if self.core.stopped_now() { 2 } else { 10 };
-        let key_now =
-            match tokio::time::timeout(Duration::from_secs(wait), self.shared.client.key_info())
-                .await
-            {
+        let wait = if self.stopping_now() { 2 } else { 10 };
+        let end_now = self.end_now.clone();
+        let asked = tokio::time::timeout(Duration::from_secs(wait), self.shared.client.key_info());
+        let key_now = tokio::select! {
+            r = asked => match r {
                 Ok(Ok(k)) => k.usage,
                 _ => return None,
-            };
+            },
+            // A stop-now while the key is asked: the true-up waits for the next run.
+            () = end_now.cancelled() => return None,
+        };
         let now = Clock::now();
         if let Some(base) = self.key_base {
             let ledger_now = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
@@ -114,7 +117,7 @@ impl Supervisor {
                 }
             }
         }
-        let quiet = !self.core.stopped_now() && self.core.in_flight() == 0 && self.unsettled == 0;
+        let quiet = !self.stopping_now() && self.core.in_flight() == 0 && self.unsettled == 0;
         self.checkpoint(key_now, quiet, "end").await;
         Some(key_now)
     }
@@ -303,12 +306,20 @@ impl Supervisor {
         ).await;
     }
 
+    /// How many closed streams the end of the run will look up (see [`Self::reconcile_closed`]).
+    pub(super) fn closed_look_ups(&self) -> usize {
+        if !self.shared.client.has_key() || self.stopping_now() {
+            return 0;
+        }
+        self.to_reconcile.len()
+    }
+
     /// Asks the API what each closed stream really cost and books the difference, so the
     /// ledger matches the bill and not our estimate. Skipped after a stop-now: the operator
     /// wants out, and the estimates stand.
     pub(super) async fn reconcile_closed(&mut self) {
         let items = std::mem::take(&mut self.to_reconcile);
-        if items.is_empty() || !self.shared.client.has_key() || self.core.stopped_now() {
+        if items.is_empty() || !self.shared.client.has_key() || self.stopping_now() {
             return;
         }
         let asked = items.len();
@@ -318,9 +329,17 @@ impl Supervisor {
         ));
         let (mut fixed, mut back, mut delta_total) = (0u64, 0usize, Usd::ZERO);
         // Bounded: a look-up the API is slow to answer keeps its estimate rather than hold
-        // the end of the run.
+        // the end of the run, and a stop-now ends them all.
         let until = tokio::time::Instant::now() + super::super::reconcile::CLOSED_DEADLINE;
-        while let Ok(Some((entry, actual))) = tokio::time::timeout_at(until, found.next()).await {
+        let end_now = self.end_now.clone();
+        loop {
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(until, found.next()) => next,
+                () = end_now.cancelled() => break,
+            };
+            let Ok(Some((entry, actual))) = next else {
+                break;
+            };
             back += 1;
             let Some(actual) = actual else { continue };
             let delta = Usd::from_f64(actual) - entry.usd;
@@ -343,10 +362,17 @@ impl Supervisor {
             .await;
         }
         if back < asked {
+            let why = if self.end_now.is_cancelled() {
+                "stopped now".to_string()
+            } else {
+                format!(
+                    "not answered within {}s",
+                    super::super::reconcile::CLOSED_DEADLINE.as_secs()
+                )
+            };
             self.say(format!(
-                "{} closed streams not looked up within {}s: they keep their estimates",
-                asked - back,
-                super::super::reconcile::CLOSED_DEADLINE.as_secs()
+                "{} closed streams not looked up ({why}): they keep their estimates",
+                asked - back
             ))
             .await;
         }
