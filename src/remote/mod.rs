@@ -45,14 +45,10 @@ fn runtime_dir() -> PathBuf {
 }
 
 /// A hash that does not change between builds (std's `DefaultHasher` may), so that an
-/// attach from a newer harvest finds an older engine's socket.
+/// attach from a newer harvest finds an older engine's socket: FNV-1a, as prompt ids use.
 fn fnv1a(dir: &Path) -> u64 {
-    dir.as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-        })
+    use crate::store::prompts::{FNV_OFFSET, fnv1a};
+    fnv1a(dir.as_os_str().as_encoded_bytes(), FNV_OFFSET)
 }
 
 /// This process's real uid.

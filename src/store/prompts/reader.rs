@@ -1,0 +1,301 @@
+//! The streaming reader of a prompt file, and the quick counting pass over one.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::*;
+
+/// At most this many duplicates are kept in [`PromptReader::duplicates`]; all are counted.
+const MAX_DUPLICATES_KEPT: usize = 1_000;
+
+/// Streams prompts from a JSONL source. Bad lines yield an error and the iteration goes on with the
+/// next line; a read failure yields one error (`line == 0`) and ends the iteration.
+pub struct PromptReader {
+    reader: Box<dyn BufRead + Send>,
+    path: String,
+    line: u64,
+    buf: Vec<u8>,
+    /// Ids seen so far, as 128-bit keyed hashes (16 bytes an id instead of a String: a file of
+    /// millions of prompts is read in one pass with flat memory per line); value: first line.
+    pub(super) seen: HashMap<u128, (u64, u64)>,
+    /// Every duplicate line found (for [`count_prompts`]).
+    duplicate_lines: Vec<u64>,
+    seen_keys: (std::hash::RandomState, std::hash::RandomState),
+    /// Set by [`PromptReader::open_prescanned`]: the duplicate lines (ascending, next first),
+    /// instead of `seen`.
+    prescanned: Option<std::collections::VecDeque<u64>>,
+    duplicates: Vec<Duplicate>,
+    duplicate_count: u64,
+    differing: u64,
+    /// Bytes consumed so far.
+    bytes: u64,
+    done: bool,
+}
+
+impl PromptReader {
+    pub fn open(path: &Path) -> Result<Self, PromptError> {
+        let shown = path.display().to_string();
+        match File::open(path) {
+            Ok(file) => Ok(Self::new(BufReader::with_capacity(1 << 16, file), shown)),
+            Err(e) => Err(PromptError {
+                path: shown,
+                line: 0,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// `path_for_messages` is only used in error messages.
+    pub fn new(reader: impl BufRead + Send + 'static, path_for_messages: String) -> Self {
+        PromptReader {
+            reader: Box::new(reader),
+            path: path_for_messages,
+            line: 0,
+            buf: Vec::new(),
+            seen: HashMap::new(),
+            duplicate_lines: Vec::new(),
+            seen_keys: Default::default(),
+            prescanned: None,
+            duplicates: Vec::new(),
+            duplicate_count: 0,
+            differing: 0,
+            bytes: 0,
+            done: false,
+        }
+    }
+
+    /// Opens a file already read by [`count_prompts`]: its duplicate lines are skipped by
+    /// number, so a long run keeps no id per prompt (the file must not change meanwhile).
+    pub fn open_prescanned(path: &Path, count: &PromptCount) -> Result<Self, PromptError> {
+        use std::io::Read;
+        let shown = path.display().to_string();
+        // The file as the count saw it: its length then is the end, whatever is appended since.
+        let file = File::open(path).map_err(|e| PromptError {
+            path: shown.clone(),
+            line: 0,
+            message: e.to_string(),
+        })?;
+        let mut r = Self::new(
+            BufReader::with_capacity(1 << 16, file.take(count.bytes)),
+            shown,
+        );
+        r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
+        Ok(r)
+    }
+
+    /// Two independent keyed SipHash values of an id: a collision between two different ids
+    /// of one file is about n²/2¹²⁹ (never, in practice).
+    fn id_key(&self, id: &str) -> u128 {
+        use std::hash::BuildHasher;
+        let a = self.seen_keys.0.hash_one(id);
+        let b = self.seen_keys.1.hash_one(id);
+        (u128::from(a) << 64) | u128::from(b)
+    }
+
+    /// A keyed hash of a conversation, to tell a copied line from another prompt under the
+    /// same id.
+    fn content_key(&self, messages: &[crate::openrouter::Message]) -> u64 {
+        use std::hash::BuildHasher;
+        self.seen_keys.0.hash_one(
+            messages
+                .iter()
+                .map(|m| (m.role.as_str(), m.content.as_str()))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The first 1,000 duplicates, in file order.
+    pub fn duplicates(&self) -> &[Duplicate] {
+        &self.duplicates
+    }
+
+    /// All duplicates seen so far.
+    pub fn duplicate_count(&self) -> u64 {
+        self.duplicate_count
+    }
+
+    fn error(&self, message: String) -> PromptError {
+        PromptError {
+            path: self.path.clone(),
+            line: self.line,
+            message,
+        }
+    }
+
+    /// Parses the line in `self.buf` (without its line ending); `Ok(None)` for a blank line.
+    fn parse_line(&self) -> Result<Option<Prompt>, String> {
+        let mut bytes = self.buf.as_slice();
+        if self.line == 1 {
+            bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        }
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| format!("not valid UTF-8 at byte {}", e.valid_up_to() + 1))?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            let full = e.to_string();
+            let what = full
+                .rsplit_once(" at line ")
+                .map_or(full.as_str(), |(w, _)| w);
+            format!("not valid JSON: {what} at column {}", e.column())
+        })?;
+        let Value::Object(obj) = value else {
+            return Err("not a JSON object".to_string());
+        };
+        let mut messages = parse_messages(&obj)?;
+        while messages.last().is_some_and(|m| m.role == "assistant") {
+            messages.pop();
+        }
+        match messages.last() {
+            None => return Err("no user turn (only assistant turns)".to_string()),
+            Some(m) if m.role != "user" => {
+                return Err(format!("last turn is \"{}\", expected \"user\"", m.role));
+            }
+            Some(_) => {}
+        }
+        let id = match obj.get("id") {
+            None | Some(Value::Null) => content_id(&messages),
+            Some(Value::String(s)) if s.is_empty() => return Err("\"id\" is empty".to_string()),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            Some(_) => return Err("\"id\" must be a string or an integer".to_string()),
+        };
+        Ok(Some(Prompt {
+            id,
+            messages,
+            line: self.line,
+        }))
+    }
+}
+
+impl Iterator for PromptReader {
+    type Item = Result<Prompt, PromptError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.buf.clear();
+            match self.reader.read_until(b'\n', &mut self.buf) {
+                Ok(0) => self.done = true,
+                Ok(n) => {
+                    self.bytes += n as u64;
+                    self.line += 1;
+                    if self.buf.last() == Some(&b'\n') {
+                        self.buf.pop();
+                        if self.buf.last() == Some(&b'\r') {
+                            self.buf.pop();
+                        }
+                    }
+                    if let Some(skip) = self.prescanned.as_mut() {
+                        while skip.front().is_some_and(|&l| l < self.line) {
+                            skip.pop_front();
+                        }
+                        if skip.front() == Some(&self.line) {
+                            skip.pop_front();
+                            self.duplicate_count += 1;
+                            continue;
+                        }
+                    }
+                    match self.parse_line() {
+                        Ok(None) => {}
+                        Ok(Some(prompt)) if self.prescanned.is_some() => return Some(Ok(prompt)),
+                        Ok(Some(prompt)) => {
+                            let key = self.id_key(&prompt.id);
+                            let content = self.content_key(&prompt.messages);
+                            if let Some(&(first_line, first_content)) = self.seen.get(&key) {
+                                let differs = content != first_content;
+                                self.duplicate_count += 1;
+                                self.differing += u64::from(differs);
+                                self.duplicate_lines.push(prompt.line);
+                                if self.duplicates.len() < MAX_DUPLICATES_KEPT {
+                                    self.duplicates.push(Duplicate {
+                                        id: prompt.id,
+                                        line: prompt.line,
+                                        first_line,
+                                        differs,
+                                    });
+                                }
+                                continue;
+                            }
+                            self.seen.insert(key, (prompt.line, content));
+                            return Some(Ok(prompt));
+                        }
+                        Err(message) => return Some(Err(self.error(message))),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(PromptError {
+                        path: self.path.clone(),
+                        line: 0,
+                        message: format!("{e} (after line {})", self.line),
+                    }));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A quick streaming pass over a prompt file. A read failure is an error; bad lines are counted.
+pub fn count_prompts(path: &Path) -> Result<PromptCount, PromptError> {
+    count_prompts_in_shard(path, None)
+}
+
+/// [`count_prompts`], also counting the prompts of shard `k` of `n`: everything the start of a
+/// run needs from a file, in one read.
+pub fn count_prompts_in_shard(
+    path: &Path,
+    shard: Option<(u32, u32)>,
+) -> Result<PromptCount, PromptError> {
+    count_prompts_reporting(path, shard, &std::sync::atomic::AtomicU64::new(0))
+}
+
+/// [`count_prompts_in_shard`], adding the bytes it reads to `read` as it goes (every 4,096
+/// lines), for a progress line over files of millions of prompts.
+pub fn count_prompts_reporting(
+    path: &Path,
+    shard: Option<(u32, u32)>,
+    read: &std::sync::atomic::AtomicU64,
+) -> Result<PromptCount, PromptError> {
+    use std::sync::atomic::Ordering;
+    let mut reader = PromptReader::open(path)?;
+    let mut count = PromptCount::default();
+    let mut reported = 0u64;
+    while let Some(item) = reader.next() {
+        if reader.line % 4096 == 0 {
+            read.fetch_add(reader.bytes - reported, Ordering::Relaxed);
+            reported = reader.bytes;
+        }
+        match item {
+            Ok(p) => {
+                count.valid += 1;
+                if !p.messages.iter().any(|m| m.role == "system") {
+                    count.without_system += 1;
+                }
+                if shard.is_none_or(|(k, n)| shard_of(&p.id, n) == k) {
+                    count.in_shard += 1;
+                }
+            }
+            Err(e) if e.is_io() => return Err(e),
+            Err(e) => {
+                count.invalid += 1;
+                if count.first_error.is_none() {
+                    count.first_error = Some(e);
+                }
+            }
+        }
+    }
+    count.duplicates = reader.duplicate_count();
+    count.duplicate_lines = reader.duplicate_lines;
+    count.first_duplicates = reader.duplicates;
+    count.differing = reader.differing;
+    count.bytes = reader.bytes;
+    read.fetch_add(reader.bytes - reported, Ordering::Relaxed);
+    Ok(count)
+}

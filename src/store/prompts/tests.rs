@@ -1,0 +1,408 @@
+//! The prompt reader's tests: every format, ids, shards, duplicates, bad lines.
+
+use super::*;
+use std::io::{BufReader, Cursor};
+use std::path::Path;
+
+fn reader(text: &str) -> PromptReader {
+    PromptReader::new(
+        Cursor::new(text.as_bytes().to_vec()),
+        "data/b3.jsonl".into(),
+    )
+}
+
+fn one(line: &str) -> Result<Prompt, String> {
+    match reader(line).next() {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("nothing".into()),
+    }
+}
+
+fn msgs(p: &[(&str, &str)]) -> Vec<Message> {
+    p.iter().map(|(r, c)| Message::new(*r, *c)).collect()
+}
+
+#[test]
+fn fnv_and_ids_are_pinned() {
+    // Published FNV-1a 64 test vectors; and the id rule must never change.
+    assert_eq!(fnv1a(b"", FNV_OFFSET), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fnv1a(b"a", FNV_OFFSET), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(fnv1a(b"foobar", FNV_OFFSET), 0x8594_4171_f739_67e8);
+    let id = content_id(&[Message::user("hi")]);
+    assert_eq!(id, "h660db281bfb80118");
+    let two = [Message::system("s"), Message::user("u")];
+    assert_eq!(content_id(&two), "h99c51407d6b766db");
+    assert_eq!(shard_of("q-1", 1_000), 263);
+}
+
+#[test]
+fn all_formats_same_content_same_id() {
+    let lines = [
+        r#"{"prompt":"hi"}"#,
+        r#"{"prompt":"hi","messages":null,"conversations":null}"#,
+        r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+        r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
+        r#"{"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"yo"}]}"#,
+        r#"{"conversations":[{"role":"user","content":"hi"}],"source":"x","score":3}"#,
+    ];
+    for l in lines {
+        let p = one(l).expect(l);
+        assert_eq!(p.messages, msgs(&[("user", "hi")]), "{l}");
+        assert_eq!(p.id, "h660db281bfb80118", "{l}");
+    }
+}
+
+#[test]
+fn formats_multi_turn() {
+    let p = one(r#"{"id":"a","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":[{"type":"text","text":"x"},{"type":"text","text":"y"}]},{"role":"assistant","content":"a2"},{"role":"assistant","content":"a3"}]}"#).expect("ok");
+    let want = [
+        ("system", "be brief"),
+        ("user", "q1"),
+        ("assistant", "a1"),
+        ("user", "x\ny"),
+    ];
+    assert_eq!(p.messages, msgs(&want));
+    assert_eq!(p.id, "a");
+    let p = one(r#"{"conversations":[{"from":"system","value":"s"},{"from":"user","value":"u"},{"from":"model","value":"m"},{"from":"tool","value":"t"},{"from":"human","value":"h"}]}"#).expect("ok");
+    let want = [
+        ("system", "s"),
+        ("user", "u"),
+        ("assistant", "m"),
+        ("tool", "t"),
+        ("user", "h"),
+    ];
+    assert_eq!(p.messages, msgs(&want));
+    assert!(p.id.starts_with('h') && p.id.len() == 17);
+}
+
+#[test]
+fn ids_explicit_integer_and_bad() {
+    assert_eq!(one(r#"{"id":42,"prompt":"x"}"#).expect("ok").id, "42");
+    assert_eq!(one(r#"{"id":-7,"prompt":"x"}"#).expect("ok").id, "-7");
+    assert_eq!(one(r#"{"id":"q-1","prompt":"x"}"#).expect("ok").id, "q-1");
+    assert_eq!(
+        one(r#"{"id":null,"prompt":"hi"}"#).expect("ok").id,
+        "h660db281bfb80118"
+    );
+    let e = one(r#"{"id":1.5,"prompt":"x"}"#).expect_err("error");
+    assert_eq!(e, r#"data/b3.jsonl:1: "id" must be a string or an integer"#);
+    let e = one(r#"{"id":"","prompt":"x"}"#).expect_err("error");
+    assert_eq!(e, r#"data/b3.jsonl:1: "id" is empty"#);
+}
+
+/// One case a line: the prompt line, ` => `, the error message after `path:1: `.
+const ERROR_CASES: &str = r#"
+{ => not valid JSON: EOF while parsing an object at column 1
+x => not valid JSON: expected value at column 1
+[1] => not a JSON object
+{"id":"a"} => needs one of "prompt", "messages" or "conversations"
+{"prompt":"a","messages":[]} => "messages" and "prompt" both present
+{"prompt":"a","messages":[],"conversations":[]} => "prompt", "messages" and "conversations" all present
+{"prompt":1} => "prompt" must be a string
+{"messages":{}} => "messages" must be a list
+{"messages":[]} => "messages" is empty
+{"conversations":[]} => "conversations" is empty
+{"conversations":[{"from":"human","value":"a"},{"from":"gpt","value":"b"},{"from":"robot","value":"c"}]} => conversations[2].from "robot" is not one of human, user, gpt, assistant, model, system, tool
+{"conversations":[{"text":"a"}]} => conversations[0] needs "from" and "value" (or "role" and "content")
+{"conversations":[{"from":"human"}]} => conversations[0] has no "value"
+{"conversations":[{"from":1,"value":"a"}]} => conversations[0].from must be a string
+{"messages":[{"role":"robot","content":"a"}]} => messages[0].role "robot" is not one of system, developer, user, assistant, tool
+{"messages":["hi"]} => messages[0] must be an object with "role" and "content"
+{"messages":[{"role":"user"}]} => messages[0] has no "content"
+{"messages":[{"role":"user","content":null}]} => messages[0].content must be a string or a list of parts
+{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}}]}]} => messages[0].content[1] has type "image_url"; only "text" parts are supported
+{"messages":[{"role":"user","content":[{"text":"a"}]}]} => messages[0].content[0] has no "type"
+{"messages":[{"role":"assistant","content":"a"}]} => no user turn (only assistant turns)
+{"messages":[{"role":"user","content":"a"},{"role":"system","content":"b"}]} => last turn is "system", expected "user"
+"#;
+
+#[test]
+fn error_messages() {
+    for case in ERROR_CASES.lines().filter(|l| !l.is_empty()) {
+        let (line, want) = case.split_once(" => ").expect("case");
+        let got = one(line).expect_err(line);
+        assert_eq!(got, format!("data/b3.jsonl:1: {want}"), "{line}");
+    }
+}
+
+#[test]
+fn line_numbers_blank_lines_crlf_bom_and_recovery() {
+    let text = "\u{feff}{\"prompt\":\"a\"}\r\n\r\n   \nnot json\r\n{\"prompt\":\"b\"}\n\n{\"id\":1}\n{\"prompt\":\"c\"}";
+    let got: Vec<_> = reader(text).collect();
+    assert_eq!(got.len(), 5);
+    let p = got[0].as_ref().expect("ok");
+    assert_eq!((p.line, p.messages[0].content.as_str()), (1, "a"));
+    let e = got[1].as_ref().expect_err("error");
+    assert_eq!((e.line, e.is_io()), (4, false));
+    assert_eq!(got[2].as_ref().expect("ok").line, 5);
+    assert_eq!(got[3].as_ref().expect_err("error").line, 7);
+    let p = got[4].as_ref().expect("ok");
+    assert_eq!((p.line, p.messages[0].content.as_str()), (8, "c"));
+    // A BOM after line 1 is not stripped: it is not JSON.
+    let e = reader("{\"prompt\":\"a\"}\n\u{feff}{\"prompt\":\"b\"}")
+        .nth(1)
+        .expect("ok")
+        .expect_err("error");
+    assert_eq!(e.line, 2);
+    // CR inside content survives; only the line ending is stripped.
+    assert_eq!(
+        one("{\"prompt\":\"a\\r\"}\r\n").expect("ok").messages[0].content,
+        "a\r"
+    );
+}
+
+#[test]
+fn invalid_utf8_names_the_line() {
+    let mut bytes = b"{\"prompt\":\"a\"}\n{\"prompt\":\"".to_vec();
+    bytes.extend_from_slice(&[0xff, 0xfe]);
+    bytes.extend_from_slice(b"\"}\n{\"prompt\":\"c\"}\n");
+    let got: Vec<_> = PromptReader::new(Cursor::new(bytes), "f".into()).collect();
+    assert_eq!(got.len(), 3);
+    assert_eq!(
+        got[1].as_ref().expect_err("error").to_string(),
+        "f:2: not valid UTF-8 at byte 12"
+    );
+    assert_eq!(got[2].as_ref().expect("ok").line, 3);
+}
+
+#[test]
+fn duplicates_are_counted_not_yielded() {
+    let mut text = String::from("{\"id\":\"a\",\"prompt\":\"x\"}\n{\"prompt\":\"hi\"}\n");
+    text.push_str("{\"id\":\"a\",\"prompt\":\"y\"}\n{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n");
+    for i in 0..1_100 {
+        text.push_str(&format!("{{\"id\":{},\"prompt\":\"p\"}}\n", i % 50));
+    }
+    let mut r = reader(&text);
+    let yielded: Vec<_> = r.by_ref().map(|p| p.expect("ok").id).collect();
+    assert_eq!(yielded.len(), 2 + 50);
+    assert_eq!(r.duplicate_count(), 2 + 1_050);
+    assert_eq!(r.duplicates().len(), 1_000);
+    let first: Vec<_> = r.duplicates()[..3]
+        .iter()
+        .map(|d| (d.id.as_str(), d.line, d.first_line))
+        .collect();
+    let want = [("a", 3, 1), ("h660db281bfb80118", 4, 2), ("0", 55, 5)];
+    assert_eq!(first, want);
+}
+
+#[test]
+fn a_prescanned_reader_skips_the_same_duplicates_without_keeping_ids() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.jsonl");
+    let mut text = String::new();
+    for i in 0..300 {
+        text.push_str(&format!("{{\"id\":\"{}\",\"prompt\":\"p\"}}\n", i % 120));
+        if i % 97 == 0 {
+            text.push_str("not json\n");
+        }
+    }
+    std::fs::write(&path, &text).expect("write");
+    let count = count_prompts(&path).expect("count");
+    assert_eq!(
+        (count.valid, count.duplicates, count.invalid),
+        (120, 180, 4)
+    );
+    assert_eq!(count.duplicate_lines.len(), 180);
+    let ids = |r: PromptReader| -> Vec<String> { r.flatten().map(|p| p.id).collect() };
+    let plain = ids(PromptReader::open(&path).expect("open"));
+    let mut pre = PromptReader::open_prescanned(&path, &count).expect("open");
+    let fast: Vec<String> = pre.by_ref().flatten().map(|p| p.id).collect();
+    assert_eq!(fast, plain);
+    assert_eq!(pre.duplicate_count(), 180);
+    assert!(pre.seen.is_empty(), "no id kept");
+}
+
+#[test]
+fn duplicate_ids_are_told_apart_by_content() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.jsonl");
+    // (name, second line, counted duplicates, of which with other content)
+    let cases = [
+        ("a copied line", r#"{"id":"7","prompt":"seven"}"#, 1, 0),
+        (
+            "an integer id and the same digits as a string",
+            r#"{"id":7,"prompt":"seven"}"#,
+            1,
+            0,
+        ),
+        (
+            "the same id, another prompt",
+            r#"{"id":"7","prompt":"eight"}"#,
+            1,
+            1,
+        ),
+        (
+            "7 and \"7\" with other prompts",
+            r#"{"id":7,"prompt":"eight"}"#,
+            1,
+            1,
+        ),
+        ("another id", r#"{"id":"8","prompt":"seven"}"#, 0, 0),
+    ];
+    for (name, second, dups, differing) in cases {
+        std::fs::write(
+            &path,
+            format!("{{\"id\":\"7\",\"prompt\":\"seven\"}}\n{second}\n"),
+        )
+        .expect("write");
+        let c = count_prompts(&path).expect("count");
+        assert_eq!((c.duplicates, c.differing), (dups, differing), "{name}");
+        if dups > 0 {
+            let d = &c.first_duplicates[0];
+            assert_eq!(
+                (d.line, d.first_line, d.differs),
+                (2, 1, differing == 1),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_file_grown_after_the_count_is_read_as_it_was() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.jsonl");
+    let cases: [(&str, &str, Vec<&str>); 3] = [
+        (
+            "new ids, a reused id and a bad line appended",
+            "{\"id\":\"x\",\"prompt\":\"late\"}\n{\"id\":\"a\",\"prompt\":\"again\"}\nnot json\n",
+            vec!["a", "b"],
+        ),
+        (
+            "an appended line without its newline yet",
+            "{\"id\":\"y\"",
+            vec!["a", "b"],
+        ),
+        ("nothing appended", "", vec!["a", "b"]),
+    ];
+    for (name, appended, want) in cases {
+        std::fs::write(
+            &path,
+            "{\"id\":\"a\",\"prompt\":\"p\"}\n{\"id\":\"b\",\"prompt\":\"q\"}\n",
+        )
+        .expect("write");
+        let count = count_prompts(&path).expect("count");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(&mut f, appended.as_bytes()).expect("append");
+        let items: Vec<Result<Prompt, PromptError>> = PromptReader::open_prescanned(&path, &count)
+            .expect("open")
+            .collect();
+        assert!(items.iter().all(Result::is_ok), "{name}: no bad line read");
+        let ids: Vec<String> = items.into_iter().flatten().map(|p| p.id).collect();
+        assert_eq!(ids, want, "{name}");
+    }
+}
+
+#[test]
+fn huge_line() {
+    let big = "x".repeat(1 << 20);
+    let text = format!("{{\"prompt\":\"{big}\"}}\n{{\"prompt\":\"small\"}}\n");
+    let got: Vec<_> = reader(&text).map(|p| p.expect("ok")).collect();
+    assert_eq!(got[0].messages[0].content.len(), 1 << 20);
+    assert_eq!(
+        (got[1].line, got[1].messages[0].content.as_str()),
+        (2, "small")
+    );
+}
+
+#[test]
+fn io_errors() {
+    let e = PromptReader::open(Path::new("/nonexistent/b3.jsonl"))
+        .err()
+        .expect("open fails");
+    assert!(e.is_io());
+    assert!(
+        e.to_string()
+            .starts_with("cannot read /nonexistent/b3.jsonl: "),
+        "{e}"
+    );
+
+    struct Failing(u8);
+    impl std::io::Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0 += 1;
+            if self.0 == 1 {
+                let line = b"{\"prompt\":\"a\"}\n";
+                buf[..line.len()].copy_from_slice(line);
+                return Ok(line.len());
+            }
+            Err(std::io::Error::other("disk on fire"))
+        }
+    }
+    let got: Vec<_> = PromptReader::new(BufReader::new(Failing(0)), "f".into()).collect();
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        got[1].as_ref().expect_err("error").to_string(),
+        "cannot read f: disk on fire (after line 1)"
+    );
+}
+
+#[test]
+fn shards() {
+    assert_eq!(parse_shard("0/4"), Ok((0, 4)));
+    assert_eq!(parse_shard("3/4"), Ok((3, 4)));
+    assert_eq!(
+        parse_shard("3/2"),
+        Err("--shard 3/2: k must be in 0..n (0-based)".into())
+    );
+    assert_eq!(
+        parse_shard("0/0"),
+        Err("--shard 0/0: n must be at least 1".into())
+    );
+    assert!(
+        parse_shard("1")
+            .expect_err("error")
+            .contains("expected k/n")
+    );
+    assert!(parse_shard("-1/2").is_err());
+    assert_eq!(shard_of("anything", 1), 0);
+    assert_eq!(shard_of("anything", 0), 0);
+    assert_eq!(shard_of("q-1", 7), shard_of("q-1", 7));
+    for n in [2u32, 3, 4, 8, 16] {
+        let mut counts = vec![0u32; n as usize];
+        for i in 0..10_000 {
+            counts[shard_of(&format!("q{i}"), n) as usize] += 1;
+            let id = content_id(&[Message::user(format!("prompt {i}"))]);
+            counts[shard_of(&id, n) as usize] += 1;
+        }
+        let expect = 20_000 / n;
+        for c in &counts {
+            assert!(c.abs_diff(expect) < expect / 10, "n={n} {counts:?}");
+        }
+    }
+}
+
+#[test]
+fn fixture_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/prompts");
+    let mut all = Vec::new();
+    for file in ["prompt.jsonl", "messages.jsonl", "sharegpt.jsonl"] {
+        let path = dir.join(file);
+        let c = count_prompts(&path).expect("count");
+        assert_eq!((c.valid, c.invalid, c.duplicates), (3, 0, 1), "{file}");
+        assert_eq!(c.duplicate_lines.len(), 1, "{file}");
+        let reader = PromptReader::open(&path).expect("open");
+        all.extend(reader.map(|p| p.expect("valid")));
+    }
+    let lines: Vec<_> = all.iter().map(|p| p.line).collect();
+    assert_eq!(lines, [1, 2, 4, 1, 2, 3, 1, 2, 3]);
+    assert!(
+        all.iter()
+            .all(|p| p.messages.last().is_some_and(|m| m.role == "user"))
+    );
+    let (ids, turns): (Vec<_>, Vec<_>) = all
+        .iter()
+        .map(|p| (p.id.as_str(), p.messages.len()))
+        .unzip();
+    assert_eq!(&ids[..2], ["p-1", "2"]);
+    assert_eq!(turns, [1, 1, 1, 2, 3, 1, 2, 3, 1]);
+    assert_eq!(
+        all[4].messages[2].content,
+        "Summarise this:\nThe quick brown fox jumps over the lazy dog."
+    );
+    assert_eq!(all[6].messages[0], Message::system("Answer in French."));
+}
