@@ -16,13 +16,16 @@
 //! as the real API is served ([`tls`]).
 
 pub mod account;
+mod auth;
 pub mod billing;
+mod chat;
 mod errors;
 pub mod faults;
 pub mod generate;
 pub mod replay;
+mod routes;
 pub mod routing;
-mod server;
+mod state;
 pub mod table;
 pub mod tls;
 
@@ -37,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 pub use account::{ForcedError, InFlightBudget};
 pub use billing::{BillingEntry, EndpointTotals, Outcome, RequestEntry};
 pub use faults::FaultMix;
-pub use server::{ControlRequest, EndpointPatch, SimState};
+pub use state::{ControlRequest, EndpointPatch, SimState};
 pub use table::{ProviderTable, SimBehaviour};
 
 /// How to run a simulator.
@@ -202,7 +205,7 @@ pub fn start_on(cfg: SimConfig, listener: TcpListener) -> Result<SimHandle, SimE
     let state = Arc::new(SimState::new(cfg)?);
     // Stopping the server also ends paced and stalled responses, so shutdown never hangs.
     let shutdown = state.stopping.clone();
-    let app = server::router(state.clone());
+    let app = routes::router(state.clone());
     let token = shutdown.clone();
     let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
     let state_for_count = state.clone();

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::domain::Usd;
 
 use super::billing::{BillingEntry, Outcome};
-use super::server::SimState;
+use super::state::SimState;
 
 /// One recorded response.
 #[derive(Debug)]

@@ -96,7 +96,7 @@ pub async fn serve(
     app: Router,
     tls: Tls,
     h2_max_streams: u32,
-    state: Arc<super::server::SimState>,
+    state: Arc<super::state::SimState>,
     stop: CancellationToken,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -206,6 +206,29 @@ pub struct SpendEntry {
     pub note: Option<String>,
 }
 
+/// The turns file's name in an output directory (`turns_file.rs` reads it).
+pub const TURNS_FILE: &str = "turns.jsonl";
+
+pub fn turns_path(dir: &Path) -> PathBuf {
+    dir.join(TURNS_FILE)
+}
+
+/// One finished assistant turn of a row in progress.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnLine {
+    pub dataset: String,
+    pub id: String,
+    /// Its place among the row's assistant turns, from 0.
+    pub turn: usize,
+    /// The row's conversation as it is sent (`content_id` of its messages, the system prompt
+    /// included): a row whose prompt changed since is started again, not continued.
+    pub conversation: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    pub record: TurnRecord,
+}
+
 /// The files of one dataset.
 pub fn output_path(dir: &Path, dataset: &str) -> PathBuf {
     dir.join(format!("{dataset}.jsonl"))
@@ -287,7 +310,7 @@ impl Writer {
         }
         let l = open_append(&ledger_path(dir))?;
         raw.push(l.try_clone().map_err(StoreError::Write)?);
-        let t = open_append(&super::turns_file::turns_path(dir))?;
+        let t = open_append(&turns_path(dir))?;
         raw.push(t.try_clone().map_err(StoreError::Write)?);
         let files = Files {
             outputs,
@@ -324,7 +347,7 @@ impl Writer {
     }
 
     /// A finished turn of a multi-turn row in progress, for the next run to continue from.
-    pub async fn turn(&self, t: &super::turns_file::TurnLine) -> Result<(), StoreError> {
+    pub async fn turn(&self, t: &TurnLine) -> Result<(), StoreError> {
         let line = serde_json::to_string(t).map_err(|e| StoreError::Serialise(e.to_string()))?;
         self.send(Op::Turn(line)).await
     }

@@ -11,34 +11,9 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-use super::output::TurnRecord;
-
-/// The file's name in an output directory.
-pub const TURNS_FILE: &str = "turns.jsonl";
-
-pub fn turns_path(dir: &Path) -> PathBuf {
-    dir.join(TURNS_FILE)
-}
-
-/// One finished assistant turn of a row in progress.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TurnLine {
-    pub dataset: String,
-    pub id: String,
-    /// Its place among the row's assistant turns, from 0.
-    pub turn: usize,
-    /// The row's conversation as it is sent (`content_id` of its messages, the system prompt
-    /// included): a row whose prompt changed since is started again, not continued.
-    pub conversation: String,
-    pub content: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_content: Option<String>,
-    pub record: TurnRecord,
-}
+pub use super::output::{TURNS_FILE, TurnLine, turns_path};
 
 /// Rows in progress of one dataset: id → its finished turns, in order from the first.
 pub type InProgress = HashMap<String, Vec<TurnLine>>;
@@ -138,6 +113,7 @@ fn rewrite(path: &Path, loaded: &Loaded) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::output::TurnRecord;
 
     fn line(dataset: &str, id: &str, turn: usize, content: &str) -> String {
         let t = TurnLine {

@@ -1,0 +1,388 @@
+//! One chat response as it goes out: the producer task that paces the stream (or builds the
+//! whole body), and the billing of what was sent.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use rand::Rng;
+use rand::rngs::SmallRng;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::domain::Usd;
+
+use crate::sim::billing::{BillingEntry, Outcome};
+use crate::sim::chat::plan::*;
+use crate::sim::faults::Fault;
+use crate::sim::generate::{ChunkWriter, DONE, KEEPALIVE, pico_to_json};
+use crate::sim::state::*;
+
+pub(crate) type Chunk = Result<Bytes, std::io::Error>;
+
+pub(crate) fn respond(
+    state: Arc<SimState>,
+    plan: Plan,
+    rng: SmallRng,
+    ticket: Option<crate::sim::account::Ticket>,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Chunk>(2);
+    let stream = plan.stream;
+    let id = plan.id.clone();
+    let header_id = state.live().generation_header;
+    tokio::spawn(async move {
+        // Counted against the in-flight budget until the generation ends.
+        let _ticket = ticket;
+        produce(state, plan, rng, tx).await;
+    });
+    let body = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (c, rx))
+    }));
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    if stream {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    } else {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    if header_id && let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert("x-generation-id", v);
+    }
+    resp
+}
+
+/// Decrements the endpoint's in-flight count however the producer ends.
+pub(crate) struct InFlight(pub(crate) Arc<SimState>, pub(crate) usize);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight[self.1].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Sends one piece of the body; `false` when the client has gone.
+pub(crate) struct Sender {
+    pub(crate) tx: mpsc::Sender<Chunk>,
+    pub(crate) rng: SmallRng,
+    pub(crate) split: bool,
+}
+
+impl Sender {
+    pub(crate) async fn send(&mut self, s: String) -> bool {
+        let bytes = Bytes::from(s);
+        if self.split && bytes.len() > 1 && self.rng.random::<f64>() < 0.25 {
+            // Anywhere, even inside a multi-byte character or the `data:` prefix.
+            let at = self.rng.random_range(1..bytes.len());
+            if self.tx.send(Ok(bytes.slice(..at))).await.is_err() {
+                return false;
+            }
+            return self.tx.send(Ok(bytes.slice(at..))).await.is_ok();
+        }
+        self.tx.send(Ok(bytes)).await.is_ok()
+    }
+}
+
+/// Paces one response: keep-alives during the wait for the first token, tokens at the
+/// endpoint's decode speed (due tokens go out together at most every `min_tick`), then the
+/// finish and usage chunks and `[DONE]`, or the planned fault. Bills as the module doc says.
+pub(crate) async fn produce(
+    state: Arc<SimState>,
+    plan: Plan,
+    rng: SmallRng,
+    tx: mpsc::Sender<Chunk>,
+) {
+    let _in_flight = InFlight(state.clone(), plan.endpoint);
+    let started = Instant::now();
+    let mut out = Sender {
+        tx,
+        rng,
+        split: state.cfg.split_writes && plan.stream,
+    };
+    let stopping = state.stopping.clone();
+    let writer = ChunkWriter::new(&plan.id, plan.created, &plan.model, &plan.provider);
+    let hidden = if plan.reasoning_visible {
+        0
+    } else {
+        plan.reasoning_tokens
+    };
+    let first_at = started + plan.ttft + plan.per_token.mul_f64(hidden as f64);
+    let limit = if plan.fault == Fault::None {
+        plan.completion_tokens
+    } else {
+        plan.fault_at
+    };
+
+    if plan.stream && !out.send(KEEPALIVE.to_string()).await {
+        return cancelled(&state, &plan, 0, started);
+    }
+    // Wait for the first token, with a keep-alive comment every second.
+    loop {
+        let now = Instant::now();
+        if now >= first_at {
+            break;
+        }
+        let next = (now + Duration::from_secs(1)).min(first_at);
+        tokio::select! {
+            _ = tokio::time::sleep_until(next.into()) => {
+                if next < first_at && plan.stream && !out.send(KEEPALIVE.to_string()).await {
+                    return cancelled(&state, &plan, 0, started);
+                }
+            }
+            _ = out.tx.closed() => return cancelled(&state, &plan, 0, started),
+            _ = stopping.cancelled() => return,
+        }
+    }
+
+    let mut content = String::new();
+    let mut reasoning = String::new();
+    let mut i = hidden.min(limit);
+    let min_tick = state.cfg.min_tick;
+    let keepalive_at = if out.rng.random::<f64>() < 0.1 && limit > 2 {
+        out.rng.random_range(1..limit)
+    } else {
+        u64::MAX
+    };
+    while i < limit {
+        if !plan.per_token.is_zero() {
+            let since = Instant::now().saturating_duration_since(first_at);
+            let due = ((since.as_secs_f64() / plan.per_token.as_secs_f64()).floor() as u64 + 1)
+                .min(limit);
+            if due <= i {
+                let next_due = first_at + plan.per_token.mul_f64(i as f64);
+                let wake = next_due.max(Instant::now() + min_tick);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake.into()) => {}
+                    _ = out.tx.closed() => return cancelled(&state, &plan, i, started),
+                    _ = stopping.cancelled() => return,
+                }
+                continue;
+            }
+        }
+        let due = if plan.per_token.is_zero() {
+            limit
+        } else {
+            let since = Instant::now().saturating_duration_since(first_at);
+            ((since.as_secs_f64() / plan.per_token.as_secs_f64()).floor() as u64 + 1).min(limit)
+        };
+        let end = due.min(i + MAX_BATCH);
+        let mut buf = String::with_capacity(((end - i) as usize) * 220);
+        for j in i..end {
+            let w = plan.text.word(j, state.vocab.len());
+            if j == keepalive_at && plan.stream {
+                buf.push_str(KEEPALIVE);
+            }
+            use crate::sim::table::ReasoningFormat as RF;
+            let thinking = j < plan.reasoning_tokens || plan.reasoning_format == RF::Only;
+            if plan.reasoning_format == RF::Inline && plan.reasoning_visible {
+                // No reasoning parser: the thinking is part of the text.
+                let mut word = String::new();
+                if j == 0 && plan.reasoning_tokens > 0 {
+                    word.push_str("<think>");
+                }
+                if j == plan.reasoning_tokens && j > 0 {
+                    word.push_str("</think>");
+                }
+                word.push_str(state.vocab.raw(w));
+                if plan.stream {
+                    let mut escaped = String::new();
+                    crate::sim::generate::json_escape(&word, &mut escaped);
+                    writer.content(&escaped, &mut buf);
+                } else {
+                    content.push_str(&word);
+                }
+            } else if thinking {
+                if plan.reasoning_visible {
+                    if plan.stream {
+                        writer.reasoning(state.vocab.escaped(w), &mut buf);
+                    } else {
+                        reasoning.push_str(state.vocab.raw(w));
+                    }
+                }
+            } else if plan.stream {
+                writer.content(state.vocab.escaped(w), &mut buf);
+            } else {
+                content.push_str(state.vocab.raw(w));
+            }
+        }
+        if !buf.is_empty() && !out.send(buf).await {
+            return cancelled(&state, &plan, end, started);
+        }
+        i = end;
+        if plan.per_token.is_zero() {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    match plan.fault {
+        Fault::None | Fault::Empty => {
+            let n = plan.completion_tokens;
+            let cost = if plan.fault == Fault::Empty {
+                Usd::ZERO
+            } else {
+                plan.cost(n)
+            };
+            let cost_json = pico_to_json(cost.pico());
+            let body = if plan.stream {
+                let mut b = String::new();
+                writer.finish(plan.finish_reason, &mut b);
+                writer.usage(
+                    (plan.prompt_tokens, plan.cached_tokens),
+                    n,
+                    plan.reasoning_tokens,
+                    &cost_json,
+                    &mut b,
+                );
+                b.push_str(DONE);
+                b
+            } else {
+                non_stream_body(&plan, &content, &reasoning, n, &cost_json)
+            };
+            if !out.send(body).await {
+                return cancelled(&state, &plan, n, started);
+            }
+            if plan.fault == Fault::None {
+                bill(&state, &plan, n, Outcome::Complete, started);
+            }
+        }
+        Fault::MidStream => {
+            let code = if out.rng.random::<bool>() {
+                "502"
+            } else {
+                "\"server_error\""
+            };
+            let body = if let Some(f) = &plan.forced {
+                let err = f.error_object();
+                if plan.stream {
+                    let mut b = String::new();
+                    writer.error_object(&err, &mut b);
+                    b.push_str(DONE);
+                    b
+                } else {
+                    json!({ "error": err }).to_string()
+                }
+            } else if plan.stream {
+                let mut b = String::new();
+                writer.error(code, "Provider returned error", &plan.provider, &mut b);
+                b.push_str(DONE);
+                b
+            } else {
+                json!({"error": {"code": 502, "message": "Provider returned error",
+                       "metadata": {"provider_name": plan.provider}}})
+                .to_string()
+            };
+            let _ = out.send(body).await;
+        }
+        Fault::Reset => {
+            let _ = out
+                .tx
+                .send(Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "simulated connection reset",
+                )))
+                .await;
+            // Not covered by zero completion insurance once tokens were sent (see `cancelled`).
+            cancelled(&state, &plan, i, started);
+        }
+        Fault::Truncate => {
+            if !plan.stream {
+                let body = non_stream_body(&plan, &content, &reasoning, i, "0");
+                let _ = out.send(body[..body.len() / 2].to_string()).await;
+            }
+            // Dropping the sender ends the body cleanly: no finish, no usage, no [DONE]. Billed
+            // like a reset.
+            cancelled(&state, &plan, i, started);
+        }
+        Fault::Stall => {
+            tokio::select! {
+                _ = out.tx.closed() => cancelled(&state, &plan, i, started),
+                _ = tokio::time::sleep(STALL_LIMIT) => {}
+                _ = stopping.cancelled() => {}
+            }
+        }
+        Fault::RateLimit | Fault::ServerError => {}
+    }
+}
+
+pub(crate) fn non_stream_body(
+    plan: &Plan,
+    content: &str,
+    reasoning: &str,
+    n: u64,
+    cost_json: &str,
+) -> String {
+    let message = if reasoning.is_empty() {
+        json!({"role": "assistant", "content": content, "refusal": null})
+    } else {
+        json!({"role": "assistant", "content": content, "refusal": null, "reasoning": reasoning,
+               "reasoning_details": [{"type": "reasoning.text", "text": reasoning, "format": "unknown", "index": 0}]})
+    };
+    let cost: Value = serde_json::from_str(cost_json).unwrap_or(json!(0));
+    let body = json!({
+        "id": plan.id, "object": "chat.completion", "created": plan.created, "model": plan.model,
+        "provider": plan.provider, "system_fingerprint": null,
+        "choices": [{"index": 0, "logprobs": null, "finish_reason": plan.finish_reason,
+                     "native_finish_reason": plan.finish_reason, "message": message}],
+        "usage": {"prompt_tokens": plan.prompt_tokens, "completion_tokens": n,
+                  "total_tokens": plan.prompt_tokens + n, "cost": cost, "is_byok": false,
+                  "prompt_tokens_details": {"cached_tokens": plan.cached_tokens},
+                  "completion_tokens_details": {"reasoning_tokens": plan.reasoning_tokens}}
+    });
+    // Real non-streamed bodies can start with keep-alive whitespace.
+    format!("\n   \n{body}")
+}
+
+pub(crate) fn bill(
+    state: &SimState,
+    plan: &Plan,
+    completion: u64,
+    outcome: Outcome,
+    started: Instant,
+) {
+    state.billing.bill(BillingEntry {
+        id: plan.id.clone(),
+        at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        tag: plan.tag.clone(),
+        provider: plan.provider.clone(),
+        prompt_tokens: plan.prompt_tokens,
+        completion_tokens: completion,
+        reasoning_tokens: plan.reasoning_tokens.min(completion),
+        cost_usd: plan.cost(completion),
+        outcome,
+        streamed: plan.stream,
+        finish_reason: (outcome == Outcome::Complete).then(|| plan.finish_reason.to_string()),
+        latency_ms: started.elapsed().as_millis() as u64,
+    });
+}
+
+/// The client closed the connection after `sent` tokens.
+/// Bills a generation whose stream ended early: closed by the client, reset, or cut cleanly
+/// after `sent` tokens. OpenRouter's zero completion insurance (docs: guides/features/
+/// zero-completion-insurance) covers only "the response has zero completion tokens AND a
+/// blank/null finish reason" and "the response has an error finish reason": a stream cut after
+/// tokens is neither, so it is billed as a cancel (the tokens sent where cancelling stops the
+/// bill, the whole generation elsewhere). One with no token yet is free.
+pub(crate) fn cancelled(state: &SimState, plan: &Plan, sent: u64, started: Instant) {
+    if matches!(plan.fault, Fault::MidStream | Fault::Empty) {
+        // An error finish reason, or nothing at all: covered by the insurance.
+        return;
+    }
+    if sent == 0 && plan.fault != Fault::None && plan.fault != Fault::Stall {
+        return;
+    }
+    let billed = if plan.cancel_stops_billing {
+        sent
+    } else {
+        plan.completion_tokens
+    };
+    bill(state, plan, billed, Outcome::Cancelled, started);
+}
