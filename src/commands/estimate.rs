@@ -11,8 +11,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::cli::EstimateArgs;
-use crate::config::{Config, OnBadLine, Routing, Turns};
+use crate::config::{Config, OnBadLine, Routing};
 use crate::domain::{Quantization, Tokens, Usd, group_thousands};
+use crate::engine::core::turns::{request_ends, with_system_prompt};
 use crate::engine::{self, RunState};
 use crate::estimate::{
     DatasetFacts, EndpointOffer, Estimate, Fit, Inputs, ListedSpeed, Observed, SpeedSample,
@@ -372,34 +373,14 @@ fn scan_prompts(
         if cap.is_some_and(|c| s.remaining.prompts >= c) {
             continue;
         }
-        // The engine prepends the system prompt to prompts that have none.
-        if let Some(sys) = &d.system_prompt
-            && p.messages.first().is_none_or(|m| m.role != "system")
-        {
-            p.messages
-                .insert(0, crate::openrouter::Message::system(sys.clone()));
-        }
-        match d.turns {
-            Turns::Last => {
-                s.remaining.add_prompt(1);
-                for m in &p.messages {
-                    s.remaining.add_message(&m.content);
-                }
-            }
-            // One request per assistant turn, each with the history before it (the dataset's
-            // own assistant text stands in for the answers the model will write).
-            Turns::All => {
-                let ends: Vec<usize> = (p.messages.iter().enumerate())
-                    .filter(|(_, m)| m.role == "assistant")
-                    .map(|(i, _)| i)
-                    .chain([p.messages.len()])
-                    .collect();
-                s.remaining.add_prompt(ends.len() as u64);
-                for end in ends {
-                    for m in &p.messages[..end] {
-                        s.remaining.add_message(&m.content);
-                    }
-                }
+        // What the engine sends: the system prompt where the prompt has none, then one
+        // request per turn it generates, each with the history before it.
+        with_system_prompt(&mut p, d.system_prompt.as_deref());
+        let ends = request_ends(&p, d.turns);
+        s.remaining.add_prompt(ends.len() as u64);
+        for end in ends {
+            for m in &p.messages[..end] {
+                s.remaining.add_message(&m.content);
             }
         }
     }

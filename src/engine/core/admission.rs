@@ -6,7 +6,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::config::Schedule;
-use crate::openrouter::Message;
 use crate::store::output::RejectRecord;
 use crate::store::prompts::shard_of;
 
@@ -97,11 +96,8 @@ impl Core {
                     if self.admission.datasets[d].done_ids.contains(&p.id) {
                         continue;
                     }
-                    if let Some(sys) = &self.admission.datasets[d].system_prompt
-                        && p.messages.first().is_none_or(|m| m.role != "system")
-                    {
-                        p.messages.insert(0, Message::system(sys.clone()));
-                    }
+                    let system = self.admission.datasets[d].system_prompt.as_deref();
+                    super::turns::with_system_prompt(&mut p, system);
                     if self.admission.datasets[d].turns == crate::config::Turns::All
                         && let Some(why) = super::turns::shape_error(&p)
                     {

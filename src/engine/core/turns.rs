@@ -8,6 +8,7 @@
 //! kill -9) keeps the turns it paid for, and the next run continues the row from its last
 //! finished turn, unless the row's conversation has changed since.
 
+use crate::config::Turns;
 use crate::openrouter::Message;
 use crate::store::output::{RecordUsage, Turn, TurnRecord};
 use crate::store::prompts::{Prompt, content_id};
@@ -48,12 +49,33 @@ pub fn shape_error(prompt: &Prompt) -> Option<String> {
 /// How many assistant turns the model writes for `prompt`: one per assistant message in it
 /// (each replaced), then the answer to its last user turn.
 pub fn turns_to_generate(prompt: &Prompt) -> usize {
-    prompt
-        .messages
-        .iter()
-        .filter(|m| m.role == "assistant")
-        .count()
-        + 1
+    request_ends(prompt, Turns::All).len()
+}
+
+/// The dataset's system prompt, first in `prompt` when it has no system turn of its own: what
+/// the engine sends (and what `estimate` counts).
+pub fn with_system_prompt(prompt: &mut Prompt, system: Option<&str>) {
+    if let Some(sys) = system
+        && prompt.messages.first().is_none_or(|m| m.role != "system")
+    {
+        prompt.messages.insert(0, Message::system(sys.to_string()));
+    }
+}
+
+/// Where each request of `prompt` ends: request `k` sends `messages[..ends[k]]`, the dataset's
+/// own assistant turns standing in for the answers the model writes before it. One request
+/// (the whole prompt) under `turns = "last"`; one per assistant turn, then the last, under
+/// `"all"`.
+pub fn request_ends(prompt: &Prompt, turns: Turns) -> Vec<usize> {
+    let n = prompt.messages.len();
+    match turns {
+        Turns::Last => vec![n],
+        Turns::All => (prompt.messages.iter().enumerate())
+            .filter(|(_, m)| m.role == "assistant")
+            .map(|(i, _)| i)
+            .chain([n])
+            .collect(),
+    }
 }
 
 /// The messages of the request for the next turn: the prompt up to its next assistant turn (all

@@ -335,3 +335,27 @@ fn a_row_an_earlier_run_left_in_progress_continues_from_its_last_finished_turn()
         );
     }
 }
+
+#[test]
+fn each_request_ends_where_the_engine_sends_it_and_the_estimate_counts_it() {
+    let p = three_turns("p1");
+    assert_eq!(
+        crate::engine::core::turns::request_ends(&p, Turns::Last),
+        [6]
+    );
+    assert_eq!(
+        crate::engine::core::turns::request_ends(&p, Turns::All),
+        [2, 4, 6],
+        "before each assistant turn, then the whole"
+    );
+    assert_eq!(crate::engine::core::turns::turns_to_generate(&p), 3);
+    // The system prompt goes first only where the prompt has none.
+    let mut bare = prompt("b");
+    crate::engine::core::turns::with_system_prompt(&mut bare, Some("be brief"));
+    assert_eq!(bare.messages[0].role, "system");
+    assert_eq!(bare.messages.len(), 2);
+    let mut own = three_turns("o");
+    crate::engine::core::turns::with_system_prompt(&mut own, Some("be brief"));
+    assert_eq!(own.messages[0].content, "sys", "its own system turn stays");
+    assert_eq!(own.messages.len(), 6);
+}
