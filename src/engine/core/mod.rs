@@ -24,6 +24,7 @@ mod outcome;
 mod port;
 mod reserve;
 mod routing;
+mod row;
 mod systematic;
 #[cfg(test)]
 mod tests;

@@ -10,11 +10,10 @@ use rand::Rng;
 
 use crate::config::{SplitThink, Turns};
 use crate::domain::Usd;
-use crate::openrouter::{ApiError, Completion, ErrorKind, UsageSource};
-use crate::store::output::{
-    FailureCause, OutputRecord, RecordUsage, RejectRecord, SpendEntry, SpendKind, Turn, TurnRecord,
-};
+use crate::openrouter::{ApiError, Completion, ErrorKind};
+use crate::store::output::{FailureCause, RejectRecord, SpendEntry, SpendKind};
 
+use super::super::endpoint::RunEndpoint;
 use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
 use super::attempt::{AttemptOutcome, AttemptResult};
@@ -22,7 +21,7 @@ use super::attempt_money::cut_after_tokens;
 use super::cut_watch::CutNews;
 use super::journal::Once;
 use super::verdict::{AnswerRules, Shape, Verdict, verdict};
-use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
+use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, row, turns};
 
 /// What an attempt sent: its ledger name and its parameters.
 struct Sent<'a> {
@@ -424,28 +423,21 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn on_answer(
         &mut self,
-        mut job: Job,
-        c: Completion,
+        job: Job,
+        mut c: Completion,
         endpoint: Option<usize>,
         elapsed: Duration,
         cost: Usd,
         sent: Sent<'_>,
         now: &Clock,
     ) {
-        let attempt = sent.attempt;
-        let d = job.dataset;
         let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
-        let (cost_estimated, usage_prompt, usage_completion, gid) = (
-            c.cost().is_none(),
-            c.usage.prompt_tokens,
-            c.usage.completion_tokens,
-            c.id.clone(),
-        );
-        // Paid for; now, is it an answer to keep?
+        // Paid for; now, is it an answer to keep? (Its text moves to the row.)
+        let (text, thought) = (std::mem::take(&mut c.content), c.reasoning.take());
         let (content, reasoning, split) = match self.cfg.split_think {
-            SplitThink::Auto => super::think::clean(c.content, c.reasoning),
-            SplitThink::Off => (c.content, c.reasoning, false),
+            SplitThink::Auto => super::think::clean(text, thought),
+            SplitThink::Off => (text, thought, false),
         };
         if split
             && let Some(e) = &ep
@@ -459,46 +451,9 @@ impl Core {
             self.event(now, text);
         }
         let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref());
-        self.ledger(SpendEntry {
-            at: now.rfc3339(),
-            id: job.prompt.id.clone(),
-            dataset: self.admission.datasets[d].name.clone(),
-            endpoint: ep.as_ref().map(|e| e.tag.clone()),
-            kind: SpendKind::Complete,
-            usd: cost,
-            prompt_tokens: usage_prompt,
-            completion_tokens: usage_completion,
-            estimated: cost_estimated,
-            generation_id: gid,
-            attempt: Some(attempt.to_string()),
-            expected_usd: None,
-            // A paid answer with nothing in it counts among the failures by kind.
-            error: (shape == Shape::Empty).then(|| ErrorKind::Empty.to_string()),
-            checkpoint: None,
-            note: None,
-        });
-        self.note_answer_shape(shape, d, endpoint, now);
-        let rules = AnswerRules {
-            on_length: self.cfg.retry.on_length,
-            on_empty: self.cfg.on_empty,
-            max_attempts: self.cfg.retry.max_attempts,
-            max_tokens: self.admission.datasets[d].params.max_tokens,
-        };
-        let mut verdict = verdict(shape, rules, job.attempts);
-        let last_turn = !(self.admission.datasets[d].turns == Turns::All
-            && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt));
-        if matches!(shape, Shape::CutThinking { .. }) && !last_turn {
-            // An empty assistant turn is no history to answer the next user turn on.
-            verdict = Verdict::Reject {
-                kind: super::verdict::CUT_THINKING,
-                why: format!(
-                    "cut while thinking at max_tokens {} before the last turn: raise \
-                     max_tokens, then run with --retry-rejects",
-                    rules.max_tokens
-                ),
-            };
-        }
-        match verdict {
+        self.book_answer(&job, &c, (ep.as_ref(), cost, shape), sent.attempt, now);
+        self.note_answer_shape(shape, job.dataset, endpoint, now);
+        match self.answer_verdict(&job, shape) {
             Verdict::Keep => {}
             Verdict::Retry => {
                 let err = match shape {
@@ -519,39 +474,89 @@ impl Core {
                 return self.reject(job, why, kind, FailureCause::default(), now);
             }
         }
-        let truncated = shape.is_cut();
-        let cut_thinking = matches!(shape, Shape::CutThinking { .. });
-        let completion_tokens = c.usage.completion_tokens;
-        let usage = RecordUsage {
+        let kept = row::Kept {
+            content,
+            reasoning,
+            split,
+            shape,
+        };
+        let served = row::Served {
+            endpoint: ep.as_ref(),
+            cost,
+            elapsed,
+        };
+        self.keep_answer(job, c, kept, &served, (endpoint, sent.params), now);
+    }
+
+    /// The answer's ledger line: what it cost (a paid answer with nothing in it counts among
+    /// the failures by kind).
+    fn book_answer(
+        &mut self,
+        job: &Job,
+        c: &Completion,
+        (ep, cost, shape): (Option<&RunEndpoint>, Usd, Shape),
+        attempt: &str,
+        now: &Clock,
+    ) {
+        self.ledger(SpendEntry {
+            at: now.rfc3339(),
+            id: job.prompt.id.clone(),
+            dataset: self.admission.datasets[job.dataset].name.clone(),
+            endpoint: ep.map(|e| e.tag.clone()),
+            kind: SpendKind::Complete,
+            usd: cost,
             prompt_tokens: c.usage.prompt_tokens,
-            completion_tokens,
-            reasoning_tokens: c.usage.reasoning_tokens(),
-            source: match c.usage_source {
-                UsageSource::Reported => "reported".into(),
-                UsageSource::CountedEvents => "counted".into(),
-            },
-            cached_tokens: c.usage.cached_tokens(),
-            cost_details: c.usage.cost_details.clone(),
-            is_byok: c.usage.is_byok,
-        };
-        let provider = match &ep {
-            Some(e) if e.custom.is_some() => e.provider.clone(),
-            _ => c.provider.clone().unwrap_or_else(|| "?".into()),
-        };
-        let turn = TurnRecord {
-            provider: provider.clone(),
-            endpoint_tag: ep.as_ref().map(|e| e.tag.clone()),
-            finish_reason: c.finish_reason.clone(),
-            usage: usage.clone(),
-            cost_usd: cost,
-            attempts: job.attempts,
+            completion_tokens: c.usage.completion_tokens,
+            estimated: c.cost().is_none(),
             generation_id: c.id.clone(),
-            ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
-            latency_ms: elapsed.as_millis() as u64,
-            inline_think: split,
-            cost_estimated,
+            attempt: Some(attempt.to_string()),
+            expected_usd: None,
+            error: (shape == Shape::Empty).then(|| ErrorKind::Empty.to_string()),
+            checkpoint: None,
+            note: None,
+        });
+    }
+
+    /// Whether an answer of `shape` is kept, retried or rejected: the rules of `[retry]` and
+    /// `on_empty`, and (every turn regenerated) no turn cut while thinking before the last.
+    fn answer_verdict(&self, job: &Job, shape: Shape) -> Verdict {
+        let d = job.dataset;
+        let rules = AnswerRules {
+            on_length: self.cfg.retry.on_length,
+            on_empty: self.cfg.on_empty,
+            max_attempts: self.cfg.retry.max_attempts,
+            max_tokens: self.admission.datasets[d].params.max_tokens,
         };
-        // Every answer counts against the budgets, whether it ends a row or not.
+        let last_turn = !(self.admission.datasets[d].turns == Turns::All
+            && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt));
+        if matches!(shape, Shape::CutThinking { .. }) && !last_turn {
+            // An empty assistant turn is no history to answer the next user turn on.
+            return Verdict::Reject {
+                kind: super::verdict::CUT_THINKING,
+                why: format!(
+                    "cut while thinking at max_tokens {} before the last turn: raise \
+                     max_tokens, then run with --retry-rejects",
+                    rules.max_tokens
+                ),
+            };
+        }
+        verdict(shape, rules, job.attempts)
+    }
+
+    /// A kept answer counts against the budgets; a turn before the last goes to the turns
+    /// file and the next turn goes out on it, first in line; the last writes the row.
+    fn keep_answer(
+        &mut self,
+        mut job: Job,
+        c: Completion,
+        kept: row::Kept,
+        served: &row::Served<'_>,
+        (endpoint, params): (Option<usize>, &serde_json::Value),
+        now: &Clock,
+    ) {
+        let d = job.dataset;
+        let turn = row::turn_record(&c, served, job.attempts, kept.split);
+        let completion_tokens = c.usage.completion_tokens;
         let ds = &mut self.admission.datasets[d];
         ds.output_tokens += completion_tokens;
         ds.finished_here += 1;
@@ -561,8 +566,8 @@ impl Core {
             // Not the last turn: kept in the turns file (a run stopped now continues the row
             // from here), and the next goes out on this history, first in line.
             let done = turns::DoneTurn {
-                content,
-                reasoning,
+                content: kept.content,
+                reasoning: kept.reasoning,
                 record: turn,
             };
             let line = turns::line_of(&ds.name, &job.prompt, job.done_turns.len(), &done);
@@ -573,50 +578,14 @@ impl Core {
             self.push_retry(job, now.mono);
             return;
         }
-        let last = Turn {
-            role: "assistant".into(),
-            content,
-            reasoning_content: reasoning,
-        };
-        let conversations = turns::conversation(&job.prompt, &job.done_turns, last);
-        let mut turn_records: Vec<TurnRecord> = Vec::new();
-        if all_turns {
-            turn_records = job.done_turns.into_iter().map(|t| t.record).collect();
-            turn_records.push(turn);
-        }
-        let (usage, cost, attempts) = if turn_records.is_empty() {
-            (usage, cost, job.attempts)
-        } else {
-            (
-                turns::total_usage(&turn_records),
-                turn_records.iter().map(|t| t.cost_usd).sum(),
-                turn_records.iter().map(|t| t.attempts).sum(),
-            )
-        };
-        let params = sent.params.clone();
-        let record = OutputRecord {
-            id: job.prompt.id.clone(),
-            conversations,
-            provider,
-            endpoint_tag: ep.as_ref().map(|e| e.tag.clone()),
-            quantization: ep.as_ref().map(|e| e.quantization.to_string()),
-            model: c.model.unwrap_or_else(|| self.cfg.model.clone()),
-            finish_reason: c.finish_reason,
-            native_finish_reason: c.native_finish_reason,
-            truncated,
-            cut_thinking,
-            cost_estimated: turn_records.iter().any(|t| t.cost_estimated) || cost_estimated,
-            usage,
-            cost_usd: cost,
-            ttft_ms: c.ttft.map(|t| t.as_millis() as u64),
-            latency_ms: elapsed.as_millis() as u64,
-            attempts,
-            created_at: now.rfc3339(),
-            generation_id: c.id,
-            params,
-            inline_think: split,
-            turns: turn_records,
-        };
+        let record = row::record(
+            job,
+            c,
+            kept,
+            served,
+            (all_turns, turn),
+            (&self.cfg.model, now.rfc3339(), params.clone()),
+        );
         let ds = &mut self.admission.datasets[d];
         ds.done += 1;
         ds.rows_here += 1;
