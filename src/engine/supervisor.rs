@@ -359,6 +359,25 @@ impl Supervisor {
         publish: watch::Sender<Arc<Snapshot>>,
         tick_every: Duration,
     ) -> RunSummary {
+        let mut recovery = self.begin().await;
+        let mut state_writer = super::publish::StateWriter::new(self.state_path.clone());
+        self.work(
+            &mut commands,
+            (&publish, &mut state_writer),
+            tick_every,
+            &mut recovery,
+        )
+        .await;
+        let listener = self.listen_for_stop_now(commands);
+        self.finish_recovery(recovery).await;
+        let summary = self.end(&publish, state_writer).await;
+        listener.abort();
+        summary
+    }
+
+    /// Before the first request: the key's usage now, the probe's agreement, and what an
+    /// earlier run's crash left (booked, or looked up beside the new work).
+    async fn begin(&mut self) -> super::reconcile::Recovery {
         if let Some(u) = self.key_usage_start {
             // Quiet when no crash left anything open: a sound base for a later true-up.
             let quiet =
@@ -368,10 +387,23 @@ impl Supervisor {
         if let Some(agreement) = self.probe.take() {
             self.step(Event::Probe(agreement)).await;
         }
-        let mut recovery = self.settle_crash().await;
+        self.settle_crash().await
+    }
+
+    /// The work: events from the operator, the attempts, the crash's look-ups, the dollar cap,
+    /// the clock and the listing, each through the core, until the core says it is over.
+    async fn work(
+        &mut self,
+        commands: &mut mpsc::Receiver<Command>,
+        (publish, state_writer): (
+            &watch::Sender<Arc<Snapshot>>,
+            &mut super::publish::StateWriter,
+        ),
+        tick_every: Duration,
+        recovery: &mut super::reconcile::Recovery,
+    ) {
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut state_writer = super::publish::StateWriter::new(self.state_path.clone());
         let budget_hit = self.shared.budget_hit.clone();
         let mut budget_handled = false;
         let refresh_every = self.core.config().catalog_refresh();
@@ -393,10 +425,10 @@ impl Supervisor {
                         None => std::future::pending().await,
                     }
                 }, if recovery.rx.is_some() => match found {
-                    Some(f) => self.recovered(&mut recovery, f).await,
+                    Some(f) => self.recovered(recovery, f).await,
                     None => {
                         recovery.rx = None;
-                        self.recovery_done(&recovery).await;
+                        self.recovery_done(recovery).await;
                     }
                 },
                 Some(res) = self.tasks.join_next(), if !self.tasks.is_empty() => match res {
@@ -449,7 +481,10 @@ impl Supervisor {
                 }
             }
         }
-        let listener = self.listen_for_stop_now(commands);
+    }
+
+    /// The crash's look-ups still running when the work is over.
+    async fn finish_recovery(&mut self, mut recovery: super::reconcile::Recovery) {
         // Look-ups still running never hold the run: those that land within a short grace
         // are booked, the rest stay open (their `started` lines) for the next start or
         // `harvest status --reconcile`, and one line says so. A stop-now takes no grace, and
@@ -485,6 +520,15 @@ impl Supervisor {
                 self.recovery_left(&recovery).await;
             }
         }
+    }
+
+    /// The end of the run: what closed streams cost, the key's count, the last writes, the
+    /// final state and the summary.
+    async fn end(
+        mut self,
+        publish: &watch::Sender<Arc<Snapshot>>,
+        state_writer: super::publish::StateWriter,
+    ) -> RunSummary {
         let look_ups = self.closed_look_ups();
         if look_ups > 0 {
             // Said and shown at once: the views would otherwise sit still while it lasts.
@@ -526,7 +570,6 @@ impl Supervisor {
         }
         state_writer.finish(&snap).await;
         publish.send_replace(Arc::new(snap.clone()));
-        listener.abort();
         RunSummary {
             state: snap.state,
             stopped_now: self.stopping_now(),
