@@ -353,6 +353,12 @@ pub struct RunArgs {
     /// Watch it with `harvest attach`, stop it with `harvest stop`.
     #[arg(long, conflicts_with = "headless")]
     pub detach: bool,
+    /// Check everything a run checks before it sends (the config, the prompt files, the output
+    /// directory and its lock, the listing and the policy, the key and the account), say what
+    /// the run would do, and exit 0, 1 or 2 as the run would start or fail. Nothing is sent to
+    /// the chat API and nothing is written.
+    #[arg(long, conflicts_with_all = ["detach", "repair"])]
+    pub check: bool,
     /// The background process of `--detach` (reports its start on stdout, then keeps quiet).
     #[arg(long, hide = true, requires = "detach")]
     pub detached_child: bool,

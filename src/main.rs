@@ -40,6 +40,7 @@ fn main() -> ExitCode {
             // A detached run: its launcher, or the engine it spawned (`commands/detach.rs`).
             Command::Run(a) if a.detached_child => commands::detach::background(&a).await,
             Command::Run(a) if a.detach => commands::detach::spawn(&a).await,
+            Command::Run(a) if a.check => commands::run::check(&a).await.map(|()| exit::OK),
             Command::Run(a) => commands::run::run(a).await,
             Command::Status(a) => commands::status::run(a).await.map(|()| exit::OK),
             Command::Attach(a) => commands::attach::run(a).await,

@@ -477,6 +477,42 @@ pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
     Ok(Started { handle, log, watch })
 }
 
+/// `harvest run --check`: what the run's start checks, with its messages and exit codes;
+/// prints what the run would do. Writes nothing (no log in the output directory either).
+pub async fn check(args: &RunArgs) -> anyhow::Result<()> {
+    let (cfg, opts) = load(args)?;
+    let dir = cfg.output_dir.clone();
+    let model = cfg.model.clone();
+    let r = engine::check(cfg, opts).await.map_err(engine_error)?;
+    let mut out = Out::default();
+    for note in &r.notes {
+        out.line(&format!("harvest: {note}"));
+    }
+    for (name, total, finished) in &r.datasets {
+        out.line(&format!(
+            "dataset {name}: {} prompts, {} to send ({} finished or rejected by earlier runs)",
+            crate::domain::group_thousands(*total),
+            crate::domain::group_thousands(total.saturating_sub(*finished)),
+            crate::domain::group_thousands(*finished),
+        ));
+    }
+    let (allowed, listed) = r.endpoints;
+    out.line(&format!(
+        "{model}: {allowed} of {listed} endpoints allowed by the policy"
+    ));
+    if let Some(k) = &r.key {
+        let limit = k
+            .limit
+            .map_or("no limit".to_string(), |l| format!("limit {l:.2} USD"));
+        out.line(&format!("key: usage {:.2} USD, {limit}", k.usage));
+    }
+    out.line(&format!(
+        "check passed: `harvest run` would start in {}; nothing was sent or written",
+        dir.display()
+    ));
+    Ok(())
+}
+
 /// Runs the job in the foreground (`--detach` is `detach.rs`'s); returns the exit code.
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let Started {

@@ -39,7 +39,7 @@ use crate::store::scan;
 pub use control::{Command, ShutdownMode};
 pub use reason::{OffReason, StopReason};
 pub use snapshot::{RunState, Snapshot};
-pub use start::start;
+pub use start::{CheckReport, check, start};
 pub use supervisor::RunSummary;
 
 /// Options of one run that are not in the config file.
@@ -158,11 +158,12 @@ impl EngineHandle {
 
 /// `max_tokens_may_change`: `--retry-truncated` sends cut answers again with the config's
 /// `max_tokens`, so that one parameter may differ (the manifest then records the new one).
+/// `write`: record this run's settings (a check only compares).
 fn check_manifest(
     dir: &Path,
     cfg: &Config,
-    force: bool,
-    max_tokens_may_change: bool,
+    (force, max_tokens_may_change): (bool, bool),
+    write: bool,
 ) -> Result<(), EngineError> {
     let path = manifest_path(dir);
     let mine = Manifest {
@@ -209,6 +210,9 @@ fn check_manifest(
             return Ok(());
         }
     }
+    if !write {
+        return Ok(());
+    }
     let bytes =
         serde_json::to_vec_pretty(&mine).map_err(|e| EngineError::Startup(e.to_string()))?;
     output::write_atomic(&path, &bytes)
@@ -252,14 +256,20 @@ pub fn missing_key(var: &str) -> String {
 
 /// Creates the output directory, saying so plainly when the path is a file.
 pub fn create_output_dir(dir: &Path) -> Result<(), EngineError> {
+    check_output_dir(dir)?;
+    crate::store::create_private_dir(dir)
+        .map_err(|e| EngineError::Input(format!("cannot create {}: {e}", dir.display())))
+}
+
+/// The output directory can be one: it is, or nothing is in its way.
+fn check_output_dir(dir: &Path) -> Result<(), EngineError> {
     if dir.exists() && !dir.is_dir() {
         return Err(EngineError::Input(format!(
             "output_dir {} is not a directory (a file of that name is in the way)",
             dir.display()
         )));
     }
-    crate::store::create_private_dir(dir)
-        .map_err(|e| EngineError::Input(format!("cannot create {}: {e}", dir.display())))
+    Ok(())
 }
 
 /// Spend already recorded in an output directory (ledger plus outputs missing from it).

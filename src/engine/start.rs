@@ -50,94 +50,114 @@ fn check_open_files(datasets: usize, limit: u64) -> Result<(), EngineError> {
     )))
 }
 
+/// What the start does to the output directory: a run creates it, takes its lock and puts it
+/// in order (torn tails cut, `--retry-*`'s moves, the manifest, the turns file); a check only
+/// reads it, and leaves no trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Run,
+    Check,
+}
+
+/// Everything the start read and checked before a request may leave.
+struct Ready {
+    cfg: Config,
+    dir: std::path::PathBuf,
+    names: Vec<String>,
+    notes: Vec<String>,
+    datasets: Vec<DatasetRun>,
+    carried: Usd,
+    ledger: crate::store::scan::LedgerScan,
+    output_generations: HashSet<String>,
+    client: OpenRouterClient,
+    endpoints: Vec<RunEndpoint>,
+    own_clients: HashMap<String, OpenRouterClient>,
+    probe: HashMap<String, f64>,
+    key: Option<crate::openrouter::KeyInfo>,
+    /// Held from the directory's first read to the end of the run (none for a check).
+    lock: Option<lock::DirLock>,
+}
+
+/// What `harvest run --check` found: the run would start, and this is what it would do.
+#[derive(Debug)]
+pub struct CheckReport {
+    /// What a run's start would say (the same notes).
+    pub notes: Vec<String>,
+    /// Per dataset: its name, the prompts of its file (this shard's), those earlier runs
+    /// finished or rejected.
+    pub datasets: Vec<(String, u64, u64)>,
+    /// The endpoints the policy allows now, of those listed (own servers included).
+    pub endpoints: (usize, usize),
+    /// The key's usage and limit, when the key could be read.
+    pub key: Option<crate::openrouter::KeyInfo>,
+}
+
+/// `harvest run --check`: everything a run's start checks (the config, the prompt files, the
+/// output directory and its lock, the listing and the policy, the key and the account's
+/// preflight), with the same errors and exit codes, but nothing is sent to the chat API and
+/// nothing is written. A key the API refuses is a runtime failure (exit code 1), as a run
+/// would end on it.
+pub async fn check(cfg: Config, opts: RunOptions) -> Result<CheckReport, EngineError> {
+    let r = ready(cfg, &opts, Mode::Check).await?;
+    if r.client.has_key() && r.cfg.openrouter && r.key.is_none() {
+        // The key was asked for and not given: say why, as a run would find out.
+        if let Err(e) = r.client.key_info().await
+            && matches!(e.status(), Some(401 | 403))
+        {
+            return Err(EngineError::Startup(format!(
+                "the API refused the key ({e}): a run would stop at its first request"
+            )));
+        }
+    }
+    let allowed = (0..r.endpoints.len())
+        .filter(|&i| {
+            let e = &r.endpoints[i];
+            let facts = crate::policy::Judged::facts(e);
+            let (native, _) = r.cfg.policy.native_for(&r.cfg.model);
+            r.cfg
+                .policy
+                .verdict_with_probe(&native, &facts, r.probe.get(&e.tag).copied())
+                .is_none()
+        })
+        .count();
+    Ok(CheckReport {
+        notes: r.notes,
+        datasets: (r.datasets.iter())
+            .map(|d| {
+                (
+                    d.book.name.clone(),
+                    d.book.total,
+                    d.book.done_ids.len() as u64,
+                )
+            })
+            .collect(),
+        endpoints: (allowed, r.endpoints.len()),
+        key: r.key,
+    })
+}
+
 /// Starts a run: checks everything that can be checked before a request leaves, then spawns
 /// the supervisor. Bad input is [`EngineError::Input`] (exit code 2).
-pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
-    if cfg.datasets.is_empty() {
-        return Err(EngineError::Input("no [[dataset]] in the config".into()));
-    }
-    // Preflight: a run through OpenRouter without a key would send a wave of requests only to
-    // learn it from 401s.
-    if cfg.openrouter && opts.api_key.is_none() && ApiKey::from_env(&cfg.api_key_env).is_none() {
-        return Err(EngineError::Input(super::missing_key(&cfg.api_key_env)));
-    }
-    let soft_limit = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(soft, _)| soft);
-    check_open_files(cfg.datasets.len(), soft_limit)?;
-    let dir = cfg.output_dir.clone();
-    super::create_output_dir(&dir)?;
-    // Before anything in the directory is read or changed: one run per directory.
-    let dir_lock = lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?;
-    super::check_manifest(&dir, &cfg, opts.force, opts.retry_truncated)?;
-
-    // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
-    // repairing; a torn tail is cut).
-    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
-    let prepared = repair::prepare(&dir, &names, opts.repair).map_err(|e| match e {
-        repair::RepairError::Refused(_) | repair::RepairError::Scan(_) => {
-            EngineError::Input(e.to_string())
-        }
-        other => EngineError::Startup(other.to_string()),
-    })?;
-    let mut notes = prepared.notes;
-    let prepared = second_chance(&dir, &names, &opts, prepared.scan, &mut notes)?;
-    for n in &notes {
-        tracing::warn!("{n}");
-    }
-    // Outputs whose ledger line was lost in a crash still cost money.
-    let carried = prepared.carried();
-    let ledger = prepared.ledger;
-    let mut output_generations = HashSet::new();
-    let mut datasets = Vec::new();
-    // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
-    let mut sizes = (0u64, 0u64);
-    let paths: Vec<_> = cfg.datasets.iter().map(|d| d.prompts.clone()).collect();
-    let progress = opts.scan_progress.clone().unwrap_or_default();
-    let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
-    for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {
-        output_generations.extend(found.existing.generation_ids.iter().cloned());
-        let counted = counted.map_err(|e| EngineError::Input(e.to_string()))?;
-        datasets.push(ready_dataset(
-            &cfg, &opts, d, found, counted, &mut notes, &mut sizes,
-        )?);
-    }
-    resume_rows(&dir, &mut datasets, &mut notes)?;
-
-    let client = client(&cfg, &opts)?;
-    let listing = listing(&cfg, &client).await?;
-    if cfg.openrouter && cfg.provider.zdr {
-        let zdr = client.zdr_tags(&cfg.model).await.map_err(|e| {
-            EngineError::Startup(format!(
-                "[provider] zdr = true: cannot read the ZDR endpoint list at {}: {e}",
-                client.base_url()
-            ))
-        })?;
-        cfg.policy.guards.zdr_tags = Some(zdr);
-    }
-    let endpoints = pool::build(&cfg, &listing);
-    let own_clients = pool::own_clients(&cfg)?;
-    // The probe's verdict on who serves the real model, when one was run for this model.
-    let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
-        .map_err(|e| EngineError::Input(e.to_string()))?;
-    check_policy(&cfg, &endpoints, &probe)?;
-    notes.extend(parameter_notes(&cfg, &endpoints, &probe));
-    let key = if client.has_key() {
-        match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
-            Ok(Ok(k)) => Some(k),
-            _ => None,
-        }
-    } else {
-        None
-    };
+pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
+    let Ready {
+        cfg,
+        dir,
+        names,
+        notes,
+        datasets,
+        carried,
+        ledger,
+        output_generations,
+        client,
+        endpoints,
+        own_clients,
+        probe,
+        key,
+        lock,
+    } = ready(cfg, &opts, Mode::Run).await?;
+    let dir_lock =
+        lock.ok_or_else(|| EngineError::Startup("the output directory's lock".into()))?;
     let key_usage_start = key.as_ref().map(|k| k.usage);
-    if cfg.openrouter && client.has_key() {
-        let plan = account_plan(&cfg, &endpoints, &probe, &datasets, sizes);
-        let preflight = crate::account::preflight(&plan, key.as_ref());
-        for n in &preflight.notes {
-            tracing::info!("{n}");
-        }
-        notes.extend(preflight.notes);
-    }
-
     // Generations a crash left open (started, never closed, not among the outputs): the
     // supervisor asks the API what they cost beside the new work.
     let orphans: Vec<SpendEntry> = ledger
@@ -190,6 +210,131 @@ pub async fn start(mut cfg: Config, opts: RunOptions) -> Result<EngineHandle, En
         datasets: names,
         start_notes: notes,
         _lock: dir_lock,
+    })
+}
+
+/// Reads and checks everything before a request may leave; in `Mode::Run` it also takes the
+/// output directory and puts it in order.
+async fn ready(mut cfg: Config, opts: &RunOptions, mode: Mode) -> Result<Ready, EngineError> {
+    if cfg.datasets.is_empty() {
+        return Err(EngineError::Input("no [[dataset]] in the config".into()));
+    }
+    // Preflight: a run through OpenRouter without a key would send a wave of requests only to
+    // learn it from 401s.
+    if cfg.openrouter && opts.api_key.is_none() && ApiKey::from_env(&cfg.api_key_env).is_none() {
+        return Err(EngineError::Input(super::missing_key(&cfg.api_key_env)));
+    }
+    let soft_limit = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(soft, _)| soft);
+    check_open_files(cfg.datasets.len(), soft_limit)?;
+    let dir = cfg.output_dir.clone();
+    // Before anything in the directory is read or changed: one run per directory (a check
+    // only makes sure no other run holds it).
+    let lock = match mode {
+        Mode::Run => {
+            super::create_output_dir(&dir)?;
+            Some(lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?)
+        }
+        Mode::Check => {
+            super::check_output_dir(&dir)?;
+            if let Some(h) = lock::live_holder(&dir) {
+                let busy = lock::LockError::Busy {
+                    dir: dir.clone(),
+                    pid: h.pid.to_string(),
+                    started_at: h.started_at,
+                };
+                return Err(EngineError::Input(busy.to_string()));
+            }
+            None
+        }
+    };
+    let write = mode == Mode::Run;
+    super::check_manifest(&dir, &cfg, (opts.force, opts.retry_truncated), write)?;
+
+    // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
+    // repairing; a torn tail is cut).
+    let names: Vec<String> = cfg.datasets.iter().map(|d| d.name.clone()).collect();
+    let prepared = repair::prepare(&dir, &names, opts.repair, write).map_err(|e| match e {
+        repair::RepairError::Refused(_) | repair::RepairError::Scan(_) => {
+            EngineError::Input(e.to_string())
+        }
+        other => EngineError::Startup(other.to_string()),
+    })?;
+    let mut notes = prepared.notes;
+    let prepared = match mode {
+        Mode::Run => second_chance(&dir, &names, opts, prepared.scan, &mut notes)?,
+        Mode::Check => prepared.scan,
+    };
+    for n in &notes {
+        tracing::warn!("{n}");
+    }
+    // Outputs whose ledger line was lost in a crash still cost money.
+    let carried = prepared.carried();
+    let ledger = prepared.ledger;
+    let mut output_generations = HashSet::new();
+    let mut datasets = Vec::new();
+    // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
+    let mut sizes = (0u64, 0u64);
+    let paths: Vec<_> = cfg.datasets.iter().map(|d| d.prompts.clone()).collect();
+    let progress = opts.scan_progress.clone().unwrap_or_default();
+    let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
+    for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {
+        output_generations.extend(found.existing.generation_ids.iter().cloned());
+        let counted = counted.map_err(|e| EngineError::Input(e.to_string()))?;
+        datasets.push(ready_dataset(
+            &cfg, opts, d, found, counted, &mut notes, &mut sizes,
+        )?);
+    }
+    resume_rows(&dir, &mut datasets, &mut notes, write)?;
+
+    let client = client(&cfg, opts)?;
+    let listing = listing(&cfg, &client).await?;
+    if cfg.openrouter && cfg.provider.zdr {
+        let zdr = client.zdr_tags(&cfg.model).await.map_err(|e| {
+            EngineError::Startup(format!(
+                "[provider] zdr = true: cannot read the ZDR endpoint list at {}: {e}",
+                client.base_url()
+            ))
+        })?;
+        cfg.policy.guards.zdr_tags = Some(zdr);
+    }
+    let endpoints = pool::build(&cfg, &listing);
+    let own_clients = pool::own_clients(&cfg)?;
+    // The probe's verdict on who serves the real model, when one was run for this model.
+    let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
+        .map_err(|e| EngineError::Input(e.to_string()))?;
+    check_policy(&cfg, &endpoints, &probe)?;
+    notes.extend(parameter_notes(&cfg, &endpoints, &probe));
+    let key = if client.has_key() {
+        match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
+            Ok(Ok(k)) => Some(k),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    if cfg.openrouter && client.has_key() {
+        let plan = account_plan(&cfg, &endpoints, &probe, &datasets, sizes);
+        let preflight = crate::account::preflight(&plan, key.as_ref());
+        for n in &preflight.notes {
+            tracing::info!("{n}");
+        }
+        notes.extend(preflight.notes);
+    }
+    Ok(Ready {
+        cfg,
+        dir,
+        names,
+        notes,
+        datasets,
+        carried,
+        ledger,
+        output_generations,
+        client,
+        endpoints,
+        own_clients,
+        probe,
+        key,
+        lock,
     })
 }
 
@@ -322,13 +467,14 @@ fn resume_rows(
     dir: &std::path::Path,
     datasets: &mut [DatasetRun],
     notes: &mut Vec<String>,
+    write: bool,
 ) -> Result<(), EngineError> {
     let finished = |d: &str, id: &str| {
         datasets
             .iter()
             .any(|r| r.book.name == d && r.book.done_ids.contains(id))
     };
-    let mut loaded = crate::store::turns_file::load(dir, finished).map_err(|e| {
+    let mut loaded = crate::store::turns_file::load(dir, finished, write).map_err(|e| {
         EngineError::Input(format!(
             "cannot read {}: {e}",
             crate::store::turns_file::turns_path(dir).display()

@@ -233,7 +233,13 @@ pub struct Prepared {
 /// Reads `dir` for a starting run of `datasets`; refuses damage and a lost ledger unless
 /// `repair`, then cuts torn tails (and with `repair` quarantines damaged lines and rebuilds the
 /// ledger). Nothing is changed when it refuses. The caller must hold the directory's lock.
-pub fn prepare(dir: &Path, datasets: &[String], repair: bool) -> Result<Prepared, RepairError> {
+/// `write`: false for `run --check`, which changes nothing and says what a run would do.
+pub fn prepare(
+    dir: &Path,
+    datasets: &[String],
+    repair: bool,
+    write: bool,
+) -> Result<Prepared, RepairError> {
     let scan = scan::scan_dir(dir, datasets)?;
     let problems = scan.problems();
     if !problems.is_empty() && !repair {
@@ -246,6 +252,29 @@ pub fn prepare(dir: &Path, datasets: &[String], repair: bool) -> Result<Prepared
         )));
     }
     let mut notes = Vec::new();
+    if !write {
+        for f in scan.files() {
+            if let Some(t) = f.torn {
+                notes.push(format!(
+                    "{}: a run would cut a torn last line ({} bytes at byte {}) left by a crash",
+                    f.path.display(),
+                    t.len,
+                    t.offset
+                ));
+            }
+        }
+        if repair && !problems.is_empty() {
+            notes.push(format!(
+                "--repair would move the damaged lines aside: {}",
+                problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+        return Ok(Prepared { scan, notes });
+    }
     for f in scan.files() {
         if let Some(t) = f.torn {
             cut_torn_tail(&f.path, t)?;

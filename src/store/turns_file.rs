@@ -47,7 +47,12 @@ impl Loaded {
 /// the chain of turns from its first: a turn numbered `k` replaces the chain from `k` on (a
 /// later run generated it again), a turn past the chain's end is left out. When anything was
 /// left out, the file is rewritten with what was kept (a temporary file renamed over it).
-pub fn load(dir: &Path, finished: impl Fn(&str, &str) -> bool) -> std::io::Result<Loaded> {
+/// `rewrite`: false for `run --check`, which changes nothing.
+pub fn load(
+    dir: &Path,
+    finished: impl Fn(&str, &str) -> bool,
+    rewrite: bool,
+) -> std::io::Result<Loaded> {
     let path = turns_path(dir);
     let file = match super::no_follow(std::fs::OpenOptions::new().read(true)).open(&path) {
         Ok(f) => f,
@@ -83,14 +88,14 @@ pub fn load(dir: &Path, finished: impl Fn(&str, &str) -> bool) -> std::io::Resul
     });
     let (_, kept) = loaded.counts();
     loaded.dropped = lines - kept;
-    if loaded.dropped > 0 {
-        rewrite(&path, &loaded)?;
+    if loaded.dropped > 0 && rewrite {
+        rewrite_kept(&path, &loaded)?;
     }
     Ok(loaded)
 }
 
 /// Writes the kept turns to a temporary file and renames it over `path`.
-fn rewrite(path: &Path, loaded: &Loaded) -> std::io::Result<()> {
+fn rewrite_kept(path: &Path, loaded: &Loaded) -> std::io::Result<()> {
     let tmp = path.with_file_name(format!(".{TURNS_FILE}.tmp"));
     {
         let f = super::no_follow(
@@ -169,7 +174,7 @@ mod tests {
         ]
         .concat();
         std::fs::write(turns_path(dir.path()), text).expect("write");
-        let loaded = load(dir.path(), |_, id| id == "done").expect("load");
+        let loaded = load(dir.path(), |_, id| id == "done", true).expect("load");
         assert_eq!(contents(&loaded, "A", "r1"), ["r1 first", "r1 second"]);
         assert_eq!(contents(&loaded, "A", "r2"), ["r2 first again"]);
         assert!(contents(&loaded, "A", "done").is_empty());
@@ -178,7 +183,7 @@ mod tests {
         assert_eq!(loaded.counts(), (3, 4));
         assert_eq!((loaded.dropped, loaded.unreadable), (5, 1));
         // The file now holds exactly what was kept; a second read drops nothing.
-        let again = load(dir.path(), |_, id| id == "done").expect("again");
+        let again = load(dir.path(), |_, id| id == "done", true).expect("again");
         assert_eq!((again.counts(), again.dropped), ((3, 4), 0));
         assert_eq!(contents(&again, "A", "r1"), ["r1 first", "r1 second"]);
     }
@@ -186,7 +191,7 @@ mod tests {
     #[test]
     fn no_file_is_nothing_in_progress() {
         let dir = tempfile::tempdir().expect("tmp");
-        let loaded = load(dir.path(), |_, _| false).expect("load");
+        let loaded = load(dir.path(), |_, _| false, true).expect("load");
         assert_eq!((loaded.counts(), loaded.dropped), ((0, 0), 0));
         assert!(!turns_path(dir.path()).exists());
     }

@@ -300,3 +300,88 @@ fn more_datasets_than_the_open_files_limit_allows_are_refused_before_a_file_is_w
         "nothing written but the log: {made:?}"
     );
 }
+
+/// `harvest run --check` against the simulator: what a run's start checks, with its exit codes,
+/// and nothing sent to the chat API or written: a good job passes (exit 0) and says what the
+/// run would do; a directory another run holds and a damaged one are refused (exit 2) and left
+/// as they were; a key the API refuses is a runtime failure (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_check_sends_and_writes_nothing_and_exits_as_a_run_would() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.api_key = Some(KEY.to_string());
+    let s = sim::start(cfg, 0).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let prompts: String = (0..5)
+        .map(|i| format!("{{\"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    write(d, "a.jsonl", &prompts);
+    let cfg = write(
+        d,
+        "harvest.toml",
+        &config(
+            &s.base_url(),
+            "output_dir = \"out\"\n[[dataset]]\nname = \"A\"\nprompts = \"a.jsonl\"\n",
+        ),
+    );
+    let check = |key: &'static str| {
+        let cfg = cfg.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                run(harvest()
+                    .env("HARVEST_RUN_CLI_KEY", key)
+                    .args(["run", "--check", "-c"])
+                    .arg(&cfg))
+            })
+            .await
+            .expect("join")
+        }
+    };
+    // A fresh job: passes, says what the run would do, leaves no directory behind.
+    let (code, out, err) = check(KEY).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("dataset A: 5 prompts, 5 to send"), "{out}");
+    assert!(out.contains("endpoints allowed by the policy"), "{out}");
+    assert!(out.contains("check passed"), "{out}");
+    assert!(!d.join("out").exists(), "nothing written");
+    // The simulator logs chat requests only.
+    let chats = |s: &sim::SimHandle| s.state.requests_since(0).len();
+    assert_eq!(chats(&s), 0, "nothing sent to the chat API");
+    // A key the API refuses: exit 1, as the run would stop on it.
+    let (code, out, err) = check("sk-or-v1-not-the-right-key-0000").await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("the API refused the key"), "{err}");
+    assert!(
+        !err.contains("not-the-right"),
+        "the key is never printed: {err}"
+    );
+    // A run's directory: the check passes beside its outputs, and changes nothing in them.
+    let (code, _, err) = run_config(&cfg).await;
+    assert_eq!(code, 0, "{err}");
+    let out_dir = d.join("out");
+    let before = |p: &Path| std::fs::read(p).expect("read");
+    let outputs = before(&out_dir.join("A.jsonl"));
+    let (code, out, err) = check(KEY).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("5 prompts, 0 to send (5 finished"), "{out}");
+    // Damaged: refused as a run would be, and left as it was.
+    let mut damaged = outputs.clone();
+    damaged.extend_from_slice(b"{not json}\n{\"id\":\"x\"}\n");
+    std::fs::write(out_dir.join("A.jsonl"), &damaged).expect("damage");
+    let (code, _, err) = check(KEY).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--repair"), "{err}");
+    assert_eq!(before(&out_dir.join("A.jsonl")), damaged, "left as it was");
+    std::fs::write(out_dir.join("A.jsonl"), &outputs).expect("restore");
+    // Held by another process: refused, naming it.
+    let held = harvest::store::lock::lock_dir(&out_dir).expect("lock");
+    let (code, _, err) = check(KEY).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is in use by another harvest process"),
+        "{err}"
+    );
+    drop(held);
+    assert_eq!(chats(&s), 5, "only the run's own five requests");
+    s.stop().await;
+}
