@@ -1,0 +1,167 @@
+//! Starting a run: the preflight (key, lock, manifest), what the output directory holds (resume,
+//! damage, crash leftovers), one read of each prompt file (counts, bad lines, duplicate ids),
+//! the model's listing and the endpoint pool, the policy's check that something may serve, and
+//! the shared state the workers and the supervisor use. Then the supervisor is spawned.
+//!
+//! `ready.rs` reads and checks (shared with `run --check`, `check.rs`); `datasets.rs` readies
+//! each dataset; `second_chance.rs` does `--retry-*`'s moves; `preflight.rs` says what the
+//! policy, the account and the endpoints make of the run; this file starts it.
+
+mod check;
+mod datasets;
+mod preflight;
+mod ready;
+mod second_chance;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::domain::Usd;
+use crate::openrouter::OpenRouterClient;
+use crate::store::output::{SpendEntry, Writer};
+
+use super::endpoint::RunEndpoint;
+use super::shared::Shared;
+use super::stats::Counters;
+use super::{EngineError, EngineHandle, RunOptions, supervisor};
+
+pub use check::{CheckReport, check};
+use datasets::*;
+use preflight::*;
+use ready::*;
+pub(super) use second_chance::restore_superseded;
+use second_chance::*;
+
+/// Endpoints that may join a run when the listing shows them (statistics slots kept free).
+const SPARE_ENDPOINTS: usize = 32;
+
+/// Starts a run: checks everything that can be checked before a request leaves, then spawns
+/// the supervisor. Bad input is [`EngineError::Input`] (exit code 2).
+pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
+    let Ready {
+        cfg,
+        dir,
+        names,
+        notes,
+        datasets,
+        carried,
+        ledger,
+        output_generations,
+        client,
+        endpoints,
+        own_clients,
+        probe,
+        key,
+        lock,
+    } = ready(cfg, &opts, Mode::Run).await?;
+    let dir_lock =
+        lock.ok_or_else(|| EngineError::Startup("the output directory's lock".into()))?;
+    let key_usage_start = key.as_ref().map(|k| k.usage);
+    // Generations a crash left open (started, never closed, not among the outputs): the
+    // supervisor asks the API what they cost beside the new work.
+    let orphans: Vec<SpendEntry> = ledger
+        .open
+        .into_iter()
+        .filter(|e| {
+            e.generation_id
+                .as_ref()
+                .is_some_and(|g| !output_generations.contains(g))
+        })
+        .collect();
+    let (writer, writer_thread) =
+        Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
+    let shared = shared(
+        &cfg,
+        (endpoints, own_clients),
+        datasets.len(),
+        &writer,
+        &client,
+        carried,
+    );
+    let mut sup = supervisor::Supervisor::new(
+        cfg,
+        shared,
+        writer,
+        datasets,
+        carried,
+        key_usage_start,
+        opts.shard,
+        super::state_path(&dir),
+        orphans,
+        ledger.unknown,
+    );
+    sup.set_key_base(ledger.key_base);
+    sup.set_rebuilt(ledger.rebuilt);
+    if !probe.is_empty() {
+        sup.set_probe(probe);
+    }
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let (snap_tx, snap_rx) = watch::channel(Arc::new(sup.snapshot()));
+    let tick = opts.tick.unwrap_or(Duration::from_millis(200));
+    let task = tokio::spawn(sup.run(cmd_rx, snap_tx, tick));
+    Ok(EngineHandle {
+        commands: cmd_tx,
+        snapshots: snap_rx,
+        task,
+        writer_thread: Some(writer_thread),
+        client,
+        output_dir: dir,
+        datasets: names,
+        start_notes: notes,
+        _lock: dir_lock,
+    })
+}
+
+/// What the workers share with the supervisor: the pool, the counters, the money.
+fn shared(
+    cfg: &Config,
+    (endpoints, own_clients): (Vec<RunEndpoint>, HashMap<String, OpenRouterClient>),
+    datasets: usize,
+    writer: &Writer,
+    client: &OpenRouterClient,
+    carried: Usd,
+) -> Arc<Shared> {
+    let mut by_provider = HashMap::new();
+    for (i, e) in endpoints
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.custom.is_none())
+    {
+        by_provider.entry(e.provider.clone()).or_insert(i);
+    }
+    let budget = cfg.budget();
+    let n = endpoints.len();
+    let shared = Arc::new(Shared {
+        writer: writer.clone(),
+        client: client.clone(),
+        own_clients,
+        // Spare slots for endpoints that appear in the listing during the run.
+        endpoint_stats: (0..n + SPARE_ENDPOINTS)
+            .map(|_| Counters::default())
+            .collect(),
+        dataset_stats: (0..datasets).map(|_| Counters::default()).collect(),
+        totals: Counters::default(),
+        endpoint_list: std::sync::RwLock::new(Arc::new(endpoints)),
+        by_provider: std::sync::RwLock::new(by_provider),
+        accrued_pico: AtomicI64::new(0),
+        spent_pico: AtomicI64::new(carried.pico()),
+        budget_pico: budget.pico(),
+        budget_hit: CancellationToken::new(),
+        timeouts: cfg.timeouts.stream(),
+        total_timeout: cfg.timeouts.total(),
+        attempts_started: AtomicU64::new(0),
+        finishing_past_cap: AtomicU64::new(0),
+    });
+    if carried >= budget {
+        shared.budget_hit.cancel();
+    }
+    shared
+}
