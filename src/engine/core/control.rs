@@ -33,7 +33,10 @@ impl Core {
             }
             Command::SetConcurrency(n) => self.set_concurrency(i64::from(n), &suffix, now),
             Command::AdjustConcurrency(delta) => {
-                self.set_concurrency(i64::from(self.concurrency) + delta, &suffix, now)
+                // Saturating: a delta of i64::MAX from a viewer is "as many as allowed", not a
+                // wrap to 1 (reliability probe 3, D16).
+                let n = i64::from(self.concurrency).saturating_add(delta);
+                self.set_concurrency(n, &suffix, now)
             }
             Command::SetEndpoint { tag, allowed } => {
                 for i in self.endpoint_indices(&tag) {

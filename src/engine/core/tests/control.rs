@@ -150,7 +150,7 @@ fn a_viewers_command_acts_and_the_event_log_names_the_viewer() {
 
 #[test]
 fn concurrency_commands_are_clamped_and_act_on_the_next_dispatch() {
-    let cases: [(&str, Vec<Command>, u32); 7] = [
+    let cases: [(&str, Vec<Command>, u32); 9] = [
         ("set", vec![Command::SetConcurrency(50)], 50),
         ("set zero is one", vec![Command::SetConcurrency(0)], 1),
         (
@@ -168,6 +168,12 @@ fn concurrency_commands_are_clamped_and_act_on_the_next_dispatch() {
             ],
             100_000,
         ),
+        (
+            "the most a delta can say",
+            vec![Command::AdjustConcurrency(i64::MAX)],
+            100_000,
+        ),
+        ("the least", vec![Command::AdjustConcurrency(i64::MIN)], 1),
         (
             "down then up",
             vec![
