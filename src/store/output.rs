@@ -322,7 +322,15 @@ impl Writer {
         let (tx, rx) = mpsc::channel(4096);
         let handle = std::thread::Builder::new()
             .name("harvest-writer".into())
-            .spawn(move || run(files, rx))
+            .spawn(move || {
+                // The cause (a full disk, say) is said at once, at ERROR: the run only sees
+                // that the writer stopped.
+                let done = run(files, rx);
+                if let Err(e) = &done {
+                    tracing::error!("writing outputs failed: {e}");
+                }
+                done
+            })
             .map_err(StoreError::Write)?;
         Ok((Writer { tx }, WriterThread(Some(handle))))
     }

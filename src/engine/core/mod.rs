@@ -332,6 +332,7 @@ impl Core {
     /// harvest itself cannot go on (a write failed, a task died): stop, exit code 1.
     fn fail(&mut self, now: &Clock, detail: String) {
         self.life.failed = true;
+        tracing::error!("harvest cannot go on: {detail}");
         self.event(now, format!("internal error: {detail}"));
         self.begin_stop(now, StopReason::Internal { detail });
     }
