@@ -60,12 +60,44 @@ fn longest_fragment(text: &[u8], key: &[u8]) -> usize {
         .unwrap_or(0)
 }
 
+/// Fragments of the key's base64 forms this long or longer are redacted (random base64 text
+/// matches 12 characters of them about never).
+const MIN_B64_FRAGMENT: usize = 12;
+
+/// The key's base64 forms as they appear inside a longer encoded text (`Bearer <key>`, a
+/// `user:<key>` of basic auth, a JSON echo of the headers): at each of the three byte
+/// alignments, in the standard and the URL-safe alphabet, without the characters at either end
+/// that also depend on the bytes around the key.
+fn base64_forms(key: &[u8]) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let mut forms = Vec::new();
+    for pad in 0..3usize {
+        let mut bytes = vec![0u8; pad];
+        bytes.extend_from_slice(key);
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let text = engine.encode(&bytes).into_bytes();
+            // The first characters carry the padding bytes; the last, what follows the key.
+            let start = (pad * 4).div_ceil(3);
+            let end = text.len().saturating_sub(2);
+            if end > start + MIN_B64_FRAGMENT {
+                forms.push(text[start..end].to_vec());
+            }
+        }
+    }
+    forms.sort();
+    forms.dedup();
+    forms
+}
+
 /// Redacts from `text` anything shaped like an OpenRouter key (`sk-or-` and the key characters
 /// after it) and, given the key, every fragment of it of [`MIN_FRAGMENT`] characters or more
-/// (the whole key when shorter, from 4 characters).
+/// (the whole key when shorter, from 4 characters), and every fragment of its base64 forms of
+/// [`MIN_B64_FRAGMENT`] or more (a server that echoes the `Authorization` header encoded).
 pub fn redact(text: &str, key: Option<&str>) -> String {
     let key = key.map(str::as_bytes).filter(|k| k.len() >= 4);
     let min = key.map_or(usize::MAX, |k| k.len().min(MIN_FRAGMENT));
+    let encoded = key.map(base64_forms).unwrap_or_default();
     let t = text.as_bytes();
     let mut out = Vec::with_capacity(t.len());
     let mut i = 0;
@@ -86,6 +118,15 @@ pub fn redact(text: &str, key: Option<&str>) -> String {
                 i += n;
                 continue;
             }
+        }
+        let b64 = (encoded.iter())
+            .map(|form| longest_fragment(&t[i..], form))
+            .max()
+            .unwrap_or(0);
+        if b64 >= MIN_B64_FRAGMENT {
+            out.extend_from_slice(MARK);
+            i += b64;
+            continue;
         }
         out.push(t[i]);
         i += 1;
@@ -163,5 +204,55 @@ mod tests {
         // A short key is redacted whole, not by fragments.
         let short = ApiKey::new("abcdef").expect("key");
         assert_eq!(short.scrub("x abcdef y abcde"), "x [redacted] y abcde");
+    }
+}
+
+#[cfg(test)]
+mod base64_tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+
+    use super::redact;
+
+    const KEY: &str = "sk-or-v1-0123456789abcdef0123456789abcdef0123456789abcdef0123456789ab";
+
+    #[test]
+    fn the_key_encoded_in_base64_is_redacted_at_every_alignment() {
+        // (what the server encoded, the alphabet)
+        let echoed = [
+            format!("Bearer {KEY}"),
+            KEY.to_string(),
+            format!("user:{KEY}"),
+            format!("{{\"authorization\":\"Bearer {KEY}\"}}"),
+            format!("ab{KEY}cd"),
+        ];
+        for plain in &echoed {
+            for (alphabet, encoded) in [
+                ("standard", STANDARD.encode(plain)),
+                ("url-safe", URL_SAFE.encode(plain)),
+            ] {
+                let text = format!("unauthorized: header was {encoded} (rejected)");
+                let out = redact(&text, Some(KEY));
+                assert!(out.contains("[redacted]"), "{alphabet} {plain}: {out}");
+                // No 12 characters of the key's own stretch of the encoding survive.
+                let at = plain.find(KEY).expect("key inside");
+                let from = (at * 4).div_ceil(3) + 1;
+                let to = (at + KEY.len()) * 4 / 3 - 1;
+                let key_part = &encoded.as_bytes()[from..to];
+                let left = (key_part.windows(12))
+                    .filter(|w| out.as_bytes().windows(12).any(|o| o == *w))
+                    .count();
+                assert_eq!(left, 0, "{alphabet} {plain}: {out}");
+                assert!(out.starts_with("unauthorized: header was "), "{out}");
+                assert!(out.ends_with(" (rejected)"), "{out}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_base64_is_left_alone() {
+        let other = STANDARD.encode("Bearer sk-or-v1-ffffeeeeddddccccbbbbaaaa99998888777766665555");
+        let text = format!("token {other} and aGVsbG8gd29ybGQ= as sent");
+        assert_eq!(redact(&text, Some(KEY)), text);
     }
 }
