@@ -52,6 +52,17 @@ pub enum Command {
     /// A completion script for a shell, on standard output: e.g.
     /// `harvest completions bash > ~/.local/share/bash-completion/completions/harvest`.
     Completions(CompletionsArgs),
+    /// Man pages: harvest(1), or with --dir one file per command (harvest-run.1, ...) to put
+    /// under a man directory, e.g. `harvest man --dir ~/.local/share/man/man1`.
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// Write harvest.1 and one page per command into this directory instead of printing
+    /// harvest(1) on standard output. Existing pages of the same names are replaced.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

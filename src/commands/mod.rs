@@ -52,6 +52,44 @@ pub fn completions(shell: clap_complete::Shell) -> u8 {
     exit::OK
 }
 
+/// Man pages from the clap definitions: harvest(1) on standard output, or (`dir`) harvest.1
+/// and one page per command, `harvest-<command>.1`, written there.
+pub fn man(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let cmd = crate::cli::Cli::command();
+    let Some(dir) = dir else {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut page)?;
+        run::Out::default().write(&String::from_utf8_lossy(&page));
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| BadInput(format!("cannot create {}: {e}", dir.display())))?;
+    let mut written = 0;
+    let mut write = |name: String, page: clap::Command| -> anyhow::Result<()> {
+        let path = dir.join(format!("{name}.1"));
+        let mut bytes = Vec::new();
+        clap_mangen::Man::new(page)
+            .title(name.to_uppercase())
+            .render(&mut bytes)?;
+        std::fs::write(&path, bytes)
+            .map_err(|e| BadInput(format!("cannot write {}: {e}", path.display())))?;
+        written += 1;
+        Ok(())
+    };
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("harvest-{}", sub.get_name());
+        let page = sub.clone().bin_name(format!("harvest {}", sub.get_name()));
+        write(name, page)?;
+    }
+    write("harvest".into(), cmd)?;
+    run::Out::default().line(&format!(
+        "harvest: {written} man pages in {}",
+        dir.display()
+    ));
+    Ok(())
+}
+
 /// An error and its causes on one line, each cause said once: a message that already quotes
 /// its source (`cannot read {path}: {source}`) is not followed by it again (`File exists (os
 /// error 17): File exists (os error 17)`).

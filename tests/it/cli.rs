@@ -284,3 +284,37 @@ fn completion_scripts_know_the_commands() {
         .expect("runs");
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// `harvest man` prints harvest(1); `--dir` writes one page per command, each naming itself
+/// `harvest <command>` and listing its flags, for `man harvest-run`.
+#[test]
+fn man_pages_cover_every_command() {
+    let harvest = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(args)
+            .output()
+            .expect("runs")
+    };
+    let out = harvest(&["man"]);
+    assert!(out.status.success());
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains(".TH harvest 1"), "{page}");
+    for command in ["run", "export", "attach", "completions"] {
+        assert!(page.contains(command), "harvest(1) lacks {command}");
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = harvest(&["man", "--dir", dir.path().to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = std::fs::read_to_string(dir.path().join("harvest-run.1")).expect("harvest-run.1");
+    assert!(run.contains(".TH HARVEST-RUN 1"), "{run}");
+    assert!(run.contains(r"\fBharvest run\fR"), "{run}");
+    for flag in [r"\-\-check", r"\-\-retry\-truncated", r"\-\-detach"] {
+        assert!(run.contains(flag), "harvest-run.1 lacks {flag}");
+    }
+    let pages = std::fs::read_dir(dir.path()).expect("dir").count();
+    assert!(pages >= 12, "{pages} pages");
+}
