@@ -310,21 +310,13 @@ pub async fn run(
             score.cost += sample.cost;
             if sample.cost != Usd::ZERO || sample.generation_id.is_some() {
                 spend.push(SpendEntry {
-                    at: now.clone(),
-                    id: format!("probe-{p}"),
-                    dataset: "probe".into(),
                     endpoint: Some(t.tag.clone()),
-                    kind: SpendKind::Other,
                     usd: sample.cost,
                     prompt_tokens: sample.prompt_tokens,
                     completion_tokens: sample.output_tokens,
                     estimated: sample.estimated_cost,
                     generation_id: sample.generation_id.clone(),
-                    attempt: None,
-                    expected_usd: None,
-                    error: None,
-                    checkpoint: None,
-                    note: None,
+                    ..SpendEntry::new(SpendKind::Other, now.clone(), format!("probe-{p}"), "probe")
                 });
             }
             if let Some(e) = &sample.error {

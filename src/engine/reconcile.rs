@@ -206,21 +206,12 @@ mod tests {
 
     fn open_line(at: &str, expected: Option<f64>) -> SpendEntry {
         SpendEntry {
-            at: at.into(),
-            id: "p1".into(),
-            dataset: "D".into(),
-            endpoint: None,
-            kind: SpendKind::Started,
-            usd: Usd::ZERO,
             prompt_tokens: 10,
-            completion_tokens: 0,
             estimated: true,
             generation_id: Some("gen-1".into()),
             attempt: Some("run-1".into()),
             expected_usd: expected.map(Usd::from_f64),
-            error: None,
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(SpendKind::Started, at.into(), "p1", "D")
         }
     }
 

@@ -221,21 +221,17 @@ async fn write_started(shared: &Shared, spec: &AttemptSpec, g: &str, endpoint: O
     let _ = shared
         .writer
         .spend(&SpendEntry {
-            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            id: spec.prompt_id.clone(),
-            dataset: spec.dataset_name.clone(),
             endpoint: endpoint.map(|e| shared.endpoints()[e].tag.clone()),
-            kind: SpendKind::Started,
-            usd: crate::domain::Usd::ZERO,
             prompt_tokens: spec.prompt_tokens_estimate,
-            completion_tokens: 0,
             estimated: true,
             generation_id: Some(g.to_string()),
             attempt: Some(spec.attempt.clone()),
-            expected_usd: None,
-            error: None,
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(
+                SpendKind::Started,
+                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                spec.prompt_id.clone(),
+                spec.dataset_name.clone(),
+            )
         })
         .await;
 }

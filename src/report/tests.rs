@@ -48,21 +48,10 @@ fn spend(
     error: Option<&str>,
 ) -> SpendEntry {
     SpendEntry {
-        at: "2026-11-30T00:00:00Z".into(),
-        id: "x".into(),
-        dataset: dataset.into(),
         endpoint: tag.map(str::to_string),
-        kind,
         usd: Usd::from_pico(pico),
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        estimated: false,
-        generation_id: None,
-        attempt: None,
-        expected_usd: None,
         error: error.map(str::to_string),
-        checkpoint: None,
-        note: None,
+        ..SpendEntry::new(kind, "2026-11-30T00:00:00Z".into(), "x", dataset)
     }
 }
 

@@ -229,6 +229,35 @@ pub struct TurnLine {
     pub record: TurnRecord,
 }
 
+impl SpendEntry {
+    /// A `kind` line for prompt `id` of `dataset` at `at` (RFC 3339): zero dollars and tokens,
+    /// nothing optional; each site sets what its kind says (`..SpendEntry::new(..)`).
+    pub fn new(
+        kind: SpendKind,
+        at: String,
+        id: impl Into<String>,
+        dataset: impl Into<String>,
+    ) -> SpendEntry {
+        SpendEntry {
+            at,
+            id: id.into(),
+            dataset: dataset.into(),
+            endpoint: None,
+            kind,
+            usd: Usd::ZERO,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            estimated: false,
+            generation_id: None,
+            attempt: None,
+            expected_usd: None,
+            error: None,
+            checkpoint: None,
+            note: None,
+        }
+    }
+}
+
 /// The files of one dataset.
 pub fn output_path(dir: &Path, dataset: &str) -> PathBuf {
     dir.join(format!("{dataset}.jsonl"))

@@ -197,21 +197,13 @@ pub fn rebuild_ledger(
                 return;
             }
             lines.push(SpendEntry {
-                at: at.clone(),
-                id: r.id,
-                dataset: d.clone(),
                 endpoint: r.endpoint_tag,
-                kind: SpendKind::Complete,
                 usd: r.cost_usd,
                 prompt_tokens: r.usage.prompt_tokens,
                 completion_tokens: r.usage.completion_tokens,
-                estimated: false,
                 generation_id: r.generation_id,
                 attempt: Some(REBUILT.to_string()),
-                expected_usd: None,
-                error: None,
-                checkpoint: None,
-                note: None,
+                ..SpendEntry::new(SpendKind::Complete, at.clone(), r.id, d.clone())
             });
         })?;
     }

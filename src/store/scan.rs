@@ -644,21 +644,15 @@ mod tests {
     fn open_and_unknown_attempts_as_a_table() {
         use crate::store::output::{SpendEntry, SpendKind};
         let line = |attempt: &str, kind: SpendKind, expected: Option<f64>| SpendEntry {
-            at: "2026-12-02T00:00:00.000Z".into(),
-            id: format!("p-{attempt}"),
-            dataset: "d".into(),
-            endpoint: None,
-            kind,
-            usd: Usd::ZERO,
-            prompt_tokens: 0,
-            completion_tokens: 0,
             estimated: true,
-            generation_id: None,
             attempt: Some(attempt.into()),
             expected_usd: expected.map(Usd::from_f64),
-            error: None,
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(
+                kind,
+                "2026-12-02T00:00:00.000Z".into(),
+                format!("p-{attempt}"),
+                "d",
+            )
         };
         use SpendKind::*;
         // (lines, unknown attempts, open attempts with their expected cost)

@@ -179,21 +179,17 @@ impl Core {
         let key = self.seq;
         let attempt = format!("{}-{key}", self.run_id);
         let ledger = SpendEntry {
-            at: now.rfc3339(),
-            id: job.prompt.id.clone(),
-            dataset: self.admission.datasets[d].name.clone(),
             endpoint: pinned.map(|e| self.fleet.endpoints[e].tag.clone()),
-            kind: SpendKind::Dispatched,
-            usd: Usd::ZERO,
             prompt_tokens,
-            completion_tokens: 0,
             estimated: true,
-            generation_id: None,
             attempt: Some(attempt.clone()),
             expected_usd: Some(expected),
-            error: None,
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(
+                SpendKind::Dispatched,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[d].name.clone(),
+            )
         };
         self.admission.datasets[d].in_flight += 1;
         self.budget.reserved_pico += money.reserve.pico();

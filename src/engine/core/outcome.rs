@@ -101,40 +101,32 @@ impl Core {
                 && self.reconcile_asked < RECONCILE_CAPACITY
             {
                 let entry = SpendEntry {
-                    at: now.rfc3339(),
-                    id: job.prompt.id.clone(),
-                    dataset: self.admission.datasets[job.dataset].name.clone(),
                     endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
-                    kind: SpendKind::Failed,
-                    usd: Usd::ZERO,
-                    prompt_tokens: 0,
                     completion_tokens: r.streamed_tokens,
-                    estimated: false,
                     generation_id: Some(g.clone()),
                     attempt: Some(f.attempt.clone()),
-                    expected_usd: None,
                     error: Some(kind.to_string()),
-                    checkpoint: None,
-                    note: None,
+                    ..SpendEntry::new(
+                        SpendKind::Failed,
+                        now.rfc3339(),
+                        job.prompt.id.clone(),
+                        self.admission.datasets[job.dataset].name.clone(),
+                    )
                 };
                 self.look_up(g.clone(), entry);
             }
             self.ledger(SpendEntry {
-                at: now.rfc3339(),
-                id: job.prompt.id.clone(),
-                dataset: self.admission.datasets[job.dataset].name.clone(),
                 endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
-                kind: SpendKind::Failed,
-                usd: Usd::ZERO,
-                prompt_tokens: 0,
                 completion_tokens: r.streamed_tokens,
-                estimated: false,
                 generation_id: r.generation_id.clone(),
                 attempt: Some(f.attempt.clone()),
-                expected_usd: None,
                 error: Some(kind.to_string()),
-                checkpoint: None,
-                note: None,
+                ..SpendEntry::new(
+                    SpendKind::Failed,
+                    now.rfc3339(),
+                    job.prompt.id.clone(),
+                    self.admission.datasets[job.dataset].name.clone(),
+                )
             });
         }
         let own_server = endpoint.filter(|&e| self.fleet.endpoints[e].custom.is_some());
@@ -211,21 +203,15 @@ impl Core {
     ) {
         job.attempts -= 1;
         self.ledger(SpendEntry {
-            at: now.rfc3339(),
-            id: job.prompt.id.clone(),
-            dataset: self.admission.datasets[job.dataset].name.clone(),
             endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
-            kind: SpendKind::Failed,
-            usd: Usd::ZERO,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            estimated: false,
-            generation_id: None,
             attempt: Some(f.attempt.clone()),
-            expected_usd: None,
             error: Some(ErrorKind::InFlightBudget.to_string()),
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(
+                SpendKind::Failed,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[job.dataset].name.clone(),
+            )
         });
         let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
         // The refused one was running too when the account counted.
@@ -394,21 +380,20 @@ impl Core {
         now: &Clock,
     ) {
         let entry = SpendEntry {
-            at: now.rfc3339(),
-            id: job.prompt.id.clone(),
-            dataset: self.admission.datasets[job.dataset].name.clone(),
             endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
-            kind: SpendKind::Cancelled,
             usd: Usd::from_pico(r.booked_pico),
             prompt_tokens: f.prompt_tokens,
             completion_tokens: r.streamed_tokens,
             estimated: true,
             generation_id: r.generation_id.clone(),
             attempt: Some(f.attempt.clone()),
-            expected_usd: None,
             error: error.map(|k| k.to_string()),
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(
+                SpendKind::Cancelled,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[job.dataset].name.clone(),
+            )
         };
         if let Some(g) = &r.generation_id
             && self.reconcile_asked < RECONCILE_CAPACITY
@@ -499,21 +484,20 @@ impl Core {
         now: &Clock,
     ) {
         self.ledger(SpendEntry {
-            at: now.rfc3339(),
-            id: job.prompt.id.clone(),
-            dataset: self.admission.datasets[job.dataset].name.clone(),
             endpoint: ep.map(|e| e.tag.clone()),
-            kind: SpendKind::Complete,
             usd: cost,
             prompt_tokens: c.usage.prompt_tokens,
             completion_tokens: c.usage.completion_tokens,
             estimated: c.cost().is_none(),
             generation_id: c.id.clone(),
             attempt: Some(attempt.to_string()),
-            expected_usd: None,
             error: (shape == Shape::Empty).then(|| ErrorKind::Empty.to_string()),
-            checkpoint: None,
-            note: None,
+            ..SpendEntry::new(
+                SpendKind::Complete,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[job.dataset].name.clone(),
+            )
         });
     }
 

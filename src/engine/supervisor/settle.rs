@@ -40,21 +40,8 @@ impl Supervisor {
             });
         }
         self.step(Event::Line(SpendEntry {
-            at: now.rfc3339(),
-            id: what.into(),
-            dataset: String::new(),
-            endpoint: None,
-            kind: SpendKind::KeyUsage,
-            usd: Usd::ZERO,
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            estimated: false,
-            generation_id: None,
-            attempt: None,
-            expected_usd: None,
-            error: None,
             checkpoint: Some(checkpoint),
-            note: None,
+            ..SpendEntry::new(SpendKind::KeyUsage, now.rfc3339(), what, "")
         }))
         .await;
     }
@@ -90,21 +77,9 @@ impl Supervisor {
                     self.say(format!("{note}: {:+.6} USD booked", usd.as_f64()))
                         .await;
                     self.step(Event::Line(SpendEntry {
-                        at: now.rfc3339(),
-                        id: "key-true-up".into(),
-                        dataset: String::new(),
-                        endpoint: None,
-                        kind: SpendKind::Adjustment,
                         usd,
-                        prompt_tokens: 0,
-                        completion_tokens: 0,
-                        estimated: false,
-                        generation_id: None,
-                        attempt: None,
-                        expected_usd: None,
-                        error: None,
-                        checkpoint: None,
                         note: Some(note),
+                        ..SpendEntry::new(SpendKind::Adjustment, now.rfc3339(), "key-true-up", "")
                     }))
                     .await;
                 }

@@ -53,21 +53,17 @@ fn refresh(h: &mut H, l: &ModelEndpoints) -> Vec<RunEndpoint> {
 
 fn open_line(id: &str, dataset: &str) -> SpendEntry {
     SpendEntry {
-        at: "2026-01-01T00:00:00Z".into(),
-        id: id.into(),
-        dataset: dataset.into(),
         endpoint: Some("chutes/int4".into()),
-        kind: SpendKind::Dispatched,
-        usd: Usd::ZERO,
         prompt_tokens: 7,
-        completion_tokens: 0,
         estimated: true,
-        generation_id: None,
         attempt: Some("old-3".into()),
         expected_usd: Some(Usd::from_f64(0.004)),
-        error: None,
-        checkpoint: None,
-        note: None,
+        ..SpendEntry::new(
+            SpendKind::Dispatched,
+            "2026-01-01T00:00:00Z".into(),
+            id,
+            dataset,
+        )
     }
 }
 
