@@ -3,6 +3,7 @@
 
 pub mod catalog;
 mod cause;
+mod chat_stream;
 pub mod client;
 pub mod error;
 pub mod key;
@@ -16,7 +17,8 @@ pub use catalog::{
     Endpoint, EndpointPricing, GenerationInfo, KeyInfo, Model, ModelEndpoints, Percentiles,
     split_variant,
 };
-pub use client::{ChatStream, ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
+pub use chat_stream::ChatStream;
+pub use client::{ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
 pub use error::{ApiError, ErrorKind, TimeoutKind};
 pub use key::ApiKey;
 pub use request::{
