@@ -8,11 +8,30 @@ use std::time::{Duration, Instant};
 
 use hyper::body::Body as _;
 
-use super::client::{OpenRouterClient, StreamTimeouts};
 use super::error::{ApiError, TimeoutKind};
+use super::key::ApiKey;
 use super::response::{Completion, Progress, StreamAccumulator};
 use super::sse::SseDecoder;
 use super::transport::{self, Failure};
+
+/// Timers for one streamed completion.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamTimeouts {
+    /// From sending the request to the first content or reasoning token.
+    pub first_token: Duration,
+    /// Longest silence between two data events once tokens flow (keep-alive comments do not
+    /// count: a provider that stalls behind keep-alives is still stalled).
+    pub idle: Duration,
+}
+
+impl Default for StreamTimeouts {
+    fn default() -> Self {
+        StreamTimeouts {
+            first_token: Duration::from_secs(120),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
 
 /// One streamed completion in progress. Call [`ChatStream::next`] until it returns `Ok(None)`,
 /// then [`ChatStream::finish`]. Dropping it closes the connection (the provider may stop billing).
@@ -34,7 +53,8 @@ pub struct ChatStream {
     pub(super) eof: bool,
     /// The body failed; returned once the events before it are counted.
     pub(super) failed: Option<Failure>,
-    pub(super) client: OpenRouterClient,
+    /// For scrubbing what the stream says.
+    pub(super) key: Option<ApiKey>,
 }
 
 /// How much one wake-up reads from a stream before it hands the events over: enough to take
@@ -67,7 +87,10 @@ impl ChatStream {
                 return Poll::Ready(Ok(None));
             }
             if let Some(e) = self.failed.take() {
-                return Poll::Ready(Err(self.client.transport_error(e)));
+                return Poll::Ready(Err(super::scrub::transport_error(
+                    self.key.as_ref().map(ApiKey::expose),
+                    e,
+                )));
             }
             if self.eof {
                 self.ended = true;
@@ -127,7 +150,10 @@ impl ChatStream {
                 what: "stream",
                 detail: e.to_string(),
             })?;
-            let p = self.acc.feed(data).map_err(|e| self.client.scrub(e))?;
+            let p = self
+                .acc
+                .feed(data)
+                .map_err(|e| super::scrub::api_error(self.key.as_ref().map(ApiKey::expose), e))?;
             if self.acc.saw_done() {
                 self.ended = true;
             }

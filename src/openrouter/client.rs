@@ -12,13 +12,14 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 use super::catalog::{
     DataEnvelope, Endpoint, GenerationInfo, KeyInfo, Model, ModelEndpoints, ModelsEnvelope,
 };
-use super::chat_stream::ChatStream;
+use super::chat_stream::{ChatStream, StreamTimeouts};
 use super::error::{ApiError, TimeoutKind};
 use super::key::ApiKey;
 use super::request::ChatRequest;
 use super::response::{Completion, StreamAccumulator, parse_completion_body};
+use super::scrub;
 use super::sse::SseDecoder;
-use super::transport::{self, ChatTransport, Failure, FailureKind};
+use super::transport::{self, ChatTransport, Failure};
 
 pub const DEFAULT_BASE_URL: &str = "https://openrouter.ai/api/v1";
 const APP_URL: &str = "https://github.com/harvest-llm/harvest";
@@ -70,25 +71,6 @@ impl ClientOptions {
     /// HTTP/2 connections for `concurrency` streams.
     pub fn h2_connections_for(concurrency: u32) -> usize {
         concurrency.div_ceil(H2_STREAMS_PER_CONNECTION).max(1) as usize
-    }
-}
-
-/// Timers for one streamed completion.
-#[derive(Clone, Copy, Debug)]
-pub struct StreamTimeouts {
-    /// From sending the request to the first content or reasoning token.
-    pub first_token: Duration,
-    /// Longest silence between two data events once tokens flow (keep-alive comments do not
-    /// count: a provider that stalls behind keep-alives is still stalled).
-    pub idle: Duration,
-}
-
-impl Default for StreamTimeouts {
-    fn default() -> Self {
-        StreamTimeouts {
-            first_token: Duration::from_secs(120),
-            idle: Duration::from_secs(60),
-        }
     }
 }
 
@@ -205,26 +187,9 @@ impl OpenRouterClient {
         format!("{}/{}", self.base, path.trim_start_matches('/'))
     }
 
-    /// Turns a transport failure into our taxonomy, with the key scrubbed from anything a
-    /// server echoed.
+    /// What a failed connection said, safe to show (see [`scrub::transport_error`]).
     pub(super) fn transport_error(&self, f: Failure) -> ApiError {
-        let mut msg = super::key::redact(&f.message, self.key.as_ref().map(ApiKey::expose));
-        match f.kind {
-            FailureKind::ConnectTimeout => ApiError::Timeout(TimeoutKind::Connect),
-            FailureKind::Timeout => ApiError::Timeout(TimeoutKind::Total),
-            FailureKind::Connect => {
-                if msg.contains("certificate") {
-                    // A corporate proxy re-signing HTTPS, or a self-signed server.
-                    msg.push_str(
-                        " (to trust another certificate authority: SSL_CERT_FILE=bundle.pem, or \
-                         ca_cert = \"bundle.pem\" in the config)",
-                    );
-                }
-                ApiError::Connect(msg)
-            }
-            FailureKind::Invalid => ApiError::Invalid(msg),
-            FailureKind::Other => ApiError::Connection(msg),
-        }
+        scrub::transport_error(self.key.as_ref().map(ApiKey::expose), f)
     }
 
     /// The error a non-success response stands for, from its status, `Retry-After` and body.
@@ -250,40 +215,9 @@ impl OpenRouterClient {
         self.error_from_parts(status, &headers, body)
     }
 
-    /// Redacts the key (whole, in fragments, or anything shaped like one, also with no key of
-    /// our own) from what a server said.
+    /// What a server said, safe to show (see [`scrub::api_error`]).
     pub(super) fn scrub(&self, err: ApiError) -> ApiError {
-        let key = self.key.as_ref().map(ApiKey::expose);
-        let scrub = |m: &str| super::key::redact(m, key);
-        let clean = |d: Box<super::error::ErrorBody>| {
-            let mut d = *d;
-            d.message = d.message.map(|m| scrub(&m));
-            d.metadata = d.metadata.map(|m| scrub_value(key, m));
-            Box::new(d)
-        };
-        match err {
-            ApiError::Http {
-                status,
-                message,
-                retry_after,
-                detail,
-            } => ApiError::Http {
-                status,
-                message: scrub(&message),
-                retry_after,
-                detail: clean(detail),
-            },
-            ApiError::MidStream {
-                message,
-                partial_events,
-                detail,
-            } => ApiError::MidStream {
-                message: scrub(&message),
-                partial_events,
-                detail: clean(detail),
-            },
-            other => other,
-        }
+        scrub::api_error(self.key.as_ref().map(ApiKey::expose), err)
     }
 
     async fn get_bytes(&self, path: &str) -> Result<bytes::Bytes, ApiError> {
@@ -448,20 +382,8 @@ impl OpenRouterClient {
             ended: false,
             eof: false,
             failed: None,
-            client: self.clone(),
+            key: self.key.clone(),
         })
-    }
-}
-
-fn scrub_value(key: Option<&str>, v: serde_json::Value) -> serde_json::Value {
-    let text = v.to_string();
-    let clean = super::key::redact(&text, key);
-    if clean == text {
-        v
-    } else {
-        // "[redacted]" holds no quote or backslash, so the text stays JSON; if a cut ever
-        // broke it, nothing of it is kept.
-        serde_json::from_str(&clean).unwrap_or(serde_json::Value::Null)
     }
 }
 

@@ -10,6 +10,7 @@ pub mod key;
 pub mod request;
 pub mod response;
 pub mod roots;
+mod scrub;
 pub mod sse;
 mod transport;
 
@@ -17,8 +18,8 @@ pub use catalog::{
     Endpoint, EndpointPricing, GenerationInfo, KeyInfo, Model, ModelEndpoints, Percentiles,
     split_variant,
 };
-pub use chat_stream::ChatStream;
-pub use client::{ClientOptions, DEFAULT_BASE_URL, OpenRouterClient, StreamTimeouts};
+pub use chat_stream::{ChatStream, StreamTimeouts};
+pub use client::{ClientOptions, DEFAULT_BASE_URL, OpenRouterClient};
 pub use error::{ApiError, ErrorKind, TimeoutKind};
 pub use key::ApiKey;
 pub use request::{
