@@ -19,6 +19,7 @@ mod control;
 pub(crate) mod cut_watch;
 mod dispatch;
 mod events;
+mod failure;
 mod journal;
 mod outcome;
 mod port;

@@ -57,7 +57,7 @@ impl Core {
         now: &Clock,
     ) {
         let n = self.cfg.retry.stop_after_same_error;
-        let cause = super::outcome::cause_of(err);
+        let cause = super::failure::cause_of(err);
         if n == 0 {
             return self.reject(job, why, label, cause, now);
         }

@@ -1,0 +1,294 @@
+//! Failures: what an attempt that did not answer means. Booked (a stream we closed, or one cut
+//! after tokens, at our estimate and looked up later; the rest free per OpenRouter's zero
+//! completion insurance), counted against its endpoint's health, then retried elsewhere after
+//! a back-off, rejected for good, or, when the API refuses the key or the account, the run
+//! stops. The account's in-flight 402s wait without counting as attempts.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::config::Turns;
+use crate::domain::Usd;
+use crate::openrouter::{ApiError, ErrorKind};
+use crate::store::output::{FailureCause, RejectRecord, SpendEntry, SpendKind};
+
+use super::super::health::{HealthEvent, backoff};
+use super::super::reason::StopReason;
+use super::attempt::AttemptResult;
+use super::attempt_money::cut_after_tokens;
+use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
+
+impl Core {
+    pub(super) fn on_failure(
+        &mut self,
+        mut job: Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        err: ApiError,
+        now: &Clock,
+    ) {
+        let kind = err.kind();
+        tracing::debug!(prompt = %job.prompt.id, attempt = %f.attempt, "attempt failed: {err}");
+        let endpoint = r.endpoint;
+        if kind == ErrorKind::InFlightBudget && err.is_retryable() {
+            return self.on_budget_402(job, f, r, &err, now);
+        }
+        if let Some(e) = endpoint {
+            if kind == ErrorKind::RateLimited {
+                let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
+                self.fleet.health[e].on_rate_limited(now.mono, wait);
+            } else if err.is_retryable() {
+                self.endpoint_failed(e, kind.label(), now);
+            }
+        }
+        // A timeout is our own close, and a stream cut after tokens (a reset, a clean
+        // truncation) is billed like one: OpenRouter's zero completion insurance covers only
+        // "zero completion tokens AND a blank/null finish reason" and "an error finish reason"
+        // (docs: guides/features/zero-completion-insurance). Booked at our estimate, looked up.
+        if kind == ErrorKind::Timeout || (r.streamed_tokens > 0 && cut_after_tokens(kind)) {
+            self.book_closed(&job, f, r, Some(kind), now);
+        } else {
+            // Anything else is free per the insurance, but an attempt that received tokens and
+            // has a generation id is looked up all the same: the API's figure is the last word.
+            if r.streamed_tokens > 0
+                && let Some(g) = &r.generation_id
+                && self.reconcile_asked < RECONCILE_CAPACITY
+            {
+                let entry = SpendEntry {
+                    endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+                    completion_tokens: r.streamed_tokens,
+                    generation_id: Some(g.clone()),
+                    attempt: Some(f.attempt.clone()),
+                    error: Some(kind.to_string()),
+                    ..SpendEntry::new(
+                        SpendKind::Failed,
+                        now.rfc3339(),
+                        job.prompt.id.clone(),
+                        self.admission.datasets[job.dataset].name.clone(),
+                    )
+                };
+                self.look_up(g.clone(), entry);
+            }
+            self.ledger(SpendEntry {
+                endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+                completion_tokens: r.streamed_tokens,
+                generation_id: r.generation_id.clone(),
+                attempt: Some(f.attempt.clone()),
+                error: Some(kind.to_string()),
+                ..SpendEntry::new(
+                    SpendKind::Failed,
+                    now.rfc3339(),
+                    job.prompt.id.clone(),
+                    self.admission.datasets[job.dataset].name.clone(),
+                )
+            });
+        }
+        let own_server = endpoint.filter(|&e| self.fleet.endpoints[e].custom.is_some());
+        if let (Some(e), true) = (own_server, err.stops_dispatch()) {
+            // One of the operator's own servers refused us: take it out, go on.
+            let tag = self.fleet.endpoints[e].tag.clone();
+            self.fleet.operator[e] = Some(false);
+            self.event(
+                now,
+                format!("{tag} refused the request ({err}): excluded; check its api_key_env"),
+            );
+            job.failed_at = endpoint;
+            self.schedule_retry(job, &err, now);
+        } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
+            && self.fleet.endpoints[e].custom.is_none()
+            && !err.is_account_restriction()
+            && job.attempts < self.cfg.retry.max_attempts
+        {
+            // A pinned endpoint OpenRouter no longer has: out of routing until the listing
+            // shows it again; the prompt goes elsewhere.
+            if self.fleet.listed[e].present {
+                let tag = self.fleet.endpoints[e].tag.clone();
+                self.fleet.listed[e].present = false;
+                self.event(
+                    now,
+                    format!("{tag} is not served any more ({err}): taken out of routing"),
+                );
+            }
+            job.failed_at = endpoint;
+            self.schedule_retry(job, &err, now);
+        } else if err.stops_dispatch() {
+            let max_tokens = self.admission.datasets[job.dataset].params.max_tokens;
+            let reason = match kind {
+                ErrorKind::Auth => StopReason::KeyRefused {
+                    variable: self.cfg.api_key_env.clone(),
+                    detail: err.to_string(),
+                },
+                _ if err.is_request_over_budget() => StopReason::RequestOverBudget {
+                    max_tokens,
+                    estimate: f.price_in.cost(f.prompt_tokens)
+                        + f.price_out.cost(u64::from(max_tokens)),
+                    detail: err.to_string(),
+                },
+                _ => StopReason::OutOfCredit {
+                    detail: err.to_string(),
+                },
+            };
+            self.event(now, reason.to_string());
+            self.begin_stop(now, reason);
+            self.requeue_front(job, now);
+        } else if err.is_retryable() && job.attempts < self.cfg.retry.max_attempts {
+            job.failed_at = endpoint;
+            self.schedule_retry(job, &err, now);
+        } else if err.is_retryable() {
+            self.write_held(now);
+            let why = format!("{err} (after {} attempts)", job.attempts);
+            self.reject(job, why, kind.label(), cause_of(&err), now);
+        } else {
+            self.reject_or_hold(job, &err, err.to_string(), kind.label(), now);
+        }
+    }
+
+    /// A 402 of the account's in-flight budget: the account's condition, not the prompt's. Not
+    /// an attempt of the prompt and not a failure of the endpoint; the prompt goes back to the
+    /// front of the queue; the gate pauses OpenRouter until the `Retry-After` and, on a new
+    /// wave, lowers its ceiling.
+    pub(super) fn on_budget_402(
+        &mut self,
+        mut job: Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        err: &ApiError,
+        now: &Clock,
+    ) {
+        job.attempts -= 1;
+        self.ledger(SpendEntry {
+            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+            attempt: Some(f.attempt.clone()),
+            error: Some(ErrorKind::InFlightBudget.to_string()),
+            ..SpendEntry::new(
+                SpendKind::Failed,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[job.dataset].name.clone(),
+            )
+        });
+        let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
+        // The refused one was running too when the account counted.
+        let running = self.budget.or_in_flight + 1;
+        if let Some(change) = self.budget.account.on_budget_402(running, wait, now.mono) {
+            self.event(now, change.to_string());
+        }
+        // Due when OpenRouter may be asked again (an own server may take it sooner as a
+        // fresh prompt would not: it waits its turn at the head of the retries).
+        let due = now.mono + self.budget.account.paused_for(now.mono).unwrap_or_default();
+        self.push_retry(job, due);
+    }
+
+    /// A failure the endpoint is to blame for, of kind `label`: counted by its breaker.
+    pub(super) fn endpoint_failed(&mut self, e: usize, label: &str, now: &Clock) {
+        if let Some(HealthEvent::Opened { failures, cooldown }) =
+            self.fleet.health[e].on_failure(now.mono)
+        {
+            let tag = self.fleet.endpoints[e].tag.clone();
+            self.event(
+                now,
+                format!(
+                    "breaker opened: {tag} after {failures} failures in a row ({label}); probe in {}s",
+                    cooldown.as_secs()
+                ),
+            );
+        }
+    }
+
+    /// Retries `job` after a back-off (at least what the server asked for).
+    pub(super) fn schedule_retry(&mut self, job: Job, err: &ApiError, now: &Clock) {
+        let unit: f64 = self.rng.random();
+        let wait = backoff(
+            job.attempts,
+            self.cfg.retry.base_delay(),
+            self.cfg.retry.max_delay(),
+            err.retry_after(),
+            unit,
+        );
+        self.admission.retries += 1;
+        self.push_retry(job, now.mono + wait);
+    }
+
+    pub(super) fn reject(
+        &mut self,
+        job: Job,
+        error: String,
+        kind: &str,
+        cause: FailureCause,
+        now: &Clock,
+    ) {
+        let d = job.dataset;
+        self.admission.datasets[d].rejected += 1;
+        // A row of several turns says which one failed; the turns before it were paid for.
+        let n = turns::turns_to_generate(&job.prompt);
+        let error = if self.admission.datasets[d].turns == Turns::All && n > 1 {
+            format!("turn {} of {n}: {error}", job.done_turns.len() + 1)
+        } else {
+            error
+        };
+        let attempts = job.attempts
+            + job
+                .done_turns
+                .iter()
+                .map(|t| t.record.attempts)
+                .sum::<u32>();
+        self.effects.push(Effect::Reject {
+            dataset: d,
+            record: RejectRecord {
+                id: job.prompt.id,
+                line: Some(job.prompt.line),
+                error,
+                error_kind: kind.to_string(),
+                attempts,
+                created_at: now.rfc3339(),
+                cause,
+            },
+        });
+    }
+
+    /// Books a stream we closed at our estimate and remembers it for reconciliation.
+    pub(super) fn book_closed(
+        &mut self,
+        job: &Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        error: Option<ErrorKind>,
+        now: &Clock,
+    ) {
+        let entry = SpendEntry {
+            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+            usd: Usd::from_pico(r.booked_pico),
+            prompt_tokens: f.prompt_tokens,
+            completion_tokens: r.streamed_tokens,
+            estimated: true,
+            generation_id: r.generation_id.clone(),
+            attempt: Some(f.attempt.clone()),
+            error: error.map(|k| k.to_string()),
+            ..SpendEntry::new(
+                SpendKind::Cancelled,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[job.dataset].name.clone(),
+            )
+        };
+        if let Some(g) = &r.generation_id
+            && self.reconcile_asked < RECONCILE_CAPACITY
+        {
+            self.look_up(g.clone(), entry.clone());
+        }
+        self.ledger(entry);
+    }
+}
+
+/// The typed cause of a failure, from what OpenRouter passed on of the provider's error.
+pub(super) fn cause_of(err: &ApiError) -> FailureCause {
+    match err.detail() {
+        Some(d) => FailureCause {
+            provider_name: d.provider_name(),
+            error_type: d.error_type().map(str::to_string),
+            upstream: d.upstream_message(),
+        },
+        None => FailureCause::default(),
+    }
+}
