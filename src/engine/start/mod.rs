@@ -46,62 +46,45 @@ const SPARE_ENDPOINTS: usize = 32;
 /// Starts a run: checks everything that can be checked before a request leaves, then spawns
 /// the supervisor. Bad input is [`EngineError::Input`] (exit code 2).
 pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, EngineError> {
-    let Ready {
-        cfg,
-        dir,
-        names,
-        notes,
-        datasets,
-        carried,
-        ledger,
-        output_generations,
-        client,
-        endpoints,
-        own_clients,
-        probe,
-        key,
-        lock,
-    } = ready(cfg, &opts, Mode::Run).await?;
+    let r = ready(cfg, &opts, Mode::Run).await?;
     let dir_lock =
-        lock.ok_or_else(|| EngineError::Startup("the output directory's lock".into()))?;
-    let key_usage_start = key.as_ref().map(|k| k.usage);
+        (r.lock).ok_or_else(|| EngineError::Startup("the output directory's lock".into()))?;
+    let key_usage_start = r.key.as_ref().map(|k| k.usage);
     // Generations a crash left open (started, never closed, not among the outputs): the
     // supervisor asks the API what they cost beside the new work.
-    let orphans: Vec<SpendEntry> = ledger
-        .open
-        .into_iter()
+    let orphans: Vec<SpendEntry> = (r.ledger.open.into_iter())
         .filter(|e| {
             e.generation_id
                 .as_ref()
-                .is_some_and(|g| !output_generations.contains(g))
+                .is_some_and(|g| !r.output_generations.contains(g))
         })
         .collect();
     let (writer, writer_thread) =
-        Writer::start(&dir, &names).map_err(|e| EngineError::Input(e.to_string()))?;
+        Writer::start(&r.dir, &r.names).map_err(|e| EngineError::Input(e.to_string()))?;
     let shared = shared(
-        &cfg,
-        (endpoints, own_clients),
-        datasets.len(),
+        &r.cfg,
+        (r.endpoints, r.own_clients),
+        r.datasets.len(),
         &writer,
-        &client,
-        carried,
+        &r.client,
+        r.carried,
     );
     let mut sup = supervisor::Supervisor::new(
-        cfg,
+        r.cfg,
         shared,
         writer,
-        datasets,
-        carried,
+        r.datasets,
+        r.carried,
         key_usage_start,
         opts.shard,
-        super::state_path(&dir),
+        super::state_path(&r.dir),
         orphans,
-        ledger.unknown,
+        r.ledger.unknown,
     );
-    sup.set_key_base(ledger.key_base);
-    sup.set_rebuilt(ledger.rebuilt);
-    if !probe.is_empty() {
-        sup.set_probe(probe);
+    sup.set_key_base(r.ledger.key_base);
+    sup.set_rebuilt(r.ledger.rebuilt);
+    if !r.probe.is_empty() {
+        sup.set_probe(r.probe);
     }
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let (snap_tx, snap_rx) = watch::channel(Arc::new(sup.snapshot()));
@@ -112,10 +95,10 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         snapshots: snap_rx,
         task,
         writer_thread: Some(writer_thread),
-        client,
-        output_dir: dir,
-        datasets: names,
-        start_notes: notes,
+        client: r.client,
+        output_dir: r.dir,
+        datasets: r.names,
+        start_notes: r.notes,
         _lock: dir_lock,
     })
 }
