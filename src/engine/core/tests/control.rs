@@ -638,3 +638,32 @@ fn a_drain_reckons_the_longest_remaining_time_from_ages_and_usual_times() {
         assert_eq!(got.map(|d| d.as_secs_f64()), want, "{name}");
     }
 }
+
+/// Nothing starts before `Event::Begin` (what a crash left is booked first), whatever comes in
+/// before it; `Begin` starts what fits, and from then on every event does.
+#[test]
+fn nothing_is_sent_before_the_run_begins() {
+    let mut h = H::new(config("concurrency = 2"), kimi(), &[&["a", "b", "c"]]);
+    let before = [
+        Event::Tick,
+        Event::Wake,
+        Event::Said("a crash left two requests open".into()),
+        Event::Line(open_line("x", "d0")),
+        Event::Command(Command::SetConcurrency(3)),
+    ];
+    for e in before {
+        let name = format!("{e:?}");
+        h.handle(e);
+        assert_eq!(
+            h.core.in_flight(),
+            0,
+            "{name}: a request started before Begin"
+        );
+    }
+    let begun = h.dispatch();
+    assert_eq!(
+        begun.len(),
+        3,
+        "Begin starts what fits (concurrency 3 by then)"
+    );
+}
