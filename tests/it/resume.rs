@@ -465,6 +465,15 @@ async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
     sim.stop().await;
 }
 
+/// A simulator at `speed` whose `/generation` knows no generation for an hour (404s, as for
+/// a stream the API has not settled yet): every look-up runs to its last try.
+async fn sim_without_generations(speed: f64) -> SimHandle {
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.speed_scale = speed;
+    cfg.generation_visible_after = Duration::from_secs(3600);
+    harvest::sim::start(cfg, 0).await.expect("sim")
+}
+
 /// Look-ups never hold a run: a `kill -9` catches 150 streams between their headers and
 /// their first token, at an API that does not know them (`/generation` 404s, as for streams
 /// closed before their first token where closing stops the bill). The resume finishes the
@@ -472,10 +481,7 @@ async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
 /// open, instead of waiting on `/generation` for each (8 tries, ~9 s a look-up, 32 at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
-    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
-    cfg.speed_scale = 1.0;
-    cfg.generation_visible_after = Duration::from_secs(3600);
-    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    let sim = sim_without_generations(1.0).await;
     let slow_start = harvest::sim::EndpointPatch {
         ttft_ms: Some(20_000.0),
         ..Default::default()
@@ -559,10 +565,7 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
 /// operator's stop-now leaves them at their estimates within a moment instead of 9 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_now_during_the_last_look_ups_ends_the_run_at_once() {
-    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
-    cfg.speed_scale = 0.2;
-    cfg.generation_visible_after = Duration::from_secs(3600);
-    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    let sim = sim_without_generations(0.2).await;
     sim.state
         .control(&harvest::sim::ControlRequest {
             output_tokens_mean: Some(300.0),
