@@ -1,0 +1,221 @@
+//! The directory scan's tests: torn tails, damage, the ledger's open lines and checkpoints.
+
+use super::*;
+
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct Id {
+    id: String,
+}
+
+fn scan(text: &str) -> (Vec<String>, FileScan) {
+    let mut ids = Vec::new();
+    let s =
+        read_lines::<Id>(Path::new("x.jsonl"), text.as_bytes(), |r| ids.push(r.id)).expect("read");
+    (ids, s)
+}
+
+#[test]
+fn the_rule_as_a_table() {
+    // (text, ids read, damaged line numbers, torn (offset, len))
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        &'static [u64],
+        Option<(u64, u64)>,
+    );
+    let cases: &[Case] = &[
+        ("", &[], &[], None),
+        ("{\"id\":\"a\"}\n{\"id\":\"b\"}\n", &["a", "b"], &[], None),
+        // An unterminated last line is torn, even when it parses.
+        (
+            "{\"id\":\"a\"}\n{\"id\":\"b\"}",
+            &["a"],
+            &[],
+            Some((11, 10)),
+        ),
+        ("{\"id\":\"a\"}\n{\"id\":", &["a"], &[], Some((11, 6))),
+        // A bad middle line is damage, and everything after it is still read.
+        (
+            "{\"id\":\"a\"}\n{\"id\":\x00GARBAGE\n{\"id\":\"c\"}\n",
+            &["a", "c"],
+            &[2],
+            None,
+        ),
+        // A terminated last line that does not parse is damage, not a torn line.
+        ("{\"id\":\"a\"}\n{\"id\":\n", &["a"], &[2], None),
+        // Valid JSON of the wrong shape is damage too.
+        ("[1,2]\n{\"id\":\"b\"}\n", &["b"], &[1], None),
+        // Blank lines carry nothing.
+        (
+            "{\"id\":\"a\"}\n\n  \n{\"id\":\"b\"}\n",
+            &["a", "b"],
+            &[],
+            None,
+        ),
+        // Damage and a torn tail in one file: both found.
+        ("x\n{\"id\":\"b\"}\n{\"i", &["b"], &[1], Some((13, 3))),
+    ];
+    for (text, ids, damaged, torn) in cases {
+        let (got, s) = scan(text);
+        assert_eq!(&got, ids, "{text:?}");
+        let lines: Vec<u64> = s.damage.iter().map(|d| d.line).collect();
+        assert_eq!(&lines, damaged, "{text:?}");
+        assert_eq!(s.damaged, damaged.len() as u64, "{text:?}");
+        assert_eq!(
+            s.torn,
+            torn.map(|(offset, len)| Torn { offset, len }),
+            "{text:?}"
+        );
+        assert_eq!(s.good, ids.len() as u64);
+    }
+}
+
+#[test]
+fn invalid_utf8_is_damage_with_its_offset() {
+    let mut bytes = b"{\"id\":\"a\"}\n".to_vec();
+    bytes.extend_from_slice(b"{\"id\":\"\xff\"}\n");
+    let s = read_lines::<Id>(Path::new("x"), &bytes[..], |_| {}).expect("read");
+    assert_eq!(s.damage.len(), 1);
+    assert_eq!((s.damage[0].line, s.damage[0].offset), (2, 11));
+}
+
+#[test]
+fn damage_text_names_file_line_byte_and_reason() {
+    let (_, s) = scan("{\"id\":\"a\"}\nnope\nnope\n");
+    let t = s.damage_text().expect("damage");
+    assert!(
+        t.starts_with("x.jsonl:2 (byte 11): not a valid record: expected"),
+        "{t}"
+    );
+    assert!(t.ends_with("(and 1 more damaged line)"), "{t}");
+}
+
+#[test]
+fn only_the_first_few_damaged_lines_are_kept() {
+    let text = "x\n".repeat(1000);
+    let (_, s) = scan(&text);
+    assert_eq!((s.damaged, s.damage.len()), (1000, KEPT_DAMAGE));
+}
+
+#[test]
+fn a_missing_file_is_empty_and_a_scan_never_writes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let none = read_file::<Id>(&dir.path().join("missing"), |_| {}).expect("missing");
+    assert!(!none.exists);
+    assert_eq!(none.good, 0);
+    let p = dir.path().join("x.jsonl");
+    let text = "{\"id\":\"a\"}\nbad\n{\"id\":";
+    std::fs::write(&p, text).expect("write");
+    let s = read_file::<Id>(&p, |_| {}).expect("read");
+    assert!(s.exists && s.torn.is_some() && s.damaged == 1);
+    assert_eq!(std::fs::read_to_string(&p).expect("read"), text);
+    assert!(!dir.path().join("missing").exists());
+}
+
+/// Which attempts the ledger leaves open, whatever order their lines came in.
+#[test]
+fn open_and_unknown_attempts_as_a_table() {
+    use crate::store::output::{SpendEntry, SpendKind};
+    let line = |attempt: &str, kind: SpendKind, expected: Option<f64>| SpendEntry {
+        estimated: true,
+        attempt: Some(attempt.into()),
+        expected_usd: expected.map(Usd::from_f64),
+        ..SpendEntry::new(
+            kind,
+            "2026-12-02T00:00:00.000Z".into(),
+            format!("p-{attempt}"),
+            "d",
+        )
+    };
+    use SpendKind::*;
+    // (lines, unknown attempts, open attempts with their expected cost)
+    type Case = (
+        Vec<SpendEntry>,
+        Vec<&'static str>,
+        Vec<(&'static str, Option<f64>)>,
+    );
+    let table: Vec<Case> = vec![
+        // Closed in order: nothing open.
+        (
+            vec![
+                line("a", Dispatched, Some(0.5)),
+                line("a", Started, None),
+                line("a", Complete, None),
+                line("b", Dispatched, None),
+                line("b", Failed, None),
+            ],
+            vec![],
+            vec![],
+        ),
+        // Dispatched only: unknown. Started: open, with the dispatched line's cost.
+        (
+            vec![
+                line("a", Dispatched, Some(0.5)),
+                line("b", Dispatched, Some(0.25)),
+                line("b", Started, None),
+            ],
+            vec!["a"],
+            vec![("b", Some(0.25))],
+        ),
+        // A started line's own expected cost wins.
+        (
+            vec![
+                line("a", Dispatched, Some(0.5)),
+                line("a", Started, Some(0.75)),
+            ],
+            vec![],
+            vec![("a", Some(0.75))],
+        ),
+        // Out of order: a close before its lines keeps them closed; a start before its
+        // dispatch is open once, with the dispatch's cost.
+        (
+            vec![
+                line("a", Unknown, None),
+                line("a", Dispatched, Some(0.5)),
+                line("a", Started, None),
+                line("b", Started, None),
+                line("b", Dispatched, Some(0.125)),
+            ],
+            vec![],
+            vec![("b", Some(0.125))],
+        ),
+        // Closed twice (unknown, then recovered): still closed.
+        (
+            vec![
+                line("a", Dispatched, None),
+                line("a", Started, None),
+                line("a", Unknown, None),
+                line("a", Recovered, None),
+            ],
+            vec![],
+            vec![],
+        ),
+    ];
+    for (lines, unknown, open) in table {
+        let dir = tempfile::tempdir().expect("tmp");
+        let text: String = lines
+            .iter()
+            .map(|l| serde_json::to_string(l).expect("json") + "\n")
+            .collect();
+        std::fs::write(ledger_path(dir.path()), text).expect("write");
+        let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+        let mut got_unknown: Vec<String> = scan
+            .unknown
+            .iter()
+            .filter_map(|e| e.attempt.clone())
+            .collect();
+        got_unknown.sort();
+        let mut got_open: Vec<(String, Option<Usd>)> = scan
+            .open
+            .iter()
+            .map(|e| (e.attempt.clone().unwrap_or_default(), e.expected_usd))
+            .collect();
+        got_open.sort_by(|x, y| x.0.cmp(&y.0));
+        let want_open: Vec<(String, Option<Usd>)> = open
+            .iter()
+            .map(|(a, u)| (a.to_string(), u.map(Usd::from_f64)))
+            .collect();
+        assert_eq!(got_unknown, unknown, "{lines:?}");
+        assert_eq!(got_open, want_open, "{lines:?}");
+    }
+}

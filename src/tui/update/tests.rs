@@ -1,0 +1,348 @@
+//! The TUI's update tests: every key and command as state in, state and effects out.
+
+use crossterm::event::{KeyCode, KeyModifiers};
+
+use super::super::state::{STATUS_TTL, SortColumn, SortDir};
+use super::super::testkit::{kimi_snapshot, state_with};
+use super::*;
+
+fn key(c: char) -> Msg {
+    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+}
+fn code(c: KeyCode) -> Msg {
+    Msg::Key(KeyEvent::new(c, KeyModifiers::NONE))
+}
+fn ctrl_c() -> Msg {
+    Msg::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL))
+}
+fn send(c: Command) -> Vec<UiEffect> {
+    vec![UiEffect::Send(c)]
+}
+fn with_state(f: impl FnOnce(&mut Snapshot)) -> UiState {
+    let mut s = kimi_snapshot();
+    f(&mut s);
+    state_with(s)
+}
+fn order(st: &UiState) -> Vec<String> {
+    st.endpoints().iter().map(|e| e.tag.clone()).collect()
+}
+
+/// By $/M out, then $/M in, then tag.
+const BY_PRICE: [&str; 11] = [
+    "chutes/int4",
+    "deepinfra",
+    "siliconflow/int4",
+    "atlas-cloud/int4",
+    "baseten/fp4",
+    "parasail/int4",
+    "together",
+    "novita",
+    "fireworks",
+    "moonshotai/int4",
+    "venice",
+];
+
+#[test]
+fn default_order_is_cheapest_output_first() {
+    let st = state_with(kimi_snapshot());
+    assert_eq!(order(&st), BY_PRICE);
+    assert_eq!(st.selected.as_deref(), Some("chutes/int4"));
+}
+
+#[test]
+fn moves_clamp_at_both_ends() {
+    let mut st = state_with(kimi_snapshot());
+    let cases: [(Msg, &str); 10] = [
+        (key('k'), "chutes/int4"),
+        (code(KeyCode::Up), "chutes/int4"),
+        (key('j'), "deepinfra"),
+        (code(KeyCode::Down), "siliconflow/int4"),
+        (key('k'), "deepinfra"),
+        (key('G'), "venice"),
+        (key('j'), "venice"),
+        (code(KeyCode::Down), "venice"),
+        (code(KeyCode::Up), "moonshotai/int4"),
+        (code(KeyCode::Home), "chutes/int4"),
+    ];
+    for (i, (msg, want)) in cases.into_iter().enumerate() {
+        assert_eq!(update(&mut st, msg), vec![], "case {i}");
+        assert_eq!(st.selected.as_deref(), Some(want), "case {i}");
+    }
+}
+
+#[test]
+fn space_toggles_the_endpoint_of_the_selected_row() {
+    let mut st = state_with(kimi_snapshot());
+    for (row, tag) in BY_PRICE.iter().enumerate() {
+        update(&mut st, key('g'));
+        for _ in 0..row {
+            update(&mut st, key('j'));
+        }
+        assert_eq!(
+            update(&mut st, key(' ')),
+            send(Command::ToggleEndpoint(tag.to_string())),
+            "row {row}"
+        );
+    }
+    // The status line says which way it goes.
+    update(&mut st, key('g'));
+    update(&mut st, key(' '));
+    assert_eq!(
+        st.status.as_ref().map(|s| s.text.as_str()),
+        Some("excluding chutes/int4 (from the next request)")
+    );
+    update(&mut st, key('G'));
+    update(&mut st, key(' '));
+    assert_eq!(
+        st.status.as_ref().map(|s| s.text.as_str()),
+        Some("including venice (from the next request)")
+    );
+}
+
+#[test]
+fn s_cycles_the_sort_column_and_s_shift_reverses() {
+    let mut st = state_with(kimi_snapshot());
+    let cycle = [
+        (SortColumn::Provider, SortDir::Asc),
+        (SortColumn::TokPerS, SortDir::Desc),
+        (SortColumn::Spent, SortDir::Desc),
+        (SortColumn::Errors, SortDir::Desc),
+        (SortColumn::Done, SortDir::Desc),
+        (SortColumn::PriceOut, SortDir::Asc),
+    ];
+    for (col, dir) in cycle {
+        assert_eq!(update(&mut st, key('s')), vec![]);
+        assert_eq!((st.sort.column, st.sort.dir), (col, dir));
+    }
+    update(&mut st, key('S'));
+    assert_eq!(st.sort.dir, SortDir::Desc);
+    assert_eq!(order(&st)[0], "venice");
+}
+
+#[test]
+fn selection_follows_its_tag_across_re_sorts_and_snapshots() {
+    let mut st = state_with(kimi_snapshot());
+    for _ in 0..5 {
+        update(&mut st, key('j'));
+    }
+    assert_eq!(st.selected.as_deref(), Some("parasail/int4"));
+    assert_eq!(st.selected_row(), Some(5));
+    update(&mut st, key('s')); // provider A-Z
+    assert_eq!(st.selected.as_deref(), Some("parasail/int4"));
+    assert_eq!(st.selected_row(), Some(7));
+    update(&mut st, key('j'));
+    assert_eq!(st.selected.as_deref(), Some("siliconflow/int4"));
+    // By tok/s, then a snapshot in which SiliconFlow becomes the slowest: same endpoint.
+    update(&mut st, key('s'));
+    assert_eq!(st.selected_row(), Some(1));
+    let mut s = kimi_snapshot();
+    for e in &mut s.endpoints {
+        if e.tag == "siliconflow/int4" {
+            e.tok_per_s = 0.0;
+        }
+    }
+    update(&mut st, Msg::Snapshot(Arc::new(s.clone())));
+    assert_eq!(st.selected.as_deref(), Some("siliconflow/int4"));
+    assert_ne!(st.selected_row(), Some(1));
+    // An endpoint that disappears hands the selection to the first row.
+    s.endpoints.retain(|e| e.tag != "siliconflow/int4");
+    update(&mut st, Msg::Snapshot(Arc::new(s)));
+    assert_eq!(st.selected.as_deref(), Some("chutes/int4"));
+}
+
+#[test]
+fn p_pauses_a_running_run_and_resumes_a_paused_one() {
+    let cases = [
+        (RunState::Running, send(Command::Pause)),
+        (RunState::Starting, send(Command::Pause)),
+        (RunState::Paused, send(Command::Resume)),
+        (RunState::Draining, vec![]),
+        (RunState::Done, vec![]),
+    ];
+    for (run, want) in cases {
+        let mut st = with_state(|s| s.state = run);
+        assert_eq!(update(&mut st, key('p')), want, "{run:?}");
+        assert!(st.status.is_some(), "{run:?}: the key says what it did");
+    }
+}
+
+#[test]
+fn plus_and_minus_step_by_a_tenth_of_the_limit() {
+    let cases = [
+        (2_000, '+', send(Command::AdjustConcurrency(200))),
+        (2_000, '-', send(Command::AdjustConcurrency(-200))),
+        (2_000, '=', send(Command::AdjustConcurrency(200))),
+        (64, '+', send(Command::AdjustConcurrency(6))),
+        (5, '+', send(Command::AdjustConcurrency(1))),
+        (5, '-', send(Command::AdjustConcurrency(-1))),
+        (1, '+', send(Command::AdjustConcurrency(1))),
+        (1, '-', vec![]),
+    ];
+    for (limit, k, want) in cases {
+        let mut st = with_state(|s| s.concurrency_limit = limit);
+        assert_eq!(update(&mut st, key(k)), want, "{k} at {limit}");
+    }
+    assert_eq!(concurrency_step(15), 1);
+}
+
+#[test]
+fn presets() {
+    let mut st = state_with(kimi_snapshot());
+    assert_eq!(
+        update(&mut st, key('f')),
+        send(Command::Preset(PolicyMode::Faithful))
+    );
+    assert_eq!(
+        update(&mut st, key('a')),
+        send(Command::Preset(PolicyMode::Any))
+    );
+}
+
+#[test]
+fn quit_dialog_drain_stop_now_and_cancel() {
+    let drain = send(Command::Shutdown(ShutdownMode::Drain));
+    let now = send(Command::Shutdown(ShutdownMode::Now));
+    // (keys, effects of the last key, dialog open after, shutdown asked)
+    type Case = (Vec<Msg>, Vec<UiEffect>, bool, Option<ShutdownMode>);
+    let cases: Vec<Case> = vec![
+        (vec![key('q')], vec![], true, None),
+        (
+            vec![key('q'), key('d')],
+            drain.clone(),
+            false,
+            Some(ShutdownMode::Drain),
+        ),
+        (
+            vec![key('q'), key('n')],
+            now.clone(),
+            false,
+            Some(ShutdownMode::Now),
+        ),
+        (vec![key('q'), code(KeyCode::Esc)], vec![], false, None),
+        (vec![key('q'), key('q')], vec![], false, None),
+        // The dialog swallows other keys.
+        (vec![key('q'), key(' ')], vec![], true, None),
+        (vec![key('q'), key('p')], vec![], true, None),
+        (vec![ctrl_c()], vec![], true, None),
+        // A second Ctrl-C stops now, as a second signal does headless.
+        (
+            vec![ctrl_c(), ctrl_c()],
+            now.clone(),
+            false,
+            Some(ShutdownMode::Now),
+        ),
+        // Draining, then stop now after all.
+        (
+            vec![key('q'), key('d'), key('q'), key('n')],
+            now,
+            false,
+            Some(ShutdownMode::Now),
+        ),
+        // d outside the dialog does nothing.
+        (vec![key('d')], vec![], false, None),
+    ];
+    for (i, (keys, want, open, asked)) in cases.into_iter().enumerate() {
+        let mut st = state_with(kimi_snapshot());
+        let mut last = vec![];
+        for k in keys {
+            last = update(&mut st, k);
+        }
+        assert_eq!(last, want, "case {i}");
+        assert_eq!(st.quit_dialog, open, "case {i}");
+        assert_eq!(st.shutdown, asked, "case {i}");
+    }
+}
+
+#[test]
+fn after_a_shutdown_it_quits_once_the_run_has_stopped() {
+    let mut st = state_with(kimi_snapshot());
+    update(&mut st, key('q'));
+    update(&mut st, key('d'));
+    let mut s = kimi_snapshot();
+    s.state = RunState::Draining;
+    assert_eq!(update(&mut st, Msg::Snapshot(Arc::new(s.clone()))), vec![]);
+    s.state = RunState::Stopped;
+    assert_eq!(
+        update(&mut st, Msg::Snapshot(Arc::new(s))),
+        vec![UiEffect::Quit]
+    );
+    // A run that finishes on its own stays on screen until q.
+    let mut st = state_with(kimi_snapshot());
+    let mut s = kimi_snapshot();
+    s.state = RunState::Done;
+    assert_eq!(update(&mut st, Msg::Snapshot(Arc::new(s))), vec![]);
+    assert_eq!(update(&mut st, key('q')), vec![UiEffect::Quit]);
+}
+
+#[test]
+fn help_toggles() {
+    let mut st = state_with(kimi_snapshot());
+    let cases = [
+        (key('?'), true),
+        (key('?'), false),
+        (key('?'), true),
+        (code(KeyCode::Esc), false),
+    ];
+    for (msg, open) in cases {
+        assert_eq!(update(&mut st, msg), vec![]);
+        assert_eq!(st.help, open);
+    }
+    // Keys act at once with help open.
+    update(&mut st, key('?'));
+    assert_eq!(update(&mut st, key('p')), send(Command::Pause));
+}
+
+#[test]
+fn tab_moves_the_arrows_to_the_datasets() {
+    let mut st = state_with(kimi_snapshot());
+    assert_eq!(st.selected_dataset.as_deref(), Some("B3"));
+    update(&mut st, code(KeyCode::Tab));
+    assert_eq!(st.focus, Pane::Datasets);
+    update(&mut st, key('j'));
+    update(&mut st, key('j'));
+    update(&mut st, key('j'));
+    assert_eq!(st.selected_dataset.as_deref(), Some("B5"));
+    assert_eq!(st.selected.as_deref(), Some("chutes/int4"));
+    // Space is for providers only.
+    assert_eq!(update(&mut st, key(' ')), vec![]);
+    update(&mut st, code(KeyCode::BackTab));
+    assert_eq!(st.focus, Pane::Providers);
+}
+
+#[test]
+fn status_messages_fade_after_some_snapshots() {
+    let mut st = state_with(kimi_snapshot());
+    update(&mut st, key('s'));
+    assert!(st.status.is_some());
+    for _ in 0..STATUS_TTL {
+        update(&mut st, Msg::Snapshot(Arc::new(kimi_snapshot())));
+    }
+    assert_eq!(st.status, None);
+    assert_eq!(update(&mut st, Msg::Resize(100, 30)), vec![]);
+    assert_eq!(st.size, (100, 30));
+}
+
+#[test]
+fn only_snapshots_that_change_the_screen_draw_a_frame() {
+    let base = crate::tui::testkit::kimi_snapshot();
+    // Two ticks of an idle run: the clock's fraction of a second, the loop lag's jitter
+    // and a rate's fourth digit differ; nothing the screen shows does.
+    let mut a = base.clone();
+    a.elapsed_s = base.elapsed_s.floor() + 0.1;
+    a.loop_lag_ms = 1.2;
+    a.endpoints[0].tok_per_s = 1234.1;
+    let mut b = base.clone();
+    b.elapsed_s = base.elapsed_s.floor() + 0.4;
+    b.loop_lag_ms = 1.7;
+    b.endpoints[0].tok_per_s = 1234.4;
+    assert!(!shows_change(&a, &b));
+    let mut c = b.clone();
+    c.elapsed_s += 1.0;
+    assert!(shows_change(&b, &c), "the clock's second moved");
+    let mut d = b.clone();
+    d.done += 1;
+    assert!(shows_change(&b, &d));
+    let mut e = b.clone();
+    e.endpoints[0].in_flight += 1;
+    assert!(shows_change(&b, &e));
+}
