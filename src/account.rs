@@ -14,7 +14,7 @@ use crate::openrouter::KeyInfo;
 
 /// The run's settings that decide what it may hold in flight.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub budget: Usd,
     pub concurrency: u32,
     /// The largest `max_tokens` of the datasets.
@@ -41,7 +41,7 @@ pub struct Preflight {
 }
 
 /// Reads the key against the plan. `key` is `None` when `GET /key` could not be read.
-pub fn preflight(plan: &Plan, key: Option<&KeyInfo>) -> Preflight {
+pub(crate) fn preflight(plan: &Plan, key: Option<&KeyInfo>) -> Preflight {
     let mut notes = Vec::new();
     let per = plan.prices.map(|((li, lo), (hi, ho))| {
         let cost = |pi: Price, po: Price| {

@@ -7,7 +7,7 @@ use crate::engine::snapshot::{DatasetState, Snapshot};
 /// One progress line.
 /// The events logged since a follower had seen `seen` of them, one line each with the run's
 /// clock; returns them and the new count. Events older than the snapshot's window are skipped.
-pub fn new_events(s: &Snapshot, seen: u64) -> (Vec<String>, u64) {
+pub(crate) fn new_events(s: &Snapshot, seen: u64) -> (Vec<String>, u64) {
     let fresh = s.events_total.saturating_sub(seen) as usize;
     let lines = s.events[s.events.len().saturating_sub(fresh)..]
         .iter()
@@ -16,7 +16,7 @@ pub fn new_events(s: &Snapshot, seen: u64) -> (Vec<String>, u64) {
     (lines, s.events_total)
 }
 
-pub fn progress_line(s: &Snapshot) -> String {
+pub(crate) fn progress_line(s: &Snapshot) -> String {
     let errors: u64 = s.endpoints.iter().map(|e| e.errors).sum();
     let mut line = format!(
         "[{}] {:<8} done {}/{}",
@@ -65,7 +65,7 @@ pub fn progress_line(s: &Snapshot) -> String {
 
 /// A drain's own progress, while the run drains: requests left and when the last is expected
 /// to end (`drain: 120 left, the last in ~45s`). `None` when the run is not draining.
-pub fn drain_progress(s: &Snapshot) -> Option<String> {
+pub(crate) fn drain_progress(s: &Snapshot) -> Option<String> {
     if s.state != crate::engine::snapshot::RunState::Draining {
         return None;
     }
@@ -79,7 +79,7 @@ pub fn drain_progress(s: &Snapshot) -> Option<String> {
 }
 
 /// The end-of-run (or `harvest status`) summary.
-pub fn summary(s: &Snapshot) -> String {
+pub(crate) fn summary(s: &Snapshot) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{}  {}  {} after {}{}\n",

@@ -2,8 +2,14 @@
 //!
 //! The library holds everything; `main.rs` only parses the command line and maps errors to exit
 //! codes. The engine never touches the terminal; the TUI renders snapshots of engine state.
+//!
+//! The face is curated: a module is `pub` only when `main.rs`, the integration tests or the
+//! benches reach into it, and everything else is `pub(crate)`. With `unreachable_pub` on, an item
+//! no one outside can see cannot claim to be public, so the compiler finds dead code.
 
-pub mod account;
+#![warn(unreachable_pub)]
+
+pub(crate) mod account;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -11,11 +17,11 @@ pub mod domain;
 pub mod engine;
 pub mod estimate;
 pub mod export;
-pub mod headless;
+pub(crate) mod headless;
 pub mod logging;
 pub mod openrouter;
-pub mod policy;
-pub mod pricing;
+pub(crate) mod policy;
+pub(crate) mod pricing;
 pub mod printable;
 pub mod probe;
 pub mod remote;

@@ -68,7 +68,7 @@ impl Default for PolicyConfig {
 
 /// Released precision of models we know (research/openrouter-api.md §10). Kimi K2.5, K2-Thinking
 /// and later ship INT4 from quantization-aware training; the original K2 Instruct shipped FP8.
-pub fn known_native_precision(model: &str) -> Option<Quantization> {
+pub(crate) fn known_native_precision(model: &str) -> Option<Quantization> {
     let m = model.to_ascii_lowercase();
     let m = m.split(':').next().unwrap_or(&m);
     if m.starts_with("moonshotai/kimi-k2.5")
@@ -210,7 +210,7 @@ impl Judged for crate::openrouter::Endpoint {
 
 /// A slug in an include/exclude list names an endpoint by full tag, base provider slug or
 /// display name (case-insensitive), as OpenRouter's routing does.
-pub fn list_matches(list: &[String], tag: &str, provider_name: &str) -> bool {
+pub(crate) fn list_matches(list: &[String], tag: &str, provider_name: &str) -> bool {
     list.iter().any(|s| {
         let s = s.trim();
         s.eq_ignore_ascii_case(tag)

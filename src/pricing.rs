@@ -148,7 +148,7 @@ impl Tariff {
 }
 
 /// `HHMM` of a UTC time, as overrides write it.
-pub fn hhmm(t: &chrono::DateTime<chrono::Utc>) -> u16 {
+pub(crate) fn hhmm(t: &chrono::DateTime<chrono::Utc>) -> u16 {
     use chrono::Timelike;
     (t.hour() * 100 + t.minute()) as u16
 }

@@ -13,13 +13,13 @@ const QUIET: Duration = Duration::from_millis(500);
 
 /// Prints the count's progress on stderr until dropped: rewritten in place on a terminal
 /// (4 times a second), a plain line every 5 s otherwise.
-pub struct ScanLine {
+pub(super) struct ScanLine {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ScanLine {
-    pub fn start(progress: Arc<ScanProgress>) -> Self {
+    pub(super) fn start(progress: Arc<ScanProgress>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         // A thread, not a task: the count runs on the runtime's only thread.
@@ -74,7 +74,7 @@ fn watch(progress: &ScanProgress, stop: &AtomicBool) {
 }
 
 /// `harvest: counting prompts: 1,234 MB of 3,800 MB (32%), 2 of 6 files, 4 s`
-pub fn describe(progress: &ScanProgress, elapsed: Duration) -> String {
+pub(super) fn describe(progress: &ScanProgress, elapsed: Duration) -> String {
     let (read, total) = progress.bytes();
     let pct = (read * 100).checked_div(total).unwrap_or(0).min(100);
     format!(

@@ -1,18 +1,20 @@
 //! The time of an engine event, as the driver reads it and the core receives it: the core
 //! never reads a clock itself, so a test steps time by hand.
 
-use std::time::{Duration, Instant};
+#[cfg(test)]
+use std::time::Duration;
+use std::time::Instant;
 
 /// The time of an event: monotonic for decisions, wall-clock for the records it writes.
 #[derive(Clone, Copy, Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     pub mono: Instant,
     pub wall: chrono::DateTime<chrono::Utc>,
 }
 
 impl Clock {
     /// The machine's time now (for the driver; the core never calls it).
-    pub fn now() -> Clock {
+    pub(crate) fn now() -> Clock {
         Clock {
             mono: Instant::now(),
             wall: chrono::Utc::now(),
@@ -20,14 +22,15 @@ impl Clock {
     }
 
     /// `self` moved on by `d` on both clocks (tests step time this way).
-    pub fn after(&self, d: Duration) -> Clock {
+    #[cfg(test)]
+    pub(crate) fn after(&self, d: Duration) -> Clock {
         Clock {
             mono: self.mono + d,
             wall: self.wall + chrono::Duration::from_std(d).unwrap_or_default(),
         }
     }
 
-    pub fn rfc3339(&self) -> String {
+    pub(crate) fn rfc3339(&self) -> String {
         crate::domain::rfc3339(self.wall)
     }
 }

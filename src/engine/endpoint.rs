@@ -7,7 +7,7 @@ use crate::domain::Price;
 
 /// Static facts about an endpoint the run may use.
 #[derive(Clone, Debug)]
-pub struct RunEndpoint {
+pub(crate) struct RunEndpoint {
     pub tag: String,
     pub provider: String,
     pub quantization: crate::domain::Quantization,
@@ -17,7 +17,6 @@ pub struct RunEndpoint {
     pub price_out: Price,
     /// Every price the listing gives (overrides, cache reads, the request fee, the discount).
     pub tariff: crate::pricing::Tariff,
-    pub max_completion_tokens: Option<u64>,
     pub supported_parameters: Option<Vec<String>>,
     pub status: Option<i64>,
     pub uptime_30m: Option<f64>,
@@ -46,7 +45,7 @@ impl crate::policy::Judged for RunEndpoint {
 
 /// What an `[[endpoint]]` server is asked (the client that reaches it is the workers').
 #[derive(Clone, Debug)]
-pub struct CustomTarget {
+pub(crate) struct CustomTarget {
     /// The model's name on that server.
     pub model: String,
     /// Extra JSON body fields for it (merged over the dataset's).
@@ -57,12 +56,16 @@ pub struct CustomTarget {
 
 /// Providers whose billing stops when the client disconnects (OpenRouter docs, streaming
 /// cancellation), by base slug.
-pub const CANCEL_STOPS_BILLING: [&str; 5] =
+pub(crate) const CANCEL_STOPS_BILLING: [&str; 5] =
     ["chutes", "deepinfra", "together", "novita", "fireworks"];
 
 /// Whether closing a stream at this endpoint stops its bill: per the config's list when it
 /// gives one, else per OpenRouter's documented list.
-pub fn stops_billing_on_cancel(configured: Option<&[String]>, tag: &str, provider: &str) -> bool {
+pub(crate) fn stops_billing_on_cancel(
+    configured: Option<&[String]>,
+    tag: &str,
+    provider: &str,
+) -> bool {
     match configured {
         Some(list) => crate::policy::list_matches(list, tag, provider),
         None => {

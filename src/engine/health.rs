@@ -19,13 +19,13 @@ pub enum BreakerState {
 
 /// What a change of breaker state means for the event log.
 #[derive(Clone, Debug, PartialEq)]
-pub enum HealthEvent {
+pub(crate) enum HealthEvent {
     Opened { failures: u32, cooldown: Duration },
     Closed,
 }
 
 #[derive(Clone, Debug)]
-pub struct Health {
+pub(crate) struct Health {
     threshold: u32,
     base_cooldown: Duration,
     consecutive: u32,
@@ -40,7 +40,7 @@ pub struct Health {
 const MAX_COOLDOWN: Duration = Duration::from_secs(600);
 
 impl Health {
-    pub fn new(threshold: u32, cooldown: Duration) -> Self {
+    pub(crate) fn new(threshold: u32, cooldown: Duration) -> Self {
         Health {
             threshold: threshold.max(1),
             base_cooldown: cooldown,
@@ -53,19 +53,19 @@ impl Health {
         }
     }
 
-    pub fn state(&self) -> BreakerState {
+    pub(crate) fn state(&self) -> BreakerState {
         self.state
     }
 
     /// Seconds until the breaker lets a probe through (when open).
-    pub fn open_for(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn open_for(&self, now: Instant) -> Option<Duration> {
         match (self.state, self.open_until) {
             (BreakerState::Open, Some(t)) => Some(t.saturating_duration_since(now)),
             _ => None,
         }
     }
 
-    pub fn rate_limited_for(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn rate_limited_for(&self, now: Instant) -> Option<Duration> {
         self.rate_limited_until
             .filter(|t| *t > now)
             .map(|t| t - now)
@@ -74,7 +74,7 @@ impl Health {
     /// When this endpoint may take a request, as of `now`, without changing its state: `now`
     /// when it may now, the end of its 429 pause or breaker cool-down, or `None` while a
     /// half-open probe is out (its result decides).
-    pub fn available_at(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn available_at(&self, now: Instant) -> Option<Instant> {
         let breaker = match self.state {
             BreakerState::Closed => now,
             BreakerState::Open => self.open_until.map_or(now, |t| t.max(now)),
@@ -86,7 +86,7 @@ impl Health {
     }
 
     /// Moves an expired open breaker to half-open.
-    pub fn tick(&mut self, now: Instant) {
+    pub(crate) fn tick(&mut self, now: Instant) {
         if self.state == BreakerState::Open && self.open_until.is_some_and(|t| now >= t) {
             self.state = BreakerState::HalfOpen;
             self.probe_in_flight = false;
@@ -94,7 +94,7 @@ impl Health {
     }
 
     /// Whether a request may be sent now.
-    pub fn available(&mut self, now: Instant) -> bool {
+    pub(crate) fn available(&mut self, now: Instant) -> bool {
         self.tick(now);
         if self.rate_limited_for(now).is_some() {
             return false;
@@ -107,13 +107,13 @@ impl Health {
     }
 
     /// Records a dispatch (takes the half-open probe slot).
-    pub fn on_dispatch(&mut self) {
+    pub(crate) fn on_dispatch(&mut self) {
         if self.state == BreakerState::HalfOpen {
             self.probe_in_flight = true;
         }
     }
 
-    pub fn on_success(&mut self) -> Option<HealthEvent> {
+    pub(crate) fn on_success(&mut self) -> Option<HealthEvent> {
         self.consecutive = 0;
         self.probe_in_flight = false;
         if self.state != BreakerState::Closed {
@@ -126,7 +126,7 @@ impl Health {
     }
 
     /// A failure the endpoint is to blame for (not our own cancellation).
-    pub fn on_failure(&mut self, now: Instant) -> Option<HealthEvent> {
+    pub(crate) fn on_failure(&mut self, now: Instant) -> Option<HealthEvent> {
         self.consecutive += 1;
         self.probe_in_flight = false;
         let trip = match self.state {
@@ -149,7 +149,7 @@ impl Health {
     }
 
     /// A 429: this endpoint only waits (the others are not slowed).
-    pub fn on_rate_limited(&mut self, now: Instant, wait: Duration) {
+    pub(crate) fn on_rate_limited(&mut self, now: Instant, wait: Duration) {
         let until = now + wait;
         if self.rate_limited_until.is_none_or(|t| t < until) {
             self.rate_limited_until = Some(until);
@@ -159,7 +159,7 @@ impl Health {
 
 /// Delay before retry number `attempt` (1 = first retry): exponential with full jitter in
 /// [d/2, d], at least what the server asked for. `unit` is a uniform draw in [0, 1).
-pub fn backoff(
+pub(crate) fn backoff(
     attempt: u32,
     base: Duration,
     max: Duration,

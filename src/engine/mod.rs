@@ -4,22 +4,22 @@
 //! lists the model's endpoints, starts the writer and spawns the supervisor. The caller gets an
 //! [`EngineHandle`]: a command sender, a `watch` of snapshots, and the summary at the end.
 
-pub mod clock;
-pub mod control;
-pub mod core;
-pub mod endpoint;
-pub mod health;
-pub mod pool;
+pub(crate) mod clock;
+pub(crate) mod control;
+pub(crate) mod core;
+pub(crate) mod endpoint;
+pub(crate) mod health;
+pub(crate) mod pool;
 mod publish;
-pub mod quality;
-pub mod reason;
-pub mod reconcile;
+pub(crate) mod quality;
+pub(crate) mod reason;
+pub(crate) mod reconcile;
 pub(crate) mod shared;
-pub mod snapshot;
+pub(crate) mod snapshot;
 mod start;
-pub mod stats;
+pub(crate) mod stats;
 mod supervisor;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -11,13 +11,13 @@ use super::EngineError;
 use super::endpoint::{CustomTarget, RunEndpoint, stops_billing_on_cancel};
 
 /// An endpoint of OpenRouter's listing, as the run uses it.
-pub fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {
+pub(crate) fn from_listing(cfg: &Config, e: &Endpoint) -> RunEndpoint {
     listed(cfg.cancel_stops_billing.as_deref(), e)
 }
 
 /// An endpoint of OpenRouter's listing; `cancel_list` is the config's `cancel_stops_billing`
 /// (`None`: OpenRouter's documented list).
-pub fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
+pub(crate) fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
     let tariff = e.pricing.tariff();
     // An ordinary request now: a short prompt, this hour's window, the discount applied.
     let now = tariff.rates(0, crate::pricing::hhmm(&chrono::Utc::now()));
@@ -28,7 +28,6 @@ pub fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
         price_in: now.prompt,
         price_out: now.completion,
         tariff,
-        max_completion_tokens: e.max_completion_tokens,
         supported_parameters: e.supported_parameters.clone(),
         status: e.status,
         uptime_30m: e.uptime_last_30m,
@@ -42,7 +41,7 @@ pub fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoint {
 }
 
 /// The listing's endpoints, then the operator's own servers (reached directly).
-pub fn build(cfg: &Config, listing: &ModelEndpoints) -> Vec<RunEndpoint> {
+pub(crate) fn build(cfg: &Config, listing: &ModelEndpoints) -> Vec<RunEndpoint> {
     let mut endpoints: Vec<RunEndpoint> = listing
         .endpoints
         .iter()
@@ -54,7 +53,7 @@ pub fn build(cfg: &Config, listing: &ModelEndpoints) -> Vec<RunEndpoint> {
 
 /// The clients that reach the operator's own servers, by endpoint tag (their `name`): the
 /// workers' to use, kept out of the endpoints' facts.
-pub fn own_clients(cfg: &Config) -> Result<HashMap<String, OpenRouterClient>, EngineError> {
+pub(crate) fn own_clients(cfg: &Config) -> Result<HashMap<String, OpenRouterClient>, EngineError> {
     cfg.endpoints
         .iter()
         .map(|c| Ok((c.name.clone(), super::own_server_client(cfg, c)?)))
@@ -70,7 +69,6 @@ fn own(c: &EndpointConfig) -> RunEndpoint {
         price_in: c.price_in(),
         price_out: c.price_out(),
         tariff: crate::pricing::Tariff::flat(c.price_in(), c.price_out()),
-        max_completion_tokens: None,
         supported_parameters: None,
         status: None,
         uptime_30m: None,

@@ -25,7 +25,7 @@ const HISTORY_EVERY_S: f64 = 5.0;
 const SNAPSHOT_EVENTS: usize = 50;
 
 /// The view-side state of a run: rates and history.
-pub struct Publisher {
+pub(super) struct Publisher {
     started_at: String,
     rate: Rate,
     spend_rate: Rate,
@@ -38,7 +38,7 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    pub fn new(now: &Clock, datasets: usize, key_usage_start: Option<f64>) -> Publisher {
+    pub(super) fn new(now: &Clock, datasets: usize, key_usage_start: Option<f64>) -> Publisher {
         Publisher {
             started_at: now.rfc3339(),
             rate: Rate::new(10.0),
@@ -53,7 +53,13 @@ impl Publisher {
     }
 
     /// The snapshot of the run now.
-    pub fn snapshot(&mut self, core: &Core, sh: &Shared, live: &Live, now: &Clock) -> Snapshot {
+    pub(super) fn snapshot(
+        &mut self,
+        core: &Core,
+        sh: &Shared,
+        live: &Live,
+        now: &Clock,
+    ) -> Snapshot {
         let t = core.elapsed_s(now);
         let streamed = Counters::get(&sh.totals.streamed_tokens) as f64;
         let tok_per_s = self.rate.update(t, streamed);
@@ -333,7 +339,7 @@ impl StateWriter {
     }
 }
 
-pub fn write_state(path: &std::path::Path, snap: &Snapshot) {
+pub(super) fn write_state(path: &std::path::Path, snap: &Snapshot) {
     match serde_json::to_vec_pretty(snap) {
         Ok(bytes) => {
             if let Err(e) = crate::store::output::write_atomic(path, &bytes) {

@@ -8,12 +8,12 @@ use super::snapshot::EndpointSnap;
 
 /// Answers an endpoint needs before it is compared, and how many other endpoints must have as
 /// many (a median of one is no yardstick).
-pub const MIN_DONE: u64 = 30;
+pub(crate) const MIN_DONE: u64 = 30;
 const MIN_PEERS: usize = 2;
 
 /// What deviates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Deviation {
+pub(crate) enum Deviation {
     Short,
     Long,
     Truncated,
@@ -22,7 +22,7 @@ pub enum Deviation {
 
 /// One finding, with the sentence for the event log.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub tag: String,
     pub kind: Deviation,
     pub text: String,
@@ -44,7 +44,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// Endpoints that stand out from the median of the others (each compared with the rest):
 /// mean output length under half or over twice theirs; truncation 20 points above theirs;
 /// empty answers over 5% and three times theirs.
-pub fn deviations(endpoints: &[EndpointSnap]) -> Vec<Finding> {
+pub(crate) fn deviations(endpoints: &[EndpointSnap]) -> Vec<Finding> {
     let ready: Vec<&EndpointSnap> = endpoints.iter().filter(|e| e.done >= MIN_DONE).collect();
     if ready.len() < MIN_PEERS + 1 {
         return Vec::new();

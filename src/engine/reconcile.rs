@@ -20,24 +20,24 @@ const DEADLINE: Duration = Duration::from_secs(20);
 
 /// One look-up's result: the entry it was asked for, and the cost the API reports (`None`:
 /// unknown to the API, or no answer in time).
-pub type Found = (SpendEntry, Option<f64>);
+pub(crate) type Found = (SpendEntry, Option<f64>);
 
 /// How long the end of a run waits for look-ups still running (of a crash's leftovers, of
 /// streams it closed): the rest are left for the next start, never holding a finished run.
-pub const END_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const END_GRACE: Duration = Duration::from_secs(3);
 
 /// The most the end of a run spends asking what the streams it closed really cost.
-pub const CLOSED_DEADLINE: Duration = Duration::from_secs(15);
+pub(crate) const CLOSED_DEADLINE: Duration = Duration::from_secs(15);
 
 /// A generation the API still does not know this long after it started is taken to be lost
 /// (a provider finishes or drops a generation within minutes; the API records it when it
 /// ends): booked once at its expected cost, marked estimated, and closed. Younger ones stay
 /// open for the next start or `harvest status DIR --reconcile`.
-pub const UNKNOWN_AFTER: Duration = Duration::from_secs(15 * 60);
+pub(crate) const UNKNOWN_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// How a generation a crash left open is closed, given what the look-up found.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Settle {
+pub(crate) enum Settle {
     /// The API reports its cost.
     Found(crate::domain::Usd),
     /// Unknown to the API past [`UNKNOWN_AFTER`]: booked at its expected cost.
@@ -47,7 +47,11 @@ pub enum Settle {
 }
 
 /// Decides how to close `entry` (a `started` line left open) at `now`, given the look-up.
-pub fn settle(entry: &SpendEntry, cost: Option<f64>, now: chrono::DateTime<chrono::Utc>) -> Settle {
+pub(crate) fn settle(
+    entry: &SpendEntry,
+    cost: Option<f64>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Settle {
     if let Some(c) = cost {
         return Settle::Found(crate::domain::Usd::from_f64(c));
     }
@@ -64,7 +68,7 @@ pub fn settle(entry: &SpendEntry, cost: Option<f64>, now: chrono::DateTime<chron
 }
 
 /// Asks the API what each generation cost; yields each result as it lands.
-pub fn look_up(
+pub(crate) fn look_up(
     client: OpenRouterClient,
     items: Vec<(String, SpendEntry)>,
 ) -> impl Stream<Item = Found> {
@@ -145,11 +149,11 @@ impl Recovery {
 
 /// How far a key's usage may outrun the ledger's crash estimates and still be put down to
 /// them: an answer may run to `max_tokens`, about 8x the 2,048-token prior an estimate uses.
-pub const TRUE_UP_CAP: f64 = 8.0;
+pub(crate) const TRUE_UP_CAP: f64 = 8.0;
 
 /// What the key's own count says of the ledger since the last quiet checkpoint.
 #[derive(Clone, Debug, PartialEq)]
-pub enum KeyVerdict {
+pub(crate) enum KeyVerdict {
     /// Key and ledger agree (to a micro-dollar), or nothing was estimated and nothing differs.
     Agrees,
     /// The crash estimates were off: one adjustment line of `usd`, saying why.
@@ -163,7 +167,7 @@ pub enum KeyVerdict {
 }
 
 /// Compares the key's usage growth with the ledger's since `base` (pure).
-pub fn key_verdict(
+pub(crate) fn key_verdict(
     base: &crate::store::scan::KeyBase,
     key_now: f64,
     ledger_now: crate::domain::Usd,

@@ -17,7 +17,7 @@ use super::endpoint::RunEndpoint;
 use super::stats::Counters;
 
 /// What every worker shares with the supervisor.
-pub struct Shared {
+pub(crate) struct Shared {
     pub client: OpenRouterClient,
     /// The clients of the operator's own servers (`[[endpoint]]`), by endpoint tag.
     pub own_clients: HashMap<String, OpenRouterClient>,
@@ -58,7 +58,7 @@ impl Shared {
         }
     }
 
-    pub fn endpoint_by_provider(&self, name: &str) -> Option<usize> {
+    pub(crate) fn endpoint_by_provider(&self, name: &str) -> Option<usize> {
         self.by_provider
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -69,7 +69,7 @@ impl Shared {
     /// The endpoint a response naming provider `name` came from, among `over` (where its
     /// request could go): a provider listed under several tags (`together` and
     /// `together/int4`) is told apart by the set the request allowed. Else by name alone.
-    pub fn endpoint_serving(&self, name: &str, over: &[usize]) -> Option<usize> {
+    pub(crate) fn endpoint_serving(&self, name: &str, over: &[usize]) -> Option<usize> {
         let eps = self.endpoints();
         over.iter()
             .copied()
@@ -81,7 +81,7 @@ impl Shared {
     }
 
     /// The endpoints as they are now (a cheap shared copy).
-    pub fn endpoints(&self) -> Arc<Vec<RunEndpoint>> {
+    pub(crate) fn endpoints(&self) -> Arc<Vec<RunEndpoint>> {
         self.endpoint_list
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -89,7 +89,7 @@ impl Shared {
     }
 
     /// Puts endpoint `i`'s new entry (new prices) in the pool the workers read.
-    pub fn replace_endpoint(&self, i: usize, e: RunEndpoint) {
+    pub(crate) fn replace_endpoint(&self, i: usize, e: RunEndpoint) {
         let mut list = self
             .endpoint_list
             .write()
@@ -102,7 +102,7 @@ impl Shared {
     }
 
     /// Adds an endpoint the listing newly shows, when a statistics slot is free; its index.
-    pub fn add_endpoint(&self, e: RunEndpoint) -> Option<usize> {
+    pub(crate) fn add_endpoint(&self, e: RunEndpoint) -> Option<usize> {
         let mut list = self
             .endpoint_list
             .write()
@@ -127,7 +127,7 @@ impl Shared {
 impl Shared {
     /// An attempt left: in flight for its dataset, the totals and, when pinned, its endpoint
     /// (OpenRouter-routed ones count at their endpoint once the stream names it).
-    pub fn count_dispatch(&self, dataset: usize, pinned: Option<usize>) {
+    pub(crate) fn count_dispatch(&self, dataset: usize, pinned: Option<usize>) {
         for c in [&self.totals, &self.dataset_stats[dataset]] {
             c.in_flight.fetch_add(1, Ordering::Relaxed);
         }
@@ -140,7 +140,7 @@ impl Shared {
 
     /// An attempt came back: no longer in flight; an answer's cost, tokens, truncation and
     /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
-    pub fn count_result(
+    pub(crate) fn count_result(
         &self,
         r: &super::core::attempt::AttemptResult,
         dataset: usize,
@@ -195,7 +195,7 @@ impl Shared {
     }
 
     /// An answer was kept (written to the outputs).
-    pub fn count_kept(&self, dataset: usize, endpoint: Option<usize>) {
+    pub(crate) fn count_kept(&self, dataset: usize, endpoint: Option<usize>) {
         let at = endpoint.map(|e| &self.endpoint_stats[e]);
         for c in [Some(&self.totals), Some(&self.dataset_stats[dataset]), at]
             .into_iter()

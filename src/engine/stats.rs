@@ -13,7 +13,7 @@ use crate::openrouter::ErrorKind;
 const KINDS: usize = ErrorKind::ALL.len();
 
 /// Counters of one endpoint or one dataset.
-pub struct Counters {
+pub(crate) struct Counters {
     pub in_flight: AtomicU64,
     pub done: AtomicU64,
     pub failed_attempts: AtomicU64,
@@ -63,18 +63,18 @@ impl Default for Counters {
 
 /// Percentiles of a histogram, in ms.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     pub p50: Option<u64>,
     pub p95: Option<u64>,
 }
 
 impl Counters {
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.failed_attempts.fetch_add(1, Ordering::Relaxed);
         self.errors[kind.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn record_timing(&self, ttft_ms: Option<u64>, latency_ms: u64) {
+    pub(crate) fn record_timing(&self, ttft_ms: Option<u64>, latency_ms: u64) {
         if let Some(t) = ttft_ms {
             let mut h = self.ttft_ms.lock().unwrap_or_else(|p| p.into_inner());
             let _ = h.record(t.clamp(1, 3_600_000));
@@ -94,16 +94,16 @@ impl Counters {
         }
     }
 
-    pub fn ttft(&self) -> Percentiles {
+    pub(crate) fn ttft(&self) -> Percentiles {
         Self::percentiles(&self.ttft_ms)
     }
 
-    pub fn latency(&self) -> Percentiles {
+    pub(crate) fn latency(&self) -> Percentiles {
         Self::percentiles(&self.latency_ms)
     }
 
     /// Error counts by kind, most frequent first, zeros left out.
-    pub fn errors_by_kind(&self) -> Vec<(ErrorKind, u64)> {
+    pub(crate) fn errors_by_kind(&self) -> Vec<(ErrorKind, u64)> {
         let mut v: Vec<(ErrorKind, u64)> = ErrorKind::ALL
             .iter()
             .map(|k| (*k, self.errors[k.index()].load(Ordering::Relaxed)))
@@ -113,20 +113,20 @@ impl Counters {
         v
     }
 
-    pub fn get(a: &AtomicU64) -> u64 {
+    pub(crate) fn get(a: &AtomicU64) -> u64 {
         a.load(Ordering::Relaxed)
     }
 }
 
 /// A rate over a sliding window, fed with a monotonically growing total at each tick.
 #[derive(Clone, Debug)]
-pub struct Rate {
+pub(crate) struct Rate {
     samples: std::collections::VecDeque<(f64, f64)>,
     window_s: f64,
 }
 
 impl Rate {
-    pub fn new(window_s: f64) -> Self {
+    pub(crate) fn new(window_s: f64) -> Self {
         Rate {
             samples: std::collections::VecDeque::new(),
             window_s,
@@ -134,7 +134,7 @@ impl Rate {
     }
 
     /// Adds the total at time `t` (seconds) and returns the rate per second over the window.
-    pub fn update(&mut self, t: f64, total: f64) -> f64 {
+    pub(crate) fn update(&mut self, t: f64, total: f64) -> f64 {
         self.samples.push_back((t, total));
         while self
             .samples
@@ -147,7 +147,7 @@ impl Rate {
         self.rate()
     }
 
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         match (self.samples.front(), self.samples.back()) {
             (Some((t0, v0)), Some((t1, v1))) if t1 > t0 => ((v1 - v0) / (t1 - t0)).max(0.0),
             _ => 0.0,

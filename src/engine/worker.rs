@@ -17,7 +17,7 @@ use super::core::attempt_money::{self, Ending, cut_after_tokens};
 use super::shared::Shared;
 
 /// One dispatched attempt.
-pub struct AttemptSpec {
+pub(crate) struct AttemptSpec {
     pub key: u64,
     pub dataset: usize,
     /// Names of the dataset and prompt, for the ledger.
@@ -39,7 +39,7 @@ pub struct AttemptSpec {
     pub accrued: Arc<AtomicI64>,
 }
 
-pub async fn run_attempt(
+pub(crate) async fn run_attempt(
     shared: Arc<Shared>,
     spec: AttemptSpec,
     cancel: CancellationToken,
@@ -207,7 +207,6 @@ pub async fn run_attempt(
         outcome,
         endpoint,
         streamed_tokens: streamed,
-        accrued_pico: accrued,
         booked_pico: booked,
         generation_id,
         elapsed: started.elapsed(),
@@ -264,7 +263,11 @@ fn billed_endpoint(shared: &Shared, c: &Completion, e: usize, over: &[usize]) ->
 }
 
 /// What a finished response cost: the reported `usage.cost`, else the serving endpoint's price.
-pub fn final_cost(shared: &Shared, c: &Completion, endpoint: Option<usize>) -> crate::domain::Usd {
+pub(crate) fn final_cost(
+    shared: &Shared,
+    c: &Completion,
+    endpoint: Option<usize>,
+) -> crate::domain::Usd {
     // An operator's own server costs what the config says, whatever it reports.
     let priced = |e: usize| {
         let at = crate::pricing::hhmm(&chrono::Utc::now());

@@ -216,7 +216,7 @@ pub(super) fn verdict_text(e: &Estimate) -> String {
 }
 
 /// The human report, within 100 columns (a long dataset or endpoint name can widen a table).
-pub fn render_text(e: &Estimate) -> String {
+pub(crate) fn render_text(e: &Estimate) -> String {
     let mut out = format!(
         "{}: the remaining work of {} dataset{}\nrouting {}, policy {}, concurrency {}\n\n",
         e.model,

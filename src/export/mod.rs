@@ -10,7 +10,7 @@
 
 mod rows;
 pub mod template;
-pub mod validate;
+pub(crate) mod validate;
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 /// The validator's flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rules {
+pub(crate) struct Rules {
     /// `--expect-reasoning`: every assistant message has non-empty `reasoning_content`.
     pub expect_reasoning: bool,
     /// `--expect-non-reasoning`: no assistant message has non-empty `reasoning_content`.
@@ -22,13 +22,13 @@ pub struct Rules {
     pub strict_think_markers: bool,
 }
 
-pub fn has_think_marker(text: &str) -> bool {
+pub(crate) fn has_think_marker(text: &str) -> bool {
     let lowered = text.to_lowercase();
     lowered.contains("<think>") || lowered.contains("</think>")
 }
 
 /// `validate_conversation`: the shape of the message list.
-pub fn validate_conversation(messages: &Value) -> Result<(), String> {
+pub(crate) fn validate_conversation(messages: &Value) -> Result<(), String> {
     let Some(list) = messages.as_array().filter(|l| !l.is_empty()) else {
         return Err("conversations must be a non-empty list".into());
     };
@@ -72,7 +72,7 @@ pub fn validate_conversation(messages: &Value) -> Result<(), String> {
 }
 
 /// `validate_row`: one training row; returns its assistant messages.
-pub fn validate_row(row: &Value, rules: Rules) -> Result<usize, String> {
+pub(crate) fn validate_row(row: &Value, rules: Rules) -> Result<usize, String> {
     let id_ok = row
         .get("id")
         .and_then(Value::as_str)

@@ -64,7 +64,7 @@ impl ErrorBody {
 }
 
 /// Most characters of a provider's raw error shown in a message.
-pub const RAW_SHOWN: usize = 300;
+pub(super) const RAW_SHOWN: usize = 300;
 
 /// Server text made safe for one line of a terminal or a log: control characters (escape
 /// sequences included) dropped, whitespace runs made one space, cut at [`RAW_SHOWN`].

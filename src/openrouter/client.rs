@@ -65,7 +65,7 @@ impl ClientOptions {
 
 /// Streams one HTTP/2 connection is given at most, on average: well under the 100 that
 /// servers commonly allow at the least, so that round robin's unevenness never reaches a cap.
-pub const H2_STREAMS_PER_CONNECTION: u32 = 64;
+pub(crate) const H2_STREAMS_PER_CONNECTION: u32 = 64;
 
 impl ClientOptions {
     /// HTTP/2 connections for `concurrency` streams.
@@ -389,7 +389,7 @@ impl OpenRouterClient {
 
 /// `url` with the user information of its authority (`user:password@`) shown as `***@`: a
 /// `base_url` may carry a proxy's credentials, which no message, log or screen repeats.
-pub fn shown_url(url: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn shown_url(url: &str) -> std::borrow::Cow<'_, str> {
     let start = url.find("://").map_or(0, |i| i + 3);
     let end = url[start..]
         .find(['/', '?', '#'])

@@ -38,7 +38,7 @@ impl ApiKey {
 
 /// Fragments of the key this long or longer are redacted: shorter ones are too likely to be
 /// ordinary text (8 random key characters occur by chance about never).
-pub const MIN_FRAGMENT: usize = 8;
+pub(crate) const MIN_FRAGMENT: usize = 8;
 
 const MARK: &[u8] = b"[redacted]";
 const KEY_PREFIX: &[u8] = b"sk-or-";
@@ -94,7 +94,7 @@ fn base64_forms(key: &[u8]) -> Vec<Vec<u8>> {
 /// after it) and, given the key, every fragment of it of [`MIN_FRAGMENT`] characters or more
 /// (the whole key when shorter, from 4 characters), and every fragment of its base64 forms of
 /// [`MIN_B64_FRAGMENT`] or more (a server that echoes the `Authorization` header encoded).
-pub fn redact(text: &str, key: Option<&str>) -> String {
+pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
     let key = key.map(str::as_bytes).filter(|k| k.len() >= 4);
     let min = key.map_or(usize::MAX, |k| k.len().min(MIN_FRAGMENT));
     let encoded = key.map(base64_forms).unwrap_or_default();

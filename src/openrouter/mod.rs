@@ -1,15 +1,15 @@
 //! The OpenRouter HTTP API (and the OpenAI-compatible subset other servers speak): catalog,
 //! chat requests and streamed responses, the error taxonomy, and the redacted API key.
 
-pub mod catalog;
+pub(crate) mod catalog;
 mod cause;
 mod chat_stream;
-pub mod client;
-pub mod error;
-pub mod key;
-pub mod request;
+pub(crate) mod client;
+pub(crate) mod error;
+pub(crate) mod key;
+pub(crate) mod request;
 pub mod response;
-pub mod roots;
+pub(crate) mod roots;
 mod scrub;
 pub mod sse;
 mod transport;

@@ -6,17 +6,17 @@
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming a PEM bundle to trust.
-pub const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
+pub(crate) const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
 
 /// `SSL_CERT_FILE`, when set to something.
-pub fn from_env() -> Option<PathBuf> {
+pub(crate) fn from_env() -> Option<PathBuf> {
     std::env::var_os(SSL_CERT_FILE)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
 }
 
 /// The certificates of a PEM bundle; an error names the file and what is wrong with it.
-pub fn read(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
+pub(crate) fn read(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
     let bytes = std::fs::read(path).map_err(|e| {
         format!(
             "cannot read the CA certificate file {}: {e}",

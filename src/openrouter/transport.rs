@@ -25,7 +25,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 /// much. 16 KiB holds ~100 streamed events, so a fast stream still moves in large reads, and
 /// 2,000 connections hold at most 32 MB. (Response headers must fit in it too: hyper closes a
 /// connection whose headers outgrow it; servers send well under 1 KB.)
-pub const HTTP1_READ_BUFFER: usize = 16 * 1024;
+pub(super) const HTTP1_READ_BUFFER: usize = 16 * 1024;
 
 pub(super) const USER_AGENT_VALUE: &str = concat!("harvest/", env!("CARGO_PKG_VERSION"));
 

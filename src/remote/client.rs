@@ -30,7 +30,7 @@ pub enum ConnectError {
 
 /// The engine's hello.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EngineInfo {
+pub(crate) struct EngineInfo {
     pub pid: u32,
     pub harvest: String,
     pub viewers: u32,
@@ -38,13 +38,13 @@ pub struct EngineInfo {
 }
 
 /// A connection after the hellos.
-pub struct Connection {
+pub(crate) struct Connection {
     pub engine: EngineInfo,
     stream: UnixStream,
 }
 
 /// Connects to the engine of `dir` and reads its hello.
-pub async fn connect(dir: &Path) -> Result<Connection, ConnectError> {
+pub(crate) async fn connect(dir: &Path) -> Result<Connection, ConnectError> {
     let socket = super::socket_path(dir);
     let stream = UnixStream::connect(&socket)
         .await
@@ -120,8 +120,7 @@ pub async fn connect(dir: &Path) -> Result<Connection, ConnectError> {
 }
 
 /// A viewer's live link: snapshots in, commands out, and the engine's rejections.
-pub struct Link {
-    pub engine: EngineInfo,
+pub(crate) struct Link {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub commands: mpsc::Sender<Command>,
     /// Why a command was not taken (shown to the operator).
@@ -132,7 +131,7 @@ pub struct Link {
 
 impl Connection {
     /// Says hello as `role`, waits for the first snapshot, and starts pumping.
-    pub async fn start(self, role: Role) -> Result<Link, ConnectError> {
+    pub(crate) async fn start(self, role: Role) -> Result<Link, ConnectError> {
         let dir = PathBuf::from(&self.engine.output_dir);
         let protocol = |detail: String| ConnectError::Protocol {
             dir: dir.clone(),
@@ -204,7 +203,6 @@ impl Connection {
             }
         });
         Ok(Link {
-            engine: self.engine,
             snapshots: snap_rx,
             commands: cmd_tx,
             notices: note_rx,

@@ -11,7 +11,7 @@
 //! and the server also checks each connection's peer uid (from the kernel, `SO_PEERCRED`)
 //! against its own, so another local user is refused even where file modes are not enforced.
 
-pub mod client;
+pub(crate) mod client;
 pub mod server;
 pub mod wire;
 

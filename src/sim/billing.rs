@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Usd;
 
 /// Recent entries kept in memory for `/sim/requests`, `/sim/billing` and `/generation`.
-pub const LOG_CAPACITY: usize = 200_000;
+pub(crate) const LOG_CAPACITY: usize = 200_000;
 
 /// How a billed generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -143,7 +143,7 @@ const WORDS: &[&str] = &[
 ];
 
 /// JSON-escapes `s` (quotes, backslashes and control characters).
-pub fn json_escape(s: &str, out: &mut String) {
+pub(crate) fn json_escape(s: &str, out: &mut String) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -158,13 +158,13 @@ pub fn json_escape(s: &str, out: &mut String) {
 }
 
 /// The vocabulary with each word JSON-escaped once.
-pub struct Vocabulary {
+pub(crate) struct Vocabulary {
     raw: &'static [&'static str],
     escaped: Vec<String>,
 }
 
 impl Vocabulary {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let escaped = WORDS
             .iter()
             .map(|w| {
@@ -179,19 +179,15 @@ impl Vocabulary {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.raw.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.raw.is_empty()
-    }
-
-    pub fn raw(&self, i: usize) -> &'static str {
+    pub(crate) fn raw(&self, i: usize) -> &'static str {
         self.raw[i % self.raw.len()]
     }
 
-    pub fn escaped(&self, i: usize) -> &str {
+    pub(crate) fn escaped(&self, i: usize) -> &str {
         &self.escaped[i % self.escaped.len()]
     }
 }
@@ -202,10 +198,10 @@ impl Default for Vocabulary {
     }
 }
 
-pub use crate::store::prompts::{FNV_OFFSET, content_hash as prompt_hash, fnv1a};
+pub(crate) use crate::store::prompts::{FNV_OFFSET, content_hash as prompt_hash, fnv1a};
 
 /// splitmix64: a cheap stateless mix, so token `i` of a text is computed without replaying 0..i.
-pub fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -213,7 +209,7 @@ pub fn mix(mut x: u64) -> u64 {
 }
 
 /// Prompt tokens as the simulator counts them: ~4 characters a token, plus 4 per message.
-pub fn count_prompt_tokens(messages: &[Message]) -> u64 {
+pub(crate) fn count_prompt_tokens(messages: &[Message]) -> u64 {
     messages
         .iter()
         .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
@@ -225,14 +221,14 @@ pub fn count_prompt_tokens(messages: &[Message]) -> u64 {
 /// seed and the prompt (plus the attempt when sampling is not greedy); a re-quantized endpoint
 /// departs from it at `diverge_at`.
 #[derive(Clone, Copy, Debug)]
-pub struct TextPlan {
+pub(crate) struct TextPlan {
     pub text_seed: u64,
     pub diverge_at: Option<u64>,
     pub diverge_seed: u64,
 }
 
 impl TextPlan {
-    pub fn word(&self, i: u64, vocab_len: usize) -> usize {
+    pub(crate) fn word(&self, i: u64, vocab_len: usize) -> usize {
         let seed = match self.diverge_at {
             Some(d) if i >= d => self.diverge_seed,
             _ => self.text_seed,
@@ -242,7 +238,7 @@ impl TextPlan {
 }
 
 /// Draws an output length from a log-normal with the given mean and log-space sigma.
-pub fn draw_length(rng: &mut impl Rng, mean: f64, sigma: f64) -> u64 {
+pub(crate) fn draw_length(rng: &mut impl Rng, mean: f64, sigma: f64) -> u64 {
     let mean = mean.max(1.0);
     let sigma = sigma.clamp(0.0, 3.0);
     let mu = mean.ln() - sigma * sigma / 2.0;
@@ -254,12 +250,12 @@ pub fn draw_length(rng: &mut impl Rng, mean: f64, sigma: f64) -> u64 {
 }
 
 /// A seeded RNG for everything about one response that must not depend on the endpoint.
-pub fn text_rng(text_seed: u64) -> SmallRng {
+pub(crate) fn text_rng(text_seed: u64) -> SmallRng {
     SmallRng::seed_from_u64(mix(text_seed ^ 0x5eed))
 }
 
 /// Formats SSE chunks of one response into a buffer.
-pub struct ChunkWriter {
+pub(crate) struct ChunkWriter {
     /// `data: {"id":...,"provider":...,"choices":[{"index":0,"delta":{"role":"assistant",`
     prefix: String,
     /// Same up to `"choices":` for chunks without a choice body.
@@ -267,7 +263,7 @@ pub struct ChunkWriter {
 }
 
 impl ChunkWriter {
-    pub fn new(id: &str, created: i64, model: &str, provider: &str) -> Self {
+    pub(crate) fn new(id: &str, created: i64, model: &str, provider: &str) -> Self {
         let mut head = String::with_capacity(160);
         head.push_str("data: {\"id\":\"");
         json_escape(id, &mut head);
@@ -283,7 +279,7 @@ impl ChunkWriter {
         ChunkWriter { prefix, head }
     }
 
-    pub fn content(&self, escaped: &str, out: &mut String) {
+    pub(crate) fn content(&self, escaped: &str, out: &mut String) {
         out.push_str(&self.prefix);
         out.push_str("\"content\":\"");
         out.push_str(escaped);
@@ -294,7 +290,7 @@ impl ChunkWriter {
 
     /// A reasoning delta as OpenRouter sends it: `content` empty, the text in `reasoning` and
     /// again in `reasoning_details`.
-    pub fn reasoning(&self, escaped: &str, out: &mut String) {
+    pub(crate) fn reasoning(&self, escaped: &str, out: &mut String) {
         out.push_str(&self.prefix);
         out.push_str("\"content\":\"\",\"reasoning\":\"");
         out.push_str(escaped);
@@ -303,7 +299,7 @@ impl ChunkWriter {
         out.push_str("\",\"format\":\"unknown\",\"index\":0}]},\"finish_reason\":null,\"native_finish_reason\":null,\"logprobs\":null}]}\n\n");
     }
 
-    pub fn finish(&self, reason: &str, out: &mut String) {
+    pub(crate) fn finish(&self, reason: &str, out: &mut String) {
         out.push_str(&self.prefix);
         out.push_str("\"content\":\"\"},\"finish_reason\":\"");
         out.push_str(reason);
@@ -313,7 +309,7 @@ impl ChunkWriter {
     }
 
     /// The usage chunk; `prompt` is `(prompt tokens, of which read from the cache)`.
-    pub fn usage(
+    pub(crate) fn usage(
         &self,
         (prompt, cached): (u64, u64),
         completion: u64,
@@ -329,7 +325,7 @@ impl ChunkWriter {
     }
 
     /// The mid-stream error chunk: HTTP status stays 200, `finish_reason` is `error`.
-    pub fn error(&self, code_json: &str, message: &str, provider: &str, out: &mut String) {
+    pub(crate) fn error(&self, code_json: &str, message: &str, provider: &str, out: &mut String) {
         out.push_str(&self.head);
         out.push_str("\"error\":{\"code\":");
         out.push_str(code_json);
@@ -341,7 +337,7 @@ impl ChunkWriter {
     }
 
     /// A mid-stream error chunk carrying a given `error` object.
-    pub fn error_object(&self, err: &serde_json::Value, out: &mut String) {
+    pub(crate) fn error_object(&self, err: &serde_json::Value, out: &mut String) {
         out.push_str(&self.head);
         out.push_str("\"error\":");
         out.push_str(&err.to_string());
@@ -349,11 +345,11 @@ impl ChunkWriter {
     }
 }
 
-pub const KEEPALIVE: &str = ": OPENROUTER PROCESSING\n\n";
-pub const DONE: &str = "data: [DONE]\n\n";
+pub(crate) const KEEPALIVE: &str = ": OPENROUTER PROCESSING\n\n";
+pub(crate) const DONE: &str = "data: [DONE]\n\n";
 
 /// A dollar amount in picodollars as a JSON number (`0.00023947`).
-pub fn pico_to_json(pico: i64) -> String {
+pub(crate) fn pico_to_json(pico: i64) -> String {
     let neg = pico < 0;
     let p = pico.unsigned_abs();
     let whole = p / 1_000_000_000_000;

@@ -15,19 +15,19 @@
 //! Plain HTTP/1.1 by default; with [`SimConfig::tls`] HTTPS with HTTP/2 or HTTP/1.1 by ALPN,
 //! as the real API is served ([`tls`]).
 
-pub mod account;
+pub(crate) mod account;
 mod auth;
-pub mod billing;
+pub(crate) mod billing;
 mod chat;
 mod errors;
-pub mod faults;
-pub mod generate;
+pub(crate) mod faults;
+pub(crate) mod generate;
 pub mod replay;
 mod routes;
-pub mod routing;
+pub(crate) mod routing;
 mod state;
-pub mod table;
-pub mod tls;
+pub(crate) mod table;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

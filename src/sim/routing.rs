@@ -4,21 +4,21 @@
 
 use rand::Rng;
 
-use crate::domain::{EndpointTag, Price, Quantization};
+use crate::domain::{EndpointTag, Price};
 use crate::openrouter::{ChatRequest, ProviderPreferences, ProviderSort};
 
 use super::table::{SimBehaviour, SimEndpoint};
 
 /// A slug matches an endpoint by its full tag, by its base provider slug (`deepinfra` matches
 /// `deepinfra/turbo`), or by display name.
-pub fn slug_matches(slug: &str, ep: &SimEndpoint) -> bool {
+pub(crate) fn slug_matches(slug: &str, ep: &SimEndpoint) -> bool {
     EndpointTag::reached_by(ep.tag.as_str(), slug)
         || slug.trim().eq_ignore_ascii_case(&ep.provider_name)
 }
 
 /// Why the candidate list came out empty, in OpenRouter's `excluded_by` vocabulary.
 #[derive(Debug, PartialEq)]
-pub struct NoEndpoints {
+pub(crate) struct NoEndpoints {
     pub excluded_by: Vec<&'static str>,
 }
 
@@ -29,7 +29,7 @@ fn price_per_m(p: Price) -> f64 {
 
 /// The endpoints to try, in order. The first is the primary choice; the rest are fallbacks
 /// (empty when fallbacks are off and the primary is pinned).
-pub fn candidates(
+pub(crate) fn candidates(
     endpoints: &[SimEndpoint],
     behaviours: &[SimBehaviour],
     req: &ChatRequest,
@@ -220,14 +220,10 @@ fn weighted_shuffle(endpoints: &[SimEndpoint], keep: &mut Vec<usize>, rng: &mut 
     }
 }
 
-/// Whether a quantization filter list is satisfiable at all (for messages).
-pub fn describe_filter(qs: &[Quantization]) -> String {
-    qs.iter().map(|q| q.as_str()).collect::<Vec<_>>().join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Quantization;
     use crate::openrouter::Message;
     use crate::sim::table::ProviderTable;
     use rand::SeedableRng;

@@ -12,7 +12,7 @@ use crate::domain::{EndpointTag, Price, Quantization};
 use super::faults::FaultMix;
 
 /// The embedded default table.
-pub const KIMI_K25_TABLE: &str = include_str!("../../assets/providers/kimi-k2.5.json");
+pub(crate) const KIMI_K25_TABLE: &str = include_str!("../../assets/providers/kimi-k2.5.json");
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {

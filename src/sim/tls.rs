@@ -25,14 +25,14 @@ use tokio_util::sync::CancellationToken;
 /// HTTP/2 streams one connection may carry at once, unless the config says otherwise: servers
 /// commonly advertise 100 to 256, which is why harvest's default is one HTTP/1.1 connection
 /// per stream.
-pub const DEFAULT_H2_MAX_STREAMS: u32 = 256;
+pub(crate) const DEFAULT_H2_MAX_STREAMS: u32 = 256;
 
 /// How long a client has to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The simulator's TLS identity.
 #[derive(Clone)]
-pub struct Tls {
+pub(crate) struct Tls {
     acceptor: TlsAcceptor,
     /// The authority that signed the server's certificate, PEM: what clients trust.
     pub ca_pem: String,
@@ -46,7 +46,7 @@ impl std::fmt::Debug for Tls {
 
 /// A fresh authority and server certificate (a new pair at every start: nothing to keep
 /// secret between runs).
-pub fn generate() -> Result<Tls, String> {
+pub(crate) fn generate() -> Result<Tls, String> {
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
     let ca_key = KeyPair::generate().map_err(|e| err("generating the CA key", &e))?;
     let mut ca =
@@ -91,7 +91,7 @@ pub fn generate() -> Result<Tls, String> {
 
 /// Serves `app` over TLS on `listener` until `stop`; each connection then finishes its
 /// responses (the simulator's own stop ends paced ones) and closes.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     tls: Tls,

@@ -6,13 +6,13 @@
 
 pub mod lock;
 pub mod output;
-pub mod prescan;
-pub mod probe_file;
+pub(crate) mod prescan;
+pub(crate) mod probe_file;
 pub mod prompts;
-pub mod repair;
+pub(crate) mod repair;
 pub mod scan;
-pub mod supersede;
-pub mod turns_file;
+pub(crate) mod supersede;
+pub(crate) mod turns_file;
 
 /// How every file of an output directory is opened. Opens never follow a symbolic link at the
 /// last component (`O_NOFOLLOW`): a link planted in the output directory must not make harvest

@@ -29,7 +29,7 @@ impl ScanProgress {
 
 /// Counts every file, as many at once as there are cores (at most one thread a file). The
 /// results are in the order of `paths`, each file's own error in its place.
-pub fn count_all(
+pub(crate) fn count_all(
     paths: &[PathBuf],
     shard: Option<(u32, u32)>,
     progress: &ScanProgress,

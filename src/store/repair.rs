@@ -20,10 +20,10 @@ use super::output::{
 use super::scan::{self, DirScan, LineClass, ScanError, Torn};
 
 /// The `attempt` of ledger lines this file rebuilds (defined where the ledger is read).
-pub use super::scan::REBUILT;
+pub(crate) use super::scan::REBUILT;
 
 #[derive(Debug, thiserror::Error)]
-pub enum RepairError {
+pub(crate) enum RepairError {
     /// The directory needs `--repair` (or another look) before a run may start.
     #[error("{0}")]
     Refused(String),
@@ -46,7 +46,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RepairError + '_ {
 }
 
 /// The quarantine file of `path`: `<file>.damaged`.
-pub fn damaged_path(path: &Path) -> PathBuf {
+pub(crate) fn damaged_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".damaged");
     path.with_file_name(name)
@@ -54,7 +54,7 @@ pub fn damaged_path(path: &Path) -> PathBuf {
 
 /// Cuts the torn last line `torn` found by a scan, after checking that the file is still the
 /// length the scan saw (a torn line is only ever cut as it was read).
-pub fn cut_torn_tail(path: &Path, torn: Torn) -> Result<(), RepairError> {
+pub(crate) fn cut_torn_tail(path: &Path, torn: Torn) -> Result<(), RepairError> {
     let f = super::no_follow(OpenOptions::new().write(true))
         .open(path)
         .map_err(io(path))?;
@@ -70,7 +70,7 @@ pub fn cut_torn_tail(path: &Path, torn: Torn) -> Result<(), RepairError> {
 
 /// What quarantining one file did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Quarantined {
+pub(crate) struct Quarantined {
     pub kept: u64,
     pub moved: u64,
 }
@@ -92,7 +92,7 @@ struct DamagedLine<'a> {
 /// its line number, byte offset, serde's reason and the raw text, and keeps every other byte:
 /// the kept lines are written to a temporary file that replaces the original atomically, after
 /// the quarantine file is synced (a crash in between leaves a line in both, never in neither).
-pub fn quarantine<T: DeserializeOwned>(path: &Path) -> Result<Quarantined, RepairError> {
+pub(crate) fn quarantine<T: DeserializeOwned>(path: &Path) -> Result<Quarantined, RepairError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.repair.tmp",
@@ -184,7 +184,7 @@ pub(super) fn replace_with(
 
 /// Appends a `complete` line (attempt [`REBUILT`]) for each output of `datasets` that the ledger
 /// has not booked, at the output's own cost. Returns how many lines and dollars.
-pub fn rebuild_ledger(
+pub(crate) fn rebuild_ledger(
     dir: &Path,
     datasets: &[String],
     completes: &HashSet<String>,
@@ -216,7 +216,7 @@ pub fn rebuild_ledger(
 
 /// An output directory made ready for a run: what it holds, and what was changed to get there.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub scan: DirScan,
     /// One sentence per change, for the operator.
     pub notes: Vec<String>,
@@ -226,7 +226,7 @@ pub struct Prepared {
 /// `repair`, then cuts torn tails (and with `repair` quarantines damaged lines and rebuilds the
 /// ledger). Nothing is changed when it refuses. The caller must hold the directory's lock.
 /// `write`: false for `run --check`, which changes nothing and says what a run would do.
-pub fn prepare(
+pub(crate) fn prepare(
     dir: &Path,
     datasets: &[String],
     repair: bool,

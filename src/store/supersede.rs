@@ -23,7 +23,7 @@ use super::repair::RepairError;
 use super::scan::{self, LineClass};
 
 /// `A.jsonl` → `A.superseded.jsonl`; `A.rejects.jsonl` → `A.rejects.superseded.jsonl`.
-pub fn superseded_path(path: &Path) -> PathBuf {
+pub(crate) fn superseded_path(path: &Path) -> PathBuf {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let stem = name.strip_suffix(".jsonl").unwrap_or(name);
     path.with_file_name(format!("{stem}.superseded.jsonl"))
@@ -38,7 +38,7 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> RepairError + '_ {
 
 /// Moves each line of `path` (read as `T`) that `pick` chooses to the superseded file, keeping
 /// every other byte (damaged and torn lines included) in place. Returns how many moved.
-pub fn supersede<T: DeserializeOwned>(
+pub(crate) fn supersede<T: DeserializeOwned>(
     path: &Path,
     mut pick: impl FnMut(&T) -> bool,
 ) -> Result<u64, RepairError> {
@@ -124,7 +124,7 @@ fn ids_of(path: &Path) -> Result<std::collections::HashSet<String>, RepairError>
 /// Puts back into `path` the latest superseded line of every id that has no current line in
 /// `path` nor in `other` (the dataset's other file: its rejects for its outputs, and the
 /// reverse): appended, then synced. Returns how many came back.
-pub fn restore_unanswered(path: &Path, other: &Path) -> Result<u64, RepairError> {
+pub(crate) fn restore_unanswered(path: &Path, other: &Path) -> Result<u64, RepairError> {
     let spath = superseded_path(path);
     let archive = match File::open(&spath) {
         Ok(f) => f,

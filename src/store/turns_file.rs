@@ -13,14 +13,14 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
-pub use super::output::{TURNS_FILE, TurnLine, turns_path};
+pub(crate) use super::output::{TURNS_FILE, TurnLine, turns_path};
 
 /// Rows in progress of one dataset: id → its finished turns, in order from the first.
-pub type InProgress = HashMap<String, Vec<TurnLine>>;
+pub(crate) type InProgress = HashMap<String, Vec<TurnLine>>;
 
 /// What the start read of the file.
 #[derive(Debug, Default)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// By dataset name.
     pub rows: HashMap<String, InProgress>,
     /// Lines left out: of finished rows, superseded, out of order, or unreadable.
@@ -31,7 +31,7 @@ pub struct Loaded {
 
 impl Loaded {
     /// Rows and turns kept.
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         let rows = self.rows.values().map(HashMap::len).sum();
         let turns = self
             .rows
@@ -48,7 +48,7 @@ impl Loaded {
 /// later run generated it again), a turn past the chain's end is left out. When anything was
 /// left out, the file is rewritten with what was kept (a temporary file renamed over it).
 /// `rewrite`: false for `run --check`, which changes nothing.
-pub fn load(
+pub(crate) fn load(
     dir: &Path,
     finished: impl Fn(&str, &str) -> bool,
     rewrite: bool,

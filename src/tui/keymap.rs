@@ -5,7 +5,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 /// What a key asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Up,
     Down,
     First,
@@ -36,14 +36,14 @@ pub enum Action {
 
 /// Which keys are live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Normal,
     /// The quit dialog is open: only its own keys act.
     QuitDialog,
 }
 
 /// The action of a key press, if any. Releases (kitty protocol, Windows) act on nothing.
-pub fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
+pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
     if key.kind == KeyEventKind::Release {
         return None;
     }
@@ -86,7 +86,7 @@ pub fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
 
 /// One entry of the footer and of the help overlay.
 #[derive(Clone, Copy, Debug)]
-pub struct KeyHint {
+pub(crate) struct KeyHint {
     /// Keys as the footer shows them on a wide, a medium and an 80-column terminal.
     pub keys: [&'static str; 3],
     /// What they do, in the same three widths.
@@ -98,7 +98,7 @@ pub struct KeyHint {
 
 /// The footer's keys, in order. An entry whose narrow form is empty is folded into the one
 /// before it on narrow terminals.
-pub const HINTS: &[KeyHint] = &[
+pub(crate) const HINTS: &[KeyHint] = &[
     KeyHint {
         keys: ["↑↓/jk", "↑↓", "jk"],
         labels: ["move", "move", "move"],

@@ -7,12 +7,12 @@
 //! - [`view`]: pure drawing of one frame from the state; [`theme`]: 16 ANSI colours, or none
 //!   under `NO_COLOR`.
 
-pub mod keymap;
-pub mod run;
-pub mod state;
-pub mod theme;
+pub(crate) mod keymap;
+pub(crate) mod run;
+pub(crate) mod state;
+pub(crate) mod theme;
 pub mod update;
-pub mod view;
+pub(crate) mod view;
 
 /// Snapshot fixtures for the view tests and the frame benchmark.
 #[doc(hidden)]

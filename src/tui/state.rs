@@ -110,7 +110,7 @@ pub struct Status {
 }
 
 /// Snapshots a status message stays for (about three seconds).
-pub const STATUS_TTL: u8 = 15;
+pub(crate) const STATUS_TTL: u8 = 15;
 
 #[derive(Clone, Debug)]
 pub struct UiState {
@@ -205,13 +205,13 @@ impl UiState {
 /// Whether the operator and the policy let the endpoint serve, health aside: an open breaker
 /// or a 429 wait keeps the mark `[x]` (the why-off column says it is resting). The engine
 /// decides it; space flips exactly this.
-pub fn included(e: &EndpointSnap) -> bool {
+pub(crate) fn included(e: &EndpointSnap) -> bool {
     e.included
 }
 
 /// The endpoints in the order of `sort`; ties by tag, so the order is stable between
 /// snapshots.
-pub fn sorted_endpoints(s: &Snapshot, sort: Sort) -> Vec<&EndpointSnap> {
+pub(crate) fn sorted_endpoints(s: &Snapshot, sort: Sort) -> Vec<&EndpointSnap> {
     let mut v: Vec<&EndpointSnap> = s.endpoints.iter().collect();
     v.sort_by(|a, b| {
         let o = match sort.column {

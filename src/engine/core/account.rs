@@ -15,17 +15,17 @@ use std::time::{Duration, Instant};
 /// A 402 cuts the ceiling to this share of the streams running when it came back.
 const DECREASE: f64 = 0.75;
 /// No raise before this long without a 402.
-pub const QUIET: Duration = Duration::from_secs(60);
+pub(crate) const QUIET: Duration = Duration::from_secs(60);
 /// Between two raises.
-pub const RAISE_EVERY: Duration = Duration::from_secs(15);
+pub(crate) const RAISE_EVERY: Duration = Duration::from_secs(15);
 /// Each raise adds this share of the configured concurrency (at least one stream).
 const RAISE_SHARE: f64 = 0.05;
 /// The ceiling never goes below this: a handful of streams always fit a funded account.
-pub const MIN_CEILING: u32 = 4;
+pub(crate) const MIN_CEILING: u32 = 4;
 
 /// What changed, for the event log.
 #[derive(Clone, Debug, PartialEq)]
-pub enum GateChange {
+pub(crate) enum GateChange {
     /// A new wave of 402s: OpenRouter paused for `wait`, and the ceiling lowered.
     Lowered {
         ceiling: Option<u32>,
@@ -85,7 +85,7 @@ impl std::fmt::Display for GateChange {
 
 /// The learned state. All times are passed in.
 #[derive(Clone, Debug, Default)]
-pub struct AccountGate {
+pub(crate) struct AccountGate {
     /// No OpenRouter request before this.
     paused_until: Option<Instant>,
     /// The learned ceiling on OpenRouter streams; `None` until a 402 teaches one.
@@ -101,7 +101,7 @@ pub struct AccountGate {
 }
 
 impl AccountGate {
-    pub fn new(learn: bool) -> Self {
+    pub(crate) fn new(learn: bool) -> Self {
         AccountGate {
             learn,
             ..AccountGate::default()
@@ -109,7 +109,7 @@ impl AccountGate {
     }
 
     /// May one more OpenRouter stream start, with `running` of them in flight?
-    pub fn admits(&self, running: u32, now: Instant) -> bool {
+    pub(crate) fn admits(&self, running: u32, now: Instant) -> bool {
         self.paused_until.is_none_or(|t| now >= t) && self.ceiling.is_none_or(|c| running < c)
     }
 
@@ -117,7 +117,7 @@ impl AccountGate {
     /// flight (the refused one included). The first of a wave pauses OpenRouter for `wait`
     /// (and is reported); every one lowers the ceiling to 0.75 x `running` if that is lower,
     /// so the wave's last sets it from what the account admitted.
-    pub fn on_budget_402(
+    pub(crate) fn on_budget_402(
         &mut self,
         running: u32,
         wait: Duration,
@@ -146,7 +146,7 @@ impl AccountGate {
 
     /// A tick: after a quiet spell, raises the ceiling by a step every [`RAISE_EVERY`]; at the
     /// configured `concurrency` the ceiling goes away.
-    pub fn tick(&mut self, concurrency: u32, now: Instant) -> Option<GateChange> {
+    pub(crate) fn tick(&mut self, concurrency: u32, now: Instant) -> Option<GateChange> {
         if self.wave > 0 && self.paused_until.is_some_and(|t| now >= t) {
             // The pause is over: say what the wave taught.
             let refused = std::mem::take(&mut self.wave);
@@ -176,25 +176,25 @@ impl AccountGate {
 
     /// When one more OpenRouter stream may start, with `running` in flight: now, the end of
     /// the pause, or `None` while the ceiling is reached (a stream's end decides).
-    pub fn open_at(&self, running: u32, now: Instant) -> Option<Instant> {
+    pub(crate) fn open_at(&self, running: u32, now: Instant) -> Option<Instant> {
         if self.ceiling.is_some_and(|c| running >= c) {
             return None;
         }
         Some(self.paused_until.map_or(now, |t| t.max(now)))
     }
 
-    pub fn ceiling(&self) -> Option<u32> {
+    pub(crate) fn ceiling(&self) -> Option<u32> {
         self.ceiling
     }
 
     /// How long OpenRouter traffic stays paused from `now`, if it is.
-    pub fn paused_for(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn paused_for(&self, now: Instant) -> Option<Duration> {
         self.paused_until
             .and_then(|t| t.checked_duration_since(now))
             .filter(|d| !d.is_zero())
     }
 
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits
     }
 }

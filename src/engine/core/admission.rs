@@ -29,7 +29,7 @@ impl Core {
     /// first, so the mean of the first finishers is biased low: until as many have finished as
     /// are in flight (a whole wave), the estimate is never below a prior of
     /// min(max_tokens, 2048).
-    pub fn expected_output_tokens(&self, d: usize) -> u64 {
+    pub(crate) fn expected_output_tokens(&self, d: usize) -> u64 {
         let ds = &self.admission.datasets[d];
         let prior = u64::from(ds.params.max_tokens).min(2048);
         let mean = (ds.finished_here > 0).then(|| ds.output_tokens_here / ds.finished_here);
@@ -41,7 +41,7 @@ impl Core {
     }
 
     /// Whether dataset `d` takes another fresh prompt.
-    pub fn admitting(&self, d: usize) -> bool {
+    pub(crate) fn admitting(&self, d: usize) -> bool {
         let ds = &self.admission.datasets[d];
         if ds.exhausted {
             return false;
@@ -61,12 +61,12 @@ impl Core {
     }
 
     /// Nothing in flight or waiting, and nothing more to take.
-    pub fn dataset_finished(&self, d: usize) -> bool {
+    pub(crate) fn dataset_finished(&self, d: usize) -> bool {
         let ds = &self.admission.datasets[d];
         ds.in_flight == 0 && ds.retries_pending == 0 && (ds.exhausted || !self.admitting(d))
     }
 
-    pub fn all_finished(&self) -> bool {
+    pub(crate) fn all_finished(&self) -> bool {
         (0..self.admission.datasets.len()).all(|d| self.dataset_finished(d))
     }
 

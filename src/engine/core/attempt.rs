@@ -10,7 +10,7 @@ use crate::store::output::SpendEntry;
 
 /// One attempt to start.
 #[derive(Debug)]
-pub struct Dispatch {
+pub(crate) struct Dispatch {
     pub key: u64,
     pub dataset: usize,
     pub prompt_id: String,
@@ -26,14 +26,13 @@ pub struct Dispatch {
     /// The endpoints it may reach.
     pub over: Vec<usize>,
     pub prompt_tokens: u64,
-    pub expected: Usd,
     /// The `dispatched` line, written before the request leaves.
     pub ledger: SpendEntry,
 }
 
 /// How one attempt ended.
 #[derive(Debug)]
-pub enum AttemptOutcome {
+pub(crate) enum AttemptOutcome {
     Done(Box<Completion>),
     Failed(ApiError),
     /// We closed it: stop-now or the dollar cap.
@@ -41,14 +40,12 @@ pub enum AttemptOutcome {
 }
 
 #[derive(Debug)]
-pub struct AttemptResult {
+pub(crate) struct AttemptResult {
     pub key: u64,
     pub outcome: AttemptOutcome,
     /// The endpoint that served (pinned, or named by the stream), when known.
     pub endpoint: Option<usize>,
     pub streamed_tokens: u64,
-    /// Our estimate of what this attempt cost so far (prompt + streamed tokens).
-    pub accrued_pico: i64,
     /// What the worker booked into the confirmed spend: the reported cost of a finished
     /// response, our estimate for one we closed (cancelled, timed out), zero otherwise.
     pub booked_pico: i64,

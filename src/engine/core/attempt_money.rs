@@ -44,7 +44,7 @@ pub(crate) fn close_at_cap(cancel_stops_billing: Option<bool>) -> bool {
 
 /// Failures that end a stream early without an error finish reason: once tokens were sent,
 /// OpenRouter bills them (zero completion insurance covers error finishes and empty answers).
-pub fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
+pub(crate) fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {
     use crate::openrouter::ErrorKind;
     matches!(kind, ErrorKind::Connection | ErrorKind::Truncated)
 }

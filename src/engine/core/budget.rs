@@ -31,7 +31,7 @@ pub(super) struct Budget {
 
 /// Whether one more request fits under the dollar budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fits {
+pub(super) enum Fits {
     Yes,
     /// Not now: requests in flight will settle what they really cost first.
     Wait,
@@ -41,7 +41,7 @@ pub enum Fits {
 
 impl Core {
     /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
-    pub fn committed_pico(&self, live: &Live) -> i64 {
+    pub(crate) fn committed_pico(&self, live: &Live) -> i64 {
         live.spent_pico + live.accrued_pico + self.budget.reserved_pico
     }
 

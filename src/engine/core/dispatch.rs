@@ -205,7 +205,6 @@ impl Core {
             fee,
             over: route.over.clone(),
             prompt_tokens,
-            expected,
             ledger,
         })));
         self.in_flight.insert(
@@ -232,7 +231,7 @@ impl Core {
 }
 
 /// Prompt tokens as estimated without a tokenizer: ~4 characters a token, plus 4 per message.
-pub fn estimate_prompt_tokens(messages: &[Message]) -> u64 {
+pub(super) fn estimate_prompt_tokens(messages: &[Message]) -> u64 {
     messages
         .iter()
         .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)

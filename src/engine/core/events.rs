@@ -19,7 +19,7 @@ use super::{Clock, Core, Port};
 
 /// What happened, for the core to decide on.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     // The driver.
     /// What an earlier run's crash left is booked: requests may start.
     Begin,
@@ -72,7 +72,7 @@ pub enum Event {
 
 /// What the driver must do.
 #[derive(Debug)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Write the attempt's `dispatched` ledger line, then start it.
     Spawn(Box<Dispatch>),
     /// Append a ledger line.
@@ -112,7 +112,7 @@ pub enum Effect {
 impl Core {
     /// Decides on `event` at `now`, then (once begun) starts what fits; returns what the
     /// driver must do. The core's only door that changes it.
-    pub fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
+    pub(crate) fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
         match event {
             Event::Begin => self.life.begun = true,
             Event::Wake => {}

@@ -9,9 +9,9 @@
 //! request is routed), `outcome` (what an attempt's result means: book, keep, retry, reject,
 //! stop), `control` (operator commands, listing refreshes, quality findings, crash leftovers).
 
-pub mod account;
+pub(crate) mod account;
 mod admission;
-pub mod attempt;
+pub(crate) mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
@@ -29,7 +29,7 @@ mod row;
 mod systematic;
 #[cfg(test)]
 mod tests;
-pub mod think;
+pub(crate) mod think;
 pub(crate) mod turns;
 pub(crate) mod verdict;
 
@@ -52,11 +52,11 @@ use super::reason::StopReason;
 use super::snapshot::EventLine;
 use crate::policy::PolicyConfig;
 
-pub use super::clock::Clock;
-pub use attempt::Dispatch;
-pub use events::{Effect, Event};
-pub use port::{Live, Port};
-pub use routing::Route;
+pub(crate) use super::clock::Clock;
+pub(crate) use attempt::Dispatch;
+pub(crate) use events::{Effect, Event};
+pub(crate) use port::{Live, Port};
+pub(crate) use routing::Route;
 pub(crate) use verdict::reject_kinds;
 
 /// Most closed streams looked up for reconciliation (a cap hit closes at most `concurrency`).
@@ -101,7 +101,7 @@ impl Ord for Pending {
 
 /// What the core knows of one dataset.
 #[derive(Clone, Debug, Default)]
-pub struct DatasetBook {
+pub(crate) struct DatasetBook {
     pub name: String,
     pub params: RequestParams,
     pub system_prompt: Option<String>,
@@ -164,7 +164,7 @@ struct InFlight {
 
 /// What the latest listing says of an endpoint (refreshed every `catalog_refresh_s`).
 #[derive(Clone, Debug)]
-pub struct Listed {
+pub(crate) struct Listed {
     pub status: Option<i64>,
     pub uptime_30m: Option<f64>,
     /// Still in the listing (own servers always are).
@@ -172,7 +172,7 @@ pub struct Listed {
 }
 
 /// The decision state of a run.
-pub struct Core {
+pub(crate) struct Core {
     cfg: Config,
     /// Which prompt goes next, and each dataset's book.
     admission: admission::Admission,
@@ -219,7 +219,7 @@ struct Lifecycle {
 impl Core {
     /// A core for `cfg` over `endpoints`; `carried_over` is what earlier runs of the output
     /// directory spent; `run_id` prefixes attempt names.
-    pub fn new(
+    pub(crate) fn new(
         cfg: Config,
         datasets: Vec<DatasetBook>,
         endpoints: Arc<Vec<RunEndpoint>>,
@@ -291,7 +291,7 @@ impl Core {
         self.journal.push(now, text.into());
     }
 
-    pub fn elapsed_s(&self, now: &Clock) -> f64 {
+    pub(crate) fn elapsed_s(&self, now: &Clock) -> f64 {
         self.journal.elapsed_s(now)
     }
 
@@ -352,13 +352,13 @@ impl Core {
     }
 
     /// Nothing is in flight and either every dataset is finished or the run is stopping.
-    pub fn is_over(&self) -> bool {
+    pub(crate) fn is_over(&self) -> bool {
         self.in_flight.is_empty() && (self.life.stopping.is_some() || self.all_finished())
     }
 
     /// When the driver must wake for the core even if nothing happens: a retry falls due, or
     /// the rate cap lets the next request go. `None` while paused.
-    pub fn next_wake(&self, now: &Clock) -> Option<Instant> {
+    pub(crate) fn next_wake(&self, now: &Clock) -> Option<Instant> {
         if self.life.paused {
             return None;
         }
@@ -381,7 +381,7 @@ impl Core {
     /// less its age, at least zero; the longest of them. `None` with nothing in flight or no
     /// request of their datasets done yet (nothing to go by). A drain shows it as its own
     /// progress.
-    pub fn longest_remaining(
+    pub(crate) fn longest_remaining(
         &self,
         now: &Clock,
         usual: impl Fn(usize) -> Option<std::time::Duration>,
@@ -396,7 +396,7 @@ impl Core {
     }
 
     /// The dataset of attempt `key` and the endpoint it is pinned to, while it is in flight.
-    pub fn attempt_info(&self, key: u64) -> Option<(usize, Option<usize>)> {
+    pub(crate) fn attempt_info(&self, key: u64) -> Option<(usize, Option<usize>)> {
         self.in_flight
             .get(&key)
             .map(|f| (f.job.dataset, f.endpoint))
@@ -404,87 +404,89 @@ impl Core {
 
     // Read access for the snapshot.
 
-    pub fn datasets(&self) -> &[DatasetBook] {
+    pub(crate) fn datasets(&self) -> &[DatasetBook] {
         &self.admission.datasets
     }
-    pub fn endpoints(&self) -> &Arc<Vec<RunEndpoint>> {
+    pub(crate) fn endpoints(&self) -> &Arc<Vec<RunEndpoint>> {
         &self.fleet.endpoints
     }
-    pub fn listed(&self, i: usize) -> &Listed {
+    pub(crate) fn listed(&self, i: usize) -> &Listed {
         &self.fleet.listed[i]
     }
-    pub fn operator(&self, i: usize) -> Option<bool> {
+    pub(crate) fn operator(&self, i: usize) -> Option<bool> {
         self.fleet.operator[i]
     }
-    pub fn health(&self, i: usize) -> &Health {
+    pub(crate) fn health(&self, i: usize) -> &Health {
         &self.fleet.health[i]
     }
-    pub fn policy(&self) -> &PolicyConfig {
+    pub(crate) fn policy(&self) -> &PolicyConfig {
         &self.fleet.policy
     }
-    pub fn native(&self) -> &Quantization {
+    pub(crate) fn native(&self) -> &Quantization {
         &self.fleet.native
     }
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.cfg
     }
-    pub fn stopping(&self) -> Option<&StopReason> {
+    pub(crate) fn stopping(&self) -> Option<&StopReason> {
         self.life.stopping.as_ref()
     }
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.life.failed
     }
-    pub fn stopped_now(&self) -> bool {
+    pub(crate) fn stopped_now(&self) -> bool {
         self.life.stopped_now
     }
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         self.life.paused
     }
-    pub fn concurrency(&self) -> u32 {
+    pub(crate) fn concurrency(&self) -> u32 {
         self.concurrency
     }
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
     /// How long the run has been in the dollar budget's last stretch (worst-case
     /// reservations holding requests back), once it entered it.
-    pub fn last_stretch(&self, now: &Clock) -> Option<std::time::Duration> {
+    pub(crate) fn last_stretch(&self, now: &Clock) -> Option<std::time::Duration> {
         self.budget
             .last_stretch
             .map(|t| now.mono.saturating_duration_since(t))
     }
 
     /// The recent share of answers cut while thinking, while it is high enough to warn of.
-    pub fn cut_thinking_alarm(&self) -> Option<f64> {
+    pub(crate) fn cut_thinking_alarm(&self) -> Option<f64> {
         self.cut_watch.alarming()
     }
 
-    pub fn retries(&self) -> u64 {
+    pub(crate) fn retries(&self) -> u64 {
         self.admission.retries
     }
-    pub fn retry_queue_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn retry_queue_empty(&self) -> bool {
         self.admission.retry.is_empty()
     }
-    pub fn carried_over(&self) -> Usd {
+    pub(crate) fn carried_over(&self) -> Usd {
         self.budget.carried_over
     }
-    pub fn budget_pico(&self) -> i64 {
+    pub(crate) fn budget_pico(&self) -> i64 {
         self.budget.budget_pico
     }
-    pub fn reserved_pico(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn reserved_pico(&self) -> i64 {
         self.budget.reserved_pico
     }
-    pub fn events(&self) -> &VecDeque<EventLine> {
+    pub(crate) fn events(&self) -> &VecDeque<EventLine> {
         self.journal.events()
     }
 
     /// The account's gate: the learned ceiling on OpenRouter streams, its 402s, its pause.
-    pub fn account(&self) -> &account::AccountGate {
+    pub(crate) fn account(&self) -> &account::AccountGate {
         &self.budget.account
     }
 
     /// Events logged since the start (the log keeps the last ones).
-    pub fn events_total(&self) -> u64 {
+    pub(crate) fn events_total(&self) -> u64 {
         self.journal.total()
     }
 }

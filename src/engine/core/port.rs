@@ -8,14 +8,14 @@ use crate::store::prompts::{Prompt, PromptError};
 /// endpoint has in flight (the workers attribute OpenRouter-routed ones as the stream names
 /// its provider).
 #[derive(Clone, Debug, Default)]
-pub struct Live {
+pub(crate) struct Live {
     pub spent_pico: i64,
     pub accrued_pico: i64,
     pub endpoint_in_flight: Vec<u64>,
 }
 
 /// Where the core reads the driver's world.
-pub trait Port {
+pub(crate) trait Port {
     /// The next line of dataset `dataset`'s prompts (`None` at their end).
     fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>>;
     /// The workers' counters now.

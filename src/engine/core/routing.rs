@@ -39,7 +39,7 @@ pub(super) struct Fleet {
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Route {
+pub(crate) struct Route {
     /// The endpoint it is pinned to (pinned routing, or an own server).
     pub pinned: Option<usize>,
     /// The `provider` object for OpenRouter (none for an own server).
@@ -75,7 +75,7 @@ impl Core {
     }
 
     /// Allowed by the operator and the policy (health and listing aside): the include mark.
-    pub fn permitted(&self, i: usize) -> bool {
+    pub(crate) fn permitted(&self, i: usize) -> bool {
         match self.fleet.operator[i] {
             Some(v) => v,
             None => self.fleet.verdicts.get(i).is_none_or(Option::is_none),
@@ -83,7 +83,7 @@ impl Core {
     }
 
     /// Why endpoint `i` takes no request now, if it does not.
-    pub fn off_reason(&self, i: usize, now: &Clock) -> Option<OffReason> {
+    pub(crate) fn off_reason(&self, i: usize, now: &Clock) -> Option<OffReason> {
         if !self.fleet.listed[i].present {
             return Some(OffReason::Gone);
         }

@@ -110,7 +110,8 @@ impl Core {
     }
 
     /// Prompts whose rejects are held now.
-    pub fn held_rejects(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held_rejects(&self) -> usize {
         self.streak.held.len()
     }
 }

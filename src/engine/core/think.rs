@@ -5,7 +5,7 @@
 //! happens before the row is written.
 
 /// Splits `content` at its think block: `(answer, thinking)` when there is one.
-pub fn split(content: &str) -> Option<(String, String)> {
+pub(crate) fn split(content: &str) -> Option<(String, String)> {
     let close = content.find("</think>")?;
     let before = &content[..close];
     let thinking = before
@@ -22,7 +22,7 @@ pub fn split(content: &str) -> Option<(String, String)> {
 
 /// The answer and reasoning to keep: an inline block moves into the reasoning (after what the
 /// provider already parsed, if anything). Returns whether it split.
-pub fn clean(content: String, reasoning: Option<String>) -> (String, Option<String>, bool) {
+pub(crate) fn clean(content: String, reasoning: Option<String>) -> (String, Option<String>, bool) {
     match split(&content) {
         None => (content, reasoning, false),
         Some((answer, inline)) => {

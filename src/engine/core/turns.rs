@@ -16,7 +16,7 @@ use crate::store::turns_file::TurnLine;
 
 /// A turn the model has written.
 #[derive(Clone, Debug, PartialEq)]
-pub struct DoneTurn {
+pub(crate) struct DoneTurn {
     pub content: String,
     pub reasoning: Option<String>,
     pub record: TurnRecord,
@@ -27,7 +27,7 @@ pub struct DoneTurn {
 /// every prompt on one). Two assistants in a row would send a request ending on an assistant
 /// turn (a prefill), two users in a row a row the trainer's validator refuses: both paid for,
 /// then thrown away (reliability-probe-3 D14). Said before anything is sent.
-pub fn shape_error(prompt: &Prompt) -> Option<String> {
+pub(crate) fn shape_error(prompt: &Prompt) -> Option<String> {
     let mut want = "user";
     for (i, m) in prompt.messages.iter().enumerate() {
         if i == 0 && m.role == "system" {
@@ -48,13 +48,13 @@ pub fn shape_error(prompt: &Prompt) -> Option<String> {
 
 /// How many assistant turns the model writes for `prompt`: one per assistant message in it
 /// (each replaced), then the answer to its last user turn.
-pub fn turns_to_generate(prompt: &Prompt) -> usize {
+pub(crate) fn turns_to_generate(prompt: &Prompt) -> usize {
     request_ends(prompt, Turns::All).len()
 }
 
 /// The dataset's system prompt, first in `prompt` when it has no system turn of its own: what
 /// the engine sends (and what `estimate` counts).
-pub fn with_system_prompt(prompt: &mut Prompt, system: Option<&str>) {
+pub(crate) fn with_system_prompt(prompt: &mut Prompt, system: Option<&str>) {
     if let Some(sys) = system
         && prompt.messages.first().is_none_or(|m| m.role != "system")
     {
@@ -66,7 +66,7 @@ pub fn with_system_prompt(prompt: &mut Prompt, system: Option<&str>) {
 /// own assistant turns standing in for the answers the model writes before it. One request
 /// (the whole prompt) under `turns = "last"`; one per assistant turn, then the last, under
 /// `"all"`.
-pub fn request_ends(prompt: &Prompt, turns: Turns) -> Vec<usize> {
+pub(crate) fn request_ends(prompt: &Prompt, turns: Turns) -> Vec<usize> {
     let n = prompt.messages.len();
     match turns {
         Turns::Last => vec![n],
@@ -80,7 +80,7 @@ pub fn request_ends(prompt: &Prompt, turns: Turns) -> Vec<usize> {
 
 /// The messages of the request for the next turn: the prompt up to its next assistant turn (all
 /// of it for the last turn), with the turns done in place of the dataset's own.
-pub fn next_request(prompt: &Prompt, done: &[DoneTurn]) -> Vec<Message> {
+pub(crate) fn next_request(prompt: &Prompt, done: &[DoneTurn]) -> Vec<Message> {
     let mut out = Vec::with_capacity(prompt.messages.len());
     let mut k = 0;
     for m in &prompt.messages {
@@ -99,7 +99,7 @@ pub fn next_request(prompt: &Prompt, done: &[DoneTurn]) -> Vec<Message> {
 
 /// The row's conversation: the messages that were sent for the last turn (every earlier
 /// assistant turn the model's, with its reasoning), then the last answer.
-pub fn conversation(prompt: &Prompt, done: &[DoneTurn], last: Turn) -> Vec<Turn> {
+pub(crate) fn conversation(prompt: &Prompt, done: &[DoneTurn], last: Turn) -> Vec<Turn> {
     let mut out = Vec::with_capacity(prompt.messages.len() + 1);
     let mut k = 0;
     for m in &prompt.messages {
@@ -125,7 +125,7 @@ pub fn conversation(prompt: &Prompt, done: &[DoneTurn], last: Turn) -> Vec<Turn>
 }
 
 /// The row's usage: the sums of its turns' (reported only when every turn's was).
-pub fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
+pub(crate) fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
     RecordUsage {
         prompt_tokens: turns.iter().map(|t| t.usage.prompt_tokens).sum(),
         completion_tokens: turns.iter().map(|t| t.usage.completion_tokens).sum(),
@@ -143,7 +143,7 @@ pub fn total_usage(turns: &[TurnRecord]) -> RecordUsage {
 }
 
 /// The turns file's line of `done`, the `turn`th assistant turn of `prompt`'s row.
-pub fn line_of(dataset: &str, prompt: &Prompt, turn: usize, done: &DoneTurn) -> TurnLine {
+pub(crate) fn line_of(dataset: &str, prompt: &Prompt, turn: usize, done: &DoneTurn) -> TurnLine {
     TurnLine {
         dataset: dataset.to_string(),
         id: prompt.id.clone(),
@@ -158,7 +158,7 @@ pub fn line_of(dataset: &str, prompt: &Prompt, turn: usize, done: &DoneTurn) -> 
 /// The turns an earlier run finished of `prompt`'s row (`chain`, from its turns file), to
 /// continue from: all of them while the row's conversation is the one they were written for
 /// and they leave a turn to write; none otherwise (the row starts again).
-pub fn resumed(prompt: &Prompt, chain: Vec<TurnLine>) -> Vec<DoneTurn> {
+pub(crate) fn resumed(prompt: &Prompt, chain: Vec<TurnLine>) -> Vec<DoneTurn> {
     let same = chain
         .iter()
         .all(|t| t.conversation == content_id(&prompt.messages));

@@ -511,7 +511,7 @@ impl ErrorBody {
 }
 
 /// `Retry-After` as delta-seconds (what OpenRouter sends) or an HTTP date.
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<f64>() {
         if secs.is_finite() && secs >= 0.0 {

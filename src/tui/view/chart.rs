@@ -13,7 +13,7 @@ use crate::engine::snapshot::HistoryPoint;
 use super::super::state::UiState;
 use super::text::{grouped_f64, rate};
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let h = &state.snapshot.history;
     let outer = Block::bordered().border_style(t.border);

@@ -176,7 +176,7 @@ fn cell(c: Col, d: &DatasetSnap, w: u16, selected: bool, t: &Theme) -> Line<'sta
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let s = &state.snapshot;
     let focused = state.focus == Pane::Datasets;

@@ -24,7 +24,7 @@ fn event_line(e: &EventLine, w: u16, t: &Theme) -> Line<'static> {
     ])
 }
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let block = Block::bordered()
         .border_style(t.border)
@@ -46,7 +46,7 @@ pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
-pub fn render_fold(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render_fold(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let Some(e) = state.snapshot.events.last() else {
         return;

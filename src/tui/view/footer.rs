@@ -35,7 +35,7 @@ fn hints(form: usize, paused: bool, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let paused = state.snapshot.state == RunState::Paused;
     let status = state.status.as_ref().map(|s| s.text.as_str());

@@ -17,7 +17,7 @@ fn plain(s: &str) -> bool {
 }
 
 /// Draws `line` in the first row of `area`, as `line.render(area, buf)` does.
-pub fn line(buf: &mut Buffer, area: Rect, line: &Line) {
+pub(super) fn line(buf: &mut Buffer, area: Rect, line: &Line) {
     let area = area.intersection(buf.area);
     if area.is_empty() {
         return;
@@ -70,7 +70,7 @@ fn style_row(buf: &mut Buffer, area: Rect, style: Style) {
 }
 
 /// One row of a [`table`]: its style (over the whole row, gaps included) and its cells.
-pub struct Row<'a> {
+pub(super) struct Row<'a> {
     pub style: Style,
     pub cells: Vec<Line<'a>>,
 }
@@ -78,7 +78,7 @@ pub struct Row<'a> {
 /// Draws a header and rows in `area` with columns of `widths` one cell apart, as ratatui's
 /// `Table` does with `Constraint::Length` columns that fit, `column_spacing(1)` and rows of
 /// height 1: the header on the first line, the rows below, as many as fit.
-pub fn table(buf: &mut Buffer, area: Rect, widths: &[u16], header: &Row, rows: &[Row]) {
+pub(super) fn table(buf: &mut Buffer, area: Rect, widths: &[u16], header: &Row, rows: &[Row]) {
     let area = area.intersection(buf.area);
     if area.is_empty() {
         return;

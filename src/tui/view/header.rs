@@ -112,7 +112,7 @@ const TRIES: [Opts; 10] = [
 ];
 
 /// Draws the header; returns whether it shows the model (else the providers title does).
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) -> bool {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) -> bool {
     let last = TRIES[TRIES.len() - 1];
     let (opts, line) = TRIES
         .iter()

@@ -9,7 +9,7 @@ use super::super::keymap::HINTS;
 use super::super::state::UiState;
 use super::overlay;
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let key_w = HINTS
         .iter()

@@ -14,7 +14,7 @@ mod header;
 mod help;
 mod providers;
 mod quit;
-pub mod text;
+pub(crate) mod text;
 mod too_small;
 
 use ratatui::Frame;
@@ -25,8 +25,8 @@ use crate::engine::snapshot::Snapshot;
 use super::state::UiState;
 
 /// The smallest terminal the TUI draws its screen on; below it says how big it must be.
-pub const MIN_WIDTH: u16 = 80;
-pub const MIN_HEIGHT: u16 = 24;
+pub(crate) const MIN_WIDTH: u16 = 80;
+pub(crate) const MIN_HEIGHT: u16 = 24;
 
 /// Below this width the chart, when shown, goes under the datasets instead of beside them.
 const SIDE_BY_SIDE_WIDTH: u16 = 140;
@@ -45,7 +45,7 @@ const EVENTS_PLENTY: u16 = 12;
 
 /// Where each part goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub header: Rect,
     /// The latest event, under the header, when there is no room for the event pane.
     pub fold: Option<Rect>,
@@ -57,7 +57,7 @@ pub struct Plan {
 }
 
 /// Lays out a screen of at least [`MIN_WIDTH`] x [`MIN_HEIGHT`].
-pub fn plan(area: Rect, s: &Snapshot) -> Plan {
+pub(crate) fn plan(area: Rect, s: &Snapshot) -> Plan {
     let n_ep = s.endpoints.len().min(1000) as u16;
     let n_ds = s.datasets.len().min(1000) as u16;
     let body = area.height.saturating_sub(2);
@@ -210,6 +210,6 @@ mod tests;
 
 /// The engine loop's lag as the header shows it: in 5 ms steps (the jitter below that says
 /// nothing, and would redraw an idle screen at every tick).
-pub fn lag_shown(ms: f64) -> f64 {
+pub(crate) fn lag_shown(ms: f64) -> f64 {
     (ms / 5.0).round() * 5.0
 }

@@ -175,7 +175,7 @@ fn text(c: Col, e: &EndpointSnap, quant_w: usize) -> String {
 
 /// A reason that fits `w`: whole, else without its `policy: ` / `down: ` prefix (the rest
 /// still says what is wrong), else cut with `…`.
-pub fn fit_reason(reason: &str, w: u16) -> String {
+pub(super) fn fit_reason(reason: &str, w: u16) -> String {
     if width(reason) <= w {
         return reason.to_string();
     }
@@ -268,7 +268,7 @@ fn cell(
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) {
     let t = &state.theme;
     let s = &state.snapshot;
     let order = state.endpoints();

@@ -11,7 +11,7 @@ use super::super::state::UiState;
 use super::overlay;
 use super::text::count;
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let s = &state.snapshot;
     let draining = state.shutdown == Some(ShutdownMode::Drain);

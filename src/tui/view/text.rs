@@ -7,7 +7,7 @@ use ratatui::text::Span;
 use crate::domain::{Usd, group_thousands};
 
 /// Display width of a string in terminal cells (wide characters count two).
-pub fn width(s: &str) -> u16 {
+pub(crate) fn width(s: &str) -> u16 {
     Span::raw(s).width().min(usize::from(u16::MAX)) as u16
 }
 
@@ -17,7 +17,7 @@ fn char_width(c: char) -> usize {
 }
 
 /// `s` cut to `w` cells, ending in `…` when cut.
-pub fn truncate(s: &str, w: u16) -> String {
+pub(crate) fn truncate(s: &str, w: u16) -> String {
     let w = usize::from(w);
     if Span::raw(s).width() <= w {
         return s.to_string();
@@ -41,7 +41,7 @@ pub fn truncate(s: &str, w: u16) -> String {
 
 /// One column of a table whose columns come and go with the width.
 #[derive(Clone, Copy, Debug)]
-pub struct ColSpec {
+pub(crate) struct ColSpec {
     /// Narrowest useful width.
     pub min: u16,
     /// Width of the widest content (and header).
@@ -55,7 +55,7 @@ pub struct ColSpec {
     pub flex: bool,
 }
 
-pub const MUST: u8 = u8::MAX;
+pub(crate) const MUST: u8 = u8::MAX;
 
 /// Which columns fit in `width` (with `gap` cells between columns) and how wide each is:
 /// `None` for a dropped column. Columns are dropped lowest `keep` first until the others fit
@@ -63,14 +63,14 @@ pub const MUST: u8 = u8::MAX;
 /// must stay do not fit whole are they narrowed toward their `min`. The width left is handed
 /// out in `keep` order up to each column's `want`, then all of the rest to the flex columns.
 /// The columns `fit` kept, with their widths.
-pub fn shown<C: Copy>(cols: &[C], widths: &[Option<u16>]) -> Vec<(C, u16)> {
+pub(crate) fn shown<C: Copy>(cols: &[C], widths: &[Option<u16>]) -> Vec<(C, u16)> {
     cols.iter()
         .zip(widths)
         .filter_map(|(c, w)| w.map(|w| (*c, w)))
         .collect()
 }
 
-pub fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
+pub(crate) fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
     let mut shown = vec![true; cols.len()];
     // Width of the shown columns, each whole (flex columns at `min`) or all at `min`.
     let total = |shown: &[bool], whole: bool| -> u32 {
@@ -135,7 +135,7 @@ pub fn fit(cols: &[ColSpec], width: u16, gap: u16) -> Vec<Option<u16>> {
 }
 
 /// `$11.92`; `<$0.01` for dust; `-` for nothing.
-pub fn money(u: Usd) -> String {
+pub(crate) fn money(u: Usd) -> String {
     let v = u.as_f64();
     if u == Usd::ZERO {
         "-".into()
@@ -147,7 +147,7 @@ pub fn money(u: Usd) -> String {
 }
 
 /// `1,234.56`.
-pub fn grouped_f64(v: f64, decimals: usize) -> String {
+pub(crate) fn grouped_f64(v: f64, decimals: usize) -> String {
     let s = format!("{:.*}", decimals, v.abs());
     let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
     let int = int
@@ -163,12 +163,12 @@ pub fn grouped_f64(v: f64, decimals: usize) -> String {
 }
 
 /// A whole count with thousands separators.
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     group_thousands(n)
 }
 
 /// A rate rounded to a whole number, `-` when zero.
-pub fn rate(v: f64) -> String {
+pub(crate) fn rate(v: f64) -> String {
     if !v.is_finite() || v <= 0.0 {
         "-".into()
     } else {
@@ -177,7 +177,7 @@ pub fn rate(v: f64) -> String {
 }
 
 /// Compact token count: `950`, `12.3k`, `9.1M`.
-pub fn tokens(n: u64) -> String {
+pub(crate) fn tokens(n: u64) -> String {
     if n >= 1_000_000 {
         let m = n as f64 / 1e6;
         if m >= 100.0 || (m.fract() < 0.05 && m >= 10.0) {
@@ -196,7 +196,7 @@ pub fn tokens(n: u64) -> String {
 
 /// A text bar `width` cells wide: `█` done, `▒` expected (e.g. projected), `░` the rest.
 /// The characters differ, so the bar reads without colour.
-pub fn bar(
+pub(crate) fn bar(
     ratio: f64,
     expected: Option<f64>,
     width: u16,

@@ -8,7 +8,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use super::super::state::UiState;
 use super::{MIN_HEIGHT, MIN_WIDTH, centered};
 
-pub fn render(frame: &mut Frame, area: Rect, state: &UiState) {
+pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     let t = &state.theme;
     let s = &state.snapshot;
     let lines = vec![

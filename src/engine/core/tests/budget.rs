@@ -31,7 +31,15 @@ fn committed_is_spent_plus_accrued_plus_reserved() {
     let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a", "b", "c"]]);
     let sent = h.dispatch();
     assert_eq!(sent.len(), 3);
-    let expected: i64 = sent.iter().map(|d| d.expected.pico()).sum();
+    let expected: i64 = sent
+        .iter()
+        .map(|d| {
+            d.ledger
+                .expected_usd
+                .expect("a dispatched line says what it expects")
+                .pico()
+        })
+        .sum();
     assert!(expected > 0);
     assert_eq!(
         h.core.reserved_pico(),
@@ -66,7 +74,7 @@ fn a_request_that_does_not_fit_waits_then_stops_the_run_when_nothing_is_in_fligh
     );
     let sent = h.dispatch();
     assert_eq!(sent.len(), 2, "two fit");
-    assert_eq!(sent[0].expected, Usd::from_f64(0.0040988));
+    assert_eq!(sent[0].ledger.expected_usd, Some(Usd::from_f64(0.0040988)));
     assert_eq!(
         h.core.stopping(),
         None,
@@ -182,7 +190,11 @@ fn streams_keep_half_a_mean_answer_in_reserve_where_cancels_are_billed() {
         let d = &sent[0];
         let tag = d.pinned.map(|i| h.core.endpoints()[i].tag.as_str());
         assert_eq!(tag, c.tag, "{}: routed", c.name);
-        let expected = d.expected.pico();
+        let expected = d
+            .ledger
+            .expected_usd
+            .expect("a dispatched line says what it expects")
+            .pico();
         let accrued = (expected as f64 * c.accrued) as i64;
         h.accrued.insert(d.key, accrued);
         h.tick();

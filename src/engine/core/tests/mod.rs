@@ -30,7 +30,7 @@ use super::attempt::{AttemptOutcome, AttemptResult};
 use super::{Clock, Core, DatasetBook, Dispatch, Effect, Event, Live, Port};
 
 /// A config: `top` goes at the top level (before the one dataset table the parser wants).
-pub fn config(top: &str) -> Config {
+pub(super) fn config(top: &str) -> Config {
     let concurrency = if top.contains("concurrency =") {
         ""
     } else {
@@ -49,7 +49,13 @@ pub fn config(top: &str) -> Config {
 }
 
 /// An OpenRouter endpoint at $`price_in`/$`price_out` per million tokens.
-pub fn ep(tag: &str, provider: &str, quant: &str, price_in: f64, price_out: f64) -> RunEndpoint {
+pub(super) fn ep(
+    tag: &str,
+    provider: &str,
+    quant: &str,
+    price_in: f64,
+    price_out: f64,
+) -> RunEndpoint {
     let (price_in, price_out) = (
         Price::per_million_f64(price_in).expect("price"),
         Price::per_million_f64(price_out).expect("price"),
@@ -61,7 +67,6 @@ pub fn ep(tag: &str, provider: &str, quant: &str, price_in: f64, price_out: f64)
         price_in,
         price_out,
         tariff: crate::pricing::Tariff::flat(price_in, price_out),
-        max_completion_tokens: None,
         supported_parameters: None,
         status: Some(0),
         uptime_30m: Some(99.0),
@@ -72,7 +77,7 @@ pub fn ep(tag: &str, provider: &str, quant: &str, price_in: f64, price_out: f64)
 
 /// Five endpoints of Kimi K2.5: three native int4 (Chutes cheapest, cancellable; Together
 /// cancellable; Moonshot bills cancels), one re-quantized fp4 (cheaper still), one undisclosed.
-pub fn kimi() -> Vec<RunEndpoint> {
+pub(super) fn kimi() -> Vec<RunEndpoint> {
     vec![
         ep("chutes/int4", "Chutes", "int4", 0.40, 2.00),
         ep("together/int4", "Together", "int4", 0.50, 2.50),
@@ -83,7 +88,7 @@ pub fn kimi() -> Vec<RunEndpoint> {
 }
 
 /// A dataset book named `name` with `max_tokens` as the config has it.
-pub fn book(name: &str, cfg: &Config) -> DatasetBook {
+pub(super) fn book(name: &str, cfg: &Config) -> DatasetBook {
     DatasetBook {
         name: name.into(),
         params: cfg.request.clone(),
@@ -92,7 +97,7 @@ pub fn book(name: &str, cfg: &Config) -> DatasetBook {
     }
 }
 
-pub fn prompt(id: &str) -> Prompt {
+pub(super) fn prompt(id: &str) -> Prompt {
     Prompt {
         id: id.into(),
         messages: vec![Message::user(format!("question {id}"))],
@@ -102,10 +107,10 @@ pub fn prompt(id: &str) -> Prompt {
 
 /// Prompts by dataset, handed out in order.
 #[derive(Default)]
-pub struct Source(pub Vec<VecDeque<Result<Prompt, PromptError>>>);
+pub(super) struct Source(pub Vec<VecDeque<Result<Prompt, PromptError>>>);
 
 impl Source {
-    pub fn ids(datasets: &[&[&str]]) -> Source {
+    pub(super) fn ids(datasets: &[&[&str]]) -> Source {
         Source(
             datasets
                 .iter()
@@ -135,7 +140,7 @@ impl Port for TestPort<'_> {
 }
 
 /// A core under test, with its clock, prompt source and the workers' counters.
-pub struct H {
+pub(super) struct H {
     pub core: Core,
     pub t0: Clock,
     pub now: Clock,
@@ -157,14 +162,14 @@ pub struct H {
 
 impl H {
     /// A core over `endpoints` with one dataset per entry of `prompts`.
-    pub fn new(cfg: Config, endpoints: Vec<RunEndpoint>, prompts: &[&[&str]]) -> H {
+    pub(super) fn new(cfg: Config, endpoints: Vec<RunEndpoint>, prompts: &[&[&str]]) -> H {
         let books = (0..prompts.len())
             .map(|d| book(&format!("d{d}"), &cfg))
             .collect();
         H::with_books(cfg, endpoints, books, Source::ids(prompts))
     }
 
-    pub fn with_books(
+    pub(super) fn with_books(
         cfg: Config,
         endpoints: Vec<RunEndpoint>,
         books: Vec<DatasetBook>,
@@ -206,7 +211,7 @@ impl H {
     /// Hands `event` to the core; returns its effects but the spawns (kept for the next
     /// [`H::dispatch`]), look-ups and repricings (see [`H::take_reconcile`],
     /// [`H::take_repriced`]).
-    pub fn handle(&mut self, event: Event) -> Vec<Effect> {
+    pub(super) fn handle(&mut self, event: Event) -> Vec<Effect> {
         let mut port = TestPort {
             src: &mut self.src,
             live: &self.live,
@@ -234,29 +239,29 @@ impl H {
     }
 
     /// The periodic tick.
-    pub fn tick(&mut self) -> Vec<Effect> {
+    pub(super) fn tick(&mut self) -> Vec<Effect> {
         self.handle(Event::Tick)
     }
 
     /// Closed streams the core asked to look up since the last call.
-    pub fn take_reconcile(&mut self) -> Vec<(String, crate::store::output::SpendEntry)> {
+    pub(super) fn take_reconcile(&mut self) -> Vec<(String, crate::store::output::SpendEntry)> {
         std::mem::take(&mut self.reconcile)
     }
 
     /// Endpoints a listing repriced since the last call.
-    pub fn take_repriced(&mut self) -> Vec<(usize, RunEndpoint)> {
+    pub(super) fn take_repriced(&mut self) -> Vec<(usize, RunEndpoint)> {
         std::mem::take(&mut self.repriced)
     }
 
     /// Moves the clock to `secs` after the start.
-    pub fn at(&mut self, secs: f64) -> &mut H {
+    pub(super) fn at(&mut self, secs: f64) -> &mut H {
         self.now = self.t0.after(Duration::from_secs_f64(secs));
         self
     }
 
     /// Starts what fits now (the first call begins the run); returns the attempts started
     /// since the last call (other effects in `other`).
-    pub fn dispatch(&mut self) -> Vec<Dispatch> {
+    pub(super) fn dispatch(&mut self) -> Vec<Dispatch> {
         let event = if self.begun {
             Event::Wake
         } else {
@@ -268,7 +273,7 @@ impl H {
     }
 
     /// Hands a result to the core; returns its effects but the spawns.
-    pub fn result(&mut self, r: AttemptResult) -> Vec<Effect> {
+    pub(super) fn result(&mut self, r: AttemptResult) -> Vec<Effect> {
         if let Some((_, Some(p))) = self.core.attempt_info(r.key) {
             self.live.endpoint_in_flight[p] -= 1;
         }
@@ -276,12 +281,12 @@ impl H {
         self.handle(Event::Result(Box::new(r)))
     }
 
-    pub fn command(&mut self, c: crate::engine::Command) -> Vec<Effect> {
+    pub(super) fn command(&mut self, c: crate::engine::Command) -> Vec<Effect> {
         self.handle(Event::Command(c))
     }
 
     /// The tags the core would route a fresh request to (pinned: one; openrouter: `only`).
-    pub fn route_tags(&mut self) -> Vec<String> {
+    pub(super) fn route_tags(&mut self) -> Vec<String> {
         let now = self.now;
         match self.core.route(&now, None) {
             None => Vec::new(),
@@ -293,7 +298,7 @@ impl H {
         }
     }
 
-    pub fn index(&self, tag: &str) -> usize {
+    pub(super) fn index(&self, tag: &str) -> usize {
         self.core
             .endpoints()
             .iter()
@@ -301,13 +306,13 @@ impl H {
             .expect("known tag")
     }
 
-    pub fn event_texts(&self) -> Vec<String> {
+    pub(super) fn event_texts(&self) -> Vec<String> {
         self.core.events().iter().map(|e| e.text.clone()).collect()
     }
 }
 
 /// A finished answer of `tokens` completion tokens costing `usd`, served at `endpoint`.
-pub fn done(
+pub(super) fn done(
     key: u64,
     endpoint: Option<usize>,
     tokens: u64,
@@ -339,20 +344,18 @@ pub fn done(
         outcome: AttemptOutcome::Done(Box::new(c)),
         endpoint,
         streamed_tokens: tokens,
-        accrued_pico: Usd::from_f64(usd).pico(),
         booked_pico: Usd::from_f64(usd).pico(),
         generation_id: Some(format!("gen-{key}")),
         elapsed: Duration::from_secs(2),
     }
 }
 
-pub fn failed(key: u64, endpoint: Option<usize>, err: ApiError) -> AttemptResult {
+pub(super) fn failed(key: u64, endpoint: Option<usize>, err: ApiError) -> AttemptResult {
     AttemptResult {
         key,
         outcome: AttemptOutcome::Failed(err),
         endpoint,
         streamed_tokens: 0,
-        accrued_pico: 0,
         booked_pico: 0,
         generation_id: None,
         elapsed: Duration::from_millis(100),
@@ -360,7 +363,7 @@ pub fn failed(key: u64, endpoint: Option<usize>, err: ApiError) -> AttemptResult
 }
 
 /// A stream we closed after `streamed` tokens, booked at `booked_usd`.
-pub fn cancelled(
+pub(super) fn cancelled(
     key: u64,
     endpoint: Option<usize>,
     streamed: u64,
@@ -371,7 +374,6 @@ pub fn cancelled(
         outcome: AttemptOutcome::Cancelled,
         endpoint,
         streamed_tokens: streamed,
-        accrued_pico: Usd::from_f64(booked_usd).pico(),
         booked_pico: Usd::from_f64(booked_usd).pico(),
         generation_id: Some(format!("gen-{key}")),
         elapsed: Duration::from_secs(1),
@@ -379,13 +381,13 @@ pub fn cancelled(
 }
 
 /// An HTTP error as the API sends it.
-pub fn http(status: u16, retry_after: Option<&str>, message: &str) -> ApiError {
+pub(super) fn http(status: u16, retry_after: Option<&str>, message: &str) -> ApiError {
     let body = serde_json::json!({"error": {"code": status, "message": message}});
     ApiError::from_response_body(status, retry_after, body.to_string().as_bytes())
 }
 
 /// The ledger lines among `effects`, as (kind, usd).
-pub fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind, Usd)> {
+pub(super) fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind, Usd)> {
     effects
         .iter()
         .filter_map(|e| match e {
@@ -395,14 +397,14 @@ pub fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind, Usd)>
         .collect()
 }
 
-pub fn outputs(effects: &[Effect]) -> usize {
+pub(super) fn outputs(effects: &[Effect]) -> usize {
     effects
         .iter()
         .filter(|e| matches!(e, Effect::Output { .. }))
         .count()
 }
 
-pub fn rejects(effects: &[Effect]) -> Vec<String> {
+pub(super) fn rejects(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
         .filter_map(|e| match e {
@@ -413,6 +415,6 @@ pub fn rejects(effects: &[Effect]) -> Vec<String> {
 }
 
 /// Probe agreement per tag, for `set_probe`.
-pub fn agreement(pairs: &[(&str, f64)]) -> HashMap<String, f64> {
+pub(super) fn agreement(pairs: &[(&str, f64)]) -> HashMap<String, f64> {
     pairs.iter().map(|(t, a)| (t.to_string(), *a)).collect()
 }

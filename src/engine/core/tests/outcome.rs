@@ -284,7 +284,6 @@ fn a_timeout_is_booked_cancelled_at_the_estimate_and_kept_for_reconciliation() {
         outcome: AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Idle)),
         endpoint: sent[0].pinned,
         streamed_tokens: 300,
-        accrued_pico: booked.pico(),
         booked_pico: booked.pico(),
         generation_id: Some("gen-t".into()),
         elapsed: Duration::from_secs(90),
@@ -618,7 +617,6 @@ fn failed_streams_with_tokens_are_booked_as_billed_and_looked_up() {
         let mut r = failed(sent[0].key, sent[0].pinned, err);
         r.streamed_tokens = streamed;
         r.booked_pico = Usd::from_f64(booked).pico();
-        r.accrued_pico = r.booked_pico;
         r.generation_id = Some("gen-x".into());
         let fx = h.result(r);
         assert_eq!(ledger(&fx), vec![(kind, Usd::from_f64(booked))], "{name}");
