@@ -3,13 +3,13 @@
 //! the completion or the failure. Knows nothing of retries or routing: the supervisor decides.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::Price;
-use crate::openrouter::{ApiError, ChatRequest, Completion, TimeoutKind};
+use crate::openrouter::{ApiError, ChatRequest, ChatStream, Completion, TimeoutKind};
 use crate::store::output::{SpendEntry, SpendKind};
 
 use super::core::attempt::{AttemptOutcome, AttemptResult};
@@ -46,128 +46,178 @@ pub(crate) async fn run_attempt(
 ) -> AttemptResult {
     let started = Instant::now();
     shared.attempts_started.fetch_add(1, Ordering::Relaxed);
-    let mut endpoint = spec.pinned;
     // The serving endpoint as soon as it is known, for the decision at the dollar cap.
-    let known_endpoint = std::sync::atomic::AtomicUsize::new(spec.pinned.unwrap_or(usize::MAX));
-    let mut price_out = spec.price_out_guess.pico_per_token();
-    let mut streamed: u64 = 0;
-    let mut generation_id: Option<String> = None;
-    let local = spec.accrued.clone();
-    let accrue = |pico: i64| {
-        local.fetch_add(pico, Ordering::Relaxed);
-        shared.accrue(pico);
+    let known = AtomicUsize::new(spec.pinned.unwrap_or(usize::MAX));
+    let mut track = Track {
+        endpoint: spec.pinned,
+        price_out: spec.price_out_guess.pico_per_token(),
+        streamed: 0,
+        generation_id: None,
     };
-    let prompt_cost = (spec.price_in_guess.cost(spec.prompt_tokens_estimate) + spec.fee).pico();
-
-    let work = async {
-        let eps = shared.endpoints();
-        let own = spec
-            .pinned
-            .filter(|&e| eps[e].custom.is_some())
-            .and_then(|e| shared.own_clients.get(&eps[e].tag));
-        let client = own.unwrap_or(&shared.client);
-        let mut stream = client.chat_stream(&spec.request, shared.timeouts).await?;
-        generation_id = stream.generation_id().map(str::to_string);
-        // The provider has the prompt: it is paid for from here on.
-        accrue(prompt_cost);
-        if let Some(g) = &generation_id {
-            write_started(&shared, &spec, g, spec.pinned).await;
-        }
-        let mut first = true;
-        while let Some(p) = stream.next().await? {
-            if first {
-                first = false;
-                if endpoint.is_none() {
-                    endpoint = stream
-                        .provider()
-                        .and_then(|name| shared.endpoint_serving(name, &spec.over));
-                }
-                if generation_id.is_none() {
-                    // No `X-Generation-Id` header (the real API's recorded responses carry
-                    // none): the id every chunk carries will do for a crash's look-up.
-                    generation_id = stream.generation_id().map(str::to_string);
-                    if let Some(g) = &generation_id {
-                        write_started(&shared, &spec, g, endpoint).await;
-                    }
-                }
-                if let Some(e) = endpoint {
-                    // Its own completion price for this prompt now (overrides, discount).
-                    let at = crate::pricing::hhmm(&chrono::Utc::now());
-                    price_out = (shared.endpoints()[e].tariff)
-                        .rates(spec.prompt_tokens_estimate, at)
-                        .completion
-                        .pico_per_token();
-                    known_endpoint.store(e, Ordering::Relaxed);
-                    if spec.pinned.is_none() {
-                        // Routed by OpenRouter: in flight at the endpoint it named, from now.
-                        shared.endpoint_stats[e]
-                            .in_flight
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            let n = u64::from(p.token_events);
-            streamed += n;
-            accrue(price_out * n as i64);
-            shared
-                .totals
-                .streamed_tokens
-                .fetch_add(n, Ordering::Relaxed);
-            shared.dataset_stats[spec.dataset]
-                .streamed_tokens
-                .fetch_add(n, Ordering::Relaxed);
-            if let Some(e) = endpoint {
-                shared.endpoint_stats[e]
-                    .streamed_tokens
-                    .fetch_add(n, Ordering::Relaxed);
-            }
-        }
-        if endpoint.is_none() {
-            endpoint = stream
-                .provider()
-                .and_then(|name| shared.endpoint_serving(name, &spec.over));
-        }
-        if generation_id.is_none() {
-            generation_id = stream.generation_id().map(str::to_string);
-        }
-        stream.finish()
-    };
-
-    // At the dollar cap a stream is closed where that stops the bill; where the provider bills
-    // the whole generation anyway, it runs to the end so that what is paid for is kept.
-    let outcome = {
-        let work = tokio::time::timeout(shared.total_timeout, work);
-        tokio::pin!(work);
-        let mut past_cap = false;
-        loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break AttemptOutcome::Cancelled,
-                _ = shared.budget_hit.cancelled(), if !past_cap => {
-                    let e = known_endpoint.load(Ordering::Relaxed);
-                    let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
-                    if attempt_money::close_at_cap(stops) {
-                        break AttemptOutcome::Cancelled;
-                    }
-                    past_cap = true;
-                    shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
-                }
-                r = &mut work => break match r {
-                    Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
-                    Ok(Err(e)) => AttemptOutcome::Failed(e),
-                    Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
-                },
-            }
-        }
-    };
-    let accrued = spec.accrued.load(Ordering::Relaxed);
-    let attributed = known_endpoint.load(Ordering::Relaxed);
+    let work = stream_answer(&shared, &spec, &mut track, &known);
+    let outcome = race_the_cap(&shared, &cancel, &known, work).await;
+    let attributed = known.load(Ordering::Relaxed);
     if spec.pinned.is_none() && attributed != usize::MAX {
         shared.endpoint_stats[attributed]
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
     }
-    let endpoint = endpoint.or_else(|| match &outcome {
+    settle(&shared, &spec, outcome, track, started)
+}
+
+/// What an attempt has learnt while it streams.
+struct Track {
+    /// The endpoint serving it (pinned, or named by the stream).
+    endpoint: Option<usize>,
+    /// The completion price accrued per token, in picodollars.
+    price_out: i64,
+    streamed: u64,
+    generation_id: Option<String>,
+}
+
+/// Adds `pico` to the attempt's running cost and to the run's.
+fn accrue(shared: &Shared, spec: &AttemptSpec, pico: i64) {
+    spec.accrued.fetch_add(pico, Ordering::Relaxed);
+    shared.accrue(pico);
+}
+
+/// Sends the request and streams the answer, accruing its cost token by token.
+async fn stream_answer(
+    shared: &Shared,
+    spec: &AttemptSpec,
+    track: &mut Track,
+    known: &AtomicUsize,
+) -> Result<Completion, ApiError> {
+    let eps = shared.endpoints();
+    let own = spec
+        .pinned
+        .filter(|&e| eps[e].custom.is_some())
+        .and_then(|e| shared.own_clients.get(&eps[e].tag));
+    let client = own.unwrap_or(&shared.client);
+    let mut stream = client.chat_stream(&spec.request, shared.timeouts).await?;
+    track.generation_id = stream.generation_id().map(str::to_string);
+    // The provider has the prompt: it is paid for from here on.
+    let prompt_cost = (spec.price_in_guess.cost(spec.prompt_tokens_estimate) + spec.fee).pico();
+    accrue(shared, spec, prompt_cost);
+    if let Some(g) = &track.generation_id {
+        write_started(shared, spec, g, spec.pinned).await;
+    }
+    let mut first = true;
+    while let Some(p) = stream.next().await? {
+        if first {
+            first = false;
+            on_first_chunk(shared, spec, track, known, &stream).await;
+        }
+        let n = u64::from(p.token_events);
+        track.streamed += n;
+        accrue(shared, spec, track.price_out * n as i64);
+        shared
+            .totals
+            .streamed_tokens
+            .fetch_add(n, Ordering::Relaxed);
+        shared.dataset_stats[spec.dataset]
+            .streamed_tokens
+            .fetch_add(n, Ordering::Relaxed);
+        if let Some(e) = track.endpoint {
+            shared.endpoint_stats[e]
+                .streamed_tokens
+                .fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    if track.endpoint.is_none() {
+        track.endpoint = stream
+            .provider()
+            .and_then(|name| shared.endpoint_serving(name, &spec.over));
+    }
+    if track.generation_id.is_none() {
+        track.generation_id = stream.generation_id().map(str::to_string);
+    }
+    stream.finish()
+}
+
+/// The first chunk names the provider and carries the generation id: from here on the
+/// attempt accrues at its endpoint's own price and counts in flight there.
+async fn on_first_chunk(
+    shared: &Shared,
+    spec: &AttemptSpec,
+    track: &mut Track,
+    known: &AtomicUsize,
+    stream: &ChatStream,
+) {
+    if track.endpoint.is_none() {
+        track.endpoint = stream
+            .provider()
+            .and_then(|name| shared.endpoint_serving(name, &spec.over));
+    }
+    if track.generation_id.is_none() {
+        // No `X-Generation-Id` header (the real API's recorded responses carry none): the id
+        // every chunk carries will do for a crash's look-up.
+        track.generation_id = stream.generation_id().map(str::to_string);
+        if let Some(g) = &track.generation_id {
+            write_started(shared, spec, g, track.endpoint).await;
+        }
+    }
+    if let Some(e) = track.endpoint {
+        // Its own completion price for this prompt now (overrides, discount).
+        let at = crate::pricing::hhmm(&chrono::Utc::now());
+        track.price_out = (shared.endpoints()[e].tariff)
+            .rates(spec.prompt_tokens_estimate, at)
+            .completion
+            .pico_per_token();
+        known.store(e, Ordering::Relaxed);
+        if spec.pinned.is_none() {
+            // Routed by OpenRouter: in flight at the endpoint it named, from now.
+            shared.endpoint_stats[e]
+                .in_flight
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs the attempt to its end, its total timeout, or a cancel. At the dollar cap a stream is
+/// closed where that stops the bill; where the provider bills the whole generation anyway, it
+/// runs to the end so that what is paid for is kept.
+async fn race_the_cap(
+    shared: &Shared,
+    cancel: &CancellationToken,
+    known: &AtomicUsize,
+    work: impl Future<Output = Result<Completion, ApiError>>,
+) -> AttemptOutcome {
+    let work = tokio::time::timeout(shared.total_timeout, work);
+    tokio::pin!(work);
+    let mut past_cap = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break AttemptOutcome::Cancelled,
+            _ = shared.budget_hit.cancelled(), if !past_cap => {
+                let e = known.load(Ordering::Relaxed);
+                let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
+                if attempt_money::close_at_cap(stops) {
+                    break AttemptOutcome::Cancelled;
+                }
+                past_cap = true;
+                shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
+            }
+            r = &mut work => break match r {
+                Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
+                Ok(Err(e)) => AttemptOutcome::Failed(e),
+                Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
+            },
+        }
+    }
+}
+
+/// Books what the attempt cost and hands back its result.
+fn settle(
+    shared: &Shared,
+    spec: &AttemptSpec,
+    outcome: AttemptOutcome,
+    track: Track,
+    started: Instant,
+) -> AttemptResult {
+    let accrued = spec.accrued.load(Ordering::Relaxed);
+    let endpoint = track.endpoint.or_else(|| match &outcome {
         AttemptOutcome::Failed(e) => e
             .provider_name()
             .and_then(|n| shared.endpoint_serving(n, &spec.over)),
@@ -176,7 +226,7 @@ pub(crate) async fn run_attempt(
     // OpenRouter named a provider with several of the request's endpoints: the bill says which.
     let endpoint = match (&outcome, endpoint) {
         (AttemptOutcome::Done(c), Some(e)) if spec.pinned.is_none() => {
-            Some(billed_endpoint(&shared, c, e, &spec.over))
+            Some(billed_endpoint(shared, c, e, &spec.over))
         }
         (_, e) => e,
     };
@@ -184,14 +234,14 @@ pub(crate) async fn run_attempt(
     // spent + accrued never dips and the dollar cap never misses a beat.
     let ending = match &outcome {
         AttemptOutcome::Done(c) => Ending::Done {
-            final_pico: final_cost(&shared, c, endpoint).pico(),
+            final_pico: final_cost(shared, c, endpoint).pico(),
         },
         AttemptOutcome::Cancelled => Ending::Closed,
         AttemptOutcome::Failed(e) if e.kind() == crate::openrouter::ErrorKind::Timeout => {
             Ending::Closed
         }
         AttemptOutcome::Failed(e) => Ending::Failed {
-            cut_after_tokens: streamed > 0 && cut_after_tokens(e.kind()),
+            cut_after_tokens: track.streamed > 0 && cut_after_tokens(e.kind()),
         },
     };
     let booked = attempt_money::booked(ending, accrued);
@@ -206,9 +256,9 @@ pub(crate) async fn run_attempt(
         key: spec.key,
         outcome,
         endpoint,
-        streamed_tokens: streamed,
+        streamed_tokens: track.streamed,
         booked_pico: booked,
-        generation_id,
+        generation_id: track.generation_id,
         elapsed: started.elapsed(),
     }
 }

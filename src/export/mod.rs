@@ -231,142 +231,15 @@ pub fn export(
     }
     std::fs::create_dir_all(to).map_err(io(to))?;
     let mut samples = Vec::new();
-    let rules = Rules {
-        expect_reasoning: o.require_reasoning,
-        expect_non_reasoning: false,
-        strict_think_markers: !o.keep_think_markers,
-    };
     let mut all = Vec::new();
     for name in names {
-        let mut sink = Sink::new(to, name)?;
-        let mut c = Counts {
-            dataset: name.clone(),
-            ..Counts::default()
+        let job = Job {
+            dir,
+            to,
+            o,
+            template,
         };
-        let mut failed: Option<ExportError> = None;
-        // One prompt's outcome: counted once, written as one row (or, exploded, several).
-        let mut keep = |sink: &mut Sink, which: usize, rows: &[Value], c: &mut Counts| {
-            if failed.is_some() {
-                return;
-            }
-            match which {
-                SUCCESS => {
-                    c.success += 1;
-                    c.success_rows += rows.len() as u64;
-                }
-                ERROR => c.error += 1,
-                _ => c.skipped += 1,
-            }
-            for row in rows {
-                if let Err(e) = sink.write(which, row) {
-                    failed = Some(e);
-                    return;
-                }
-            }
-        };
-        let outputs = scan::read_file(&output_path(dir, name), |mut r: OutputRecord| {
-            if let Some(text) = &o.system_prompt
-                && !r.conversations.iter().any(|t| t.role == "system")
-            {
-                r.conversations.insert(
-                    0,
-                    crate::store::output::Turn {
-                        role: "system".into(),
-                        content: text.clone(),
-                        reasoning_content: None,
-                    },
-                );
-            }
-            let sf = rows::specforge_row(&r);
-            if let Some(why) = filtered(&r, o) {
-                let row = json!({"id": r.id, "status": "skipped", "reason": why,
-                                 "conversations": sf["conversations"]});
-                return keep(&mut sink, SKIPPED, &[row], &mut c);
-            }
-            if let Err(why) = validate_row(&sf, rules) {
-                let row = json!({"id": r.id, "status": "error", "reason": why,
-                                 "conversations": sf["conversations"]});
-                return keep(&mut sink, ERROR, &[row], &mut c);
-            }
-            // Validated whole, then exploded: SpecForge's order (regenerate, validate, expand).
-            let parts = if o.explode_turns {
-                rows::exploded(&sf)
-            } else {
-                vec![sf.clone()]
-            };
-            let mut written = Vec::with_capacity(parts.len());
-            let mut shown = Vec::new();
-            let (mut rendered, mut dropped) = (0u64, Vec::new());
-            for part in parts {
-                let id = part["id"].as_str().unwrap_or_default().to_string();
-                let messages = rows::messages_as_written(&part, o.format);
-                let text = match template {
-                    None => None,
-                    Some(t) => match t.render(&id, &messages) {
-                        Ok(text) => Some(text),
-                        Err(e) => {
-                            // The trainer renders the row through the same template: it
-                            // would fail there too.
-                            let row = json!({"id": r.id, "status": "error",
-                                             "reason": format!("the chat template refuses the row: {e}"),
-                                             "conversations": sf["conversations"]});
-                            return keep(&mut sink, ERROR, &[row], &mut c);
-                        }
-                    },
-                };
-                if let Some(text) = &text {
-                    rendered += 1;
-                    let lost = rows::last_reasoning(&messages).is_some_and(|r| !text.contains(r));
-                    if lost {
-                        dropped.push(id.clone());
-                    }
-                    if samples.len() + shown.len() < o.samples {
-                        shown.push(Sample {
-                            dataset: name.clone(),
-                            id,
-                            messages: messages.as_array().map_or(0, Vec::len),
-                            text: text.clone(),
-                            reasoning_dropped: lost,
-                        });
-                    }
-                }
-                let mut row = rows::success_row(part, o.format, text);
-                if o.with_provenance {
-                    rows::add_provenance(&mut row, &r);
-                }
-                written.push(row);
-            }
-            if matches!(o.format, Format::Specforge | Format::Sharegpt)
-                && sf["conversations"][0]["role"] != "system"
-            {
-                c.without_system += 1;
-            }
-            c.rendered += rendered;
-            c.reasoning_dropped += dropped.len() as u64;
-            let room = NAMED.saturating_sub(c.dropped_ids.len());
-            c.dropped_ids.extend(dropped.into_iter().take(room));
-            let room = o.samples.saturating_sub(samples.len());
-            samples.extend(shown.into_iter().take(room));
-            keep(&mut sink, SUCCESS, &written, &mut c);
-        })?;
-        let rejects = scan::read_file(&rejects_path(dir, name), |r: RejectRecord| {
-            let row = json!({"id": r.id, "status": "error",
-                             "reason": format!("rejected after {} attempt{}: {}", r.attempts,
-                                               if r.attempts == 1 { "" } else { "s" }, r.error),
-                             "error_kind": r.error_kind, "line": r.line});
-            let mut row = row;
-            if let (Some(row), Ok(serde_json::Value::Object(cause))) =
-                (row.as_object_mut(), serde_json::to_value(&r.cause))
-            {
-                row.extend(cause);
-            }
-            keep(&mut sink, ERROR, &[row], &mut c);
-        })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        sink.finish()?;
-        c.unreadable = outputs.damaged + rejects.damaged;
+        let mut c = export_dataset(&job, name, &mut samples)?;
         c.prompts = prompts.get(name).copied();
         c.not_run = c
             .prompts
@@ -377,6 +250,187 @@ pub fn export(
         counts: all,
         samples,
     })
+}
+
+/// What every dataset of one export shares.
+struct Job<'a> {
+    dir: &'a Path,
+    to: &'a Path,
+    o: &'a Options,
+    template: Option<&'a ChatTemplate>,
+}
+
+/// Exports one dataset's answers and rejects; adds to `samples` up to the number asked.
+fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Counts, ExportError> {
+    let o = job.o;
+    let mut sink = Sink::new(job.to, name)?;
+    let mut c = Counts {
+        dataset: name.to_string(),
+        ..Counts::default()
+    };
+    let mut failed: Option<ExportError> = None;
+    // One prompt's outcome: counted once, written as one row (or, exploded, several).
+    let mut keep = |sink: &mut Sink, which: usize, rows: &[Value], c: &mut Counts| {
+        if failed.is_some() {
+            return;
+        }
+        match which {
+            SUCCESS => {
+                c.success += 1;
+                c.success_rows += rows.len() as u64;
+            }
+            ERROR => c.error += 1,
+            _ => c.skipped += 1,
+        }
+        for row in rows {
+            if let Err(e) = sink.write(which, row) {
+                failed = Some(e);
+                return;
+            }
+        }
+    };
+    let outputs = scan::read_file(&output_path(job.dir, name), |r: OutputRecord| {
+        let room = o.samples.saturating_sub(samples.len());
+        let a = answer_rows(job, name, r, room);
+        if a.which == SUCCESS {
+            c.without_system += u64::from(a.without_system);
+            c.rendered += a.rendered;
+            c.reasoning_dropped += a.dropped.len() as u64;
+            let room = NAMED.saturating_sub(c.dropped_ids.len());
+            c.dropped_ids.extend(a.dropped.into_iter().take(room));
+            samples.extend(a.shown);
+        }
+        keep(&mut sink, a.which, &a.rows, &mut c);
+    })?;
+    let rejects = scan::read_file(&rejects_path(job.dir, name), |r: RejectRecord| {
+        keep(&mut sink, ERROR, &[reject_row(&r)], &mut c);
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    sink.finish()?;
+    c.unreadable = outputs.damaged + rejects.damaged;
+    Ok(c)
+}
+
+/// What one answer becomes: its rows (one skipped or error row, or the success rows) and what
+/// rendering them through the template found.
+struct AnswerRows {
+    which: usize,
+    rows: Vec<Value>,
+    /// Rows rendered through the template.
+    rendered: u64,
+    /// Ids of rows whose last reasoning the template dropped.
+    dropped: Vec<String>,
+    shown: Vec<Sample>,
+    /// A SpecForge or ShareGPT row without a system turn.
+    without_system: bool,
+}
+
+impl AnswerRows {
+    fn one(which: usize, row: Value) -> AnswerRows {
+        AnswerRows {
+            which,
+            rows: vec![row],
+            rendered: 0,
+            dropped: Vec::new(),
+            shown: Vec::new(),
+            without_system: false,
+        }
+    }
+}
+
+/// One answer as rows: filtered, validated with the trainer's rules, exploded if asked, and
+/// rendered through the template; at most `sample_room` of them kept as samples.
+fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -> AnswerRows {
+    let o = job.o;
+    if let Some(text) = &o.system_prompt
+        && !r.conversations.iter().any(|t| t.role == "system")
+    {
+        r.conversations.insert(
+            0,
+            crate::store::output::Turn {
+                role: "system".into(),
+                content: text.clone(),
+                reasoning_content: None,
+            },
+        );
+    }
+    let sf = rows::specforge_row(&r);
+    let refused = |status: &str, reason: String| {
+        json!({"id": r.id, "status": status, "reason": reason,
+               "conversations": sf["conversations"]})
+    };
+    if let Some(why) = filtered(&r, o) {
+        return AnswerRows::one(SKIPPED, refused("skipped", why));
+    }
+    let rules = Rules {
+        expect_reasoning: o.require_reasoning,
+        expect_non_reasoning: false,
+        strict_think_markers: !o.keep_think_markers,
+    };
+    if let Err(why) = validate_row(&sf, rules) {
+        return AnswerRows::one(ERROR, refused("error", why));
+    }
+    // Validated whole, then exploded: SpecForge's order (regenerate, validate, expand).
+    let parts = if o.explode_turns {
+        rows::exploded(&sf)
+    } else {
+        vec![sf.clone()]
+    };
+    let mut a = AnswerRows::one(SUCCESS, Value::Null);
+    a.rows.clear();
+    for part in parts {
+        let id = part["id"].as_str().unwrap_or_default().to_string();
+        let messages = rows::messages_as_written(&part, o.format);
+        let text = match job.template.map(|t| t.render(&id, &messages)) {
+            None => None,
+            Some(Ok(text)) => Some(text),
+            Some(Err(e)) => {
+                // The trainer renders the row through the same template: it would fail there too.
+                let why = format!("the chat template refuses the row: {e}");
+                return AnswerRows::one(ERROR, refused("error", why));
+            }
+        };
+        if let Some(text) = &text {
+            a.rendered += 1;
+            let lost = rows::last_reasoning(&messages).is_some_and(|r| !text.contains(r));
+            if lost {
+                a.dropped.push(id.clone());
+            }
+            if a.shown.len() < sample_room {
+                a.shown.push(Sample {
+                    dataset: name.to_string(),
+                    id,
+                    messages: messages.as_array().map_or(0, Vec::len),
+                    text: text.clone(),
+                    reasoning_dropped: lost,
+                });
+            }
+        }
+        let mut row = rows::success_row(part, o.format, text);
+        if o.with_provenance {
+            rows::add_provenance(&mut row, &r);
+        }
+        a.rows.push(row);
+    }
+    a.without_system = matches!(o.format, Format::Specforge | Format::Sharegpt)
+        && sf["conversations"][0]["role"] != "system";
+    a
+}
+
+/// A final reject as an error row: why, after how many attempts, and its cause's fields.
+fn reject_row(r: &RejectRecord) -> Value {
+    let mut row = json!({"id": r.id, "status": "error",
+                         "reason": format!("rejected after {} attempt{}: {}", r.attempts,
+                                           if r.attempts == 1 { "" } else { "s" }, r.error),
+                         "error_kind": r.error_kind, "line": r.line});
+    if let (Some(row), Ok(serde_json::Value::Object(cause))) =
+        (row.as_object_mut(), serde_json::to_value(&r.cause))
+    {
+        row.extend(cause);
+    }
+    row
 }
 
 /// The printed table: one line per dataset.

@@ -6,7 +6,7 @@
 //! Built from the output directory alone (records, ledger, rejects, state file), so it is the
 //! same after a TUI run, a headless run, or later from `harvest status --report`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -319,156 +319,184 @@ impl Report {
         let snapshot: Option<Snapshot> = std::fs::read_to_string(state_path(dir))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
-        let mut accs: BTreeMap<(usize, String), Acc> = BTreeMap::new();
-        let index: BTreeMap<&str, usize> = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), i))
-            .collect();
-        let mut spend = SpendCheck::default();
-        let mut rejected = vec![0u64; names.len()];
-        let mut causes: std::collections::HashMap<(String, FailureCause), u64> =
-            std::collections::HashMap::new();
-        // What each answer's `complete` line booked, by a hash of its generation id (16 bytes
-        // an answer), so that the records are compared with the answers they hold.
-        let mut booked: std::collections::HashMap<u64, Usd> = std::collections::HashMap::new();
-        let gid_key = |g: &str| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            g.hash(&mut h);
-            h.finish()
-        };
-        // Read-only and safe beside a live run: its half-written last line is not read.
-        let ledger = scan::scan_ledger(dir, |e: &SpendEntry| {
-            spend.ledger += e.usd;
-            if e.estimated {
-                spend.estimated += e.usd;
-            }
-            match e.kind {
-                SpendKind::Complete => {
-                    spend.answers += e.usd;
-                    if let Some(g) = &e.generation_id {
-                        *booked.entry(gid_key(g)).or_default() += e.usd;
-                    }
-                }
-                SpendKind::Cancelled | SpendKind::Failed => spend.closed += e.usd,
-                _ => spend.adjustments += e.usd,
-            }
-            let Some(&i) = index.get(e.dataset.as_str()) else {
-                return;
-            };
-            let ep = e.endpoint.clone().unwrap_or_else(|| UNRESOLVED.to_string());
-            let acc = accs.entry((i, ep)).or_default();
-            acc.row.usd += e.usd;
-            if let Some(kind) = &e.error {
-                *acc.row.errors.entry(kind.clone()).or_default() += 1;
-            }
-        })
-        .map_err(scan_error)?;
-        for d in &names {
-            let i = index[d.as_str()];
-            let found = scan::scan_dataset(dir, d, &ledger.completes, |r: &OutputRecord| {
-                spend.records += r.cost_usd;
-                let gids: Vec<&str> = if r.turns.is_empty() {
-                    r.generation_id.iter().map(String::as_str).collect()
-                } else {
-                    r.turns
-                        .iter()
-                        .filter_map(|t| t.generation_id.as_deref())
-                        .collect()
-                };
-                if gids.is_empty() {
-                    // A server that names no generation: the row is its own evidence.
-                    spend.answers_kept += r.cost_usd;
-                }
-                for g in gids {
-                    spend.answers_kept += booked.remove(&gid_key(g)).unwrap_or_default();
-                }
-                let mut last = None;
-                for (ep, a) in answers_of(r) {
-                    accs.entry((i, ep.clone())).or_default().add_answer(a);
-                    last = Some(ep);
-                }
-                if let Some(ep) = last {
-                    accs.entry((i, ep)).or_default().add_row();
-                }
-            })
-            .map_err(scan_error)?;
-            refuse_damage(&found.outputs_file)?;
-            refuse_damage(&found.rejects_file)?;
-            rejected[i] = found.existing.rejects;
-            if found.existing.rejects > 0 {
-                scan::read_file(&rejects_path(dir, d), |r: RejectRecord| {
-                    *causes.entry((r.error_kind, r.cause)).or_default() += 1;
-                })
-                .map_err(scan_error)?;
-            }
-        }
-        refuse_damage(&ledger.file)?;
+        let mut g = gather(dir, &names)?;
         if let Some(s) = &snapshot
             && let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now)
         {
-            spend.api_usage_delta_usd = Some(b - a);
-            spend.run_spent = Some(s.spent - s.carried_over);
+            g.spend.api_usage_delta_usd = Some(b - a);
+            g.spend.run_spent = Some(s.spent - s.carried_over);
         }
-
-        let mut rows = Vec::new();
-        let mut per_dataset: Vec<Acc> = names.iter().map(|_| Acc::default()).collect();
-        let mut total = Acc::default();
-        for ((i, ep), mut acc) in accs {
-            acc.row.dataset = names[i].clone();
-            acc.row.endpoint = ep;
-            per_dataset[i].merge(&acc);
-            total.merge(&acc);
-            // A row with nothing in it (only `dispatched` lines, booked at $0) says nothing.
-            let r = &acc.row;
-            let empty = r.answers == 0 && r.usd == Usd::ZERO && r.errors.is_empty();
-            if !empty {
-                rows.push(acc.finish());
-            }
-        }
-        let datasets = per_dataset
-            .into_iter()
-            .zip(&names)
-            .zip(&rejected)
-            .map(|((mut a, n), &rej)| {
-                a.row.dataset = n.clone();
-                a.row.rejected = rej;
-                total.row.rejected += rej;
-                a.row.duplicates = snapshot
-                    .as_ref()
-                    .and_then(|s| s.datasets.iter().find(|d| &d.name == n))
-                    .map_or(0, |d| d.duplicates);
-                total.row.duplicates += a.row.duplicates;
-                a.row.endpoint = "all".into();
-                a.finish()
-            })
-            .collect();
-        total.row.dataset = "all".into();
-        total.row.endpoint = "all".into();
-        let mut reject_causes: Vec<RejectCause> = causes
-            .into_iter()
-            .map(|((kind, cause), rejects)| RejectCause {
-                kind,
-                cause,
-                rejects,
-            })
-            .collect();
-        reject_causes.sort_by(|a, b| {
-            (b.rejects.cmp(&a.rejects)).then_with(|| (&a.kind, &a.cause).cmp(&(&b.kind, &b.cause)))
-        });
-        Ok(Report {
-            schema: SCHEMA,
-            output_dir: dir.display().to_string(),
-            model: snapshot.as_ref().map(|s| s.model.clone()),
-            elapsed_s: snapshot.as_ref().map(|s| s.elapsed_s),
-            rows,
-            datasets,
-            total: total.finish(),
-            spend,
-            reject_causes,
-        })
+        Ok(assemble(dir, &names, snapshot.as_ref(), g))
     }
+}
+
+/// What reading a run's files gathers, before it is summed into a report.
+struct Gathered {
+    /// By (dataset index, endpoint).
+    accs: BTreeMap<(usize, String), Acc>,
+    spend: SpendCheck,
+    /// Final rejects by dataset index.
+    rejected: Vec<u64>,
+    causes: HashMap<(String, FailureCause), u64>,
+}
+
+/// A generation id as 8 bytes, for the table of what each answer booked.
+fn gid_key(g: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    g.hash(&mut h);
+    h.finish()
+}
+
+/// Reads the ledger and every dataset's answers and rejects. Read-only and safe beside a live
+/// run: its half-written last lines are not read.
+fn gather(dir: &Path, names: &[String]) -> Result<Gathered, ReportError> {
+    let index: BTreeMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    let mut g = Gathered {
+        accs: BTreeMap::new(),
+        spend: SpendCheck::default(),
+        rejected: vec![0u64; names.len()],
+        causes: HashMap::new(),
+    };
+    let (accs, spend) = (&mut g.accs, &mut g.spend);
+    // What each answer's `complete` line booked, by a hash of its generation id (16 bytes an
+    // answer), so that the records are compared with the answers they hold.
+    let mut booked: HashMap<u64, Usd> = HashMap::new();
+    let ledger = scan::scan_ledger(dir, |e: &SpendEntry| {
+        spend.ledger += e.usd;
+        if e.estimated {
+            spend.estimated += e.usd;
+        }
+        match e.kind {
+            SpendKind::Complete => {
+                spend.answers += e.usd;
+                if let Some(g) = &e.generation_id {
+                    *booked.entry(gid_key(g)).or_default() += e.usd;
+                }
+            }
+            SpendKind::Cancelled | SpendKind::Failed => spend.closed += e.usd,
+            _ => spend.adjustments += e.usd,
+        }
+        let Some(&i) = index.get(e.dataset.as_str()) else {
+            return;
+        };
+        let ep = e.endpoint.clone().unwrap_or_else(|| UNRESOLVED.to_string());
+        let acc = accs.entry((i, ep)).or_default();
+        acc.row.usd += e.usd;
+        if let Some(kind) = &e.error {
+            *acc.row.errors.entry(kind.clone()).or_default() += 1;
+        }
+    })
+    .map_err(scan_error)?;
+    for d in names {
+        let i = index[d.as_str()];
+        let found = scan::scan_dataset(dir, d, &ledger.completes, |r: &OutputRecord| {
+            spend.records += r.cost_usd;
+            let gids: Vec<&str> = if r.turns.is_empty() {
+                r.generation_id.iter().map(String::as_str).collect()
+            } else {
+                r.turns
+                    .iter()
+                    .filter_map(|t| t.generation_id.as_deref())
+                    .collect()
+            };
+            if gids.is_empty() {
+                // A server that names no generation: the row is its own evidence.
+                spend.answers_kept += r.cost_usd;
+            }
+            for g in gids {
+                spend.answers_kept += booked.remove(&gid_key(g)).unwrap_or_default();
+            }
+            let mut last = None;
+            for (ep, a) in answers_of(r) {
+                accs.entry((i, ep.clone())).or_default().add_answer(a);
+                last = Some(ep);
+            }
+            if let Some(ep) = last {
+                accs.entry((i, ep)).or_default().add_row();
+            }
+        })
+        .map_err(scan_error)?;
+        refuse_damage(&found.outputs_file)?;
+        refuse_damage(&found.rejects_file)?;
+        g.rejected[i] = found.existing.rejects;
+        if found.existing.rejects > 0 {
+            scan::read_file(&rejects_path(dir, d), |r: RejectRecord| {
+                *g.causes.entry((r.error_kind, r.cause)).or_default() += 1;
+            })
+            .map_err(scan_error)?;
+        }
+    }
+    refuse_damage(&ledger.file)?;
+    Ok(g)
+}
+
+/// Sums what was gathered into rows per (dataset, endpoint), per dataset and in total.
+fn assemble(dir: &Path, names: &[String], snapshot: Option<&Snapshot>, g: Gathered) -> Report {
+    let mut rows = Vec::new();
+    let mut per_dataset: Vec<Acc> = names.iter().map(|_| Acc::default()).collect();
+    let mut total = Acc::default();
+    for ((i, ep), mut acc) in g.accs {
+        acc.row.dataset = names[i].clone();
+        acc.row.endpoint = ep;
+        per_dataset[i].merge(&acc);
+        total.merge(&acc);
+        // A row with nothing in it (only `dispatched` lines, booked at $0) says nothing.
+        let r = &acc.row;
+        let empty = r.answers == 0 && r.usd == Usd::ZERO && r.errors.is_empty();
+        if !empty {
+            rows.push(acc.finish());
+        }
+    }
+    let datasets = per_dataset
+        .into_iter()
+        .zip(names)
+        .zip(&g.rejected)
+        .map(|((mut a, n), &rej)| {
+            a.row.dataset = n.clone();
+            a.row.rejected = rej;
+            total.row.rejected += rej;
+            a.row.duplicates = snapshot
+                .and_then(|s| s.datasets.iter().find(|d| &d.name == n))
+                .map_or(0, |d| d.duplicates);
+            total.row.duplicates += a.row.duplicates;
+            a.row.endpoint = "all".into();
+            a.finish()
+        })
+        .collect();
+    total.row.dataset = "all".into();
+    total.row.endpoint = "all".into();
+    Report {
+        schema: SCHEMA,
+        output_dir: dir.display().to_string(),
+        model: snapshot.map(|s| s.model.clone()),
+        elapsed_s: snapshot.map(|s| s.elapsed_s),
+        rows,
+        datasets,
+        total: total.finish(),
+        spend: g.spend,
+        reject_causes: reject_causes(g.causes),
+    }
+}
+
+/// The final rejects by kind and cause, the most common first.
+fn reject_causes(causes: HashMap<(String, FailureCause), u64>) -> Vec<RejectCause> {
+    let mut v: Vec<RejectCause> = causes
+        .into_iter()
+        .map(|((kind, cause), rejects)| RejectCause {
+            kind,
+            cause,
+            rejects,
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        (b.rejects.cmp(&a.rejects)).then_with(|| (&a.kind, &a.cause).cmp(&(&b.kind, &b.cause)))
+    });
+    v
 }
 
 /// The report of `dir`, for printing after a run; a failure to read it is logged, not fatal.

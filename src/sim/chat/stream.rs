@@ -108,208 +108,291 @@ pub(crate) async fn produce(
         rng,
         split: state.cfg.split_writes && plan.stream,
     };
-    let stopping = state.stopping.clone();
-    let writer = ChunkWriter::new(&plan.id, plan.created, &plan.model, &plan.provider);
     let hidden = if plan.reasoning_visible {
         0
     } else {
         plan.reasoning_tokens
     };
     let first_at = started + plan.ttft + plan.per_token.mul_f64(hidden as f64);
-    let limit = if plan.fault == Fault::None {
-        plan.completion_tokens
-    } else {
-        plan.fault_at
+    let mut p = Producer {
+        state: &state,
+        plan: &plan,
+        writer: ChunkWriter::new(&plan.id, plan.created, &plan.model, &plan.provider),
+        stopping: state.stopping.clone(),
+        text: Text::default(),
     };
-
-    if plan.stream && !out.send(KEEPALIVE.to_string()).await {
-        return cancelled(&state, &plan, 0, started);
-    }
-    // Wait for the first token, with a keep-alive comment every second.
-    loop {
-        let now = Instant::now();
-        if now >= first_at {
-            break;
-        }
-        let next = (now + Duration::from_secs(1)).min(first_at);
-        tokio::select! {
-            _ = tokio::time::sleep_until(next.into()) => {
-                if next < first_at && plan.stream && !out.send(KEEPALIVE.to_string()).await {
-                    return cancelled(&state, &plan, 0, started);
-                }
-            }
-            _ = out.tx.closed() => return cancelled(&state, &plan, 0, started),
-            _ = stopping.cancelled() => return,
-        }
-    }
-
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut i = hidden.min(limit);
-    let min_tick = state.cfg.min_tick;
-    let keepalive_at = if out.rng.random::<f64>() < 0.1 && limit > 2 {
-        out.rng.random_range(1..limit)
-    } else {
-        u64::MAX
+    let sent = match p.wait_first_token(&mut out, first_at).await {
+        Ok(()) => p.stream_tokens(&mut out, first_at, hidden).await,
+        Err(gone) => Err(gone),
     };
-    while i < limit {
-        if !plan.per_token.is_zero() {
-            let since = Instant::now().saturating_duration_since(first_at);
-            let due = ((since.as_secs_f64() / plan.per_token.as_secs_f64()).floor() as u64 + 1)
-                .min(limit);
-            if due <= i {
-                let next_due = first_at + plan.per_token.mul_f64(i as f64);
-                let wake = next_due.max(Instant::now() + min_tick);
-                tokio::select! {
-                    _ = tokio::time::sleep_until(wake.into()) => {}
-                    _ = out.tx.closed() => return cancelled(&state, &plan, i, started),
-                    _ = stopping.cancelled() => return,
-                }
-                continue;
-            }
-        }
-        let due = if plan.per_token.is_zero() {
-            limit
+    match sent {
+        Ok(sent) => p.end(&mut out, sent, started).await,
+        Err(Gone::Client(sent)) => cancelled(&state, &plan, sent, started),
+        Err(Gone::Stopping) => {}
+    }
+}
+
+/// Why a response ended early.
+enum Gone {
+    /// The client went away after this many tokens were sent.
+    Client(u64),
+    /// The simulator is shutting down: nothing is billed.
+    Stopping,
+}
+
+/// The text of a non-streamed response, sent whole at the end.
+#[derive(Default)]
+struct Text {
+    content: String,
+    reasoning: String,
+}
+
+/// One response's producer: what it answers and what it has built so far.
+struct Producer<'a> {
+    state: &'a SimState,
+    plan: &'a Plan,
+    writer: ChunkWriter,
+    stopping: tokio_util::sync::CancellationToken,
+    text: Text,
+}
+
+impl Producer<'_> {
+    /// The tokens the response streams before its planned end or fault.
+    fn limit(&self) -> u64 {
+        if self.plan.fault == Fault::None {
+            self.plan.completion_tokens
         } else {
-            let since = Instant::now().saturating_duration_since(first_at);
-            ((since.as_secs_f64() / plan.per_token.as_secs_f64()).floor() as u64 + 1).min(limit)
-        };
-        let end = due.min(i + MAX_BATCH);
-        let mut buf = String::with_capacity(((end - i) as usize) * 220);
-        for j in i..end {
-            let w = plan.text.word(j, state.vocab.len());
-            if j == keepalive_at && plan.stream {
-                buf.push_str(KEEPALIVE);
+            self.plan.fault_at
+        }
+    }
+
+    /// Waits for the first token, with a keep-alive comment every second.
+    async fn wait_first_token(&self, out: &mut Sender, first_at: Instant) -> Result<(), Gone> {
+        let stream = self.plan.stream;
+        if stream && !out.send(KEEPALIVE.to_string()).await {
+            return Err(Gone::Client(0));
+        }
+        loop {
+            let now = Instant::now();
+            if now >= first_at {
+                return Ok(());
             }
-            use crate::sim::table::ReasoningFormat as RF;
-            let thinking = j < plan.reasoning_tokens || plan.reasoning_format == RF::Only;
-            if plan.reasoning_format == RF::Inline && plan.reasoning_visible {
-                // No reasoning parser: the thinking is part of the text.
-                let mut word = String::new();
-                if j == 0 && plan.reasoning_tokens > 0 {
-                    word.push_str("<think>");
-                }
-                if j == plan.reasoning_tokens && j > 0 {
-                    word.push_str("</think>");
-                }
-                word.push_str(state.vocab.raw(w));
-                if plan.stream {
-                    let mut escaped = String::new();
-                    crate::sim::generate::json_escape(&word, &mut escaped);
-                    writer.content(&escaped, &mut buf);
-                } else {
-                    content.push_str(&word);
-                }
-            } else if thinking {
-                if plan.reasoning_visible {
-                    if plan.stream {
-                        writer.reasoning(state.vocab.escaped(w), &mut buf);
-                    } else {
-                        reasoning.push_str(state.vocab.raw(w));
+            let next = (now + Duration::from_secs(1)).min(first_at);
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.into()) => {
+                    if next < first_at && stream && !out.send(KEEPALIVE.to_string()).await {
+                        return Err(Gone::Client(0));
                     }
                 }
-            } else if plan.stream {
-                writer.content(state.vocab.escaped(w), &mut buf);
-            } else {
-                content.push_str(state.vocab.raw(w));
+                _ = out.tx.closed() => return Err(Gone::Client(0)),
+                _ = self.stopping.cancelled() => return Err(Gone::Stopping),
             }
-        }
-        if !buf.is_empty() && !out.send(buf).await {
-            return cancelled(&state, &plan, end, started);
-        }
-        i = end;
-        if plan.per_token.is_zero() {
-            tokio::task::yield_now().await;
         }
     }
 
-    match plan.fault {
-        Fault::None | Fault::Empty => {
-            let n = plan.completion_tokens;
-            let cost = if plan.fault == Fault::Empty {
-                Usd::ZERO
+    /// Sends the tokens at the endpoint's decode speed; returns how many were sent.
+    async fn stream_tokens(
+        &mut self,
+        out: &mut Sender,
+        first_at: Instant,
+        hidden: u64,
+    ) -> Result<u64, Gone> {
+        let limit = self.limit();
+        let per_token = self.plan.per_token;
+        let mut i = hidden.min(limit);
+        let min_tick = self.state.cfg.min_tick;
+        let keepalive_at = if out.rng.random::<f64>() < 0.1 && limit > 2 {
+            out.rng.random_range(1..limit)
+        } else {
+            u64::MAX
+        };
+        // The tokens due by now, counted from the first.
+        let due = || {
+            let since = Instant::now().saturating_duration_since(first_at);
+            ((since.as_secs_f64() / per_token.as_secs_f64()).floor() as u64 + 1).min(limit)
+        };
+        while i < limit {
+            let end = if per_token.is_zero() {
+                limit
             } else {
-                plan.cost(n)
-            };
-            let cost_json = pico_to_json(cost.pico());
-            let body = if plan.stream {
-                let mut b = String::new();
-                writer.finish(plan.finish_reason, &mut b);
-                writer.usage(
-                    (plan.prompt_tokens, plan.cached_tokens),
-                    n,
-                    plan.reasoning_tokens,
-                    &cost_json,
-                    &mut b,
-                );
-                b.push_str(DONE);
-                b
-            } else {
-                non_stream_body(&plan, &content, &reasoning, n, &cost_json)
-            };
-            if !out.send(body).await {
-                return cancelled(&state, &plan, n, started);
-            }
-            if plan.fault == Fault::None {
-                bill(&state, &plan, n, Outcome::Complete, started);
-            }
-        }
-        Fault::MidStream => {
-            let code = if out.rng.random::<bool>() {
-                "502"
-            } else {
-                "\"server_error\""
-            };
-            let body = if let Some(f) = &plan.forced {
-                let err = f.error_object();
-                if plan.stream {
-                    let mut b = String::new();
-                    writer.error_object(&err, &mut b);
-                    b.push_str(DONE);
-                    b
-                } else {
-                    json!({ "error": err }).to_string()
+                let due = due();
+                if due <= i {
+                    let next_due = first_at + per_token.mul_f64(i as f64);
+                    let wake = next_due.max(Instant::now() + min_tick);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake.into()) => {}
+                        _ = out.tx.closed() => return Err(Gone::Client(i)),
+                        _ = self.stopping.cancelled() => return Err(Gone::Stopping),
+                    }
+                    continue;
                 }
-            } else if plan.stream {
-                let mut b = String::new();
-                writer.error(code, "Provider returned error", &plan.provider, &mut b);
-                b.push_str(DONE);
-                b
+                due
+            }
+            .min(i + MAX_BATCH);
+            let mut buf = String::with_capacity(((end - i) as usize) * 220);
+            for j in i..end {
+                if j == keepalive_at && self.plan.stream {
+                    buf.push_str(KEEPALIVE);
+                }
+                self.word(j, &mut buf);
+            }
+            if !buf.is_empty() && !out.send(buf).await {
+                return Err(Gone::Client(end));
+            }
+            i = end;
+            if per_token.is_zero() {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(i)
+    }
+
+    /// Token `j`: as a chunk into `buf` (streaming) or onto the text (a whole body).
+    fn word(&mut self, j: u64, buf: &mut String) {
+        use crate::sim::table::ReasoningFormat as RF;
+        let (plan, state) = (self.plan, self.state);
+        let w = plan.text.word(j, state.vocab.len());
+        let thinking = j < plan.reasoning_tokens || plan.reasoning_format == RF::Only;
+        if plan.reasoning_format == RF::Inline && plan.reasoning_visible {
+            // No reasoning parser: the thinking is part of the text.
+            let mut word = String::new();
+            if j == 0 && plan.reasoning_tokens > 0 {
+                word.push_str("<think>");
+            }
+            if j == plan.reasoning_tokens && j > 0 {
+                word.push_str("</think>");
+            }
+            word.push_str(state.vocab.raw(w));
+            if plan.stream {
+                let mut escaped = String::new();
+                crate::sim::generate::json_escape(&word, &mut escaped);
+                self.writer.content(&escaped, buf);
             } else {
-                json!({"error": {"code": 502, "message": "Provider returned error",
-                       "metadata": {"provider_name": plan.provider}}})
-                .to_string()
-            };
-            let _ = out.send(body).await;
+                self.text.content.push_str(&word);
+            }
+        } else if thinking {
+            if plan.reasoning_visible {
+                if plan.stream {
+                    self.writer.reasoning(state.vocab.escaped(w), buf);
+                } else {
+                    self.text.reasoning.push_str(state.vocab.raw(w));
+                }
+            }
+        } else if plan.stream {
+            self.writer.content(state.vocab.escaped(w), buf);
+        } else {
+            self.text.content.push_str(state.vocab.raw(w));
         }
-        Fault::Reset => {
-            let _ = out
-                .tx
-                .send(Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "simulated connection reset",
-                )))
-                .await;
-            // Not covered by zero completion insurance once tokens were sent (see `cancelled`).
-            cancelled(&state, &plan, i, started);
+    }
+
+    /// The response's end once `sent` tokens are out: finish, usage and `[DONE]`, or the
+    /// planned fault. Bills as the module doc says.
+    async fn end(&self, out: &mut Sender, sent: u64, started: Instant) {
+        let (state, plan) = (self.state, self.plan);
+        match plan.fault {
+            Fault::None | Fault::Empty => {
+                let n = plan.completion_tokens;
+                if !out.send(self.final_body(n)).await {
+                    return cancelled(state, plan, n, started);
+                }
+                if plan.fault == Fault::None {
+                    bill(state, plan, n, Outcome::Complete, started);
+                }
+            }
+            Fault::MidStream => {
+                let code = if out.rng.random::<bool>() {
+                    "502"
+                } else {
+                    "\"server_error\""
+                };
+                let _ = out.send(self.error_body(code)).await;
+            }
+            Fault::Reset => {
+                let _ = out
+                    .tx
+                    .send(Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "simulated connection reset",
+                    )))
+                    .await;
+                // Not covered by zero completion insurance once tokens were sent (see `cancelled`).
+                cancelled(state, plan, sent, started);
+            }
+            Fault::Truncate => {
+                if !plan.stream {
+                    let body =
+                        non_stream_body(plan, &self.text.content, &self.text.reasoning, sent, "0");
+                    let _ = out.send(body[..body.len() / 2].to_string()).await;
+                }
+                // Dropping the sender ends the body cleanly: no finish, no usage, no [DONE].
+                // Billed like a reset.
+                cancelled(state, plan, sent, started);
+            }
+            Fault::Stall => {
+                tokio::select! {
+                    _ = out.tx.closed() => cancelled(state, plan, sent, started),
+                    _ = tokio::time::sleep(STALL_LIMIT) => {}
+                    _ = self.stopping.cancelled() => {}
+                }
+            }
+            Fault::RateLimit | Fault::ServerError => {}
         }
-        Fault::Truncate => {
+    }
+
+    /// The finish and usage of a response that ran to its end (`Fault::Empty` bills $0).
+    fn final_body(&self, n: u64) -> String {
+        let plan = self.plan;
+        let cost = if plan.fault == Fault::Empty {
+            Usd::ZERO
+        } else {
+            plan.cost(n)
+        };
+        let cost_json = pico_to_json(cost.pico());
+        if !plan.stream {
+            return non_stream_body(
+                plan,
+                &self.text.content,
+                &self.text.reasoning,
+                n,
+                &cost_json,
+            );
+        }
+        let mut b = String::new();
+        self.writer.finish(plan.finish_reason, &mut b);
+        self.writer.usage(
+            (plan.prompt_tokens, plan.cached_tokens),
+            n,
+            plan.reasoning_tokens,
+            &cost_json,
+            &mut b,
+        );
+        b.push_str(DONE);
+        b
+    }
+
+    /// A mid-stream error: the forced one, or a provider's 502 with `code`.
+    fn error_body(&self, code: &str) -> String {
+        let plan = self.plan;
+        if let Some(f) = &plan.forced {
+            let err = f.error_object();
             if !plan.stream {
-                let body = non_stream_body(&plan, &content, &reasoning, i, "0");
-                let _ = out.send(body[..body.len() / 2].to_string()).await;
+                return json!({ "error": err }).to_string();
             }
-            // Dropping the sender ends the body cleanly: no finish, no usage, no [DONE]. Billed
-            // like a reset.
-            cancelled(&state, &plan, i, started);
+            let mut b = String::new();
+            self.writer.error_object(&err, &mut b);
+            b.push_str(DONE);
+            return b;
         }
-        Fault::Stall => {
-            tokio::select! {
-                _ = out.tx.closed() => cancelled(&state, &plan, i, started),
-                _ = tokio::time::sleep(STALL_LIMIT) => {}
-                _ = stopping.cancelled() => {}
-            }
+        if !plan.stream {
+            return json!({"error": {"code": 502, "message": "Provider returned error",
+                   "metadata": {"provider_name": plan.provider}}})
+            .to_string();
         }
-        Fault::RateLimit | Fault::ServerError => {}
+        let mut b = String::new();
+        self.writer
+            .error(code, "Provider returned error", &plan.provider, &mut b);
+        b.push_str(DONE);
+        b
     }
 }
 

@@ -270,55 +270,12 @@ fn cell(
 
 pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model: bool) {
     let t = &state.theme;
-    let s = &state.snapshot;
     let order = state.endpoints();
     let focused = state.focus == Pane::Providers;
-    let allowed = s.endpoints.iter().filter(|e| e.allowed).count();
-
-    // The policy in force, as the engine states it (older state files: inferred from marks).
-    let native_span = if s.policy.is_empty() {
-        s.endpoints
-            .iter()
-            .find(|e| e.fidelity == Fidelity::Native)
-            .map(|e| Span::styled(format!(" native {} ", e.quantization), t.dim))
-    } else {
-        Some(Span::styled(format!(" policy: {} ", s.policy), t.dim))
-    };
-    let sort = Span::styled(
-        format!(
-            " sort: {} {} ",
-            state.sort.column.label(),
-            state.sort.dir.arrow()
-        ),
-        t.dim,
-    );
-    let title = |with_native: bool, with_sort: bool| {
-        let mut v = vec![Span::styled(" Providers ", t.title)];
-        if with_model {
-            v.push(Span::styled(format!(" {} ", s.model), t.bold));
-        }
-        v.push(Span::raw(format!(
-            " {} of {} allowed ",
-            allowed,
-            s.endpoints.len()
-        )));
-        if with_native && let Some(n) = &native_span {
-            v.push(n.clone());
-        }
-        if with_sort {
-            v.push(sort.clone());
-        }
-        Line::from(v)
-    };
     let room = usize::from(area.width.saturating_sub(2));
-    let title = [(true, true), (false, true), (false, false)]
-        .into_iter()
-        .map(|(n, so)| title(n, so))
-        .find(|l| l.width() <= room)
-        .unwrap_or_else(|| title(false, false));
     let block = Block::bordered()
         .border_style(if focused { t.border_focused } else { t.border })
-        .title(title);
+        .title(title(state, with_model, room));
     let inner = block.inner(area);
 
     let quant_w = order
@@ -331,61 +288,9 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model:
         .iter()
         .map(|e| COLS.iter().map(|&c| text(c, e, quant_w)).collect())
         .collect();
-    let specs: Vec<ColSpec> = COLS
-        .iter()
-        .enumerate()
-        .map(|(ci, &c)| {
-            let want = texts
-                .iter()
-                .map(|row| width(&row[ci]))
-                .chain([width(c.header())])
-                .max()
-                .unwrap_or(1);
-            let min = match c {
-                Col::Provider => want.min(10),
-                Col::Tag => want.min(10),
-                Col::Why => want.min(16),
-                Col::Err => want.min(3),
-                _ => want,
-            };
-            // The error count is whole without its kind.
-            let whole = if c == Col::Err {
-                order
-                    .iter()
-                    .map(|e| width(&count(e.errors)))
-                    .chain([width(c.header())])
-                    .max()
-                    .unwrap_or(3)
-            } else {
-                want
-            };
-            ColSpec {
-                min: min.min(whole),
-                want,
-                whole,
-                keep: c.keep(),
-                flex: c == Col::Why,
-            }
-        })
-        .collect();
-    let widths = fit(&specs, inner.width, 1);
+    let widths = fit(&col_specs(&order, &texts), inner.width, 1);
     let shown: Vec<(Col, u16)> = shown(&COLS, &widths);
-
-    let header = Row {
-        style: Style::default(),
-        cells: shown
-            .iter()
-            .map(|(c, w)| {
-                let style = if c.sort() == Some(state.sort.column) {
-                    t.sort_column
-                } else {
-                    t.header_row
-                };
-                let l = Line::styled(truncate(c.header(), *w), style);
-                if c.right() { l.right_aligned() } else { l }
-            })
-            .collect(),
-    };
+    let header = header_row(&shown, state);
 
     // Scroll so the selected row is visible.
     let visible = usize::from(inner.height.saturating_sub(1));
@@ -438,4 +343,112 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model:
     frame.render_widget(block, area);
     let widths: Vec<u16> = shown.iter().map(|(_, w)| *w).collect();
     grid::table(frame.buffer_mut(), inner, &widths, &header, &rows);
+}
+
+/// The pane's title: the model (when asked), how many endpoints are allowed, the policy in force
+/// and the sort, dropping the policy and then the sort when `room` is too narrow.
+fn title(state: &UiState, with_model: bool, room: usize) -> Line<'static> {
+    let t = &state.theme;
+    let s = &state.snapshot;
+    let allowed = s.endpoints.iter().filter(|e| e.allowed).count();
+    // The policy in force, as the engine states it (older state files: inferred from marks).
+    let native_span = if s.policy.is_empty() {
+        s.endpoints
+            .iter()
+            .find(|e| e.fidelity == Fidelity::Native)
+            .map(|e| Span::styled(format!(" native {} ", e.quantization), t.dim))
+    } else {
+        Some(Span::styled(format!(" policy: {} ", s.policy), t.dim))
+    };
+    let sort = Span::styled(
+        format!(
+            " sort: {} {} ",
+            state.sort.column.label(),
+            state.sort.dir.arrow()
+        ),
+        t.dim,
+    );
+    let title = |with_native: bool, with_sort: bool| {
+        let mut v = vec![Span::styled(" Providers ", t.title)];
+        if with_model {
+            v.push(Span::styled(format!(" {} ", s.model), t.bold));
+        }
+        v.push(Span::raw(format!(
+            " {} of {} allowed ",
+            allowed,
+            s.endpoints.len()
+        )));
+        if with_native && let Some(n) = &native_span {
+            v.push(n.clone());
+        }
+        if with_sort {
+            v.push(sort.clone());
+        }
+        Line::from(v)
+    };
+    [(true, true), (false, true), (false, false)]
+        .into_iter()
+        .map(|(n, so)| title(n, so))
+        .find(|l| l.width() <= room)
+        .unwrap_or_else(|| title(false, false))
+}
+
+/// How wide each column wants to be, and how far it may shrink, given its cells' `texts`.
+fn col_specs(order: &[&EndpointSnap], texts: &[Vec<String>]) -> Vec<ColSpec> {
+    COLS.iter()
+        .enumerate()
+        .map(|(ci, &c)| {
+            let want = texts
+                .iter()
+                .map(|row| width(&row[ci]))
+                .chain([width(c.header())])
+                .max()
+                .unwrap_or(1);
+            let min = match c {
+                Col::Provider => want.min(10),
+                Col::Tag => want.min(10),
+                Col::Why => want.min(16),
+                Col::Err => want.min(3),
+                _ => want,
+            };
+            // The error count is whole without its kind.
+            let whole = if c == Col::Err {
+                order
+                    .iter()
+                    .map(|e| width(&count(e.errors)))
+                    .chain([width(c.header())])
+                    .max()
+                    .unwrap_or(3)
+            } else {
+                want
+            };
+            ColSpec {
+                min: min.min(whole),
+                want,
+                whole,
+                keep: c.keep(),
+                flex: c == Col::Why,
+            }
+        })
+        .collect()
+}
+
+/// The header row, the sort column marked.
+fn header_row(shown: &[(Col, u16)], state: &UiState) -> Row<'static> {
+    let t = &state.theme;
+    Row {
+        style: Style::default(),
+        cells: shown
+            .iter()
+            .map(|(c, w)| {
+                let style = if c.sort() == Some(state.sort.column) {
+                    t.sort_column
+                } else {
+                    t.header_row
+                };
+                let l = Line::styled(truncate(c.header(), *w), style);
+                if c.right() { l.right_aligned() } else { l }
+            })
+            .collect(),
+    }
 }
