@@ -245,114 +245,24 @@ pub async fn run(
         return Err(ProbeError::NoTargets);
     }
     let prompts = &PROMPTS[..s.prompts.clamp(1, PROMPTS.len())];
-    let jobs: Vec<(usize, usize)> = (0..targets.len())
-        .flat_map(|t| (0..prompts.len()).map(move |p| (t, p)))
-        .collect();
-    let results: Vec<((usize, usize), Sample)> = futures::stream::iter(jobs)
-        .map(|(t, p)| async move { ((t, p), ask(&targets[t], prompts[p], s).await) })
-        .buffer_unordered(s.concurrency.max(1))
-        .collect()
-        .await;
-    let mut grid: Vec<Vec<Sample>> = targets
-        .iter()
-        .map(|_| vec![Sample::default(); prompts.len()])
-        .collect();
-    for ((t, p), sample) in results {
-        grid[t][p] = sample;
-    }
-
+    let grid = ask_all(targets, prompts, s).await;
     // The text each prompt is compared with: the reference's, or the most common answer.
     let reference_idx = reference
         .as_ref()
         .and_then(|r| targets.iter().position(|t| &t.tag == r));
-    // Where the reference failed a prompt, the greedy endpoints' majority answer stands in.
-    let expected: Vec<Option<String>> = (0..prompts.len())
-        .map(|p| {
-            reference_idx
-                .and_then(|r| grid[r][p].text.clone().filter(|t| !t.is_empty()))
-                .or_else(|| {
-                    majority(
-                        grid.iter()
-                            .zip(targets)
-                            .filter(|(_, t)| t.can_be_greedy())
-                            .filter_map(|(row, _)| row[p].text.as_deref()),
-                    )
-                })
-        })
-        .collect();
+    let expected = expected_answers(&grid, targets, reference_idx, prompts.len());
 
     let now = crate::domain::rfc3339(chrono::Utc::now());
     let mut spend = Vec::new();
-    let mut endpoints = Vec::new();
-    for (i, t) in targets.iter().enumerate() {
-        let row = &grid[i];
-        let mut score = EndpointScore {
-            tag: t.tag.clone(),
-            provider: t.provider.clone(),
-            quantization: t.quantization.to_string(),
-            is_reference: Some(i) == reference_idx,
-            greedy: t.can_be_greedy(),
-            prompts: prompts.len() as u64,
-            answered: 0,
-            compared: 0,
-            exact_match_rate: None,
-            similarity: None,
-            mean_output_tokens: None,
-            length_rate: None,
-            empty_rate: 0.0,
-            errors: 0,
-            last_error: None,
-            cost: Usd::ZERO,
-        };
-        let (mut exact, mut sim_sum, mut tokens, mut length, mut empty) =
-            (0u64, 0.0, 0u64, 0u64, 0u64);
-        for (p, sample) in row.iter().enumerate() {
-            score.cost += sample.cost;
-            if sample.cost != Usd::ZERO || sample.generation_id.is_some() {
-                spend.push(SpendEntry {
-                    endpoint: Some(t.tag.clone()),
-                    usd: sample.cost,
-                    prompt_tokens: sample.prompt_tokens,
-                    completion_tokens: sample.output_tokens,
-                    estimated: sample.estimated_cost,
-                    generation_id: sample.generation_id.clone(),
-                    ..SpendEntry::new(SpendKind::Other, now.clone(), format!("probe-{p}"), "probe")
-                });
-            }
-            if let Some(e) = &sample.error {
-                score.errors += 1;
-                score.last_error = Some(e.clone());
-                continue;
-            }
-            let Some(text) = &sample.text else { continue };
-            if text.is_empty() {
-                empty += 1;
-                continue;
-            }
-            score.answered += 1;
-            tokens += sample.output_tokens;
-            if sample.finish_reason.as_deref() == Some("length") {
-                length += 1;
-            }
-            if let Some(want) = &expected[p] {
-                score.compared += 1;
-                if text == want {
-                    exact += 1;
-                }
-                sim_sum += similarity(text, want);
-            }
-        }
-        score.empty_rate = empty as f64 / prompts.len() as f64;
-        if score.answered > 0 {
-            score.mean_output_tokens = Some(tokens as f64 / score.answered as f64);
-            score.length_rate = Some(length as f64 / score.answered as f64);
-        }
-        if score.compared > 0 {
-            score.exact_match_rate = Some(exact as f64 / score.compared as f64);
-            score.similarity = Some(sim_sum / score.compared as f64);
-        }
-        endpoints.push(score);
-    }
+    let mut endpoints: Vec<EndpointScore> = targets
+        .iter()
+        .zip(&grid)
+        .enumerate()
+        .map(|(i, (t, row))| {
+            spend.extend(spend_lines(t, row, &now));
+            score(t, row, &expected, Some(i) == reference_idx)
+        })
+        .collect();
     endpoints.sort_by(|a, b| {
         b.is_reference
             .cmp(&a.is_reference)
@@ -377,6 +287,136 @@ pub async fn run(
         },
         spend,
     ))
+}
+
+/// Asks every target every prompt, `s.concurrency` at a time: the samples by target, then prompt.
+async fn ask_all(targets: &[Target], prompts: &[&str], s: &ProbeSettings) -> Vec<Vec<Sample>> {
+    let jobs: Vec<(usize, usize)> = (0..targets.len())
+        .flat_map(|t| (0..prompts.len()).map(move |p| (t, p)))
+        .collect();
+    let results: Vec<((usize, usize), Sample)> = futures::stream::iter(jobs)
+        .map(|(t, p)| async move { ((t, p), ask(&targets[t], prompts[p], s).await) })
+        .buffer_unordered(s.concurrency.max(1))
+        .collect()
+        .await;
+    let mut grid: Vec<Vec<Sample>> = targets
+        .iter()
+        .map(|_| vec![Sample::default(); prompts.len()])
+        .collect();
+    for ((t, p), sample) in results {
+        grid[t][p] = sample;
+    }
+    grid
+}
+
+/// The answer each prompt is compared with: the reference's; where the reference failed a
+/// prompt, the greedy endpoints' majority answer stands in.
+fn expected_answers(
+    grid: &[Vec<Sample>],
+    targets: &[Target],
+    reference_idx: Option<usize>,
+    prompts: usize,
+) -> Vec<Option<String>> {
+    (0..prompts)
+        .map(|p| {
+            reference_idx
+                .and_then(|r| grid[r][p].text.clone().filter(|t| !t.is_empty()))
+                .or_else(|| {
+                    majority(
+                        grid.iter()
+                            .zip(targets)
+                            .filter(|(_, t)| t.can_be_greedy())
+                            .filter_map(|(row, _)| row[p].text.as_deref()),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The ledger lines of one target's samples: each that cost something or named a generation.
+fn spend_lines(t: &Target, row: &[Sample], now: &str) -> Vec<SpendEntry> {
+    row.iter()
+        .enumerate()
+        .filter(|(_, sample)| sample.cost != Usd::ZERO || sample.generation_id.is_some())
+        .map(|(p, sample)| SpendEntry {
+            endpoint: Some(t.tag.clone()),
+            usd: sample.cost,
+            prompt_tokens: sample.prompt_tokens,
+            completion_tokens: sample.output_tokens,
+            estimated: sample.estimated_cost,
+            generation_id: sample.generation_id.clone(),
+            ..SpendEntry::new(
+                SpendKind::Other,
+                now.to_string(),
+                format!("probe-{p}"),
+                "probe",
+            )
+        })
+        .collect()
+}
+
+/// How one target's answers compare with the expected ones.
+fn score(
+    t: &Target,
+    row: &[Sample],
+    expected: &[Option<String>],
+    is_reference: bool,
+) -> EndpointScore {
+    let prompts = row.len();
+    let mut score = EndpointScore {
+        tag: t.tag.clone(),
+        provider: t.provider.clone(),
+        quantization: t.quantization.to_string(),
+        is_reference,
+        greedy: t.can_be_greedy(),
+        prompts: prompts as u64,
+        answered: 0,
+        compared: 0,
+        exact_match_rate: None,
+        similarity: None,
+        mean_output_tokens: None,
+        length_rate: None,
+        empty_rate: 0.0,
+        errors: 0,
+        last_error: None,
+        cost: Usd::ZERO,
+    };
+    let (mut exact, mut sim_sum, mut tokens, mut length, mut empty) = (0u64, 0.0, 0u64, 0u64, 0u64);
+    for (p, sample) in row.iter().enumerate() {
+        score.cost += sample.cost;
+        if let Some(e) = &sample.error {
+            score.errors += 1;
+            score.last_error = Some(e.clone());
+            continue;
+        }
+        let Some(text) = &sample.text else { continue };
+        if text.is_empty() {
+            empty += 1;
+            continue;
+        }
+        score.answered += 1;
+        tokens += sample.output_tokens;
+        if sample.finish_reason.as_deref() == Some("length") {
+            length += 1;
+        }
+        if let Some(want) = &expected[p] {
+            score.compared += 1;
+            if text == want {
+                exact += 1;
+            }
+            sim_sum += similarity(text, want);
+        }
+    }
+    score.empty_rate = empty as f64 / prompts as f64;
+    if score.answered > 0 {
+        score.mean_output_tokens = Some(tokens as f64 / score.answered as f64);
+        score.length_rate = Some(length as f64 / score.answered as f64);
+    }
+    if score.compared > 0 {
+        score.exact_match_rate = Some(exact as f64 / score.compared as f64);
+        score.similarity = Some(sim_sum / score.compared as f64);
+    }
+    score
 }
 
 /// The most common non-empty answer (ties: the first seen).

@@ -44,60 +44,13 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     crate::engine::create_output_dir(&dir).map_err(super::run::engine_error)?;
     let _lock = crate::store::lock::lock_dir(&dir).map_err(|e| BadInput(e.to_string()))?;
 
-    // Every endpoint of the listing (the probe is how one learns about undisclosed ones),
-    // cheapest native-precision first for the reference fallback.
-    let mut targets = Vec::new();
-    let mut native_first: Vec<(crate::domain::Price, String)> = Vec::new();
     let listing = if use_openrouter {
         super::providers::fetch(&client, &model).await?
     } else {
         crate::openrouter::ModelEndpoints::default()
     };
-    let (native, _) = policy.native_for(&model);
-    for e in &listing.endpoints {
-        if policy.fidelity(&native, &e.quantization) == Fidelity::Native
-            && policy.judge(&native, e, None).is_none()
-        {
-            native_first.push((e.pricing.completion, e.tag.to_string()));
-        }
-    }
-    // The endpoints a run would have (the listing's, then the config's own servers).
-    let (pool, mut own_clients) = match &cfg {
-        Some(c) => (
-            crate::engine::pool::build(c, &listing),
-            crate::engine::pool::own_clients(c).map_err(super::run::engine_error)?,
-        ),
-        None => (
-            listing
-                .endpoints
-                .iter()
-                .map(|e| crate::engine::pool::listed(None, e))
-                .collect(),
-            Default::default(),
-        ),
-    };
-    for e in pool {
-        let own = e
-            .custom
-            .and_then(|c| Some((own_clients.remove(&e.tag)?, c.model)));
-        let (client, model, via_openrouter) = match own {
-            Some((own_client, own_model)) => (own_client, own_model, false),
-            None => (client.clone(), model.clone(), true),
-        };
-        targets.push(Target {
-            tag: e.tag,
-            provider: e.provider,
-            quantization: e.quantization,
-            price_in: e.price_in,
-            price_out: e.price_out,
-            client,
-            model,
-            via_openrouter,
-            supported_parameters: e.supported_parameters,
-        });
-    }
-    native_first.sort();
-    let preferred: Vec<String> = native_first.into_iter().map(|(_, t)| t).collect();
+    let preferred = native_cheapest_first(&policy, &model, &listing);
+    let mut targets = targets(cfg.as_ref(), &listing, &client, &model)?;
     let reference =
         probe::choose_reference(&model, &targets, args.reference.as_deref(), &preferred)
             .map_err(|e| BadInput(e.to_string()))?;
@@ -150,21 +103,89 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     report.save(&path, &dir, &spend)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", crate::printable::printable(&report.render()));
+        return Ok(());
+    }
+    print!("{}", crate::printable::printable(&report.render()));
+    println!(
+        "saved to {}; spend booked in {}",
+        path.display(),
+        crate::store::output::ledger_path(&dir).display()
+    );
+    if policy_hint(&policy) {
         println!(
-            "saved to {}; spend booked in {}",
-            path.display(),
-            crate::store::output::ledger_path(&dir).display()
+            "to leave out endpoints that drift, set [policy] min_probe_agreement (e.g. 0.9) and \
+             run from the same output_dir"
         );
-        if policy_hint(&policy) {
-            println!(
-                "to leave out endpoints that drift, set [policy] min_probe_agreement (e.g. 0.9) and \
-                 run from the same output_dir"
-            );
-        }
     }
     Ok(())
+}
+
+/// The listed endpoints the policy allows at native precision, cheapest first: the reference
+/// falls back to the first of them.
+fn native_cheapest_first(
+    policy: &PolicyConfig,
+    model: &str,
+    listing: &crate::openrouter::ModelEndpoints,
+) -> Vec<String> {
+    let (native, _) = policy.native_for(model);
+    let mut native_first: Vec<(crate::domain::Price, String)> = listing
+        .endpoints
+        .iter()
+        .filter(|&e| {
+            policy.fidelity(&native, &e.quantization) == Fidelity::Native
+                && policy.judge(&native, e, None).is_none()
+        })
+        .map(|e| (e.pricing.completion, e.tag.to_string()))
+        .collect();
+    native_first.sort();
+    native_first.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Every endpoint a run would have: the listing's (the probe is how one learns about
+/// undisclosed ones), then the config's own servers, each with the client that reaches it.
+fn targets(
+    cfg: Option<&Config>,
+    listing: &crate::openrouter::ModelEndpoints,
+    client: &OpenRouterClient,
+    model: &str,
+) -> anyhow::Result<Vec<Target>> {
+    let (pool, mut own_clients) = match cfg {
+        Some(c) => (
+            crate::engine::pool::build(c, listing),
+            crate::engine::pool::own_clients(c).map_err(super::run::engine_error)?,
+        ),
+        None => (
+            listing
+                .endpoints
+                .iter()
+                .map(|e| crate::engine::pool::listed(None, e))
+                .collect(),
+            Default::default(),
+        ),
+    };
+    Ok(pool
+        .into_iter()
+        .map(|e| {
+            let own = e
+                .custom
+                .and_then(|c| Some((own_clients.remove(&e.tag)?, c.model)));
+            let (client, model, via_openrouter) = match own {
+                Some((own_client, own_model)) => (own_client, own_model, false),
+                None => (client.clone(), model.to_string(), true),
+            };
+            Target {
+                tag: e.tag,
+                provider: e.provider,
+                quantization: e.quantization,
+                price_in: e.price_in,
+                price_out: e.price_out,
+                client,
+                model,
+                via_openrouter,
+                supported_parameters: e.supported_parameters,
+            }
+        })
+        .collect())
 }
 
 fn policy_hint(p: &PolicyConfig) -> bool {

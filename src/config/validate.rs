@@ -60,6 +60,21 @@ impl Config {
         c.ensure(failures_ok, "breaker.failures", "must be at least 1")?;
         positive(c, "breaker.cooldown_s", self.breaker.cooldown_s)?;
 
+        self.validate_datasets(c, check_files)?;
+        if let Some(a) = self.policy.min_probe_agreement {
+            let ok = (0.0..=1.0).contains(&a);
+            c.ensure(
+                ok,
+                "policy.min_probe_agreement",
+                format!("must be between 0 and 1, got {a}"),
+            )?;
+        }
+        self.validate_endpoints(c)?;
+        Ok(())
+    }
+
+    /// The datasets: names that are files of their own, budgets, requests, prompt files.
+    fn validate_datasets(&self, c: &Check<'_>, check_files: bool) -> Result<(), ConfigError> {
         let msg = "at least one [[dataset]] table is required";
         c.ensure(!self.datasets.is_empty(), "dataset", msg)?;
         let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -111,14 +126,11 @@ impl Config {
             );
             c.ensure(exists, key("prompts"), msg)?;
         }
-        if let Some(a) = self.policy.min_probe_agreement {
-            let ok = (0.0..=1.0).contains(&a);
-            c.ensure(
-                ok,
-                "policy.min_probe_agreement",
-                format!("must be between 0 and 1, got {a}"),
-            )?;
-        }
+        Ok(())
+    }
+
+    /// The own servers: unique names, URLs, models, prices, concurrency.
+    fn validate_endpoints(&self, c: &Check<'_>) -> Result<(), ConfigError> {
         c.ensure(
             self.openrouter || !self.endpoints.is_empty(),
             "openrouter",

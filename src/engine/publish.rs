@@ -77,17 +77,7 @@ impl Publisher {
         let endpoints = (0..eps.len())
             .map(|i| self.endpoint(core, sh, i, t, now))
             .collect();
-        if t - self.last_history >= HISTORY_EVERY_S {
-            self.last_history = t;
-            if self.history.len() >= HISTORY_CAPACITY {
-                self.history.pop_front();
-            }
-            self.history.push_back(HistoryPoint {
-                at_s: t,
-                tok_per_s,
-                usd_per_min,
-            });
-        }
+        self.record_history(t, tok_per_s, usd_per_min);
         let books = core.datasets();
         let total: u64 = books.iter().map(|d| d.total).sum();
         let done: u64 = books.iter().map(|d| d.done).sum();
@@ -106,15 +96,7 @@ impl Publisher {
                 Usd::from_f64(p.min(budget.as_f64()))
             })
         };
-        let state = if core.paused() && !stopping {
-            RunState::Paused
-        } else if stopping {
-            RunState::Draining
-        } else if core.in_flight() == 0 && done == 0 && t < 1.0 {
-            RunState::Starting
-        } else {
-            RunState::Running
-        };
+        let state = run_state(core, done, t);
         let cfg = core.config();
         let events = core.events();
         Snapshot {
@@ -123,17 +105,7 @@ impl Publisher {
                 Routing::Openrouter => "openrouter".into(),
                 Routing::Pinned => "pinned".into(),
             },
-            policy: {
-                let mode = match core.policy().mode {
-                    PolicyMode::Faithful => format!("faithful (native {})", core.native()),
-                    PolicyMode::Any => "any".into(),
-                };
-                // What `[provider]` asks of OpenRouter besides.
-                match cfg.provider.summary() {
-                    x if x.is_empty() => mode,
-                    x => format!("{mode} + {x}"),
-                }
-            },
+            policy: policy_label(core),
             state,
             reason: core.stopping().cloned(),
             started_at: self.started_at.clone(),
@@ -160,13 +132,7 @@ impl Publisher {
             usd_per_min,
             eta_s: if stopping { None } else { eta_s },
             drain_left_s: if stopping {
-                let usual: Vec<Option<std::time::Duration>> = sh
-                    .dataset_stats
-                    .iter()
-                    .map(|c| c.latency().p95.map(std::time::Duration::from_millis))
-                    .collect();
-                core.longest_remaining(now, |d| usual.get(d).copied().flatten())
-                    .map(|d| d.as_secs_f64())
+                drain_left_s(core, sh, now)
             } else {
                 None
             },
@@ -185,6 +151,22 @@ impl Publisher {
             key_usage_start: self.key_usage_start,
             key_usage_now: None,
         }
+    }
+
+    /// A point of the rate history every `HISTORY_EVERY_S`, the oldest dropped when full.
+    fn record_history(&mut self, t: f64, tok_per_s: f64, usd_per_min: f64) {
+        if t - self.last_history < HISTORY_EVERY_S {
+            return;
+        }
+        self.last_history = t;
+        if self.history.len() >= HISTORY_CAPACITY {
+            self.history.pop_front();
+        }
+        self.history.push_back(HistoryPoint {
+            at_s: t,
+            tok_per_s,
+            usd_per_min,
+        });
     }
 
     fn dataset(
@@ -348,4 +330,42 @@ pub(super) fn write_state(path: &std::path::Path, snap: &Snapshot) {
         }
         Err(e) => tracing::warn!("cannot serialise the state: {e}"),
     }
+}
+
+/// The run's state as the operator reads it.
+fn run_state(core: &Core, done: u64, t: f64) -> RunState {
+    let stopping = core.stopping().is_some();
+    if core.paused() && !stopping {
+        RunState::Paused
+    } else if stopping {
+        RunState::Draining
+    } else if core.in_flight() == 0 && done == 0 && t < 1.0 {
+        RunState::Starting
+    } else {
+        RunState::Running
+    }
+}
+
+/// The policy in force, and what `[provider]` asks of OpenRouter besides.
+fn policy_label(core: &Core) -> String {
+    let mode = match core.policy().mode {
+        PolicyMode::Faithful => format!("faithful (native {})", core.native()),
+        PolicyMode::Any => "any".into(),
+    };
+    match core.config().provider.summary() {
+        x if x.is_empty() => mode,
+        x => format!("{mode} + {x}"),
+    }
+}
+
+/// How long a drain has left: the longest of the requests in flight, each expected to take its
+/// dataset's usual (p95) time.
+fn drain_left_s(core: &Core, sh: &Shared, now: &Clock) -> Option<f64> {
+    let usual: Vec<Option<std::time::Duration>> = sh
+        .dataset_stats
+        .iter()
+        .map(|c| c.latency().p95.map(std::time::Duration::from_millis))
+        .collect();
+    core.longest_remaining(now, |d| usual.get(d).copied().flatten())
+        .map(|d| d.as_secs_f64())
 }

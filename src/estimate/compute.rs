@@ -284,24 +284,7 @@ pub(super) fn price_string(p: Price) -> String {
 
 /// The remaining work of every dataset at every allowed endpoint.
 pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
-    if inputs.endpoints.is_empty() {
-        return Err(EstimateError::NoEndpoints {
-            model: inputs.model.clone(),
-        });
-    }
-    let (allowed, excluded): (Vec<&EndpointOffer>, Vec<&EndpointOffer>) =
-        inputs.endpoints.iter().partition(|e| e.excluded.is_none());
-    if allowed.is_empty() {
-        let seen: Vec<String> = (inputs.endpoints.iter())
-            .map(|e| format!("{} ({})", e.tag, e.quantization))
-            .collect();
-        return Err(EstimateError::NoneAllowed {
-            policy: inputs.policy.clone(),
-            count: inputs.endpoints.len(),
-            model: inputs.model.clone(),
-            seen: seen.join(", "),
-        });
-    }
+    let (allowed, excluded) = split_allowed(inputs)?;
     let mut datasets: Vec<DatasetEstimate> = (inputs.datasets.iter())
         .map(|d| plan_dataset(d, inputs.mean_output, inputs.rule))
         .collect();
@@ -322,43 +305,18 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
         .collect();
     let prices: Vec<Price> = allowed.iter().map(|e| e.price_out).collect();
     let weights = mix_weights(&prices);
-    let mut rows: Vec<EndpointEstimate> = Vec::with_capacity(allowed.len());
-    let mut mix_pace = 0.0; // Σ share / tok_per_s: seconds per token of an average stream
-    for (i, e) in allowed.iter().enumerate() {
-        let bill = bills[i].iter().fold(Bill::default(), |a, b| a + *b);
-        let (tps, source) = stream_speed(e, inputs.stream_tps, mean_out);
-        let streams = e
-            .stream_cap
-            .map_or(inputs.concurrency, |c| c.min(inputs.concurrency));
-        let share = weights[i].to_f64().unwrap_or(0.0);
-        if share > 0.0 {
-            mix_pace += share / tps;
-        }
-        let rps = inputs.requests_per_second;
-        rows.push(EndpointEstimate {
-            tag: e.tag.clone(),
-            provider: e.provider.clone(),
-            quantization: e.quantization.clone(),
-            fidelity: e.fidelity,
-            own_server: e.own_server,
-            price_in_per_m: e.price_in.usd_per_million_f64(),
-            price_out_per_m: e.price_out.usd_per_million_f64(),
-            pricing: PriceStrings {
-                prompt: price_string(e.price_in),
-                completion: price_string(e.price_out),
-                request: e.price_request.map(price_string),
-            },
-            mix_share: share,
-            streams,
-            stream_tok_per_s: tps,
-            speed_source: source,
-            input_cost_usd: bill.input,
-            output_cost_usd: bill.output,
-            request_cost_usd: bill.requests,
-            cost_usd: bill.total(),
-            time_s: duration_s(output_tokens, requests, f64::from(streams), tps, rps),
-        });
-    }
+    let rows: Vec<EndpointEstimate> = (allowed.iter().enumerate())
+        .map(|(i, e)| {
+            let bill = bills[i].iter().fold(Bill::default(), |a, b| a + *b);
+            let share = weights[i].to_f64().unwrap_or(0.0);
+            endpoint_row(e, bill, share, inputs, (output_tokens, requests, mean_out))
+        })
+        .collect();
+    // Σ share / tok_per_s: seconds per token of an average stream.
+    let mix_pace: f64 = (rows.iter())
+        .filter(|r| r.mix_share > 0.0)
+        .map(|r| r.mix_share / r.stream_tok_per_s)
+        .sum();
 
     // The cheapest and dearest endpoints for all the work (per-dataset figures use the same
     // two, so that they add up to the totals).
@@ -424,6 +382,70 @@ pub fn estimate(inputs: &Inputs) -> Result<Estimate, EstimateError> {
         assumptions,
         account: None,
     })
+}
+
+/// The endpoints the policy allows, and those it excludes; an error when none is allowed.
+fn split_allowed(
+    inputs: &Inputs,
+) -> Result<(Vec<&EndpointOffer>, Vec<&EndpointOffer>), EstimateError> {
+    if inputs.endpoints.is_empty() {
+        return Err(EstimateError::NoEndpoints {
+            model: inputs.model.clone(),
+        });
+    }
+    let (allowed, excluded): (Vec<&EndpointOffer>, Vec<&EndpointOffer>) =
+        inputs.endpoints.iter().partition(|e| e.excluded.is_none());
+    if allowed.is_empty() {
+        let seen: Vec<String> = (inputs.endpoints.iter())
+            .map(|e| format!("{} ({})", e.tag, e.quantization))
+            .collect();
+        return Err(EstimateError::NoneAllowed {
+            policy: inputs.policy.clone(),
+            count: inputs.endpoints.len(),
+            model: inputs.model.clone(),
+            seen: seen.join(", "),
+        });
+    }
+    Ok((allowed, excluded))
+}
+
+/// What all the work costs and takes at one endpoint, which gets `share` of it in the mix.
+/// `work` is (output tokens, requests, mean output tokens per request).
+fn endpoint_row(
+    e: &EndpointOffer,
+    bill: Bill,
+    share: f64,
+    inputs: &Inputs,
+    (output_tokens, requests, mean_out): (u64, u64, f64),
+) -> EndpointEstimate {
+    let (tps, source) = stream_speed(e, inputs.stream_tps, mean_out);
+    let streams = e
+        .stream_cap
+        .map_or(inputs.concurrency, |c| c.min(inputs.concurrency));
+    let rps = inputs.requests_per_second;
+    EndpointEstimate {
+        tag: e.tag.clone(),
+        provider: e.provider.clone(),
+        quantization: e.quantization.clone(),
+        fidelity: e.fidelity,
+        own_server: e.own_server,
+        price_in_per_m: e.price_in.usd_per_million_f64(),
+        price_out_per_m: e.price_out.usd_per_million_f64(),
+        pricing: PriceStrings {
+            prompt: price_string(e.price_in),
+            completion: price_string(e.price_out),
+            request: e.price_request.map(price_string),
+        },
+        mix_share: share,
+        streams,
+        stream_tok_per_s: tps,
+        speed_source: source,
+        input_cost_usd: bill.input,
+        output_cost_usd: bill.output,
+        request_cost_usd: bill.requests,
+        cost_usd: bill.total(),
+        time_s: duration_s(output_tokens, requests, f64::from(streams), tps, rps),
+    }
 }
 
 pub(super) fn excluded_row(e: &EndpointOffer) -> ExcludedEndpoint {

@@ -271,6 +271,33 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
         let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
         return;
     }
+    let mut reader = BufReader::new(rd);
+    let Some(role) = greet(&shared, &mut reader, &mut wr).await else {
+        return;
+    };
+    let _seat = (role == Role::Viewer).then(|| {
+        let n = shared.viewers.fetch_add(1, Ordering::SeqCst) + 1;
+        tracing::info!("control socket: viewer pid {pid} attached ({n} attached)");
+        ViewerSeat(&shared.viewers)
+    });
+    let end = match serve_client(&shared, pid, reader, &mut wr).await {
+        Ok(end) => end,
+        Err(why) => {
+            tracing::info!("control socket: pid {pid} dropped: {why}");
+            return;
+        }
+    };
+    if role == Role::Viewer {
+        tracing::info!("control socket: viewer pid {pid} left: {end}");
+    }
+    let _ = wr.shutdown().await;
+}
+
+type Reader = BufReader<tokio::net::unix::OwnedReadHalf>;
+type Writer = tokio::net::unix::OwnedWriteHalf;
+
+/// The engine's hello, then the client's: its role, or `None` when it was refused or left.
+async fn greet(shared: &Shared, reader: &mut Reader, wr: &mut Writer) -> Option<Role> {
     let hello = EngineMsg::Hello {
         version: VERSION,
         harvest: env!("CARGO_PKG_VERSION").to_string(),
@@ -278,66 +305,56 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
         output_dir: shared.output_dir.clone(),
         viewers: shared.viewers.load(Ordering::SeqCst),
     };
-    if write(&mut wr, &hello).await.is_err() {
-        return;
-    }
-    let mut reader = BufReader::new(rd);
+    write(wr, &hello).await.ok()?;
     let mut buf = Vec::new();
-    let role = match tokio::time::timeout(HELLO_TIMEOUT, read_line(&mut reader, &mut buf)).await {
-        Ok(Ok(true)) => match wire::decode::<ClientMsg>(&buf) {
-            Ok(ClientMsg::Hello { version, role }) if version == VERSION => role,
-            Ok(ClientMsg::Hello { version, .. }) => {
-                let reason = format!(
-                    "this engine speaks control version {VERSION} (harvest {}); the client \
-                     speaks {version}: use the same harvest for both",
-                    env!("CARGO_PKG_VERSION")
-                );
-                let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
-                return;
-            }
-            Ok(_) => {
-                let reason = "say hello first".to_string();
-                let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
-                return;
-            }
-            Err(reason) => {
-                let _ = write(&mut wr, &EngineMsg::Refused { reason }).await;
-                return;
-            }
-        },
-        // Gone before hello: `harvest status` only reads the engine's hello.
-        _ => return,
+    // Gone before hello: `harvest status` only reads the engine's hello.
+    let Ok(Ok(true)) = tokio::time::timeout(HELLO_TIMEOUT, read_line(reader, &mut buf)).await
+    else {
+        return None;
     };
-    buf.clear();
-    let _seat = (role == Role::Viewer).then(|| {
-        let n = shared.viewers.fetch_add(1, Ordering::SeqCst) + 1;
-        tracing::info!("control socket: viewer pid {pid} attached ({n} attached)");
-        ViewerSeat(&shared.viewers)
-    });
+    let reason = match wire::decode::<ClientMsg>(&buf) {
+        Ok(ClientMsg::Hello { version, role }) if version == VERSION => return Some(role),
+        Ok(ClientMsg::Hello { version, .. }) => format!(
+            "this engine speaks control version {VERSION} (harvest {}); the client \
+             speaks {version}: use the same harvest for both",
+            env!("CARGO_PKG_VERSION")
+        ),
+        Ok(_) => "say hello first".to_string(),
+        Err(reason) => reason,
+    };
+    let _ = write(wr, &EngineMsg::Refused { reason }).await;
+    None
+}
+
+/// Serves a greeted client: snapshots out (at most every `MIN_GAP`, at least every
+/// `HEARTBEAT`), commands in. Returns why the connection ended, or the error that dropped it.
+async fn serve_client(
+    shared: &Shared,
+    pid: u32,
+    mut reader: Reader,
+    wr: &mut Writer,
+) -> Result<&'static str, String> {
     let viewer = Viewer { pid };
+    let mut buf = Vec::new();
     let mut snapshots = shared.snapshots.clone();
     let mut last: Arc<Snapshot> = snapshots.borrow_and_update().clone();
     let mut last_at = Instant::now();
     let mut dirty = false;
     let mut engine_gone = false;
-    if let Err(why) = write(
-        &mut wr,
+    write(
+        wr,
         &EngineMsg::Snapshot {
             snapshot: last.clone(),
         },
     )
-    .await
-    {
-        tracing::info!("control socket: pid {pid} dropped: {why}");
-        return;
-    }
-    let end = loop {
+    .await?;
+    loop {
         if is_over(&last) {
-            break "the run ended";
+            return Ok("the run ended");
         }
         let due = last_at + if dirty { MIN_GAP } else { HEARTBEAT };
         tokio::select! {
-            () = shared.cancel.cancelled() => break "the engine exits",
+            () = shared.cancel.cancelled() => return Ok("the engine exits"),
             r = snapshots.changed(), if !engine_gone && !dirty => {
                 if r.is_err() {
                     engine_gone = true;
@@ -347,62 +364,54 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>) {
             }
             () = tokio::time::sleep_until(due) => {
                 let new = snapshots.borrow_and_update().clone();
-                if let Err(why) = write(&mut wr, &EngineMsg::Snapshot { snapshot: new.clone() }).await {
-                    tracing::info!("control socket: pid {pid} dropped: {why}");
-                    return;
-                }
+                write(wr, &EngineMsg::Snapshot { snapshot: new.clone() }).await?;
                 last = new;
                 last_at = Instant::now();
                 dirty = false;
                 if engine_gone && !is_over(&last) {
-                    break "the engine exits";
+                    return Ok("the engine exits");
                 }
             }
             line = read_line(&mut reader, &mut buf) => {
-                match line {
-                    Ok(true) => {}
-                    Ok(false) => break "it closed the connection",
-                    Err(why) => {
-                        tracing::info!("control socket: pid {pid} dropped: {why}");
-                        return;
-                    }
+                if !line? {
+                    return Ok("it closed the connection");
                 }
                 let msg = wire::decode::<ClientMsg>(&buf);
                 buf.clear();
-                let rejected = match msg {
-                    Ok(ClientMsg::Command { command }) if command.from_viewer_allowed() => {
-                        tracing::info!("control socket: pid {pid} sent {command:?}");
-                        match shared.commands.try_send(Command::By(viewer, Box::new(command))) {
-                            Ok(()) => None,
-                            Err(mpsc::error::TrySendError::Full(_)) => {
-                                Some("the engine is busy: command not taken; try again".to_string())
-                            }
-                            Err(mpsc::error::TrySendError::Closed(_)) => {
-                                Some("the engine has stopped taking commands".to_string())
-                            }
-                        }
-                    }
-                    Ok(ClientMsg::Command { command }) => {
-                        Some(format!("{command:?} cannot be sent from another shell"))
-                    }
-                    Ok(ClientMsg::Hello { .. }) => None,
-                    Err(e) => Some(e),
-                };
-                if let Some(reason) = rejected
-                    && let Err(why) = write(&mut wr, &EngineMsg::Rejected { reason }).await
-                {
-                    tracing::info!("control socket: pid {pid} dropped: {why}");
-                    return;
+                if let Some(reason) = take(shared, viewer, msg) {
+                    write(wr, &EngineMsg::Rejected { reason }).await?;
                 }
                 // A command shows in the next snapshot: send it soon.
                 dirty = true;
             }
         }
-    };
-    if role == Role::Viewer {
-        tracing::info!("control socket: viewer pid {pid} left: {end}");
     }
-    let _ = wr.shutdown().await;
+}
+
+/// Passes a client's command to the engine; why it was not taken, if it was not.
+fn take(shared: &Shared, viewer: Viewer, msg: Result<ClientMsg, String>) -> Option<String> {
+    match msg {
+        Ok(ClientMsg::Command { command }) if command.from_viewer_allowed() => {
+            tracing::info!("control socket: pid {} sent {command:?}", viewer.pid);
+            match shared
+                .commands
+                .try_send(Command::By(viewer, Box::new(command)))
+            {
+                Ok(()) => None,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    Some("the engine is busy: command not taken; try again".to_string())
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    Some("the engine has stopped taking commands".to_string())
+                }
+            }
+        }
+        Ok(ClientMsg::Command { command }) => {
+            Some(format!("{command:?} cannot be sent from another shell"))
+        }
+        Ok(ClientMsg::Hello { .. }) => None,
+        Err(e) => Some(e),
+    }
 }
 
 #[cfg(test)]

@@ -21,47 +21,6 @@ impl Report {
             "ttft95",
             "trunc"
         ));
-        let line = |r: &Row| {
-            let opt = |v: Option<u64>| v.map(|v| format!("{v}")).unwrap_or_else(|| "-".into());
-            let mut errors: Vec<String> = r
-                .errors
-                .iter()
-                .map(|(k, n)| format!("{k}×{}", group_thousands(*n)))
-                .collect();
-            if r.rejected > 0 {
-                errors.push(format!("rejected×{}", group_thousands(r.rejected)));
-            }
-            if r.duplicates > 0 {
-                errors.push(format!("duplicate-ids×{}", group_thousands(r.duplicates)));
-            }
-            if r.inline_think > 0 {
-                errors.push(format!("think-inline×{}", group_thousands(r.inline_think)));
-            }
-            if r.cut_thinking > 0 {
-                errors.push(format!("cut-thinking×{}", group_thousands(r.cut_thinking)));
-            }
-            format!(
-                "{:<10} {:<24} {:>7} {:>13} {:>11.4} {:>7} {:>6} {:>6} {:>6}  {}\n",
-                truncate(&r.dataset, 10),
-                truncate(&r.endpoint, 24),
-                group_thousands(r.prompts),
-                Tokens(r.output_tokens).to_string(),
-                r.usd.as_f64(),
-                r.tok_per_s
-                    .map(|v| format!("{v:.1}"))
-                    .unwrap_or_else(|| "-".into()),
-                opt(r.ttft_p50_ms),
-                opt(r.ttft_p95_ms),
-                r.truncation_rate
-                    .map(|v| format!("{:.1}%", v * 100.0))
-                    .unwrap_or_else(|| "-".into()),
-                if errors.is_empty() {
-                    "-".to_string()
-                } else {
-                    errors.join(" ")
-                }
-            )
-        };
         for (i, d) in self.datasets.iter().enumerate() {
             let mine: Vec<&Row> = self
                 .rows
@@ -69,47 +28,20 @@ impl Report {
                 .filter(|r| r.dataset == d.dataset)
                 .collect();
             for r in &mine {
-                out.push_str(&line(r));
+                out.push_str(&row_line(r));
             }
             if mine.len() > 1 {
-                out.push_str(&line(d));
+                out.push_str(&row_line(d));
             }
             if i + 1 < self.datasets.len() {
                 out.push('\n');
             }
         }
         if self.datasets.len() > 1 {
-            out.push_str(&line(&self.total));
+            out.push_str(&row_line(&self.total));
         }
         let s = &self.spend;
-        out.push_str(&format!(
-            "spend: ledger {:.6} USD = answers {:.6} + closed/failed {:.6} + adjustments {:.6} \
-             ({:.6} of it estimated)\n",
-            s.ledger.as_f64(),
-            s.answers.as_f64(),
-            s.closed.as_f64(),
-            s.adjustments.as_f64(),
-            s.estimated.as_f64()
-        ));
-        let not_kept = s.answers - s.answers_kept;
-        if not_kept > Usd::ZERO {
-            out.push_str(&format!(
-                "answers: {:.6} USD kept in records, {:.6} paid for answers not kept (empty \
-                 answers retried, answers rejected)\n",
-                s.answers_kept.as_f64(),
-                not_kept.as_f64()
-            ));
-        }
-        // Like with like: the records against the ledger lines of the answers they hold.
-        if s.records != s.answers_kept {
-            out.push_str(&format!(
-                "records: {:.6} USD, their answers in the ledger {:.6}: {:+.6} apart (a row \
-                 without its ledger line, or a ledger line without its row)\n",
-                s.records.as_f64(),
-                s.answers_kept.as_f64(),
-                (s.records - s.answers_kept).as_f64()
-            ));
-        }
+        spend_lines(s, &mut out);
         for c in self.reject_causes.iter().take(CAUSES_SHOWN) {
             let said: Vec<&str> = [
                 &c.cause.provider_name,
@@ -156,5 +88,80 @@ pub(super) fn truncate(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n - 1).collect();
         t.push('…');
         t
+    }
+}
+
+/// One row of the table: a (dataset, endpoint) pair, a dataset's sum, or the total.
+fn row_line(r: &Row) -> String {
+    let opt = |v: Option<u64>| v.map(|v| format!("{v}")).unwrap_or_else(|| "-".into());
+    let mut errors: Vec<String> = r
+        .errors
+        .iter()
+        .map(|(k, n)| format!("{k}×{}", group_thousands(*n)))
+        .collect();
+    if r.rejected > 0 {
+        errors.push(format!("rejected×{}", group_thousands(r.rejected)));
+    }
+    if r.duplicates > 0 {
+        errors.push(format!("duplicate-ids×{}", group_thousands(r.duplicates)));
+    }
+    if r.inline_think > 0 {
+        errors.push(format!("think-inline×{}", group_thousands(r.inline_think)));
+    }
+    if r.cut_thinking > 0 {
+        errors.push(format!("cut-thinking×{}", group_thousands(r.cut_thinking)));
+    }
+    format!(
+        "{:<10} {:<24} {:>7} {:>13} {:>11.4} {:>7} {:>6} {:>6} {:>6}  {}\n",
+        truncate(&r.dataset, 10),
+        truncate(&r.endpoint, 24),
+        group_thousands(r.prompts),
+        Tokens(r.output_tokens).to_string(),
+        r.usd.as_f64(),
+        r.tok_per_s
+            .map(|v| format!("{v:.1}"))
+            .unwrap_or_else(|| "-".into()),
+        opt(r.ttft_p50_ms),
+        opt(r.ttft_p95_ms),
+        r.truncation_rate
+            .map(|v| format!("{:.1}%", v * 100.0))
+            .unwrap_or_else(|| "-".into()),
+        if errors.is_empty() {
+            "-".to_string()
+        } else {
+            errors.join(" ")
+        }
+    )
+}
+
+/// The spend check: the ledger by kind, the answers not kept, records against the ledger.
+fn spend_lines(s: &SpendCheck, out: &mut String) {
+    out.push_str(&format!(
+        "spend: ledger {:.6} USD = answers {:.6} + closed/failed {:.6} + adjustments {:.6} \
+         ({:.6} of it estimated)\n",
+        s.ledger.as_f64(),
+        s.answers.as_f64(),
+        s.closed.as_f64(),
+        s.adjustments.as_f64(),
+        s.estimated.as_f64()
+    ));
+    let not_kept = s.answers - s.answers_kept;
+    if not_kept > Usd::ZERO {
+        out.push_str(&format!(
+            "answers: {:.6} USD kept in records, {:.6} paid for answers not kept (empty \
+             answers retried, answers rejected)\n",
+            s.answers_kept.as_f64(),
+            not_kept.as_f64()
+        ));
+    }
+    // Like with like: the records against the ledger lines of the answers they hold.
+    if s.records != s.answers_kept {
+        out.push_str(&format!(
+            "records: {:.6} USD, their answers in the ledger {:.6}: {:+.6} apart (a row \
+             without its ledger line, or a ledger line without its row)\n",
+            s.records.as_f64(),
+            s.answers_kept.as_f64(),
+            (s.records - s.answers_kept).as_f64()
+        ));
     }
 }

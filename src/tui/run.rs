@@ -153,149 +153,204 @@ pub async fn run_tui(
     let mut notices = None;
     if let Some(r) = remote {
         state.attached = Some(r.pid);
-        state.set_status(format!(
-            "attached to the run of pid {}{}; q to leave (the run goes on)",
-            r.pid,
-            match r.others {
-                0 => String::new(),
-                1 => ", with 1 other viewer".to_string(),
-                n => format!(", with {n} other viewers"),
-            }
-        ));
+        state.set_status(attached_status(&r));
         notices = Some(r.notices);
     }
-    let mut term = TerminalGuard::enter()?;
+    let term = TerminalGuard::enter()?;
     let size = term.terminal.size()?;
     update(&mut state, Msg::Resize(size.width, size.height));
-    // Dropped as soon as the terminal fails: its reader thread would otherwise poll a dead
-    // terminal in a loop.
-    let mut input = Some(EventStream::new());
-    let mut dirty = false;
-    let started = Instant::now();
-    let exit = |state: &UiState, frames: u64, lost: Option<String>| {
-        let seconds = started.elapsed().as_secs_f64();
+    let mut ui = Session {
+        state,
+        term,
+        // Dropped as soon as the terminal fails: its reader thread would otherwise poll a
+        // dead terminal in a loop.
+        input: Some(EventStream::new()),
+        notices,
+        dirty: false,
+        started: Instant::now(),
+        last_draw: Instant::now(),
+    };
+    if let Err(e) = ui.term.draw(&ui.state) {
+        return Ok(ui.exit(Some(format!("drawing failed: {e}"))));
+    }
+    ui.last_draw = Instant::now();
+    loop {
+        let msg = match ui.next_msg(&mut snapshots).await {
+            Ok(Some(msg)) => msg,
+            Ok(None) => continue,
+            Err(exit) => return Ok(exit),
+        };
+        if let Some(exit) = ui.apply(msg, &commands) {
+            return Ok(exit);
+        }
+    }
+}
+
+/// The footer's first line when attached: whose run, and who else watches it.
+fn attached_status(r: &Remote) -> String {
+    format!(
+        "attached to the run of pid {}{}; q to leave (the run goes on)",
+        r.pid,
+        match r.others {
+            0 => String::new(),
+            1 => ", with 1 other viewer".to_string(),
+            n => format!(", with {n} other viewers"),
+        }
+    )
+}
+
+/// One TUI session: the screen's state, the terminal and what feeds it.
+struct Session {
+    state: UiState,
+    term: TerminalGuard,
+    input: Option<EventStream>,
+    /// Why an attached engine did not take a command.
+    notices: Option<mpsc::Receiver<String>>,
+    /// A snapshot changed what is on screen since the last frame.
+    dirty: bool,
+    started: Instant,
+    last_draw: Instant,
+}
+
+impl Session {
+    /// How the TUI ended, with `lost` saying why the terminal went away, if it did.
+    fn exit(&self, lost: Option<String>) -> TuiExit {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let frames = self.term.frames;
         tracing::info!("TUI: {frames} frames in {seconds:.1} s");
         TuiExit {
-            last: state.snapshot.clone(),
-            requested: state.shutdown,
+            last: self.state.snapshot.clone(),
+            requested: self.state.shutdown,
             frames,
             seconds,
             lost,
             closed: false,
         }
-    };
-    if let Err(e) = term.draw(&state) {
-        return Ok(exit(
-            &state,
-            term.frames,
-            Some(format!("drawing failed: {e}")),
-        ));
     }
-    let mut last_draw = Instant::now();
-    loop {
-        let next_frame = last_draw + FRAME;
-        let msg = tokio::select! {
+
+    /// Draws a frame now.
+    fn draw(&mut self) -> Result<(), TuiExit> {
+        if let Err(e) = self.term.draw(&self.state) {
+            return Err(self.exit(Some(format!("drawing failed: {e}"))));
+        }
+        self.last_draw = Instant::now();
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Waits for the next key, resize, notice, snapshot or due frame: a message for
+    /// [`update`], nothing (handled here), or the end of the session.
+    async fn next_msg(
+        &mut self,
+        snapshots: &mut watch::Receiver<Arc<Snapshot>>,
+    ) -> Result<Option<Msg>, TuiExit> {
+        let next_frame = self.last_draw + FRAME;
+        let input = &mut self.input;
+        let notices = &mut self.notices;
+        tokio::select! {
             ev = async {
                 match input.as_mut() {
                     Some(i) => i.next().await,
                     None => std::future::pending().await,
                 }
-            } => match ev {
-                Some(Ok(Event::Key(k))) => Some(Msg::Key(k)),
-                Some(Ok(Event::Resize(w, h))) => {
-                    if let Err(e) = term.terminal.autoresize().and_then(|()| term.terminal.clear()) {
-                        return Ok(exit(&state, term.frames, Some(format!("resizing failed: {e}"))));
-                    }
-                    Some(Msg::Resize(w, h))
-                }
-                Some(Ok(Event::FocusGained)) => {
-                    // A tmux reattach: the screen may hold anything; repaint all of it.
-                    if let Err(e) = term.terminal.clear() {
-                        return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
-                    }
-                    dirty = true;
-                    let now = Instant::now();
-                    last_draw = now.checked_sub(FRAME).unwrap_or(now);
-                    None
-                }
-                Some(Ok(_)) => None,
-                // The terminal is gone (an ssh drop without tmux: EIO, or end of input).
-                Some(Err(e)) => {
-                    drop(input.take());
-                    return Ok(exit(&state, term.frames, Some(format!("reading the terminal failed: {e}"))));
-                }
-                None => {
-                    drop(input.take());
-                    return Ok(exit(&state, term.frames, Some("the terminal closed its input".into())));
-                }
-            },
+            } => self.on_terminal(ev),
             Some(note) = async {
                 match notices.as_mut() {
                     Some(n) => n.recv().await,
                     None => std::future::pending().await,
                 }
             } => {
-                state.set_status(note);
-                dirty = true;
-                None
+                self.state.set_status(note);
+                self.dirty = true;
+                Ok(None)
             }
             changed = snapshots.changed() => match changed {
-                Ok(()) => Some(Msg::Snapshot(snapshots.borrow_and_update().clone())),
+                Ok(()) => Ok(Some(Msg::Snapshot(snapshots.borrow_and_update().clone()))),
                 Err(_) => {
-                    let mut e = exit(&state, term.frames, None);
+                    let mut e = self.exit(None);
                     e.closed = true;
-                    return Ok(e);
+                    Err(e)
                 }
             },
-            () = tokio::time::sleep_until(next_frame), if dirty => {
-                if let Err(e) = term.draw(&state) {
-                    return Ok(exit(&state, term.frames, Some(format!("drawing failed: {e}"))));
+            () = tokio::time::sleep_until(next_frame), if self.dirty => self.draw().map(|()| None),
+        }
+    }
+
+    /// What the terminal sent.
+    fn on_terminal(&mut self, ev: Option<io::Result<Event>>) -> Result<Option<Msg>, TuiExit> {
+        match ev {
+            Some(Ok(Event::Key(k))) => Ok(Some(Msg::Key(k))),
+            Some(Ok(Event::Resize(w, h))) => {
+                let t = &mut self.term.terminal;
+                if let Err(e) = t.autoresize().and_then(|()| t.clear()) {
+                    return Err(self.exit(Some(format!("resizing failed: {e}"))));
                 }
-                last_draw = Instant::now();
-                dirty = false;
-                None
+                Ok(Some(Msg::Resize(w, h)))
             }
-        };
-        let Some(msg) = msg else {
-            continue;
-        };
+            Some(Ok(Event::FocusGained)) => {
+                // A tmux reattach: the screen may hold anything; repaint all of it.
+                if let Err(e) = self.term.terminal.clear() {
+                    return Err(self.exit(Some(format!("drawing failed: {e}"))));
+                }
+                self.dirty = true;
+                let now = Instant::now();
+                self.last_draw = now.checked_sub(FRAME).unwrap_or(now);
+                Ok(None)
+            }
+            Some(Ok(_)) => Ok(None),
+            // The terminal is gone (an ssh drop without tmux: EIO, or end of input).
+            Some(Err(e)) => {
+                drop(self.input.take());
+                Err(self.exit(Some(format!("reading the terminal failed: {e}"))))
+            }
+            None => {
+                drop(self.input.take());
+                Err(self.exit(Some("the terminal closed its input".into())))
+            }
+        }
+    }
+
+    /// Runs `msg` through [`update`], performs its effects and draws: input at once,
+    /// snapshots at the next frame. Returns the session's end when an effect ends it.
+    fn apply(&mut self, msg: Msg, commands: &mpsc::Sender<Command>) -> Option<TuiExit> {
         let at_once = !matches!(msg, Msg::Snapshot(_));
         // A snapshot that changes nothing on screen (most of an idle run's) draws no frame.
         let visible = match &msg {
-            Msg::Snapshot(new) => shows_change(&state.snapshot, new),
+            Msg::Snapshot(new) => shows_change(&self.state.snapshot, new),
             _ => true,
         };
-        let status_before = state.status.is_some();
-        for effect in update(&mut state, msg) {
+        let status_before = self.state.status.is_some();
+        for effect in update(&mut self.state, msg) {
             match effect {
-                UiEffect::Send(cmd) => match commands.try_send(cmd) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(cmd)) => {
-                        if matches!(cmd, Command::Shutdown(_)) {
-                            // Not sent: do not wait for a shutdown that is not coming.
-                            state.shutdown = None;
-                        }
-                        state.set_status("the engine is busy: command not sent; try again");
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => {
-                        state.set_status("the engine has stopped taking commands");
-                    }
-                },
-                UiEffect::Quit => return Ok(exit(&state, term.frames, None)),
+                UiEffect::Send(cmd) => self.send(cmd, commands),
+                UiEffect::Quit => return Some(self.exit(None)),
             }
         }
         if at_once {
-            if let Err(e) = term.draw(&state) {
-                return Ok(exit(
-                    &state,
-                    term.frames,
-                    Some(format!("drawing failed: {e}")),
-                ));
+            return self.draw().err();
+        }
+        if visible || status_before != self.state.status.is_some() {
+            self.dirty = true;
+        }
+        None
+    }
+
+    /// Sends a command to the engine without waiting; says so when it was not taken.
+    fn send(&mut self, cmd: Command, commands: &mpsc::Sender<Command>) {
+        match commands.try_send(cmd) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(cmd)) => {
+                if matches!(cmd, Command::Shutdown(_)) {
+                    // Not sent: do not wait for a shutdown that is not coming.
+                    self.state.shutdown = None;
+                }
+                self.state
+                    .set_status("the engine is busy: command not sent; try again");
             }
-            last_draw = Instant::now();
-            dirty = false;
-        } else if visible || status_before != state.status.is_some() {
-            dirty = true;
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.state
+                    .set_status("the engine has stopped taking commands");
+            }
         }
     }
 }

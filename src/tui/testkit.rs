@@ -92,184 +92,44 @@ fn off(mut e: EndpointSnap, why: OffReason, operator: Option<bool>) -> EndpointS
 /// The 11 Kimi K2.5 endpoints: five serving, Parasail resting behind an open breaker,
 /// BaseTen (fp4) and three unknown-quantization endpoints excluded by the faithful policy,
 /// Fireworks excluded by the operator, DeepInfra (unknown) included by the operator.
+#[rustfmt::skip] // One endpoint a line: the table reads as one.
 pub fn kimi_endpoints() -> Vec<EndpointSnap> {
     use Fidelity::{Native, Requantized, Unknown};
-    let mut deepinfra = observed(
-        endpoint(
-            "DeepInfra",
-            "deepinfra",
-            "unknown",
-            Unknown,
-            0.45,
-            2.25,
-            0,
-            98.7,
-        ),
-        301,
-        2_204,
-        5,
-        Some(("mid", 5)),
-        7_010.0,
-        1_400,
-        1_701.0,
-        0.010,
-        8.61,
-    );
+    let unknown = || OffReason::Policy { exclusion: Exclusion::UnknownQuantization };
+    let fp4 = OffReason::Policy { exclusion: Exclusion::Requantized("fp4".into()) };
+    // provider, tag, quantization, fidelity, $ in and out per M, status, uptime %
+    let chutes = endpoint("Chutes", "chutes/int4", "int4", Native, 0.45, 2.20, 0, 99.1);
+    let deepinfra = endpoint("DeepInfra", "deepinfra", "unknown", Unknown, 0.45, 2.25, 0, 98.7);
+    let silicon = endpoint("SiliconFlow", "siliconflow/int4", "int4", Native, 0.45, 2.25, 0, 99.8);
+    let atlas = endpoint("AtlasCloud", "atlas-cloud/int4", "int4", Native, 0.50, 2.50, 0, 99.4);
+    let parasail = endpoint("Parasail", "parasail/int4", "int4", Native, 0.55, 2.60, 0, 97.0);
+    let moonshot = endpoint("Moonshot AI", "moonshotai/int4", "int4", Native, 0.60, 3.00, 0, 99.9);
+    let baseten = endpoint("BaseTen", "baseten/fp4", "fp4", Requantized, 0.50, 2.50, -5, 29.8);
+    let together = endpoint("Together", "together", "unknown", Unknown, 0.50, 2.80, 0, 99.6);
+    let novita = endpoint("Novita", "novita", "unknown", Unknown, 0.57, 2.85, -2, 80.2);
+    let fireworks = endpoint("Fireworks", "fireworks", "unknown", Unknown, 0.60, 3.00, 0, 99.3);
+    let venice = endpoint("Venice", "venice", "unknown", Unknown, 0.75, 3.75, 0, 98.2);
+    // in flight, done, errors, top error, tok/s, ttft ms, mean length, truncation, $ spent
+    let mut deepinfra = observed(deepinfra, 301, 2_204, 5, Some(("mid", 5)), 7_010.0, 1_400, 1_701.0, 0.010, 8.61);
     deepinfra.operator = Some(true);
-    let mut parasail = observed(
-        endpoint(
-            "Parasail",
-            "parasail/int4",
-            "int4",
-            Native,
-            0.55,
-            2.60,
-            0,
-            97.0,
-        ),
-        0,
-        41,
-        21,
-        Some(("5xx", 21)),
-        0.0,
-        1_300,
-        1_650.0,
-        0.0,
-        0.31,
+    let mut parasail = off(
+        observed(parasail, 0, 41, 21, Some(("5xx", 21)), 0.0, 1_300, 1_650.0, 0.0, 0.31),
+        OffReason::Breaker { secs: 38 },
+        None,
     );
-    parasail = off(parasail, OffReason::Breaker { secs: 38 }, None);
     parasail.breaker = BreakerState::Open;
     vec![
-        observed(
-            endpoint("Chutes", "chutes/int4", "int4", Native, 0.45, 2.20, 0, 99.1),
-            412,
-            3_120,
-            12,
-            Some(("429", 9)),
-            9_840.0,
-            900,
-            1_702.0,
-            0.012,
-            11.92,
-        ),
+        observed(chutes, 412, 3_120, 12, Some(("429", 9)), 9_840.0, 900, 1_702.0, 0.012, 11.92),
         deepinfra,
-        observed(
-            endpoint(
-                "SiliconFlow",
-                "siliconflow/int4",
-                "int4",
-                Native,
-                0.45,
-                2.25,
-                0,
-                99.8,
-            ),
-            398,
-            2_987,
-            3,
-            Some(("5xx", 3)),
-            9_120.0,
-            1_100,
-            1_688.0,
-            0.009,
-            11.40,
-        ),
-        observed(
-            endpoint(
-                "AtlasCloud",
-                "atlas-cloud/int4",
-                "int4",
-                Native,
-                0.50,
-                2.50,
-                0,
-                99.4,
-            ),
-            350,
-            1_510,
-            0,
-            None,
-            5_600.0,
-            1_000,
-            1_690.0,
-            0.011,
-            6.47,
-        ),
+        observed(silicon, 398, 2_987, 3, Some(("5xx", 3)), 9_120.0, 1_100, 1_688.0, 0.009, 11.40),
+        observed(atlas, 350, 1_510, 0, None, 5_600.0, 1_000, 1_690.0, 0.011, 6.47),
         parasail,
-        observed(
-            endpoint(
-                "Moonshot AI",
-                "moonshotai/int4",
-                "int4",
-                Native,
-                0.60,
-                3.00,
-                0,
-                99.9,
-            ),
-            523,
-            560,
-            2,
-            Some(("timeout", 2)),
-            4_300.0,
-            800,
-            1_710.0,
-            0.015,
-            2.56,
-        ),
-        off(
-            endpoint(
-                "BaseTen",
-                "baseten/fp4",
-                "fp4",
-                Requantized,
-                0.50,
-                2.50,
-                -5,
-                29.8,
-            ),
-            OffReason::Policy {
-                exclusion: Exclusion::Requantized("fp4".into()),
-            },
-            None,
-        ),
-        off(
-            endpoint(
-                "Together", "together", "unknown", Unknown, 0.50, 2.80, 0, 99.6,
-            ),
-            OffReason::Policy {
-                exclusion: Exclusion::UnknownQuantization,
-            },
-            None,
-        ),
-        off(
-            endpoint("Novita", "novita", "unknown", Unknown, 0.57, 2.85, -2, 80.2),
-            OffReason::Policy {
-                exclusion: Exclusion::UnknownQuantization,
-            },
-            None,
-        ),
-        off(
-            endpoint(
-                "Fireworks",
-                "fireworks",
-                "unknown",
-                Unknown,
-                0.60,
-                3.00,
-                0,
-                99.3,
-            ),
-            OffReason::Operator,
-            Some(false),
-        ),
-        off(
-            endpoint("Venice", "venice", "unknown", Unknown, 0.75, 3.75, 0, 98.2),
-            OffReason::Policy {
-                exclusion: Exclusion::UnknownQuantization,
-            },
-            None,
-        ),
+        observed(moonshot, 523, 560, 2, Some(("timeout", 2)), 4_300.0, 800, 1_710.0, 0.015, 2.56),
+        off(baseten, fp4, None),
+        off(together, unknown(), None),
+        off(novita, unknown(), None),
+        off(fireworks, OffReason::Operator, Some(false)),
+        off(venice, unknown(), None),
     ]
 }
 

@@ -86,24 +86,7 @@ pub(super) async fn ready(
     let dir = cfg.output_dir.clone();
     // Before anything in the directory is read or changed: one run per directory (a check
     // only makes sure no other run holds it).
-    let lock = match mode {
-        Mode::Run => {
-            super::super::create_output_dir(&dir)?;
-            Some(lock::lock_dir(&dir).map_err(|e| EngineError::Input(e.to_string()))?)
-        }
-        Mode::Check => {
-            super::super::check_output_dir(&dir)?;
-            if let Some(h) = lock::live_holder(&dir) {
-                let busy = lock::LockError::Busy {
-                    dir: dir.clone(),
-                    pid: h.pid.to_string(),
-                    started_at: h.started_at,
-                };
-                return Err(EngineError::Input(busy.to_string()));
-            }
-            None
-        }
-    };
+    let lock = take_dir(&dir, mode)?;
     let write = mode == Mode::Run;
     super::super::check_manifest(&dir, &cfg, (opts.force, opts.retry_truncated), write)?;
 
@@ -146,13 +129,7 @@ pub(super) async fn ready(
     let client = client(&cfg, opts)?;
     let listing = listing(&cfg, &client).await?;
     if cfg.openrouter && cfg.provider.zdr {
-        let zdr = client.zdr_tags(&cfg.model).await.map_err(|e| {
-            EngineError::Startup(format!(
-                "[provider] zdr = true: cannot read the ZDR endpoint list at {}: {e}",
-                client.base_url()
-            ))
-        })?;
-        cfg.policy.guards.zdr_tags = Some(zdr);
+        cfg.policy.guards.zdr_tags = Some(zdr_tags(&cfg, &client).await?);
     }
     let endpoints = pool::build(&cfg, &listing);
     let own_clients = pool::own_clients(&cfg)?;
@@ -230,5 +207,40 @@ pub(super) async fn listing(
             cfg.model,
             client.base_url()
         )),
+    })
+}
+
+/// The output directory for this mode: a run creates and locks it; a check only makes sure it
+/// could (it exists or can be made, and no other run holds it).
+fn take_dir(dir: &std::path::Path, mode: Mode) -> Result<Option<lock::DirLock>, EngineError> {
+    match mode {
+        Mode::Run => {
+            super::super::create_output_dir(dir)?;
+            Ok(Some(
+                lock::lock_dir(dir).map_err(|e| EngineError::Input(e.to_string()))?,
+            ))
+        }
+        Mode::Check => {
+            super::super::check_output_dir(dir)?;
+            if let Some(h) = lock::live_holder(dir) {
+                let busy = lock::LockError::Busy {
+                    dir: dir.to_path_buf(),
+                    pid: h.pid.to_string(),
+                    started_at: h.started_at,
+                };
+                return Err(EngineError::Input(busy.to_string()));
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The endpoints OpenRouter lists as zero-data-retention, for `[provider] zdr = true`.
+async fn zdr_tags(cfg: &Config, client: &OpenRouterClient) -> Result<HashSet<String>, EngineError> {
+    client.zdr_tags(&cfg.model).await.map_err(|e| {
+        EngineError::Startup(format!(
+            "[provider] zdr = true: cannot read the ZDR endpoint list at {}: {e}",
+            client.base_url()
+        ))
     })
 }

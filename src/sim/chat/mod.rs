@@ -26,6 +26,9 @@ use crate::sim::state::*;
 use plan::*;
 use stream::*;
 
+/// A request refused before it is answered: the response that says why (boxed: it is large).
+type Refused = Box<Response>;
+
 pub(crate) async fn chat(
     State(state): State<Arc<SimState>>,
     version: axum::http::Version,
@@ -42,11 +45,11 @@ pub(crate) async fn chat(
     }
     let (req, logged) = match parse_request(&state, &body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let forced = match refuse_before_routing(&state, &req) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let Some(replay) = &state.cfg.replay {
         return replay.serve(&state, req.stream);
@@ -54,7 +57,7 @@ pub(crate) async fn chat(
     let table = &state.cfg.table;
     let prompt_tokens = count_prompt_tokens(&req.messages);
     if let Err(r) = check_context(table, prompt_tokens) {
-        return r;
+        return *r;
     }
     let ph = prompt_hash(&req.messages);
     let occurrence = state.occurrence(ph);
@@ -67,7 +70,7 @@ pub(crate) async fn chat(
     let now_ms = state.elapsed_ms();
     let ticket = match admit(&state, &req, &live, order[0], prompt_tokens, (now_ms, ph)) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut last_error: Option<Response> = None;
     for &i in &order {
@@ -113,9 +116,14 @@ pub(crate) async fn chat(
 
 /// The request body as a `ChatRequest` (an unset `max_tokens` is the model's full output cap,
 /// as in the API), and the body as sent when bodies are logged.
-fn parse_request(state: &SimState, body: &[u8]) -> Result<(ChatRequest, Option<Value>), Response> {
-    let mut v: Value = serde_json::from_slice(body)
-        .map_err(|e| error_response(400, &format!("Invalid JSON body: {e}"), None))?;
+fn parse_request(state: &SimState, body: &[u8]) -> Result<(ChatRequest, Option<Value>), Refused> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|e| {
+        Box::new(error_response(
+            400,
+            &format!("Invalid JSON body: {e}"),
+            None,
+        ))
+    })?;
     if v.get("max_tokens").is_none_or(Value::is_null) {
         let cap = v
             .get("max_completion_tokens")
@@ -130,7 +138,7 @@ fn parse_request(state: &SimState, body: &[u8]) -> Result<(ChatRequest, Option<V
     }
     let logged = state.cfg.log_bodies.then(|| v.clone());
     let req = serde_json::from_value(v)
-        .map_err(|e| error_response(400, &format!("Invalid request: {e}"), None))?;
+        .map_err(|e| Box::new(error_response(400, &format!("Invalid request: {e}"), None)))?;
     Ok((req, logged))
 }
 
@@ -139,29 +147,33 @@ fn parse_request(state: &SimState, body: &[u8]) -> Result<(ChatRequest, Option<V
 fn refuse_before_routing(
     state: &SimState,
     req: &ChatRequest,
-) -> Result<Option<crate::sim::account::ForcedError>, Response> {
+) -> Result<Option<crate::sim::account::ForcedError>, Refused> {
     if !state.cfg.table.serves(&req.model) {
         let msg = format!("{} is not a valid model ID", req.model);
-        return Err(error_response(400, &msg, None));
+        return Err(Box::new(error_response(400, &msg, None)));
     }
     if req.messages.is_empty() {
-        return Err(error_response(400, "messages must not be empty", None));
+        return Err(Box::new(error_response(
+            400,
+            "messages must not be empty",
+            None,
+        )));
     }
     let forced = state.take_forced();
     if let Some(f) = forced.as_ref().filter(|f| !f.mid_stream) {
         state
             .billing
             .record_request(state.elapsed_ms(), "(forced)", f.status, &f.error_type, 0);
-        return Err(respond_error(f.status, f.error_object()));
+        return Err(Box::new(respond_error(f.status, f.error_object())));
     }
     if let Some(limit) = state.cfg.key_limit_usd
         && state.billed_total().as_f64() >= limit
     {
-        return Err(error_response(
+        return Err(Box::new(error_response(
             402,
             "Key limit exceeded. Manage it using https://openrouter.ai/settings/keys",
             Some(("metadata", json!({"limit_source": "openrouter_credits"}))),
-        ));
+        )));
     }
     Ok(forced)
 }
@@ -170,7 +182,7 @@ fn refuse_before_routing(
 fn check_context(
     table: &crate::sim::table::ProviderTable,
     prompt_tokens: u64,
-) -> Result<(), Response> {
+) -> Result<(), Refused> {
     let max_ctx = table
         .endpoints
         .iter()
@@ -180,13 +192,13 @@ fn check_context(
     if prompt_tokens <= max_ctx {
         return Ok(());
     }
-    Err(error_response(
+    Err(Box::new(error_response(
         400,
         &format!(
             "This endpoint's maximum context length is {max_ctx} tokens. However, you requested about {prompt_tokens} tokens. Please reduce the length of the messages."
         ),
         Some(("metadata", json!({"error_type": "context_length_exceeded"}))),
-    ))
+    )))
 }
 
 /// OpenRouter's 404 when the provider preferences leave no endpoint.
@@ -210,7 +222,7 @@ fn admit(
     first: usize,
     prompt_tokens: u64,
     (now_ms, ph): (u64, u64),
-) -> Result<Option<crate::sim::account::Ticket>, Response> {
+) -> Result<Option<crate::sim::account::Ticket>, Refused> {
     let ep = &state.cfg.table.endpoints[first];
     let prompt_cost = ep.price_in.cost(prompt_tokens);
     let estimate = prompt_cost + ep.price_out.cost(u64::from(req.max_tokens));
@@ -224,13 +236,13 @@ fn admit(
             live.speed_scale,
         )
         .map_err(|refusal| {
-            budget_refusal(
+            Box::new(budget_refusal(
                 (&state.account, &state.billing),
                 live.speed_scale,
                 refusal,
                 now_ms,
                 ph,
-            )
+            ))
         })
 }
 

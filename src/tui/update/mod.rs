@@ -82,19 +82,14 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
             };
             Vec::new()
         }
-        Action::SortNext => {
-            let c = state.sort.column.next();
-            state.sort.column = c;
-            state.sort.dir = c.natural();
-            state.set_status(format!(
-                "sorted by {} {}",
-                c.label(),
-                state.sort.dir.arrow()
-            ));
-            Vec::new()
-        }
-        Action::SortReverse => {
-            state.sort.dir = state.sort.dir.flip();
+        Action::SortNext | Action::SortReverse => {
+            if a == Action::SortNext {
+                let c = state.sort.column.next();
+                state.sort.column = c;
+                state.sort.dir = c.natural();
+            } else {
+                state.sort.dir = state.sort.dir.flip();
+            }
             state.set_status(format!(
                 "sorted by {} {}",
                 state.sort.column.label(),
@@ -115,83 +110,12 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
             Vec::new()
         }
         Action::Toggle => toggle(state),
-        Action::PresetFaithful | Action::PresetAny => {
-            if state.finished() {
-                state.set_status("the run is over");
-                return Vec::new();
-            }
-            let (mode, text) = if a == Action::PresetFaithful {
-                (
-                    PolicyMode::Faithful,
-                    "policy: faithful (native precision only); your choices cleared",
-                )
-            } else {
-                (
-                    PolicyMode::Any,
-                    "policy: any quantization; your choices cleared",
-                )
-            };
-            state.set_status(text);
-            vec![UiEffect::Send(Command::Preset(mode))]
-        }
-        Action::PauseResume => match state.snapshot.state {
-            RunState::Running | RunState::Starting => {
-                state.set_status("pausing: no new requests; in-flight ones finish");
-                vec![UiEffect::Send(Command::Pause)]
-            }
-            RunState::Paused => {
-                state.set_status("resuming");
-                vec![UiEffect::Send(Command::Resume)]
-            }
-            other => {
-                state.set_status(format!(
-                    "{}: nothing to pause",
-                    other.label().to_lowercase()
-                ));
-                Vec::new()
-            }
-        },
-        Action::MoreConcurrency | Action::LessConcurrency => {
-            if state.finished() {
-                state.set_status("the run is over");
-                return Vec::new();
-            }
-            let limit = state.snapshot.concurrency_limit;
-            let step = concurrency_step(limit);
-            let delta = if a == Action::MoreConcurrency {
-                i64::from(step)
-            } else {
-                -i64::from(step.min(limit.saturating_sub(1)))
-            };
-            if delta == 0 {
-                state.set_status("concurrency is at its minimum (1)");
-                return Vec::new();
-            }
-            let target = (i64::from(limit) + delta).max(1) as u64;
-            state.set_status(format!(
-                "concurrency {} -> {}",
-                group_thousands(u64::from(limit)),
-                group_thousands(target)
-            ));
-            vec![UiEffect::Send(Command::AdjustConcurrency(delta))]
-        }
-        Action::Quit | Action::Interrupt => {
-            if state.quit_dialog {
-                // Ctrl-C again: stop now, as a second interrupt does headless.
-                return if a == Action::Interrupt {
-                    shutdown(state, ShutdownMode::Now)
-                } else {
-                    state.quit_dialog = false;
-                    Vec::new()
-                };
-            }
-            if state.finished() {
-                return vec![UiEffect::Quit];
-            }
-            state.help = false;
-            state.quit_dialog = true;
-            Vec::new()
-        }
+        Action::PresetFaithful => preset(state, PolicyMode::Faithful),
+        Action::PresetAny => preset(state, PolicyMode::Any),
+        Action::PauseResume => pause_resume(state),
+        Action::MoreConcurrency => concurrency(state, true),
+        Action::LessConcurrency => concurrency(state, false),
+        Action::Quit | Action::Interrupt => quit(state, a == Action::Interrupt),
         Action::Drain => shutdown(state, ShutdownMode::Drain),
         Action::StopNow => shutdown(state, ShutdownMode::Now),
         Action::Detach => {
@@ -203,6 +127,86 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
             }
         }
     }
+}
+
+/// A policy preset for the whole fleet; the operator's own choices are cleared.
+fn preset(state: &mut UiState, mode: PolicyMode) -> Vec<UiEffect> {
+    if state.finished() {
+        state.set_status("the run is over");
+        return Vec::new();
+    }
+    state.set_status(match mode {
+        PolicyMode::Faithful => "policy: faithful (native precision only); your choices cleared",
+        PolicyMode::Any => "policy: any quantization; your choices cleared",
+    });
+    vec![UiEffect::Send(Command::Preset(mode))]
+}
+
+/// Pauses a running run, resumes a paused one.
+fn pause_resume(state: &mut UiState) -> Vec<UiEffect> {
+    match state.snapshot.state {
+        RunState::Running | RunState::Starting => {
+            state.set_status("pausing: no new requests; in-flight ones finish");
+            vec![UiEffect::Send(Command::Pause)]
+        }
+        RunState::Paused => {
+            state.set_status("resuming");
+            vec![UiEffect::Send(Command::Resume)]
+        }
+        other => {
+            state.set_status(format!(
+                "{}: nothing to pause",
+                other.label().to_lowercase()
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// One step more or fewer concurrent requests, never below 1.
+fn concurrency(state: &mut UiState, more: bool) -> Vec<UiEffect> {
+    if state.finished() {
+        state.set_status("the run is over");
+        return Vec::new();
+    }
+    let limit = state.snapshot.concurrency_limit;
+    let step = concurrency_step(limit);
+    let delta = if more {
+        i64::from(step)
+    } else {
+        -i64::from(step.min(limit.saturating_sub(1)))
+    };
+    if delta == 0 {
+        state.set_status("concurrency is at its minimum (1)");
+        return Vec::new();
+    }
+    let target = (i64::from(limit) + delta).max(1) as u64;
+    state.set_status(format!(
+        "concurrency {} -> {}",
+        group_thousands(u64::from(limit)),
+        group_thousands(target)
+    ));
+    vec![UiEffect::Send(Command::AdjustConcurrency(delta))]
+}
+
+/// `q` or Ctrl-C: the quit dialog, or, with it open, Ctrl-C again stops now and `q` closes it.
+/// A finished run just quits.
+fn quit(state: &mut UiState, interrupt: bool) -> Vec<UiEffect> {
+    if state.quit_dialog {
+        // Ctrl-C again: stop now, as a second interrupt does headless.
+        return if interrupt {
+            shutdown(state, ShutdownMode::Now)
+        } else {
+            state.quit_dialog = false;
+            Vec::new()
+        };
+    }
+    if state.finished() {
+        return vec![UiEffect::Quit];
+    }
+    state.help = false;
+    state.quit_dialog = true;
+    Vec::new()
 }
 
 fn shutdown(state: &mut UiState, mode: ShutdownMode) -> Vec<UiEffect> {

@@ -178,25 +178,8 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
     let spent = s.spent_with_accrued();
     spans.push(Span::raw(format!("{spent}/{}", s.budget)));
     if o.gauge > 0 {
-        let budget = s.budget.as_f64();
-        let ratio = if budget > 0.0 {
-            spent.as_f64() / budget
-        } else {
-            0.0
-        };
-        let proj = s
-            .projected
-            .filter(|_| budget > 0.0)
-            .map(|p| p.as_f64() / budget);
-        let fill = if ratio >= 0.9 {
-            t.bad
-        } else if proj.is_some_and(|p| p >= 0.99) {
-            t.warn
-        } else {
-            t.gauge_filled
-        };
         spans.push(Span::raw(" "));
-        spans.extend(bar(ratio, proj, o.gauge, fill, t.gauge_empty));
+        spans.extend(budget_gauge(state, o.gauge));
     }
     if let Some(p) = s.projected {
         spans.push(Span::styled(" proj ", t.dim));
@@ -213,22 +196,7 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         spans.push(Span::raw(duration(last)));
     }
     spans.push(sep());
-    if s.state == RunState::Draining {
-        // The drain's own progress: when the last request in flight is expected to end.
-        spans.push(Span::styled("drain ", t.dim));
-        spans.push(Span::raw(match s.drain_left_s {
-            _ if s.in_flight == 0 => "done".to_string(),
-            Some(left) if left < 1.0 => "any moment".to_string(),
-            Some(left) => format!("~{}", duration(left)),
-            None => "-".into(),
-        }));
-    } else {
-        spans.push(Span::styled("ETA ", t.dim));
-        spans.push(Span::raw(match s.eta_s {
-            Some(e) if !state.finished() => duration(e),
-            _ => "-".into(),
-        }));
-    }
+    spans.extend(time_left(state));
     if o.health {
         // Tells a slow provider from a slow client: how late the engine's own loop runs.
         spans.push(sep());
@@ -243,4 +211,48 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         spans.push(Span::styled(shown, style));
     }
     Line::from(spans)
+}
+
+/// The spend against the budget as a bar `width` cells wide, with the projection marked: red
+/// from 90% spent, amber when the projection reaches the budget.
+fn budget_gauge(state: &UiState, width: u16) -> Vec<Span<'static>> {
+    let (s, t) = (&state.snapshot, &state.theme);
+    let budget = s.budget.as_f64();
+    let ratio = if budget > 0.0 {
+        s.spent_with_accrued().as_f64() / budget
+    } else {
+        0.0
+    };
+    let proj = s
+        .projected
+        .filter(|_| budget > 0.0)
+        .map(|p| p.as_f64() / budget);
+    let fill = if ratio >= 0.9 {
+        t.bad
+    } else if proj.is_some_and(|p| p >= 0.99) {
+        t.warn
+    } else {
+        t.gauge_filled
+    };
+    bar(ratio, proj, width, fill, t.gauge_empty)
+}
+
+/// The time left: the drain's own progress (when the last request in flight is expected to
+/// end), or the run's ETA.
+fn time_left(state: &UiState) -> [Span<'static>; 2] {
+    let (s, t) = (&state.snapshot, &state.theme);
+    if s.state == RunState::Draining {
+        let left = match s.drain_left_s {
+            _ if s.in_flight == 0 => "done".to_string(),
+            Some(left) if left < 1.0 => "any moment".to_string(),
+            Some(left) => format!("~{}", duration(left)),
+            None => "-".into(),
+        };
+        return [Span::styled("drain ", t.dim), Span::raw(left)];
+    }
+    let eta = match s.eta_s {
+        Some(e) if !state.finished() => duration(e),
+        _ => "-".into(),
+    };
+    [Span::styled("ETA ", t.dim), Span::raw(eta)]
 }
