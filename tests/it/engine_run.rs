@@ -472,6 +472,50 @@ async fn sequence_sample_caps_and_shards() {
     sim.stop().await;
 }
 
+/// Two shards run one after the other in one output directory: each one's progress counts its
+/// own rows, so the second does not read "200 done of 100" (reliability probe 3, D16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_counts_only_its_own_rows_in_a_shared_directory() {
+    let sim = fast_sim(50.0).await;
+    let s = setup();
+    let p = write_prompts(&s.dir, "sh", 200);
+    let body = format!(
+        "budget_usd = 100.0\nconcurrency = 16\n[request]\nmax_tokens = 300\n[[dataset]]\nname = \"S\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let mut totals = Vec::new();
+    for k in [0u32, 1, 1] {
+        let opts = RunOptions {
+            api_key: ApiKey::new(KEY),
+            shard: Some((k, 2)),
+            ..Default::default()
+        };
+        let h = engine::start(config(&s, &sim.base_url(), &body), opts)
+            .await
+            .expect("start");
+        let summary = h.finish().await.expect("finish");
+        let snap = &summary.snapshot;
+        assert_eq!(summary.state, RunState::Done);
+        // Shard 1's second run finds every row of its own done, and counts no other shard's.
+        assert_eq!(
+            snap.done, snap.total,
+            "shard {k}: {} done of {}",
+            snap.done, snap.total
+        );
+        assert_eq!(snap.datasets[0].done, snap.total, "shard {k}'s dataset");
+        totals.push(snap.total);
+    }
+    let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("S.jsonl"));
+    assert_eq!(outs.len(), 200, "every prompt once");
+    assert_eq!(
+        totals[0] + totals[1],
+        200,
+        "the two shards split the prompts"
+    );
+    assert_eq!(totals[2], totals[1], "shard 1 again: the same share");
+    sim.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_streams_that_bill_anyway_run_to_the_end_and_are_kept() {
     let s = setup();

@@ -122,7 +122,7 @@ impl Core {
                 // A bad line belongs to shard 0 alone, so that it is rejected once.
                 Err(_) if self.admission.shard.is_some_and(|(k, _)| k != 0) => continue,
                 Err(e) => {
-                    let id = format!("@line:{}", e.line);
+                    let id = format!("{}{}", crate::store::prompts::BAD_LINE_ID, e.line);
                     if !self.admission.datasets[d].done_ids.contains(&id) {
                         self.admission.datasets[d].rejected += 1;
                         self.effects.push(Effect::Reject {
@@ -182,6 +182,7 @@ impl Core {
                     attempts: 0,
                     failed_at: None,
                     done_turns,
+                    row_owed: None,
                 });
             }
             // In sequence, a dataset whose file just ended still holds the line while its

@@ -75,7 +75,7 @@ pub(super) fn ready_dataset(
         cfg.request_for(d),
         reader,
         found.existing,
-        total,
+        (total, opts.shard),
         counted.duplicates,
     ))
 }
@@ -187,9 +187,10 @@ pub(super) fn dataset_run(
     params: RequestParams,
     reader: PromptReader,
     existing: ExistingDataset,
-    total: u64,
+    (total, shard): (u64, Option<(u32, u32)>),
     duplicates: u64,
 ) -> DatasetRun {
+    let (done, rejected) = existing.ended_in(shard);
     DatasetRun {
         book: DatasetBook {
             name: d.name.clone(),
@@ -198,8 +199,8 @@ pub(super) fn dataset_run(
             turns: d.turns,
             done_ids: existing.done.into_keys().collect(),
             total,
-            done: existing.outputs,
-            rejected: existing.rejects,
+            done,
+            rejected,
             output_tokens: existing.output_tokens,
             spent: existing.cost,
             budget: d.output_token_budget,

@@ -48,6 +48,18 @@ pub fn shard_of(id: &str, n: u32) -> u32 {
     folded % n.max(1)
 }
 
+/// Whether a finished id belongs to shard `k` of `n`: its prompt's shard, and for the reject of
+/// a bad line (`@line:N`, which has no id of its own) shard 0, which rejects it once.
+pub fn in_shard(id: &str, (k, n): (u32, u32)) -> bool {
+    if id.starts_with(BAD_LINE_ID) {
+        return k == 0;
+    }
+    shard_of(id, n) == k
+}
+
+/// The id prefix of a bad line's reject: `@line:` and the line number.
+pub const BAD_LINE_ID: &str = "@line:";
+
 /// Parses `--shard k/n` with a 0-based `k`: `0 <= k < n`.
 pub fn parse_shard(s: &str) -> Result<(u32, u32), String> {
     let parsed = s

@@ -203,11 +203,18 @@ pub fn read_file<T: DeserializeOwned>(
     read_lines(path, BufReader::with_capacity(1 << 20, file), each)
 }
 
+/// How an id ended in an earlier run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    Answer,
+    Reject,
+}
+
 /// What an existing output directory holds for one dataset.
 #[derive(Clone, Debug, Default)]
 pub struct ExistingDataset {
     /// Ids finished (output) or failed for good (rejects).
-    pub done: HashMap<String, ()>,
+    pub done: HashMap<String, Ended>,
     /// Generation ids of the outputs.
     pub generation_ids: HashSet<String>,
     pub outputs: u64,
@@ -219,6 +226,26 @@ pub struct ExistingDataset {
     pub output_tokens: u64,
     pub prompt_tokens: u64,
     pub cost: Usd,
+}
+
+impl ExistingDataset {
+    /// The answers and rejects of shard `k` of `n` (all of them unsharded): a shard's progress
+    /// counts its own rows, not those of the shards beside it in the same files.
+    pub fn ended_in(&self, shard: Option<(u32, u32)>) -> (u64, u64) {
+        let Some(shard) = shard else {
+            return (self.outputs, self.rejects);
+        };
+        let (mut answers, mut rejects) = (0, 0);
+        for (id, ended) in &self.done {
+            if crate::store::prompts::in_shard(id, shard) {
+                match ended {
+                    Ended::Answer => answers += 1,
+                    Ended::Reject => rejects += 1,
+                }
+            }
+        }
+        (answers, rejects)
+    }
 }
 
 /// One dataset's two files.
@@ -263,11 +290,11 @@ pub fn scan_dataset(
         if let Some(g) = r.generation_id {
             ex.generation_ids.insert(g);
         }
-        ex.done.insert(r.id, ());
+        ex.done.insert(r.id, Ended::Answer);
     })?;
     let rejects_file = read_file(&rejects_path(dir, dataset), |r: RejectRecord| {
         ex.rejects += 1;
-        ex.done.insert(r.id, ());
+        ex.done.insert(r.id, Ended::Reject);
     })?;
     Ok(DatasetScan {
         name: dataset.to_string(),
