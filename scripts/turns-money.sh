@@ -4,21 +4,27 @@
 # end; prints billed requests per kept row, spend per kept row, and requests that ended in no
 # row (paid turns thrown away).
 #
-#   scripts/turns-money.sh [--bin PATH] [--sim-bin PATH] [--kill-after-s 6] [--keep DIR]
+#   scripts/turns-money.sh [--bin PATH] [--sim-bin PATH] [--kill-after-s 6] [--kills 2]
+#                          [--budget-usd 20] [--keep DIR]
 #
-# Loopback only (127.0.0.1); bounded: two runs of --kill-after-s, then one to the end (at most
-# --deadline-s, 600).
+# `--kills 0 --budget-usd 0.5` measures a budget stop mid-row instead of crashes: the run ends
+# on the budget, and the rows it kept and the turns it paid for in no row are what changed.
+#
+# Loopback only (127.0.0.1); bounded: --kills runs of --kill-after-s, then one to the end (at
+# most --deadline-s, 600).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="" SIMBIN="" AFTER=6 KEEP="" DEADLINE=600
+BIN="" SIMBIN="" AFTER=6 KILLS=2 BUDGET=20.0 KEEP="" DEADLINE=600
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN="$2"; shift 2 ;;
     --sim-bin) SIMBIN="$2"; shift 2 ;;
     --kill-after-s) AFTER="$2"; shift 2 ;;
+    --kills) KILLS="$2"; shift 2 ;;
+    --budget-usd) BUDGET="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
     --deadline-s) DEADLINE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "turns-money.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +53,7 @@ BASE="$(grep -o 'http://127.0.0.1:[0-9]*' "$W/sim.out" | head -1)/api/v1"
 cat > "$W/h.toml" <<T
 base_url = "$BASE"
 api_key_env = "TURNS_MONEY_KEY"
-budget_usd = 20.0
+budget_usd = $BUDGET
 concurrency = 16
 output_dir = "out"
 [request]
@@ -59,7 +65,7 @@ turns = "all"
 T
 export TURNS_MONEY_KEY=sk-or-v1-turns-money-0000000000
 cd "$W"
-for k in 1 2; do
+for k in $(seq "$KILLS"); do
   "$BIN" run --headless -c h.toml > "run$k.log" 2>&1 & P=$!
   sleep "$AFTER"; kill -9 "$P" 2>/dev/null || true; wait "$P" 2>/dev/null || true
 done
@@ -73,6 +79,9 @@ usd = sum(float(b.get("cost_usd") or 0) for b in bill)
 turns = sum(len(r.get("turns", [])) for r in rows)
 n = max(len(rows), 1)
 print(f"rows {len(rows)} of 60, turns in rows {turns}")
+rej = os.path.join(w, "out/A.rejects.jsonl")
+if os.path.exists(rej):
+    print(f"rejects {sum(1 for l in open(rej) if l.strip())}")
 print(f"billed requests {len(bill)} ({len(bill) / n:.2f} per kept row); bill {usd:.6f} USD; "
       f"spend per kept row {usd / n:.6f} USD")
 print(f"requests in no row (paid turns thrown away, or in flight at a kill): {len(bill) - turns}")

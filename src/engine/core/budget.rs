@@ -2,6 +2,7 @@
 //! (the reservation), whether one more request fits under `budget_usd`, and the spacing of
 //! requests under `requests_per_second`.
 
+use std::cmp::Reverse;
 use std::time::{Duration, Instant};
 
 use crate::domain::Usd;
@@ -27,6 +28,24 @@ pub(super) struct Budget {
     pub(super) account: super::account::AccountGate,
     /// OpenRouter streams in flight (own servers' not counted).
     pub(super) or_in_flight: u32,
+    /// What the later turns of the multi-turn rows in progress are expected to cost: new work
+    /// does not take it, so that a budget stop leaves rows finished rather than started.
+    pub(super) owed_pico: i64,
+}
+
+/// What one more request asks of the dollar budget.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Claim {
+    /// What it reserves while in flight: its expected cost, or under the hard budget its worst
+    /// case (see [`reservation`]).
+    pub(super) reserve: Usd,
+    /// Its expected cost.
+    pub(super) expected: Usd,
+    /// When it starts a multi-turn row, what the row's later turns are expected to cost.
+    pub(super) ahead: Usd,
+    /// It is a later turn (or a retry) of a row already started: the money held for rows in
+    /// progress is its own.
+    pub(super) continues_row: bool,
 }
 
 /// Whether one more request fits under the dollar budget.
@@ -68,21 +87,21 @@ impl Core {
         self.budget.reserved_pico = total;
     }
 
-    /// Whether a request that reserves `reserve` (its expected cost, or under the hard budget
-    /// its worst case, see [`reservation`]) fits: what is spent, accrued and reserved must
-    /// leave room for it. Says so in the log, and stops the run when nothing more ever will.
-    /// `expected` is its expected cost: when that would fit and only the worst cases held it
-    /// back, the run has entered the budget's last stretch (said once).
-    /// `live` and `port`: the workers' counters and each attempt's running cost.
-    pub(super) fn fits(
-        &mut self,
-        reserve: Usd,
-        expected: Usd,
-        (live, port): (&Live, &dyn Port),
-        now: &Clock,
-    ) -> Fits {
-        let committed = self.committed_pico(live);
-        if committed + reserve.pico() <= self.budget.budget_pico {
+    /// Whether a request fits: what is spent, accrued and reserved must leave room for its
+    /// reservation; new work must also leave the money held for the later turns of rows in
+    /// progress, and a request that starts a row room for the row's later turns. Says so in
+    /// the log, and stops the run when nothing more ever will. When its expected cost would
+    /// fit and only the worst cases held it back, the run has entered the budget's last
+    /// stretch (said once). `live` and `port`: the workers' counters and each attempt's
+    /// running cost.
+    pub(super) fn fits(&mut self, c: Claim, (live, port): (&Live, &dyn Port), now: &Clock) -> Fits {
+        let held = if c.continues_row {
+            0
+        } else {
+            self.budget.owed_pico + c.ahead.pico()
+        };
+        let committed = self.committed_pico(live) + held;
+        if committed + c.reserve.pico() <= self.budget.budget_pico {
             return Fits::Yes;
         }
         let worst_held: i64 = self
@@ -91,7 +110,7 @@ impl Core {
             .filter(|(_, f)| f.billed_if_closed)
             .map(|(&key, f)| f.reserved_pico - (f.expected_pico - port.accrued_pico(key)).max(0))
             .sum();
-        let at_expectation = committed - worst_held.max(0) + expected.pico();
+        let at_expectation = committed - worst_held.max(0) + c.expected.pico();
         if self.cfg.budget_mode == crate::config::BudgetMode::Hard
             && at_expectation <= self.budget.budget_pico
             && self.budget.last_stretch.is_none()
@@ -109,7 +128,9 @@ impl Core {
                 ),
             );
         }
-        if self.in_flight.is_empty() {
+        // With nothing in flight, new work still waits for a row in progress whose next turn
+        // is queued: that turn goes out first, and the row's money is its own.
+        if self.in_flight.is_empty() && (c.continues_row || self.row_waits(None).is_none()) {
             self.begin_stop(now, StopReason::DollarBudget);
             return Fits::Never;
         }
@@ -124,6 +145,25 @@ impl Core {
             );
         }
         Fits::Wait
+    }
+
+    /// The earliest time a later turn of a row in progress is queued for (its next turn, or a
+    /// retry's back-off), among those due by `by` (all, with `None`).
+    pub(super) fn row_waits(&self, by: Option<&Clock>) -> Option<Instant> {
+        (self.admission.retry.iter())
+            .filter(|Reverse(p)| p.job.row_owed.is_some())
+            .map(|Reverse(p)| p.not_before)
+            .filter(|t| by.is_none_or(|now| *t <= now.mono))
+            .min()
+    }
+
+    /// Releases what a row in progress held for one later turn (it goes out now), or for all
+    /// of them (`turns`: the row ends early, rejected).
+    pub(super) fn release_owed(&mut self, job: &super::Job, turns: u64) {
+        if let Some(each) = job.row_owed {
+            let owed = each.pico().saturating_mul(turns as i64);
+            self.budget.owed_pico = (self.budget.owed_pico - owed).max(0);
+        }
     }
 
     /// Whether the run may send another request now (stop, pause, concurrency, rate cap).

@@ -7,8 +7,10 @@ use crate::openrouter::Message;
 use crate::openrouter::request::StreamOptions;
 use crate::store::output::{SpendEntry, SpendKind};
 
-use super::budget::Fits;
+use super::budget::{Claim, Fits};
+use super::journal::Once;
 use super::reserve::reserves_worst_case;
+use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 /// A request's money at dispatch: what it is expected to cost, its worst case, what it
 /// reserves against the budget, and whether closing it would stop its bill.
@@ -18,8 +20,6 @@ struct Money {
     reserve: Usd,
     billed_if_closed: bool,
 }
-use super::journal::Once;
-use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 impl Core {
     /// Reads the workers' counters and starts what fits: [`Effect::Spawn`]s, and rejects of
@@ -65,9 +65,27 @@ impl Core {
             } else {
                 expected
             };
-            if self.fits(reserve, expected, (&live, &*port), now) != Fits::Yes {
+            let later = self.later_turns(&job);
+            let claim = Claim {
+                reserve,
+                expected,
+                ahead: Usd::from_pico(expected.pico().saturating_mul(later as i64)),
+                continues_row: job.row_owed.is_some(),
+            };
+            if self.fits(claim, (&live, &*port), now) != Fits::Yes {
                 self.requeue_front(job, now);
+                // New work waits for the rows in progress: a next turn already due goes out
+                // now (it is queued ahead of the job just put back).
+                if !claim.continues_row && self.row_waits(Some(now)).is_some() {
+                    continue;
+                }
                 break;
+            }
+            let mut job = job;
+            if self.admission.datasets[job.dataset].turns == Turns::All && job.row_owed.is_none() {
+                // The row starts: its later turns' money is held for them from now.
+                job.row_owed = Some(expected);
+                self.budget.owed_pico += claim.ahead.pico();
             }
             self.spawn(
                 job,
@@ -87,6 +105,16 @@ impl Core {
             // Nothing runs and nothing waits: no more failures can join the held ones.
             self.write_held(now);
         }
+    }
+
+    /// The turns a multi-turn row still needs after this request, when this request starts
+    /// it (its first in this run): the budget must hold room for them too.
+    fn later_turns(&self, job: &Job) -> u64 {
+        if self.admission.datasets[job.dataset].turns != Turns::All || job.row_owed.is_some() {
+            return 0;
+        }
+        let n = turns::turns_to_generate(&job.prompt);
+        n.saturating_sub(job.done_turns.len() + 1) as u64
     }
 
     /// What the job's next request sends: its prompt, or (every turn regenerated) the prompt

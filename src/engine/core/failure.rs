@@ -51,38 +51,14 @@ impl Core {
         } else {
             // Anything else is free per the insurance, but an attempt that received tokens and
             // has a generation id is looked up all the same: the API's figure is the last word.
+            let line = self.failed_line(&job, f, r, kind, now);
             if r.streamed_tokens > 0
                 && let Some(g) = &r.generation_id
                 && self.reconcile_asked < RECONCILE_CAPACITY
             {
-                let entry = SpendEntry {
-                    endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
-                    completion_tokens: r.streamed_tokens,
-                    generation_id: Some(g.clone()),
-                    attempt: Some(f.attempt.clone()),
-                    error: Some(kind.to_string()),
-                    ..SpendEntry::new(
-                        SpendKind::Failed,
-                        now.rfc3339(),
-                        job.prompt.id.clone(),
-                        self.admission.datasets[job.dataset].name.clone(),
-                    )
-                };
-                self.look_up(g.clone(), entry);
+                self.look_up(g.clone(), line.clone());
             }
-            self.ledger(SpendEntry {
-                endpoint: endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
-                completion_tokens: r.streamed_tokens,
-                generation_id: r.generation_id.clone(),
-                attempt: Some(f.attempt.clone()),
-                error: Some(kind.to_string()),
-                ..SpendEntry::new(
-                    SpendKind::Failed,
-                    now.rfc3339(),
-                    job.prompt.id.clone(),
-                    self.admission.datasets[job.dataset].name.clone(),
-                )
-            });
+            self.ledger(line);
         }
         let own_server = endpoint.filter(|&e| self.fleet.endpoints[e].custom.is_some());
         if let (Some(e), true) = (own_server, err.stops_dispatch()) {
@@ -113,22 +89,7 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if err.stops_dispatch() {
-            let max_tokens = self.admission.datasets[job.dataset].params.max_tokens;
-            let reason = match kind {
-                ErrorKind::Auth => StopReason::KeyRefused {
-                    variable: self.cfg.api_key_env.clone(),
-                    detail: err.to_string(),
-                },
-                _ if err.is_request_over_budget() => StopReason::RequestOverBudget {
-                    max_tokens,
-                    estimate: f.price_in.cost(f.prompt_tokens)
-                        + f.price_out.cost(u64::from(max_tokens)),
-                    detail: err.to_string(),
-                },
-                _ => StopReason::OutOfCredit {
-                    detail: err.to_string(),
-                },
-            };
+            let reason = self.stop_reason(&job, f, &err);
             self.event(now, reason.to_string());
             self.begin_stop(now, reason);
             self.requeue_front(job, now);
@@ -141,6 +102,51 @@ impl Core {
             self.reject(job, why, kind.label(), cause_of(&err), now);
         } else {
             self.reject_or_hold(job, &err, err.to_string(), kind.label(), now);
+        }
+    }
+
+    /// The ledger line of a failed attempt: free per the insurance unless looked up.
+    fn failed_line(
+        &self,
+        job: &Job,
+        f: &InFlight,
+        r: &AttemptResult,
+        kind: ErrorKind,
+        now: &Clock,
+    ) -> SpendEntry {
+        SpendEntry {
+            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+            completion_tokens: r.streamed_tokens,
+            generation_id: r.generation_id.clone(),
+            attempt: Some(f.attempt.clone()),
+            error: Some(kind.to_string()),
+            ..SpendEntry::new(
+                SpendKind::Failed,
+                now.rfc3339(),
+                job.prompt.id.clone(),
+                self.admission.datasets[job.dataset].name.clone(),
+            )
+        }
+    }
+
+    /// Why an error that stops dispatch stops the run: the key refused, a request the key's
+    /// limit cannot cover, or the account out of credit.
+    fn stop_reason(&self, job: &Job, f: &InFlight, err: &ApiError) -> StopReason {
+        let max_tokens = self.admission.datasets[job.dataset].params.max_tokens;
+        match err.kind() {
+            ErrorKind::Auth => StopReason::KeyRefused {
+                variable: self.cfg.api_key_env.clone(),
+                detail: err.to_string(),
+            },
+            _ if err.is_request_over_budget() => StopReason::RequestOverBudget {
+                max_tokens,
+                estimate: f.price_in.cost(f.prompt_tokens)
+                    + f.price_out.cost(u64::from(max_tokens)),
+                detail: err.to_string(),
+            },
+            _ => StopReason::OutOfCredit {
+                detail: err.to_string(),
+            },
         }
     }
 
@@ -222,6 +228,8 @@ impl Core {
         self.admission.datasets[d].rejected += 1;
         // A row of several turns says which one failed; the turns before it were paid for.
         let n = turns::turns_to_generate(&job.prompt);
+        let later = n.saturating_sub(job.done_turns.len() + 1);
+        self.release_owed(&job, later as u64);
         let error = if self.admission.datasets[d].turns == Turns::All && n > 1 {
             format!("turn {} of {n}: {error}", job.done_turns.len() + 1)
         } else {

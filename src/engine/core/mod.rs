@@ -74,6 +74,9 @@ pub(crate) struct Job {
     /// The turns the model has written so far (`turns = "all"`); `attempts` counts the
     /// current turn's.
     pub done_turns: Vec<turns::DoneTurn>,
+    /// A multi-turn row started in this run: what each of its later turns is expected to cost,
+    /// held for them in [`budget::Budget::owed_pico`] until each goes out.
+    pub row_owed: Option<Usd>,
 }
 
 struct Pending {
@@ -249,6 +252,7 @@ impl Core {
                 carried_over,
                 account: account::AccountGate::new(cfg.retry.learn_inflight_budget),
                 or_in_flight: 0,
+                owed_pico: 0,
             },
             fleet: routing::Fleet {
                 health: (0..n)

@@ -359,3 +359,85 @@ fn each_request_ends_where_the_engine_sends_it_and_the_estimate_counts_it() {
     assert_eq!(own.messages[0].content, "sys", "its own system turn stays");
     assert_eq!(own.messages.len(), 6);
 }
+
+/// Two three-turn rows under a budget that pays for one row and a turn of another: the row
+/// started finishes, and the second never starts, where before both started and the budget
+/// stop left both unfinished (reliability probe 3, D14: $0.40 for no row).
+#[test]
+fn a_budget_stop_finishes_the_rows_started_and_starts_none_it_cannot_finish() {
+    let rows = |budget_usd: f64| {
+        let mut cfg = config("routing = \"pinned\"\nconcurrency = 4");
+        cfg.budget_usd = budget_usd;
+        let mut b = book("d0", &cfg);
+        b.turns = Turns::All;
+        let src = Source(vec![VecDeque::from([
+            Ok(three_turns("p1")),
+            Ok(three_turns("p2")),
+        ])]);
+        H::with_books(cfg, kimi(), vec![b], src)
+    };
+    // What one turn is expected to cost here.
+    let each = rows(10.0).dispatch()[0]
+        .ledger
+        .expected_usd
+        .expect("a dispatched line says what it expects");
+    let mut h = rows(each.as_f64() * 4.5);
+    let mut written = 0;
+    let mut sent_ids = Vec::new();
+    for step in 0..10 {
+        let d = h.dispatch();
+        if d.is_empty() {
+            break;
+        }
+        assert_eq!(
+            d.len(),
+            1,
+            "step {step}: the second row waits for room for all its turns"
+        );
+        sent_ids.push(d[0].prompt_id.clone());
+        // Each turn costs what it was expected to: the worker books it before the result.
+        h.live.spent_pico += each.pico();
+        let fx = h.result(done(d[0].key, d[0].pinned, 100, each.as_f64(), "stop"));
+        written += outputs(&fx);
+    }
+    assert_eq!(
+        sent_ids,
+        ["p1", "p1", "p1"],
+        "p1's three turns, and no turn of p2"
+    );
+    assert_eq!(written, 1, "the row started is finished");
+    assert_eq!(
+        h.core.stopping(),
+        Some(&crate::engine::reason::StopReason::DollarBudget)
+    );
+    assert_eq!(
+        h.core.budget.owed_pico, 0,
+        "nothing held once the row is written"
+    );
+}
+
+/// The money a row holds for its later turns goes back when the row is rejected mid-way.
+#[test]
+fn a_row_rejected_midway_gives_back_what_it_held_for_its_later_turns() {
+    let mut h = harness(Turns::All, None);
+    let d = h.dispatch();
+    let each = d[0].ledger.expected_usd.expect("expected").pico();
+    assert_eq!(h.core.budget.owed_pico, 2 * each, "two later turns held");
+    h.result(done(d[0].key, d[0].pinned, 100, 0.01, "stop"));
+    assert_eq!(
+        h.core.budget.owed_pico, each,
+        "the second turn went out: one left"
+    );
+    let max = h.core.cfg.retry.max_attempts;
+    for k in 0..max {
+        h.at(600.0 * f64::from(k + 1));
+        let d = h.dispatch();
+        h.result(failed(
+            d[0].key,
+            d[0].pinned,
+            http(500, None, "upstream died"),
+        ));
+    }
+    assert_eq!(h.core.admission.datasets[0].rejected, 1);
+    assert_eq!(h.core.budget.owed_pico, 0);
+}
