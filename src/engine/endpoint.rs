@@ -20,6 +20,9 @@ pub(crate) struct RunEndpoint {
     pub supported_parameters: Option<Vec<String>>,
     pub status: Option<i64>,
     pub uptime_30m: Option<f64>,
+    /// The most tokens (prompt and answer) the endpoint takes, as the listing says; `None` for
+    /// an operator's own server (unknown).
+    pub context_length: Option<u64>,
     /// Closing the connection stops billing here (OpenRouter documents DeepInfra, Together,
     /// Novita, Fireworks and Chutes); elsewhere a cancelled generation is billed in full.
     pub cancel_stops_billing: bool,

@@ -31,6 +31,7 @@ pub(crate) fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoin
         supported_parameters: e.supported_parameters.clone(),
         status: e.status,
         uptime_30m: e.uptime_last_30m,
+        context_length: e.context_length,
         cancel_stops_billing: stops_billing_on_cancel(
             cancel_list,
             e.tag.as_str(),
@@ -72,6 +73,7 @@ fn own(c: &EndpointConfig) -> RunEndpoint {
         supported_parameters: None,
         status: None,
         uptime_30m: None,
+        context_length: None,
         // Aborting a request on one's own server stops the generation.
         cancel_stops_billing: true,
         custom: Some(CustomTarget {

@@ -81,3 +81,54 @@ async fn an_id_reused_with_other_content_is_an_error_unless_skipped() {
     assert!(text.contains("duplicate-ids×2"), "{text}");
     sim.stop().await;
 }
+
+/// A prompt far past every endpoint's context (here 12 MB, ~3 M tokens against the simulator's
+/// 262,144) is rejected as `too-long` without being sent; the others are answered
+/// (reliability-probe-3 D16: a 100 MB line was uploaded, then refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_far_past_every_context_is_rejected_without_being_sent() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = job(dir.path(), &sim.base_url(), "");
+    let huge = format!(
+        "{{\"id\":\"big\",\"prompt\":\"{}\"}}\n",
+        "word ".repeat(12_000_000 / 5)
+    );
+    std::fs::write(
+        dir.path().join("p.jsonl"),
+        format!(
+            "{{\"id\":\"1\",\"prompt\":\"one\"}}\n{huge}{{\"id\":\"3\",\"prompt\":\"three\"}}\n"
+        ),
+    )
+    .expect("prompts");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(["run", "--headless", "-c"])
+            .arg(cfg)
+            .env("HARVEST_PF_KEY", KEY)
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("join");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let sent = sim.state.requests_since(0);
+    assert_eq!(sent.len(), 2, "only the two that may fit are sent");
+    let rejects: Vec<harvest::store::output::RejectRecord> =
+        crate::common::read_jsonl(&dir.path().join("out/P.rejects.jsonl"));
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    let r = &rejects[0];
+    assert_eq!(
+        (r.id.as_str(), r.error_kind.as_str(), r.attempts),
+        ("big", "too-long", 0)
+    );
+    assert!(
+        r.error.starts_with("line 2: about 3000004 tokens") && r.error.contains("(262144)"),
+        "{}",
+        r.error
+    );
+    let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&dir.path().join("out/P.jsonl"));
+    assert_eq!(rows.len(), 2);
+    sim.stop().await;
+}

@@ -98,23 +98,10 @@ impl Core {
                     }
                     let system = self.admission.datasets[d].system_prompt.as_deref();
                     super::turns::with_system_prompt(&mut p, system);
-                    if self.admission.datasets[d].turns == crate::config::Turns::All
-                        && let Some(why) = super::turns::shape_error(&p)
-                    {
+                    if let Some((why, kind)) = self.unsendable(d, &p) {
                         // Not sendable as asked: a reject of the input, before anything is paid.
-                        self.admission.datasets[d].rejected += 1;
-                        self.effects.push(Effect::Reject {
-                            dataset: d,
-                            record: RejectRecord {
-                                id: p.id,
-                                line: Some(p.line),
-                                error: format!("line {}: {why}", p.line),
-                                error_kind: "input".into(),
-                                attempts: 0,
-                                created_at: now.rfc3339(),
-                                cause: Default::default(),
-                            },
-                        });
+                        let error = format!("line {}: {why}", p.line);
+                        self.reject_unsent(d, p.id, p.line, error, kind, now);
                         continue;
                     }
                     return Some(p);
@@ -124,23 +111,61 @@ impl Core {
                 Err(e) => {
                     let id = format!("{}{}", crate::store::prompts::BAD_LINE_ID, e.line);
                     if !self.admission.datasets[d].done_ids.contains(&id) {
-                        self.admission.datasets[d].rejected += 1;
-                        self.effects.push(Effect::Reject {
-                            dataset: d,
-                            record: RejectRecord {
-                                id,
-                                line: Some(e.line),
-                                error: e.to_string(),
-                                error_kind: "input".into(),
-                                attempts: 0,
-                                created_at: now.rfc3339(),
-                                cause: Default::default(),
-                            },
-                        });
+                        self.reject_unsent(d, id, e.line, e.to_string(), "input", now);
                     }
                 }
             }
         }
+    }
+
+    /// Why prompt `p` of dataset `d` is not sent at all, with its reject kind: a conversation
+    /// whose turns cannot each be regenerated, or one far past every endpoint's context.
+    fn unsendable(
+        &self,
+        d: usize,
+        p: &crate::store::prompts::Prompt,
+    ) -> Option<(String, &'static str)> {
+        if self.admission.datasets[d].turns == crate::config::Turns::All
+            && let Some(why) = super::turns::shape_error(p)
+        {
+            return Some((why, "input"));
+        }
+        let estimate = super::dispatch::estimate_prompt_tokens(&p.messages);
+        let contexts = self.fleet.endpoints.iter().map(|e| e.context_length);
+        let largest = super::context::beyond_every_context(estimate, contexts)?;
+        Some((
+            format!(
+                "about {estimate} tokens (characters / 4), more than {}x the largest context \
+                 of the model's endpoints ({largest}): refused without sending it",
+                super::context::MARGIN
+            ),
+            "too-long",
+        ))
+    }
+
+    /// A prompt rejected before anything is sent or paid: its reject line, counted.
+    fn reject_unsent(
+        &mut self,
+        d: usize,
+        id: String,
+        line: u64,
+        error: String,
+        kind: &str,
+        now: &Clock,
+    ) {
+        self.admission.datasets[d].rejected += 1;
+        self.effects.push(Effect::Reject {
+            dataset: d,
+            record: RejectRecord {
+                id,
+                line: Some(line),
+                error,
+                error_kind: kind.into(),
+                attempts: 0,
+                created_at: now.rfc3339(),
+                cause: Default::default(),
+            },
+        });
     }
 
     /// The next job to dispatch: a due retry first, then a fresh prompt by the schedule.

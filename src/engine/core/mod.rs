@@ -15,6 +15,7 @@ pub(crate) mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
+mod context;
 mod control;
 pub(crate) mod cut_watch;
 mod dispatch;

@@ -441,6 +441,75 @@ fn bad_lines_become_one_input_reject_each() {
 }
 
 #[test]
+fn a_prompt_far_past_every_context_is_rejected_unsent() {
+    // The test endpoints list a 262,144-token context: past twice that by the estimate
+    // (characters / 4) nothing could serve it.
+    let big = |id: &str, chars: usize| Prompt {
+        id: id.into(),
+        messages: vec![Message::user("x".repeat(chars))],
+        line: 2,
+    };
+    let cases: [(&str, Vec<RunEndpoint>, &[&str], &[&str]); 3] = [
+        (
+            "listed contexts: the huge one is refused",
+            kimi(),
+            &["small", "near"],
+            &["too-long"],
+        ),
+        (
+            "an own server's context is unknown: all go",
+            {
+                let mut e = kimi();
+                e[0].context_length = None;
+                e
+            },
+            &["small", "near", "huge"],
+            &[],
+        ),
+        (
+            "a larger context somewhere: all go",
+            {
+                let mut e = kimi();
+                e[1].context_length = Some(2_000_000);
+                e
+            },
+            &["small", "near", "huge"],
+            &[],
+        ),
+    ];
+    for (name, endpoints, want_sent, want_rejects) in cases {
+        let cfg = config("concurrency = 10");
+        let b = book("d0", &cfg);
+        let src = Source(vec![
+            [
+                Ok(prompt("small")),
+                // 2 x 262,144 tokens exactly (four a message on top): the API's to judge; one more is not.
+                Ok(big("near", 4 * 2 * 262_144 - 16)),
+                Ok(big("huge", 4 * 2 * 262_144 - 12)),
+            ]
+            .into_iter()
+            .collect(),
+        ]);
+        let mut h = H::with_books(cfg, endpoints, vec![b], src);
+        let sent = h.dispatch();
+        assert_eq!(ids(&sent), names(want_sent), "{name}: sent");
+        assert_eq!(rejects(&h.other), names(want_rejects), "{name}: rejects");
+        for e in &h.other {
+            if let Effect::Reject { record, .. } = e {
+                assert_eq!(record.id, "huge", "{name}");
+                assert_eq!(record.attempts, 0, "{name}: never sent");
+                assert!(
+                    record.error.starts_with("line 2: about 524289 tokens")
+                        && record.error.contains("(262144)"),
+                    "{name}: {}",
+                    record.error
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn reaching_a_budget_is_said_once() {
     let cases: [(&str, Option<u64>, Option<u64>, &str); 2] = [
         (
