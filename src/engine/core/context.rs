@@ -31,11 +31,14 @@ pub(crate) fn beyond_every_context(
 mod tests {
     use super::*;
 
+    /// What is checked, the estimate, the endpoints' contexts, the context named (refused).
+    type Case = (&'static str, u64, &'static [Option<u64>], Option<u64>);
+
     #[test]
     fn a_prompt_is_refused_unsent_only_far_past_the_largest_context() {
         let k = 262_144;
         #[rustfmt::skip]
-        let cases: &[(&str, u64, &[Option<u64>], Option<u64>)] = &[
+        let cases: &[Case] = &[
             ("a short prompt fits",                    1_000,        &[Some(k)],             None),
             ("at the context: the API decides",        k,            &[Some(k)],             None),
             ("twice the context: still the API's",     2 * k,        &[Some(k)],             None),
