@@ -36,17 +36,17 @@ mod tests {
 
     #[test]
     fn a_prompt_is_refused_unsent_only_far_past_the_largest_context() {
-        let k = 262_144;
+        const K: u64 = 262_144;
         #[rustfmt::skip]
         let cases: &[Case] = &[
-            ("a short prompt fits",                    1_000,        &[Some(k)],             None),
-            ("at the context: the API decides",        k,            &[Some(k)],             None),
-            ("twice the context: still the API's",     2 * k,        &[Some(k)],             None),
-            ("past twice the context: refused",        2 * k + 1,    &[Some(k)],             Some(k)),
-            ("the 100 MB line of the probe",           25_000_000,   &[Some(k)],             Some(k)),
-            ("the largest context counts",             3 * k,        &[Some(k), Some(4 * k)], None),
-            ("past every one: the largest is named",   9 * k,        &[Some(4 * k), Some(k)], Some(4 * k)),
-            ("an own server's context is unknown",     25_000_000,   &[Some(k), None],       None),
+            ("a short prompt fits",                    1_000,        &[Some(K)],             None),
+            ("at the context: the API decides",        K,            &[Some(K)],             None),
+            ("twice the context: still the API's",     2 * K,        &[Some(K)],             None),
+            ("past twice the context: refused",        2 * K + 1,    &[Some(K)],             Some(K)),
+            ("the 100 MB line of the probe",           25_000_000,   &[Some(K)],             Some(K)),
+            ("the largest context counts",             3 * K,        &[Some(K), Some(4 * K)], None),
+            ("past every one: the largest is named",   9 * K,        &[Some(4 * K), Some(K)], Some(4 * K)),
+            ("an own server's context is unknown",     25_000_000,   &[Some(K), None],       None),
             ("no endpoints: nothing to judge by",      25_000_000,   &[],                    None),
             ("a listed context of 0 says nothing",     25_000_000,   &[Some(0)],             None),
         ];
