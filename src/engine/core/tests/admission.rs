@@ -449,7 +449,14 @@ fn a_prompt_far_past_every_context_is_rejected_unsent() {
         messages: vec![Message::user("x".repeat(chars))],
         line: 2,
     };
-    let cases: [(&str, Vec<RunEndpoint>, &[&str], &[&str]); 3] = [
+    // What is checked, the endpoints, the ids sent, the rejects' kinds.
+    type Case = (
+        &'static str,
+        Vec<RunEndpoint>,
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+    let cases: [Case; 3] = [
         (
             "listed contexts: the huge one is refused",
             kimi(),
