@@ -110,6 +110,10 @@ pub(crate) fn summary(s: &Snapshot) -> String {
             "; over budget by {:.4}",
             (s.spent - s.budget).as_f64()
         ));
+        if s.carried_over >= s.budget {
+            // Not this run's doing: it sent nothing past the budget.
+            out.push_str(", spent before this run");
+        }
     }
     out.push('\n');
     if let Some(last) = s.last_stretch_s {
@@ -204,5 +208,29 @@ mod tests {
         // A follower far behind gets what the window still holds.
         s.events_total += 1_000;
         assert_eq!(new_events(&s, seen).0.len(), s.events.len());
+    }
+
+    #[test]
+    fn the_summary_says_whose_spend_passed_the_budget() {
+        let line = |spent: f64, budget: f64, carried: f64| {
+            let mut s = crate::tui::testkit::kimi_snapshot();
+            s.spent = crate::domain::Usd::from_f64(spent);
+            s.budget = crate::domain::Usd::from_f64(budget);
+            s.carried_over = crate::domain::Usd::from_f64(carried);
+            summary(&s)
+                .lines()
+                .find(|l| l.starts_with("spend:"))
+                .expect("a spend line")
+                .to_string()
+        };
+        #[rustfmt::skip]
+        let cases = [
+            ((8.0, 10.0, 2.0), "spend: 8.0000 USD of 10.00 (ledger; 2.0000 carried over from earlier runs)"),
+            ((10.5, 10.0, 2.0), "spend: 10.5000 USD of 10.00 (ledger; 2.0000 carried over from earlier runs); over budget by 0.5000"),
+            ((49.0, 20.0, 49.0), "spend: 49.0000 USD of 20.00 (ledger; 49.0000 carried over from earlier runs); over budget by 29.0000, spent before this run"),
+        ];
+        for ((spent, budget, carried), want) in cases {
+            assert_eq!(line(spent, budget, carried), want);
+        }
     }
 }

@@ -73,8 +73,16 @@ fn watch(progress: &ScanProgress, stop: &AtomicBool) {
     }
 }
 
-/// `harvest: counting prompts: 1,234 MB of 3,800 MB (32%), 2 of 6 files, 4 s`
+/// `harvest: counting prompts: 1,234 MB of 3,800 MB (32%), 2 of 6 files, 4 s`; before the
+/// count, what earlier runs left is read (a resume's answers and ledger: seconds for 100,000
+/// rows), and the line says that.
 pub(super) fn describe(progress: &ScanProgress, elapsed: Duration) -> String {
+    if progress.files.load(Ordering::Relaxed) == 0 {
+        return format!(
+            "harvest: reading what earlier runs left in the output directory, {} s",
+            elapsed.as_secs()
+        );
+    }
     let (read, total) = progress.bytes();
     let pct = (read * 100).checked_div(total).unwrap_or(0).min(100);
     format!(
@@ -104,9 +112,15 @@ mod tests {
         );
         // Empty files: no division by zero.
         let empty = ScanProgress::default();
+        empty.files.store(1, Ordering::Relaxed);
         assert_eq!(
             describe(&empty, Duration::ZERO),
-            "harvest: counting prompts: 0 MB of 0 MB (0%), 0 of 0 files, 0 s"
+            "harvest: counting prompts: 0 MB of 0 MB (0%), 0 of 1 files, 0 s"
+        );
+        // Before the count: the output directory is read (a resume's answers, the ledger).
+        assert_eq!(
+            describe(&ScanProgress::default(), Duration::from_secs(12)),
+            "harvest: reading what earlier runs left in the output directory, 12 s"
         );
     }
 }

@@ -554,12 +554,21 @@ impl Supervisor {
         } else {
             RunState::Stopped
         };
-        let overshoot = snap.spent.saturating_sub(snap.budget).max(Usd::ZERO);
-        if overshoot > Usd::ZERO {
-            self.say(format!(
-                "spend {} exceeded the budget by {} (tokens in transit when the cap hit)",
-                snap.spent, overshoot
-            ))
+        let overshoot = super::core::overshoot(snap.spent, snap.budget, snap.carried_over);
+        let spent_before = snap.carried_over >= snap.budget;
+        if overshoot > Usd::ZERO || spent_before {
+            self.say(if spent_before {
+                format!(
+                    "earlier runs of this output directory spent {}, the budget {} or more: \
+                     this run started nothing new (raise budget_usd to go on)",
+                    snap.carried_over, snap.budget
+                )
+            } else {
+                format!(
+                    "spend {} exceeded the budget by {} (tokens in transit when the cap hit)",
+                    snap.spent, overshoot
+                )
+            })
             .await;
             let events = self.core.events();
             snap.events = events

@@ -188,3 +188,12 @@ impl Core {
         self.budget.next_send_at = Some(base + gap);
     }
 }
+
+/// What this run spent past the budget: its spend over the budget, or over what earlier runs
+/// of the directory had already spent when that was more (a run that starts past its budget
+/// sends nothing; the earlier runs' spend is not its overshoot).
+pub(crate) fn overshoot(spent: Usd, budget: Usd, carried_over: Usd) -> Usd {
+    spent
+        .saturating_sub(budget.max(carried_over))
+        .max(Usd::ZERO)
+}

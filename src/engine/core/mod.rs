@@ -55,6 +55,7 @@ use crate::policy::PolicyConfig;
 
 pub(crate) use super::clock::Clock;
 pub(crate) use attempt::Dispatch;
+pub(crate) use budget::overshoot;
 pub(crate) use events::{Effect, Event};
 pub(crate) use port::{Live, Port};
 pub(crate) use routing::Route;

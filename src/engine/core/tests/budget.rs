@@ -355,3 +355,23 @@ fn budget_hit_begins_a_stop_that_lets_answers_in_flight_finish() {
     h.handle(Event::BudgetHit);
     assert_eq!(count_events(&h, "stopping: "), 1, "{:?}", h.event_texts());
 }
+
+#[test]
+fn the_overshoot_is_what_this_run_spent_past_the_budget() {
+    let u = |x: f64| Usd::from_f64(x);
+    // What is checked, spent (carried included), budget, carried over, overshoot.
+    #[rustfmt::skip]
+    let cases = [
+        ("under the budget",                         8.0,  10.0, 0.0, 0.0),
+        ("streams in transit passed it",             10.4, 10.0, 2.0, 0.4),
+        ("earlier runs had spent it all: none here", 49.0, 20.0, 49.0, 0.0),
+        ("past what earlier runs left",              49.5, 20.0, 49.0, 0.5),
+    ];
+    for (what, spent, budget, carried, want) in cases {
+        assert_eq!(
+            crate::engine::core::overshoot(u(spent), u(budget), u(carried)),
+            u(want),
+            "{what}"
+        );
+    }
+}
