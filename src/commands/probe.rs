@@ -17,6 +17,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         Some(path) => Some(Config::load(path).map_err(|e| BadInput(e.to_string()))?),
         None => None,
     };
+    crate::store::share_with_group(cfg.as_ref().is_some_and(|c| c.group_readable));
     let model = match (&args.model, &cfg) {
         (Some(m), _) => m.clone(),
         (None, Some(c)) => c.model.clone(),

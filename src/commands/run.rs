@@ -23,6 +23,7 @@ use super::{BadInput, exit};
 /// Loads the config and the options of a run, as bad input when they are wrong.
 pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
     let cfg = Config::load(&args.config).map_err(|e| BadInput(e.to_string()))?;
+    crate::store::share_with_group(cfg.group_readable);
     let shard = args
         .shard
         .as_deref()

@@ -139,6 +139,10 @@ pub struct Config {
     /// reset connection then loses one stream, not up to 64).
     pub http2: bool,
     pub output_dir: PathBuf,
+    /// Files harvest creates in the output directory are the operator's alone (0600, and 0700
+    /// for a directory it makes); `true` lets the operator's group read them (0640, 0750): a
+    /// team whose trainers read the rows under another user of the same group.
+    pub group_readable: bool,
     /// Hard cap on spend, in dollars.
     pub budget_usd: f64,
     pub concurrency: u32,
@@ -186,6 +190,7 @@ impl Default for Config {
             ca_cert: None,
             http2: true,
             output_dir: PathBuf::from("out"),
+            group_readable: false,
             budget_usd: 10.0,
             concurrency: 256,
             requests_per_second: None,

@@ -14,30 +14,50 @@ pub mod scan;
 pub(crate) mod supersede;
 pub(crate) mod turns_file;
 
+/// Whether the files and directories this process creates may be read by the operator's group
+/// (`group_readable` in the config): one setting for the process, as a umask is, set by the
+/// commands that write an output directory once their config is read.
+static GROUP_READABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets the operator's group read what this process creates from now on (0640, 0750).
+pub fn share_with_group(on: bool) {
+    GROUP_READABLE.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The modes of a file and of a directory harvest creates.
+fn modes() -> (u32, u32) {
+    if GROUP_READABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        (0o640, 0o750)
+    } else {
+        (0o600, 0o700)
+    }
+}
+
 /// How every file of an output directory is opened. Opens never follow a symbolic link at the
 /// last component (`O_NOFOLLOW`): a link planted in the output directory must not make harvest
 /// write, append or truncate the file it points at (reliability-probe-3 D6); the open then
-/// fails with ELOOP, naming the file. A file it creates is the operator's alone (0600): the
-/// prompts, answers, ledger and log are not for every local user to read (probe 3, D16).
+/// fails with ELOOP, naming the file. A file it creates is the operator's alone (0600,
+/// or 0640 with `group_readable`): the prompts, answers, ledger and log are not for every local
+/// user to read (probe 3, D16).
 pub fn no_follow(o: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         o.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
-        o.mode(0o600);
+        o.mode(modes().0);
     }
     o
 }
 
-/// Creates `dir` (and its missing parents) for the operator alone (0700); an existing
-/// directory keeps its mode.
+/// Creates `dir` (and its missing parents) for the operator alone (0700, or 0750 with
+/// `group_readable`); an existing directory keeps its mode.
 pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     let mut b = std::fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::DirBuilderExt;
-        b.mode(0o700);
+        b.mode(modes().1);
     }
     b.create(dir)
 }

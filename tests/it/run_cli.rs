@@ -385,3 +385,56 @@ async fn run_check_sends_and_writes_nothing_and_exits_as_a_run_would() {
     assert_eq!(chats(&s), 5, "only the run's own five requests");
     s.stop().await;
 }
+
+/// A run's files are the operator's alone (0600, the directory it makes 0700) unless the
+/// config lets the group read them (`group_readable = true`: 0640 and 0750).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_readable_lets_the_group_read_the_run_files_and_no_one_else() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    write(
+        &d,
+        "p.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    );
+    let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    for (group, out, file_mode, dir_mode) in [
+        (false, "alone", 0o600, 0o700),
+        (true, "shared", 0o640, 0o750),
+    ] {
+        let cfg = write(
+            &d,
+            &format!("{out}.toml"),
+            &config(
+                &s.base_url(),
+                &format!(
+                    "group_readable = {group}\noutput_dir = \"{out}/run\"\n\
+                     [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
+                ),
+            ),
+        );
+        let (code, _, err) = tokio::task::spawn_blocking(move || {
+            run(harvest().args(["run", "--headless", "-c"]).arg(&cfg))
+        })
+        .await
+        .expect("join");
+        assert_eq!(code, 0, "{err}");
+        let run_dir = d.join(out).join("run");
+        assert_eq!(mode(&d.join(out)), dir_mode, "{out}: a parent it made");
+        assert_eq!(mode(&run_dir), dir_mode, "{out}: the output directory");
+        let files: Vec<_> = std::fs::read_dir(&run_dir)
+            .expect("out")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.is_file())
+            .collect();
+        assert!(files.len() >= 6, "{files:?}");
+        for f in files {
+            assert_eq!(mode(&f), file_mode, "{}", f.display());
+        }
+    }
+    s.stop().await;
+}
