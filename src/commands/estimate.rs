@@ -351,7 +351,7 @@ fn scan_prompts(
     cap: Option<u64>,
     d: &crate::config::DatasetConfig,
 ) -> Result<PromptScan, BadInput> {
-    let reader = PromptReader::open(path).map_err(|e| BadInput(e.to_string()))?;
+    let reader = PromptReader::open_as(path, &d.fields()).map_err(|e| BadInput(e.to_string()))?;
     let mut s = PromptScan::default();
     for item in reader {
         let mut p = match item {

@@ -21,8 +21,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             let cfg = Config::load(path).map_err(|e| BadInput(e.to_string()))?;
             let mut prompts = HashMap::new();
             for d in &cfg.datasets {
-                let counted = crate::store::prompts::count_prompts_in_shard(&d.prompts, None)
-                    .map_err(|e| BadInput(e.to_string()))?;
+                let counted =
+                    crate::store::prompts::count_prompts_in_shard(&d.prompts, &d.fields(), None)
+                        .map_err(|e| BadInput(e.to_string()))?;
                 prompts.insert(d.name.clone(), counted.in_shard);
             }
             (

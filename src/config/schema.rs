@@ -349,6 +349,45 @@ pub struct DatasetConfig {
     pub turns: Turns,
     #[serde(default)]
     pub request: RequestOverride,
+    /// The field of each row that holds the prompt's text, instead of `prompt`: a name
+    /// (`"instruction"`, `"question"`) or a list joined by a blank line, empty ones left out
+    /// (Alpaca's `["instruction", "input"]`).
+    #[serde(default)]
+    pub prompt_field: Option<FieldNames>,
+    /// The field holding a list of turns (`{role, content}` or `{from, value}`), instead of
+    /// `messages` and `conversations`.
+    #[serde(default)]
+    pub messages_field: Option<String>,
+    /// A field holding the row's own system prompt, sent first when its turns have none.
+    #[serde(default)]
+    pub system_field: Option<String>,
+    /// The field holding the row's id, instead of `id`.
+    #[serde(default)]
+    pub id_field: Option<String>,
+}
+
+/// One field name or several.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FieldNames {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl DatasetConfig {
+    /// How this dataset's rows name their fields.
+    pub fn fields(&self) -> crate::store::prompts::PromptFields {
+        crate::store::prompts::PromptFields {
+            prompt: match &self.prompt_field {
+                None => Vec::new(),
+                Some(FieldNames::One(f)) => vec![f.clone()],
+                Some(FieldNames::Many(fs)) => fs.clone(),
+            },
+            messages: self.messages_field.clone(),
+            system: self.system_field.clone(),
+            id: self.id_field.clone(),
+        }
+    }
 }
 
 /// One `[[endpoint]]`: an OpenAI-compatible server outside OpenRouter.

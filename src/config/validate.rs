@@ -115,6 +115,20 @@ impl Config {
             let budget_ok = d.output_token_budget != Some(0);
             c.ensure(budget_ok, key("output_token_budget"), "must be > 0")?;
             c.ensure(d.max_samples != Some(0), key("max_samples"), "must be > 0")?;
+            let fields = d.fields();
+            let named = [
+                ("messages_field", d.messages_field.as_deref()),
+                ("system_field", d.system_field.as_deref()),
+                ("id_field", d.id_field.as_deref()),
+            ];
+            for (field, name) in named {
+                let msg = "must name a field (a non-empty string)";
+                c.ensure(name.is_none_or(|n| !n.is_empty()), key(field), msg)?;
+            }
+            let prompt_ok = d.prompt_field.is_none()
+                || (!fields.prompt.is_empty() && fields.prompt.iter().all(|n| !n.is_empty()));
+            let msg = "must name a field, or a list of fields, each a non-empty string";
+            c.ensure(prompt_ok, key("prompt_field"), msg)?;
             let o = &d.request;
             check_request(c, &key("request"), o.max_tokens, &o.reasoning)?;
             no_provider_in_extra(c, &key("request"), &o.extra)?;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::prompts::{PromptCount, PromptError, count_prompts_reporting};
+use super::prompts::{PromptCount, PromptError, PromptFields, count_prompts_reporting};
 
 /// How far the pass is: read by the scanning threads, shown by whoever watches.
 #[derive(Debug, Default)]
@@ -30,13 +30,13 @@ impl ScanProgress {
 /// Counts every file, as many at once as there are cores (at most one thread a file). The
 /// results are in the order of `paths`, each file's own error in its place.
 pub(crate) fn count_all(
-    paths: &[PathBuf],
+    paths: &[(PathBuf, PromptFields)],
     shard: Option<(u32, u32)>,
     progress: &ScanProgress,
 ) -> Vec<Result<PromptCount, PromptError>> {
     let total: u64 = paths
         .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
+        .filter_map(|(p, _)| std::fs::metadata(p).ok())
         .map(|m| m.len())
         .sum();
     progress.total_bytes.store(total, Ordering::Relaxed);
@@ -47,8 +47,8 @@ pub(crate) fn count_all(
     if threads <= 1 {
         return paths
             .iter()
-            .map(|p| {
-                let r = count_prompts_reporting(p, shard, &progress.read_bytes);
+            .map(|(p, f)| {
+                let r = count_prompts_reporting(p, f, shard, &progress.read_bytes);
                 progress.files_done.fetch_add(1, Ordering::Relaxed);
                 r
             })
@@ -65,8 +65,11 @@ pub(crate) fn count_all(
                     let mut mine = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = paths.get(i) else { break };
-                        mine.push((i, count_prompts_reporting(p, shard, &progress.read_bytes)));
+                        let Some((p, f)) = paths.get(i) else { break };
+                        mine.push((
+                            i,
+                            count_prompts_reporting(p, f, shard, &progress.read_bytes),
+                        ));
                         progress.files_done.fetch_add(1, Ordering::Relaxed);
                     }
                     mine
@@ -86,7 +89,9 @@ pub(crate) fn count_all(
     results
         .into_iter()
         .zip(paths)
-        .map(|(r, p)| r.unwrap_or_else(|| count_prompts_reporting(p, shard, &progress.read_bytes)))
+        .map(|(r, (p, f))| {
+            r.unwrap_or_else(|| count_prompts_reporting(p, f, shard, &progress.read_bytes))
+        })
         .collect()
 }
 
@@ -109,14 +114,14 @@ mod tests {
                 body.push_str("{\"id\": \"1-0\", \"prompt\": \"other\"}\nnot json\n");
             }
             std::fs::write(&p, body).expect("write");
-            paths.push(p);
+            paths.push((p, PromptFields::default()));
         }
-        paths.push(dir.path().join("missing.jsonl"));
+        paths.push((dir.path().join("missing.jsonl"), PromptFields::default()));
         let progress = ScanProgress::default();
         let all = count_all(&paths, Some((1, 3)), &progress);
         assert_eq!(all.len(), 5);
-        for (p, r) in paths.iter().zip(&all).take(4) {
-            let one = count_prompts_in_shard(p, Some((1, 3))).expect("alone");
+        for ((p, f), r) in paths.iter().zip(&all).take(4) {
+            let one = count_prompts_in_shard(p, f, Some((1, 3))).expect("alone");
             let r = r.as_ref().expect("counted");
             assert_eq!(
                 (r.valid, r.invalid, r.duplicates, r.in_shard, r.bytes),
@@ -142,7 +147,7 @@ mod tests {
         let (read, total) = progress.bytes();
         let on_disk: u64 = paths
             .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
+            .filter_map(|(p, _)| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum();
         assert_eq!((read, total), (on_disk, on_disk));

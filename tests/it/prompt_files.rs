@@ -132,3 +132,106 @@ async fn a_prompt_far_past_every_context_is_rejected_without_being_sent() {
     assert_eq!(rows.len(), 2);
     sim.stop().await;
 }
+
+/// Prompt files as corpora ship them: Zstandard-compressed JSONL in Alpaca's shape
+/// (`instruction`, `input`, `system`, `uid`) and gzip-compressed JSONL with turns under another
+/// name, read through the dataset's field names. Every prompt is answered once, under its own
+/// id, with the text the mapping makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_files_with_their_own_field_names_run_as_jsonl_does() {
+    use std::io::Write;
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let alpaca: String = (0..40)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"uid": format!("a{i}"), "instruction": format!("Task {i}."),
+                    "input": if i % 2 == 0 { format!("data {i}") } else { String::new() },
+                    "system": "Be brief.", "output": "ignored"})
+            )
+        })
+        .collect();
+    std::fs::write(
+        d.join("alpaca.jsonl.zst"),
+        zstd::stream::encode_all(alpaca.as_bytes(), 3).expect("zst"),
+    )
+    .expect("zst");
+    let dialog: String = (0..30)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"id": i, "dialog": [{"from": "human", "value": format!("hello {i}")}]})
+            )
+        })
+        .collect();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(dialog.as_bytes()).expect("gz");
+    std::fs::write(d.join("dialog.jsonl.gz"), gz.finish().expect("gz")).expect("gz");
+    let cfg = d.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"alpaca.jsonl.zst\"\n\
+             prompt_field = [\"instruction\", \"input\"]\nsystem_field = \"system\"\nid_field = \"uid\"\n\
+             [[dataset]]\nname = \"D\"\nprompts = \"dialog.jsonl.gz\"\nmessages_field = \"dialog\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(["run", "--headless", "-c"])
+            .arg(cfg)
+            .env("HARVEST_PF_KEY", KEY)
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("join");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let rows = |name: &str| -> Vec<harvest::store::output::OutputRecord> {
+        crate::common::read_jsonl(&d.join(format!("out/{name}.jsonl")))
+    };
+    let a = rows("A");
+    assert_eq!(a.len(), 40);
+    let ids: std::collections::HashSet<&str> = a.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        (0..40)
+            .map(|i| format!("a{i}"))
+            .collect::<std::collections::HashSet<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect()
+    );
+    let a2 = a.iter().find(|r| r.id == "a2").expect("a2");
+    let turns: Vec<(&str, &str)> = a2
+        .conversations
+        .iter()
+        .map(|t| (t.role.as_str(), t.content.as_str()))
+        .take(2)
+        .collect();
+    assert_eq!(
+        turns,
+        [("system", "Be brief."), ("user", "Task 2.\n\ndata 2")]
+    );
+    let a3 = a.iter().find(|r| r.id == "a3").expect("a3");
+    assert_eq!(
+        a3.conversations[1].content, "Task 3.",
+        "an empty input is left out"
+    );
+    let dd = rows("D");
+    assert_eq!(dd.len(), 30);
+    let d7 = dd.iter().find(|r| r.id == "7").expect("7");
+    assert_eq!(d7.conversations[0].content, "hello 7");
+    assert_eq!(
+        sim.state.requests_since(0).len(),
+        70,
+        "each prompt sent once"
+    );
+    sim.stop().await;
+}

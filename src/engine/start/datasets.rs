@@ -56,7 +56,7 @@ pub(super) fn ready_dataset(
             }
         )));
     }
-    let reader = PromptReader::open_prescanned(&d.prompts, &counted)
+    let reader = PromptReader::open_prescanned(&d.prompts, &d.fields(), &counted)
         .map_err(|e| EngineError::Input(e.to_string()))?;
     let max_tokens = cfg.request_for(d).max_tokens;
     // Earlier answers cut while thinking at this max_tokens (not at a lower one since raised).

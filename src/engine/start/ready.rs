@@ -114,7 +114,11 @@ pub(super) async fn ready(
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
     let mut sizes = (0u64, 0u64);
-    let paths: Vec<_> = cfg.datasets.iter().map(|d| d.prompts.clone()).collect();
+    let paths: Vec<_> = cfg
+        .datasets
+        .iter()
+        .map(|d| (d.prompts.clone(), d.fields()))
+        .collect();
     let progress = opts.scan_progress.clone().unwrap_or_default();
     let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
     for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {

@@ -1,44 +1,134 @@
 //! The prompt line formats: `prompt`, OpenAI `messages`, ShareGPT `conversations`, parsed into
-//! the messages sent.
+//! the messages sent; and a dataset's own names for those fields ([`PromptFields`]), for
+//! datasets whose columns are called otherwise (`instruction`, `question`, `dialog`).
 
 use serde_json::{Map, Value};
 
 use crate::openrouter::Message;
 
-/// The one of `prompt`, `messages` or `conversations` present in `obj`, as messages.
-pub(super) fn parse_messages(obj: &Map<String, Value>) -> Result<Vec<Message>, String> {
-    let present: Vec<(&str, &Value)> = ["conversations", "messages", "prompt"]
-        .into_iter()
-        .filter_map(|k| obj.get(k).filter(|v| !v.is_null()).map(|v| (k, v)))
+/// A dataset's names for the fields of its rows, where they are not harvest's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromptFields {
+    /// The prompt's text, instead of `prompt`. Several are joined with a blank line, empty
+    /// ones left out (Alpaca: `["instruction", "input"]`); the first must be there.
+    pub prompt: Vec<String>,
+    /// A list of turns (`{role, content}` or `{from, value}`), instead of `messages` and
+    /// `conversations`.
+    pub messages: Option<String>,
+    /// A system prompt of the row's own, put first when its turns have none.
+    pub system: Option<String>,
+    /// The row's id, instead of `id`.
+    pub id: Option<String>,
+}
+
+impl PromptFields {
+    /// The field that holds the row's id.
+    pub(super) fn id_key(&self) -> &str {
+        self.id.as_deref().unwrap_or("id")
+    }
+}
+
+/// How a field holds the conversation.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Prompt,
+    OpenAi,
+    ShareGpt,
+}
+
+/// The conversation of row `obj`: from the one of its prompt or turns fields present (by
+/// `fields`, else `prompt`, `messages`, `conversations`), with the row's system field first.
+pub(super) fn parse_messages(
+    obj: &Map<String, Value>,
+    fields: &PromptFields,
+) -> Result<Vec<Message>, String> {
+    let mut keys: Vec<(&str, Shape)> = match &fields.messages {
+        Some(k) => vec![(k.as_str(), Shape::ShareGpt)],
+        None => vec![
+            ("conversations", Shape::ShareGpt),
+            ("messages", Shape::OpenAi),
+        ],
+    };
+    keys.push((
+        fields.prompt.first().map_or("prompt", String::as_str),
+        Shape::Prompt,
+    ));
+    let present: Vec<(&str, Shape, &Value)> = keys
+        .iter()
+        .filter_map(|&(k, shape)| obj.get(k).filter(|v| !v.is_null()).map(|v| (k, shape, v)))
         .collect();
-    let messages = match present.as_slice() {
-        [] => return Err(r#"needs one of "prompt", "messages" or "conversations""#.to_string()),
-        [("prompt", v)] => match v {
-            Value::String(s) => vec![Message::user(s.as_str())],
-            _ => return Err("\"prompt\" must be a string".to_string()),
+    let named = || {
+        // Named prompt first, as the docs list them.
+        let names: Vec<String> = keys.iter().rev().map(|(k, _)| format!("\"{k}\"")).collect();
+        match names.as_slice() {
+            [a, b] => format!("{a} or {b}"),
+            [a, b, c] => format!("{a}, {b} or {c}"),
+            _ => names.join(", "),
+        }
+    };
+    let mut messages = match present.as_slice() {
+        [] => return Err(format!("needs one of {}", named())),
+        [(key, Shape::Prompt, v)] => match v {
+            Value::String(s) => vec![Message::user(prompt_text(obj, key, s, fields)?)],
+            _ => return Err(format!("\"{key}\" must be a string")),
         },
-        [(key, v)] => {
+        [(key, shape, v)] => {
             let Value::Array(turns) = v else {
                 return Err(format!("\"{key}\" must be a list"));
             };
             let turns = turns.iter().enumerate();
-            if *key == "messages" {
+            if *shape == Shape::OpenAi {
                 turns
-                    .map(|(i, t)| parse_role_content(t, &format!("messages[{i}]")))
+                    .map(|(i, t)| parse_role_content(t, &format!("{key}[{i}]")))
                     .collect::<Result<Vec<_>, _>>()?
             } else {
                 turns
-                    .map(|(i, t)| parse_sharegpt(t, &format!("conversations[{i}]")))
+                    .map(|(i, t)| parse_sharegpt(t, &format!("{key}[{i}]")))
                     .collect::<Result<Vec<_>, _>>()?
             }
         }
-        [(a, _), (b, _)] => return Err(format!("\"{a}\" and \"{b}\" both present")),
-        _ => return Err(r#""prompt", "messages" and "conversations" all present"#.to_string()),
+        [(a, ..), (b, ..)] => return Err(format!("\"{a}\" and \"{b}\" both present")),
+        _ => return Err(format!("{} all present", named().replace(" or ", " and "))),
     };
     if messages.is_empty() {
         return Err(format!("\"{}\" is empty", present[0].0));
     }
+    if let Some(key) = &fields.system {
+        match obj.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.trim().is_empty() => {}
+            Some(Value::String(s)) => {
+                if messages[0].role != "system" {
+                    messages.insert(0, Message::new("system", s.as_str()));
+                }
+            }
+            Some(_) => return Err(format!("\"{key}\" must be a string")),
+        }
+    }
     Ok(messages)
+}
+
+/// The prompt's text: `first` (the value of `key`), then each further prompt field that has
+/// text, a blank line between.
+fn prompt_text(
+    obj: &Map<String, Value>,
+    key: &str,
+    first: &str,
+    fields: &PromptFields,
+) -> Result<String, String> {
+    let mut text = first.to_string();
+    for more in fields.prompt.iter().skip(1) {
+        match obj.get(more) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.trim().is_empty() => {}
+            Some(Value::String(s)) => {
+                text.push_str("\n\n");
+                text.push_str(s);
+            }
+            Some(_) => return Err(format!("\"{more}\" must be a string (joined to \"{key}\")")),
+        }
+    }
+    Ok(text)
 }
 
 pub(super) const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];

@@ -1,4 +1,5 @@
-//! Streaming reader of prompt files (JSONL), one prompt per non-blank line.
+//! Streaming reader of prompt files (JSONL, plain or gzip/Zstandard-compressed), one prompt per
+//! non-blank line.
 //!
 //! Each line is a JSON object with an optional `id` (string, or integer turned into a string) and
 //! exactly one of:
@@ -7,6 +8,9 @@
 //!   parts `{"type": "text", "text": …}` whose texts are joined with `"\n"`;
 //! - `conversations`: ShareGPT turns, either `{from, value}` (`human`/`user` → user,
 //!   `gpt`/`assistant`/`model` → assistant, `system`, `tool`) or `{role, content}` as in `messages`.
+//!
+//! A dataset may name these fields otherwise ([`PromptFields`]: `prompt_field`,
+//! `messages_field`, `system_field`, `id_field` in its config).
 //!
 //! A key whose value is `null` counts as absent (datasets converted from tables carry null columns).
 //! Other fields are ignored. Trailing assistant turns are dropped (we generate the assistant's answer
@@ -18,14 +22,17 @@
 mod format;
 mod ids;
 mod reader;
+mod source;
 #[cfg(test)]
 mod tests;
 
 use crate::openrouter::Message;
 
+pub use format::PromptFields;
 use format::*;
 pub use ids::*;
 pub use reader::*;
+pub use source::Compression;
 
 /// One prompt read from a file.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,8 +1,7 @@
 //! The streaming reader of a prompt file, and the quick counting pass over one.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::Path;
 
 use serde_json::Value;
@@ -16,6 +15,10 @@ const MAX_DUPLICATES_KEPT: usize = 1_000;
 /// next line; a read failure yields one error (`line == 0`) and ends the iteration.
 pub struct PromptReader {
     reader: Box<dyn BufRead + Send>,
+    /// The dataset's names for the row's fields.
+    pub(super) fields: PromptFields,
+    /// The file's own bytes read so far (compressed ones, for a compressed file).
+    file_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     path: String,
     line: u64,
     buf: Vec<u8>,
@@ -37,10 +40,22 @@ pub struct PromptReader {
 }
 
 impl PromptReader {
+    /// Reads `path` (JSONL, plain or compressed) with harvest's own field names.
     pub fn open(path: &Path) -> Result<Self, PromptError> {
+        Self::open_as(path, &PromptFields::default())
+    }
+
+    /// Reads `path` (JSONL, plain or compressed: see [`source`](super::source)), its rows'
+    /// fields named as `fields` says.
+    pub fn open_as(path: &Path, fields: &PromptFields) -> Result<Self, PromptError> {
         let shown = path.display().to_string();
-        match File::open(path) {
-            Ok(file) => Ok(Self::new(BufReader::with_capacity(1 << 16, file), shown)),
+        match super::source::open_lines(path) {
+            Ok((lines, file_bytes, _)) => {
+                let mut r = Self::new(lines, shown);
+                r.fields = fields.clone();
+                r.file_bytes = file_bytes;
+                Ok(r)
+            }
             Err(e) => Err(PromptError {
                 path: shown,
                 line: 0,
@@ -53,6 +68,8 @@ impl PromptReader {
     pub fn new(reader: impl BufRead + Send + 'static, path_for_messages: String) -> Self {
         PromptReader {
             reader: Box::new(reader),
+            fields: PromptFields::default(),
+            file_bytes: Default::default(),
             path: path_for_messages,
             line: 0,
             buf: Vec::new(),
@@ -70,19 +87,26 @@ impl PromptReader {
 
     /// Opens a file already read by [`count_prompts`]: its duplicate lines are skipped by
     /// number, so a long run keeps no id per prompt (the file must not change meanwhile).
-    pub fn open_prescanned(path: &Path, count: &PromptCount) -> Result<Self, PromptError> {
+    pub fn open_prescanned(
+        path: &Path,
+        fields: &PromptFields,
+        count: &PromptCount,
+    ) -> Result<Self, PromptError> {
         use std::io::Read;
         let shown = path.display().to_string();
-        // The file as the count saw it: its length then is the end, whatever is appended since.
-        let file = File::open(path).map_err(|e| PromptError {
+        // The file as the count saw it: its length then is the end, whatever is appended since
+        // (the lines' bytes, decompressed).
+        let (lines, file_bytes, _) = super::source::open_lines(path).map_err(|e| PromptError {
             path: shown.clone(),
             line: 0,
             message: e.to_string(),
         })?;
         let mut r = Self::new(
-            BufReader::with_capacity(1 << 16, file.take(count.bytes)),
+            std::io::BufReader::with_capacity(1 << 16, lines.take(count.bytes)),
             shown,
         );
+        r.fields = fields.clone();
+        r.file_bytes = file_bytes;
         r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
         Ok(r)
     }
@@ -147,7 +171,7 @@ impl PromptReader {
         let Value::Object(obj) = value else {
             return Err("not a JSON object".to_string());
         };
-        let mut messages = parse_messages(&obj)?;
+        let mut messages = parse_messages(&obj, &self.fields)?;
         while messages.last().is_some_and(|m| m.role == "assistant") {
             messages.pop();
         }
@@ -158,12 +182,13 @@ impl PromptReader {
             }
             Some(_) => {}
         }
-        let id = match obj.get("id") {
+        let key = self.fields.id_key();
+        let id = match obj.get(key) {
             None | Some(Value::Null) => content_id(&messages),
-            Some(Value::String(s)) if s.is_empty() => return Err("\"id\" is empty".to_string()),
+            Some(Value::String(s)) if s.is_empty() => return Err(format!("\"{key}\" is empty")),
             Some(Value::String(s)) => s.clone(),
             Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
-            Some(_) => return Err("\"id\" must be a string or an integer".to_string()),
+            Some(_) => return Err(format!("\"{key}\" must be a string or an integer")),
         };
         Ok(Some(Prompt {
             id,
@@ -244,33 +269,40 @@ impl Iterator for PromptReader {
 
 /// A quick streaming pass over a prompt file. A read failure is an error; bad lines are counted.
 pub fn count_prompts(path: &Path) -> Result<PromptCount, PromptError> {
-    count_prompts_in_shard(path, None)
+    count_prompts_in_shard(path, &PromptFields::default(), None)
 }
 
 /// [`count_prompts`], also counting the prompts of shard `k` of `n`: everything the start of a
 /// run needs from a file, in one read.
 pub fn count_prompts_in_shard(
     path: &Path,
+    fields: &PromptFields,
     shard: Option<(u32, u32)>,
 ) -> Result<PromptCount, PromptError> {
-    count_prompts_reporting(path, shard, &std::sync::atomic::AtomicU64::new(0))
+    count_prompts_reporting(path, fields, shard, &std::sync::atomic::AtomicU64::new(0))
 }
 
-/// [`count_prompts_in_shard`], adding the bytes it reads to `read` as it goes (every 4,096
-/// lines), for a progress line over files of millions of prompts.
+/// [`count_prompts_in_shard`], adding the file's bytes it reads to `read` as it goes (every
+/// 4,096 lines; a compressed file's own bytes), for a progress line over files of millions of
+/// prompts.
 pub fn count_prompts_reporting(
     path: &Path,
+    fields: &PromptFields,
     shard: Option<(u32, u32)>,
     read: &std::sync::atomic::AtomicU64,
 ) -> Result<PromptCount, PromptError> {
     use std::sync::atomic::Ordering;
-    let mut reader = PromptReader::open(path)?;
+    let mut reader = PromptReader::open_as(path, fields)?;
     let mut count = PromptCount::default();
     let mut reported = 0u64;
+    let mut report = |reader: &PromptReader| {
+        let now = reader.file_bytes.load(Ordering::Relaxed);
+        read.fetch_add(now.saturating_sub(reported), Ordering::Relaxed);
+        reported = reported.max(now);
+    };
     while let Some(item) = reader.next() {
         if reader.line % 4096 == 0 {
-            read.fetch_add(reader.bytes - reported, Ordering::Relaxed);
-            reported = reader.bytes;
+            report(&reader);
         }
         match item {
             Ok(p) => {
@@ -291,11 +323,11 @@ pub fn count_prompts_reporting(
             }
         }
     }
+    report(&reader);
     count.duplicates = reader.duplicate_count();
     count.duplicate_lines = reader.duplicate_lines;
     count.first_duplicates = reader.duplicates;
     count.differing = reader.differing;
     count.bytes = reader.bytes;
-    read.fetch_add(reader.bytes - reported, Ordering::Relaxed);
     Ok(count)
 }

@@ -206,7 +206,8 @@ fn a_prescanned_reader_skips_the_same_duplicates_without_keeping_ids() {
     assert_eq!(count.duplicate_lines.len(), 180);
     let ids = |r: PromptReader| -> Vec<String> { r.flatten().map(|p| p.id).collect() };
     let plain = ids(PromptReader::open(&path).expect("open"));
-    let mut pre = PromptReader::open_prescanned(&path, &count).expect("open");
+    let mut pre =
+        PromptReader::open_prescanned(&path, &PromptFields::default(), &count).expect("open");
     let fast: Vec<String> = pre.by_ref().flatten().map(|p| p.id).collect();
     assert_eq!(fast, plain);
     assert_eq!(pre.duplicate_count(), 180);
@@ -288,9 +289,10 @@ fn a_file_grown_after_the_count_is_read_as_it_was() {
             .open(&path)
             .expect("open");
         std::io::Write::write_all(&mut f, appended.as_bytes()).expect("append");
-        let items: Vec<Result<Prompt, PromptError>> = PromptReader::open_prescanned(&path, &count)
-            .expect("open")
-            .collect();
+        let items: Vec<Result<Prompt, PromptError>> =
+            PromptReader::open_prescanned(&path, &PromptFields::default(), &count)
+                .expect("open")
+                .collect();
         assert!(items.iter().all(Result::is_ok), "{name}: no bad line read");
         let ids: Vec<String> = items.into_iter().flatten().map(|p| p.id).collect();
         assert_eq!(ids, want, "{name}");
@@ -405,4 +407,191 @@ fn fixture_files() {
         "Summarise this:\nThe quick brown fox jumps over the lazy dog."
     );
     assert_eq!(all[6].messages[0], Message::system("Answer in French."));
+}
+
+/// A row read with `fields`, as `one` reads with harvest's own names.
+fn mapped(line: &str, fields: &PromptFields) -> Result<Prompt, String> {
+    let mut r = reader(line);
+    r.fields = fields.clone();
+    match r.next() {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("nothing".into()),
+    }
+}
+
+#[test]
+fn a_datasets_own_field_names_are_read_as_harvests() {
+    let f = |prompt: &[&str], messages: Option<&str>, system: Option<&str>, id: Option<&str>| {
+        PromptFields {
+            prompt: prompt.iter().map(|s| s.to_string()).collect(),
+            messages: messages.map(Into::into),
+            system: system.map(Into::into),
+            id: id.map(Into::into),
+        }
+    };
+    let alpaca = f(&["instruction", "input"], None, Some("system"), Some("uid"));
+    let dialog = f(&[], Some("dialog"), None, None);
+    let question = f(&["question"], None, None, None);
+    let own_system = f(&[], None, Some("system"), None);
+    let both = f(&["question"], Some("dialog"), None, None);
+    type Want = Result<(&'static str, Vec<(&'static str, &'static str)>), &'static str>;
+    let cases: Vec<(&str, &PromptFields, &str, Want)> = vec![
+        (
+            "Alpaca: instruction and input joined, its system first, its uid the id",
+            &alpaca,
+            r#"{"uid": 7, "instruction": "Sum these.", "input": "2 3", "system": "Be terse.", "output": "5"}"#,
+            Ok((
+                "7",
+                vec![("system", "Be terse."), ("user", "Sum these.\n\n2 3")],
+            )),
+        ),
+        (
+            "an empty input is left out, an empty system too",
+            &alpaca,
+            r#"{"uid": "a", "instruction": "Say hi.", "input": "", "system": ""}"#,
+            Ok(("a", vec![("user", "Say hi.")])),
+        ),
+        (
+            "the row's own system turn wins over its system field",
+            &own_system,
+            r#"{"id": "s", "system": "field", "messages": [{"role": "system", "content": "own"}, {"role": "user", "content": "q"}]}"#,
+            Ok(("s", vec![("system", "own"), ("user", "q")])),
+        ),
+        (
+            "a turns field of either shape",
+            &dialog,
+            r#"{"id": "d", "dialog": [{"from": "human", "value": "hi"}, {"role": "assistant", "content": "yo"}, {"from": "human", "value": "again"}]}"#,
+            Ok((
+                "d",
+                vec![("user", "hi"), ("assistant", "yo"), ("user", "again")],
+            )),
+        ),
+        (
+            "the mapped field is required, and named",
+            &question,
+            r#"{"id": "q", "prompt": "not this"}"#,
+            Err(r#"data/b3.jsonl:1: needs one of "question", "messages" or "conversations""#),
+        ),
+        (
+            "the first prompt field must be there",
+            &alpaca,
+            r#"{"uid": 1, "input": "2 3"}"#,
+            Err(r#"data/b3.jsonl:1: needs one of "instruction", "messages" or "conversations""#),
+        ),
+        (
+            "a joined field of another type is named",
+            &alpaca,
+            r#"{"uid": 1, "instruction": "x", "input": 3}"#,
+            Err(r#"data/b3.jsonl:1: "input" must be a string (joined to "instruction")"#),
+        ),
+        (
+            "the id field is named in its errors",
+            &alpaca,
+            r#"{"uid": "", "instruction": "x"}"#,
+            Err(r#"data/b3.jsonl:1: "uid" is empty"#),
+        ),
+        (
+            "a system field of another type is named",
+            &alpaca,
+            r#"{"uid": 2, "instruction": "x", "system": ["a"]}"#,
+            Err(r#"data/b3.jsonl:1: "system" must be a string"#),
+        ),
+        (
+            "both a turns field and the prompt field",
+            &both,
+            r#"{"question": "q", "dialog": [{"role": "user", "content": "q"}]}"#,
+            Err(r#"data/b3.jsonl:1: "dialog" and "question" both present"#),
+        ),
+    ];
+    for (what, fields, line, want) in cases {
+        let got = mapped(line, fields).map(|p| (p.id, p.messages));
+        let want = want
+            .map(|(id, m)| (id.to_string(), msgs(&m)))
+            .map_err(String::from);
+        assert_eq!(got, want, "{what}");
+    }
+    // Without an id field the content id is the same as for harvest's own shape.
+    let plain = one(r#"{"prompt": "Sum these."}"#).expect("plain");
+    let q = mapped(r#"{"question": "Sum these."}"#, &question).expect("mapped");
+    assert_eq!(plain.id, q.id);
+}
+
+#[test]
+fn compressed_files_read_as_their_plain_lines() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tmp");
+    let text: String = (0..5_000)
+        .map(|i| format!("{{\"id\": \"p{i}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect::<String>()
+        + "not json\n{\"id\": \"p3\", \"prompt\": \"question 3\"}\n";
+    let plain = dir.path().join("p.jsonl");
+    std::fs::write(&plain, &text).expect("plain");
+    // gzip in two members (as `cat a.gz b.gz` or pigz make them).
+    let (a, b) = text.split_at(text.len() / 2);
+    let mut gz = Vec::new();
+    for part in [a, b] {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(part.as_bytes()).expect("gz");
+        gz.extend(e.finish().expect("gz"));
+    }
+    // Zstandard in two frames (as pzstd makes them), under a name that does not say so.
+    let mut zst = zstd::stream::encode_all(a.as_bytes(), 3).expect("zst");
+    zst.extend(zstd::stream::encode_all(b.as_bytes(), 3).expect("zst"));
+    let gz_path = dir.path().join("p.jsonl.gz");
+    let zst_path = dir.path().join("p.data");
+    std::fs::write(&gz_path, &gz).expect("gz");
+    std::fs::write(&zst_path, &zst).expect("zst");
+    let want_count = count_prompts(&plain).expect("count");
+    let want: Vec<_> = PromptReader::open(&plain)
+        .expect("open")
+        .map(|r| r.map_err(|e| e.message))
+        .collect();
+    assert_eq!(
+        (want_count.valid, want_count.invalid, want_count.duplicates),
+        (5_000, 1, 1)
+    );
+    for (path, kind) in [
+        (&gz_path, Compression::Gzip),
+        (&zst_path, Compression::Zstd),
+    ] {
+        let head = std::fs::read(path).expect("read");
+        assert_eq!(Compression::sniff(&head), kind);
+        let count = count_prompts(path).expect("count");
+        let mut same = count.clone();
+        if let Some(e) = same.first_error.as_mut() {
+            assert_eq!(
+                e.path,
+                path.display().to_string(),
+                "errors name the file read"
+            );
+            e.path = plain.display().to_string();
+        }
+        assert_eq!(
+            same, want_count,
+            "{kind:?}: the same count, bytes and duplicates"
+        );
+        let got: Vec<_> = PromptReader::open(path)
+            .expect("open")
+            .map(|r| r.map_err(|e| e.message))
+            .collect();
+        assert_eq!(
+            got, want,
+            "{kind:?}: the same prompts and errors, line for line"
+        );
+        let pre: Vec<_> = PromptReader::open_prescanned(path, &PromptFields::default(), &count)
+            .expect("open")
+            .map(|r| r.map_err(|e| e.message))
+            .collect();
+        assert_eq!(pre, want, "{kind:?}: prescanned");
+    }
+    // A file cut short is a read error naming the file, not a quiet end.
+    let cut = dir.path().join("cut.jsonl.zst");
+    std::fs::write(&cut, &zst[..zst.len() / 3]).expect("cut");
+    let e = count_prompts(&cut).expect_err("a truncated frame");
+    assert!(
+        e.is_io() && e.to_string().starts_with("cannot read "),
+        "{e}"
+    );
+    assert!(e.to_string().contains("cut.jsonl.zst"), "{e}");
 }

@@ -1,0 +1,83 @@
+//! Opening a prompt file as lines: plain JSONL, or JSONL compressed with gzip (`.jsonl.gz`) or
+//! Zstandard (`.jsonl.zst`), as large corpora ship. The compression is told by the file's first
+//! bytes (its magic number), not its name, so a misnamed file is still read right. Decompression
+//! streams: nothing is held beyond the buffers.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a prompt file is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    /// By the file's first bytes: gzip `1f 8b`, Zstandard frame `28 b5 2f fd`.
+    pub fn sniff(head: &[u8]) -> Compression {
+        match head {
+            [0x1f, 0x8b, ..] => Compression::Gzip,
+            [0x28, 0xb5, 0x2f, 0xfd, ..] => Compression::Zstd,
+            _ => Compression::None,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Compression::None => "JSONL",
+            Compression::Gzip => "gzip-compressed JSONL",
+            Compression::Zstd => "Zstandard-compressed JSONL",
+        }
+    }
+}
+
+/// A reader that adds the bytes read through it to a shared count: the file's own bytes, so a
+/// progress line over compressed files goes by their size on disk.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The lines of `path`, decompressed as its first bytes say, and the count of the file's own
+/// bytes read so far.
+pub(super) fn open_lines(
+    path: &Path,
+) -> std::io::Result<(Box<dyn BufRead + Send>, Arc<AtomicU64>, Compression)> {
+    let mut file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    let compression = Compression::sniff(file.fill_buf()?);
+    let read = Arc::new(AtomicU64::new(0));
+    let raw = BufReader::with_capacity(
+        1 << 16,
+        Counted {
+            inner: file,
+            read: read.clone(),
+        },
+    );
+    let lines: Box<dyn BufRead + Send> = match compression {
+        Compression::None => Box::new(raw),
+        Compression::Gzip => Box::new(BufReader::with_capacity(
+            1 << 16,
+            // Multi-member: `cat a.gz b.gz` and pigz's output are one stream of lines.
+            flate2::bufread::MultiGzDecoder::new(raw),
+        )),
+        // Every frame in turn: pzstd's output and concatenated files are one stream too.
+        Compression::Zstd => Box::new(BufReader::with_capacity(
+            1 << 16,
+            zstd::stream::read::Decoder::with_buffer(raw)?,
+        )),
+    };
+    Ok((lines, read, compression))
+}
