@@ -49,6 +49,11 @@ pub enum Command {
     /// The whole experience with no key and no network: the simulator in-process with the Kimi
     /// K2.5 providers, three demo datasets, and a budgeted run through the real engine.
     Demo(DemoArgs),
+    /// A starting harvest.toml for a real run: the model's endpoints the policy allows (with
+    /// their prices), one dataset per prompt file (counted, its shape and field names found),
+    /// max_tokens, concurrency and the budget each with its reason, and the estimate's verdict.
+    /// Never overwrites a file.
+    Init(InitArgs),
     /// A completion script for a shell, on standard output: e.g.
     /// `harvest completions bash > ~/.local/share/bash-completion/completions/harvest`.
     Completions(CompletionsArgs),
@@ -293,6 +298,27 @@ pub struct SimArgs {
     /// advertise 100-256).
     #[arg(long, value_name = "N", default_value_t = crate::sim::tls::DEFAULT_H2_MAX_STREAMS)]
     pub h2_max_streams: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Prompt files, one dataset each (JSONL, plain, .gz or .zst).
+    pub prompts: Vec<PathBuf>,
+    /// Model id.
+    #[arg(long, default_value = "moonshotai/kimi-k2.5")]
+    pub model: String,
+    /// The run's dollar budget.
+    #[arg(long, default_value_t = 10.0)]
+    pub budget: f64,
+    /// API base URL (OpenRouter, or the simulator's to try it without a key).
+    #[arg(long, env = "HARVEST_BASE_URL", default_value = crate::openrouter::DEFAULT_BASE_URL)]
+    pub base_url: String,
+    /// Environment variable that will hold the API key (the listing needs none).
+    #[arg(long, default_value = "OPENROUTER_API_KEY")]
+    pub api_key_env: String,
+    /// Where to write the config; an existing file is never overwritten.
+    #[arg(long, short, default_value = "harvest.toml")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]

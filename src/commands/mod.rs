@@ -6,6 +6,7 @@ pub mod demo;
 pub mod detach;
 pub mod estimate;
 pub mod export;
+pub mod init;
 pub mod probe;
 pub mod providers;
 pub mod run;

@@ -184,7 +184,7 @@ pub(super) fn partial(f: &Fit, e: &Estimate) -> String {
     )
 }
 
-pub(super) fn verdict_text(e: &Estimate) -> String {
+pub(crate) fn verdict_text(e: &Estimate) -> String {
     let v = &e.verdict;
     let head = format!(
         "budget {} - {} spent = {} available: ",

@@ -16,6 +16,7 @@ mod engine_run;
 mod estimate;
 mod export;
 mod hangup;
+mod init;
 mod integrity;
 mod key_redaction;
 mod llama_server;

@@ -32,7 +32,7 @@ pub use format::PromptFields;
 use format::*;
 pub use ids::*;
 pub use reader::*;
-pub use source::Compression;
+pub use source::{Compression, first_row};
 
 /// One prompt read from a file.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -81,3 +81,20 @@ pub(super) fn open_lines(
     };
     Ok((lines, read, compression))
 }
+
+/// The first row of `path` that is a JSON object (blank and bad lines before it passed over),
+/// and how the file is stored: what `harvest init` reads to tell a file's shape.
+pub fn first_row(
+    path: &Path,
+) -> std::io::Result<(
+    Compression,
+    Option<serde_json::Map<String, serde_json::Value>>,
+)> {
+    let (lines, _, compression) = open_lines(path)?;
+    for line in lines.lines().take(1_000) {
+        if let Ok(serde_json::Value::Object(row)) = serde_json::from_str(line?.trim()) {
+            return Ok((compression, Some(row)));
+        }
+    }
+    Ok((compression, None))
+}

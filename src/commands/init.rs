@@ -1,0 +1,449 @@
+//! `harvest init`: a starting `harvest.toml` for a real run, written from what is known now:
+//! the model's endpoint listing judged by the default (faithful) policy, each prompt file
+//! counted with its shape and field names found, and the estimate's verdict against the
+//! budget. Every value carries a one-line reason, so the file teaches what it sets. It never
+//! overwrites a file.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::BadInput;
+use crate::cli::InitArgs;
+use crate::commands::providers::ProvidersReport;
+use crate::store::prompts::{Compression, PromptCount, PromptFields};
+
+/// What a prompt file was found to be.
+#[derive(Clone, Debug)]
+struct FoundFile {
+    name: String,
+    /// As written in the config: relative to the config's directory when it can be.
+    path: String,
+    compression: Compression,
+    fields: PromptFields,
+    /// The fields the mapping was read from, for the comment.
+    found: Vec<String>,
+    count: PromptCount,
+}
+
+/// harvest's own field names: a row with one of them needs no mapping.
+const OWN: [&str; 3] = ["prompt", "messages", "conversations"];
+/// Names datasets give the prompt's text, in the order they are tried.
+const PROMPT_NAMES: [&str; 7] = [
+    "instruction",
+    "question",
+    "query",
+    "problem",
+    "input",
+    "text",
+    "content",
+];
+/// Names datasets give a list of turns.
+const TURN_NAMES: [&str; 4] = ["dialog", "dialogue", "turns", "chat"];
+/// Names datasets give the row's id.
+const ID_NAMES: [&str; 5] = ["id", "uid", "_id", "sample_id", "question_id"];
+
+/// The field names of a row as `harvest` should read them, and the fields they came from;
+/// `None` when nothing in the row holds a prompt.
+fn guess_fields(row: &Map<String, Value>) -> Option<(PromptFields, Vec<String>)> {
+    let text = |k: &str| row.get(k).is_some_and(Value::is_string);
+    let mut fields = PromptFields::default();
+    let mut found = Vec::new();
+    if !OWN
+        .iter()
+        .any(|k| row.get(*k).is_some_and(|v| !v.is_null()))
+    {
+        if let Some(k) = TURN_NAMES
+            .iter()
+            .find(|k| row.get(**k).is_some_and(Value::is_array))
+        {
+            fields.messages = Some(k.to_string());
+        } else {
+            let first = PROMPT_NAMES.iter().find(|k| text(k))?;
+            fields.prompt.push(first.to_string());
+            // Alpaca: the instruction's input goes with it.
+            if *first == "instruction" && text("input") {
+                fields.prompt.push("input".into());
+            }
+        }
+        found.extend(fields.prompt.iter().chain(&fields.messages).cloned());
+    }
+    if text("system") {
+        fields.system = Some("system".into());
+        found.push("system".into());
+    }
+    if let Some(k) = ID_NAMES.iter().find(|k| row.contains_key(**k))
+        && *k != "id"
+    {
+        fields.id = Some(k.to_string());
+        found.push(k.to_string());
+    }
+    Some((fields, found))
+}
+
+/// A dataset name from a file name: its stem without `.jsonl`/`.gz`/`.zst`, in the characters a
+/// dataset name may have, unique among `taken`.
+fn dataset_name(path: &Path, taken: &[String]) -> String {
+    let mut stem = path
+        .file_name()
+        .map(|f| f.to_string_lossy().to_string())
+        .unwrap_or_default();
+    for ext in [".gz", ".zst", ".jsonl", ".json", ".ndjson"] {
+        if let Some(s) = stem.strip_suffix(ext) {
+            stem = s.to_string();
+        }
+    }
+    let mut name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.starts_with('.') {
+        name.insert_str(0, "prompts");
+    }
+    let mut unique = name.clone();
+    let mut n = 2;
+    while taken.iter().any(|t| t.eq_ignore_ascii_case(&unique)) {
+        unique = format!("{name}-{n}");
+        n += 1;
+    }
+    unique
+}
+
+/// Reads one prompt file: its shape, its field names, its count.
+fn find(path: &Path, config_dir: &Path, taken: &[String]) -> anyhow::Result<FoundFile> {
+    let shown = path.display();
+    let (compression, row) = crate::store::prompts::first_row(path)
+        .map_err(|e| BadInput(format!("cannot read {shown}: {e}")))?;
+    let row = row.ok_or_else(|| {
+        BadInput(format!(
+            "{shown}: no JSON object in its first 1,000 lines: harvest reads JSONL, one object \
+             a line (plain, .gz or .zst)"
+        ))
+    })?;
+    let (fields, found) = guess_fields(&row).ok_or_else(|| {
+        let keys: Vec<&str> = row.keys().map(String::as_str).collect();
+        BadInput(format!(
+            "{shown}: its rows have no field harvest knows as the prompt (fields: {}); add \
+             prompt_field = \"<the field>\" (or messages_field for a list of turns) to the \
+             dataset by hand",
+            keys.join(", ")
+        ))
+    })?;
+    let count = crate::store::prompts::count_prompts_in_shard(path, &fields, None)
+        .map_err(|e| BadInput(e.to_string()))?;
+    let written = path
+        .canonicalize()
+        .ok()
+        .and_then(|p| {
+            let dir = config_dir.canonicalize().ok()?;
+            p.strip_prefix(dir).ok().map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| path.to_path_buf());
+    Ok(FoundFile {
+        name: dataset_name(path, taken),
+        path: written.display().to_string(),
+        compression,
+        fields,
+        found,
+        count,
+    })
+}
+
+/// A TOML string.
+fn q(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+/// The config's text: every value with its reason.
+fn render(args: &InitArgs, report: &ProvidersReport, files: &[FoundFile]) -> String {
+    let mut t = String::new();
+    let line = |t: &mut String, s: &str| {
+        t.push_str(s);
+        t.push('\n');
+    };
+    line(
+        &mut t,
+        &format!(
+            "# harvest.toml for {}, written by `harvest init`. Check it with `harvest run --check`\n\
+             # (sends nothing), see what it costs with `harvest estimate`, then `harvest run`.\n",
+            args.model
+        ),
+    );
+    line(&mut t, &format!("model = {}", q(&args.model)));
+    if args.base_url != crate::openrouter::DEFAULT_BASE_URL {
+        line(&mut t, &format!("base_url = {}", q(&args.base_url)));
+    }
+    line(
+        &mut t,
+        "# The variable that holds the key (never the key itself). Give the run a key of its own\n\
+         # with a credit limit equal to budget_usd: OpenRouter then enforces the budget too.",
+    );
+    line(&mut t, &format!("api_key_env = {}", q(&args.api_key_env)));
+    line(
+        &mut t,
+        "# The hard cap on spend, in dollars, across every run of this output directory.",
+    );
+    line(&mut t, &format!("budget_usd = {:?}", args.budget));
+    line(
+        &mut t,
+        "# Streams at once. OpenRouter serves thousands; the account's in-flight budget is\n\
+         # learned from its 402s, so this is a ceiling, not a promise.",
+    );
+    line(&mut t, "concurrency = 256");
+    line(&mut t, "output_dir = \"out\"\n");
+    line(&mut t, "[request]");
+    line(
+        &mut t,
+        "# A thinking model spends its tokens thinking first: an answer cut at max_tokens while\n\
+         # thinking has no text (kept as a truncated row). Room for the thinking and the answer.",
+    );
+    line(&mut t, "max_tokens = 16384\n");
+    line(&mut t, "[policy]");
+    let native = report.native_quantization.to_string();
+    if report.native_known {
+        line(
+            &mut t,
+            &format!("# The precision {} was released in.", args.model),
+        );
+        line(&mut t, &format!("native_quantization = {}", q(&native)));
+    } else {
+        line(
+            &mut t,
+            &format!(
+                "# The precision {} was released in is not known to harvest: bf16 is assumed.\n\
+                 # Set it, so that the policy keeps only endpoints that serve it faithfully.\n\
+                 # native_quantization = \"bf16\"",
+                args.model
+            ),
+        );
+    }
+    line(
+        &mut t,
+        "# faithful: the released precision or a lossless upcast; \"any\" allows everything.",
+    );
+    line(&mut t, "mode = \"faithful\"");
+    line(
+        &mut t,
+        &format!(
+            "# The listing now: {} of {} endpoints allowed, $ per million tokens in / out.",
+            report.allowed,
+            report.endpoints.len()
+        ),
+    );
+    for e in &report.endpoints {
+        let verdict = match &e.excluded {
+            None => "allowed".to_string(),
+            Some(why) => format!("excluded: {why}"),
+        };
+        line(
+            &mut t,
+            &format!(
+                "#   {:<28} {:>6.2} / {:>6.2}  {:<8} {verdict}",
+                e.tag,
+                e.price_in_per_m,
+                e.price_out_per_m,
+                e.quantization.to_string()
+            ),
+        );
+    }
+    for f in files {
+        line(&mut t, "\n[[dataset]]");
+        line(&mut t, &format!("name = {}", q(&f.name)));
+        let bad = match f.count.invalid {
+            0 => String::new(),
+            n => format!(", {n} bad lines (the first: {})", first_error(f)),
+        };
+        line(
+            &mut t,
+            &format!(
+                "prompts = {}  # {}, {} prompts{bad}",
+                q(&f.path),
+                f.compression.label(),
+                crate::domain::group_thousands(f.count.valid)
+            ),
+        );
+        let found = f.found.join(", ");
+        match f.fields.prompt.as_slice() {
+            [] => {}
+            [one] => line(
+                &mut t,
+                &format!("prompt_field = {}  # found: {found}", q(one)),
+            ),
+            many => line(
+                &mut t,
+                &format!(
+                    "prompt_field = [{}]  # joined by a blank line; found: {found}",
+                    many.iter().map(|m| q(m)).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+        }
+        for (key, value) in [
+            ("messages_field", &f.fields.messages),
+            ("system_field", &f.fields.system),
+            ("id_field", &f.fields.id),
+        ] {
+            if let Some(v) = value {
+                line(&mut t, &format!("{key} = {}", q(v)));
+            }
+        }
+    }
+    t
+}
+
+fn first_error(f: &FoundFile) -> String {
+    f.count
+        .first_error
+        .as_ref()
+        .map_or_else(String::new, |e| format!("line {}", e.line))
+}
+
+pub async fn run(args: InitArgs) -> anyhow::Result<()> {
+    if args.out.exists() {
+        return Err(BadInput(format!(
+            "{} exists: harvest init never overwrites a file. Move it away, or write elsewhere \
+             with --out",
+            args.out.display()
+        ))
+        .into());
+    }
+    if !(args.budget.is_finite() && args.budget > 0.0) {
+        return Err(BadInput(format!(
+            "--budget must be a number of dollars > 0, got {}",
+            args.budget
+        ))
+        .into());
+    }
+    let config_dir = match args.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut files: Vec<FoundFile> = Vec::new();
+    for p in &args.prompts {
+        let taken: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
+        files.push(find(p, &config_dir, &taken)?);
+    }
+    let client = crate::openrouter::OpenRouterClient::new(crate::openrouter::ClientOptions::new(
+        args.base_url.clone(),
+        crate::openrouter::ApiKey::from_env(&args.api_key_env),
+    ))
+    .map_err(|e| BadInput(e.to_string()))?;
+    let listing = super::providers::fetch(&client, &args.model).await?;
+    let policy = crate::policy::PolicyConfig::default();
+    let report = super::providers::report(&args.model, &listing, &policy, None);
+    let mut text = render(&args, &report, &files);
+    // The estimate of the config as written: what it costs against the budget.
+    if !files.is_empty() {
+        let cfg = crate::config::Config::parse(&text, &args.out)
+            .map_err(|e| anyhow::anyhow!("the config init wrote does not load (a bug): {e}"))?;
+        let opts = super::estimate::EstimateOptions::default();
+        match super::estimate::estimate_config(&cfg, &opts).await {
+            Ok(est) => {
+                let verdict = crate::estimate::render::verdict_text(&est);
+                text.push_str("\n# The estimate now (`harvest estimate` for the whole table):\n");
+                for l in verdict.lines() {
+                    text.push_str(&format!("#   {l}\n"));
+                }
+            }
+            Err(e) => text.push_str(&format!("\n# No estimate: {e}\n")),
+        }
+    } else {
+        text.push_str(
+            "\n# No prompt files were given: add a [[dataset]] with name and prompts, e.g.\n\
+             # [[dataset]]\n# name = \"prompts\"\n# prompts = \"prompts.jsonl\"\n",
+        );
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&args.out)
+        .map_err(|e| BadInput(format!("cannot write {}: {e}", args.out.display())))?;
+    std::io::Write::write_all(&mut f, text.as_bytes())
+        .map_err(|e| BadInput(format!("cannot write {}: {e}", args.out.display())))?;
+    print!("{}", crate::printable::printable(&text));
+    eprintln!(
+        "harvest: wrote {}; next: export {}=sk-or-..., then harvest run --check -c {}",
+        args.out.display(),
+        args.api_key_env,
+        args.out.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_fields_are_found_by_the_names_datasets_use() {
+        let row = |v: Value| v.as_object().cloned().expect("object");
+        // What is checked, the row, the prompt fields, the turns field, system, id.
+        type Want = Option<(
+            &'static [&'static str],
+            Option<&'static str>,
+            Option<&'static str>,
+            Option<&'static str>,
+        )>;
+        let cases: Vec<(&str, Value, Want)> = vec![
+            (
+                "harvest's own shape",
+                serde_json::json!({"id": 1, "prompt": "q"}),
+                Some((&[], None, None, None)),
+            ),
+            (
+                "Alpaca",
+                serde_json::json!({"instruction": "i", "input": "", "output": "o"}),
+                Some((&["instruction", "input"], None, None, None)),
+            ),
+            (
+                "a question with its uid and system",
+                serde_json::json!({"uid": "u", "question": "q", "system": "s"}),
+                Some((&["question"], None, Some("system"), Some("uid"))),
+            ),
+            (
+                "a list of turns",
+                serde_json::json!({"dialog": [{"from": "human", "value": "hi"}]}),
+                Some((&[], Some("dialog"), None, None)),
+            ),
+            (
+                "messages with a system field",
+                serde_json::json!({"messages": [], "system": "s"}),
+                Some((&[], None, Some("system"), None)),
+            ),
+            (
+                "nothing that holds a prompt",
+                serde_json::json!({"a": 1, "b": [2]}),
+                None,
+            ),
+        ];
+        for (what, r, want) in cases {
+            let got = guess_fields(&row(r)).map(|(f, _)| f);
+            let want = want.map(|(p, m, s, i)| PromptFields {
+                prompt: p.iter().map(|x| x.to_string()).collect(),
+                messages: m.map(Into::into),
+                system: s.map(Into::into),
+                id: i.map(Into::into),
+            });
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn dataset_names_come_from_the_files_and_stay_unique() {
+        let taken = ["alpaca".to_string()];
+        let cases = [
+            ("data/alpaca.jsonl.zst", &[][..], "alpaca"),
+            ("data/alpaca.jsonl.gz", &taken[..], "alpaca-2"),
+            ("b3 math (v2).jsonl", &[][..], "b3_math__v2_"),
+            (".jsonl", &[][..], "prompts"),
+        ];
+        for (path, taken, want) in cases {
+            assert_eq!(dataset_name(Path::new(path), taken), want, "{path}");
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `harvest init` as a new user meets it after the demo: two prompt files as corpora ship them
+//! (Zstandard-compressed Alpaca rows with an `instruction` field, gzip-compressed rows with
+//! turns under `dialog`), a config written against the simulator's listing, accepted by
+//! `run --check`, and a run that completes every prompt. An existing file is never overwritten.
+
+use std::io::Write;
+use std::process::Command;
+
+const KEY: &str = "sk-or-v1-init-test-key-000000000000";
+
+fn harvest(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    c.current_dir(dir).env("HARVEST_INIT_KEY", KEY);
+    c
+}
+
+async fn output(mut c: Command) -> (i32, String, String) {
+    let out = tokio::task::spawn_blocking(move || c.output().expect("runs"))
+        .await
+        .expect("join");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_writes_a_config_that_checks_and_runs_on_compressed_files_with_other_field_names() {
+    let sim = crate::common::paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    std::fs::create_dir(d.join("data")).expect("data");
+    let alpaca: String = (0..30)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"instruction": format!("Task {i}."), "input": "",
+                    "output": "not sent"})
+            )
+        })
+        .collect();
+    std::fs::write(
+        d.join("data/alpaca.jsonl.zst"),
+        zstd::stream::encode_all(alpaca.as_bytes(), 3).expect("zst"),
+    )
+    .expect("zst");
+    let dialog: String = (0..20)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"uid": i, "dialog": [{"from": "human", "value": format!("hi {i}")}]})
+            )
+        })
+        .collect();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(dialog.as_bytes()).expect("gz");
+    std::fs::write(d.join("data/chat.jsonl.gz"), gz.finish().expect("gz")).expect("gz");
+
+    let mut init = harvest(d);
+    init.args(["init", "data/alpaca.jsonl.zst", "data/chat.jsonl.gz"])
+        .args(["--base-url", &sim.base_url(), "--budget", "50"])
+        .args(["--api-key-env", "HARVEST_INIT_KEY"]);
+    let (code, text, err) = output(init).await;
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(d.join("harvest.toml")).expect("written");
+    assert_eq!(text, written, "what it wrote is what it showed");
+    for want in [
+        "model = \"moonshotai/kimi-k2.5\"",
+        "budget_usd = 50.0",
+        "native_quantization = \"int4\"",
+        "chutes/int4",
+        "allowed",
+        "excluded: policy: fp4 re-quantized",
+        "name = \"alpaca\"",
+        "prompts = \"data/alpaca.jsonl.zst\"  # Zstandard-compressed JSONL, 30 prompts",
+        "prompt_field = [\"instruction\", \"input\"]",
+        "name = \"chat\"",
+        "prompts = \"data/chat.jsonl.gz\"  # gzip-compressed JSONL, 20 prompts",
+        "messages_field = \"dialog\"",
+        "id_field = \"uid\"",
+        "# The estimate now",
+        "budget $50.00 - $0.00 spent = $50.00 available: fits",
+    ] {
+        assert!(written.contains(want), "{want:?} in:\n{written}");
+    }
+    assert!(err.contains("then harvest run --check"), "{err}");
+
+    // Never over a file: the second init changes nothing.
+    let mut again = harvest(d);
+    again.args([
+        "init",
+        "data/alpaca.jsonl.zst",
+        "--base-url",
+        &sim.base_url(),
+    ]);
+    let (code, _, err) = output(again).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("harvest.toml exists: harvest init never overwrites"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("harvest.toml")).expect("same"),
+        written
+    );
+
+    let mut check = harvest(d);
+    check.args(["run", "--check", "-c", "harvest.toml"]);
+    let (code, text, err) = output(check).await;
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(
+        sim.state.requests_since(0).is_empty(),
+        "the check sends nothing"
+    );
+
+    let mut run = harvest(d);
+    run.args(["run", "--headless", "-c", "harvest.toml"]);
+    let (code, text, err) = output(run).await;
+    assert_eq!(code, 0, "{text}{err}");
+    let rows = |name: &str| -> Vec<harvest::store::output::OutputRecord> {
+        crate::common::read_jsonl(&d.join(format!("out/{name}.jsonl")))
+    };
+    let (a, c) = (rows("alpaca"), rows("chat"));
+    assert_eq!((a.len(), c.len()), (30, 20));
+    assert!(a.iter().any(|r| r.conversations[0].content == "Task 7."));
+    assert!(
+        c.iter()
+            .any(|r| r.id == "7" && r.conversations[0].content == "hi 7")
+    );
+    assert_eq!(sim.state.requests_since(0).len(), 50);
+    sim.stop().await;
+}
