@@ -27,6 +27,24 @@ fn job(dir: &std::path::Path, base: &str, extra: &str) -> std::path::PathBuf {
     cfg
 }
 
+/// `harvest run --headless -c CFG` off the async runtime: its exit code and standard error.
+async fn headless(cfg: std::path::PathBuf) -> (Option<i32>, String) {
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(["run", "--headless", "-c"])
+            .arg(cfg)
+            .env("HARVEST_PF_KEY", KEY)
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("join");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_reused_with_other_content_is_an_error_unless_skipped() {
     let sim = paced_sim(0.0, 20.0).await;
@@ -101,18 +119,8 @@ async fn a_prompt_far_past_every_context_is_rejected_without_being_sent() {
         ),
     )
     .expect("prompts");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_harvest"))
-            .args(["run", "--headless", "-c"])
-            .arg(cfg)
-            .env("HARVEST_PF_KEY", KEY)
-            .output()
-            .expect("runs")
-    })
-    .await
-    .expect("join");
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    let (code, err) = headless(cfg).await;
+    assert_eq!(code, Some(0), "{err}");
     let sent = sim.state.requests_since(0);
     assert_eq!(sent.len(), 2, "only the two that may fit are sent");
     let rejects: Vec<harvest::store::output::RejectRecord> =
@@ -181,18 +189,8 @@ async fn compressed_files_with_their_own_field_names_run_as_jsonl_does() {
         ),
     )
     .expect("config");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_harvest"))
-            .args(["run", "--headless", "-c"])
-            .arg(cfg)
-            .env("HARVEST_PF_KEY", KEY)
-            .output()
-            .expect("runs")
-    })
-    .await
-    .expect("join");
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    let (code, err) = headless(cfg).await;
+    assert_eq!(code, Some(0), "{err}");
     let rows = |name: &str| -> Vec<harvest::store::output::OutputRecord> {
         crate::common::read_jsonl(&d.join(format!("out/{name}.jsonl")))
     };
