@@ -253,47 +253,53 @@ fn render(args: &InitArgs, report: &ProvidersReport, files: &[FoundFile]) -> Str
         );
     }
     for f in files {
-        line(&mut t, "\n[[dataset]]");
-        line(&mut t, &format!("name = {}", q(&f.name)));
-        let bad = match f.count.invalid {
-            0 => String::new(),
-            n => format!(", {n} bad lines (the first: {})", first_error(f)),
-        };
-        line(
-            &mut t,
-            &format!(
-                "prompts = {}  # {}, {} prompts{bad}",
-                q(&f.path),
-                f.compression.label(),
-                crate::domain::group_thousands(f.count.valid)
-            ),
-        );
-        let found = f.found.join(", ");
-        match f.fields.prompt.as_slice() {
-            [] => {}
-            [one] => line(
-                &mut t,
-                &format!("prompt_field = {}  # found: {found}", q(one)),
-            ),
-            many => line(
-                &mut t,
-                &format!(
-                    "prompt_field = [{}]  # joined by a blank line; found: {found}",
-                    many.iter().map(|m| q(m)).collect::<Vec<_>>().join(", ")
-                ),
-            ),
-        }
-        for (key, value) in [
-            ("messages_field", &f.fields.messages),
-            ("system_field", &f.fields.system),
-            ("id_field", &f.fields.id),
-        ] {
-            if let Some(v) = value {
-                line(&mut t, &format!("{key} = {}", q(v)));
-            }
-        }
+        dataset(&mut t, f);
     }
     t
+}
+
+/// One `[[dataset]]` table: the file, what it holds, its field names.
+fn dataset(t: &mut String, f: &FoundFile) {
+    let line = |t: &mut String, s: &str| {
+        t.push_str(s);
+        t.push('\n');
+    };
+    line(t, "\n[[dataset]]");
+    line(t, &format!("name = {}", q(&f.name)));
+    let bad = match f.count.invalid {
+        0 => String::new(),
+        n => format!(", {n} bad lines (the first: {})", first_error(f)),
+    };
+    line(
+        t,
+        &format!(
+            "prompts = {}  # {}, {} prompts{bad}",
+            q(&f.path),
+            f.compression.label(),
+            crate::domain::group_thousands(f.count.valid)
+        ),
+    );
+    let found = f.found.join(", ");
+    match f.fields.prompt.as_slice() {
+        [] => {}
+        [one] => line(t, &format!("prompt_field = {}  # found: {found}", q(one))),
+        many => line(
+            t,
+            &format!(
+                "prompt_field = [{}]  # joined by a blank line; found: {found}",
+                many.iter().map(|m| q(m)).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+    }
+    for (key, value) in [
+        ("messages_field", &f.fields.messages),
+        ("system_field", &f.fields.system),
+        ("id_field", &f.fields.id),
+    ] {
+        if let Some(v) = value {
+            line(t, &format!("{key} = {}", q(v)));
+        }
+    }
 }
 
 fn first_error(f: &FoundFile) -> String {
