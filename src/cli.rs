@@ -351,9 +351,19 @@ pub struct RunArgs {
     /// Progress lines instead of the TUI (also when stdout is not a terminal).
     #[arg(long)]
     pub headless: bool,
-    /// Run only the prompts whose id hashes to shard K of N (0-based), e.g. 0/4.
-    #[arg(long, value_name = "K/N")]
+    /// Run as shard K of N (0-based, e.g. 0/4): only the prompts whose id hashes to K, into
+    /// its own directory (`output_dir/shard-K-of-N`), with its share of the budget. `auto`
+    /// takes K and N from a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, with --shards N) or a
+    /// Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT).
+    #[arg(long, value_name = "K/N|auto")]
     pub shard: Option<String>,
+    /// How many shards the job has, for `--shard auto` under a Kubernetes Indexed Job (its
+    /// completions; also HARVEST_SHARDS).
+    #[arg(long, value_name = "N", requires = "shard")]
+    pub shards: Option<u32>,
+    /// The shard's output directory, instead of `output_dir/shard-K-of-N`.
+    #[arg(long, value_name = "DIR", requires = "shard")]
+    pub shard_dir: Option<PathBuf>,
     /// Resume into an output directory even if it was started with other parameters.
     #[arg(long)]
     pub force: bool,
@@ -422,8 +432,11 @@ pub struct StopArgs {
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
-    /// The run's output directory (read only; safe while a run writes it).
-    pub dir: PathBuf,
+    /// The run's output directory (read only; safe while a run writes it). Several, or the
+    /// parent of shard directories (`out` holding `shard-K-of-N`), export one job: each
+    /// dataset's rows of every shard in one set of files, each id once.
+    #[arg(required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
     /// Where to write `<dataset>.jsonl` (training rows), `<dataset>.error.ndjson` and
     /// `<dataset>.skipped.ndjson`.
     #[arg(long, value_name = "DIR")]
@@ -481,8 +494,10 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The run's output directory (default: out).
-    pub dir: Option<PathBuf>,
+    /// The run's output directory (default: out). Several, or the parent of shard directories
+    /// (`out` holding `shard-K-of-N`), show one job: its totals, a row per shard, and the
+    /// shards missing, present twice or from another config.
+    pub dirs: Vec<PathBuf>,
     /// The whole state as JSON.
     #[arg(long)]
     pub json: bool,

@@ -1,21 +1,24 @@
 //! `harvest export`: the output directory as training files (see `crate::export`).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::cli::ExportArgs;
 use crate::config::Config;
 use crate::export::template::ChatTemplate;
-use crate::export::{Counts, Exported, Options, Sample, export, file_names, render};
+use crate::export::{Counts, Exported, Options, Sample, export_all, file_names, render};
 
 use super::BadInput;
 use super::run::Out;
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
-    if !args.dir.is_dir() {
-        return Err(BadInput(format!("{}: not an output directory", args.dir.display())).into());
+    let dirs = super::job::shard_dirs(&args.dirs).unwrap_or_else(|| args.dirs.clone());
+    for dir in &dirs {
+        if !dir.is_dir() {
+            return Err(BadInput(format!("{}: not an output directory", dir.display())).into());
+        }
+        refuse_output_dir(dir, &args.to)?;
     }
-    refuse_output_dir(&args.dir, &args.to)?;
     let (names, prompts) = match &args.config {
         Some(path) => {
             let cfg = Config::load(path).map_err(|e| BadInput(e.to_string()))?;
@@ -31,10 +34,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
                 prompts,
             )
         }
-        None => (
-            crate::report::dataset_names(&args.dir).map_err(|e| BadInput(e.to_string()))?,
-            HashMap::new(),
-        ),
+        None => (dataset_names(&dirs)?, HashMap::new()),
     };
     let opts = Options {
         format: args.format,
@@ -55,14 +55,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let exported = export(
-        &args.dir,
-        &names,
-        &prompts,
-        &args.to,
-        &opts,
-        template.as_ref(),
-    )?;
+    let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let exported = export_all(&dirs, &names, &prompts, &args.to, &opts, template.as_ref())?;
     // A pipe into `head` may close: the files are written by now, so stop printing quietly.
     let mut out = Out::default();
     if args.json {
@@ -75,6 +69,19 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     out.write(&render(&exported.counts, &args.to));
     out.write(&stale_files(&args.to, &names));
     Ok(())
+}
+
+/// The datasets of every directory, in the order first met.
+fn dataset_names(dirs: &[PathBuf]) -> Result<Vec<String>, BadInput> {
+    let mut names: Vec<String> = Vec::new();
+    for dir in dirs {
+        for n in crate::report::dataset_names(dir).map_err(|e| BadInput(e.to_string()))? {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// Refuses a `--to` that is, or is inside, a run's output directory (the source, or one with

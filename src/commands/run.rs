@@ -16,20 +16,32 @@ use crate::engine::{
     self, Command, EngineError, RunOptions, RunState, ShutdownMode, Snapshot, StopReason,
 };
 use crate::headless;
-use crate::store::prompts::parse_shard;
 
 use super::{BadInput, exit};
 
 /// Loads the config and the options of a run, as bad input when they are wrong.
 pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
-    let cfg = Config::load(&args.config).map_err(|e| BadInput(e.to_string()))?;
+    let mut cfg = Config::load(&args.config).map_err(|e| BadInput(e.to_string()))?;
     crate::store::share_with_group(cfg.group_readable);
+    let env = |var: &str| std::env::var(var).ok();
     let shard = args
         .shard
         .as_deref()
-        .map(parse_shard)
+        .map(|spec| super::shard::shard_from(spec, args.shards, &env))
         .transpose()
         .map_err(BadInput)?;
+    match shard {
+        Some(s) => {
+            let notes =
+                super::shard::apply(&mut cfg, s, args.shard_dir.as_deref()).map_err(BadInput)?;
+            if !args.detached_child {
+                for n in notes {
+                    eprintln!("harvest: {n}");
+                }
+            }
+        }
+        None => super::shard::needs_shard(&cfg).map_err(BadInput)?,
+    }
     if let Some(kinds) = &args.retry_rejects {
         check_reject_kinds(kinds).map_err(BadInput)?;
     }

@@ -15,7 +15,14 @@ use crate::report::Report;
 use super::BadInput;
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from("out"));
+    let dirs = match args.dirs.as_slice() {
+        [] => vec![PathBuf::from("out")],
+        d => d.to_vec(),
+    };
+    if let Some(shards) = super::job::shard_dirs(&dirs) {
+        return job(&shards, &args);
+    }
+    let dir = dirs[0].clone();
     if args.reconcile {
         return reconcile(&dir, &args).await;
     }
@@ -69,6 +76,41 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 &snap
             ))
         );
+    }
+    Ok(())
+}
+
+/// Several shard directories as one job: the job's view, and with `--report` each shard's
+/// report after it.
+fn job(shards: &[PathBuf], args: &StatusArgs) -> anyhow::Result<()> {
+    if args.reconcile {
+        return Err(BadInput(
+            "status --reconcile settles one output directory at a time: give one shard's".into(),
+        )
+        .into());
+    }
+    let found = super::job::read(shards).map_err(BadInput)?;
+    let view = super::job::assemble(&found);
+    let reports = if args.report {
+        shards
+            .iter()
+            .map(|d| Report::from_dir(d, None).map_err(|e| BadInput(e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
+    if args.json {
+        let mut doc = serde_json::json!({ "job": view });
+        if args.report {
+            doc["reports"] = serde_json::to_value(&reports)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        let mut text = super::job::render(&view);
+        for (dir, r) in shards.iter().zip(&reports) {
+            text.push_str(&format!("\n== {}\n{}", dir.display(), r.render()));
+        }
+        print!("{}", crate::printable::printable(&text));
     }
     Ok(())
 }

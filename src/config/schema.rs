@@ -143,8 +143,11 @@ pub struct Config {
     /// for a directory it makes); `true` lets the operator's group read them (0640, 0750): a
     /// team whose trainers read the rows under another user of the same group.
     pub group_readable: bool,
-    /// Hard cap on spend, in dollars.
+    /// Hard cap on spend, in dollars: the whole job's when it runs as shards, each shard taking
+    /// its share unless `shard_budget_usd` is set.
     pub budget_usd: f64,
+    /// A shard's own budget (`--shard`), instead of its share of `budget_usd`.
+    pub shard_budget_usd: Option<f64>,
     pub concurrency: u32,
     pub requests_per_second: Option<f64>,
     pub routing: Routing,
@@ -192,6 +195,7 @@ impl Default for Config {
             output_dir: PathBuf::from("out"),
             group_readable: false,
             budget_usd: 10.0,
+            shard_budget_usd: None,
             concurrency: 256,
             requests_per_second: None,
             routing: Routing::default(),

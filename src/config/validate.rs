@@ -33,6 +33,11 @@ impl Config {
             self.budget_usd
         );
         c.ensure(self.budget_usd <= MAX_BUDGET_USD, "budget_usd", msg)?;
+        if let Some(b) = self.shard_budget_usd {
+            positive(c, "shard_budget_usd", b)?;
+            let msg = format!("must be at most {MAX_BUDGET_USD} USD, got {b}");
+            c.ensure(b <= MAX_BUDGET_USD, "shard_budget_usd", msg)?;
+        }
         let conc_ok = (1..=100_000).contains(&self.concurrency);
         c.ensure(conc_ok, "concurrency", "must be between 1 and 100000")?;
         for (tag, cap) in &self.endpoint_concurrency {

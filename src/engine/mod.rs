@@ -82,6 +82,10 @@ pub struct Manifest {
     pub params: HashMap<String, RequestParams>,
     pub created_at: String,
     pub harvest_version: String,
+    /// The shard whose rows the directory holds (`K/N`), when the run is one shard of a job:
+    /// another shard, or the whole job, is refused there (their rows would mix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
 }
 
 pub fn manifest_path(dir: &Path) -> PathBuf {
@@ -163,6 +167,7 @@ fn check_manifest(
     dir: &Path,
     cfg: &Config,
     (force, max_tokens_may_change): (bool, bool),
+    shard: Option<(u32, u32)>,
     write: bool,
 ) -> Result<(), EngineError> {
     let path = manifest_path(dir);
@@ -175,11 +180,28 @@ fn check_manifest(
             .collect(),
         created_at: chrono::Utc::now().to_rfc3339(),
         harvest_version: env!("CARGO_PKG_VERSION").to_string(),
+        shard: shard.map(|(k, n)| format!("{k}/{n}")),
     };
     if let Ok(text) = std::fs::read_to_string(&path) {
         let old: Manifest = serde_json::from_str(&text).map_err(|e| {
             EngineError::Input(format!("{}: not a harvest manifest: {e}", path.display()))
         })?;
+        // A shard's directory holds that shard's rows alone. A whole job's directory may take
+        // a run of one of its shards (a retry of that part, `--shard-dir`): its rows are the
+        // job's own, and its manifest stays the whole job's.
+        if old.shard.is_some() && old.shard != mine.shard {
+            let holds = |s: &Option<String>| match s {
+                Some(s) => format!("shard {s}"),
+                None => "a whole job (no --shard)".to_string(),
+            };
+            return Err(EngineError::Input(format!(
+                "{} holds the rows of {}, not of {}: their rows would mix. Each shard writes to \
+                 its own directory (output_dir/shard-K-of-N unless --shard-dir)",
+                dir.display(),
+                holds(&old.shard),
+                holds(&mine.shard)
+            )));
+        }
         let mut diffs = Vec::new();
         if old.model != mine.model {
             diffs.push(format!("model {} (now {})", old.model, mine.model));
@@ -206,7 +228,7 @@ fn check_manifest(
                 diffs.join(", ")
             )));
         }
-        if diffs.is_empty() && old.params == mine.params {
+        if (diffs.is_empty() && old.params == mine.params) || old.shard != mine.shard {
             return Ok(());
         }
     }

@@ -134,6 +134,9 @@ pub struct Counts {
     /// `sharegpt`): SpecForge inserts its template's own system prompt into those, which the
     /// rendering here (and the provider at generation) did not have.
     pub without_system: u64,
+    /// Rows of an id already exported from an earlier directory (shards exported as one job,
+    /// one of them present twice): left out, so that the union holds each id once.
+    pub duplicates: u64,
 }
 
 /// How many ids of rows whose reasoning the template drops are named.
@@ -226,6 +229,20 @@ pub fn export(
     o: &Options,
     template: Option<&ChatTemplate>,
 ) -> Result<Exported, ExportError> {
+    export_all(&[dir], names, prompts, to, o, template)
+}
+
+/// [`export`] of several output directories as one: the shards of a job. Each dataset's rows
+/// are read directory after directory into one set of files; an id met again in a later
+/// directory (a shard present twice) is counted as a duplicate and left out.
+pub fn export_all(
+    dirs: &[&Path],
+    names: &[String],
+    prompts: &HashMap<String, u64>,
+    to: &Path,
+    o: &Options,
+    template: Option<&ChatTemplate>,
+) -> Result<Exported, ExportError> {
     if o.format == Format::Text && template.is_none() {
         return Err(ExportError::NoTemplate);
     }
@@ -234,7 +251,7 @@ pub fn export(
     let mut all = Vec::new();
     for name in names {
         let job = Job {
-            dir,
+            dirs,
             to,
             o,
             template,
@@ -254,7 +271,7 @@ pub fn export(
 
 /// What every dataset of one export shares.
 struct Job<'a> {
-    dir: &'a Path,
+    dirs: &'a [&'a Path],
     to: &'a Path,
     o: &'a Options,
     template: Option<&'a ChatTemplate>,
@@ -289,27 +306,42 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
             }
         }
     };
-    let outputs = scan::read_file(&output_path(job.dir, name), |r: OutputRecord| {
-        let room = o.samples.saturating_sub(samples.len());
-        let a = answer_rows(job, name, r, room);
-        if a.which == SUCCESS {
-            c.without_system += u64::from(a.without_system);
-            c.rendered += a.rendered;
-            c.reasoning_dropped += a.dropped.len() as u64;
-            let room = NAMED.saturating_sub(c.dropped_ids.len());
-            c.dropped_ids.extend(a.dropped.into_iter().take(room));
-            samples.extend(a.shown);
-        }
-        keep(&mut sink, a.which, &a.rows, &mut c);
-    })?;
-    let rejects = scan::read_file(&rejects_path(job.dir, name), |r: RejectRecord| {
-        keep(&mut sink, ERROR, &[reject_row(&r)], &mut c);
-    })?;
+    // Across directories, each id once (one directory needs no memory of ids).
+    let mut seen: Option<std::collections::HashSet<String>> =
+        (job.dirs.len() > 1).then(Default::default);
+    let mut first_time = |id: &str, c: &mut Counts| {
+        let again = seen.as_mut().is_some_and(|s| !s.insert(id.to_string()));
+        c.duplicates += u64::from(again);
+        !again
+    };
+    for dir in job.dirs {
+        let outputs = scan::read_file(&output_path(dir, name), |r: OutputRecord| {
+            if !first_time(&r.id, &mut c) {
+                return;
+            }
+            let room = o.samples.saturating_sub(samples.len());
+            let a = answer_rows(job, name, r, room);
+            if a.which == SUCCESS {
+                c.without_system += u64::from(a.without_system);
+                c.rendered += a.rendered;
+                c.reasoning_dropped += a.dropped.len() as u64;
+                let room = NAMED.saturating_sub(c.dropped_ids.len());
+                c.dropped_ids.extend(a.dropped.into_iter().take(room));
+                samples.extend(a.shown);
+            }
+            keep(&mut sink, a.which, &a.rows, &mut c);
+        })?;
+        let rejects = scan::read_file(&rejects_path(dir, name), |r: RejectRecord| {
+            if first_time(&r.id, &mut c) {
+                keep(&mut sink, ERROR, &[reject_row(&r)], &mut c);
+            }
+        })?;
+        c.unreadable += outputs.damaged + rejects.damaged;
+    }
     if let Some(e) = failed {
         return Err(e);
     }
     sink.finish()?;
-    c.unreadable = outputs.damaged + rejects.damaged;
     Ok(c)
 }
 
@@ -451,6 +483,14 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
             opt(c.not_run),
             opt(c.prompts)
         ));
+        if c.duplicates > 0 {
+            out.push_str(&format!(
+                "  {}: {} rows of ids already exported from an earlier directory left out (a \
+                 shard present twice?)\n",
+                c.dataset,
+                g(c.duplicates)
+            ));
+        }
         if c.success_rows != c.success {
             out.push_str(&format!(
                 "  {}: {} success rows, one per assistant turn (--explode-turns)\n",

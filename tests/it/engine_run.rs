@@ -472,10 +472,11 @@ async fn sequence_sample_caps_and_shards() {
     sim.stop().await;
 }
 
-/// Two shards run one after the other in one output directory: each one's progress counts its
-/// own rows, so the second does not read "200 done of 100" (reliability probe 3, D16).
+/// Two shards, each in its own directory, and shard 1 run again: each one's progress counts
+/// its own rows (reliability probe 3, D16), the two split the prompts, and a shard's directory
+/// refuses another shard (their rows would mix).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shard_counts_only_its_own_rows_in_a_shared_directory() {
+async fn shards_split_the_prompts_and_a_shard_directory_refuses_another_shard() {
     let sim = fast_sim(50.0).await;
     let s = setup();
     let p = write_prompts(&s.dir, "sh", 200);
@@ -483,20 +484,24 @@ async fn a_shard_counts_only_its_own_rows_in_a_shared_directory() {
         "budget_usd = 100.0\nconcurrency = 16\n[request]\nmax_tokens = 300\n[[dataset]]\nname = \"S\"\nprompts = \"{}\"\n",
         p.display()
     );
-    let mut totals = Vec::new();
-    for k in [0u32, 1, 1] {
+    let dir_of = |k: u32| s.dir.join(format!("shard-{k}"));
+    let start = |k: u32, dir: std::path::PathBuf| {
+        let mut cfg = config(&s, &sim.base_url(), &body);
+        cfg.output_dir = dir;
         let opts = RunOptions {
             api_key: ApiKey::new(KEY),
             shard: Some((k, 2)),
             ..Default::default()
         };
-        let h = engine::start(config(&s, &sim.base_url(), &body), opts)
-            .await
-            .expect("start");
+        engine::start(cfg, opts)
+    };
+    let mut totals = Vec::new();
+    for k in [0u32, 1, 1] {
+        let h = start(k, dir_of(k)).await.expect("start");
         let summary = h.finish().await.expect("finish");
         let snap = &summary.snapshot;
         assert_eq!(summary.state, RunState::Done);
-        // Shard 1's second run finds every row of its own done, and counts no other shard's.
+        // Shard 1's second run finds every row of its own done.
         assert_eq!(
             snap.done, snap.total,
             "shard {k}: {} done of {}",
@@ -505,14 +510,30 @@ async fn a_shard_counts_only_its_own_rows_in_a_shared_directory() {
         assert_eq!(snap.datasets[0].done, snap.total, "shard {k}'s dataset");
         totals.push(snap.total);
     }
-    let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("S.jsonl"));
-    assert_eq!(outs.len(), 200, "every prompt once");
+    let ids = |k: u32| -> HashSet<String> {
+        read_jsonl::<OutputRecord>(&dir_of(k).join("S.jsonl"))
+            .into_iter()
+            .map(|o| o.id)
+            .collect()
+    };
+    let (a, b) = (ids(0), ids(1));
+    assert_eq!(a.len() + b.len(), 200, "every prompt once");
+    assert!(a.is_disjoint(&b));
     assert_eq!(
         totals[0] + totals[1],
         200,
         "the two shards split the prompts"
     );
     assert_eq!(totals[2], totals[1], "shard 1 again: the same share");
+    let refused = match start(1, dir_of(0)).await {
+        Ok(_) => panic!("shard 1 started in shard 0's directory"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refused.contains("holds the rows of shard 0/2, not of shard 1/2"),
+        "{refused}"
+    );
+    assert_eq!(ids(0), a, "shard 0's rows untouched");
     sim.stop().await;
 }
 

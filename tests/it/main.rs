@@ -28,6 +28,7 @@ mod resume;
 mod routing;
 mod run_cli;
 mod second_chance;
+mod shards;
 mod sim_client;
 mod stream_fixtures;
 mod systematic;

@@ -223,7 +223,14 @@ async fn a_retry_stopped_by_the_budget_or_limited_to_a_shard_leaves_every_answer
             .count()
     };
     let archived_before = archived_of_shard1();
-    finish(d, &["--retry-truncated", "--shard", "0/2"]).await;
+    // The whole job's directory, worked on for one shard's part (--shard-dir).
+    let out = d.join("out");
+    let out = out.to_str().expect("utf-8 path");
+    finish(
+        d,
+        &["--retry-truncated", "--shard", "0/2", "--shard-dir", out],
+    )
+    .await;
     assert_eq!(
         archived_of_shard1(),
         archived_before,

@@ -88,7 +88,13 @@ pub(super) async fn ready(
     // only makes sure no other run holds it).
     let lock = take_dir(&dir, mode)?;
     let write = mode == Mode::Run;
-    super::super::check_manifest(&dir, &cfg, (opts.force, opts.retry_truncated), write)?;
+    super::super::check_manifest(
+        &dir,
+        &cfg,
+        (opts.force, opts.retry_truncated),
+        opts.shard,
+        write,
+    )?;
 
     // What earlier runs left: finished ids, and the spend ledger (refused when damaged unless
     // repairing; a torn tail is cut).

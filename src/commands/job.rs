@@ -1,0 +1,333 @@
+//! A job run as shards, seen as one: the shard directories of a parent (`out/shard-K-of-N`, as
+//! `--shard` makes them) or several directories given, each with its manifest (which shard it
+//! holds, under which model and parameters), its state file and its ledger. `status` shows
+//! the job's totals, a row per shard, and which shards are missing, present twice or from
+//! another config; `export` writes the shards' rows as one training set.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::domain::Usd;
+use crate::engine::{Manifest, RunState, Snapshot, manifest_path, state_path};
+
+/// One shard directory as found.
+#[derive(Clone, Debug)]
+pub(crate) struct Found {
+    pub(crate) dir: PathBuf,
+    pub(crate) manifest: Option<Manifest>,
+    pub(crate) snapshot: Option<Snapshot>,
+    /// The ledger's total: what the shard was billed.
+    pub(crate) spent: Usd,
+}
+
+/// A shard's row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct ShardRow {
+    pub(crate) dir: String,
+    /// `K/N`; `None` for a directory that is no shard (a whole job's).
+    pub(crate) shard: Option<String>,
+    pub(crate) state: Option<RunState>,
+    pub(crate) done: u64,
+    pub(crate) rejected: u64,
+    pub(crate) total: u64,
+    pub(crate) spent: Usd,
+    pub(crate) budget: Option<Usd>,
+}
+
+/// The job.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct JobView {
+    pub(crate) shards: Vec<ShardRow>,
+    /// How many shards the job has (the most common N among the shards).
+    pub(crate) of: Option<u32>,
+    /// Shard indexes with no directory.
+    pub(crate) missing: Vec<u32>,
+    /// Shards found in more than one directory.
+    pub(crate) duplicated: Vec<String>,
+    /// Directories whose model, parameters or N differ from the job's (the first shard's), and
+    /// directories that are no shard: each with why.
+    pub(crate) other_config: Vec<(String, String)>,
+    pub(crate) done: u64,
+    pub(crate) rejected: u64,
+    pub(crate) total: u64,
+    pub(crate) spent: Usd,
+}
+
+/// The directories a status or an export reads as one job: several given, or the shard
+/// directories of one parent that is not itself an output directory. `None`: `dirs` is one
+/// run's directory.
+pub(crate) fn shard_dirs(dirs: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    match dirs {
+        [] => None,
+        [one] => {
+            if manifest_path(one).exists() || state_path(one).exists() {
+                return None;
+            }
+            let mut found: Vec<PathBuf> = std::fs::read_dir(one)
+                .ok()?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("shard-"))
+                        && manifest_path(p).exists()
+                })
+                .collect();
+            found.sort();
+            (!found.is_empty()).then_some(found)
+        }
+        many => Some(many.to_vec()),
+    }
+}
+
+/// Reads each directory's manifest, state and ledger.
+pub(crate) fn read(dirs: &[PathBuf]) -> Result<Vec<Found>, String> {
+    dirs.iter()
+        .map(|dir| {
+            if !dir.is_dir() {
+                return Err(format!("{} is not a directory", dir.display()));
+            }
+            let json = |p: PathBuf| std::fs::read_to_string(p).ok();
+            let manifest = json(manifest_path(dir)).and_then(|t| serde_json::from_str(&t).ok());
+            let snapshot = json(state_path(dir)).and_then(|t| serde_json::from_str(&t).ok());
+            let spent = crate::store::scan::scan_ledger(dir, |_| {})
+                .map_err(|e| format!("{}: {e}", dir.display()))?
+                .total;
+            Ok(Found {
+                dir: dir.clone(),
+                manifest,
+                snapshot,
+                spent,
+            })
+        })
+        .collect()
+}
+
+/// `K/N` as numbers.
+fn parse(s: &str) -> Option<(u32, u32)> {
+    crate::store::prompts::parse_shard(s).ok()
+}
+
+/// The job the directories make.
+pub(crate) fn assemble(found: &[Found]) -> JobView {
+    let shard_of = |f: &Found| f.manifest.as_ref().and_then(|m| m.shard.clone());
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for f in found {
+        if let Some((_, n)) = shard_of(f).as_deref().and_then(parse) {
+            *counts.entry(n).or_default() += 1;
+        }
+    }
+    let of = counts
+        .iter()
+        .max_by_key(|(n, c)| (**c, **n))
+        .map(|(n, _)| *n);
+    let first = found
+        .iter()
+        .find(|f| shard_of(f).as_deref().and_then(parse).map(|s| s.1) == of)
+        .and_then(|f| f.manifest.as_ref());
+    let mut view = JobView {
+        shards: Vec::new(),
+        of,
+        missing: Vec::new(),
+        duplicated: Vec::new(),
+        other_config: Vec::new(),
+        done: 0,
+        rejected: 0,
+        total: 0,
+        spent: Usd::ZERO,
+    };
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for f in found {
+        let shown = f.dir.display().to_string();
+        let shard = shard_of(f);
+        let why = match (&f.manifest, shard.as_deref().and_then(parse), first) {
+            (None, ..) => Some("no manifest: not a harvest output directory".to_string()),
+            (Some(_), None, _) => Some("not a shard (run without --shard)".to_string()),
+            (Some(_), Some((_, n)), _) if Some(n) != of => {
+                Some(format!("a shard of {n}, the job has {}", of.unwrap_or(0)))
+            }
+            (Some(m), Some(_), Some(j)) if m.model != j.model => {
+                Some(format!("model {} (the job's: {})", m.model, j.model))
+            }
+            (Some(m), Some(_), Some(j)) if m.params != j.params => {
+                Some("other request parameters than the job's".to_string())
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            view.other_config.push((shown.clone(), why));
+        }
+        if let Some(s) = &shard {
+            *seen.entry(s.clone()).or_default() += 1;
+        }
+        let snap = f.snapshot.as_ref();
+        let row = ShardRow {
+            dir: shown,
+            shard,
+            state: snap.map(|s| s.state),
+            done: snap.map_or(0, |s| s.done),
+            rejected: snap.map_or(0, |s| s.rejected),
+            total: snap.map_or(0, |s| s.total),
+            spent: f.spent,
+            budget: snap.map(|s| s.budget),
+        };
+        view.done += row.done;
+        view.rejected += row.rejected;
+        view.total += row.total;
+        view.spent += row.spent;
+        view.shards.push(row);
+    }
+    view.duplicated = seen
+        .into_iter()
+        .filter(|(_, c)| *c > 1)
+        .map(|(s, _)| s)
+        .collect();
+    if let Some(n) = of {
+        let present: Vec<u32> = view
+            .shards
+            .iter()
+            .filter_map(|r| r.shard.as_deref().and_then(parse))
+            .filter(|s| s.1 == n)
+            .map(|s| s.0)
+            .collect();
+        view.missing = (0..n).filter(|k| !present.contains(k)).collect();
+    }
+    view.shards
+        .sort_by_key(|r| r.shard.as_deref().and_then(parse).map(|s| s.0));
+    view
+}
+
+/// The job as text: a row per shard, the totals, what is wrong.
+pub(crate) fn render(v: &JobView) -> String {
+    let g = crate::domain::group_thousands;
+    let mut t = format!(
+        "job: {} shard directories{}; {} done, {} rejected, {} total; spent {}\n",
+        v.shards.len(),
+        v.of.map(|n| format!(" of {n} shards")).unwrap_or_default(),
+        g(v.done),
+        g(v.rejected),
+        g(v.total),
+        v.spent
+    );
+    t.push_str(&format!(
+        "{:<8} {:<10} {:>10} {:>8} {:>10} {:>12}  dir\n",
+        "shard", "state", "done", "rej", "total", "spent"
+    ));
+    for r in &v.shards {
+        let state = r
+            .state
+            .map_or("-".to_string(), |s| format!("{s:?}").to_uppercase());
+        t.push_str(&format!(
+            "{:<8} {:<10} {:>10} {:>8} {:>10} {:>12}  {}\n",
+            r.shard.as_deref().unwrap_or("-"),
+            state,
+            g(r.done),
+            g(r.rejected),
+            g(r.total),
+            r.spent.to_string(),
+            r.dir
+        ));
+    }
+    if !v.missing.is_empty() {
+        let ks: Vec<String> = v.missing.iter().map(u32::to_string).collect();
+        t.push_str(&format!(
+            "missing: shard {} of {} (no directory: not started, or elsewhere)\n",
+            ks.join(", "),
+            v.of.unwrap_or(0)
+        ));
+    }
+    if !v.duplicated.is_empty() {
+        t.push_str(&format!(
+            "duplicated: shard {} in more than one directory: their rows are the same ids, \
+             counted twice above\n",
+            v.duplicated.join(", ")
+        ));
+    }
+    for (dir, why) in &v.other_config {
+        t.push_str(&format!("other config: {dir}: {why}\n"));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn found(dir: &str, shard: Option<&str>, model: &str, done: u64, usd: f64) -> Found {
+        let mut snapshot = crate::tui::testkit::kimi_snapshot();
+        snapshot.state = RunState::Done;
+        snapshot.done = done;
+        snapshot.rejected = 1;
+        snapshot.total = done + 1;
+        Found {
+            dir: dir.into(),
+            manifest: Some(Manifest {
+                model: model.into(),
+                params: HashMap::new(),
+                created_at: String::new(),
+                harvest_version: String::new(),
+                shard: shard.map(Into::into),
+            }),
+            snapshot: Some(snapshot),
+            spent: Usd::from_f64(usd),
+        }
+    }
+
+    #[test]
+    fn the_job_names_what_is_missing_twice_or_from_another_config() {
+        let k = "moonshotai/kimi-k2.5";
+        let v = assemble(&[
+            found("out/shard-2-of-4", Some("2/4"), k, 10, 1.5),
+            found("out/shard-0-of-4", Some("0/4"), k, 20, 2.0),
+            found("copy/shard-0-of-4", Some("0/4"), k, 20, 2.0),
+            found("old/shard-1-of-3", Some("1/3"), k, 5, 0.5),
+            found("other/shard-3-of-4", Some("3/4"), "other/model", 7, 0.7),
+            found("whole", None, k, 100, 9.0),
+        ]);
+        assert_eq!(v.of, Some(4));
+        assert_eq!(v.missing, vec![1], "shard 1 of 4 has no directory");
+        assert_eq!(v.duplicated, vec!["0/4".to_string()]);
+        assert_eq!(
+            v.other_config,
+            vec![
+                (
+                    "old/shard-1-of-3".to_string(),
+                    "a shard of 3, the job has 4".to_string()
+                ),
+                (
+                    "other/shard-3-of-4".to_string(),
+                    "model other/model (the job's: moonshotai/kimi-k2.5)".to_string()
+                ),
+                (
+                    "whole".to_string(),
+                    "not a shard (run without --shard)".to_string()
+                ),
+            ]
+        );
+        assert_eq!((v.done, v.rejected, v.total), (162, 6, 168));
+        assert_eq!(v.spent, Usd::from_f64(15.7));
+        let order: Vec<Option<&str>> = v.shards.iter().map(|r| r.shard.as_deref()).collect();
+        assert_eq!(
+            order,
+            [
+                None,
+                Some("0/4"),
+                Some("0/4"),
+                Some("1/3"),
+                Some("2/4"),
+                Some("3/4")
+            ]
+        );
+        let text = render(&v);
+        assert!(text.starts_with("job: 6 shard directories of 4 shards; 162 done, 6 rejected, 168 total; spent $15.70\n"), "{text}");
+        assert!(text.contains("missing: shard 1 of 4"), "{text}");
+        assert!(
+            text.contains("duplicated: shard 0/4 in more than one directory"),
+            "{text}"
+        );
+    }
+}

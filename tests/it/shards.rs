@@ -1,0 +1,257 @@
+//! A job run as shards on the scheduler people already have: three processes started at once as
+//! a Slurm job array starts them (`SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_COUNT`), each with
+//! `--shard auto`, its own key (`api_key_env = "…_{shard}"`) and its share of the budget, into
+//! its own directory. Then the job seen as one: `status` over the parent directory, the
+//! summed spend against the simulator's bill, `export` with every id once, and a missing
+//! shard named.
+
+use std::collections::HashSet;
+use std::process::Command;
+
+use harvest::domain::Usd;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shards_at_once_make_one_job_each_id_once_and_the_bill_summed() {
+    let sim = crate::common::fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    let n = 240;
+    let prompts: String = (0..n)
+        .map(|i| format!("{{\"id\": \"q{i}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        d.join("harvest.toml"),
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"SHARD_KEY_{{shard}}\"\nbudget_usd = 30.0\n\
+             concurrency = 16\noutput_dir = \"out\"\n[request]\nmax_tokens = 200\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let children: Vec<std::process::Child> = (0..3)
+        .map(|k| {
+            Command::new(env!("CARGO_BIN_EXE_harvest"))
+                .current_dir(&d)
+                .args(["run", "--headless", "--shard", "auto"])
+                .env("SLURM_ARRAY_TASK_ID", k.to_string())
+                .env("SLURM_ARRAY_TASK_COUNT", "3")
+                .env(
+                    format!("SHARD_KEY_{k}"),
+                    format!("sk-or-v1-shard-{k}-000000000000"),
+                )
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let outs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().expect("wait"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("join");
+    for (k, o) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "shard {k}: {err}");
+        assert!(
+            err.contains(&format!(
+                "shard {k}/3: budget $10.00 (1/3 of the job's budget_usd $30.00)"
+            )),
+            "shard {k} says its budget: {err}"
+        );
+        assert!(
+            err.contains(&format!("shard {k}/3: the key from SHARD_KEY_{k}")),
+            "{err}"
+        );
+    }
+
+    // The job as one: every shard, each id once, the summed ledger equal to the bill.
+    let status =
+        crate::common::harvest_json(&["status", d.join("out").to_str().expect("path"), "--json"]);
+    let job = &status["job"];
+    assert_eq!(job["of"], 3);
+    assert_eq!(job["missing"], serde_json::json!([]));
+    assert_eq!(job["duplicated"], serde_json::json!([]));
+    assert_eq!(job["other_config"], serde_json::json!([]));
+    assert_eq!(job["shards"].as_array().expect("rows").len(), 3);
+    assert_eq!(
+        job["done"].as_u64().expect("done") + job["rejected"].as_u64().expect("rej"),
+        n
+    );
+    let spent: Usd = serde_json::from_value(job["spent"].clone()).expect("usd");
+    assert_eq!(
+        spent,
+        sim.state.billed_total(),
+        "the summed ledgers are the bill"
+    );
+
+    let to = d.join("train");
+    let export = crate::common::harvest_json(&[
+        "export",
+        d.join("out").to_str().expect("path"),
+        "--to",
+        to.to_str().expect("path"),
+        "--keep-truncated",
+        "--json",
+    ]);
+    let c = &export["datasets"][0];
+    let total = ["success", "error", "skipped"]
+        .iter()
+        .map(|k| c[*k].as_u64().expect(k))
+        .sum::<u64>();
+    assert_eq!(total, n, "{c}");
+    let ids: Vec<String> = ["A.jsonl", "A.error.ndjson", "A.skipped.ndjson"]
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(to.join(f))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).expect("row");
+                    v["id"].as_str().expect("id").to_string()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (n as usize, n as usize),
+        "each id once"
+    );
+
+    // Two of the three shards given: the third is named missing.
+    let two = crate::common::harvest_json(&[
+        "status",
+        d.join("out/shard-0-of-3").to_str().expect("path"),
+        d.join("out/shard-2-of-3").to_str().expect("path"),
+        "--json",
+    ]);
+    assert_eq!(two["job"]["missing"], serde_json::json!([1]));
+    let text = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["status"])
+        .arg(d.join("out/shard-0-of-3"))
+        .arg(d.join("out/shard-2-of-3"))
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("missing: shard 1 of 3"), "{text}");
+
+    // A shard's directory refuses another shard.
+    let wrong = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .current_dir(&d)
+        .args([
+            "run",
+            "--headless",
+            "--shard",
+            "1/3",
+            "--shard-dir",
+            "out/shard-0-of-3",
+        ])
+        .env("SHARD_KEY_1", "sk-or-v1-shard-1-000000000000")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(wrong.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("holds the rows of shard 0/3, not of shard 1/3"),
+        "{err}"
+    );
+    sim.stop().await;
+}
+
+/// The `deploy/` files run the commands README documents: the Slurm array script, run as
+/// Slurm runs each task (its environment, bash), completes its shards against the simulator;
+/// the Kubernetes Job runs the same `harvest run` and tells it as many shards as it has
+/// completions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_files_run_the_documented_shard_command() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("deploy/slurm/harvest-array.sbatch");
+    let sim = crate::common::fast_sim(20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    let prompts: String = (0..40)
+        .map(|i| format!("{{\"id\": \"q{i}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        d.join("harvest.toml"),
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"DEPLOY_KEY\"\nbudget_usd = 4.0\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    // An array that starts at 1, as `--array=1-2` makes it.
+    for id in [1, 2] {
+        let mut c = Command::new("bash");
+        c.arg(&script)
+            .current_dir(&d)
+            .env("HARVEST", env!("CARGO_BIN_EXE_harvest"))
+            .env("DEPLOY_KEY", "sk-or-v1-deploy-000000000000")
+            .env("SLURM_ARRAY_TASK_ID", id.to_string())
+            .env("SLURM_ARRAY_TASK_MIN", "1")
+            .env("SLURM_ARRAY_TASK_COUNT", "2");
+        let out = tokio::task::spawn_blocking(move || c.output().expect("bash"))
+            .await
+            .expect("join");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "task {id}: {err}");
+        assert!(
+            err.contains(&format!("shard {}/2: budget $2.00", id - 1)),
+            "{err}"
+        );
+    }
+    let status =
+        crate::common::harvest_json(&["status", d.join("out").to_str().expect("path"), "--json"]);
+    assert_eq!(status["job"]["missing"], serde_json::json!([]));
+    assert_eq!(
+        status["job"]["done"].as_u64().expect("done")
+            + status["job"]["rejected"].as_u64().expect("rej"),
+        40
+    );
+
+    // The Job runs what the script runs, with HARVEST_SHARDS equal to its completions.
+    let job =
+        std::fs::read_to_string(root.join("deploy/kubernetes/harvest-job.yaml")).expect("job");
+    let script_text = std::fs::read_to_string(&script).expect("script");
+    assert!(script_text.contains("exec \"$HARVEST\" run --headless --shard auto -c \"$CONFIG\""));
+    assert!(
+        job.contains(r#"command: ["harvest", "run", "--headless", "--shard", "auto", "-c", "/data/harvest.toml"]"#),
+        "{job}"
+    );
+    let value_after = |key: &str| -> String {
+        let at = job.find(key).unwrap_or_else(|| panic!("{key} in the Job"));
+        job[at + key.len()..]
+            .lines()
+            .next()
+            .expect("line")
+            .trim()
+            .trim_matches('"')
+            .to_string()
+    };
+    let shards_at = job.find("name: HARVEST_SHARDS").expect("HARVEST_SHARDS");
+    let shards = job[shards_at..]
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().strip_prefix("value:"))
+        .expect("its value")
+        .trim()
+        .trim_matches('"')
+        .to_string();
+    assert_eq!(
+        value_after("completions:"),
+        shards,
+        "HARVEST_SHARDS is the completions"
+    );
+    assert_eq!(value_after("parallelism:"), shards, "all shards at once");
+    assert_eq!(value_after("completionMode:"), "Indexed");
+    sim.stop().await;
+}
