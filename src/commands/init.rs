@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::BadInput;
 use crate::cli::InitArgs;
 use crate::commands::providers::ProvidersReport;
-use crate::store::prompts::{Compression, PromptCount, PromptFields};
+use crate::store::prompts::{FileKind, PromptCount, PromptFields};
 
 /// What a prompt file was found to be.
 #[derive(Clone, Debug)]
@@ -19,7 +19,7 @@ struct FoundFile {
     name: String,
     /// As written in the config: relative to the config's directory when it can be.
     path: String,
-    compression: Compression,
+    kind: FileKind,
     fields: PromptFields,
     /// The fields the mapping was read from, for the comment.
     found: Vec<String>,
@@ -88,7 +88,7 @@ fn dataset_name(path: &Path, taken: &[String]) -> String {
         .file_name()
         .map(|f| f.to_string_lossy().to_string())
         .unwrap_or_default();
-    for ext in [".gz", ".zst", ".jsonl", ".json", ".ndjson"] {
+    for ext in [".gz", ".zst", ".jsonl", ".json", ".ndjson", ".parquet"] {
         if let Some(s) = stem.strip_suffix(ext) {
             stem = s.to_string();
         }
@@ -118,7 +118,7 @@ fn dataset_name(path: &Path, taken: &[String]) -> String {
 /// Reads one prompt file: its shape, its field names, its count.
 fn find(path: &Path, config_dir: &Path, taken: &[String]) -> anyhow::Result<FoundFile> {
     let shown = path.display();
-    let (compression, row) = crate::store::prompts::first_row(path)
+    let (kind, row) = crate::store::prompts::first_row(path)
         .map_err(|e| BadInput(format!("cannot read {shown}: {e}")))?;
     let row = row.ok_or_else(|| {
         BadInput(format!(
@@ -148,7 +148,7 @@ fn find(path: &Path, config_dir: &Path, taken: &[String]) -> anyhow::Result<Foun
     Ok(FoundFile {
         name: dataset_name(path, taken),
         path: written.display().to_string(),
-        compression,
+        kind,
         fields,
         found,
         count,
@@ -275,7 +275,7 @@ fn dataset(t: &mut String, f: &FoundFile) {
         &format!(
             "prompts = {}  # {}, {} prompts{bad}",
             q(&f.path),
-            f.compression.label(),
+            f.kind.label(),
             crate::domain::group_thousands(f.count.valid)
         ),
     );
@@ -444,6 +444,7 @@ mod tests {
         let taken = ["alpaca".to_string()];
         let cases = [
             ("data/alpaca.jsonl.zst", &[][..], "alpaca"),
+            ("train-00000-of-00001.parquet", &[][..], "train-00000-of-00001"),
             ("data/alpaca.jsonl.gz", &taken[..], "alpaca-2"),
             ("b3 math (v2).jsonl", &[][..], "b3_math__v2_"),
             (".jsonl", &[][..], "prompts"),

@@ -1,9 +1,9 @@
-//! `harvest init` as a new user meets it after the demo: two prompt files as corpora ship them
-//! (Zstandard-compressed Alpaca rows with an `instruction` field, gzip-compressed rows with
-//! turns under `dialog`), a config written against the simulator's listing, accepted by
-//! `run --check`, and a run that completes every prompt. An existing file is never overwritten.
+//! `harvest init` as a new user meets it after the demo: two prompt files as datasets ship them
+//! (Zstandard-compressed Alpaca rows with an `instruction` field, and a Parquet chat dataset as
+//! the Hugging Face Hub has them), a config written against the simulator's listing, accepted
+//! by `run --check`, and a run that completes every prompt. An existing file is never
+//! overwritten.
 
-use std::io::Write;
 use std::process::Command;
 
 const KEY: &str = "sk-or-v1-init-test-key-000000000000";
@@ -45,20 +45,19 @@ async fn init_writes_a_config_that_checks_and_runs_on_compressed_files_with_othe
         zstd::stream::encode_all(alpaca.as_bytes(), 3).expect("zst"),
     )
     .expect("zst");
-    let dialog: String = (0..20)
+    // A chat dataset as the Hub ships it: Parquet, `messages: list<struct<role, content>>`.
+    let chat: Vec<(String, Vec<(String, String)>)> = (0..20)
         .map(|i| {
-            format!(
-                "{}\n",
-                serde_json::json!({"uid": i, "dialog": [{"from": "human", "value": format!("hi {i}")}]})
+            (
+                format!("c{i}"),
+                vec![("user".to_string(), format!("hi {i}"))],
             )
         })
         .collect();
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(dialog.as_bytes()).expect("gz");
-    std::fs::write(d.join("data/chat.jsonl.gz"), gz.finish().expect("gz")).expect("gz");
+    crate::common::parquet::write_chat(&d.join("data/chat.parquet"), &chat);
 
     let mut init = harvest(d);
-    init.args(["init", "data/alpaca.jsonl.zst", "data/chat.jsonl.gz"])
+    init.args(["init", "data/alpaca.jsonl.zst", "data/chat.parquet"])
         .args(["--base-url", &sim.base_url(), "--budget", "50"])
         .args(["--api-key-env", "HARVEST_INIT_KEY"]);
     let (code, text, err) = output(init).await;
@@ -76,9 +75,7 @@ async fn init_writes_a_config_that_checks_and_runs_on_compressed_files_with_othe
         "prompts = \"data/alpaca.jsonl.zst\"  # Zstandard-compressed JSONL, 30 prompts",
         "prompt_field = [\"instruction\", \"input\"]",
         "name = \"chat\"",
-        "prompts = \"data/chat.jsonl.gz\"  # gzip-compressed JSONL, 20 prompts",
-        "messages_field = \"dialog\"",
-        "id_field = \"uid\"",
+        "prompts = \"data/chat.parquet\"  # Parquet, 20 prompts",
         "# The estimate now",
         "budget $50.00 - $0.00 spent = $50.00 available: fits",
     ] {
@@ -126,7 +123,7 @@ async fn init_writes_a_config_that_checks_and_runs_on_compressed_files_with_othe
     assert!(a.iter().any(|r| r.conversations[0].content == "Task 7."));
     assert!(
         c.iter()
-            .any(|r| r.id == "7" && r.conversations[0].content == "hi 7")
+            .any(|r| r.id == "c7" && r.conversations[0].content == "hi 7")
     );
     assert_eq!(sim.state.requests_since(0).len(), 50);
     sim.stop().await;

@@ -233,3 +233,96 @@ async fn compressed_files_with_their_own_field_names_run_as_jsonl_does() {
     );
     sim.stop().await;
 }
+
+/// Parquet files as the Hub ships them, flat (`question`, `uid`, a null) and chat
+/// (`messages: list<struct<role, content>>`), in several row groups: read row for row as
+/// JSONL is, with the row number as the line in errors, and run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_files_run_as_jsonl_does() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    // 150 rows over three row groups; row 100 has no question (a null): a bad line.
+    let flat: Vec<Vec<Option<String>>> = (1..=150)
+        .map(|i| {
+            vec![
+                Some(format!("u{i}")),
+                (i != 100).then(|| format!("What is {i}?")),
+                Some("ignored".to_string()),
+            ]
+        })
+        .collect();
+    crate::common::parquet::write_text(
+        &d.join("qa.parquet"),
+        &["uid", "question", "answer"],
+        &flat,
+    );
+    let chat: Vec<(String, Vec<(String, String)>)> = (0..70)
+        .map(|i| {
+            (
+                format!("c{i}"),
+                vec![
+                    ("system".to_string(), "Be brief.".to_string()),
+                    ("user".to_string(), format!("hello {i}")),
+                    (
+                        "assistant".to_string(),
+                        "dropped: the model answers".to_string(),
+                    ),
+                ],
+            )
+        })
+        .collect();
+    crate::common::parquet::write_chat(&d.join("chat.parquet"), &chat);
+    let cfg = d.join("harvest.toml");
+    let write_cfg = |extra: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n{extra}\n\
+                 [[dataset]]\nname = \"Q\"\nprompts = \"qa.parquet\"\nprompt_field = \"question\"\nid_field = \"uid\"\n\
+                 [[dataset]]\nname = \"C\"\nprompts = \"chat.parquet\"\n",
+                sim.base_url()
+            ),
+        )
+        .expect("config");
+    };
+    write_cfg("");
+    let (code, err) = headless(cfg.clone()).await;
+    assert_eq!(
+        code,
+        Some(2),
+        "a bad row stops the run before anything is sent: {err}"
+    );
+    assert!(
+        err.contains(
+            "qa.parquet:100: needs one of \"question\", \"messages\" or \"conversations\""
+        ),
+        "{err}"
+    );
+    assert!(sim.state.requests_since(0).is_empty());
+    write_cfg("on_bad_line = \"skip\"");
+    let (code, err) = headless(cfg.clone()).await;
+    assert_eq!(code, Some(0), "{err}");
+    let q: Vec<harvest::store::output::OutputRecord> =
+        crate::common::read_jsonl(&d.join("out/Q.jsonl"));
+    assert_eq!(q.len(), 149);
+    let u7 = q.iter().find(|r| r.id == "u7").expect("u7");
+    assert_eq!(u7.conversations[0].content, "What is 7?");
+    let c: Vec<harvest::store::output::OutputRecord> =
+        crate::common::read_jsonl(&d.join("out/C.jsonl"));
+    assert_eq!(c.len(), 70);
+    let c5 = c.iter().find(|r| r.id == "c5").expect("c5");
+    let turns: Vec<(&str, &str)> = c5
+        .conversations
+        .iter()
+        .map(|t| (t.role.as_str(), t.content.as_str()))
+        .take(2)
+        .collect();
+    assert_eq!(turns, [("system", "Be brief."), ("user", "hello 5")]);
+    assert_eq!(
+        sim.state.requests_since(0).len(),
+        149 + 70,
+        "each row sent once"
+    );
+    sim.stop().await;
+}

@@ -1,5 +1,5 @@
-//! Streaming reader of prompt files (JSONL, plain or gzip/Zstandard-compressed), one prompt per
-//! non-blank line.
+//! Streaming reader of prompt files (JSONL, plain or gzip/Zstandard-compressed, or Parquet), one
+//! prompt per non-blank line (a Parquet file's rows as lines).
 //!
 //! Each line is a JSON object with an optional `id` (string, or integer turned into a string) and
 //! exactly one of:
@@ -21,6 +21,7 @@
 
 mod format;
 mod ids;
+mod parquet_lines;
 mod reader;
 mod source;
 #[cfg(test)]
@@ -32,7 +33,7 @@ pub use format::PromptFields;
 use format::*;
 pub use ids::*;
 pub use reader::*;
-pub use source::{Compression, first_row};
+pub use source::{FileKind, first_row};
 
 /// One prompt read from a file.
 #[derive(Clone, Debug, PartialEq, Eq)]

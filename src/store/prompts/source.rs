@@ -1,6 +1,6 @@
 //! Opening a prompt file as lines: plain JSONL, or JSONL compressed with gzip (`.jsonl.gz`) or
-//! Zstandard (`.jsonl.zst`), as large corpora ship. The compression is told by the file's first
-//! bytes (its magic number), not its name, so a misnamed file is still read right. Decompression
+//! Zstandard (`.jsonl.zst`), as large corpora ship. The kind is told by the file's first
+//! bytes (its magic number), not its name, so a misnamed file is still read right. Dekind
 //! streams: nothing is held beyond the buffers.
 
 use std::fs::File;
@@ -11,27 +11,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How a prompt file is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Compression {
-    None,
+pub enum FileKind {
+    Jsonl,
     Gzip,
     Zstd,
+    Parquet,
 }
 
-impl Compression {
-    /// By the file's first bytes: gzip `1f 8b`, Zstandard frame `28 b5 2f fd`.
-    pub fn sniff(head: &[u8]) -> Compression {
+impl FileKind {
+    /// By the file's first bytes: gzip `1f 8b`, Zstandard frame `28 b5 2f fd`, Parquet `PAR1`.
+    pub fn sniff(head: &[u8]) -> FileKind {
         match head {
-            [0x1f, 0x8b, ..] => Compression::Gzip,
-            [0x28, 0xb5, 0x2f, 0xfd, ..] => Compression::Zstd,
-            _ => Compression::None,
+            [0x1f, 0x8b, ..] => FileKind::Gzip,
+            [0x28, 0xb5, 0x2f, 0xfd, ..] => FileKind::Zstd,
+            [b'P', b'A', b'R', b'1', ..] => FileKind::Parquet,
+            _ => FileKind::Jsonl,
         }
     }
 
     pub fn label(self) -> &'static str {
         match self {
-            Compression::None => "JSONL",
-            Compression::Gzip => "gzip-compressed JSONL",
-            Compression::Zstd => "Zstandard-compressed JSONL",
+            FileKind::Jsonl => "JSONL",
+            FileKind::Gzip => "gzip-compressed JSONL",
+            FileKind::Zstd => "Zstandard-compressed JSONL",
+            FileKind::Parquet => "Parquet",
         }
     }
 }
@@ -55,9 +58,9 @@ impl<R: Read> Read for Counted<R> {
 /// bytes read so far.
 pub(super) fn open_lines(
     path: &Path,
-) -> std::io::Result<(Box<dyn BufRead + Send>, Arc<AtomicU64>, Compression)> {
+) -> std::io::Result<(Box<dyn BufRead + Send>, Arc<AtomicU64>, FileKind)> {
     let mut file = BufReader::with_capacity(1 << 16, File::open(path)?);
-    let compression = Compression::sniff(file.fill_buf()?);
+    let kind = FileKind::sniff(file.fill_buf()?);
     let read = Arc::new(AtomicU64::new(0));
     let raw = BufReader::with_capacity(
         1 << 16,
@@ -66,35 +69,40 @@ pub(super) fn open_lines(
             read: read.clone(),
         },
     );
-    let lines: Box<dyn BufRead + Send> = match compression {
-        Compression::None => Box::new(raw),
-        Compression::Gzip => Box::new(BufReader::with_capacity(
+    let lines: Box<dyn BufRead + Send> = match kind {
+        FileKind::Jsonl => Box::new(raw),
+        FileKind::Gzip => Box::new(BufReader::with_capacity(
             1 << 16,
             // Multi-member: `cat a.gz b.gz` and pigz's output are one stream of lines.
             flate2::bufread::MultiGzDecoder::new(raw),
         )),
+        // Parquet reads its footer first and its column chunks where they are: not a stream.
+        FileKind::Parquet => {
+            drop(raw);
+            Box::new(BufReader::with_capacity(
+                1 << 16,
+                super::parquet_lines::ParquetLines::open(path, read.clone())?,
+            ))
+        }
         // Every frame in turn: pzstd's output and concatenated files are one stream too.
-        Compression::Zstd => Box::new(BufReader::with_capacity(
+        FileKind::Zstd => Box::new(BufReader::with_capacity(
             1 << 16,
             zstd::stream::read::Decoder::with_buffer(raw)?,
         )),
     };
-    Ok((lines, read, compression))
+    Ok((lines, read, kind))
 }
 
 /// The first row of `path` that is a JSON object (blank and bad lines before it passed over),
 /// and how the file is stored: what `harvest init` reads to tell a file's shape.
 pub fn first_row(
     path: &Path,
-) -> std::io::Result<(
-    Compression,
-    Option<serde_json::Map<String, serde_json::Value>>,
-)> {
-    let (lines, _, compression) = open_lines(path)?;
+) -> std::io::Result<(FileKind, Option<serde_json::Map<String, serde_json::Value>>)> {
+    let (lines, _, kind) = open_lines(path)?;
     for line in lines.lines().take(1_000) {
         if let Ok(serde_json::Value::Object(row)) = serde_json::from_str(line?.trim()) {
-            return Ok((compression, Some(row)));
+            return Ok((kind, Some(row)));
         }
     }
-    Ok((compression, None))
+    Ok((kind, None))
 }

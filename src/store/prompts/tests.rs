@@ -551,12 +551,9 @@ fn compressed_files_read_as_their_plain_lines() {
         (want_count.valid, want_count.invalid, want_count.duplicates),
         (5_000, 1, 1)
     );
-    for (path, kind) in [
-        (&gz_path, Compression::Gzip),
-        (&zst_path, Compression::Zstd),
-    ] {
+    for (path, kind) in [(&gz_path, FileKind::Gzip), (&zst_path, FileKind::Zstd)] {
         let head = std::fs::read(path).expect("read");
-        assert_eq!(Compression::sniff(&head), kind);
+        assert_eq!(FileKind::sniff(&head), kind);
         let count = count_prompts(path).expect("count");
         let mut same = count.clone();
         if let Some(e) = same.first_error.as_mut() {

@@ -2,6 +2,7 @@
 //! engine bounded in time, reading outputs and the ledger.
 
 pub mod http;
+pub mod parquet;
 pub mod tmux;
 
 use std::collections::HashMap;

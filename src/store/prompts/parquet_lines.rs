@@ -1,0 +1,85 @@
+//! A Parquet file's rows as JSON object lines, so that a dataset as the Hugging Face Hub ships it
+//! is read by the same reader as JSONL: the same formats, field names, ids, duplicates and
+//! errors, a row's line number being its row number from 1. Columns become the row's fields by
+//! their names (a string column a string, a list of structs a list of objects, a null a null).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::reader::RowIter;
+
+/// Reads a Parquet file's rows, one JSON line each, as bytes.
+pub(super) struct ParquetLines {
+    rows: RowIter<'static>,
+    line: Vec<u8>,
+    at: usize,
+    /// The file's bytes read, as the share of its rows read (for a progress line).
+    read: Arc<AtomicU64>,
+    file_len: u64,
+    rows_total: u64,
+    rows_done: u64,
+}
+
+impl ParquetLines {
+    pub(super) fn open(path: &Path, read: Arc<AtomicU64>) -> std::io::Result<ParquetLines> {
+        let file = File::open(path)?;
+        let file_len = file.metadata()?.len();
+        let reader = SerializedFileReader::new(file).map_err(invalid)?;
+        let rows_total = u64::try_from(reader.metadata().file_metadata().num_rows()).unwrap_or(0);
+        Ok(ParquetLines {
+            rows: RowIter::from_file_into(Box::new(reader)),
+            line: Vec::new(),
+            at: 0,
+            read,
+            file_len,
+            rows_total,
+            rows_done: 0,
+        })
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("not a readable Parquet file: {e}"),
+    )
+}
+
+impl Read for ParquetLines {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.line.len() {
+            let Some(row) = self.rows.next() else {
+                return Ok(0);
+            };
+            let row = row.map_err(invalid)?;
+            self.line.clear();
+            self.at = 0;
+            serde_json::to_writer(&mut self.line, &row.to_json_value())
+                .map_err(std::io::Error::other)?;
+            self.line.push(b'\n');
+            // The share of the file read so far, as the share of its rows.
+            let before = self.share();
+            self.rows_done += 1;
+            self.read
+                .fetch_add(self.share().saturating_sub(before), Ordering::Relaxed);
+        }
+        let n = out.len().min(self.line.len() - self.at);
+        out[..n].copy_from_slice(&self.line[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl ParquetLines {
+    fn share(&self) -> u64 {
+        if self.rows_total == 0 {
+            return 0;
+        }
+        (u128::from(self.file_len) * u128::from(self.rows_done) / u128::from(self.rows_total))
+            as u64
+    }
+}
