@@ -444,7 +444,11 @@ mod tests {
         let taken = ["alpaca".to_string()];
         let cases = [
             ("data/alpaca.jsonl.zst", &[][..], "alpaca"),
-            ("train-00000-of-00001.parquet", &[][..], "train-00000-of-00001"),
+            (
+                "train-00000-of-00001.parquet",
+                &[][..],
+                "train-00000-of-00001",
+            ),
             ("data/alpaca.jsonl.gz", &taken[..], "alpaca-2"),
             ("b3 math (v2).jsonl", &[][..], "b3_math__v2_"),
             (".jsonl", &[][..], "prompts"),
