@@ -200,6 +200,7 @@ fn check_records(out: &Path, n: usize, provider: Option<&str>) -> Vec<OutputReco
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_alone_serves_a_dataset() {
+    let _alone = crate::common::one_load_test_at_a_time().await;
     let Some(p) = peers("llama_server_alone_serves_a_dataset") else {
         return;
     };
@@ -264,6 +265,7 @@ fn watch_llama_load(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
+    let _alone = crate::common::one_load_test_at_a_time().await;
     let Some(p) = peers("llama_server_and_simulator_share_a_pinned_run_within_caps") else {
         return;
     };
@@ -316,6 +318,7 @@ async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_behind_fault_proxy_loses_and_doubles_nothing() {
+    let _alone = crate::common::one_load_test_at_a_time().await;
     let Some(p) = peers("llama_server_behind_fault_proxy_loses_and_doubles_nothing") else {
         return;
     };

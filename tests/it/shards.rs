@@ -16,16 +16,13 @@ async fn three_shards_at_once_make_one_job_each_id_once_and_the_bill_summed() {
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path().to_path_buf();
     let n = 240;
-    let prompts: String = (0..n)
-        .map(|i| format!("{{\"id\": \"q{i}\", \"prompt\": \"question {i}\"}}\n"))
-        .collect();
-    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    crate::common::write_prompts(&d, "p", n as usize);
     std::fs::write(
         d.join("harvest.toml"),
         format!(
             "base_url = \"{}\"\napi_key_env = \"SHARD_KEY_{{shard}}\"\nbudget_usd = 30.0\n\
              concurrency = 16\noutput_dir = \"out\"\n[request]\nmax_tokens = 200\n\
-             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+             [[dataset]]\nname = \"A\"\nprompts = \"p.prompts.jsonl\"\n",
             sim.base_url()
         ),
     )
@@ -176,15 +173,12 @@ async fn the_deploy_files_run_the_documented_shard_command() {
     let sim = crate::common::fast_sim(20.0).await;
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path().to_path_buf();
-    let prompts: String = (0..40)
-        .map(|i| format!("{{\"id\": \"q{i}\", \"prompt\": \"question {i}\"}}\n"))
-        .collect();
-    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    crate::common::write_prompts(&d, "p", 40);
     std::fs::write(
         d.join("harvest.toml"),
         format!(
             "base_url = \"{}\"\napi_key_env = \"DEPLOY_KEY\"\nbudget_usd = 4.0\n\
-             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+             [[dataset]]\nname = \"A\"\nprompts = \"p.prompts.jsonl\"\n",
             sim.base_url()
         ),
     )
