@@ -125,7 +125,6 @@ async fn seed_like_run(learn: bool) -> Figures {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learned_ceiling_settles_under_the_inflight_budget_instead_of_a_storm() {
-    let _alone = crate::common::one_load_test_at_a_time().await;
     let learned = seed_like_run(true).await;
     let storm = seed_like_run(false).await;
     eprintln!(

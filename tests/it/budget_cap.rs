@@ -8,7 +8,6 @@ use harvest::store::output::{SpendEntry, SpendKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
-    let _alone = crate::common::one_load_test_at_a_time().await;
     assert!(harvest::raise_open_files_limit() >= 4500);
     let s = setup();
     // Half of real pace (TTFT ~2 s, ~24 tok/s a stream): the client keeps up with 2,000

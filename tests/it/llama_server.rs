@@ -200,7 +200,6 @@ fn check_records(out: &Path, n: usize, provider: Option<&str>) -> Vec<OutputReco
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_alone_serves_a_dataset() {
-    let _alone = crate::common::one_load_test_at_a_time().await;
     let Some(p) = peers("llama_server_alone_serves_a_dataset") else {
         return;
     };
@@ -265,7 +264,6 @@ fn watch_llama_load(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
-    let _alone = crate::common::one_load_test_at_a_time().await;
     let Some(p) = peers("llama_server_and_simulator_share_a_pinned_run_within_caps") else {
         return;
     };
@@ -318,7 +316,6 @@ async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_server_behind_fault_proxy_loses_and_doubles_nothing() {
-    let _alone = crate::common::one_load_test_at_a_time().await;
     let Some(p) = peers("llama_server_behind_fault_proxy_loses_and_doubles_nothing") else {
         return;
     };

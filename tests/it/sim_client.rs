@@ -473,7 +473,6 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_concurrent_streams() {
-    let _alone = crate::common::one_load_test_at_a_time().await;
     // Bounded: 2,000 short streams at once against one simulator, all complete.
     assert!(
         harvest::raise_open_files_limit() >= 4100,

@@ -284,14 +284,3 @@ pub fn specforge_validates(file: &Path) -> String {
     );
     said
 }
-
-/// Held by each test that loads the machine: those that drive thousands of streams at once (the
-/// dollar cap at 2,000, the in-flight budget's storm, the client's 2,000 streams) and those
-/// that run a real llama-server's inference. Two of them side by side on a 2-core machine
-/// starve each other and measure the contention, not the behaviour (seen in CI: 1,035 and
-/// 1,383 of 2,000 streams open beside a build and beside llama-server, a storm that stopped
-/// because nothing could be sent).
-pub async fn one_load_test_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
-    static LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    LOAD.lock().await
-}
