@@ -195,7 +195,10 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run() {
     let limit = 100;
-    let sim = tls_sim(0.2, 300.0, limit).await;
+    // Streams of a few seconds (0.5 of real pace): long enough that all 300 are open at once
+    // even while other tests load the 2-core CI machine (at 0.2 CI saw 234 and 243 at once; a
+    // stream ended before the last ones were sent).
+    let sim = tls_sim(0.5, 300.0, limit).await;
     let dir = tempfile::tempdir().expect("tmp");
     let ca = ca_file(&sim, dir.path());
     let job = dir.path().join("spread");
