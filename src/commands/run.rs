@@ -32,8 +32,7 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
         .map_err(BadInput)?;
     match shard {
         Some(s) => {
-            let notes =
-                super::shard::apply(&mut cfg, s, args.shard_dir.as_deref()).map_err(BadInput)?;
+            let notes = super::shard::apply(&mut cfg, s, args.shard_dir.as_deref());
             if !args.detached_child {
                 for n in notes {
                     eprintln!("harvest: {n}");

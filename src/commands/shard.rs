@@ -79,11 +79,7 @@ pub(crate) fn shard_dir(output_dir: &Path, (k, n): (u32, u32)) -> PathBuf {
 /// Makes `cfg` the config of shard `(k, n)`: its own output directory (`dir`, or
 /// `output_dir/shard-K-of-N`), its budget (`shard_budget_usd`, or its share of `budget_usd`),
 /// its key (`{shard}` in `api_key_env` becomes K). Returns what it did, to say at the start.
-pub(crate) fn apply(
-    cfg: &mut Config,
-    (k, n): (u32, u32),
-    dir: Option<&Path>,
-) -> Result<Vec<String>, String> {
+pub(crate) fn apply(cfg: &mut Config, (k, n): (u32, u32), dir: Option<&Path>) -> Vec<String> {
     let mut notes = Vec::new();
     cfg.output_dir = match dir {
         Some(d) => d.to_path_buf(),
@@ -110,7 +106,7 @@ pub(crate) fn apply(
             cfg.api_key_env
         ));
     }
-    Ok(notes)
+    notes
 }
 
 /// A config whose key variable names `{shard}` needs a shard to fill it.
@@ -178,7 +174,7 @@ mod tests {
             .expect("config")
         };
         let mut c = cfg("");
-        let notes = apply(&mut c, (1, 3), None).expect("apply");
+        let notes = apply(&mut c, (1, 3), None);
         assert_eq!(c.output_dir, Path::new("/job/out/shard-1-of-3"));
         assert_eq!(c.budget_usd, 30.0);
         assert_eq!(
@@ -189,7 +185,7 @@ mod tests {
         );
         let mut c = cfg("shard_budget_usd = 40.0\napi_key_env = \"KEY_{shard}\"");
         assert!(needs_shard(&c).is_err());
-        let notes = apply(&mut c, (2, 3), Some(Path::new("/scratch/s2"))).expect("apply");
+        let notes = apply(&mut c, (2, 3), Some(Path::new("/scratch/s2")));
         assert_eq!(c.output_dir, Path::new("/scratch/s2"));
         assert_eq!((c.budget_usd, c.api_key_env.as_str()), (40.0, "KEY_2"));
         assert!(
