@@ -21,9 +21,51 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     }
 }
 
+/// Breaks a line: a control character (newline, carriage return and tab among them) or a
+/// Unicode line or paragraph separator.
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+}
+
+/// `s` as one line: every control character (newlines, carriage returns and tabs too) and
+/// line separator becomes a space. For text a server sent that lands inside a line of ours: an
+/// error message in a progress line, a listing field in a config comment. A newline kept there
+/// forges a line of headless output, or ends a TOML comment and writes a table
+/// (reliability-probe-4 N2: an injected `[[endpoint]]` received the key).
+pub fn one_line(s: &str) -> Cow<'_, str> {
+    if s.chars().any(breaks_a_line) {
+        Cow::Owned(
+            s.chars()
+                .map(|c| if breaks_a_line(c) { ' ' } else { c })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_keeps_no_line_break_of_any_kind() {
+        let cases = [
+            ("plain", "plain"),
+            (
+                "fp8\n[[endpoint]]\nname = \"evil\"",
+                "fp8 [[endpoint]] name = \"evil\"",
+            ),
+            ("a\r\nb\tc", "a  b c"),
+            ("esc \u{1b}[2J", "esc  [2J"),
+            ("ls \u{2028} ps \u{2029} nel \u{85}", "ls   ps   nel  "),
+            ("é 中文", "é 中文"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(one_line(raw), shown, "{raw:?}");
+        }
+        assert!(matches!(one_line("clean"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn escape_sequences_lose_their_teeth_and_layout_stays() {

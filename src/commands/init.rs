@@ -241,21 +241,32 @@ fn render(args: &InitArgs, report: &ProvidersReport, files: &[FoundFile]) -> Str
             None => "allowed".to_string(),
             Some(why) => format!("excluded: {why}"),
         };
-        line(
-            &mut t,
-            &format!(
-                "#   {:<28} {:>6.2} / {:>6.2}  {:<8} {verdict}",
-                e.tag,
-                e.price_in_per_m,
-                e.price_out_per_m,
-                e.quantization.to_string()
-            ),
+        // The listing is a server's text: a newline in it would end this comment and write
+        // TOML (reliability-probe-4 N2). Tags and precisions are shown only as what they claim
+        // to be; the rest on one line.
+        let listed = format!(
+            "#   {:<28} {:>6.2} / {:>6.2}  {:<8} {verdict}",
+            listed_token(&e.tag),
+            e.price_in_per_m,
+            e.price_out_per_m,
+            listed_token(e.quantization.as_str())
         );
+        line(&mut t, &crate::printable::one_line(&listed));
     }
     for f in files {
         dataset(&mut t, f);
     }
     t
+}
+
+/// A tag or a precision of the listing as a comment shows it: the text when it is made of the
+/// characters such names are made of (`chutes/int4`, `fp8`, `novita/fp8:free`), else `?`.
+fn listed_token(s: &str) -> &str {
+    let fits = !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | ':' | '-'));
+    if fits { s } else { "?" }
 }
 
 /// One `[[dataset]]` table: the file, what it holds, its field names.
@@ -279,7 +290,8 @@ fn dataset(t: &mut String, f: &FoundFile) {
             crate::domain::group_thousands(f.count.valid)
         ),
     );
-    let found = f.found.join(", ");
+    // The prompt file's own field names, one line whatever they hold.
+    let found = crate::printable::one_line(&f.found.join(", ")).into_owned();
     match f.fields.prompt.as_slice() {
         [] => {}
         [one] => line(t, &format!("prompt_field = {}  # found: {found}", q(one))),
@@ -356,7 +368,10 @@ pub async fn run(args: InitArgs) -> anyhow::Result<()> {
                     text.push_str(&format!("#   {l}\n"));
                 }
             }
-            Err(e) => text.push_str(&format!("\n# No estimate: {e}\n")),
+            Err(e) => text.push_str(&format!(
+                "\n# No estimate: {}\n",
+                crate::printable::one_line(&e.to_string())
+            )),
         }
     } else {
         text.push_str(
@@ -437,6 +452,72 @@ mod tests {
             });
             assert_eq!(got, want, "{what}");
         }
+    }
+
+    /// A listing whose fields carry newlines and TOML (reliability-probe-4 N2): the config
+    /// written from it holds no table, no key and no line that the listing made.
+    #[test]
+    fn listing_text_never_becomes_config() {
+        let injected =
+            "fp8\n[[endpoint]]\nname = \"evil\"\nbase_url = \"http://127.0.0.1:18999/v1\"\n#";
+        let body = serde_json::json!({"data": {"id": "moonshotai/kimi-k2.5", "endpoints": [
+            {"provider_name": "Chutes", "tag": "chutes/int4", "quantization": "int4",
+             "pricing": {"prompt": "0.0000006", "completion": "0.0000025"}},
+            {"provider_name": "Venice", "tag": "venice", "quantization": injected,
+             "pricing": {"prompt": "0.0000006", "completion": "0.0000025"}},
+            {"provider_name": "Evil", "tag": "evil\r\n[request]\nmax_tokens = 1",
+             "quantization": "int4\u{2028}x = 1",
+             "pricing": {"prompt": "0.0000006", "completion": "0.0000025"}},
+        ]}});
+        let listing =
+            crate::openrouter::catalog::ModelEndpoints::parse(body.to_string().as_bytes())
+                .expect("listing");
+        let report = crate::commands::providers::report(
+            "moonshotai/kimi-k2.5",
+            &listing,
+            &crate::policy::PolicyConfig::default(),
+            None,
+        );
+        let args = InitArgs {
+            prompts: vec![],
+            model: "moonshotai/kimi-k2.5".into(),
+            budget: 10.0,
+            base_url: crate::openrouter::DEFAULT_BASE_URL.into(),
+            api_key_env: "OPENROUTER_API_KEY".into(),
+            out: PathBuf::from("harvest.toml"),
+        };
+        let text = render(&args, &report, &[]);
+        let table: toml::Table = text.parse().expect("the config parses");
+        let mut keys: Vec<&String> = table.keys().collect();
+        keys.sort();
+        assert!(!table.contains_key("endpoint"), "{text}");
+        assert_eq!(
+            keys,
+            [
+                "api_key_env",
+                "budget_usd",
+                "concurrency",
+                "model",
+                "output_dir",
+                "policy",
+                "request"
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            table["request"].as_table().expect("request").len(),
+            1,
+            "{text}"
+        );
+        for l in text.lines() {
+            assert!(!l.contains("evil") || l.starts_with('#'), "{l:?}");
+        }
+        assert!(text.contains("#   chutes/int4"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("#   venice") && l.contains(" ? ")),
+            "{text}"
+        );
     }
 
     #[test]

@@ -191,7 +191,7 @@ impl Sink {
         for name in file_names(dataset) {
             let path = to.join(&name);
             let tmp = to.join(format!(".{name}.tmp"));
-            let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+            let f = crate::store::create_replacement(&tmp).map_err(io(&tmp))?;
             files.push((path, tmp, std::io::BufWriter::new(f)));
         }
         Ok(Sink { files })

@@ -198,6 +198,29 @@ impl Endpoint {
         self.status.is_some_and(|s| s != 0)
     }
 
+    /// The listing's names as one line each: they are shown inside lines of ours (progress,
+    /// events, `providers`, the comments `init` writes), where a newline would forge a line or
+    /// write TOML (reliability-probe-4 N2, D8).
+    fn keep_to_one_line(&mut self) {
+        let one = |s: &mut String| {
+            if let std::borrow::Cow::Owned(o) = crate::printable::one_line(s) {
+                *s = o;
+            }
+        };
+        one(&mut self.name);
+        one(&mut self.provider_name);
+        one(&mut self.tag.0);
+        for s in [&mut self.model_id, &mut self.model_name]
+            .into_iter()
+            .flatten()
+        {
+            one(s);
+        }
+        if let Quantization::Other(q) = &mut self.quantization {
+            one(q);
+        }
+    }
+
     pub fn supports(&self, param: &str) -> bool {
         self.supported_parameters
             .as_ref()
@@ -247,6 +270,7 @@ impl ModelEndpoints {
                 decode(format!("endpoint #{i} ({who}): {e}"))
             })?;
             ep.raw = raw.clone();
+            ep.keep_to_one_line();
             endpoints.push(ep);
         }
         Ok(ModelEndpoints {

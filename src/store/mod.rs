@@ -20,8 +20,19 @@ pub(crate) mod turns_file;
 static GROUP_READABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Lets the operator's group read what this process creates from now on (0640, 0750).
+///
+/// The modes harvest asks for are masked by the process's umask, and clusters often set 077,
+/// under which 0640 silently became 0600 (reliability-probe-4 N10). So the group's read and
+/// search bits are taken out of the umask here, and only those: what the umask forbids the
+/// group's write or the world's anything stays forbidden.
 pub fn share_with_group(on: bool) {
     GROUP_READABLE.store(on, std::sync::atomic::Ordering::Relaxed);
+    #[cfg(unix)]
+    if on {
+        use rustix::fs::Mode;
+        let old = rustix::process::umask(Mode::empty());
+        rustix::process::umask(old & !Mode::from_raw_mode(0o050));
+    }
 }
 
 /// The modes of a file and of a directory harvest creates.
@@ -47,6 +58,19 @@ pub fn no_follow(o: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
         o.mode(modes().0);
     }
     o
+}
+
+/// Creates the file that will replace another by a rename (a rewrite's temporary file, an
+/// export's): never an entry that is already there. A stale one (a crash's leftover) is
+/// removed first, and the new file is created exclusively (`O_CREAT | O_EXCL`, which follows no
+/// link) with harvest's mode. In a shared sticky directory another user's planted symlink or
+/// world-writable file cannot be removed by us, so the create fails naming it, instead of
+/// harvest writing through the link or renaming a file that user owns over the dataset
+/// (reliability-probe-4 N3).
+pub fn create_replacement(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    // Missing, or not ours to remove: either way the exclusive create below decides.
+    let _ = std::fs::remove_file(path);
+    no_follow(std::fs::OpenOptions::new().write(true).create_new(true)).open(path)
 }
 
 /// Creates `dir` (and its missing parents) for the operator alone (0700, or 0750 with

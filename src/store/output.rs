@@ -513,8 +513,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("state")
     ));
     {
-        let mut f = super::no_follow(OpenOptions::new().write(true).create(true).truncate(true))
-            .open(&tmp)?;
+        let mut f = super::create_replacement(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }

@@ -100,9 +100,7 @@ pub(crate) fn quarantine<T: DeserializeOwned>(path: &Path) -> Result<Quarantined
     ));
     let src = File::open(path).map_err(io(path))?;
     let mut input = BufReader::with_capacity(1 << 20, src);
-    let tmp_file = super::no_follow(OpenOptions::new().write(true).create(true).truncate(true))
-        .open(&tmp)
-        .map_err(io(&tmp))?;
+    let tmp_file = super::create_replacement(&tmp).map_err(io(&tmp))?;
     let mut kept = BufWriter::with_capacity(1 << 20, tmp_file);
     let qpath = damaged_path(path);
     let mut quarantine: Option<File> = None;

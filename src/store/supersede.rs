@@ -53,7 +53,8 @@ pub(crate) fn supersede<T: DeserializeOwned>(
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
     ));
     let mut input = BufReader::with_capacity(1 << 20, src);
-    let mut kept = BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(io(&tmp))?);
+    let mut kept =
+        BufWriter::with_capacity(1 << 20, super::create_replacement(&tmp).map_err(io(&tmp))?);
     let spath = superseded_path(path);
     let mut moved_to: Option<BufWriter<File>> = None;
     let mut moved = 0u64;

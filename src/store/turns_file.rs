@@ -98,13 +98,7 @@ pub(crate) fn load(
 fn rewrite_kept(path: &Path, loaded: &Loaded) -> std::io::Result<()> {
     let tmp = path.with_file_name(format!(".{TURNS_FILE}.tmp"));
     {
-        let f = super::no_follow(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true),
-        )
-        .open(&tmp)?;
+        let f = super::create_replacement(&tmp)?;
         let mut w = BufWriter::new(f);
         for t in loaded.rows.values().flat_map(|m| m.values()).flatten() {
             serde_json::to_writer(&mut w, t).map_err(std::io::Error::other)?;

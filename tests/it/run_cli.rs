@@ -438,3 +438,76 @@ async fn group_readable_lets_the_group_read_the_run_files_and_no_one_else() {
     }
     s.stop().await;
 }
+
+/// `group_readable = true` holds under the umask clusters set (077), and through a
+/// `--retry-truncated` rewrite, whose temporary file a planted symlink cannot redirect
+/// (reliability-probe-4 N3, N10): every file 0640, the directory 0750, the link's target
+/// untouched, the dataset's file a regular file of this run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_readable_holds_under_umask_077_and_through_a_rewrite_past_a_planted_link() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    let prompts: String = (0..20)
+        .map(|i| format!("{{\"id\": \"p{i}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    write(&d, "p.jsonl", &prompts);
+    let cfg_text = |max_tokens: u32| {
+        config(
+            &s.base_url(),
+            &format!(
+                "group_readable = true\noutput_dir = \"out\"\n[request]\nmax_tokens = {max_tokens}\n\
+                 [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n"
+            ),
+        )
+    };
+    let cfg = write(&d, "h.toml", &cfg_text(8));
+    let under_umask_077 = |extra: &'static [&'static str]| {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = harvest();
+            c.args(["run", "--headless", "-c"]).arg(&cfg).args(extra);
+            // SAFETY: umask is async-signal-safe, and nothing else runs in the child yet.
+            unsafe {
+                c.pre_exec(|| {
+                    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+                    Ok(())
+                });
+            }
+            run(&mut c)
+        })
+    };
+    let (code, _, err) = under_umask_077(&[]).await.expect("join");
+    assert_eq!(code, 0, "{err}");
+    let out = d.join("out");
+    let victim = write(&d, "victim.txt", "the operator's own file\n");
+    std::os::unix::fs::symlink(&victim, out.join(".A.jsonl.supersede.tmp")).expect("plant");
+    write(&d, "h.toml", &cfg_text(4096));
+    let (code, text, err) = under_umask_077(&["--retry-truncated"]).await.expect("join");
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(
+        out.join("A.superseded.jsonl").exists(),
+        "a rewrite happened: {text}{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "the operator's own file\n",
+        "nothing written through the planted link"
+    );
+    let a = std::fs::symlink_metadata(out.join("A.jsonl")).expect("A");
+    assert!(a.file_type().is_file(), "A.jsonl is a regular file");
+    let mode = |m: std::fs::Metadata| m.permissions().mode() & 0o777;
+    assert_eq!(mode(std::fs::metadata(&out).expect("out")), 0o750);
+    for e in std::fs::read_dir(&out).expect("out") {
+        let p = e.expect("entry").path();
+        let m = std::fs::symlink_metadata(&p).expect("meta");
+        if m.file_type().is_file() {
+            assert_eq!(mode(m), 0o640, "{}", p.display());
+        }
+    }
+    s.stop().await;
+}

@@ -413,7 +413,7 @@ impl ApiError {
                 }
                 ApiError::Http {
                     status,
-                    message,
+                    message: crate::printable::one_line(&message).into_owned(),
                     retry_after,
                     detail: Box::new(e),
                 }
@@ -494,7 +494,8 @@ impl ErrorBody {
             message.push_str(&format!(" ({cause})"));
         }
         ApiError::MidStream {
-            message,
+            // A server's text inside a line of ours: a newline would forge the next line.
+            message: crate::printable::one_line(&message).into_owned(),
             partial_events,
             detail: Box::new(self),
         }
@@ -504,7 +505,7 @@ impl ErrorBody {
     pub fn code_text(&self) -> String {
         match &self.code {
             None | Some(Value::Null) => "none".to_string(),
-            Some(Value::String(s)) => s.clone(),
+            Some(Value::String(s)) => crate::printable::one_line(s).into_owned(),
             Some(v) => v.to_string(),
         }
     }
@@ -545,7 +546,10 @@ fn describe_non_json_body(body: &[u8]) -> String {
     if let (Some(a), Some(b)) = (lower.find("<title>"), lower.find("</title>"))
         && b > a + 7
     {
-        return format!("non-JSON body (HTML page: {})", trimmed[a + 7..b].trim());
+        return format!(
+            "non-JSON body (HTML page: {})",
+            crate::printable::one_line(trimmed[a + 7..b].trim())
+        );
     }
     let one_line: String = trimmed.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut snippet: String = one_line.chars().take(200).collect();

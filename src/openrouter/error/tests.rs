@@ -165,3 +165,27 @@ fn retry_after_forms() {
     );
     assert_eq!(parse_retry_after("soon"), None);
 }
+
+/// A server's error text is shown inside lines of ours (progress, events, the summary): its
+/// newlines must not forge the next line (reliability-probe-4, D8's rest).
+#[test]
+fn a_servers_error_text_stays_on_one_line() {
+    let bodies: [(&[u8], u16); 3] = [
+        (
+            br#"{"error":{"code":"x\nFAKE","message":"bad \u001b[2J end\r\nFAKE LINE done","metadata":{"raw":"up\nstream"}}}"#,
+            500,
+        ),
+        (b"<html><title>502\nFAKE LINE</title></html>", 502),
+        (b"plain\n\nFAKE LINE", 503),
+    ];
+    for (body, status) in bodies {
+        let e = ApiError::from_response_body(status, None, body);
+        let shown = e.to_string();
+        assert!(!shown.contains(['\n', '\r']), "{shown:?}");
+        assert!(shown.contains("FAKE"), "the text is kept: {shown:?}");
+    }
+    let mid: ErrorBody =
+        serde_json::from_str(r#"{"code":"boom\nFAKE","message":"cut\nFAKE LINE"}"#).expect("body");
+    let shown = mid.into_mid_stream(3).to_string();
+    assert!(!shown.contains('\n'), "{shown:?}");
+}
