@@ -46,7 +46,11 @@ pub(crate) fn progress_line(s: &Snapshot) -> String {
         line.push_str(&format!("  ETA {}", duration(eta)));
     }
     if let Some(last) = s.last_stretch_s {
-        line.push_str(&format!("  budget last stretch {}", duration(last)));
+        line.push_str(&format!(
+            "  budget last stretch {} ({})",
+            duration(last),
+            stretch_shares(s)
+        ));
     }
     if let Some(share) = s.cut_thinking_share {
         line.push_str(&format!(
@@ -118,8 +122,9 @@ pub(crate) fn summary(s: &Snapshot) -> String {
     out.push('\n');
     if let Some(last) = s.last_stretch_s {
         out.push_str(&format!(
-            "budget: the last stretch (worst-case reservations) took the final {} of the run\n",
-            duration(last)
+            "budget: the last stretch took the final {} of the run: {}\n",
+            duration(last),
+            stretch_shares(s)
         ));
     }
     if let (Some(a), Some(b)) = (s.key_usage_start, s.key_usage_now) {
@@ -178,6 +183,15 @@ pub(crate) fn summary(s: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// Where the last stretch's requests went: where a close stops the bill (their expectation
+/// reserved), or with their worst case reserved.
+fn stretch_shares(s: &Snapshot) -> String {
+    format!(
+        "{} sent where a close stops the bill, {} at worst case",
+        s.stretch_stoppable, s.stretch_worst
+    )
 }
 
 #[cfg(test)]

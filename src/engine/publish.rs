@@ -138,6 +138,8 @@ impl Publisher {
             },
             cut_thinking_share: core.cut_thinking_alarm(),
             last_stretch_s: core.last_stretch(now).map(|d| d.as_secs_f64()),
+            stretch_stoppable: core.stretch_shares().0,
+            stretch_worst: core.stretch_shares().1,
             datasets,
             endpoints,
             events: events

@@ -37,7 +37,11 @@ pub(crate) struct Shared {
     /// estimate, plus what earlier runs spent.
     pub spent_pico: AtomicI64,
     pub budget_pico: i64,
-    /// Cancelled when spent + accrued reaches the budget.
+    /// The rest of the worst cases of the streams in flight that run to their end at the cap
+    /// (billed in full when closed, under the hard budget), picodollars.
+    pub held_pico: AtomicI64,
+    /// Cancelled when spent + accrued + held reaches the budget
+    /// ([`crate::engine::core::attempt_money::cap_reached`]).
     pub budget_hit: CancellationToken,
     pub timeouts: StreamTimeouts,
     pub total_timeout: Duration,
@@ -47,13 +51,25 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Adds `pico` to the running cost; trips the dollar cap when it is reached.
-    pub(super) fn accrue(&self, pico: i64) {
+    /// Adds `pico` to the running cost, `released` of it taken from the held worst cases;
+    /// trips the dollar cap when it is reached.
+    pub(super) fn accrue(&self, pico: i64, released: i64) {
         if pico == 0 {
             return;
         }
         let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
-        if self.spent_pico.load(Ordering::Relaxed) + accrued >= self.budget_pico {
+        let held = if released == 0 {
+            self.held_pico.load(Ordering::Relaxed)
+        } else {
+            self.held_pico.fetch_sub(released, Ordering::Relaxed) - released
+        };
+        self.check_cap(accrued, held);
+    }
+
+    /// Trips the dollar cap when spent + `accrued` + `held` reaches the budget.
+    pub(super) fn check_cap(&self, accrued: i64, held: i64) {
+        let spent = self.spent_pico.load(Ordering::Relaxed);
+        if super::core::attempt_money::cap_reached(spent, accrued, held, self.budget_pico) {
             self.budget_hit.cancel();
         }
     }

@@ -211,6 +211,12 @@ pub struct Snapshot {
     /// billed in full when closed waiting for room for their worst case), once it entered it.
     #[serde(default)]
     pub last_stretch_s: Option<f64>,
+    /// Requests of the last stretch: sent where closing the stream stops the bill (narrowed
+    /// there, reserving their expectation), and sent with their worst case reserved.
+    #[serde(default)]
+    pub stretch_stoppable: u64,
+    #[serde(default)]
+    pub stretch_worst: u64,
     pub datasets: Vec<DatasetSnap>,
     pub endpoints: Vec<EndpointSnap>,
     /// The last events (at most a screen's worth).

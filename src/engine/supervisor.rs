@@ -271,6 +271,8 @@ impl Supervisor {
                     let accrued = Arc::new(AtomicI64::new(0));
                     self.accrued.insert(d.key, accrued.clone());
                     let sh = &self.shared;
+                    let held_worst_pico = d.held_worst.pico();
+                    sh.held_pico.fetch_add(held_worst_pico, Ordering::Relaxed);
                     sh.count_dispatch(d.dataset, d.pinned);
                     let spec = AttemptSpec {
                         key: d.key,
@@ -286,6 +288,7 @@ impl Supervisor {
                         over: d.over,
                         prompt_tokens_estimate: d.prompt_tokens,
                         accrued,
+                        held_worst_pico,
                     };
                     let task = run_attempt(sh.clone(), spec, self.stop_now.child_token());
                     self.tasks.spawn(task);

@@ -37,6 +37,9 @@ pub(crate) struct AttemptSpec {
     pub prompt_tokens_estimate: u64,
     /// This attempt's running cost, also read by the supervisor for its reservations.
     pub accrued: Arc<AtomicI64>,
+    /// Its worst case, held against the dollar cap (the supervisor added it to
+    /// `Shared::held_pico` at the spawn); zero for a stream the cap closes.
+    pub held_worst_pico: i64,
 }
 
 pub(crate) async fn run_attempt(
@@ -77,8 +80,13 @@ struct Track {
 
 /// Adds `pico` to the attempt's running cost and to the run's.
 fn accrue(shared: &Shared, spec: &AttemptSpec, pico: i64) {
-    spec.accrued.fetch_add(pico, Ordering::Relaxed);
-    shared.accrue(pico);
+    let before = spec.accrued.fetch_add(pico, Ordering::Relaxed);
+    let released = if spec.held_worst_pico > 0 {
+        attempt_money::hold_released(spec.held_worst_pico, before, pico)
+    } else {
+        0
+    };
+    shared.accrue(pico, released);
 }
 
 /// Sends the request and streams the answer, accruing its cost token by token.
@@ -246,12 +254,11 @@ fn settle(
     };
     let booked = attempt_money::booked(ending, accrued);
     shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
-    shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed);
-    if shared.spent_pico.load(Ordering::Relaxed) + shared.accrued_pico.load(Ordering::Relaxed)
-        >= shared.budget_pico
-    {
-        shared.budget_hit.cancel();
-    }
+    let in_flight = shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed) - accrued;
+    // What is left of its held worst case leaves the hold last, so the cap's sum never dips.
+    let left = (spec.held_worst_pico - accrued).max(0);
+    let held = shared.held_pico.fetch_sub(left, Ordering::Relaxed) - left;
+    shared.check_cap(in_flight, held);
     AttemptResult {
         key: spec.key,
         outcome,

@@ -229,6 +229,8 @@ pub fn kimi_snapshot() -> Snapshot {
         drain_left_s: None,
         cut_thinking_share: None,
         last_stretch_s: None,
+        stretch_stoppable: 0,
+        stretch_worst: 0,
         datasets: vec![b3, b4, b5],
         endpoints: kimi_endpoints(),
         events_total: events.len() as u64,

@@ -26,6 +26,9 @@ pub(crate) struct Dispatch {
     /// The endpoints it may reach.
     pub over: Vec<usize>,
     pub prompt_tokens: u64,
+    /// Its worst case, held against the dollar cap while it streams: it runs to its end at the
+    /// cap (billed in full when closed, under the hard budget). Zero for a stream the cap closes.
+    pub held_worst: Usd,
     /// The `dispatched` line, written before the request leaves.
     pub ledger: SpendEntry,
 }

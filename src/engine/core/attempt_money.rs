@@ -42,6 +42,22 @@ pub(crate) fn close_at_cap(cancel_stops_billing: Option<bool>) -> bool {
     cancel_stops_billing != Some(false)
 }
 
+/// How much of an attempt's held worst case `pico` more streamed takes up: the hold is what is
+/// left of the worst case (`worst - accrued`), never below zero, so the money streamed moves
+/// from the hold into the running cost and their sum stays the worst case.
+pub(crate) fn hold_released(worst: i64, accrued_before: i64, pico: i64) -> i64 {
+    (worst - accrued_before).max(0).min(pico.max(0))
+}
+
+/// The dollar cap: spent, streamed, and the rest of the worst cases of the streams that run to
+/// their end whatever happens (billed in full when closed, under the hard budget) reach the
+/// budget. Then the streams that can be stopped are closed, so that those that cannot still
+/// fit (issue #34: a last stretch that sends requests where a close stops the bill, reserving
+/// only their expectation, must not let them eat the money an unstoppable stream will bill).
+pub(crate) fn cap_reached(spent: i64, accrued: i64, held: i64, budget: i64) -> bool {
+    spent + accrued + held >= budget
+}
+
 /// Failures that end a stream early without an error finish reason: once tokens were sent,
 /// OpenRouter bills them (zero completion insurance covers error finishes and empty answers).
 pub(crate) fn cut_after_tokens(kind: crate::openrouter::ErrorKind) -> bool {

@@ -31,6 +31,11 @@ pub(super) struct Budget {
     /// What the later turns of the multi-turn rows in progress are expected to cost: new work
     /// does not take it, so that a budget stop leaves rows finished rather than started.
     pub(super) owed_pico: i64,
+    /// Requests sent in the last stretch where a close stops the bill, narrowed there because
+    /// their worst case did not fit as routed.
+    pub(super) stretch_narrowed: u64,
+    /// Requests sent in the last stretch with their worst case reserved.
+    pub(super) stretch_worst: u64,
 }
 
 /// What one more request asks of the dollar budget.
@@ -95,15 +100,10 @@ impl Core {
     /// stretch (said once). `live` and `port`: the workers' counters and each attempt's
     /// running cost.
     pub(super) fn fits(&mut self, c: Claim, (live, port): (&Live, &dyn Port), now: &Clock) -> Fits {
-        let held = if c.continues_row {
-            0
-        } else {
-            self.budget.owed_pico + c.ahead.pico()
-        };
-        let committed = self.committed_pico(live) + held;
-        if committed + c.reserve.pico() <= self.budget.budget_pico {
+        if self.has_room(&c, live) {
             return Fits::Yes;
         }
+        let committed = self.committed_pico(live) + self.held_for(&c);
         let worst_held: i64 = self
             .in_flight
             .iter()
@@ -113,20 +113,8 @@ impl Core {
         let at_expectation = committed - worst_held.max(0) + c.expected.pico();
         if self.cfg.budget_mode == crate::config::BudgetMode::Hard
             && at_expectation <= self.budget.budget_pico
-            && self.budget.last_stretch.is_none()
         {
-            self.budget.last_stretch = Some(now.mono);
-            self.event(
-                now,
-                format!(
-                    "dollar budget: last stretch ({} of {} committed at worst case): requests that \
-                     may land where a cancelled stream is billed in full wait for room for their \
-                     worst case (prompt + max_tokens), so spend stays under the budget \
-                     (budget_mode = \"expected\" trades that bound for speed)",
-                    Usd::from_pico(committed),
-                    Usd::from_pico(self.budget.budget_pico)
-                ),
-            );
+            self.enter_last_stretch(live, now);
         }
         // With nothing in flight, new work still waits for a row in progress whose next turn
         // is queued: that turn goes out first, and the row's money is its own.
@@ -145,6 +133,40 @@ impl Core {
             );
         }
         Fits::Wait
+    }
+
+    /// The money held beside a claim: for new work, what rows in progress are owed and what
+    /// the row it starts will need; nothing for a row's own later turn.
+    fn held_for(&self, c: &Claim) -> i64 {
+        if c.continues_row {
+            0
+        } else {
+            self.budget.owed_pico + c.ahead.pico()
+        }
+    }
+
+    /// Whether the claim's reservation fits beside what is spent, accrued, reserved and held
+    /// (no word said, nothing changed).
+    pub(super) fn has_room(&self, c: &Claim, live: &Live) -> bool {
+        self.committed_pico(live) + self.held_for(c) + c.reserve.pico() <= self.budget.budget_pico
+    }
+
+    /// The hard budget's last stretch begins (said once): worst cases no longer all fit, so
+    /// requests go where a close stops the bill, or wait for room for their worst case.
+    pub(super) fn enter_last_stretch(&mut self, live: &Live, now: &Clock) {
+        if self.budget.last_stretch.is_some() {
+            return;
+        }
+        self.budget.last_stretch = Some(now.mono);
+        let text = format!(
+            "dollar budget: last stretch ({} of {} committed): a request whose worst case \
+             (prompt + max_tokens) no longer fits goes where closing the stream stops the bill \
+             and reserves its expected cost there; where a close is billed in full it waits for \
+             room for its worst case, so spend stays under the budget",
+            Usd::from_pico(self.committed_pico(live)),
+            Usd::from_pico(self.budget.budget_pico)
+        );
+        self.event(now, text);
     }
 
     /// The earliest time a later turn of a row in progress is queued for (its next turn, or a

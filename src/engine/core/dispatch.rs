@@ -9,7 +9,7 @@ use crate::store::output::{SpendEntry, SpendKind};
 
 use super::budget::{Claim, Fits};
 use super::journal::Once;
-use super::reserve::reserves_worst_case;
+use super::reserve::{StretchRoute, reserves_worst_case, stretch_route};
 use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 /// A request's money at dispatch: what it is expected to cost, its worst case, what it
@@ -19,6 +19,26 @@ struct Money {
     worst: Usd,
     reserve: Usd,
     billed_if_closed: bool,
+}
+
+/// A request routed and priced, not yet sent.
+struct Priced {
+    route: Route,
+    /// The request fee.
+    fee: Usd,
+    money: Money,
+}
+
+impl Priced {
+    /// What it asks of the dollar budget; `later`: the turns of a row it starts.
+    fn claim(&self, job: &Job, later: u64) -> Claim {
+        Claim {
+            reserve: self.money.reserve,
+            expected: self.money.expected,
+            ahead: Usd::from_pico(self.money.expected.pico().saturating_mul(later as i64)),
+            continues_row: job.row_owed.is_some(),
+        }
+    }
 }
 
 impl Core {
@@ -41,37 +61,34 @@ impl Core {
                 break;
             };
             // A retry goes elsewhere than where it just failed, when there is elsewhere.
-            let Some(mut route) = self.route(now, job.failed_at) else {
+            let Some(route) = self.route(now, job.failed_at) else {
                 self.requeue_front(job, now);
                 break;
             };
             let messages = self.request_messages(&job);
             let prompt_tokens = estimate_prompt_tokens(&messages);
-            // This request's prices: a long prompt or the hour may change them.
-            let rates = self.rates_for(&route, prompt_tokens, now);
-            route.price_in = rates.prompt;
-            route.price_out = rates.completion;
-            let expected_out = self.expected_output_tokens(job.dataset);
-            let expected = route.price_in.cost(prompt_tokens)
-                + route.price_out.cost(expected_out)
-                + rates.request;
-            let max_tokens = u64::from(self.admission.datasets[job.dataset].params.max_tokens);
-            let worst = route.price_in.cost(prompt_tokens)
-                + route.price_out.cost(max_tokens)
-                + rates.request;
-            let billed_if_closed = self.billed_if_closed(&route);
-            let reserve = if reserves_worst_case(self.cfg.budget_mode, billed_if_closed) {
-                worst
-            } else {
-                expected
-            };
             let later = self.later_turns(&job);
-            let claim = Claim {
-                reserve,
-                expected,
-                ahead: Usd::from_pico(expected.pico().saturating_mul(later as i64)),
-                continues_row: job.row_owed.is_some(),
-            };
+            let mut priced = self.price(&job, route, prompt_tokens, now);
+            // The last stretch: a worst case that does not fit goes where a close stops the
+            // bill, reserving its expectation there (`reserve::stretch_route`).
+            if priced.money.billed_if_closed
+                && self.cfg.budget_mode == crate::config::BudgetMode::Hard
+                && !self.has_room(&priced.claim(&job, later), &live)
+            {
+                let stoppable = self
+                    .route_stoppable(now, job.failed_at)
+                    .map(|r| self.price(&job, r, prompt_tokens, now));
+                let fits_stoppable = stoppable
+                    .as_ref()
+                    .map(|p| self.has_room(&p.claim(&job, later), &live));
+                let choice = stretch_route(self.cfg.budget_mode, true, false, fits_stoppable);
+                if let (StretchRoute::Stoppable, Some(p)) = (choice, stoppable) {
+                    self.enter_last_stretch(&live, now);
+                    self.budget.stretch_narrowed += 1;
+                    priced = p;
+                }
+            }
+            let claim = priced.claim(&job, later);
             if self.fits(claim, (&live, &*port), now) != Fits::Yes {
                 self.requeue_front(job, now);
                 // New work waits for the rows in progress: a next turn already due goes out
@@ -84,26 +101,50 @@ impl Core {
             let mut job = job;
             if self.admission.datasets[job.dataset].turns == Turns::All && job.row_owed.is_none() {
                 // The row starts: its later turns' money is held for them from now.
-                job.row_owed = Some(expected);
+                job.row_owed = Some(priced.money.expected);
                 self.budget.owed_pico += claim.ahead.pico();
             }
-            self.spawn(
-                job,
-                messages,
-                route,
-                (prompt_tokens, rates.request),
-                Money {
-                    expected,
-                    worst,
-                    reserve,
-                    billed_if_closed,
-                },
-                now,
-            );
+            if self.budget.last_stretch.is_some()
+                && reserves_worst_case(self.cfg.budget_mode, priced.money.billed_if_closed)
+            {
+                self.budget.stretch_worst += 1;
+            }
+            self.spawn(job, messages, priced, prompt_tokens, now);
         }
         if self.in_flight.is_empty() && self.admission.retry.is_empty() {
             // Nothing runs and nothing waits: no more failures can join the held ones.
             self.write_held(now);
+        }
+    }
+
+    /// `route`'s prices and money for `job`'s request of `prompt_tokens`: its expectation,
+    /// its worst case and what it would reserve.
+    fn price(&self, job: &Job, mut route: Route, prompt_tokens: u64, now: &Clock) -> Priced {
+        // This request's prices: a long prompt or the hour may change them.
+        let rates = self.rates_for(&route, prompt_tokens, now);
+        route.price_in = rates.prompt;
+        route.price_out = rates.completion;
+        let expected_out = self.expected_output_tokens(job.dataset);
+        let expected =
+            route.price_in.cost(prompt_tokens) + route.price_out.cost(expected_out) + rates.request;
+        let max_tokens = u64::from(self.admission.datasets[job.dataset].params.max_tokens);
+        let worst =
+            route.price_in.cost(prompt_tokens) + route.price_out.cost(max_tokens) + rates.request;
+        let billed_if_closed = self.billed_if_closed(&route);
+        let reserve = if reserves_worst_case(self.cfg.budget_mode, billed_if_closed) {
+            worst
+        } else {
+            expected
+        };
+        Priced {
+            route,
+            fee: rates.request,
+            money: Money {
+                expected,
+                worst,
+                reserve,
+                billed_if_closed,
+            },
         }
     }
 
@@ -144,9 +185,8 @@ impl Core {
         &mut self,
         job: Job,
         messages: Vec<Message>,
-        route: Route,
-        (prompt_tokens, fee): (u64, Usd),
-        money: Money,
+        Priced { route, fee, money }: Priced,
+        prompt_tokens: u64,
         now: &Clock,
     ) {
         let expected = money.expected;
@@ -233,6 +273,11 @@ impl Core {
             fee,
             over: route.over.clone(),
             prompt_tokens,
+            held_worst: if reserves_worst_case(self.cfg.budget_mode, money.billed_if_closed) {
+                money.worst
+            } else {
+                Usd::ZERO
+            },
             ledger,
         })));
         self.in_flight.insert(

@@ -255,6 +255,8 @@ impl Core {
                 account: account::AccountGate::new(cfg.retry.learn_inflight_budget),
                 or_in_flight: 0,
                 owed_pico: 0,
+                stretch_narrowed: 0,
+                stretch_worst: 0,
             },
             fleet: routing::Fleet {
                 health: (0..n)
@@ -458,6 +460,12 @@ impl Core {
         self.budget
             .last_stretch
             .map(|t| now.mono.saturating_duration_since(t))
+    }
+
+    /// Requests of the last stretch: how many went where a close stops the bill (narrowed
+    /// there), how many reserved their worst case.
+    pub(crate) fn stretch_shares(&self) -> (u64, u64) {
+        (self.budget.stretch_narrowed, self.budget.stretch_worst)
     }
 
     /// The recent share of answers cut while thinking, while it is high enough to warn of.

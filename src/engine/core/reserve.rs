@@ -31,7 +31,41 @@ pub(crate) fn reservation(mode: BudgetMode, billed_if_closed: bool, x: Exposure)
     match (mode, billed_if_closed) {
         (BudgetMode::Hard, true) => (x.worst - x.accrued).max(0),
         (BudgetMode::Expected, true) => (x.expected - x.accrued).max(x.tail).max(0),
-        (_, false) => (x.expected - x.accrued).max(0),
+        // Where the cap can close it, the hard budget still keeps half a mean answer for a
+        // stream running past its expectation: without it, the last stretch fills the budget
+        // with expectations and the first long answer trips the cap, closing every stream in
+        // flight half-written (paid for, kept nowhere).
+        (BudgetMode::Hard, false) => (x.expected - x.accrued)
+            .max(x.tail.min(x.worst - x.accrued))
+            .max(0),
+        (BudgetMode::Expected, false) => (x.expected - x.accrued).max(0),
+    }
+}
+
+/// Where a request goes in the hard budget's last stretch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StretchRoute {
+    /// As routed: its reservation fits (or nothing better does, and it waits as routed).
+    AsRouted,
+    /// Narrowed to the endpoints where closing the stream stops the bill: there it reserves
+    /// its expectation, since the dollar cap can close it.
+    Stoppable,
+}
+
+/// The last stretch's rule (issue #34): the worst case is reserved only for requests that go
+/// where closing does not stop the bill, and only as many as fit. A request whose worst case
+/// does not fit goes where a close stops the bill, when such an endpoint may take it and its
+/// expectation there fits; otherwise it stays as routed (and waits for room). Outside the hard
+/// mode, or with room for it as routed, nothing changes.
+pub(crate) fn stretch_route(
+    mode: BudgetMode,
+    billed_if_closed: bool,
+    fits_as_routed: bool,
+    fits_stoppable: Option<bool>,
+) -> StretchRoute {
+    match (mode, billed_if_closed, fits_as_routed, fits_stoppable) {
+        (BudgetMode::Hard, true, false, Some(true)) => StretchRoute::Stoppable,
+        _ => StretchRoute::AsRouted,
     }
 }
 

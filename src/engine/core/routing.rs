@@ -184,12 +184,28 @@ impl Core {
     }
 
     pub(super) fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
+        self.route_among(now, avoid, false)
+    }
+
+    /// [`Core::route`] among the endpoints where closing a stream stops its bill alone (the
+    /// hard budget's last stretch: there a request reserves its expectation).
+    pub(super) fn route_stoppable(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
+        self.route_among(now, avoid, true)
+    }
+
+    fn route_among(
+        &mut self,
+        now: &Clock,
+        avoid: Option<usize>,
+        stoppable_only: bool,
+    ) -> Option<Route> {
         let n = self.fleet.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {
             if self.fleet.listed[i].present
                 && self.permitted(i)
                 && self.fleet.health[i].available(now.mono)
+                && (!stoppable_only || self.fleet.endpoints[i].cancel_stops_billing)
             {
                 candidates.push(i);
             }

@@ -135,6 +135,7 @@ fn shared(
         endpoint_list: std::sync::RwLock::new(Arc::new(endpoints)),
         by_provider: std::sync::RwLock::new(by_provider),
         accrued_pico: AtomicI64::new(0),
+        held_pico: AtomicI64::new(0),
         spent_pico: AtomicI64::new(carried.pico()),
         budget_pico: budget.pico(),
         budget_hit: CancellationToken::new(),

@@ -194,6 +194,12 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         };
         spans.push(Span::styled(label, t.warn));
         spans.push(Span::raw(duration(last)));
+        let sent = s.stretch_stoppable + s.stretch_worst;
+        if o.long_fly && sent > 0 {
+            // Which share went where a close stops the bill (their expectation reserved).
+            let pct = s.stretch_stoppable * 100 / sent;
+            spans.push(Span::styled(format!(" {pct}% stoppable"), t.dim));
+        }
     }
     spans.push(sep());
     spans.extend(time_left(state));

@@ -51,3 +51,36 @@ fn only_a_cut_after_tokens_is_billed_like_a_close() {
         assert_eq!(cut_after_tokens(kind), want, "{kind:?}");
     }
 }
+
+/// A held worst case gives way to what streams, token by token, never below zero; the cap
+/// counts spent, streamed and held alike.
+#[test]
+fn the_hold_gives_way_to_what_streams_and_the_cap_counts_it() {
+    use super::super::attempt_money::{cap_reached, hold_released};
+    // (worst, accrued before, streamed now, released)
+    let cases = [
+        (1000, 0, 100, 100),
+        (1000, 950, 100, 50),
+        (1000, 1000, 100, 0),
+        (1000, 1200, 100, 0),
+        (0, 0, 100, 0),
+        (1000, 0, 0, 0),
+    ];
+    for (worst, before, pico, want) in cases {
+        assert_eq!(
+            hold_released(worst, before, pico),
+            want,
+            "{worst} {before} {pico}"
+        );
+    }
+    // (spent, accrued, held, budget, tripped)
+    let caps = [
+        (400, 100, 400, 1000, false),
+        (400, 100, 500, 1000, true),
+        (900, 100, 0, 1000, true),
+        (0, 0, 999, 1000, false),
+    ];
+    for (spent, accrued, held, budget, want) in caps {
+        assert_eq!(cap_reached(spent, accrued, held, budget), want);
+    }
+}

@@ -24,10 +24,15 @@ fn what_a_request_reserves() {
         (BudgetMode::Expected, true, 0, 100),
         (BudgetMode::Expected, true, 90, 30),
         (BudgetMode::Expected, true, 400, 30),
-        // Closing stops the bill: the expectation in either mode (the cap closes the stream).
+        // Closing stops the bill: the expectation (the cap closes the stream); the hard
+        // budget keeps half a mean answer for a stream past it, never more than its worst case
+        // leaves, so that one long answer does not trip the cap on every stream in flight.
         (BudgetMode::Hard, false, 0, 100),
-        (BudgetMode::Hard, false, 400, 0),
+        (BudgetMode::Hard, false, 400, 30),
+        (BudgetMode::Hard, false, 990, 10),
+        (BudgetMode::Hard, false, 1200, 0),
         (BudgetMode::Expected, false, 60, 40),
+        (BudgetMode::Expected, false, 400, 0),
     ];
     for (mode, billed, accrued, want) in cases {
         assert_eq!(
@@ -67,4 +72,78 @@ fn the_hard_budget_holds_requests_billed_when_closed_to_their_worst_case() {
         events.iter().any(|e| e.contains("last stretch")),
         "the last stretch is said: {events:?}"
     );
+}
+
+#[test]
+fn the_last_stretch_sends_a_worst_case_that_does_not_fit_where_a_close_stops_the_bill() {
+    use crate::engine::core::reserve::{StretchRoute, stretch_route};
+    use StretchRoute::{AsRouted, Stoppable};
+    // (mode, billed if closed, fits as routed, fits where a close stops the bill, choice)
+    let cases = [
+        // Room as routed: nothing changes, in either mode.
+        (BudgetMode::Hard, true, true, Some(true), AsRouted),
+        (BudgetMode::Expected, true, true, None, AsRouted),
+        // The worst case does not fit: a stoppable endpoint whose expectation fits takes it.
+        (BudgetMode::Hard, true, false, Some(true), Stoppable),
+        // No stoppable endpoint may take it, or its expectation does not fit there: it waits.
+        (BudgetMode::Hard, true, false, None, AsRouted),
+        (BudgetMode::Hard, true, false, Some(false), AsRouted),
+        // Already stoppable as routed (it reserves its expectation): nothing to narrow.
+        (BudgetMode::Hard, false, false, Some(true), AsRouted),
+        // The expected mode reserves expectations everywhere: nothing to narrow.
+        (BudgetMode::Expected, true, false, Some(true), AsRouted),
+    ];
+    for (mode, billed, fits, stoppable, want) in cases {
+        assert_eq!(
+            stretch_route(mode, billed, fits, stoppable),
+            want,
+            "{mode:?} billed {billed} fits {fits} stoppable {stoppable:?}"
+        );
+    }
+}
+
+/// OpenRouter routing over Chutes (a close stops the bill) and Moonshot (billed in full), a
+/// budget with room for two worst cases: the hard budget sends the rest to Chutes alone at
+/// their expectation, pinned nowhere else, and the cap holds only the worst cases it must.
+#[test]
+fn in_the_last_stretch_requests_go_where_a_close_stops_the_bill() {
+    let cfg = config(
+        "budget_usd = 0.06\nbudget_mode = \"hard\"\nconcurrency = 50\n\
+         [request]\nmax_tokens = 8192\n[policy]\nexclude = [\"together\"]",
+    );
+    let ids: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let sent = h.dispatch();
+    let only = |d: &Dispatch| {
+        d.request
+            .provider
+            .as_ref()
+            .and_then(|p| p.only.clone())
+            .unwrap_or_default()
+    };
+    let held: Vec<&Dispatch> = sent.iter().filter(|d| d.held_worst > Usd::ZERO).collect();
+    let narrowed: Vec<&Dispatch> = sent.iter().filter(|d| d.held_worst == Usd::ZERO).collect();
+    // Two worst cases (~$0.0246 each, at the set's dearest price) fit in $0.06; the $0.011
+    // left holds two expectations at Chutes (~$0.0041 each), where before nothing more went.
+    assert_eq!(held.len(), 2, "the worst cases that fit");
+    assert_eq!(narrowed.len(), 2, "the rest at their expectation");
+    for d in &narrowed {
+        assert_eq!(
+            only(d),
+            ["chutes/int4"],
+            "a close stops the bill there alone"
+        );
+    }
+    for d in &held {
+        assert!(only(d).contains(&"moonshotai".to_string()), "{:?}", only(d));
+    }
+    assert_eq!(h.core.stretch_shares(), (narrowed.len() as u64, 0));
+    assert!(
+        h.event_texts().iter().any(|e| e.contains("last stretch")),
+        "{:?}",
+        h.event_texts()
+    );
+    // The reservation: the held worst cases and the narrowed expectations fit the budget.
+    assert!(h.core.reserved_pico() <= Usd::from_f64(0.06).pico());
 }

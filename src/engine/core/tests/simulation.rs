@@ -1,0 +1,827 @@
+//! The core run in virtual time against a seeded world (issue #35, first slice): no sockets,
+//! no threads, no sleeps. A world is endpoints with prices, time to first token, decode speed,
+//! 429s and 5xx, and whether closing a stream really stops its bill; the harness plays the
+//! driver and the workers (spawn, accrue, the dollar cap, closes, look-ups) through the core's
+//! one door, and checks after every run that every id ends in one place, that the ledger equals
+//! the world's bill and that the hard budget holds. The shape follows FoundationDB's simulation
+//! testing and TigerBeetle's VOPR: a failing seed prints the line that replays it.
+//!
+//! Not turmoil or madsim: they simulate sockets and tokio tasks, and the core has neither; its
+//! door is a plain function of an event and a time, so the world is driven directly.
+//!
+//! The money the workers keep (running cost, held worst cases, the cap) follows the same pure
+//! rules the worker calls (`attempt_money::{hold_released, cap_reached, close_at_cap}`).
+//!
+//! `HARVEST_SIM_SEEDS=N` runs N worlds instead of the fixed set; `HARVEST_SIM_SEED=S` replays
+//! one (`cargo test --lib simulation -- --nocapture` prints what it did).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::super::attempt::{AttemptOutcome, AttemptResult};
+use super::super::attempt_money::{cap_reached, close_at_cap};
+use super::*;
+use crate::config::BudgetMode;
+
+/// What an endpoint of the world really does (harvest knows only its listing).
+#[derive(Clone, Debug)]
+struct Behaviour {
+    ttft_s: f64,
+    tokens_per_s: f64,
+    p429: f64,
+    p5xx: f64,
+    /// Closing a stream stops the bill here (the truth, which may differ from the docs).
+    stops_billing: bool,
+}
+
+/// One seeded world and the job run in it.
+#[derive(Clone, Debug)]
+pub(super) struct World {
+    pub seed: u64,
+    pub mode: BudgetMode,
+    pub concurrency: u32,
+    pub prompts: usize,
+    pub max_tokens: u32,
+    /// Mean answer length, tokens (lengths are exponential, capped at `max_tokens`).
+    pub mean_len: f64,
+    pub budget_usd: f64,
+    pub routing: &'static str,
+    endpoints: Vec<RunEndpoint>,
+    truth: Vec<Behaviour>,
+}
+
+impl World {
+    /// The world of `seed`: Kimi K2.5's faithful endpoints at prices, paces and fault rates
+    /// drawn from the seed, a job of 10 to 2,000 streams, a budget the job reaches.
+    pub(super) fn from_seed(seed: u64, mode: BudgetMode) -> World {
+        let mut r = SmallRng::seed_from_u64(seed);
+        let names = [
+            ("chutes/int4", "Chutes"),
+            ("siliconflow/int4", "SiliconFlow"),
+            ("atlas-cloud/int4", "AtlasCloud"),
+            ("parasail/int4", "Parasail"),
+            ("moonshotai/int4", "Moonshot AI"),
+        ];
+        let mut endpoints = Vec::new();
+        let mut truth = Vec::new();
+        for (tag, provider) in names {
+            let price_in = r.random_range(0.3..0.7);
+            let price_out = r.random_range(1.8..3.2);
+            let e = ep(tag, provider, "int4", price_in, price_out);
+            truth.push(Behaviour {
+                ttft_s: r.random_range(0.2..2.0),
+                tokens_per_s: r.random_range(30.0..120.0),
+                p429: if r.random_bool(0.3) { 0.05 } else { 0.0 },
+                p5xx: if r.random_bool(0.3) { 0.03 } else { 0.0 },
+                stops_billing: e.cancel_stops_billing,
+            });
+            endpoints.push(e);
+        }
+        // 2,000 streams take seconds each in a debug build (the core's per-event walks of
+        // what is in flight): the fixed set stops at 500, `HARVEST_SIM_LARGE=1` adds them.
+        let sizes: &[u32] = if std::env::var("HARVEST_SIM_LARGE").is_ok() {
+            &[10, 50, 200, 500, 2000]
+        } else {
+            &[10, 50, 200, 500]
+        };
+        let concurrency = sizes[r.random_range(0..sizes.len())];
+        let prompts = (concurrency as usize * r.random_range(2..5)).max(40);
+        let max_tokens = *[1024u32, 4096, 16384]
+            .get(r.random_range(0..3))
+            .unwrap_or(&4096);
+        let mean_len = r.random_range(0.1..0.5) * f64::from(max_tokens.min(4096));
+        // A budget the job reaches: a share of what all its prompts would cost.
+        let whole = prompts as f64 * mean_len * 3e-6;
+        let budget_usd = whole * r.random_range(0.3..0.8);
+        let routing = if r.random_bool(0.7) {
+            "openrouter"
+        } else {
+            "pinned"
+        };
+        World {
+            seed,
+            mode,
+            concurrency,
+            prompts,
+            max_tokens,
+            mean_len,
+            budget_usd,
+            routing,
+            endpoints,
+            truth,
+        }
+    }
+
+    fn config(&self) -> Config {
+        let mode = match self.mode {
+            BudgetMode::Hard => "hard",
+            BudgetMode::Expected => "expected",
+        };
+        config(&format!(
+            "budget_usd = {}\nbudget_mode = \"{mode}\"\nconcurrency = {}\nrouting = \"{}\"\n\
+             [request]\nmax_tokens = {}\n[retry]\nbase_delay_ms = 200\nmax_delay_s = 2.0\n\
+             [policy]\nnative_quantization = \"int4\"",
+            self.budget_usd, self.concurrency, self.routing, self.max_tokens
+        ))
+    }
+}
+
+/// How an attempt of the world ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fate {
+    Answer,
+    RateLimited,
+    ServerError,
+}
+
+/// An attempt in flight in the world.
+#[derive(Debug)]
+struct Flight {
+    serving: usize,
+    /// Pinned, or OpenRouter's choice (known to harvest from its first token).
+    pinned: bool,
+    t0: f64,
+    ttft: f64,
+    tokens_per_s: f64,
+    len: u64,
+    fate: Fate,
+    end: f64,
+    prompt_pico: i64,
+    out_pico: i64,
+    held_worst: i64,
+    /// Its first token has come: it accrues at its rate.
+    streaming: bool,
+}
+
+impl Flight {
+    /// Tokens streamed by `t`, continuous (the worker's per-token accrual, smoothed).
+    fn streamed(&self, t: f64) -> f64 {
+        if self.fate != Fate::Answer {
+            return 0.0;
+        }
+        ((t - self.first_token()) * self.tokens_per_s).clamp(0.0, self.len as f64)
+    }
+
+    fn tokens(&self, t: f64) -> u64 {
+        self.streamed(t) as u64
+    }
+
+    fn first_token(&self) -> f64 {
+        self.t0 + self.ttft
+    }
+
+    /// Its running cost at `t`, as the worker accrues it: the prompt once the stream opens,
+    /// then each token.
+    fn accrued(&self, t: f64) -> i64 {
+        if self.fate != Fate::Answer {
+            return 0;
+        }
+        self.prompt_pico + (self.out_pico as f64 * self.streamed(t)) as i64
+    }
+
+    /// Picodollars a second while it streams.
+    fn rate(&self) -> f64 {
+        self.out_pico as f64 * self.tokens_per_s
+    }
+
+    /// What the provider bills for the whole answer.
+    fn whole(&self) -> i64 {
+        self.prompt_pico + self.out_pico * self.len as i64
+    }
+}
+
+/// What one run did, for the invariants and the figures.
+#[derive(Debug, Default)]
+pub(super) struct Outcome {
+    pub answered: u64,
+    pub rejected: u64,
+    pub requests: u64,
+    /// What the world billed, and what harvest's ledger says.
+    pub bill_pico: i64,
+    pub ledger_pico: i64,
+    /// Virtual seconds until spend came within 0.5% of the budget (or the run ended).
+    pub to_budget_s: f64,
+    pub end_s: f64,
+    pub peak_in_flight: usize,
+    /// The events and effects in order, hashed: the same seed gives the same run.
+    pub trace: u64,
+    /// Invariants broken, as text.
+    pub broken: Vec<String>,
+}
+
+/// The driver's port in the world: the prompts, the counters, each attempt's running cost.
+struct WorldPort<'a> {
+    prompts: &'a mut VecDeque<Prompt>,
+    flights: &'a HashMap<u64, Flight>,
+    live: Live,
+    t: f64,
+}
+
+impl Port for WorldPort<'_> {
+    fn next_prompt(&mut self, dataset: usize) -> Option<Result<Prompt, PromptError>> {
+        (dataset == 0).then(|| self.prompts.pop_front().map(Ok))?
+    }
+    fn live(&self) -> Live {
+        self.live.clone()
+    }
+    fn accrued_pico(&self, key: u64) -> i64 {
+        self.flights.get(&key).map_or(0, |f| f.accrued(self.t))
+    }
+}
+
+/// The world run: the core, the clock, the flights and the books.
+struct Run {
+    world: World,
+    core: Core,
+    t0: Clock,
+    t: f64,
+    rng: SmallRng,
+    prompts: VecDeque<Prompt>,
+    flights: HashMap<u64, Flight>,
+    /// When each flight's first token and end fall due: (time, key), earliest first.
+    due: std::collections::BinaryHeap<std::cmp::Reverse<(Time, u64)>>,
+    /// The running costs summed, as of `acc_t`: of every flight, and of those the cap would
+    /// close (not held); with the rates they grow at now.
+    acc: Sums,
+    /// Flights in flight per endpoint.
+    per_endpoint: Vec<u64>,
+    /// The held worst cases of the flights in flight.
+    held: i64,
+    /// What the workers booked (the live spend).
+    spent: i64,
+    tripped: bool,
+    /// What the world billed each closed generation, for the look-ups.
+    billed: HashMap<String, i64>,
+    lookups: Vec<(String, crate::store::output::SpendEntry)>,
+    ends: HashMap<String, u32>,
+    out: Outcome,
+    hasher: std::collections::hash_map::DefaultHasher,
+}
+
+/// A time that orders (virtual seconds; never NaN).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Time(f64);
+impl Eq for Time {}
+impl PartialOrd for Time {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Time {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// Running costs summed over flights, kept as of a time with the rate they grow at.
+#[derive(Debug, Default)]
+struct Sums {
+    at: f64,
+    all: f64,
+    all_rate: f64,
+    open: f64,
+    open_rate: f64,
+}
+
+impl Sums {
+    fn advance(&mut self, t: f64) {
+        let dt = t - self.at;
+        self.all += self.all_rate * dt;
+        self.open += self.open_rate * dt;
+        self.at = t;
+    }
+    fn all_at(&self, t: f64) -> i64 {
+        (self.all + self.all_rate * (t - self.at)) as i64
+    }
+    fn open_at(&self, t: f64) -> f64 {
+        self.open + self.open_rate * (t - self.at)
+    }
+}
+
+/// Runs `world` to its end and checks the invariants.
+pub(super) fn run(world: &World) -> Outcome {
+    let cfg = world.config();
+    let book = DatasetBook {
+        name: "a".into(),
+        params: cfg.request.clone(),
+        total: world.prompts as u64,
+        ..DatasetBook::default()
+    };
+    let t0 = Clock {
+        mono: std::time::Instant::now(),
+        wall: chrono::DateTime::from_timestamp(1_796_000_000, 0).expect("fixed time"),
+    };
+    let core = Core::new(
+        cfg,
+        vec![book],
+        Arc::new(world.endpoints.clone()),
+        Usd::ZERO,
+        None,
+        "sim".into(),
+        &t0,
+    );
+    let prompts = (0..world.prompts)
+        .map(|i| Prompt {
+            id: format!("p{i}"),
+            messages: vec![Message::user(format!(
+                "question {i} of world {}",
+                world.seed
+            ))],
+            line: i as u64 + 1,
+        })
+        .collect();
+    let mut run = Run {
+        world: world.clone(),
+        core,
+        t0,
+        t: 0.0,
+        rng: SmallRng::seed_from_u64(world.seed ^ 0x5EED),
+        prompts,
+        flights: HashMap::new(),
+        due: Default::default(),
+        acc: Sums::default(),
+        per_endpoint: vec![0; world.endpoints.len()],
+        held: 0,
+        spent: 0,
+        tripped: false,
+        billed: HashMap::new(),
+        lookups: Vec::new(),
+        ends: HashMap::new(),
+        out: Outcome::default(),
+        hasher: Default::default(),
+    };
+    run.go();
+    run.check();
+    run.out
+}
+
+impl Run {
+    fn clock(&self) -> Clock {
+        self.t0.after(Duration::from_secs_f64(self.t))
+    }
+
+    fn step(&mut self, event: Event) {
+        format!("{:.3} {event:?}", self.t)
+            .len()
+            .hash(&mut self.hasher);
+        let now = self.clock();
+        let mut port = WorldPort {
+            prompts: &mut self.prompts,
+            flights: &self.flights,
+            live: Live {
+                spent_pico: self.spent,
+                accrued_pico: self.acc.all_at(self.t),
+                endpoint_in_flight: self.per_endpoint.clone(),
+            },
+            t: self.t,
+        };
+        let effects = self.core.handle(event, &mut port, &now);
+        for e in effects {
+            self.perform(e);
+        }
+        self.out.peak_in_flight = self.out.peak_in_flight.max(self.flights.len());
+    }
+
+    fn perform(&mut self, e: Effect) {
+        match e {
+            Effect::Spawn(d) => self.spawn(*d),
+            Effect::Ledger(l) => {
+                (l.kind as u8, l.usd.pico(), &l.id).hash(&mut self.hasher);
+                self.out.ledger_pico += l.usd.pico();
+            }
+            Effect::Output { record, .. } => {
+                record.id.hash(&mut self.hasher);
+                self.out.answered += 1;
+                *self.ends.entry(record.id.clone()).or_default() += 1;
+            }
+            Effect::Reject { record, .. } => {
+                record.id.hash(&mut self.hasher);
+                self.out.rejected += 1;
+                *self.ends.entry(record.id.clone()).or_default() += 1;
+            }
+            Effect::CancelInFlight => {
+                for k in self.keys_in_order() {
+                    self.close(k);
+                }
+            }
+            Effect::Reconcile {
+                generation_id,
+                entry,
+            } => self.lookups.push((generation_id, entry)),
+            Effect::Turn(_) | Effect::Repriced { .. } | Effect::Join(_) => {}
+        }
+    }
+
+    /// The worker starts: the world picks where it is served and how it ends.
+    fn spawn(&mut self, d: Dispatch) {
+        self.out.requests += 1;
+        let serving = match d.pinned {
+            Some(e) => e,
+            // OpenRouter's default: lower prices more often (inverse square of the price).
+            None => {
+                let w: Vec<f64> = d
+                    .over
+                    .iter()
+                    .map(|&i| {
+                        let p = self.world.endpoints[i].price_out.pico_per_token() as f64;
+                        1.0 / (p * p).max(1.0)
+                    })
+                    .collect();
+                let mut pick = self.rng.random_range(0.0..w.iter().sum::<f64>());
+                let mut at = d.over[0];
+                for (&i, wi) in d.over.iter().zip(&w) {
+                    at = i;
+                    if pick < *wi {
+                        break;
+                    }
+                    pick -= wi;
+                }
+                at
+            }
+        };
+        let b = self.world.truth[serving].clone();
+        let roll: f64 = self.rng.random();
+        let fate = if roll < b.p429 {
+            Fate::RateLimited
+        } else if roll < b.p429 + b.p5xx {
+            Fate::ServerError
+        } else {
+            Fate::Answer
+        };
+        let u: f64 = self.rng.random_range(1e-9..1.0);
+        let len =
+            ((-u.ln() * self.world.mean_len) as u64).clamp(1, u64::from(self.world.max_tokens));
+        let ep = &self.world.endpoints[serving];
+        let ttft = b.ttft_s * self.rng.random_range(0.5..1.5);
+        let end = match fate {
+            Fate::Answer => self.t + ttft + len as f64 / b.tokens_per_s,
+            _ => self.t + 0.1,
+        };
+        let f = Flight {
+            serving,
+            pinned: d.pinned.is_some(),
+            t0: self.t,
+            ttft,
+            tokens_per_s: b.tokens_per_s,
+            len,
+            fate,
+            end,
+            prompt_pico: ep.price_in.cost(d.prompt_tokens).pico(),
+            out_pico: ep.price_out.pico_per_token(),
+            held_worst: d.held_worst.pico(),
+            streaming: false,
+        };
+        self.acc.advance(self.t);
+        if f.fate == Fate::Answer {
+            self.acc.all += f.prompt_pico as f64;
+            if f.held_worst == 0 {
+                self.acc.open += f.prompt_pico as f64;
+            }
+            self.due
+                .push(std::cmp::Reverse((Time(f.first_token()), d.key)));
+        }
+        self.due.push(std::cmp::Reverse((Time(f.end), d.key)));
+        self.per_endpoint[serving] += 1;
+        self.held += f.held_worst;
+        self.flights.insert(d.key, f);
+    }
+
+    /// A flight leaves: its running cost and rate leave the sums, its hold the cap.
+    fn take(&mut self, key: u64) -> Option<Flight> {
+        let f = self.flights.remove(&key)?;
+        self.acc.advance(self.t);
+        let accrued = f.accrued(self.t) as f64;
+        let streaming = f.streaming;
+        self.acc.all -= accrued;
+        if streaming {
+            self.acc.all_rate -= f.rate();
+        }
+        if f.held_worst == 0 {
+            self.acc.open -= accrued;
+            if streaming {
+                self.acc.open_rate -= f.rate();
+            }
+        }
+        self.per_endpoint[f.serving] -= 1;
+        self.held -= f.held_worst;
+        Some(f)
+    }
+
+    /// When the cap's sum (spent, streamed, and what is left of the held worst cases, which
+    /// with what their flights streamed stays their worst case) reaches `budget`, at the rates
+    /// of now: `None` when it does not grow.
+    fn trips_at(&self, budget: i64) -> Option<f64> {
+        let open = self.acc.open_at(self.t);
+        if cap_reached(self.spent, open as i64, self.held, budget) {
+            return Some(self.t);
+        }
+        let room = budget as f64 - (self.spent + self.held) as f64 - open;
+        (self.acc.open_rate > 0.0).then(|| self.t + room / self.acc.open_rate)
+    }
+
+    /// A stream closed now (the cap, stop-now): booked at its running cost; the world bills
+    /// what streamed where a close stops the bill, the whole answer elsewhere.
+    fn close(&mut self, key: u64) {
+        let Some(f) = self.take(key) else {
+            return;
+        };
+        let accrued = f.accrued(self.t);
+        let billed = match f.fate {
+            Fate::Answer if self.world.truth[f.serving].stops_billing => accrued,
+            Fate::Answer => f.whole(),
+            _ => 0,
+        };
+        self.out.bill_pico += billed;
+        self.spent += accrued;
+        let generation_id = format!("gen-{key}");
+        self.billed.insert(generation_id.clone(), billed);
+        let known = f.pinned || self.t >= f.t0 + f.ttft;
+        let r = AttemptResult {
+            key,
+            outcome: AttemptOutcome::Cancelled,
+            endpoint: known.then_some(f.serving),
+            streamed_tokens: f.tokens(self.t),
+            booked_pico: accrued,
+            generation_id: Some(generation_id),
+            elapsed: Duration::from_secs_f64(self.t - f.t0),
+        };
+        self.step(Event::Result(Box::new(r)));
+    }
+
+    /// The attempt `key` ends on its own at its time.
+    fn finish(&mut self, key: u64) {
+        let Some(f) = self.take(key) else {
+            return;
+        };
+        let (outcome, booked) = match f.fate {
+            Fate::Answer => {
+                let cost = f.whole();
+                let c = Completion {
+                    id: Some(format!("gen-{key}")),
+                    provider: Some(self.world.endpoints[f.serving].provider.clone()),
+                    model: Some("moonshotai/kimi-k2.5".into()),
+                    content: format!("answer {key}"),
+                    reasoning: Some("thinking".into()),
+                    finish_reason: if f.len >= u64::from(self.world.max_tokens) {
+                        "length".into()
+                    } else {
+                        "stop".into()
+                    },
+                    native_finish_reason: None,
+                    usage: Usage {
+                        prompt_tokens: 10,
+                        completion_tokens: f.len,
+                        total_tokens: 10 + f.len,
+                        cost: Some(Usd::from_pico(cost).as_f64()),
+                        ..Usage::default()
+                    },
+                    usage_source: UsageSource::Reported,
+                    events: f.len,
+                    ttft: Some(Duration::from_secs_f64(f.ttft)),
+                    latency: Duration::from_secs_f64(f.end - f.t0),
+                };
+                (AttemptOutcome::Done(Box::new(c)), cost)
+            }
+            Fate::RateLimited => (
+                AttemptOutcome::Failed(http(429, Some("1"), "rate limited")),
+                0,
+            ),
+            Fate::ServerError => (AttemptOutcome::Failed(http(502, None, "provider error")), 0),
+        };
+        self.out.bill_pico += booked;
+        self.spent += booked;
+        let r = AttemptResult {
+            key,
+            outcome,
+            endpoint: Some(f.serving),
+            streamed_tokens: f.len,
+            booked_pico: booked,
+            generation_id: Some(format!("gen-{key}")),
+            elapsed: Duration::from_secs_f64(f.end - f.t0),
+        };
+        self.step(Event::Result(Box::new(r)));
+    }
+
+    /// The flights' keys in the order they were sent (a run must not depend on a map's order).
+    fn keys_in_order(&self) -> Vec<u64> {
+        let mut keys: Vec<u64> = self.flights.keys().copied().collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// The dollar cap trips: the core hears it, and every stream the cap closes is closed.
+    fn trip(&mut self) {
+        self.tripped = true;
+        self.step(Event::BudgetHit);
+        for k in self.keys_in_order() {
+            let Some(f) = self.flights.get(&k) else {
+                continue;
+            };
+            let known = (f.pinned || self.t >= f.t0 + f.ttft)
+                .then(|| self.world.endpoints[f.serving].cancel_stops_billing);
+            if close_at_cap(known) {
+                self.close(k);
+            }
+        }
+    }
+
+    fn go(&mut self) {
+        let budget = Usd::from_f64(self.world.budget_usd).pico();
+        let near = budget - budget / 200;
+        self.step(Event::Begin);
+        let mut next_tick = 0.2;
+        let mut guard = 0u32;
+        let mut woke_at: Option<f64> = None;
+        while !self.core.is_over() {
+            guard += 1;
+            if guard > 200_000 || self.t > 7_200.0 {
+                self.out
+                    .broken
+                    .push(format!("no end after {guard} steps, {:.0} s", self.t));
+                break;
+            }
+            let now = self.clock();
+            // A wake due now is taken once at this time: the core may ask again for the same
+            // moment when nothing can take the work yet.
+            let wake = self
+                .core
+                .next_wake(&now)
+                .map(|w| self.t + w.saturating_duration_since(now.mono).as_secs_f64())
+                .filter(|w| *w > self.t || woke_at != Some(self.t));
+            let next = self.due.peek().map_or(f64::MAX, |r| (r.0).0.0);
+            let t = next.min(next_tick).min(wake.unwrap_or(f64::MAX));
+            // The cap is checked as the worker checks it, on every token: when the sum
+            // reaches the budget before `t`, the cap trips then.
+            if !self.tripped
+                && let Some(at) = self.trips_at(budget)
+                && at <= t
+            {
+                self.t = at.max(self.t);
+                self.trip();
+                continue;
+            }
+            self.t = t;
+            if self.out.to_budget_s == 0.0 && self.out.bill_pico >= near {
+                self.out.to_budget_s = self.t;
+            }
+            while let Some(std::cmp::Reverse((Time(at), key))) = self.due.peek().copied() {
+                if at > self.t {
+                    break;
+                }
+                self.due.pop();
+                let Some(f) = self.flights.get_mut(&key) else {
+                    continue;
+                };
+                if at >= f.end {
+                    self.finish(key);
+                } else {
+                    // Its first token: it streams from now.
+                    f.streaming = true;
+                    let (rate, open) = (f.rate(), f.held_worst == 0);
+                    self.acc.advance(self.t);
+                    self.acc.all_rate += rate;
+                    if open {
+                        self.acc.open_rate += rate;
+                    }
+                }
+            }
+            if self.t >= next_tick {
+                next_tick = self.t + 0.2;
+                self.step(Event::Tick);
+            } else if wake.is_some_and(|w| w <= self.t) {
+                woke_at = Some(self.t);
+                self.step(Event::Wake);
+            }
+        }
+        self.out.end_s = self.t;
+        if self.out.to_budget_s == 0.0 {
+            self.out.to_budget_s = self.t;
+        }
+        // The end of the run: the closed streams looked up.
+        for (generation_id, entry) in std::mem::take(&mut self.lookups) {
+            let actual = Usd::from_pico(self.billed.get(&generation_id).copied().unwrap_or(0));
+            self.step(Event::Adjusted { entry, actual });
+        }
+        self.out.trace = self.hasher.finish();
+    }
+
+    fn check(&mut self) {
+        let w = &self.world;
+        let broken = &mut self.out.broken;
+        for (id, n) in &self.ends {
+            if *n > 1 {
+                broken.push(format!("{id} ended {n} times"));
+            }
+        }
+        let ended = self.ends.len() as u64;
+        let stopped = self.core.stopping().is_some();
+        if ended < w.prompts as u64 && !stopped {
+            broken.push(format!(
+                "{ended} of {} prompts ended and the run was not stopped",
+                w.prompts
+            ));
+        }
+        if self.out.rejected > self.out.requests / 10 + 5 {
+            broken.push(format!(
+                "{} rejected of {} requests",
+                self.out.rejected, self.out.requests
+            ));
+        }
+        let budget = Usd::from_f64(w.budget_usd).pico();
+        if w.mode == BudgetMode::Hard && self.out.bill_pico > budget + budget / 200 {
+            broken.push(format!(
+                "billed {} on a hard budget of {}",
+                Usd::from_pico(self.out.bill_pico),
+                Usd::from_pico(budget)
+            ));
+        }
+        // Each ledger line rounds once; a look-up books the difference.
+        let slack = 1_000 * (self.out.requests as i64 + 1);
+        if (self.out.ledger_pico - self.out.bill_pico).abs() > slack {
+            broken.push(format!(
+                "ledger {} against the world's bill {}",
+                Usd::from_pico(self.out.ledger_pico),
+                Usd::from_pico(self.out.bill_pico)
+            ));
+        }
+    }
+}
+
+/// The fixed set of seeds `cargo test --lib` runs, or `HARVEST_SIM_SEEDS` of them, or the one
+/// `HARVEST_SIM_SEED` names.
+fn seeds(fixed: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("HARVEST_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return vec![s];
+    }
+    let n = std::env::var("HARVEST_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(fixed);
+    (1..=n).collect()
+}
+
+/// Every world of the fixed set, in both budget modes: ids end once, the ledger is the bill,
+/// the hard budget holds; the same seed runs the same way twice.
+#[test]
+fn seeded_worlds_keep_every_promise() {
+    let mut failures = Vec::new();
+    for seed in seeds(60) {
+        for mode in [BudgetMode::Hard, BudgetMode::Expected] {
+            let w = World::from_seed(seed, mode);
+            let o = run(&w);
+            if std::env::var("HARVEST_SIM_SEED").is_ok() {
+                eprintln!(
+                    "seed {seed} {mode:?}: {} streams, {} prompts, max_tokens {}, {} routing, \
+                     budget {:.4}: {} answered, {} rejected, {} requests, billed {}, ledger {}, \
+                     budget reached at {:.1} s, ended at {:.1} s, peak {} in flight",
+                    w.concurrency,
+                    w.prompts,
+                    w.max_tokens,
+                    w.routing,
+                    w.budget_usd,
+                    o.answered,
+                    o.rejected,
+                    o.requests,
+                    Usd::from_pico(o.bill_pico),
+                    Usd::from_pico(o.ledger_pico),
+                    o.to_budget_s,
+                    o.end_s,
+                    o.peak_in_flight
+                );
+            }
+            if !o.broken.is_empty() {
+                failures.push(format!(
+                    "HARVEST_SIM_SEED={seed} ({mode:?}, {} streams, {} prompts, {} routing): {}",
+                    w.concurrency,
+                    w.prompts,
+                    w.routing,
+                    o.broken.join("; ")
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} worlds broke a promise; replay one with `HARVEST_SIM_SEED=<seed> cargo test --lib \
+         seeded_worlds`:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_same_seed_runs_the_same_way() {
+    for seed in [3, 17, 42] {
+        let w = World::from_seed(seed, BudgetMode::Hard);
+        let (a, b) = (run(&w), run(&w));
+        assert_eq!(a.trace, b.trace, "seed {seed}");
+        assert_eq!(a.bill_pico, b.bill_pico, "seed {seed}");
+    }
+}
