@@ -579,8 +579,11 @@ async fn a_stop_now_during_the_last_look_ups_ends_the_run_at_once() {
         .expect("control");
     let s = crate::common::setup();
     let p = crate::common::write_prompts(&s.dir, "a", 400);
+    // The expected mode reserves bare expectations, so the cap trips with streams in flight
+    // and closes them; the hard mode keeps half a mean answer for each stream and ends this
+    // job at $0.0299 with nothing to close.
     let body = format!(
-        "budget_usd = 0.03\nconcurrency = 40\nrouting = \"pinned\"\n[request]\nmax_tokens = 400\n\
+        "budget_usd = 0.03\nbudget_mode = \"expected\"\nconcurrency = 40\nrouting = \"pinned\"\n[request]\nmax_tokens = 400\n\
          [[dataset]]\nname = \"a\"\nprompts = \"{}\"\n",
         p.display()
     );

@@ -112,8 +112,7 @@ impl Core {
             self.spawn(job, messages, priced, prompt_tokens, now);
         }
         if self.in_flight.is_empty() && self.admission.retry.is_empty() {
-            // Nothing runs and nothing waits: no more failures can join the held ones.
-            self.write_held(now);
+            self.settle_streak(now);
         }
     }
 

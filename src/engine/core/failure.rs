@@ -97,11 +97,11 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if err.is_retryable() {
-            self.write_held(now);
+            self.streak_met(f.sent, now);
             let why = format!("{err} (after {} attempts)", job.attempts);
             self.reject(job, why, kind.label(), cause_of(&err), now);
         } else {
-            self.reject_or_hold(job, &err, err.to_string(), kind.label(), now);
+            self.reject_or_hold((job, f.sent), &err, err.to_string(), kind.label(), now);
         }
     }
 

@@ -328,8 +328,9 @@ impl Core {
     /// Stops dispatching, for `reason` (the first reason wins).
     fn begin_stop(&mut self, now: &Clock, reason: StopReason) {
         if !matches!(reason, StopReason::Systematic { .. }) {
-            // Stopped for another reason: the held failures were the prompts' own.
-            self.write_held(now);
+            // Stopped for another reason: the held failures were the prompts' own, unless
+            // they were the account's (those stay pending).
+            self.release_held(now);
         }
         if self.life.stopping.is_none() {
             self.event(now, format!("stopping: {reason}"));

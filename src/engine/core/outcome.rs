@@ -21,6 +21,7 @@ use super::{Clock, Core, Effect, Job, row, turns};
 struct Sent<'a> {
     attempt: &'a str,
     params: &'a serde_json::Value,
+    at: std::time::Instant,
 }
 
 impl Core {
@@ -39,8 +40,9 @@ impl Core {
         self.admission.datasets[job.dataset].in_flight -= 1;
         match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
             AttemptOutcome::Done(mut c) => {
-                // An answer: whatever failed before it was the prompts' own.
-                self.write_held(now);
+                // An answer to a request sent since the failures began: they were the prompts'
+                // own.
+                self.streak_met(f.sent, now);
                 if r.generation_id.is_some() {
                     c.id = r.generation_id.clone();
                 }
@@ -48,6 +50,7 @@ impl Core {
                 let sent = Sent {
                     attempt: &f.attempt,
                     params: &f.params,
+                    at: f.sent,
                 };
                 self.on_answer(job, *c, r.endpoint, r.elapsed, cost, sent, now);
             }
@@ -188,7 +191,7 @@ impl Core {
             Verdict::Reject { kind, why } => {
                 if shape == Shape::Empty {
                     // The prompt's own, not the run's: what was held before it is too.
-                    self.write_held(now);
+                    self.streak_met(sent.at, now);
                 }
                 return self.reject(job, why, kind, FailureCause::default(), now);
             }

@@ -4,7 +4,10 @@
 //! finished. So a non-retryable failure's reject is held while the failures before it are the
 //! same (same [`ApiError::signature`]); when `[retry] stop_after_same_error` of them come in a
 //! row, the run stops (exit 1) with the prompts kept pending, not rejected; any other outcome
-//! writes the held rejects, which were then the prompts' own.
+//! of a request sent after the streak began writes the held rejects, which were then the
+//! prompts' own. An outcome of a request sent before says nothing of the world now: an answer
+//! that was already streaming when the account's settings changed finishes between the
+//! failures, and must not turn them into rejects (issue #35).
 
 use crate::openrouter::ApiError;
 use crate::store::output::FailureCause;
@@ -19,6 +22,11 @@ pub(super) struct Streak {
     /// The first failure's text (the key is scrubbed by the client).
     sample: String,
     held: Vec<Held>,
+    /// When its first failure came in: only outcomes of requests sent since break it.
+    since: Option<std::time::Instant>,
+    /// Its failure says the account's settings leave no endpoint (privacy, constraints,
+    /// region): a failure of the account, never of a prompt.
+    account_wide: bool,
 }
 
 #[derive(Debug)]
@@ -50,7 +58,7 @@ impl Core {
     /// were the same; at `stop_after_same_error` in a row the run stops with them pending.
     pub(super) fn reject_or_hold(
         &mut self,
-        job: Job,
+        (job, sent): (Job, std::time::Instant),
         err: &ApiError,
         why: String,
         label: &'static str,
@@ -70,9 +78,15 @@ impl Core {
             return self.requeue_front(job, now);
         }
         if self.streak.signature != signature {
+            if self.streak.since.is_some_and(|s| sent < s) {
+                // Another failure of the world before the streak: this prompt's own.
+                return self.reject(job, why, label, cause, now);
+            }
             self.write_held(now);
             self.streak.signature = signature;
             self.streak.sample = err.to_string();
+            self.streak.since = Some(now.mono);
+            self.streak.account_wide = err.is_account_restriction();
         }
         self.admission.datasets[job.dataset].retries_pending += 1;
         self.streak.held.push(Held {
@@ -82,31 +96,74 @@ impl Core {
             cause,
         });
         if self.streak.held.len() >= n as usize {
-            let held = std::mem::take(&mut self.streak.held);
-            let count = held.len() as u32;
-            for h in held {
-                self.admission.datasets[h.job.dataset].retries_pending -= 1;
-                self.requeue_front(h.job, now);
-            }
-            let signature = std::mem::take(&mut self.streak.signature);
-            let reason = StopReason::Systematic {
-                advice: advice(&signature).to_string(),
-                signature,
-                count,
-                sample: std::mem::take(&mut self.streak.sample),
-            };
-            self.event(now, reason.to_string());
-            self.begin_stop(now, reason);
+            self.stop_systematic(now);
         }
     }
 
-    /// Another outcome broke the streak: the held failures were the prompts' own; rejected.
+    /// The held failures repeat for every prompt: the run stops with their prompts pending.
+    fn stop_systematic(&mut self, now: &Clock) {
+        let held = std::mem::take(&mut self.streak.held);
+        let count = held.len() as u32;
+        for h in held {
+            self.admission.datasets[h.job.dataset].retries_pending -= 1;
+            self.requeue_front(h.job, now);
+        }
+        let signature = std::mem::take(&mut self.streak.signature);
+        self.streak.since = None;
+        let reason = StopReason::Systematic {
+            advice: advice(&signature).to_string(),
+            signature,
+            count,
+            sample: std::mem::take(&mut self.streak.sample),
+        };
+        self.event(now, reason.to_string());
+        self.begin_stop(now, reason);
+    }
+
+    /// Nothing runs and nothing waits: no more failures can join the held ones. A failure of
+    /// the account keeps its prompts pending however few came (a small job, or its last
+    /// prompts, meet fewer than `stop_after_same_error`); any other was the prompts' own.
+    pub(super) fn settle_streak(&mut self, now: &Clock) {
+        if self.streak.account_wide && !self.streak.held.is_empty() {
+            self.stop_systematic(now);
+        } else {
+            self.write_held(now);
+        }
+    }
+
+    /// An outcome other than the streak's failure, of a request sent at `sent`: it breaks the
+    /// streak when the request left after the streak began (see the module's doc).
+    pub(super) fn streak_met(&mut self, sent: std::time::Instant, now: &Clock) {
+        if self.streak.since.is_some_and(|s| sent < s) {
+            return;
+        }
+        self.write_held(now);
+    }
+
+    /// The run stops for another reason while failures are held: a failure of the account
+    /// leaves its prompts pending (a resume sends them again), any other was the prompts' own.
+    pub(super) fn release_held(&mut self, now: &Clock) {
+        if !self.streak.account_wide {
+            return self.write_held(now);
+        }
+        for h in std::mem::take(&mut self.streak.held) {
+            self.admission.datasets[h.job.dataset].retries_pending -= 1;
+            self.requeue_front(h.job, now);
+        }
+        self.streak.signature.clear();
+        self.streak.account_wide = false;
+        self.streak.since = None;
+    }
+
+    /// The streak is over: the held failures were the prompts' own; rejected.
     pub(super) fn write_held(&mut self, now: &Clock) {
         for h in std::mem::take(&mut self.streak.held) {
             self.admission.datasets[h.job.dataset].retries_pending -= 1;
             self.reject(h.job, h.why, h.label, h.cause, now);
         }
         self.streak.signature.clear();
+        self.streak.account_wide = false;
+        self.streak.since = None;
     }
 
     /// Prompts whose rejects are held now.

@@ -50,6 +50,9 @@ pub(super) struct World {
     pub mean_len: f64,
     pub budget_usd: f64,
     pub routing: &'static str,
+    /// When the account's privacy settings change so that every request meets a 404
+    /// `privacy_restricted` (OpenRouter's availability error), if they do in this world.
+    pub account_closes_at: Option<f64>,
     endpoints: Vec<RunEndpoint>,
     truth: Vec<Behaviour>,
 }
@@ -102,6 +105,7 @@ impl World {
         } else {
             "pinned"
         };
+        let account_closes_at = r.random_bool(0.25).then(|| r.random_range(2.0..30.0));
         World {
             seed,
             mode,
@@ -111,6 +115,7 @@ impl World {
             mean_len,
             budget_usd,
             routing,
+            account_closes_at,
             endpoints,
             truth,
         }
@@ -136,6 +141,8 @@ enum Fate {
     Answer,
     RateLimited,
     ServerError,
+    /// The account's settings exclude every endpoint (sent after they changed).
+    AccountClosed,
 }
 
 /// An attempt in flight in the world.
@@ -209,6 +216,8 @@ pub(super) struct Outcome {
     pub peak_in_flight: usize,
     /// The events and effects in order, hashed: the same seed gives the same run.
     pub trace: u64,
+    /// Prompts rejected for a failure of the account, not of the prompt.
+    pub account_rejects: u64,
     /// Invariants broken, as text.
     pub broken: Vec<String>,
 }
@@ -400,6 +409,9 @@ impl Run {
             }
             Effect::Reject { record, .. } => {
                 record.id.hash(&mut self.hasher);
+                if record.error.contains("No allowed providers") {
+                    self.out.account_rejects += 1;
+                }
                 self.out.rejected += 1;
                 *self.ends.entry(record.id.clone()).or_default() += 1;
             }
@@ -445,7 +457,10 @@ impl Run {
         };
         let b = self.world.truth[serving].clone();
         let roll: f64 = self.rng.random();
-        let fate = if roll < b.p429 {
+        let closed = self.world.account_closes_at.is_some_and(|at| self.t >= at);
+        let fate = if closed {
+            Fate::AccountClosed
+        } else if roll < b.p429 {
             Fate::RateLimited
         } else if roll < b.p429 + b.p5xx {
             Fate::ServerError
@@ -591,6 +606,14 @@ impl Run {
                 0,
             ),
             Fate::ServerError => (AttemptOutcome::Failed(http(502, None, "provider error")), 0),
+            Fate::AccountClosed => {
+                let body = serde_json::json!({"error": {"code": 404,
+                    "message": "No allowed providers are available for the selected model",
+                    "error_type": "not_found",
+                    "availability": {"code": "privacy_restricted", "retryable": false}}});
+                let err = ApiError::from_response_body(404, None, body.to_string().as_bytes());
+                (AttemptOutcome::Failed(err), 0)
+            }
         };
         self.out.bill_pico += booked;
         self.spent += booked;
@@ -725,6 +748,12 @@ impl Run {
                 w.prompts
             ));
         }
+        if self.out.account_rejects > 0 {
+            broken.push(format!(
+                "{} prompts rejected for the account's failure (they must stay pending)",
+                self.out.account_rejects
+            ));
+        }
         if self.out.rejected > self.out.requests / 10 + 5 {
             broken.push(format!(
                 "{} rejected of {} requests",
@@ -779,13 +808,15 @@ fn seeded_worlds_keep_every_promise() {
             if std::env::var("HARVEST_SIM_SEED").is_ok() {
                 eprintln!(
                     "seed {seed} {mode:?}: {} streams, {} prompts, max_tokens {}, {} routing, \
-                     budget {:.4}: {} answered, {} rejected, {} requests, billed {}, ledger {}, \
-                     budget reached at {:.1} s, ended at {:.1} s, peak {} in flight",
+                     budget {:.4}, account closes at {:?}: {} answered, {} rejected, {} \
+                     requests, billed {}, ledger {}, budget reached at {:.1} s, ended at {:.1} \
+                     s, peak {} in flight",
                     w.concurrency,
                     w.prompts,
                     w.max_tokens,
                     w.routing,
                     w.budget_usd,
+                    w.account_closes_at,
                     o.answered,
                     o.rejected,
                     o.requests,
