@@ -151,18 +151,19 @@ impl Core {
         self.committed_pico(live) + self.held_for(c) + c.reserve.pico() <= self.budget.budget_pico
     }
 
-    /// The hard budget's last stretch begins (said once): worst cases no longer all fit, so
-    /// requests go where a close stops the bill, or wait for room for their worst case.
+    /// The hard budget's last stretch begins (said once): the streams' worst cases no longer
+    /// all fit (`reserve::in_last_stretch`), so requests go where a close stops the bill, or
+    /// wait for room for their worst case.
     pub(super) fn enter_last_stretch(&mut self, live: &Live, now: &Clock) {
         if self.budget.last_stretch.is_some() {
             return;
         }
         self.budget.last_stretch = Some(now.mono);
         let text = format!(
-            "dollar budget: last stretch ({} of {} committed): a request whose worst case \
-             (prompt + max_tokens) no longer fits goes where closing the stream stops the bill \
-             and reserves its expected cost there; where a close is billed in full it waits for \
-             room for its worst case, so spend stays under the budget",
+            "dollar budget: last stretch ({} of {} committed; the streams' worst cases, prompt + \
+             max_tokens, cannot all fit): requests go where closing the stream stops the bill \
+             and reserve their expected cost there; one that can only go where a close is \
+             billed in full waits for room for its worst case, so spend stays under the budget",
             Usd::from_pico(self.committed_pico(live)),
             Usd::from_pico(self.budget.budget_pico)
         );

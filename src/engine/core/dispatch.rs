@@ -9,7 +9,7 @@ use crate::store::output::{SpendEntry, SpendKind};
 
 use super::budget::{Claim, Fits};
 use super::journal::Once;
-use super::reserve::{StretchRoute, reserves_worst_case, stretch_route};
+use super::reserve::{StretchRoute, in_last_stretch, reserves_worst_case, stretch_route};
 use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 /// A request's money at dispatch: what it is expected to cost, its worst case, what it
@@ -73,7 +73,13 @@ impl Core {
             // bill, reserving its expectation there (`reserve::stretch_route`).
             if priced.money.billed_if_closed
                 && self.cfg.budget_mode == crate::config::BudgetMode::Hard
-                && !self.has_room(&priced.claim(&job, later), &live)
+                && in_last_stretch(
+                    self.budget.last_stretch.is_some(),
+                    self.has_room(&priced.claim(&job, later), &live),
+                    priced.money.worst.pico(),
+                    self.concurrency,
+                    self.budget.budget_pico - self.committed_pico(&live),
+                )
             {
                 let stoppable = self
                     .route_stoppable(now, job.failed_at)
@@ -81,7 +87,7 @@ impl Core {
                 let fits_stoppable = stoppable
                     .as_ref()
                     .map(|p| self.has_room(&p.claim(&job, later), &live));
-                let choice = stretch_route(self.cfg.budget_mode, true, false, fits_stoppable);
+                let choice = stretch_route(self.cfg.budget_mode, true, true, fits_stoppable);
                 if let (StretchRoute::Stoppable, Some(p)) = (choice, stoppable) {
                     self.enter_last_stretch(&live, now);
                     self.budget.stretch_narrowed += 1;

@@ -31,12 +31,13 @@ pub(crate) fn reservation(mode: BudgetMode, billed_if_closed: bool, x: Exposure)
     match (mode, billed_if_closed) {
         (BudgetMode::Hard, true) => (x.worst - x.accrued).max(0),
         (BudgetMode::Expected, true) => (x.expected - x.accrued).max(x.tail).max(0),
-        // Where the cap can close it, the hard budget still keeps half a mean answer for a
-        // stream running past its expectation: without it, the last stretch fills the budget
-        // with expectations and the first long answer trips the cap, closing every stream in
-        // flight half-written (paid for, kept nowhere).
+        // Where the cap can close it, the hard budget still keeps a mean answer for a stream
+        // running past its expectation (`2 * tail`; an answer's length is nearly memoryless:
+        // one that is long already is not near its end): without it, the last stretch fills
+        // the budget with expectations that the answers still in flight outrun, and the cap
+        // closes them half-written (paid for, kept nowhere).
         (BudgetMode::Hard, false) => (x.expected - x.accrued)
-            .max(x.tail.min(x.worst - x.accrued))
+            .max((2 * x.tail).min(x.worst - x.accrued))
             .max(0),
         (BudgetMode::Expected, false) => (x.expected - x.accrued).max(0),
     }
@@ -53,20 +54,36 @@ pub(crate) enum StretchRoute {
 }
 
 /// The last stretch's rule (issue #34): the worst case is reserved only for requests that go
-/// where closing does not stop the bill, and only as many as fit. A request whose worst case
-/// does not fit goes where a close stops the bill, when such an endpoint may take it and its
-/// expectation there fits; otherwise it stays as routed (and waits for room). Outside the hard
-/// mode, or with room for it as routed, nothing changes.
+/// where closing does not stop the bill, and only as many as fit. In the stretch a request that
+/// would reserve its worst case goes where a close stops the bill, when such an endpoint may
+/// take it and its expectation there fits; otherwise it stays as routed (its worst case must
+/// fit, or it waits). Outside the hard mode or the stretch nothing changes.
 pub(crate) fn stretch_route(
     mode: BudgetMode,
     billed_if_closed: bool,
-    fits_as_routed: bool,
+    in_stretch: bool,
     fits_stoppable: Option<bool>,
 ) -> StretchRoute {
-    match (mode, billed_if_closed, fits_as_routed, fits_stoppable) {
-        (BudgetMode::Hard, true, false, Some(true)) => StretchRoute::Stoppable,
+    match (mode, billed_if_closed, in_stretch, fits_stoppable) {
+        (BudgetMode::Hard, true, true, Some(true)) => StretchRoute::Stoppable,
         _ => StretchRoute::AsRouted,
     }
+}
+
+/// Whether the budget is in its last stretch for a request of worst case `worst`: it already
+/// is, or the request's worst case does not fit, or a full complement of such requests
+/// (`concurrency` of them) would not fit in what is left. The last is why the stretch may begin
+/// at the first request: a $2 budget with 300 streams of 8,192 tokens, or a $100 budget with
+/// 2,000 streams of 16,384, cannot hold every stream's worst case, and requests sent at their
+/// worst case first would hold the budget for minutes (issue #34).
+pub(crate) fn in_last_stretch(
+    begun: bool,
+    fits: bool,
+    worst: i64,
+    concurrency: u32,
+    left: i64,
+) -> bool {
+    begun || !fits || worst.saturating_mul(i64::from(concurrency)) > left
 }
 
 /// Whether a request's reservation is its worst case rather than its expectation.

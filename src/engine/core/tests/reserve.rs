@@ -25,10 +25,10 @@ fn what_a_request_reserves() {
         (BudgetMode::Expected, true, 90, 30),
         (BudgetMode::Expected, true, 400, 30),
         // Closing stops the bill: the expectation (the cap closes the stream); the hard
-        // budget keeps half a mean answer for a stream past it, never more than its worst case
-        // leaves, so that one long answer does not trip the cap on every stream in flight.
+        // budget keeps a mean answer (twice `tail`) for a stream past it, never more than its
+        // worst case leaves, so that the answers still in flight do not trip the cap.
         (BudgetMode::Hard, false, 0, 100),
-        (BudgetMode::Hard, false, 400, 30),
+        (BudgetMode::Hard, false, 400, 60),
         (BudgetMode::Hard, false, 990, 10),
         (BudgetMode::Hard, false, 1200, 0),
         (BudgetMode::Expected, false, 60, 40),
@@ -78,33 +78,67 @@ fn the_hard_budget_holds_requests_billed_when_closed_to_their_worst_case() {
 fn the_last_stretch_sends_a_worst_case_that_does_not_fit_where_a_close_stops_the_bill() {
     use crate::engine::core::reserve::{StretchRoute, stretch_route};
     use StretchRoute::{AsRouted, Stoppable};
-    // (mode, billed if closed, fits as routed, fits where a close stops the bill, choice)
+    // (mode, billed if closed, in the stretch, fits where a close stops the bill, choice)
     let cases = [
-        // Room as routed: nothing changes, in either mode.
-        (BudgetMode::Hard, true, true, Some(true), AsRouted),
-        (BudgetMode::Expected, true, true, None, AsRouted),
-        // The worst case does not fit: a stoppable endpoint whose expectation fits takes it.
-        (BudgetMode::Hard, true, false, Some(true), Stoppable),
-        // No stoppable endpoint may take it, or its expectation does not fit there: it waits.
-        (BudgetMode::Hard, true, false, None, AsRouted),
-        (BudgetMode::Hard, true, false, Some(false), AsRouted),
+        // Before the stretch nothing changes, in either mode.
+        (BudgetMode::Hard, true, false, Some(true), AsRouted),
+        (BudgetMode::Expected, true, false, None, AsRouted),
+        // In the stretch: a stoppable endpoint whose expectation fits takes it.
+        (BudgetMode::Hard, true, true, Some(true), Stoppable),
+        // No stoppable endpoint may take it, or its expectation does not fit there: as
+        // routed, its worst case (it fits, or it waits).
+        (BudgetMode::Hard, true, true, None, AsRouted),
+        (BudgetMode::Hard, true, true, Some(false), AsRouted),
         // Already stoppable as routed (it reserves its expectation): nothing to narrow.
-        (BudgetMode::Hard, false, false, Some(true), AsRouted),
+        (BudgetMode::Hard, false, true, Some(true), AsRouted),
         // The expected mode reserves expectations everywhere: nothing to narrow.
-        (BudgetMode::Expected, true, false, Some(true), AsRouted),
+        (BudgetMode::Expected, true, true, Some(true), AsRouted),
     ];
-    for (mode, billed, fits, stoppable, want) in cases {
+    for (mode, billed, stretch, stoppable, want) in cases {
         assert_eq!(
-            stretch_route(mode, billed, fits, stoppable),
+            stretch_route(mode, billed, stretch, stoppable),
             want,
-            "{mode:?} billed {billed} fits {fits} stoppable {stoppable:?}"
+            "{mode:?} billed {billed} stretch {stretch} stoppable {stoppable:?}"
+        );
+    }
+}
+
+#[test]
+fn the_last_stretch_begins_when_the_streams_worst_cases_cannot_all_fit() {
+    use crate::engine::core::reserve::in_last_stretch;
+    // (begun, fits, worst, concurrency, left, in the stretch)
+    let cases = [
+        // The demo: $2 left, 300 streams of ~$0.0246 worst: from the first request.
+        (false, true, 24_600_000_000, 300, 2_000_000_000_000, true),
+        // The seed's run: $100 left, 2,000 streams of ~$0.045: not yet ($90 fits) ...
+        (
+            false,
+            true,
+            45_000_000_000,
+            2_000,
+            100_000_000_000_000,
+            false,
+        ),
+        // ... but once $89 is left.
+        (false, true, 45_000_000_000, 2_000, 89_000_000_000_000, true),
+        // Its worst case does not fit: in the stretch.
+        (false, false, 45_000_000_000, 1, 100_000_000_000_000, true),
+        // Once begun, it stays.
+        (true, true, 1, 1, 100_000_000_000_000, true),
+    ];
+    for (begun, fits, worst, conc, left, want) in cases {
+        assert_eq!(
+            in_last_stretch(begun, fits, worst, conc, left),
+            want,
+            "{begun} {fits} {worst} {conc} {left}"
         );
     }
 }
 
 /// OpenRouter routing over Chutes (a close stops the bill) and Moonshot (billed in full), a
-/// budget with room for two worst cases: the hard budget sends the rest to Chutes alone at
-/// their expectation, pinned nowhere else, and the cap holds only the worst cases it must.
+/// budget with room for two worst cases of fifty streams: the stretch begins at once, and the
+/// hard budget sends the requests to Chutes alone at their expectation, where before it sent
+/// two at their worst case and waited.
 #[test]
 fn in_the_last_stretch_requests_go_where_a_close_stops_the_bill() {
     let cfg = config(
@@ -124,19 +158,20 @@ fn in_the_last_stretch_requests_go_where_a_close_stops_the_bill() {
     };
     let held: Vec<&Dispatch> = sent.iter().filter(|d| d.held_worst > Usd::ZERO).collect();
     let narrowed: Vec<&Dispatch> = sent.iter().filter(|d| d.held_worst == Usd::ZERO).collect();
-    // Two worst cases (~$0.0246 each, at the set's dearest price) fit in $0.06; the $0.011
-    // left holds two expectations at Chutes (~$0.0041 each), where before nothing more went.
-    assert_eq!(held.len(), 2, "the worst cases that fit");
-    assert_eq!(narrowed.len(), 2, "the rest at their expectation");
+    // Fifty worst cases (~$0.0246 each, at the set's dearest price) cannot fit in $0.06: no
+    // request holds one; $0.06 holds 14 expectations at Chutes (~$0.0041 each).
+    assert_eq!(held.len(), 0, "no worst case held");
+    assert_eq!(
+        narrowed.len(),
+        14,
+        "expectations where a close stops the bill"
+    );
     for d in &narrowed {
         assert_eq!(
             only(d),
             ["chutes/int4"],
             "a close stops the bill there alone"
         );
-    }
-    for d in &held {
-        assert!(only(d).contains(&"moonshotai".to_string()), "{:?}", only(d));
     }
     assert_eq!(h.core.stretch_shares(), (narrowed.len() as u64, 0));
     assert!(

@@ -847,6 +847,66 @@ fn seeded_worlds_keep_every_promise() {
     );
 }
 
+/// Figures, not a check: each world of the fixed set (or `HARVEST_SIM_SEEDS`) in both budget
+/// modes, side by side: the hard mode's time to the budget against the expected mode's, what
+/// each billed against the budget, requests per answer and dollars per answer. Run with
+/// `cargo test --lib sim_figures -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints figures; run by hand"]
+fn sim_figures() {
+    let mut ratios = Vec::new();
+    let mut rows = Vec::new();
+    for seed in seeds(60) {
+        let mut one = Vec::new();
+        for mode in [BudgetMode::Hard, BudgetMode::Expected] {
+            let w = World::from_seed(seed, mode);
+            if w.account_closes_at.is_some() {
+                break;
+            }
+            let o = run(&w);
+            let budget = Usd::from_f64(w.budget_usd).pico() as f64;
+            one.push((
+                o.to_budget_s,
+                o.bill_pico as f64 / budget,
+                o.requests as f64 / o.answered.max(1) as f64,
+                o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
+            ));
+        }
+        if let [h, e] = one[..] {
+            ratios.push(h.0 / e.0.max(1e-9));
+            rows.push((h, e));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let pick = |f: fn(&((f64, f64, f64, f64), (f64, f64, f64, f64))) -> f64| {
+        rows.iter().map(f).collect::<Vec<f64>>()
+    };
+    eprintln!("worlds: {}", rows.len());
+    eprintln!(
+        "time to the budget, hard / expected: median {:.2}, max {:.2}",
+        median(ratios.clone()),
+        max(&ratios)
+    );
+    eprintln!(
+        "billed / budget: hard median {:.4} max {:.4}; expected median {:.4} max {:.4}",
+        median(pick(|r| r.0.1)),
+        max(&pick(|r| r.0.1)),
+        median(pick(|r| r.1.1)),
+        max(&pick(|r| r.1.1))
+    );
+    eprintln!(
+        "requests per answer: hard {:.3}, expected {:.3}; $ per answer: hard {:.6}, expected {:.6}",
+        median(pick(|r| r.0.2)),
+        median(pick(|r| r.1.2)),
+        median(pick(|r| r.0.3)),
+        median(pick(|r| r.1.3))
+    );
+}
+
 #[test]
 fn the_same_seed_runs_the_same_way() {
     for seed in [3, 17, 42] {
