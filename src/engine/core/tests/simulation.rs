@@ -847,6 +847,15 @@ fn seeded_worlds_keep_every_promise() {
     );
 }
 
+/// One world's run as `sim_figures` reports it.
+#[derive(Clone, Copy)]
+struct Figures {
+    to_budget_s: f64,
+    billed_share: f64,
+    requests_per_answer: f64,
+    usd_per_answer: f64,
+}
+
 /// Figures, not a check: each world of the fixed set (or `HARVEST_SIM_SEEDS`) in both budget
 /// modes, side by side: the hard mode's time to the budget against the expected mode's, what
 /// each billed against the budget, requests per answer and dollars per answer. Run with
@@ -865,16 +874,16 @@ fn sim_figures() {
             }
             let o = run(&w);
             let budget = Usd::from_f64(w.budget_usd).pico() as f64;
-            one.push((
-                o.to_budget_s,
-                o.bill_pico as f64 / budget,
-                o.requests as f64 / o.answered.max(1) as f64,
-                o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
-            ));
+            one.push(Figures {
+                to_budget_s: o.to_budget_s,
+                billed_share: o.bill_pico as f64 / budget,
+                requests_per_answer: o.requests as f64 / o.answered.max(1) as f64,
+                usd_per_answer: o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
+            });
         }
         if let [h, e] = one[..] {
-            ratios.push(h.0 / e.0.max(1e-9));
-            rows.push((h, e));
+            ratios.push(h.to_budget_s / e.to_budget_s.max(1e-9));
+            rows.push([h, e]);
         }
     }
     let median = |mut v: Vec<f64>| {
@@ -882,8 +891,8 @@ fn sim_figures() {
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let pick = |f: fn(&((f64, f64, f64, f64), (f64, f64, f64, f64))) -> f64| {
-        rows.iter().map(f).collect::<Vec<f64>>()
+    let pick = |mode: usize, f: fn(&Figures) -> f64| {
+        rows.iter().map(|r| f(&r[mode])).collect::<Vec<f64>>()
     };
     eprintln!("worlds: {}", rows.len());
     eprintln!(
@@ -893,17 +902,17 @@ fn sim_figures() {
     );
     eprintln!(
         "billed / budget: hard median {:.4} max {:.4}; expected median {:.4} max {:.4}",
-        median(pick(|r| r.0.1)),
-        max(&pick(|r| r.0.1)),
-        median(pick(|r| r.1.1)),
-        max(&pick(|r| r.1.1))
+        median(pick(0, |f| f.billed_share)),
+        max(&pick(0, |f| f.billed_share)),
+        median(pick(1, |f| f.billed_share)),
+        max(&pick(1, |f| f.billed_share))
     );
     eprintln!(
         "requests per answer: hard {:.3}, expected {:.3}; $ per answer: hard {:.6}, expected {:.6}",
-        median(pick(|r| r.0.2)),
-        median(pick(|r| r.1.2)),
-        median(pick(|r| r.0.3)),
-        median(pick(|r| r.1.3))
+        median(pick(0, |f| f.requests_per_answer)),
+        median(pick(1, |f| f.requests_per_answer)),
+        median(pick(0, |f| f.usd_per_answer)),
+        median(pick(1, |f| f.usd_per_answer))
     );
 }
 
