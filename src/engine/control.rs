@@ -43,7 +43,9 @@ pub enum Command {
         tag: String,
         allowed: Option<bool>,
     },
-    /// Flips the endpoint between allowed and not (an operator choice).
+    /// Flips the endpoint between allowed and not (an operator choice). Relative, so two
+    /// viewers flipping one row at once undo each other: the TUI sends [`Command::SetEndpoint`]
+    /// with what its viewer saw; this stays for the viewers of earlier releases on the wire.
     ToggleEndpoint(String),
     /// Switches the quantization policy and clears the operator's per-endpoint choices.
     Preset(PolicyMode),

@@ -78,8 +78,15 @@ async fn a_config_exclude_reads_excluded_and_space_includes_it() {
         Msg::Key(KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE)),
     );
     let cmd = match fx.as_slice() {
-        [UiEffect::Send(c @ Command::ToggleEndpoint(_))] => c.clone(),
-        other => panic!("space sends a toggle: {other:?}"),
+        [
+            UiEffect::Send(
+                c @ Command::SetEndpoint {
+                    allowed: Some(true),
+                    ..
+                },
+            ),
+        ] => c.clone(),
+        other => panic!("space on an excluded row sends an include: {other:?}"),
     };
     let status = state
         .status

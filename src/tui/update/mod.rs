@@ -245,13 +245,16 @@ fn toggle(state: &mut UiState) -> Vec<UiEffect> {
         return Vec::new();
     };
     let tag = e.tag.clone();
+    // What the viewer saw, made so: absolute, so that two viewers pressing space on one row
+    // at once both get what they asked for, not each other's undo (issue #35).
+    let allowed = Some(!included(e));
     let verb = if included(e) {
         "excluding"
     } else {
         "including"
     };
     state.set_status(format!("{verb} {tag} (from the next request)"));
-    vec![UiEffect::Send(Command::ToggleEndpoint(tag))]
+    vec![UiEffect::Send(Command::SetEndpoint { tag, allowed })]
 }
 
 /// Moves the selection of the focused pane by `delta` rows, clamped to the table.

@@ -70,17 +70,29 @@ fn moves_clamp_at_both_ends() {
     }
 }
 
+/// Space makes the row the opposite of what the viewer sees, absolutely: a second viewer's
+/// press at the same time asks for the same, not for an undo.
 #[test]
-fn space_toggles_the_endpoint_of_the_selected_row() {
+fn space_sets_the_endpoint_of_the_selected_row_to_the_opposite_of_what_is_seen() {
     let mut st = state_with(kimi_snapshot());
     for (row, tag) in BY_PRICE.iter().enumerate() {
         update(&mut st, key('g'));
         for _ in 0..row {
             update(&mut st, key('j'));
         }
+        let seen = st
+            .snapshot
+            .endpoints
+            .iter()
+            .find(|e| e.tag == *tag)
+            .map(|e| e.included)
+            .expect("row");
         assert_eq!(
             update(&mut st, key(' ')),
-            send(Command::ToggleEndpoint(tag.to_string())),
+            send(Command::SetEndpoint {
+                tag: tag.to_string(),
+                allowed: Some(!seen)
+            }),
             "row {row}"
         );
     }

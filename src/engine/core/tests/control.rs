@@ -667,3 +667,23 @@ fn nothing_is_sent_before_the_run_begins() {
         "Begin starts what fits (concurrency 3 by then)"
     );
 }
+
+/// Two viewers press space on the Chutes row at once: each asks for what it saw made
+/// otherwise (excluded), and the row ends excluded, not back where it was.
+#[test]
+fn two_viewers_excluding_one_endpoint_at_once_both_get_it_excluded() {
+    use crate::engine::control::Viewer;
+    let mut h = H::new(config(""), kimi(), &[&["a"]]);
+    let chutes = h.index("chutes/int4");
+    assert!(h.core.permitted(chutes));
+    for pid in [11, 12] {
+        h.command(Command::By(
+            Viewer { pid },
+            Box::new(Command::SetEndpoint {
+                tag: "chutes/int4".into(),
+                allowed: Some(false),
+            }),
+        ));
+    }
+    assert!(!h.core.permitted(chutes), "excluded, as both asked");
+}
