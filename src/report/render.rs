@@ -30,7 +30,9 @@ impl Report {
             for r in &mine {
                 out.push_str(&row_line(r));
             }
-            if mine.len() > 1 {
+            // The dataset's own row: its sum over several endpoints, or the notes only it
+            // carries (rejects and duplicate ids belong to no endpoint), even with one.
+            if mine.len() > 1 || d.rejected > 0 || d.duplicates > 0 {
                 out.push_str(&row_line(d));
             }
             if i + 1 < self.datasets.len() {

@@ -53,6 +53,11 @@ pub(super) struct World {
     /// When the account's privacy settings change so that every request meets a 404
     /// `privacy_restricted` (OpenRouter's availability error), if they do in this world.
     pub account_closes_at: Option<f64>,
+    /// The requests' temperature, when the job sets one (Moonshot's listing does not list it).
+    pub temperature: Option<f64>,
+    /// The simulator's own table (`harvest sim`'s Kimi K2.5 providers): the listing harvest
+    /// reads, and what OpenRouter's routing (`sim::routing::candidates`) picks from.
+    table: crate::sim::ProviderTable,
     endpoints: Vec<RunEndpoint>,
     truth: Vec<Behaviour>,
 }
@@ -62,27 +67,23 @@ impl World {
     /// drawn from the seed, a job of 10 to 2,000 streams, a budget the job reaches.
     pub(super) fn from_seed(seed: u64, mode: BudgetMode) -> World {
         let mut r = SmallRng::seed_from_u64(seed);
-        let names = [
-            ("chutes/int4", "Chutes"),
-            ("siliconflow/int4", "SiliconFlow"),
-            ("atlas-cloud/int4", "AtlasCloud"),
-            ("parasail/int4", "Parasail"),
-            ("moonshotai/int4", "Moonshot AI"),
-        ];
+        let mut table = crate::sim::ProviderTable::kimi_k25();
         let mut endpoints = Vec::new();
         let mut truth = Vec::new();
-        for (tag, provider) in names {
-            let price_in = r.random_range(0.3..0.7);
-            let price_out = r.random_range(1.8..3.2);
-            let e = ep(tag, provider, "int4", price_in, price_out);
+        for e in &mut table.endpoints {
+            // The table's pace, scaled by the seed (providers' days differ).
+            e.behaviour.ttft_ms *= r.random_range(0.5..2.0);
+            e.behaviour.tokens_per_s *= r.random_range(0.5..2.0);
+            let listed: crate::openrouter::Endpoint =
+                serde_json::from_value(e.wire.clone()).expect("the table's listing");
+            endpoints.push(crate::engine::pool::listed(None, &listed));
             truth.push(Behaviour {
-                ttft_s: r.random_range(0.2..2.0),
-                tokens_per_s: r.random_range(30.0..120.0),
+                ttft_s: e.behaviour.ttft_ms / 1000.0,
+                tokens_per_s: e.behaviour.tokens_per_s,
                 p429: if r.random_bool(0.3) { 0.05 } else { 0.0 },
                 p5xx: if r.random_bool(0.3) { 0.03 } else { 0.0 },
-                stops_billing: e.cancel_stops_billing,
+                stops_billing: e.behaviour.cancel_stops_billing,
             });
-            endpoints.push(e);
         }
         // 2,000 streams take seconds each in a debug build (the core's per-event walks of
         // what is in flight): the fixed set stops at 500, `HARVEST_SIM_LARGE=1` adds them.
@@ -106,6 +107,7 @@ impl World {
             "pinned"
         };
         let account_closes_at = r.random_bool(0.25).then(|| r.random_range(2.0..30.0));
+        let temperature = r.random_bool(0.5).then_some(0.6);
         World {
             seed,
             mode,
@@ -116,6 +118,8 @@ impl World {
             budget_usd,
             routing,
             account_closes_at,
+            temperature,
+            table,
             endpoints,
             truth,
         }
@@ -126,23 +130,29 @@ impl World {
             BudgetMode::Hard => "hard",
             BudgetMode::Expected => "expected",
         };
+        let temperature = self
+            .temperature
+            .map_or(String::new(), |t| format!("temperature = {t}\n"));
         config(&format!(
             "budget_usd = {}\nbudget_mode = \"{mode}\"\nconcurrency = {}\nrouting = \"{}\"\n\
-             [request]\nmax_tokens = {}\n[retry]\nbase_delay_ms = 200\nmax_delay_s = 2.0\n\
-             [policy]\nnative_quantization = \"int4\"",
+             [request]\nmax_tokens = {}\n{temperature}[retry]\nbase_delay_ms = 200\n\
+             max_delay_s = 2.0\n[policy]\nnative_quantization = \"int4\"",
             self.budget_usd, self.concurrency, self.routing, self.max_tokens
         ))
     }
 }
 
 /// How an attempt of the world ends.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Fate {
     Answer,
     RateLimited,
     ServerError,
     /// The account's settings exclude every endpoint (sent after they changed).
     AccountClosed,
+    /// OpenRouter found no endpoint for the request's `provider` object (a 404 with
+    /// `excluded_by`): harvest sent what no endpoint it allowed could take.
+    NoEndpoints(Vec<&'static str>),
 }
 
 /// An attempt in flight in the world.
@@ -216,6 +226,8 @@ pub(super) struct Outcome {
     pub peak_in_flight: usize,
     /// The events and effects in order, hashed: the same seed gives the same run.
     pub trace: u64,
+    /// Requests sent that no endpoint OpenRouter had could take (its 404 `no_endpoints`).
+    pub unroutable: u64,
     /// Prompts rejected for a failure of the account, not of the prompt.
     pub account_rejects: u64,
     /// Invariants broken, as text.
@@ -431,35 +443,25 @@ impl Run {
     /// The worker starts: the world picks where it is served and how it ends.
     fn spawn(&mut self, d: Dispatch) {
         self.out.requests += 1;
-        let serving = match d.pinned {
-            Some(e) => e,
-            // OpenRouter's default: lower prices more often (inverse square of the price).
-            None => {
-                let w: Vec<f64> = d
-                    .over
-                    .iter()
-                    .map(|&i| {
-                        let p = self.world.endpoints[i].price_out.pico_per_token() as f64;
-                        1.0 / (p * p).max(1.0)
-                    })
-                    .collect();
-                let mut pick = self.rng.random_range(0.0..w.iter().sum::<f64>());
-                let mut at = d.over[0];
-                for (&i, wi) in d.over.iter().zip(&w) {
-                    at = i;
-                    if pick < *wi {
-                        break;
-                    }
-                    pick -= wi;
-                }
-                at
-            }
+        let behaviours: Vec<crate::sim::SimBehaviour> = (self.world.table.endpoints.iter())
+            .map(|e| e.behaviour.clone())
+            .collect();
+        let (serving, refused) = match crate::sim::routing::candidates(
+            &self.world.table.endpoints,
+            &behaviours,
+            &d.request,
+            &mut self.rng,
+        ) {
+            Ok(order) => (order[0], None),
+            Err(no) => (d.over.first().copied().unwrap_or(0), Some(no.excluded_by)),
         };
         let b = self.world.truth[serving].clone();
         let roll: f64 = self.rng.random();
         let closed = self.world.account_closes_at.is_some_and(|at| self.t >= at);
         let fate = if closed {
             Fate::AccountClosed
+        } else if let Some(why) = refused {
+            Fate::NoEndpoints(why)
         } else if roll < b.p429 {
             Fate::RateLimited
         } else if roll < b.p429 + b.p5xx {
@@ -606,6 +608,15 @@ impl Run {
                 0,
             ),
             Fate::ServerError => (AttemptOutcome::Failed(http(502, None, "provider error")), 0),
+            Fate::NoEndpoints(why) => {
+                self.out.unroutable += 1;
+                let body = serde_json::json!({"error": {"code": 404,
+                    "message": "No endpoints found that can handle the requested parameters.",
+                    "availability": {"code": "no_endpoints", "retryable": false,
+                        "excluded_by": why}}});
+                let err = ApiError::from_response_body(404, None, body.to_string().as_bytes());
+                (AttemptOutcome::Failed(err), 0)
+            }
             Fate::AccountClosed => {
                 let body = serde_json::json!({"error": {"code": 404,
                     "message": "No allowed providers are available for the selected model",
@@ -746,6 +757,12 @@ impl Run {
             broken.push(format!(
                 "{ended} of {} prompts ended and the run was not stopped",
                 w.prompts
+            ));
+        }
+        if self.out.unroutable > 0 {
+            broken.push(format!(
+                "{} requests sent that no allowed endpoint could take",
+                self.out.unroutable
             ));
         }
         if self.out.account_rejects > 0 {

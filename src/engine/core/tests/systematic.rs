@@ -213,3 +213,50 @@ fn a_real_refusal_names_its_raw_cause_in_the_reject_and_the_stop() {
     let stop = h.core.stopping().expect("stopped").to_string();
     assert!(stop.contains(cause), "{stop}");
 }
+
+/// The account's settings change while answers stream: the answers of requests sent before
+/// the first failure finish between the failures and do not break the streak; an answer to a
+/// request sent after it does (the failures were the prompts' own).
+#[test]
+fn only_answers_to_requests_sent_since_the_failures_began_break_the_streak() {
+    let mut h = run_with(
+        "concurrency = 8\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 5",
+        40,
+    );
+    h.at(0.0);
+    let early = h.dispatch();
+    assert_eq!(early.len(), 8);
+    // At 5 s the first two fail; each freed slot is taken by a fresh prompt sent then.
+    h.at(5.0);
+    let mut effects = answer(&mut h, &early[..2], |_| Some(privacy_404()));
+    let late = h.dispatch();
+    assert_eq!(late.len(), 2);
+    // Answers to requests sent at 0 s come in between: they say nothing of the world now.
+    h.at(6.0);
+    effects.extend(answer(&mut h, &early[2..5], |_| None));
+    assert_eq!(h.core.held_rejects(), 2, "still held");
+    // Three more failures: five in a row, the run stops, nothing rejected.
+    h.at(7.0);
+    effects.extend(answer(&mut h, &early[5..8], |_| Some(privacy_404())));
+    assert!(rejects(&effects).is_empty(), "{:?}", rejects(&effects));
+    assert!(matches!(
+        h.core.stopping(),
+        Some(StopReason::Systematic { count: 5, .. })
+    ));
+
+    // The same with a content-policy 400, but an answer to a request sent after the first
+    // failure: the held failures were the prompts' own, rejected.
+    let mut h = run_with(
+        "concurrency = 8\nrouting = \"pinned\"\n[retry]\nstop_after_same_error = 5",
+        40,
+    );
+    h.at(0.0);
+    let early = h.dispatch();
+    h.at(5.0);
+    let mut effects = answer(&mut h, &early[..2], |_| Some(policy_400()));
+    let late = h.dispatch();
+    h.at(6.0);
+    effects.extend(answer(&mut h, &late[..1], |_| None));
+    assert_eq!(rejects(&effects).len(), 2, "written once a newer request answered");
+    assert_eq!(h.core.held_rejects(), 0);
+}
