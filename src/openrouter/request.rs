@@ -244,6 +244,27 @@ impl ChatRequest {
         p
     }
 
+    /// Sends the request without parameter `name` (a name of [`ChatRequest::parameters_sent`];
+    /// `max_tokens` is always sent and stays).
+    pub fn drop_parameter(&mut self, name: &str) {
+        match name {
+            "temperature" => self.temperature = None,
+            "top_p" => self.top_p = None,
+            "top_k" => self.top_k = None,
+            "min_p" => self.min_p = None,
+            "presence_penalty" => self.presence_penalty = None,
+            "frequency_penalty" => self.frequency_penalty = None,
+            "repetition_penalty" => self.repetition_penalty = None,
+            "seed" => self.seed = None,
+            "stop" => self.stop = None,
+            "reasoning" => self.reasoning = None,
+            "tools" => {
+                self.extra.remove("tools");
+            }
+            _ => {}
+        }
+    }
+
     pub fn new(model: impl Into<String>, messages: Vec<Message>, max_tokens: u32) -> Self {
         ChatRequest {
             model: model.into(),

@@ -443,3 +443,41 @@ async fn a_provider_with_two_endpoints_is_told_apart_by_its_bill() {
     assert!(by_tag.len() == 2, "both served: {by_tag:?}");
     s.stop().await;
 }
+
+/// Parameters against the listing, one rule everywhere (issue #35): under OpenRouter's routing
+/// with require_parameters, a dataset whose `repetition_penalty` no endpoint lists is refused
+/// before anything is sent (exit 2, naming the dataset and the parameter); pinned, the same job
+/// runs with the parameter dropped where it is not listed, and every request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parameter_no_endpoint_lists_is_refused_under_require_parameters_and_dropped_pinned() {
+    let sim = variants_sim(true).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    job(
+        dir.path(),
+        &sim.base_url(),
+        "routing = \"openrouter\"\nconcurrency = 16\n[request]\nmax_tokens = 300\n\
+         repetition_penalty = 1.05",
+    );
+    let (code, text) = crate::common::run_headless(dir.path(), VAR, KEY, &[]).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("no allowed endpoint lists every parameter")
+            && text.contains("repetition_penalty"),
+        "{text}"
+    );
+    assert_eq!(served(&sim).values().sum::<usize>(), 0, "nothing sent");
+    let (dir, _) = run(
+        &sim,
+        "routing = \"pinned\"\nconcurrency = 16\n[request]\nmax_tokens = 300\n\
+         repetition_penalty = 1.05",
+    )
+    .await;
+    let rows: Vec<OutputRecord> = crate::common::read_jsonl(&dir.path().join("out/A.jsonl"));
+    assert_eq!(rows.len(), 120, "every prompt answered");
+    assert!(
+        rows.iter()
+            .all(|r| r.params.get("repetition_penalty").is_none()),
+        "dropped where no endpoint lists it"
+    );
+    sim.stop().await;
+}

@@ -60,9 +60,10 @@ impl Core {
             let Some(job) = self.next_job(port, now) else {
                 break;
             };
-            // A retry goes elsewhere than where it just failed, when there is elsewhere.
-            let Some(route) = self.route(now, job.failed_at) else {
-                self.requeue_front(job, now);
+            let Some(route) = self.route_job(now, &job, false) else {
+                // Something may serve, but nothing that takes this request's parameters:
+                // it waits (never sent where OpenRouter would refuse it), said once.
+                self.wait_for_eligible(job, now);
                 break;
             };
             let messages = self.request_messages(&job);
@@ -82,7 +83,7 @@ impl Core {
                 )
             {
                 let stoppable = self
-                    .route_stoppable(now, job.failed_at)
+                    .route_job(now, &job, true)
                     .map(|r| self.price(&job, r, prompt_tokens, now));
                 let fits_stoppable = stoppable
                     .as_ref()
@@ -120,6 +121,24 @@ impl Core {
         if self.in_flight.is_empty() && self.admission.retry.is_empty() {
             self.settle_streak(now);
         }
+    }
+
+    /// No endpoint that may serve now takes `job`'s parameters (each that might is cooling
+    /// down, or does not list them): the job waits a second, and the log says why once.
+    fn wait_for_eligible(&mut self, job: Job, now: &Clock) {
+        let d = job.dataset;
+        let name = self.admission.datasets[d].name.clone();
+        if self.journal.first(Once::NoEligible(name.clone())) {
+            let sends = self.admission.datasets[d].sends.join(", ");
+            let text = format!(
+                "dataset {name}: no endpoint that may serve now lists every parameter its \
+                 requests send ({sends}), and with [provider] require_parameters OpenRouter \
+                 would refuse them: they wait for one (set require_parameters = false to let \
+                 an endpoint serve without them)"
+            );
+            self.event(now, text);
+        }
+        self.push_retry(job, now.mono + std::time::Duration::from_secs(1));
     }
 
     /// `route`'s prices and money for `job`'s request of `prompt_tokens`: its expectation,
@@ -213,21 +232,10 @@ impl Core {
                 });
             }
             // Pinned requests require every parameter they send: drop what the endpoint does
-            // not list rather than have OpenRouter refuse the request.
-            if let Some(sp) = &ep.supported_parameters {
-                let has = |p: &str| sp.iter().any(|s| s == p);
-                if !has("temperature") {
-                    req.temperature = None;
-                }
-                if !has("top_p") {
-                    req.top_p = None;
-                }
-                if !has("top_k") {
-                    req.top_k = None;
-                }
-                if !has("seed") {
-                    req.seed = None;
-                }
+            // not list rather than have OpenRouter refuse the request (as preflight says).
+            let sent = req.parameters_sent();
+            for p in super::params::unlisted(&sent, ep.supported_parameters.as_deref()) {
+                req.drop_parameter(p);
             }
             self.fleet.health[e].on_dispatch();
             if let Some(n) = self.fleet.ep_in_flight.get_mut(e) {

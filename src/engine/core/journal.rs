@@ -32,6 +32,8 @@ pub(super) enum Once {
     Byok(String),
     /// No endpoint can take a request (said again once one could and then none can).
     Stuck,
+    /// No endpoint that may serve takes a dataset's parameters (by dataset).
+    NoEligible(String),
 }
 
 /// The event log and what it has said once.

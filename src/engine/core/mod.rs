@@ -23,6 +23,7 @@ mod events;
 mod failure;
 mod journal;
 mod outcome;
+pub(crate) mod params;
 mod port;
 mod reserve;
 mod routing;
@@ -109,6 +110,8 @@ impl Ord for Pending {
 pub(crate) struct DatasetBook {
     pub name: String,
     pub params: RequestParams,
+    /// The parameters its requests send, as listings name them (filled by [`Core::new`]).
+    pub sends: Vec<&'static str>,
     pub system_prompt: Option<String>,
     pub turns: crate::config::Turns,
     /// Ids finished or rejected by earlier runs (this run reads the file once, and the
@@ -235,6 +238,13 @@ impl Core {
     ) -> Core {
         let policy = cfg.policy.clone();
         let (native, _) = policy.native_for(&cfg.model);
+        let mut datasets = datasets;
+        for d in &mut datasets {
+            d.sends = d
+                .params
+                .chat_request(&cfg.model, Vec::new())
+                .parameters_sent();
+        }
         let n = endpoints.len();
         let listed = endpoints
             .iter()

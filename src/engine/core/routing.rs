@@ -37,6 +37,15 @@ pub(super) struct Fleet {
     pub(super) ep_in_flight: Vec<u64>,
 }
 
+/// Which endpoints a route is chosen among, beyond those that may serve now.
+#[derive(Clone, Copy, Default)]
+struct Among<'a> {
+    /// Only where closing a stream stops its bill.
+    stoppable_only: bool,
+    /// Only those that may take a request sending these parameters.
+    sends: Option<&'a [&'static str]>,
+}
+
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Route {
@@ -184,20 +193,45 @@ impl Core {
     }
 
     pub(super) fn route(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
-        self.route_among(now, avoid, false)
+        self.route_among(now, avoid, Among::default())
     }
 
-    /// [`Core::route`] among the endpoints where closing a stream stops its bill alone (the
-    /// hard budget's last stretch: there a request reserves its expectation).
-    pub(super) fn route_stoppable(&mut self, now: &Clock, avoid: Option<usize>) -> Option<Route> {
-        self.route_among(now, avoid, true)
+    /// Where `job`'s request goes: [`Core::route`] among the endpoints that may take its
+    /// parameters (`params::eligible`), and only where closing a stream stops its bill when
+    /// `stoppable_only` (the hard budget's last stretch: there a request reserves its
+    /// expectation). A retry goes elsewhere than where it just failed, when there is elsewhere.
+    pub(super) fn route_job(
+        &mut self,
+        now: &Clock,
+        job: &super::Job,
+        stoppable_only: bool,
+    ) -> Option<Route> {
+        let sends = std::mem::take(&mut self.admission.datasets[job.dataset].sends);
+        let among = Among {
+            stoppable_only,
+            sends: Some(&sends),
+        };
+        let route = self.route_among(now, job.failed_at, among);
+        self.admission.datasets[job.dataset].sends = sends;
+        route
+    }
+
+    /// Whether endpoint `i` may take a request that sends `sends` (see `params::eligible`).
+    fn takes(&self, i: usize, sends: &[&'static str]) -> bool {
+        let e = &self.fleet.endpoints[i];
+        let missing = super::params::unlisted(sends, e.supported_parameters.as_deref());
+        super::params::eligible(
+            self.cfg.routing,
+            self.cfg.provider.require_parameters,
+            &missing,
+        )
     }
 
     fn route_among(
         &mut self,
         now: &Clock,
         avoid: Option<usize>,
-        stoppable_only: bool,
+        among: Among<'_>,
     ) -> Option<Route> {
         let n = self.fleet.endpoints.len();
         let mut candidates: Vec<usize> = Vec::new();
@@ -205,7 +239,8 @@ impl Core {
             if self.fleet.listed[i].present
                 && self.permitted(i)
                 && self.fleet.health[i].available(now.mono)
-                && (!stoppable_only || self.fleet.endpoints[i].cancel_stops_billing)
+                && (!among.stoppable_only || self.fleet.endpoints[i].cancel_stops_billing)
+                && among.sends.is_none_or(|s| self.takes(i, s))
             {
                 candidates.push(i);
             }

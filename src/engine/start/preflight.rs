@@ -74,62 +74,74 @@ pub(super) fn check_policy(
 }
 
 /// Allowed endpoints that do not list a parameter the requests set: with `require_parameters`
-/// (openrouter routing) OpenRouter sends them nothing; pinned routing drops the parameter for
-/// them (and the row's `params` says so).
+/// (openrouter routing) OpenRouter sends them nothing, and requests go elsewhere; pinned
+/// routing drops the parameter for them (and the row's `params` says so). The rule is the
+/// core's (`params::unlisted`, `params::eligible`), which routing and dispatch follow too.
+/// A dataset that no allowed endpoint would take is refused: its requests could only wait.
 pub(super) fn parameter_notes(
     cfg: &Config,
     endpoints: &[RunEndpoint],
     probe: &HashMap<String, f64>,
-) -> Vec<String> {
+) -> Result<Vec<String>, EngineError> {
+    use crate::engine::core::params::{eligible, unlisted};
     let (native, _) = cfg.policy.native_for(&cfg.model);
-    let mut sent: Vec<&'static str> = Vec::new();
+    let allowed: Vec<&RunEndpoint> = endpoints
+        .iter()
+        .filter(|e| {
+            e.custom.is_some()
+                || cfg
+                    .policy
+                    .judge(&native, *e, probe.get(&e.tag).copied())
+                    .is_none()
+        })
+        .collect();
+    let require = cfg.provider.require_parameters;
+    let mut notes = Vec::new();
+    let mut said: Vec<(String, Vec<&str>)> = Vec::new();
     for d in &cfg.datasets {
-        for p in cfg
+        let sent = cfg
             .request_for(d)
             .chat_request(&cfg.model, Vec::new())
-            .parameters_sent()
-        {
-            if !sent.contains(&p) {
-                sent.push(p);
+            .parameters_sent();
+        let mut takers = 0;
+        for e in &allowed {
+            let missing = unlisted(&sent, e.supported_parameters.as_deref());
+            if eligible(cfg.routing, require, &missing) {
+                takers += 1;
             }
+            if missing.is_empty() || said.iter().any(|(t, m)| *t == e.tag && *m == missing) {
+                continue;
+            }
+            said.push((e.tag.clone(), missing.clone()));
+            let what = missing.join(", ");
+            notes.push(match cfg.routing {
+                Routing::Openrouter if require => format!(
+                    "{} does not list {what}: with [provider] require_parameters OpenRouter \
+                     sends it nothing, so harvest routes those requests elsewhere \
+                     (require_parameters = false lets it serve without them)",
+                    e.tag
+                ),
+                Routing::Openrouter => format!(
+                    "{} does not list {what}: OpenRouter drops them there, and rows it serves \
+                     claim them ([provider] require_parameters = true avoids it)",
+                    e.tag
+                ),
+                Routing::Pinned => format!(
+                    "{} does not list {what}: its requests go without them (its rows' params \
+                     say so)",
+                    e.tag
+                ),
+            });
+        }
+        if takers == 0 && !allowed.is_empty() {
+            return Err(EngineError::Input(format!(
+                "dataset {}: no allowed endpoint lists every parameter its requests send ({}), \
+                 and with [provider] require_parameters OpenRouter would send them nowhere. \
+                 Remove the parameters no endpoint lists, or set require_parameters = false",
+                d.name,
+                sent.join(", ")
+            )));
         }
     }
-    let mut notes = Vec::new();
-    for e in endpoints.iter().filter(|e| e.custom.is_none()) {
-        let Some(listed) = &e.supported_parameters else {
-            continue;
-        };
-        if cfg
-            .policy
-            .judge(&native, e, probe.get(&e.tag).copied())
-            .is_some()
-        {
-            continue;
-        }
-        let missing: Vec<&str> = (sent.iter().copied())
-            .filter(|p| !listed.iter().any(|l| l == p))
-            .collect();
-        if missing.is_empty() {
-            continue;
-        }
-        let what = missing.join(", ");
-        notes.push(match cfg.routing {
-            Routing::Openrouter if cfg.provider.require_parameters => format!(
-                "{} does not list {what}: with [provider] require_parameters OpenRouter sends \
-                 it nothing (require_parameters = false lets it serve without them)",
-                e.tag
-            ),
-            Routing::Openrouter => format!(
-                "{} does not list {what}: OpenRouter drops them there, and rows it serves \
-                 claim them ([provider] require_parameters = true avoids it)",
-                e.tag
-            ),
-            Routing::Pinned => format!(
-                "{} does not list {what}: its requests go without them (its rows' params \
-                 say so)",
-                e.tag
-            ),
-        });
-    }
-    notes
+    Ok(notes)
 }

@@ -147,7 +147,7 @@ pub(super) async fn ready(
     let probe = crate::store::probe_file::ProbeReport::agreement_in(&dir, &cfg.model)
         .map_err(|e| EngineError::Input(e.to_string()))?;
     check_policy(&cfg, &endpoints, &probe)?;
-    notes.extend(parameter_notes(&cfg, &endpoints, &probe));
+    notes.extend(parameter_notes(&cfg, &endpoints, &probe)?);
     let key = if client.has_key() {
         match tokio::time::timeout(Duration::from_secs(10), client.key_info()).await {
             Ok(Ok(k)) => Some(k),

@@ -55,6 +55,9 @@ pub(super) struct World {
     pub account_closes_at: Option<f64>,
     /// The requests' temperature, when the job sets one (Moonshot's listing does not list it).
     pub temperature: Option<f64>,
+    /// The requests' `repetition_penalty`, which no endpoint of the table lists (pinned worlds
+    /// only: under OpenRouter's routing with `require_parameters` preflight refuses the job).
+    pub repetition_penalty: Option<f64>,
     /// The simulator's own table (`harvest sim`'s Kimi K2.5 providers): the listing harvest
     /// reads, and what OpenRouter's routing (`sim::routing::candidates`) picks from.
     table: crate::sim::ProviderTable,
@@ -80,7 +83,8 @@ impl World {
             truth.push(Behaviour {
                 ttft_s: e.behaviour.ttft_ms / 1000.0,
                 tokens_per_s: e.behaviour.tokens_per_s,
-                p429: if r.random_bool(0.3) { 0.05 } else { 0.0 },
+                // Some days a provider is busy: most of its requests meet a 429.
+                p429: [0.0, 0.0, 0.05, 0.5][r.random_range(0..4)],
                 p5xx: if r.random_bool(0.3) { 0.03 } else { 0.0 },
                 stops_billing: e.behaviour.cancel_stops_billing,
             });
@@ -108,6 +112,7 @@ impl World {
         };
         let account_closes_at = r.random_bool(0.25).then(|| r.random_range(2.0..30.0));
         let temperature = r.random_bool(0.5).then_some(0.6);
+        let repetition_penalty = (routing == "pinned" && r.random_bool(0.5)).then_some(1.05);
         World {
             seed,
             mode,
@@ -119,6 +124,7 @@ impl World {
             routing,
             account_closes_at,
             temperature,
+            repetition_penalty,
             table,
             endpoints,
             truth,
@@ -132,7 +138,10 @@ impl World {
         };
         let temperature = self
             .temperature
-            .map_or(String::new(), |t| format!("temperature = {t}\n"));
+            .map_or(String::new(), |t| format!("temperature = {t}\n"))
+            + &self
+                .repetition_penalty
+                .map_or(String::new(), |p| format!("repetition_penalty = {p}\n"));
         config(&format!(
             "budget_usd = {}\nbudget_mode = \"{mode}\"\nconcurrency = {}\nrouting = \"{}\"\n\
              [request]\nmax_tokens = {}\n{temperature}[retry]\nbase_delay_ms = 200\n\

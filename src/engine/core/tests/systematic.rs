@@ -257,6 +257,10 @@ fn only_answers_to_requests_sent_since_the_failures_began_break_the_streak() {
     let late = h.dispatch();
     h.at(6.0);
     effects.extend(answer(&mut h, &late[..1], |_| None));
-    assert_eq!(rejects(&effects).len(), 2, "written once a newer request answered");
+    assert_eq!(
+        rejects(&effects).len(),
+        2,
+        "written once a newer request answered"
+    );
     assert_eq!(h.core.held_rejects(), 0);
 }
