@@ -38,13 +38,15 @@ pub(crate) fn eligible(routing: Routing, require_parameters: bool, unlisted: &[&
 mod tests {
     use super::*;
 
+    /// (sent, listing, unlisted)
+    type Case<'a> = (&'a [&'static str], Option<&'a [String]>, &'a [&'a str]);
+
     #[test]
     fn what_an_endpoint_does_not_list_and_whether_it_may_take_the_request() {
         let listed = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<String>>();
         let moonshot = listed(&["max_tokens", "reasoning", "seed", "stop", "tools"]);
         let chutes = listed(&["max_tokens", "temperature", "top_p", "reasoning", "seed"]);
-        // (sent, listing, unlisted)
-        let cases: [(&[&'static str], Option<&[String]>, &[&str]); 5] = [
+        let cases: [Case<'_>; 5] = [
             (
                 &["max_tokens", "temperature"],
                 Some(&moonshot),
