@@ -323,6 +323,12 @@ impl Supervisor {
                     self.shared.replace_endpoint(index, *endpoint);
                     Ok(())
                 }
+                Effect::Hold(pico) => {
+                    let sh = &self.shared;
+                    let held = sh.held_pico.fetch_add(pico, Ordering::Relaxed) + pico;
+                    sh.check_cap(sh.accrued_pico.load(Ordering::Relaxed), held);
+                    Ok(())
+                }
                 Effect::Join(endpoint) => {
                     let pool = (self.shared.add_endpoint((*endpoint).clone()))
                         .map(|_| self.shared.endpoints());

@@ -36,6 +36,11 @@ pub(super) struct Budget {
     pub(super) stretch_narrowed: u64,
     /// Requests sent in the last stretch with their worst case reserved.
     pub(super) stretch_worst: u64,
+    /// What each attempt a crash left open holds until its look-up lands, by generation id,
+    /// and whether a look-up for it still runs.
+    pub(super) crash: std::collections::HashMap<String, (i64, bool)>,
+    /// The sum of those holds, picodollars.
+    pub(super) crash_pico: i64,
 }
 
 /// What one more request asks of the dollar budget.
@@ -66,7 +71,81 @@ pub(super) enum Fits {
 impl Core {
     /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
     pub(crate) fn committed_pico(&self, live: &Live) -> i64 {
-        live.spent_pico + live.accrued_pico + self.budget.reserved_pico
+        live.spent_pico + live.accrued_pico + self.budget.reserved_pico + self.budget.crash_pico
+    }
+
+    /// A crash's open attempts, before their look-ups: each holds its money
+    /// ([`super::reserve::crash_hold`]) until its look-up lands; the cap holds it too.
+    pub(super) fn hold_crash(&mut self, open: Vec<crate::store::output::SpendEntry>) {
+        let mut added = 0;
+        for e in open {
+            let Some(g) = e.generation_id.clone() else {
+                continue;
+            };
+            let hold = self.crash_hold_of(&e);
+            if self.budget.crash.insert(g, (hold, true)).is_none() {
+                added += hold;
+            }
+        }
+        self.budget.crash_pico += added;
+        self.effects.push(super::Effect::Hold(added));
+    }
+
+    /// What one open attempt holds: by its dataset's `max_tokens` and its endpoint's prices
+    /// and billing (the dearest allowed, billed when closed, when OpenRouter chose).
+    fn crash_hold_of(&self, e: &crate::store::output::SpendEntry) -> i64 {
+        let max_tokens = (self.admission.datasets.iter())
+            .find(|d| d.name == e.dataset)
+            .map_or(0, |d| u64::from(d.params.max_tokens));
+        let eps = &self.fleet.endpoints;
+        let at = e
+            .endpoint
+            .as_deref()
+            .and_then(|t| eps.iter().find(|x| x.tag == t));
+        let (price_in, price_out, billed) = match at {
+            Some(x) => (x.price_in, x.price_out, !x.cancel_stops_billing),
+            None => {
+                let allowed = (0..eps.len()).filter(|&i| self.permitted(i));
+                let top = allowed.fold(
+                    (crate::domain::Price::ZERO, crate::domain::Price::ZERO),
+                    |(a, b), i| (a.max(eps[i].price_in), b.max(eps[i].price_out)),
+                );
+                (top.0, top.1, true)
+            }
+        };
+        let worst = (price_in.cost(e.prompt_tokens) + price_out.cost(max_tokens)).pico();
+        let expected = e.expected_usd.map_or(worst, |u| u.pico());
+        super::reserve::crash_hold(self.cfg.budget_mode, billed, expected, worst)
+    }
+
+    /// A crash's open attempt is settled (found, or booked at its expectation): its hold goes.
+    pub(super) fn release_crash(&mut self, e: &crate::store::output::SpendEntry) {
+        let Some((hold, _)) = e
+            .generation_id
+            .as_ref()
+            .and_then(|g| self.budget.crash.remove(g))
+        else {
+            return;
+        };
+        self.budget.crash_pico -= hold;
+        self.effects.push(super::Effect::Hold(-hold));
+    }
+
+    /// A crash's open attempt whose look-up gave up for now: still held, waited for no more.
+    pub(super) fn crash_unsettled(&mut self, e: &crate::store::output::SpendEntry) {
+        if let Some(h) = e
+            .generation_id
+            .as_ref()
+            .and_then(|g| self.budget.crash.get_mut(g))
+        {
+            h.1 = false;
+        }
+    }
+
+    /// Look-ups of a crash's open attempts still running: the run waits for them near the cap
+    /// rather than stop, or spend past them.
+    fn crash_looking_up(&self) -> bool {
+        self.budget.crash.values().any(|(_, running)| *running)
     }
 
     /// What in-flight requests are still expected to cost, with today's expectations: the
@@ -118,7 +197,10 @@ impl Core {
         }
         // With nothing in flight, new work still waits for a row in progress whose next turn
         // is queued: that turn goes out first, and the row's money is its own.
-        if self.in_flight.is_empty() && (c.continues_row || self.row_waits(None).is_none()) {
+        if self.in_flight.is_empty()
+            && !self.crash_looking_up()
+            && (c.continues_row || self.row_waits(None).is_none())
+        {
             self.begin_stop(now, StopReason::DollarBudget);
             return Fits::Never;
         }

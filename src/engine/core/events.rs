@@ -61,6 +61,12 @@ pub(crate) enum Event {
         usd: Usd,
         estimated: bool,
     },
+    /// The attempts an earlier run's crash left open, before their look-ups: each holds money
+    /// against the budget until its [`Event::Carried`] (or [`Event::Unsettled`]) comes.
+    CrashOpen(Vec<SpendEntry>),
+    /// A crash's open attempt whose look-up gave up for now (the API does not know it yet):
+    /// its money stays held, but nothing waits for it.
+    Unsettled(SpendEntry),
     /// What a closed stream really cost (`GET /generation`), against what it was booked at.
     Adjusted {
         entry: SpendEntry,
@@ -107,6 +113,9 @@ pub(crate) enum Effect {
     /// The listing shows a new endpoint: add it to the pool if a slot is free, and answer
     /// with [`Event::Joined`].
     Join(Box<RunEndpoint>),
+    /// Add this many picodollars (or take them away) to what the dollar cap holds for streams
+    /// that run to their end whatever happens: a crash's open attempts.
+    Hold(i64),
 }
 
 impl Core {
@@ -134,8 +143,13 @@ impl Core {
                 kind,
                 usd,
                 estimated,
-            } => self.book_carried(open, kind, usd, estimated, now),
+            } => {
+                self.release_crash(&open);
+                self.book_carried(open, kind, usd, estimated, now)
+            }
             Event::Adjusted { entry, actual } => self.book_adjustment(entry, actual, now),
+            Event::CrashOpen(open) => self.hold_crash(open),
+            Event::Unsettled(entry) => self.crash_unsettled(&entry),
             Event::Line(entry) => self.ledger(entry),
         }
         if self.life.begun {

@@ -267,6 +267,8 @@ impl Core {
                 owed_pico: 0,
                 stretch_narrowed: 0,
                 stretch_worst: 0,
+                crash: HashMap::new(),
+                crash_pico: 0,
             },
             fleet: routing::Fleet {
                 health: (0..n)

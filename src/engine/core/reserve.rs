@@ -43,6 +43,24 @@ pub(crate) fn reservation(mode: BudgetMode, billed_if_closed: bool, x: Exposure)
     }
 }
 
+/// What an attempt an earlier run's crash left open holds against the budget until its
+/// look-up says what it cost (reliability-probe-4 N1: a restart while `/generation` lags
+/// reserved nothing for them and passed the budget by a third): like a live stream, its worst
+/// case where a close does not stop the bill (the provider may still be generating it), under
+/// the hard budget; its expectation elsewhere.
+pub(crate) fn crash_hold(
+    mode: BudgetMode,
+    billed_if_closed: bool,
+    expected: i64,
+    worst: i64,
+) -> i64 {
+    if reserves_worst_case(mode, billed_if_closed) {
+        worst.max(expected)
+    } else {
+        expected
+    }
+}
+
 /// Where a request goes in the hard budget's last stretch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StretchRoute {

@@ -140,6 +140,10 @@ impl Supervisor {
             ).await;
         }
         let orphans = std::mem::take(&mut self.orphans);
+        if self.shared.client.has_key() && !orphans.is_empty() {
+            // Until each look-up lands, its attempt holds money as a live stream does.
+            self.step(Event::CrashOpen(orphans.clone())).await;
+        }
         let mut items: Vec<_> = orphans
             .into_iter()
             .filter_map(|e| Some((e.generation_id.clone()?, e)))
@@ -224,7 +228,10 @@ impl Supervisor {
                 self.book_carried(entry, SpendKind::Unknown, usd, true)
                     .await;
             }
-            Settle::Wait => self.unsettled += 1,
+            Settle::Wait => {
+                self.unsettled += 1;
+                self.step(Event::Unsettled(entry)).await;
+            }
         }
     }
 

@@ -375,3 +375,60 @@ fn the_overshoot_is_what_this_run_spent_past_the_budget() {
         );
     }
 }
+
+/// Attempts an earlier run's crash left open hold money until their look-ups land
+/// (reliability-probe-4 N1): at Moonshot (billed when closed) their worst case, so a restart
+/// sends only what fits beside them; near the cap it waits for the look-ups rather than stop
+/// or spend past them; a look-up that lands releases its hold, and one that gives up leaves it
+/// held but waited for no more.
+#[test]
+fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
+    use crate::store::output::{SpendEntry, SpendKind};
+    // Pinned to Moonshot ($3/M out), max_tokens 8192: a worst case ~$0.0246. Budget $0.06.
+    let cfg = config(
+        "budget_usd = 0.06\nconcurrency = 50\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
+         [policy]\nexclude = [\"chutes\", \"together\"]",
+    );
+    let ids: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let open = |g: &str| SpendEntry {
+        endpoint: Some("moonshotai".into()),
+        prompt_tokens: 10,
+        generation_id: Some(g.into()),
+        attempt: Some(format!("old-{g}")),
+        ..SpendEntry::new(SpendKind::Started, "t".into(), format!("x{g}"), "d0")
+    };
+    let fx = h.handle(Event::CrashOpen(vec![open("g1"), open("g2")]));
+    let held: i64 = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Hold(p) => Some(*p),
+            _ => None,
+        })
+        .sum();
+    assert!(
+        held > Usd::from_f64(0.048).pico(),
+        "two worst cases held: {held}"
+    );
+    // $0.06 less two worst cases leaves room for none more at Moonshot's worst case.
+    assert_eq!(h.dispatch().len(), 0, "nothing fits beside them");
+    assert!(
+        h.core.stopping().is_none(),
+        "it waits for the look-ups, not stops"
+    );
+    // One look-up lands: found at $0.002; its hold goes, and one request fits.
+    let fx = h.handle(Event::Carried {
+        open: open("g1"),
+        kind: SpendKind::Recovered,
+        usd: Usd::from_f64(0.002),
+        estimated: false,
+    });
+    assert!(fx.iter().any(|e| matches!(e, Effect::Hold(p) if *p < 0)));
+    h.live.spent_pico += Usd::from_f64(0.002).pico();
+    assert_eq!(h.dispatch().len(), 1, "room for one worst case again");
+    // The other gives up for now: still held.
+    let before = h.core.committed_pico(&h.live.clone());
+    h.handle(Event::Unsettled(open("g2")));
+    assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
+}

@@ -445,6 +445,7 @@ impl Run {
                 generation_id,
                 entry,
             } => self.lookups.push((generation_id, entry)),
+            Effect::Hold(pico) => self.held += pico,
             Effect::Turn(_) | Effect::Repriced { .. } | Effect::Join(_) => {}
         }
     }
