@@ -641,3 +641,58 @@ async fn a_stop_now_during_the_last_look_ups_ends_the_run_at_once() {
     );
     sim.stop().await;
 }
+
+/// A crash in the last stretch and an immediate restart while `/generation` lags 20 s (a
+/// provider that bills a cancel keeps generating after the disconnect; a Kubernetes Job or a
+/// Slurm requeue restarts at once): the restart holds each open attempt's money until its
+/// look-up lands, so the simulator's bill stays within 0.5% of the $0.50 budget
+/// (reliability-probe-4 N1: +32% before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_and_an_immediate_restart_stay_within_the_budget_while_generation_lags() {
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.2;
+    cfg.generation_visible_after = Duration::from_secs(20);
+    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        2000,
+        &sim.base_url(),
+        "HARVEST_RESUME_TEST_KEY",
+        "budget_usd = 0.5\nconcurrency = 300\n[request]\nmax_tokens = 2048",
+        "L",
+    );
+    let ledger = dir.path().join("out").join("spend.jsonl");
+    let spent = || -> f64 {
+        std::fs::read_to_string(&ledger)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<SpendEntry>(l).ok())
+            .map(|e| e.usd.as_f64())
+            .sum()
+    };
+    let mut child = harvest_run(&config).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Deep in the last stretch: most of the budget spent, streams still in flight.
+    while spent() < 0.30 {
+        assert!(Instant::now() < deadline, "run too slow: {}", spent());
+        assert!(child.try_wait().expect("wait").is_none(), "ended early");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let output = tokio::task::spawn_blocking(move || harvest_run(&config).output())
+        .await
+        .expect("join")
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Let the lagging generations the kill left be billed to the end.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let billed = sim.state.billed_total().as_f64();
+    eprintln!("billed {billed:.6} on a budget of 0.50\n{stdout}");
+    assert!(
+        billed <= 0.5025,
+        "billed {billed:.6} past the budget\n{stdout}"
+    );
+    sim.stop().await;
+}
