@@ -5,6 +5,7 @@
 //!
 //! Read-only: unlike a resume, it never repairs a torn last line, since a run may be writing.
 
+use super::stdout::{out, outln};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -64,9 +65,9 @@ pub async fn run(args: EstimateArgs) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config).map_err(|e| BadInput(e.to_string()))?;
     let est = estimate_config(&cfg, &opts).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&est)?);
+        outln!("{}", serde_json::to_string_pretty(&est)?);
     } else {
-        print!("{}", crate::printable::printable(&render_text(&est)));
+        out!("{}", crate::printable::printable(&render_text(&est)));
     }
     Ok(())
 }

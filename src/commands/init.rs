@@ -4,6 +4,7 @@
 //! budget. Every value carries a one-line reason, so the file teaches what it sets. It never
 //! overwrites a file.
 
+use super::stdout::out;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -386,7 +387,7 @@ pub async fn run(args: InitArgs) -> anyhow::Result<()> {
         .map_err(|e| BadInput(format!("cannot write {}: {e}", args.out.display())))?;
     std::io::Write::write_all(&mut f, text.as_bytes())
         .map_err(|e| BadInput(format!("cannot write {}: {e}", args.out.display())))?;
-    print!("{}", crate::printable::printable(&text));
+    out!("{}", crate::printable::printable(&text));
     eprintln!(
         "harvest: wrote {}; next: export {}=sk-or-..., then harvest run --check -c {}",
         args.out.display(),

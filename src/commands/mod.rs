@@ -15,6 +15,7 @@ mod scan_line;
 mod shard;
 pub mod sim;
 pub mod status;
+pub(crate) mod stdout;
 pub mod stop;
 
 /// An error caused by the user's input (a config, a flag, a file): exit code 2.

@@ -2,6 +2,7 @@
 //! model (see [`crate::probe`]). The cost is estimated and capped before anything is sent, and
 //! what was spent is booked in the output directory's ledger, so a run there counts it.
 
+use super::stdout::{out, outln};
 use std::path::PathBuf;
 
 use crate::cli::ProbeArgs;
@@ -103,17 +104,17 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| dir.join(probe::FILE_NAME));
     report.save(&path, &dir, &spend)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print!("{}", crate::printable::printable(&report.render()));
-    println!(
+    out!("{}", crate::printable::printable(&report.render()));
+    outln!(
         "saved to {}; spend booked in {}",
         path.display(),
         crate::store::output::ledger_path(&dir).display()
     );
     if policy_hint(&policy) {
-        println!(
+        outln!(
             "to leave out endpoints that drift, set [policy] min_probe_agreement (e.g. 0.9) and \
              run from the same output_dir"
         );

@@ -1,6 +1,7 @@
 //! `harvest providers MODEL`: the endpoint table of a model (price, quantization, context,
 //! status, uptime), sorted by output price, with what the policy would do with each endpoint.
 
+use super::stdout::{out, outln};
 use serde::Serialize;
 
 use crate::domain::Quantization;
@@ -279,9 +280,9 @@ pub async fn run(args: crate::cli::ProvidersArgs) -> anyhow::Result<()> {
     }
     let r = report(&args.model, &listing, &policy, probe.as_ref());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", crate::printable::printable(&render_text(&r)));
+        out!("{}", crate::printable::printable(&render_text(&r)));
     }
     Ok(())
 }

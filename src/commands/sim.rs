@@ -1,5 +1,6 @@
 //! `harvest sim`: the simulator alone, until Ctrl-C.
 
+use super::stdout::outln;
 use anyhow::Context;
 
 use crate::cli::SimArgs;
@@ -71,14 +72,14 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     let handle = sim::start(cfg, args.port)
         .await
         .context("starting the simulator")?;
-    println!(
+    outln!(
         "harvest simulator: {model} at {n} endpoints on {}  (speed scale {}, seed {})",
         handle.base_url(),
         args.speed_scale,
         args.seed
     );
     if let (Some(bodies), Some(dir)) = (replaying, &args.replay) {
-        println!(
+        outln!(
             "chat completions: {bodies} recorded responses from {}, in turn, each billed at its \
              own usage.cost",
             dir.display()
@@ -94,12 +95,12 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
                 path.display()
             ))
         })?;
-        println!(
+        outln!(
             "HTTPS (HTTP/2 and HTTP/1.1 by ALPN); trust its authority: export SSL_CERT_FILE={}",
             path.display()
         );
     }
-    println!(
+    outln!(
         "try: harvest providers {model} --base-url {}   control: GET/POST http://{}/sim/state|control",
         handle.base_url(),
         handle.addr

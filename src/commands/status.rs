@@ -3,6 +3,7 @@
 //! `--report`: the end-of-run report built from the output directory; `--reconcile`: settles
 //! what a crashed run left open in it.
 
+use super::stdout::{out, outln};
 use std::path::{Path, PathBuf};
 
 use crate::cli::StatusArgs;
@@ -32,9 +33,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         }
         let report = Report::from_dir(&dir, None).map_err(|e| BadInput(e.to_string()))?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            outln!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            print!("{}", crate::printable::printable(&report.render()));
+            out!("{}", crate::printable::printable(&report.render()));
         }
         return Ok(());
     }
@@ -65,10 +66,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 },
             );
         }
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", crate::printable::printable(&headless::summary(&snap)));
-        println!(
+        out!("{}", crate::printable::printable(&headless::summary(&snap)));
+        outln!(
             "{}",
             crate::printable::printable(&engine_line(
                 live.as_ref(),
@@ -104,13 +105,13 @@ fn job(shards: &[PathBuf], args: &StatusArgs) -> anyhow::Result<()> {
         if args.report {
             doc["reports"] = serde_json::to_value(&reports)?;
         }
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         let mut text = super::job::render(&view);
         for (dir, r) in shards.iter().zip(&reports) {
             text.push_str(&format!("\n== {}\n{}", dir.display(), r.render()));
         }
-        print!("{}", crate::printable::printable(&text));
+        out!("{}", crate::printable::printable(&text));
     }
     Ok(())
 }
@@ -249,6 +250,6 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
             "; {waiting} still unknown and too recent to give up on: ask again later"
         ));
     }
-    println!("{}", crate::printable::printable(&said));
+    outln!("{}", crate::printable::printable(&said));
     Ok(())
 }

@@ -318,3 +318,64 @@ fn man_pages_cover_every_command() {
     let pages = std::fs::read_dir(dir.path()).expect("dir").count();
     assert!(pages >= 12, "{pages} pages");
 }
+
+/// A reader that closes the pipe before harvest writes (`| head -c 1` at its worst): every
+/// command that prints a result ends as it would have, exit 0, with no panic and no backtrace.
+/// The read end is closed before the process starts, so every write meets the broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_printing_quietly() {
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    crate::common::write_job_with_ids(&d, &s.base_url(), "HARVEST_PIPE_KEY", 5, "");
+    let (code, text) =
+        crate::common::run_headless(&d, "HARVEST_PIPE_KEY", "sk-or-v1-pipe", &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let base = s.base_url();
+    let out = d.join("out").display().to_string();
+    let cfg = d.join("harvest.toml").display().to_string();
+    let commands: Vec<Vec<String>> = vec![
+        vec!["status".into(), out.clone()],
+        vec!["status".into(), "--json".into(), out.clone()],
+        vec!["status".into(), "--report".into(), out],
+        vec![
+            "providers".into(),
+            "moonshotai/kimi-k2.5".into(),
+            "--json".into(),
+            "--base-url".into(),
+            base.clone(),
+        ],
+        vec![
+            "providers".into(),
+            "moonshotai/kimi-k2.5".into(),
+            "--base-url".into(),
+            base,
+        ],
+        vec!["estimate".into(), "--json".into(), "-c".into(), cfg.clone()],
+        vec!["estimate".into(), "-c".into(), cfg],
+    ];
+    for args in commands {
+        let (code, err) = tokio::task::spawn_blocking(move || {
+            let (reader, writer) = std::io::pipe().expect("pipe");
+            drop(reader);
+            let out = harvest()
+                .env("HARVEST_PIPE_KEY", "sk-or-v1-pipe")
+                .args(&args)
+                .stdout(writer)
+                .stderr(Stdio::piped())
+                .output()
+                .expect("runs");
+            (
+                out.status.code().unwrap_or(-1),
+                format!("{args:?}: {}", String::from_utf8_lossy(&out.stderr)),
+            )
+        })
+        .await
+        .expect("join");
+        assert_eq!(code, 0, "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    s.stop().await;
+}
