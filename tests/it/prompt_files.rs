@@ -326,3 +326,50 @@ async fn parquet_files_run_as_jsonl_does() {
     );
     sim.stop().await;
 }
+
+/// A misspelt `id_field` (reliability-probe-4 N8): no row has it, so the run is refused before
+/// anything is sent, naming the file and the field, instead of giving every prompt a
+/// content-hash id that the fixed spelling would buy again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let rows: String = (0..10)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"uid": format!("u{i}"), "prompt": format!("q {i}")})
+            )
+        })
+        .collect();
+    std::fs::write(d.join("p.jsonl"), rows).expect("prompts");
+    let config = |id_field: &str| {
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n\
+             [[dataset]]\nname = \"P\"\nprompts = \"p.jsonl\"\nid_field = \"{id_field}\"\n",
+            sim.base_url()
+        )
+    };
+    let cfg = d.join("harvest.toml");
+    std::fs::write(&cfg, config("missing")).expect("config");
+    let (code, err) = headless(cfg.clone()).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("id_field = \"missing\" names no field") && err.contains("p.jsonl"),
+        "{err}"
+    );
+    assert_eq!(
+        sim.state.billed_total(),
+        harvest::domain::Usd::ZERO,
+        "nothing sent"
+    );
+    std::fs::write(&cfg, config("uid")).expect("config");
+    let (code, err) = headless(cfg).await;
+    assert_eq!(code, Some(0), "{err}");
+    let done: Vec<harvest::store::output::OutputRecord> =
+        crate::common::read_jsonl(&d.join("out/P.jsonl"));
+    assert!(done.iter().all(|r| r.id.starts_with('u')), "its own ids");
+    assert_eq!(done.len(), 10);
+    sim.stop().await;
+}

@@ -97,6 +97,20 @@ pub(super) fn check_prompts(
             None => format!("{}: {} bad lines", d.prompts.display(), counted.invalid),
         }));
     }
+    // A misspelt id_field would give every prompt a content-hash id without a word, and the
+    // fix would send every prompt again under its real id (reliability-probe-4 N8).
+    if let Some(key) = &d.fields().id
+        && counted.valid > 0
+        && counted.ids_given == 0
+    {
+        return Err(EngineError::Input(format!(
+            "{}: id_field = {key:?} names no field of any of its {} prompts: check its \
+             spelling against the file's fields, or remove it to give each prompt an id \
+             made from its content",
+            d.prompts.display(),
+            counted.valid
+        )));
+    }
     if let Some(dup) = counted.first_duplicates.iter().find(|x| x.differs)
         && cfg.on_duplicate == OnDuplicate::Error
     {

@@ -102,4 +102,7 @@ pub struct PromptCount {
     pub bytes: u64,
     /// Valid prompts with no `system` message of their own.
     pub without_system: u64,
+    /// Rows whose id came from the id field (`id`, or the dataset's `id_field`), not from
+    /// their content.
+    pub ids_given: u64,
 }

@@ -34,6 +34,8 @@ pub struct PromptReader {
     duplicates: Vec<Duplicate>,
     duplicate_count: u64,
     differing: u64,
+    /// Rows whose id came from the id field (not from their content).
+    ids_given: std::cell::Cell<u64>,
     /// Bytes consumed so far.
     bytes: u64,
     done: bool,
@@ -80,6 +82,7 @@ impl PromptReader {
             duplicates: Vec::new(),
             duplicate_count: 0,
             differing: 0,
+            ids_given: std::cell::Cell::new(0),
             bytes: 0,
             done: false,
         }
@@ -183,6 +186,9 @@ impl PromptReader {
             Some(_) => {}
         }
         let key = self.fields.id_key();
+        if obj.get(key).is_some_and(|v| !v.is_null()) {
+            self.ids_given.set(self.ids_given.get() + 1);
+        }
         let id = match obj.get(key) {
             None | Some(Value::Null) => content_id(&messages),
             Some(Value::String(s)) if s.is_empty() => return Err(format!("\"{key}\" is empty")),
@@ -324,6 +330,7 @@ pub fn count_prompts_reporting(
         }
     }
     report(&reader);
+    count.ids_given = reader.ids_given.get();
     count.duplicates = reader.duplicate_count();
     count.duplicate_lines = reader.duplicate_lines;
     count.first_duplicates = reader.duplicates;
