@@ -360,6 +360,7 @@ pub fn summary_text(summary: &engine::RunSummary) -> String {
 /// the terminal or the output went away, 130 when the operator stopped it, else 0.
 pub fn exit_code(summary: &engine::RunSummary, interrupted: bool) -> u8 {
     match &summary.reason {
+        Some(r) if r.is_input() => exit::BAD_INPUT,
         _ if summary.failed => exit::FAILURE,
         Some(StopReason::OutputLost) => exit::HANGUP,
         Some(r) if r.is_operator() => exit::INTERRUPTED,

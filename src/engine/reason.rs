@@ -87,6 +87,9 @@ pub enum StopReason {
     },
     /// harvest itself could not go on (a write to the output directory failed, a task died).
     Internal { detail: String },
+    /// A prompt file could not be read to the end the start counted (rewritten, cut or
+    /// unreadable since): the run stops with its prompts pending; exit code 2.
+    InputChanged { detail: String },
 }
 
 impl StopReason {
@@ -100,6 +103,11 @@ impl StopReason {
                 | StopReason::Systematic { .. }
                 | StopReason::Internal { .. }
         )
+    }
+
+    /// A prompt file changed under the run: bad input, exit code 2.
+    pub fn is_input(&self) -> bool {
+        matches!(self, StopReason::InputChanged { .. })
     }
 
     /// The operator stopped the run: exit code 130.
@@ -148,6 +156,11 @@ impl fmt::Display for StopReason {
                  they are kept pending, not rejected; check {advice}, then run again"
             ),
             StopReason::Internal { detail } => write!(f, "internal error: {detail}"),
+            StopReason::InputChanged { detail } => write!(
+                f,
+                "a prompt file changed during the run ({detail}): its prompts not yet sent stay \
+                 pending; restore the file and run again (a new file wants a new output_dir)"
+            ),
         }
     }
 }

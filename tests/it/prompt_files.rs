@@ -373,3 +373,67 @@ async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
     assert_eq!(done.len(), 10);
     sim.stop().await;
 }
+
+/// A prompt file rewritten in place while a run reads it (reliability-probe-4 N5): the run
+/// stops with exit 2 saying the file changed, rejects nothing for it, and does not call the
+/// dataset done (before: `DONE`, exit 0, one `input` reject, 10% sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_file_cut_during_the_run_stops_it_with_exit_2() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path().to_path_buf();
+    let text: String = (0..20_000)
+        .map(|i| format!("{{\"id\": \"p{i}\", \"prompt\": \"question number {i}\"}}\n"))
+        .collect();
+    let prompts = d.join("big.jsonl");
+    std::fs::write(&prompts, &text).expect("prompts");
+    let cfg = d.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 50.0\n\
+             concurrency = 16\n[request]\nmax_tokens = 16\n\
+             [[dataset]]\nname = \"B\"\nprompts = \"big.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .env("HARVEST_PF_KEY", "sk-or-v1-pf")
+        .args(["run", "--headless", "-c"])
+        .arg(&cfg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = d.join("out/B.jsonl");
+    let lines = || std::fs::read_to_string(&out).map_or(0, |t| t.lines().count());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while lines() < 50 {
+        assert!(std::time::Instant::now() < deadline, "run too slow");
+        assert!(child.try_wait().expect("wait").is_none(), "ended early");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // A generator's `>`: the same file, a tenth of it, cut mid-line.
+    std::fs::write(&prompts, &text[..text.len() / 10 + 7]).expect("cut");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("run");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(said.contains("changed"), "{said}");
+    assert!(
+        !d.join("out/B.rejects.jsonl").exists() || {
+            let r = std::fs::read_to_string(d.join("out/B.rejects.jsonl")).expect("rejects");
+            !r.contains("@line")
+        },
+        "nothing rejected for the change"
+    );
+    assert!(lines() < 20_000);
+    sim.stop().await;
+}

@@ -9,6 +9,7 @@ use crate::config::Schedule;
 use crate::store::output::RejectRecord;
 use crate::store::prompts::shard_of;
 
+use super::super::reason::StopReason;
 use super::{Clock, Core, DatasetBook, Effect, Job, Pending, Port};
 
 /// Which prompt goes next: each dataset's book, the retries waiting, the schedule's place.
@@ -105,6 +106,17 @@ impl Core {
                         continue;
                     }
                     return Some(p);
+                }
+                // The file cannot be read to where the start counted: the run stops, the
+                // dataset is not done, no prompt is rejected for it.
+                Err(e) if e.is_io() => {
+                    let detail = e.to_string();
+                    self.event(
+                        now,
+                        format!("dataset {}: {detail}", self.admission.datasets[d].name),
+                    );
+                    self.begin_stop(now, StopReason::InputChanged { detail });
+                    return None;
                 }
                 // A bad line belongs to shard 0 alone, so that it is rejected once.
                 Err(_) if self.admission.shard.is_some_and(|(k, _)| k != 0) => continue,

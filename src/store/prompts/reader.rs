@@ -36,6 +36,9 @@ pub struct PromptReader {
     differing: u64,
     /// Rows whose id came from the id field (not from their content).
     ids_given: std::cell::Cell<u64>,
+    /// The lines' bytes the count read (set by [`PromptReader::open_prescanned`]): a file
+    /// that ends before them changed since the start.
+    counted_bytes: Option<u64>,
     /// Bytes consumed so far.
     bytes: u64,
     done: bool,
@@ -83,6 +86,7 @@ impl PromptReader {
             duplicate_count: 0,
             differing: 0,
             ids_given: std::cell::Cell::new(0),
+            counted_bytes: None,
             bytes: 0,
             done: false,
         }
@@ -111,7 +115,24 @@ impl PromptReader {
         r.fields = fields.clone();
         r.file_bytes = file_bytes;
         r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
+        r.counted_bytes = Some(count.bytes);
         Ok(r)
+    }
+
+    /// The file ends before the bytes the count read: it was rewritten or cut since the start
+    /// (a generator's `>` while a run reads it, reliability-probe-4 N5). A read failure, not a
+    /// bad line: the run stops rather than reject a prompt and call the dataset done.
+    fn ended_early(&self) -> Option<PromptError> {
+        let counted = self.counted_bytes?;
+        (self.bytes < counted).then(|| PromptError {
+            path: self.path.clone(),
+            line: 0,
+            message: format!(
+                "the file changed since the start: it ends at byte {} of the {counted} counted \
+                 (after line {})",
+                self.bytes, self.line
+            ),
+        })
     }
 
     /// Two independent keyed SipHash values of an id: a collision between two different ids
@@ -211,9 +232,21 @@ impl Iterator for PromptReader {
         while !self.done {
             self.buf.clear();
             match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(0) => self.done = true,
+                Ok(0) => {
+                    self.done = true;
+                    if let Some(e) = self.ended_early() {
+                        return Some(Err(e));
+                    }
+                }
                 Ok(n) => {
                     self.bytes += n as u64;
+                    if self.buf.last() != Some(&b'\n')
+                        && let Some(e) = self.ended_early()
+                    {
+                        // A line cut where the file now ends: the file changed, not a bad line.
+                        self.done = true;
+                        return Some(Err(e));
+                    }
                     self.line += 1;
                     if self.buf.last() == Some(&b'\n') {
                         self.buf.pop();

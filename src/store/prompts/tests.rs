@@ -592,3 +592,48 @@ fn compressed_files_read_as_their_plain_lines() {
     );
     assert!(e.to_string().contains("cut.jsonl.zst"), "{e}");
 }
+
+/// A file cut after the count (a generator's `>` while a run reads it): the run's reader ends
+/// with a read failure naming the change, not with a bad line or a clean end; a file that grew
+/// is read to where the count stopped, as before.
+#[test]
+fn a_file_cut_after_the_count_is_a_read_failure_not_a_bad_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.jsonl");
+    let text: String = (0..100)
+        .map(|i| format!("{{\"id\": \"p{i}\", \"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    std::fs::write(&path, &text).expect("write");
+    let count = count_prompts(&path).expect("count");
+    assert_eq!(count.valid, 100);
+    // Cut mid-line, at a tenth.
+    std::fs::write(&path, &text[..text.len() / 10]).expect("cut");
+    let items: Vec<_> = PromptReader::open_prescanned(&path, &PromptFields::default(), &count)
+        .expect("open")
+        .collect();
+    let last = items
+        .last()
+        .expect("items")
+        .as_ref()
+        .expect_err("a failure");
+    assert!(last.is_io(), "{last}");
+    assert!(
+        last.message.contains("the file changed since the start"),
+        "{last}"
+    );
+    assert!(
+        items[..items.len() - 1].iter().all(Result::is_ok),
+        "no bad line before it"
+    );
+    // Grown instead: read to where the count stopped, no failure.
+    std::fs::write(
+        &path,
+        format!("{text}{{\"id\": \"new\", \"prompt\": \"x\"}}\n"),
+    )
+    .expect("grow");
+    let items: Vec<_> = PromptReader::open_prescanned(&path, &PromptFields::default(), &count)
+        .expect("open")
+        .collect();
+    assert_eq!(items.len(), 100);
+    assert!(items.iter().all(Result::is_ok));
+}
