@@ -437,3 +437,60 @@ async fn a_prompt_file_cut_during_the_run_stops_it_with_exit_2() {
     assert!(lines() < 20_000);
     sim.stop().await;
 }
+
+/// Parquet strings written as plain BYTE_ARRAY (reliability-probe-4 N7): read as their text,
+/// not sent base64-encoded; a value that is not UTF-8 is a bad row naming its row and field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_binary_string_columns_are_read_as_text() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let mut rows: Vec<Vec<Option<Vec<u8>>>> = (0..10)
+        .map(|i| {
+            vec![
+                Some(format!("b{i}").into_bytes()),
+                Some(format!("Explain topic {i} in detail.").into_bytes()),
+            ]
+        })
+        .collect();
+    crate::common::parquet::write_binary(&d.join("bin.parquet"), &["id", "prompt"], &rows);
+    let cfg = d.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n\
+             [[dataset]]\nname = \"Y\"\nprompts = \"bin.parquet\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let (code, err) = headless(cfg.clone()).await;
+    assert_eq!(code, Some(0), "{err}");
+    let done: Vec<harvest::store::output::OutputRecord> =
+        crate::common::read_jsonl(&d.join("out/Y.jsonl"));
+    assert_eq!(done.len(), 10);
+    for r in &done {
+        let user = &r.conversations[0].content;
+        assert!(user.starts_with("Explain topic "), "{}: {user}", r.id);
+        assert!(r.id.starts_with('b'), "{}", r.id);
+    }
+    // A value that is not UTF-8: the row is bad, named, and nothing is sent.
+    rows.push(vec![Some(b"b10".to_vec()), Some(vec![0xff, 0xfe, 0x41])]);
+    crate::common::parquet::write_binary(&d.join("bin2.parquet"), &["id", "prompt"], &rows);
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n\
+             output_dir = \"out2\"\n[[dataset]]\nname = \"Y\"\nprompts = \"bin2.parquet\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let (code, err) = headless(cfg).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("bin2.parquet:11") && err.contains("\"prompt\""),
+        "{err}"
+    );
+    sim.stop().await;
+}

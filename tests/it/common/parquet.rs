@@ -23,11 +23,34 @@ fn props() -> Arc<WriterProperties> {
 
 /// Optional string columns `columns`, one row per entry of `rows` (`None`: null).
 pub fn write_text(path: &Path, columns: &[&str], rows: &[Vec<Option<String>>]) {
+    let rows: Vec<Vec<Option<Vec<u8>>>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| v.clone().map(String::into_bytes))
+                .collect()
+        })
+        .collect();
+    write_byte_arrays(path, columns, &rows, "(UTF8)");
+}
+
+/// Optional plain BYTE_ARRAY columns, with no String annotation (as Hive, Impala and older
+/// Spark write strings): any bytes.
+pub fn write_binary(path: &Path, columns: &[&str], rows: &[Vec<Option<Vec<u8>>>]) {
+    write_byte_arrays(path, columns, rows, "");
+}
+
+fn write_byte_arrays(
+    path: &Path,
+    columns: &[&str],
+    rows: &[Vec<Option<Vec<u8>>>],
+    annotation: &str,
+) {
     let schema = format!(
         "message schema {{ {} }}",
         columns
             .iter()
-            .map(|c| format!("OPTIONAL BYTE_ARRAY {c} (UTF8);"))
+            .map(|c| format!("OPTIONAL BYTE_ARRAY {c} {annotation};"))
             .collect::<String>()
     );
     let schema = Arc::new(parse_message_type(&schema).expect("schema"));
@@ -39,7 +62,7 @@ pub fn write_text(path: &Path, columns: &[&str], rows: &[Vec<Option<String>>]) {
             let mut col = rg.next_column().expect("column").expect("a column");
             let values: Vec<ByteArray> = group
                 .iter()
-                .filter_map(|r| r[c].as_deref().map(ByteArray::from))
+                .filter_map(|r| r[c].clone().map(ByteArray::from))
                 .collect();
             let defs: Vec<i16> = group.iter().map(|r| i16::from(r[c].is_some())).collect();
             col.typed::<ByteArrayType>()
