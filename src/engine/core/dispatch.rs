@@ -62,7 +62,9 @@ impl Core {
             };
             let Some(route) = self.route_job(now, &job, false) else {
                 // Something may serve, but nothing that takes this request's parameters:
-                // it waits (never sent where OpenRouter would refuse it), said once.
+                // it waits (never sent where OpenRouter would refuse it), said once. The round
+                // ends here, as when nothing routes: going on would read the dataset's fresh
+                // prompts into the queue one by one.
                 self.wait_for_eligible(job, now);
                 break;
             };
@@ -70,8 +72,9 @@ impl Core {
             let prompt_tokens = estimate_prompt_tokens(&messages);
             let later = self.later_turns(&job);
             let mut priced = self.price(&job, route, prompt_tokens, now);
-            // The last stretch: a worst case that does not fit goes where a close stops the
-            // bill, reserving its expectation there (`reserve::stretch_route`).
+            // In the last stretch (`reserve::in_last_stretch`) a request that would reserve its
+            // worst case goes where a close stops the bill, reserving its expectation there
+            // (`reserve::stretch_route`).
             if priced.money.billed_if_closed
                 && self.cfg.budget_mode == crate::config::BudgetMode::Hard
                 && in_last_stretch(
