@@ -57,12 +57,14 @@ impl Shared {
         if pico == 0 {
             return;
         }
-        let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
+        // The hold gives way first: between the two, the cap's sum dips (the next check
+        // catches it) rather than spikes (which would trip the cap for good).
         let held = if released == 0 {
             self.held_pico.load(Ordering::Relaxed)
         } else {
             self.held_pico.fetch_sub(released, Ordering::Relaxed) - released
         };
+        let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
         self.check_cap(accrued, held);
     }
 

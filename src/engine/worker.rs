@@ -253,11 +253,13 @@ fn settle(
         },
     };
     let booked = attempt_money::booked(ending, accrued);
-    shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
-    let in_flight = shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed) - accrued;
-    // What is left of its held worst case leaves the hold last, so the cap's sum never dips.
+    // What is left of its held worst case leaves the hold first: the cap's sum may dip for a
+    // moment (the next token is checked), but never counts the unused worst case beside the
+    // booked cost, which could trip it for good.
     let left = (spec.held_worst_pico - accrued).max(0);
     let held = shared.held_pico.fetch_sub(left, Ordering::Relaxed) - left;
+    shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
+    let in_flight = shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed) - accrued;
     shared.check_cap(in_flight, held);
     AttemptResult {
         key: spec.key,

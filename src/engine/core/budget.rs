@@ -36,6 +36,9 @@ pub(super) struct Budget {
     pub(super) stretch_narrowed: u64,
     /// Requests sent in the last stretch with their worst case reserved.
     pub(super) stretch_worst: u64,
+    /// The last dispatch round ended for want of room in the budget: a queued request waits
+    /// for a result, a look-up or a tick, not for the clock (no wake of its own).
+    pub(super) waiting_for_room: bool,
     /// What each attempt a crash left open holds until its look-up lands, by generation id,
     /// and whether a look-up for it still runs.
     pub(super) crash: std::collections::HashMap<String, (i64, bool)>,
@@ -105,12 +108,15 @@ impl Core {
         let (price_in, price_out, billed) = match at {
             Some(x) => (x.price_in, x.price_out, !x.cancel_stops_billing),
             None => {
-                let allowed = (0..eps.len()).filter(|&i| self.permitted(i));
-                let top = allowed.fold(
+                // OpenRouter chose among the allowed: their dearest prices, billed when closed
+                // if any of them bills a cancel in full.
+                let allowed: Vec<usize> = (0..eps.len()).filter(|&i| self.permitted(i)).collect();
+                let top = allowed.iter().fold(
                     (crate::domain::Price::ZERO, crate::domain::Price::ZERO),
-                    |(a, b), i| (a.max(eps[i].price_in), b.max(eps[i].price_out)),
+                    |(a, b), &i| (a.max(eps[i].price_in), b.max(eps[i].price_out)),
                 );
-                (top.0, top.1, true)
+                let billed = allowed.iter().any(|&i| !eps[i].cancel_stops_billing);
+                (top.0, top.1, billed)
             }
         };
         let worst = (price_in.cost(e.prompt_tokens) + price_out.cost(max_tokens)).pico();

@@ -50,6 +50,7 @@ impl Core {
         self.fleet
             .ep_in_flight
             .resize(self.fleet.endpoints.len(), 0);
+        self.budget.waiting_for_room = false;
         while self.can_dispatch(now) {
             // Nothing to route to: do not even take a job.
             if self.route(now, None).is_none() {
@@ -100,6 +101,7 @@ impl Core {
             }
             let claim = priced.claim(&job, later);
             if self.fits(claim, (&live, &*port), now) != Fits::Yes {
+                self.budget.waiting_for_room = true;
                 self.requeue_front(job, now);
                 // New work waits for the rows in progress: a next turn already due goes out
                 // now (it is queued ahead of the job just put back).
@@ -121,7 +123,14 @@ impl Core {
             }
             self.spawn(job, messages, priced, prompt_tokens, now);
         }
-        if self.in_flight.is_empty() && self.admission.retry.is_empty() {
+        // No more failures can join the held ones: nothing runs, and nothing more will be sent
+        // (every dataset read and nothing queued, or the run is stopping). A pause, a rate cap
+        // or a moment without a route is not that.
+        let read_out = (0..self.admission.datasets.len())
+            .all(|d| self.admission.datasets[d].exhausted || !self.admitting(d));
+        if self.in_flight.is_empty()
+            && ((self.admission.retry.is_empty() && read_out) || self.life.stopping.is_some())
+        {
             self.settle_streak(now);
         }
     }

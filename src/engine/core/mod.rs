@@ -268,6 +268,7 @@ impl Core {
                 stretch_narrowed: 0,
                 stretch_worst: 0,
                 crash: HashMap::new(),
+                waiting_for_room: false,
                 crash_pico: 0,
             },
             fleet: routing::Fleet {
@@ -383,7 +384,11 @@ impl Core {
         if self.life.paused {
             return None;
         }
-        let retry = self.admission.retry.peek().map(|Reverse(p)| p.not_before);
+        // A request put back for want of room waits for money to settle (a result, a look-up,
+        // the tick), not for the clock: a wake now would spin.
+        let retry = (self.admission.retry.peek())
+            .map(|Reverse(p)| p.not_before)
+            .filter(|t| !(self.budget.waiting_for_room && *t <= now.mono));
         let send = self.budget.next_send_at.filter(|t| *t > now.mono);
         let due = match (retry, send) {
             (Some(a), Some(b)) => Some(a.min(b)),

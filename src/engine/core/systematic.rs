@@ -78,7 +78,7 @@ impl Core {
             return self.requeue_front(job, now);
         }
         if self.streak.signature != signature {
-            if self.streak.since.is_some_and(|s| sent < s) {
+            if self.streak.since.is_some_and(|s| sent < s) && !err.is_account_restriction() {
                 // Another failure of the world before the streak: this prompt's own.
                 return self.reject(job, why, label, cause, now);
             }

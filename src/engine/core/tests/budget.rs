@@ -432,3 +432,30 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     h.handle(Event::Unsettled(open("g2")));
     assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
 }
+
+/// A request put back for want of room in the budget waits for money to settle (a result,
+/// a look-up, the tick), not for the clock: the core asks for no wake at once, which would
+/// make the driver spin while streams run or crash look-ups are out.
+#[test]
+fn a_request_waiting_for_room_asks_for_no_wake_at_once() {
+    let cfg = config(
+        "budget_usd = 0.06\nconcurrency = 50\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
+         [policy]\nexclude = [\"chutes\", \"together\"]",
+    );
+    let ids: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let sent = h.dispatch();
+    assert!(!sent.is_empty() && sent.len() < 50, "{}", sent.len());
+    let now = h.now;
+    let wake = h.core.next_wake(&now);
+    assert!(
+        wake.is_none_or(|w| w > now.mono),
+        "no wake now while waiting for room: {wake:?}"
+    );
+    // A result frees room: the next round sends again.
+    let d = &sent[0];
+    h.result(done(d.key, d.pinned, 10, 0.0001, "stop"));
+    h.live.spent_pico += Usd::from_f64(0.0001).pico();
+    assert!(!h.dispatch().is_empty(), "room again after a result");
+}
