@@ -56,6 +56,7 @@ pub(crate) async fn run_attempt(
         price_out: spec.price_out_guess.pico_per_token(),
         streamed: 0,
         generation_id: None,
+        transit: 0,
     };
     let work = stream_answer(&shared, &spec, &mut track, &known);
     let outcome = race_the_cap(&shared, &cancel, &known, work).await;
@@ -76,6 +77,8 @@ struct Track {
     price_out: i64,
     streamed: u64,
     generation_id: Option<String>,
+    /// Its tokens in transit, held against the cap while it streams (a stream the cap closes).
+    transit: i64,
 }
 
 /// Adds `pico` to the attempt's running cost and to the run's.
@@ -115,6 +118,11 @@ async fn stream_answer(
         if first {
             first = false;
             on_first_chunk(shared, spec, track, known, &stream).await;
+            if spec.held_worst_pico == 0 {
+                // A stream the cap closes: its tokens in transit count against the cap.
+                track.transit = attempt_money::transit_hold(track.price_out);
+                shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
+            }
         }
         let n = u64::from(p.token_events);
         track.streamed += n;
@@ -256,7 +264,7 @@ fn settle(
     // What is left of its held worst case leaves the hold first: the cap's sum may dip for a
     // moment (the next token is checked), but never counts the unused worst case beside the
     // booked cost, which could trip it for good.
-    let left = (spec.held_worst_pico - accrued).max(0);
+    let left = (spec.held_worst_pico - accrued).max(0) + track.transit;
     let held = shared.held_pico.fetch_sub(left, Ordering::Relaxed) - left;
     shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
     let in_flight = shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed) - accrued;

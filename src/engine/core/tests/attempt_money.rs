@@ -83,4 +83,8 @@ fn the_hold_gives_way_to_what_streams_and_the_cap_counts_it() {
     for (spent, accrued, held, budget, want) in caps {
         assert_eq!(cap_reached(spent, accrued, held, budget), want);
     }
+    // A stream the cap closes holds its tokens in transit: 32 at its price a token.
+    use super::super::attempt_money::transit_hold;
+    assert_eq!(transit_hold(2_200_000), 70_400_000);
+    assert_eq!(transit_hold(0), 0);
 }
