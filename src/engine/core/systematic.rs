@@ -102,14 +102,9 @@ impl Core {
 
     /// The held failures repeat for every prompt: the run stops with their prompts pending.
     fn stop_systematic(&mut self, now: &Clock) {
-        let held = std::mem::take(&mut self.streak.held);
-        let count = held.len() as u32;
-        for h in held {
-            self.admission.datasets[h.job.dataset].retries_pending -= 1;
-            self.requeue_front(h.job, now);
-        }
+        let count = self.streak.held.len() as u32;
         let signature = std::mem::take(&mut self.streak.signature);
-        self.streak.since = None;
+        self.requeue_held(now);
         let reason = StopReason::Systematic {
             advice: advice(&signature).to_string(),
             signature,
@@ -143,16 +138,20 @@ impl Core {
     /// The run stops for another reason while failures are held: a failure of the account
     /// leaves its prompts pending (a resume sends them again), any other was the prompts' own.
     pub(super) fn release_held(&mut self, now: &Clock) {
-        if !self.streak.account_wide {
-            return self.write_held(now);
+        if self.streak.account_wide {
+            self.requeue_held(now);
+        } else {
+            self.write_held(now);
         }
+    }
+
+    /// The held failures were the account's: their prompts go back to the queue, pending.
+    fn requeue_held(&mut self, now: &Clock) {
         for h in std::mem::take(&mut self.streak.held) {
             self.admission.datasets[h.job.dataset].retries_pending -= 1;
             self.requeue_front(h.job, now);
         }
-        self.streak.signature.clear();
-        self.streak.account_wide = false;
-        self.streak.since = None;
+        self.end_streak();
     }
 
     /// The streak is over: the held failures were the prompts' own; rejected.
@@ -161,6 +160,11 @@ impl Core {
             self.admission.datasets[h.job.dataset].retries_pending -= 1;
             self.reject(h.job, h.why, h.label, h.cause, now);
         }
+        self.end_streak();
+    }
+
+    /// No streak: the next failure starts one.
+    fn end_streak(&mut self) {
         self.streak.signature.clear();
         self.streak.account_wide = false;
         self.streak.since = None;

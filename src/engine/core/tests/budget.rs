@@ -384,14 +384,7 @@ fn the_overshoot_is_what_this_run_spent_past_the_budget() {
 #[test]
 fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     use crate::store::output::{SpendEntry, SpendKind};
-    // Pinned to Moonshot ($3/M out), max_tokens 8192: a worst case ~$0.0246. Budget $0.06.
-    let cfg = config(
-        "budget_usd = 0.06\nconcurrency = 50\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
-         [policy]\nexclude = [\"chutes\", \"together\"]",
-    );
-    let ids: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let mut h = moonshot_on_six_cents();
     let open = |g: &str| SpendEntry {
         endpoint: Some("moonshotai".into()),
         prompt_tokens: 10,
@@ -438,13 +431,7 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
 /// make the driver spin while streams run or crash look-ups are out.
 #[test]
 fn a_request_waiting_for_room_asks_for_no_wake_at_once() {
-    let cfg = config(
-        "budget_usd = 0.06\nconcurrency = 50\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
-         [policy]\nexclude = [\"chutes\", \"together\"]",
-    );
-    let ids: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let mut h = moonshot_on_six_cents();
     let sent = h.dispatch();
     assert!(!sent.is_empty() && sent.len() < 50, "{}", sent.len());
     let now = h.now;
@@ -458,4 +445,16 @@ fn a_request_waiting_for_room_asks_for_no_wake_at_once() {
     h.result(done(d.key, d.pinned, 10, 0.0001, "stop"));
     h.live.spent_pico += Usd::from_f64(0.0001).pico();
     assert!(!h.dispatch().is_empty(), "room again after a result");
+}
+
+/// Fifty prompts pinned to Moonshot ($3/M out, bills a cancel in full), max_tokens 8192: a
+/// worst case ~$0.0246, on a $0.06 budget.
+fn moonshot_on_six_cents() -> H {
+    let cfg = config(
+        "budget_usd = 0.06\nconcurrency = 50\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
+         [policy]\nexclude = [\"chutes\", \"together\"]",
+    );
+    let ids: Vec<String> = (0..50).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    H::new(cfg, kimi(), &[&refs])
 }
