@@ -120,6 +120,15 @@ pub(crate) fn summary(s: &Snapshot) -> String {
         }
     }
     out.push('\n');
+    if s.open_look_ups.count > 0 {
+        out.push_str(&format!(
+            "open look-ups: {} requests an earlier run left in flight, expected {:.4} USD, not \
+             in the ledger until the API says what they cost: the next `harvest run` or \
+             `harvest status DIR --reconcile` settles them\n",
+            group_thousands(s.open_look_ups.count),
+            s.open_look_ups.expected.as_f64()
+        ));
+    }
     if let Some(last) = s.last_stretch_s {
         out.push_str(&format!(
             "budget: the last stretch took the final {} of the run: {}\n",

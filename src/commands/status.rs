@@ -50,6 +50,14 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let snap: Snapshot = serde_json::from_str(&text)
         .map_err(|e| BadInput(format!("{}: not a harvest state file: {e}", path.display())))?;
     let live = live_engine(&dir).await;
+    let mut snap = snap;
+    if live.is_none() && crate::store::lock::live_holder(&dir).is_none() {
+        // No engine: what the ledger leaves open is the truth (a crash's requests in flight
+        // are in no state file).
+        if let Some(open) = open_in_ledger(&dir) {
+            snap.open_look_ups = open;
+        }
+    }
     if args.json {
         let mut doc = serde_json::to_value(&snap)?;
         if let Some(o) = doc.as_object_mut() {
@@ -116,6 +124,18 @@ fn job(shards: &[PathBuf], args: &StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The generations the ledger of `dir` leaves open (sent, never settled, answer not among
+/// the outputs) and what they were expected to cost; `None` if the directory cannot be read.
+fn open_in_ledger(dir: &Path) -> Option<crate::engine::snapshot::OpenLookUps> {
+    let names = crate::report::dataset_names(dir).ok()?;
+    let scan = crate::store::scan::scan_dir(dir, &names).ok()?;
+    let orphans = scan.orphans();
+    Some(crate::engine::snapshot::OpenLookUps {
+        count: orphans.len() as u64,
+        expected: orphans.iter().filter_map(|e| e.expected_usd).sum(),
+    })
+}
+
 /// The engine of `dir`, when one answers on its control socket within 3 s.
 async fn live_engine(dir: &Path) -> Option<crate::remote::client::EngineInfo> {
     let conn = tokio::time::timeout(
@@ -166,7 +186,9 @@ fn engine_line(
 
 /// `--reconcile`: books what a crashed run left open, as the next start would, and says what.
 async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
-    use crate::engine::reconcile::{Settle, look_up, settle};
+    use crate::engine::reconcile::{LookedUp, Settle, Until, look_up, settle};
+    /// Every open id is asked, and those unknown asked again, for at most this long.
+    const RECONCILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
     use crate::store::output::{SpendEntry, SpendKind};
     use futures::StreamExt;
 
@@ -210,8 +232,11 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
         .into_iter()
         .filter_map(|e| Some((e.generation_id.clone()?, e)))
         .collect();
-    let mut answers = std::pin::pin!(look_up(client, items));
-    while let Some((entry, cost)) = answers.next().await {
+    let mut answers = std::pin::pin!(look_up(client, items, Until::Deadline(RECONCILE_DEADLINE)));
+    while let Some(answer) = answers.next().await {
+        let LookedUp::Done { entry, cost, .. } = answer else {
+            continue;
+        };
         match settle(&entry, cost, now) {
             Settle::Found(usd) => {
                 found += 1;

@@ -6,25 +6,20 @@
 
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 
 use crate::openrouter::OpenRouterClient;
 use crate::store::output::SpendEntry;
 
-/// Look-ups in flight at once.
-const PARALLEL: usize = 32;
-/// Tries per generation; the waits between them grow 250 ms, 500 ms, ... (about 9 s in all).
-const TRIES: u32 = 8;
-/// The most one look-up may take, tries and waits included.
-const DEADLINE: Duration = Duration::from_secs(20);
-
-/// One look-up's result: the entry it was asked for, and the cost the API reports (`None`:
-/// unknown to the API, or no answer in time).
-pub(crate) type Found = (SpendEntry, Option<f64>);
+pub(crate) use super::look_ups::{LookedUp, Until};
 
 /// How long the end of a run waits for look-ups still running (of a crash's leftovers, of
 /// streams it closed): the rest are left for the next start, never holding a finished run.
 pub(crate) const END_GRACE: Duration = Duration::from_secs(3);
+
+/// The most the end of a run waits for the first pass of a crash's look-ups (every open id
+/// asked once), so that a no-op run still ends within seconds.
+pub(crate) const FIRST_PASS_GRACE: Duration = Duration::from_secs(8);
 
 /// The most the end of a run spends asking what the streams it closed really cost.
 pub(crate) const CLOSED_DEADLINE: Duration = Duration::from_secs(15);
@@ -55,50 +50,42 @@ pub(crate) fn settle(
     if let Some(c) = cost {
         return Settle::Found(crate::domain::Usd::from_f64(c));
     }
-    let started = chrono::DateTime::parse_from_rfc3339(&entry.at).map(|t| t.to_utc());
-    let age = started
-        .ok()
-        .and_then(|t| (now - t).to_std().ok())
-        .unwrap_or(Duration::ZERO);
-    if age >= UNKNOWN_AFTER {
+    if age(entry, now) >= UNKNOWN_AFTER {
         Settle::Lost(entry.expected_usd.unwrap_or_default())
     } else {
         Settle::Wait
     }
 }
 
-/// Asks the API what each generation cost; yields each result as it lands.
+/// How old `entry` (an attempt's line) is at `now` (zero if its time does not parse).
+pub(crate) fn age(entry: &SpendEntry, now: chrono::DateTime<chrono::Utc>) -> Duration {
+    chrono::DateTime::parse_from_rfc3339(&entry.at)
+        .ok()
+        .and_then(|t| (now - t.to_utc()).to_std().ok())
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Asks the API what each generation cost (see [`super::look_ups`]); yields each answer as it
+/// lands.
 pub(crate) fn look_up(
     client: OpenRouterClient,
     items: Vec<(String, SpendEntry)>,
-) -> impl Stream<Item = Found> {
-    futures::stream::iter(items.into_iter().map(move |(id, entry)| {
-        let client = client.clone();
-        async move {
-            let one = async {
-                for attempt in 0..TRIES {
-                    match client.generation(&id).await {
-                        Ok(g) => return g.cost_to_user(),
-                        Err(e) if e.status() == Some(404) || e.is_retryable() => {
-                            let wait = Duration::from_millis(250 * u64::from(attempt + 1));
-                            tokio::time::sleep(wait).await;
-                        }
-                        Err(_) => return None,
-                    }
-                }
-                None
-            };
-            let cost = tokio::time::timeout(DEADLINE, one).await.ok().flatten();
-            (entry, cost)
-        }
-    }))
-    .buffer_unordered(PARALLEL)
+    until: Until,
+) -> impl futures::Stream<Item = LookedUp> {
+    let now = chrono::Utc::now();
+    let items = (items.into_iter())
+        .map(|(id, e)| {
+            let a = age(&e, now);
+            (id, e, a)
+        })
+        .collect();
+    super::look_ups::look_up(client, items, until)
 }
 
 /// The look-ups of what a crash left open, running beside the new work.
 #[derive(Default)]
 pub(super) struct Recovery {
-    pub rx: Option<tokio::sync::mpsc::Receiver<Found>>,
+    pub rx: Option<tokio::sync::mpsc::Receiver<LookedUp>>,
     pub task: Option<tokio::task::JoinHandle<()>>,
     pub asked: usize,
     pub booked: usize,
@@ -111,6 +98,12 @@ pub(super) struct Recovery {
     pub expected_back: crate::domain::Usd,
     /// Look-ups that came back (found, lost, or still unknown and left open).
     pub back: usize,
+    /// Ids whose first ask is answered (found then, or still unknown and asked again later):
+    /// the first pass is over when every id's is.
+    pub first_answers: usize,
+    /// The crash's open attempts not settled yet (looked up still, or left open), and what
+    /// they were expected to cost.
+    pub open: (usize, crate::domain::Usd),
     /// Of the look-ups, those of lines `--repair` rebuilt from the outputs.
     pub rebuilt_asked: usize,
     /// Rebuilt lines the API confirmed, and what its costs add to the outputs' costs.
@@ -119,7 +112,8 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
-    /// Starts looking up `items` on a task of its own; results arrive on `rx`.
+    /// Starts looking up `items` on a task of its own, in the order given (most likely billed
+    /// first), until each is found or ages out; results arrive on `rx`.
     pub(super) fn start(
         client: OpenRouterClient,
         items: Vec<(String, SpendEntry)>,
@@ -127,9 +121,13 @@ impl Recovery {
     ) -> Recovery {
         let asked = items.len() - rebuilt_asked;
         let expected = items.iter().filter_map(|(_, e)| e.expected_usd).sum();
+        let open_expected = items[..asked]
+            .iter()
+            .filter_map(|(_, e)| e.expected_usd)
+            .sum();
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         let task = tokio::spawn(async move {
-            let mut found = std::pin::pin!(look_up(client, items));
+            let mut found = std::pin::pin!(look_up(client, items, Until::AgedOut));
             while let Some(f) = found.next().await {
                 if tx.send(f).await.is_err() {
                     break;
@@ -142,8 +140,20 @@ impl Recovery {
             asked,
             rebuilt_asked,
             expected,
+            open: (asked, open_expected),
             ..Recovery::default()
         }
+    }
+
+    /// Every id was asked once and answered (or settled without being asked).
+    pub(super) fn first_pass_done(&self) -> bool {
+        self.first_answers >= self.asked + self.rebuilt_asked
+    }
+
+    /// A crash's open attempt was settled (found, or booked as lost).
+    pub(super) fn settled(&mut self, e: &SpendEntry) {
+        self.open.0 = self.open.0.saturating_sub(1);
+        self.open.1 = self.open.1 - e.expected_usd.unwrap_or_default();
     }
 }
 

@@ -217,6 +217,10 @@ pub struct Snapshot {
     pub stretch_stoppable: u64,
     #[serde(default)]
     pub stretch_worst: u64,
+    /// Look-ups of requests an earlier run's crash left in flight, not settled yet: how many,
+    /// and what they were expected to cost (held against the budget, not in the ledger).
+    #[serde(default)]
+    pub open_look_ups: OpenLookUps,
     pub datasets: Vec<DatasetSnap>,
     pub endpoints: Vec<EndpointSnap>,
     /// The last events (at most a screen's worth).
@@ -233,6 +237,13 @@ pub struct Snapshot {
     /// `GET /key` usage at the start and at the last reconciliation, when the key allows.
     pub key_usage_start: Option<f64>,
     pub key_usage_now: Option<f64>,
+}
+
+/// Requests a crash left in flight whose cost the API has not told yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpenLookUps {
+    pub count: u64,
+    pub expected: Usd,
 }
 
 impl Snapshot {

@@ -500,15 +500,26 @@ impl Supervisor {
         // `harvest status --reconcile`, and one line says so. A stop-now takes no grace, and
         // one that comes during it ends it.
         if let Some(mut rx) = recovery.rx.take() {
-            let grace = if self.stopping_now() {
-                Duration::ZERO
+            let (grace, first_pass) = if self.stopping_now() {
+                (Duration::ZERO, Duration::ZERO)
             } else {
-                super::reconcile::END_GRACE
+                (
+                    super::reconcile::END_GRACE,
+                    super::reconcile::FIRST_PASS_GRACE,
+                )
             };
-            let until = tokio::time::Instant::now() + grace;
+            let began = tokio::time::Instant::now();
             let end_now = self.end_now.clone();
             let mut all_in = false;
             loop {
+                // Every id gets its first ask (the billed ones are found then) unless that
+                // takes longer than the first pass's grace.
+                let until = began
+                    + if recovery.first_pass_done() {
+                        grace
+                    } else {
+                        first_pass
+                    };
                 let next = tokio::select! {
                     next = tokio::time::timeout_at(until, rx.recv()) => next,
                     () = end_now.cancelled() => break,

@@ -150,6 +150,12 @@ impl Billing {
     }
 
     pub fn bill(&self, entry: BillingEntry) {
+        self.bill_ending_in(entry, std::time::Duration::ZERO);
+    }
+
+    /// Bills `entry` now, for a generation the provider goes on with for `ends_in`:
+    /// `/generation` knows it only from then (its stats are recorded when it ends).
+    pub fn bill_ending_in(&self, entry: BillingEntry, ends_in: std::time::Duration) {
         let mut g = self.lock();
         g.total += entry.cost_usd;
         let t = g.per_tag.entry(entry.tag.clone()).or_default();
@@ -173,8 +179,10 @@ impl Billing {
             g.generations.remove(&old);
         }
         g.generation_order.push_back(entry.id.clone());
-        g.generations
-            .insert(entry.id.clone(), (entry.clone(), std::time::Instant::now()));
+        g.generations.insert(
+            entry.id.clone(),
+            (entry.clone(), std::time::Instant::now() + ends_in),
+        );
         push_bounded(&mut g.billing, entry);
     }
 
@@ -200,11 +208,11 @@ impl Billing {
         self.lock().billing.iter().cloned().collect()
     }
 
-    /// A generation and how long ago it was billed.
+    /// A generation that has ended, and how long ago.
     pub fn generation(&self, id: &str) -> Option<(BillingEntry, std::time::Duration)> {
         let g = self.lock();
-        g.generations
-            .get(id)
-            .map(|(e, at)| (e.clone(), at.elapsed()))
+        let (e, ended) = g.generations.get(id)?;
+        let ago = std::time::Instant::now().checked_duration_since(*ended)?;
+        Some((e.clone(), ago))
     }
 }

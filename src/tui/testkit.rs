@@ -231,6 +231,7 @@ pub fn kimi_snapshot() -> Snapshot {
         last_stretch_s: None,
         stretch_stoppable: 0,
         stretch_worst: 0,
+        open_look_ups: Default::default(),
         datasets: vec![b3, b4, b5],
         endpoints: kimi_endpoints(),
         events_total: events.len() as u64,

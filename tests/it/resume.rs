@@ -465,6 +465,17 @@ async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
     sim.stop().await;
 }
 
+/// What `harvest status DIR` prints.
+fn status_text(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .arg("status")
+        .arg(dir)
+        .output()
+        .expect("status");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A simulator at `speed` whose `/generation` knows no generation for an hour (404s, as for
 /// a stream the API has not settled yet): every look-up runs to its last try.
 async fn sim_without_generations(speed: f64) -> SimHandle {
@@ -517,6 +528,12 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
     }
     child.kill().expect("SIGKILL");
     let _ = child.wait();
+    // `status` names what the crash left open, with its expected cost.
+    let said = status_text(&dir.path().join("out"));
+    assert!(
+        said.contains("open look-ups: 150 requests an earlier run left in flight, expected"),
+        "{said}"
+    );
     sim.state
         .control(&harvest::sim::ControlRequest {
             speed_scale: Some(0.0),
@@ -556,6 +573,9 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
     }
     let done = std::fs::read_to_string(dir.path().join("out").join("N.jsonl")).expect("outputs");
     assert_eq!(done.lines().count(), 150);
+    // The finished run's state keeps saying they are open.
+    let said = status_text(&dir.path().join("out"));
+    assert!(said.contains("open look-ups: 150 requests"), "{said}");
     sim.stop().await;
 }
 
@@ -694,5 +714,92 @@ async fn a_crash_and_an_immediate_restart_stay_within_the_budget_while_generatio
         billed <= 0.5025,
         "billed {billed:.6} past the budget\n{stdout}"
     );
+    sim.stop().await;
+}
+
+/// A `kill -9` with ~600 streams in flight at real pace, most at endpoints where closing a
+/// stream stops its bill and some where the provider generates to the end and bills it all
+/// (recorded at `/generation` only then): the restart asks every open id once before any
+/// twice, finds the stopped ones on the first pass, keeps asking for the others in the
+/// background while it does the work, and ends with its ledger within 2% of the bill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_with_600_in_flight_at_real_pace_settles_within_two_percent_of_the_bill() {
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.speed_scale = 1.0;
+    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    let billing = ["siliconflow/int4", "moonshotai/int4"];
+    let mut endpoints = std::collections::HashMap::new();
+    for t in (harvest::sim::ProviderTable::kimi_k25().endpoints.iter()).map(|e| e.tag.to_string()) {
+        let patch = harvest::sim::EndpointPatch {
+            cancel_stops_billing: Some(!billing.contains(&t.as_str())),
+            ..Default::default()
+        };
+        endpoints.insert(t, patch);
+    }
+    sim.state
+        .control(&harvest::sim::ControlRequest {
+            output_tokens_mean: Some(300.0),
+            endpoints,
+            ..Default::default()
+        })
+        .expect("control");
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        1_200,
+        &sim.base_url(),
+        "HARVEST_RESUME_TEST_KEY",
+        "budget_usd = 50.0\nconcurrency = 600\n[request]\nmax_tokens = 2000",
+        "P",
+    );
+    let out_dir = dir.path().join("out");
+    let open = || {
+        let scan = harvest::store::scan::scan_dir(&out_dir, &["P".to_string()]).expect("scan");
+        scan.orphans().len()
+    };
+    let mut child = harvest_run(&config).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Streams open and under way (the first tokens come after about a second).
+    while open() < 550 {
+        assert!(Instant::now() < deadline, "too slow: {} open", open());
+        assert!(child.try_wait().expect("wait").is_none(), "ended early");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let left = open();
+    let said = status_text(&out_dir);
+    assert!(
+        said.contains(&format!("open look-ups: {left} requests")) && said.contains("expected"),
+        "{said}"
+    );
+    let output = tokio::task::spawn_blocking(move || harvest_run(&config).output())
+        .await
+        .expect("join")
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let entries: Vec<SpendEntry> = std::fs::read_to_string(out_dir.join("spend.jsonl"))
+        .expect("ledger")
+        .lines()
+        .map(|l| serde_json::from_str::<SpendEntry>(l).expect("ledger line"))
+        .collect();
+    let ledger: f64 = entries.iter().map(|e| e.usd.as_f64()).sum();
+    let billed = sim.state.billed_total().as_f64();
+    let recovered = (entries.iter())
+        .filter(|e| e.kind == SpendKind::Recovered)
+        .count();
+    eprintln!(
+        "{left} open after the kill, {recovered} recovered; ledger {ledger:.6}, billed \
+         {billed:.6}\n{stdout}"
+    );
+    assert!(recovered * 10 >= left * 9, "{recovered} of {left} found");
+    assert!(
+        (ledger - billed).abs() <= billed * 0.02,
+        "ledger {ledger:.6} against the bill {billed:.6}"
+    );
+    let answered = lines(&out_dir.join("P.jsonl"));
+    assert_eq!(answered, 1_200);
     sim.stop().await;
 }

@@ -100,16 +100,34 @@ impl Core {
         let max_tokens = (self.admission.datasets.iter())
             .find(|d| d.name == e.dataset)
             .map_or(0, |d| u64::from(d.params.max_tokens));
+        let (price_in, price_out, billed) = self.open_terms(e);
+        let worst = (price_in.cost(e.prompt_tokens) + price_out.cost(max_tokens)).pico();
+        let expected = e.expected_usd.map_or(worst, |u| u.pico());
+        super::reserve::crash_hold(self.cfg.budget_mode, billed, expected, worst)
+    }
+
+    /// Whether an attempt a crash left open was likely billed past the crash (its endpoint,
+    /// or one OpenRouter could have chosen, bills a closed stream in full): its look-up goes
+    /// first.
+    pub(crate) fn likely_billed(&self, e: &crate::store::output::SpendEntry) -> bool {
+        self.open_terms(e).2
+    }
+
+    /// An open attempt's prices and whether closing it stopped the bill: its endpoint's, or
+    /// when OpenRouter chose, the dearest allowed prices and billed if any allowed endpoint
+    /// bills a cancel in full.
+    fn open_terms(
+        &self,
+        e: &crate::store::output::SpendEntry,
+    ) -> (crate::domain::Price, crate::domain::Price, bool) {
         let eps = &self.fleet.endpoints;
         let at = e
             .endpoint
             .as_deref()
             .and_then(|t| eps.iter().find(|x| x.tag == t));
-        let (price_in, price_out, billed) = match at {
+        match at {
             Some(x) => (x.price_in, x.price_out, !x.cancel_stops_billing),
             None => {
-                // OpenRouter chose among the allowed: their dearest prices, billed when closed
-                // if any of them bills a cancel in full.
                 let allowed: Vec<usize> = (0..eps.len()).filter(|&i| self.permitted(i)).collect();
                 let top = allowed.iter().fold(
                     (crate::domain::Price::ZERO, crate::domain::Price::ZERO),
@@ -118,10 +136,7 @@ impl Core {
                 let billed = allowed.iter().any(|&i| !eps[i].cancel_stops_billing);
                 (top.0, top.1, billed)
             }
-        };
-        let worst = (price_in.cost(e.prompt_tokens) + price_out.cost(max_tokens)).pico();
-        let expected = e.expected_usd.map_or(worst, |u| u.pico());
-        super::reserve::crash_hold(self.cfg.budget_mode, billed, expected, worst)
+        }
     }
 
     /// A crash's open attempt is settled (found, or booked at its expectation): its hold goes.

@@ -148,6 +148,14 @@ impl Supervisor {
             .into_iter()
             .filter_map(|e| Some((e.generation_id.clone()?, e)))
             .collect();
+        // What was likely billed past the crash first (it is found on the first ask, and its
+        // hold is the largest), dearest first.
+        items.sort_by_key(|(_, e)| {
+            (
+                !self.core.likely_billed(e),
+                std::cmp::Reverse(e.expected_usd.unwrap_or_default()),
+            )
+        });
         let n = items.len();
         let rebuilt: Vec<_> = std::mem::take(&mut self.rebuilt)
             .into_iter()
@@ -199,14 +207,44 @@ impl Supervisor {
     }
 
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
-    /// as unknown (its line stays open for the next start).
+    /// as unknown (its line stays open for the next start). Unknown on its first ask, it is
+    /// waited for no more (its hold stays) while later passes ask again.
     pub(super) async fn recovered(
         &mut self,
         rec: &mut Recovery,
-        found: super::super::reconcile::Found,
+        looked_up: super::super::reconcile::LookedUp,
     ) {
-        use super::super::reconcile::{Settle, settle};
-        let (entry, cost) = found;
+        self.recovered_one(rec, looked_up).await;
+        let (count, expected) = rec.open;
+        self.publisher.open_look_ups = crate::engine::snapshot::OpenLookUps {
+            count: count as u64,
+            expected,
+        };
+    }
+
+    async fn recovered_one(
+        &mut self,
+        rec: &mut Recovery,
+        looked_up: super::super::reconcile::LookedUp,
+    ) {
+        use super::super::reconcile::{LookedUp, Settle, settle};
+        let (entry, cost) = match looked_up {
+            LookedUp::NotOnFirstPass(entry) => {
+                rec.first_answers += 1;
+                self.step(Event::Unsettled(entry)).await;
+                return;
+            }
+            LookedUp::Done {
+                entry,
+                cost,
+                said_before,
+            } => {
+                if !said_before {
+                    rec.first_answers += 1;
+                }
+                (entry, cost)
+            }
+        };
         rec.back += 1;
         rec.expected_back += entry.expected_usd.unwrap_or_default();
         if entry.kind == SpendKind::Complete
@@ -216,12 +254,14 @@ impl Supervisor {
         }
         match settle(&entry, cost, chrono::Utc::now()) {
             Settle::Found(usd) => {
+                rec.settled(&entry);
                 rec.booked += 1;
                 rec.total += usd;
                 self.book_carried(entry, SpendKind::Recovered, usd, false)
                     .await;
             }
             Settle::Lost(usd) => {
+                rec.settled(&entry);
                 rec.lost += 1;
                 rec.total += usd;
                 self.note_estimate(usd);
@@ -305,10 +345,20 @@ impl Supervisor {
             return;
         }
         let asked = items.len();
-        let mut found = std::pin::pin!(super::super::reconcile::look_up(
-            self.shared.client.clone(),
-            items
-        ));
+        use super::super::reconcile::{LookedUp, Until};
+        let mut found = std::pin::pin!(
+            super::super::reconcile::look_up(
+                self.shared.client.clone(),
+                items,
+                Until::Deadline(super::super::reconcile::CLOSED_DEADLINE),
+            )
+            .filter_map(|l| async move {
+                match l {
+                    LookedUp::Done { entry, cost, .. } => Some((entry, cost)),
+                    LookedUp::NotOnFirstPass(_) => None,
+                }
+            })
+        );
         let (mut fixed, mut back, mut delta_total) = (0u64, 0usize, Usd::ZERO);
         // Bounded: a look-up the API is slow to answer keeps its estimate rather than hold
         // the end of the run, and a stop-now ends them all.

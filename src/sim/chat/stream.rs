@@ -431,20 +431,35 @@ pub(crate) fn bill(
     outcome: Outcome,
     started: Instant,
 ) {
-    state.billing.bill(BillingEntry {
-        id: plan.id.clone(),
-        at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        tag: plan.tag.clone(),
-        provider: plan.provider.clone(),
-        prompt_tokens: plan.prompt_tokens,
-        completion_tokens: completion,
-        reasoning_tokens: plan.reasoning_tokens.min(completion),
-        cost_usd: plan.cost(completion),
-        outcome,
-        streamed: plan.stream,
-        finish_reason: (outcome == Outcome::Complete).then(|| plan.finish_reason.to_string()),
-        latency_ms: started.elapsed().as_millis() as u64,
-    });
+    bill_ending_in(state, plan, completion, outcome, started, Duration::ZERO);
+}
+
+/// Bills a generation that ends `ends_in` from now (see `Billing::bill_ending_in`).
+fn bill_ending_in(
+    state: &SimState,
+    plan: &Plan,
+    completion: u64,
+    outcome: Outcome,
+    started: Instant,
+    ends_in: Duration,
+) {
+    state.billing.bill_ending_in(
+        BillingEntry {
+            id: plan.id.clone(),
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            tag: plan.tag.clone(),
+            provider: plan.provider.clone(),
+            prompt_tokens: plan.prompt_tokens,
+            completion_tokens: completion,
+            reasoning_tokens: plan.reasoning_tokens.min(completion),
+            cost_usd: plan.cost(completion),
+            outcome,
+            streamed: plan.stream,
+            finish_reason: (outcome == Outcome::Complete).then(|| plan.finish_reason.to_string()),
+            latency_ms: started.elapsed().as_millis() as u64,
+        },
+        ends_in,
+    );
 }
 
 /// The client closed the connection after `sent` tokens.
@@ -462,10 +477,23 @@ pub(crate) fn cancelled(state: &SimState, plan: &Plan, sent: u64, started: Insta
     if sent == 0 && plan.fault != Fault::None && plan.fault != Fault::Stall {
         return;
     }
-    let billed = if plan.cancel_stops_billing {
-        sent
+    if plan.cancel_stops_billing {
+        bill(state, plan, sent, Outcome::Cancelled, started);
     } else {
-        plan.completion_tokens
-    };
-    bill(state, plan, billed, Outcome::Cancelled, started);
+        // The provider goes on to the end, and the whole answer is billed (docs:
+        // api-reference/streaming, "Stream Cancellation"); `/generation` records it when it
+        // ends.
+        let rest = plan.completion_tokens.saturating_sub(sent);
+        let ends_in = plan
+            .per_token
+            .saturating_mul(u32::try_from(rest).unwrap_or(u32::MAX));
+        bill_ending_in(
+            state,
+            plan,
+            plan.completion_tokens,
+            Outcome::Cancelled,
+            started,
+            ends_in,
+        );
+    }
 }
