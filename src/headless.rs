@@ -43,7 +43,8 @@ pub(crate) fn progress_line(s: &Snapshot) -> String {
         line.push_str(&format!(" (proj {:.2})", p.as_f64()));
     }
     if let Some(eta) = s.eta_s {
-        line.push_str(&format!("  ETA {}", duration(eta)));
+        let at = if s.eta_at_budget { " (budget)" } else { "" };
+        line.push_str(&format!("  ETA {}{at}", duration(eta)));
     }
     if let Some(last) = s.last_stretch_s {
         line.push_str(&format!(

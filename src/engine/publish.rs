@@ -70,9 +70,12 @@ impl Publisher {
         let accrued = Usd::from_pico(live.accrued_pico.max(0));
         let usd_per_min = self.spend_rate.update(t, (spent + accrued).as_f64()) * 60.0;
         let stopping = core.stopping().is_some();
-        let datasets: Vec<DatasetSnap> = (0..core.datasets().len())
-            .map(|d| self.dataset(core, sh, d, t, stopping))
-            .collect();
+        let budget = Usd::from_pico(core.budget_pico());
+        let to_budget = time_to_budget(budget, spent + accrued, usd_per_min);
+        let (datasets, work_etas): (Vec<DatasetSnap>, Vec<Option<f64>>) =
+            (0..core.datasets().len())
+                .map(|d| self.dataset(core, sh, d, t, stopping, to_budget))
+                .unzip();
         let eps = core.endpoints();
         while self.endpoint_rates.len() < eps.len() {
             self.endpoint_rates.push(Rate::new(10.0));
@@ -85,11 +88,10 @@ impl Publisher {
         let total: u64 = books.iter().map(|d| d.total).sum();
         let done: u64 = books.iter().map(|d| d.done).sum();
         let rejected: u64 = books.iter().map(|d| d.rejected).sum();
-        let eta_s = datasets
-            .iter()
-            .filter_map(|d| d.eta_s)
+        let work_eta = (work_etas.into_iter())
+            .flatten()
             .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
-        let budget = Usd::from_pico(core.budget_pico());
+        let (eta_s, eta_at_budget) = run_eta(work_eta, to_budget);
         let projected = if stopping {
             // No more dispatch: what is spent, accrued and still expected of in-flight requests.
             Some(Usd::from_pico(core.committed_pico(live).max(0)))
@@ -134,6 +136,7 @@ impl Publisher {
             tok_per_s,
             usd_per_min,
             eta_s: if stopping { None } else { eta_s },
+            eta_at_budget: eta_at_budget && !stopping,
             drain_left_s: if stopping {
                 drain_left_s(core, sh, now)
             } else {
@@ -182,7 +185,8 @@ impl Publisher {
         d: usize,
         t: f64,
         stopping: bool,
-    ) -> DatasetSnap {
+        to_budget: Option<f64>,
+    ) -> (DatasetSnap, Option<f64>) {
         let finished = core.dataset_finished(d);
         let ds = &core.datasets()[d];
         let rate = self.dataset_rates[d].update(
@@ -213,21 +217,27 @@ impl Publisher {
         }
         // Draining, the time left is the drain's, not the dataset's.
         .filter(|_| !matches!(state, DatasetState::Done | DatasetState::Draining));
-        DatasetSnap {
-            name: ds.name.clone(),
-            total: ds.total,
-            done: ds.done,
-            rejected: ds.rejected,
-            in_flight: ds.in_flight,
-            output_tokens: ds.output_tokens,
-            output_token_budget: ds.budget,
-            max_samples: ds.max_samples,
-            duplicates: ds.duplicates,
-            tok_per_s: rate,
-            spent: ds.spent,
-            eta_s,
-            state,
-        }
+        let work_eta = eta_s;
+        // No dataset runs past the run's dollar budget.
+        let eta_s = eta_s.map(|e| to_budget.map_or(e, |b| e.min(b)));
+        (
+            DatasetSnap {
+                name: ds.name.clone(),
+                total: ds.total,
+                done: ds.done,
+                rejected: ds.rejected,
+                in_flight: ds.in_flight,
+                output_tokens: ds.output_tokens,
+                output_token_budget: ds.budget,
+                max_samples: ds.max_samples,
+                duplicates: ds.duplicates,
+                tok_per_s: rate,
+                spent: ds.spent,
+                eta_s,
+                state,
+            },
+            work_eta,
+        )
     }
 
     fn endpoint(
@@ -374,4 +384,49 @@ fn drain_left_s(core: &Core, sh: &Shared, now: &Clock) -> Option<f64> {
         .collect();
     core.longest_remaining(now, |d| usual.get(d).copied().flatten())
         .map(|d| d.as_secs_f64())
+}
+
+/// Seconds until the spend reaches `budget` at the present rate (USD a minute, spend and
+/// accrual), when it is spending.
+fn time_to_budget(budget: Usd, spent: Usd, usd_per_min: f64) -> Option<f64> {
+    (usd_per_min > 0.0).then(|| (budget - spent).as_f64().max(0.0) / (usd_per_min / 60.0))
+}
+
+/// The run's ETA: the work's or the budget's, whichever comes first, and whether it is the
+/// budget's (a run that will stop at its budget says when). Unknown while the work's is.
+fn run_eta(work: Option<f64>, to_budget: Option<f64>) -> (Option<f64>, bool) {
+    match (work, to_budget) {
+        (Some(w), Some(b)) if b < w => (Some(b), true),
+        (w, _) => (w, false),
+    }
+}
+
+#[cfg(test)]
+mod eta_tests {
+    use super::*;
+
+    #[test]
+    fn the_eta_is_the_works_or_the_budgets_whichever_comes_first() {
+        let usd = Usd::from_f64;
+        // $10 budget, $4 spent, $2 a minute: three minutes to the budget.
+        let b = time_to_budget(usd(10.0), usd(4.0), 2.0);
+        assert_eq!(b, Some(180.0));
+        assert_eq!(
+            time_to_budget(usd(10.0), usd(4.0), 0.0),
+            None,
+            "not spending"
+        );
+        assert_eq!(time_to_budget(usd(10.0), usd(10.5), 2.0), Some(0.0));
+        let cases = [
+            ((Some(600.0), Some(180.0)), (Some(180.0), true)),
+            ((Some(120.0), Some(180.0)), (Some(120.0), false)),
+            ((None, Some(180.0)), (None, false)),
+            ((Some(120.0), None), (Some(120.0), false)),
+            // The seed's last stretch: a trickle of work, the budget minutes away.
+            ((Some(47_692_800.0), Some(240.0)), (Some(240.0), true)),
+        ];
+        for ((work, budget), want) in cases {
+            assert_eq!(run_eta(work, budget), want, "{work:?} {budget:?}");
+        }
+    }
 }

@@ -198,7 +198,11 @@ pub struct Snapshot {
     pub prompt_tokens: u64,
     pub tok_per_s: f64,
     pub usd_per_min: f64,
+    /// Seconds until the run ends: its work's, or its dollar budget's when that comes first.
     pub eta_s: Option<f64>,
+    /// The ETA is when the dollar budget runs out, before the work is done.
+    #[serde(default)]
+    pub eta_at_budget: bool,
     /// While the run stops: how long its requests in flight are expected to take still (the
     /// longest of them, from their ages and their datasets' usual request times), when known.
     #[serde(default)]

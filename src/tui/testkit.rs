@@ -226,6 +226,7 @@ pub fn kimi_snapshot() -> Snapshot {
         tok_per_s: 28_310.0,
         usd_per_min: 3.91,
         eta_s: Some(1_200.0),
+        eta_at_budget: false,
         drain_left_s: None,
         cut_thinking_share: None,
         last_stretch_s: None,

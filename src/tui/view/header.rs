@@ -257,6 +257,7 @@ fn time_left(state: &UiState) -> [Span<'static>; 2] {
         return [Span::styled("drain ", t.dim), Span::raw(left)];
     }
     let eta = match s.eta_s {
+        Some(e) if !state.finished() && s.eta_at_budget => format!("{} (budget)", duration(e)),
         Some(e) if !state.finished() => duration(e),
         _ => "-".into(),
     };

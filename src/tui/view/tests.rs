@@ -432,3 +432,15 @@ fn a_draining_header_shows_when_the_last_request_is_due() {
         assert!(!header.contains("ETA"), "{header}");
     }
 }
+
+/// A run that will stop at its dollar budget before its work is done says when, and says it
+/// is the budget's time.
+#[test]
+fn the_header_says_when_the_budget_will_stop_the_run() {
+    let mut snap = kimi_snapshot();
+    snap.eta_s = Some(240.0);
+    snap.eta_at_budget = true;
+    let s = text(&draw(&state_with(snap), 160, 30));
+    let header = s.lines().next().unwrap_or_default();
+    assert!(header.contains("ETA 4m00s (budget)"), "{header}");
+}
