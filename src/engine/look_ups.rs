@@ -39,8 +39,8 @@ pub(crate) enum Until {
 /// What one look-up says.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Answer {
-    /// The API's cost.
-    Cost(f64),
+    /// The API's cost, and the completion tokens it billed (the provider's count).
+    Cost(f64, Option<u64>),
     /// 404: not recorded yet (or never).
     NotYet,
     /// A 5xx, a dropped connection, no answer in time: asked again next pass.
@@ -59,6 +59,8 @@ pub(crate) enum LookedUp {
     Done {
         entry: SpendEntry,
         cost: Option<f64>,
+        /// The completion tokens billed, when found.
+        completion_tokens: Option<u64>,
         said_before: bool,
     },
     /// Not known on its first ask: still asked in later passes (the caller stops waiting for
@@ -80,7 +82,12 @@ pub(crate) struct Item {
 
 impl Item {
     fn done(self, cost: Option<f64>) -> LookedUp {
+        self.found(cost, None)
+    }
+
+    fn found(self, cost: Option<f64>, completion_tokens: Option<u64>) -> LookedUp {
         LookedUp::Done {
+            completion_tokens,
             said_before: self.said,
             entry: self.entry,
             cost,
@@ -155,7 +162,7 @@ impl Plan {
         self.running -= 1;
         let mut out = Vec::new();
         match answer {
-            Answer::Cost(c) => out.push(item.done(Some(c))),
+            Answer::Cost(c, tokens) => out.push(item.found(Some(c), tokens)),
             Answer::Refused => out.push(item.done(None)),
             Answer::RateLimited(wait) => {
                 // Not an answer about this id: asked again in this pass, after the pause.
@@ -232,10 +239,12 @@ impl Plan {
 }
 
 /// What the API's answer to one look-up means for its pacing.
-fn answer_of(r: Result<Option<f64>, crate::openrouter::ApiError>) -> Answer {
+fn answer_of(r: Result<crate::openrouter::GenerationInfo, crate::openrouter::ApiError>) -> Answer {
     match r {
-        Ok(Some(c)) => Answer::Cost(c),
-        Ok(None) => Answer::Refused,
+        Ok(g) => match g.cost_to_user() {
+            Some(c) => Answer::Cost(c, g.native_tokens_completion.or(g.tokens_completion)),
+            None => Answer::Refused,
+        },
         Err(e) if e.status() == Some(429) => Answer::RateLimited(e.retry_after()),
         Err(e) if e.status() == Some(404) => Answer::NotYet,
         Err(e) if e.status().is_none() || e.is_retryable() => Answer::Retry,
@@ -260,7 +269,7 @@ pub(crate) fn look_up(
     let ask = |client: OpenRouterClient, item: Item| async move {
         let r = tokio::time::timeout(ONE_ASK, client.generation(&item.id)).await;
         let answer = match r {
-            Ok(r) => answer_of(r.map(|g| g.cost_to_user())),
+            Ok(r) => answer_of(r),
             Err(_) => Answer::Retry,
         };
         (item, answer)
@@ -349,7 +358,7 @@ mod tests {
             if i.id.ends_with('7') {
                 Answer::NotYet
             } else {
-                Answer::Cost(0.01)
+                Answer::Cost(0.01, None)
             }
         };
         // 64 at once: three rounds make the first pass, and nobody is asked twice in it.
@@ -437,7 +446,7 @@ mod tests {
         let mut plan = Plan::new(items(70), Until::Deadline(3 * S));
         let (asked, out) = round(&mut plan, Duration::ZERO, |i| {
             if i.id == "gen-1" {
-                Answer::Cost(0.5)
+                Answer::Cost(0.5, None)
             } else {
                 Answer::NotYet
             }

@@ -157,6 +157,60 @@ impl Recovery {
     }
 }
 
+/// Look-ups of the streams this run closed, asked while it runs (a batch each tick), so that
+/// what closing really cost is booked, and learned from, as it lands.
+pub(super) struct Closed {
+    tx: tokio::sync::mpsc::UnboundedSender<LookedUp>,
+    pub rx: tokio::sync::mpsc::UnboundedReceiver<LookedUp>,
+    tasks: tokio::task::JoinSet<()>,
+    /// Asked and not back yet.
+    pub out: usize,
+    /// Found at the API, and what their costs changed against the estimates.
+    pub fixed: u64,
+    pub delta: crate::domain::Usd,
+}
+
+impl Closed {
+    pub(super) fn new() -> Closed {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Closed {
+            tx,
+            rx,
+            tasks: tokio::task::JoinSet::new(),
+            out: 0,
+            fixed: 0,
+            delta: crate::domain::Usd::ZERO,
+        }
+    }
+
+    /// Starts looking up `items`; their answers arrive on `rx`.
+    pub(super) fn ask(
+        &mut self,
+        client: OpenRouterClient,
+        items: Vec<(String, SpendEntry)>,
+        until: Until,
+    ) {
+        if items.is_empty() {
+            return;
+        }
+        self.out += items.len();
+        let tx = self.tx.clone();
+        self.tasks.spawn(async move {
+            let mut found = std::pin::pin!(look_up(client, items, until));
+            while let Some(f) = found.next().await {
+                if tx.send(f).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Ends every look-up still running: their streams keep their estimates.
+    pub(super) fn abort(&mut self) {
+        self.tasks.abort_all();
+    }
+}
+
 /// How far a key's usage may outrun the ledger's crash estimates and still be put down to
 /// them: an answer may run to `max_tokens`, about 8x the 2,048-token prior an estimate uses.
 pub(crate) const TRUE_UP_CAP: f64 = 8.0;

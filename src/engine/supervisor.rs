@@ -131,8 +131,10 @@ pub(super) struct Supervisor {
     tasks: JoinSet<AttemptResult>,
     /// Each attempt's running cost, shared with its worker, by attempt key.
     accrued: HashMap<u64, Arc<AtomicI64>>,
-    /// Closed streams to look up at the end (`GET /generation`), as the core asked.
+    /// Closed streams to look up (`GET /generation`), as the core asked: asked each tick.
     to_reconcile: Vec<(String, SpendEntry)>,
+    /// Look-ups of the streams it closed, running.
+    closed: super::reconcile::Closed,
     /// `harvest probe`'s agreement per endpoint, handed to the core as the run begins.
     probe: Option<HashMap<String, f64>>,
 }
@@ -183,6 +185,7 @@ impl Supervisor {
             tasks: JoinSet::new(),
             accrued: HashMap::new(),
             to_reconcile: Vec::new(),
+            closed: super::reconcile::Closed::new(),
             probe: None,
         }
     }
@@ -441,6 +444,7 @@ impl Supervisor {
                         self.recovery_done(recovery).await;
                     }
                 },
+                Some(l) = self.closed.rx.recv() => self.closed_landed(l).await,
                 Some(res) = self.tasks.join_next(), if !self.tasks.is_empty() => match res {
                     Ok(r) => self.on_result(r).await,
                     Err(e) => {
@@ -484,6 +488,7 @@ impl Supervisor {
                     let lag = at.elapsed().as_secs_f64() * 1000.0;
                     self.publisher.loop_lag_ms = lag.max(self.publisher.loop_lag_ms * 0.8);
                     self.step(Event::Tick).await;
+                    self.ask_closed();
                     let snap = Arc::new(self.snapshot());
                     self.step(Event::Quality(super::quality::deviations(&snap.endpoints))).await;
                     state_writer.offer(&snap);

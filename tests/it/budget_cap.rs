@@ -159,3 +159,63 @@ async fn the_hard_budget_holds_where_cancelled_streams_are_billed() {
          the hard mode is for"
     );
 }
+
+/// The documented list says five providers stop billing when a stream is closed; here every
+/// one of them bills a closed stream in full, as the simulator is set. The run closes a few
+/// stalled streams early (a 0.5 s idle timeout), looks each up at `/generation` as it closes,
+/// sees it billed past the close, and treats that endpoint as billing a cancel from then on:
+/// its last stretch reserves worst cases, and the hard budget holds at the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_documented_stopper_seen_to_bill_a_close_is_learned_and_the_budget_holds() {
+    let budget = 0.40;
+    let s = setup();
+    let sim = fast_sim(300.0).await;
+    sim.state
+        .control(&ControlRequest {
+            all: Some(EndpointPatch {
+                cancel_stops_billing: Some(false),
+                faults_spec: Some("stall=0.03".into()),
+                ..Default::default()
+            }),
+            speed_scale: Some(0.05),
+            // Long answers with a long tail: a close billed in full costs far more than the
+            // expectation a stream where closing stops the bill reserves.
+            output_tokens_mean: Some(800.0),
+            output_tokens_sigma: Some(1.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let p = write_prompts(&s.dir, "a", 3000);
+    // The documented list (no `cancel_stops_billing` key): Chutes, DeepInfra, Together,
+    // Novita and Fireworks stop the bill; only they are allowed.
+    let body = format!(
+        "budget_usd = {budget}\nconcurrency = 50\nrouting = \"pinned\"\n\
+         [policy]\nexclude = [\"siliconflow\", \"atlas-cloud\", \"parasail\", \"moonshotai\", \"baseten\", \"venice\"]\n\
+         [timeouts]\nidle_s = 0.5\n[request]\nmax_tokens = 4000\n\
+         [[dataset]]\nname = \"a\"\nprompts = \"{}\"\n",
+        p.display()
+    );
+    let summary = run(config(&s, &sim.base_url(), &body)).await;
+    assert_eq!(
+        summary.reason,
+        Some(harvest::engine::StopReason::DollarBudget)
+    );
+    let learned: Vec<&str> = (summary.snapshot.events.iter())
+        .map(|e| e.text.as_str())
+        .filter(|t| t.contains("billed past the close"))
+        .collect();
+    let billed = sim.state.billed_total().as_f64();
+    let ledger = ledger_total(&s.out).as_f64();
+    eprintln!(
+        "billed {billed:.6} ({:+.2}%), ledger {ledger:.6}; learned: {learned:#?}",
+        (billed / budget - 1.0) * 100.0
+    );
+    assert!(billed <= budget * 1.005, "billed {billed} against {budget}");
+    assert!(billed > budget * 0.9, "the budget was used ({billed})");
+    assert!(
+        (ledger - billed).abs() <= billed * 0.001,
+        "ledger {ledger} vs simulator {billed}"
+    );
+    assert!(!learned.is_empty(), "{:#?}", summary.snapshot.events);
+    sim.stop().await;
+}

@@ -259,7 +259,19 @@ impl Core {
 
     /// Books the difference between what a closed stream was booked at and what the API says
     /// it cost. The driver adds the difference to the live spend.
-    pub(super) fn book_adjustment(&mut self, entry: SpendEntry, actual: Usd, now: &Clock) {
+    pub(super) fn book_adjustment(
+        &mut self,
+        entry: SpendEntry,
+        actual: Usd,
+        completion_tokens: Option<u64>,
+        now: &Clock,
+    ) {
+        // A stream harvest closed: what it was billed says whether closing stopped the bill.
+        if entry.kind == SpendKind::Cancelled
+            && let (Some(tag), Some(billed)) = (entry.endpoint.as_deref(), completion_tokens)
+        {
+            self.learn_cancel_billing(tag, entry.completion_tokens, billed, now);
+        }
         let delta = actual - entry.usd;
         if delta != Usd::ZERO {
             self.ledger(SpendEntry {

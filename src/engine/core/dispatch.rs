@@ -311,6 +311,11 @@ impl Core {
                 job,
                 attempt,
                 endpoint: pinned,
+                over: if pinned.is_some() {
+                    Vec::new()
+                } else {
+                    route.over.clone()
+                },
                 openrouter,
                 expected_pico: expected.pico(),
                 reserved_pico: money.reserve.pico(),

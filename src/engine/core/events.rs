@@ -71,6 +71,8 @@ pub(crate) enum Event {
     Adjusted {
         entry: SpendEntry,
         actual: Usd,
+        /// The completion tokens the API billed, when it says.
+        completion_tokens: Option<u64>,
     },
     /// A ledger line the driver composed (key checkpoints, the key true-up).
     Line(SpendEntry),
@@ -147,7 +149,11 @@ impl Core {
                 self.release_crash(&open);
                 self.book_carried(open, kind, usd, estimated, now)
             }
-            Event::Adjusted { entry, actual } => self.book_adjustment(entry, actual, now),
+            Event::Adjusted {
+                entry,
+                actual,
+                completion_tokens,
+            } => self.book_adjustment(entry, actual, completion_tokens, now),
             Event::CrashOpen(open) => self.hold_crash(open),
             Event::Unsettled(entry) => self.crash_unsettled(&entry),
             Event::Line(entry) => self.ledger(entry),

@@ -15,6 +15,7 @@ pub(crate) mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
+mod cancel_billing;
 mod context;
 mod control;
 pub(crate) mod cut_watch;
@@ -153,6 +154,8 @@ struct InFlight {
     fee: Usd,
     prompt_tokens: u64,
     endpoint: Option<usize>,
+    /// The endpoints OpenRouter may pick for it (routed), or none (pinned).
+    over: Vec<usize>,
     /// Sent through OpenRouter (not to an own server): counted against the account's gate.
     openrouter: bool,
     expected_pico: i64,
@@ -282,6 +285,7 @@ impl Core {
                 listed,
                 verdicts: Vec::new(),
                 probe: HashMap::new(),
+                cancel: HashMap::new(),
                 ep_in_flight: vec![0; n],
             },
             admission: admission::Admission {

@@ -32,6 +32,8 @@ pub(super) struct Fleet {
     pub(super) verdicts: Vec<Option<Exclusion>>,
     /// Probe agreement per endpoint tag (`harvest probe`), for `policy.min_probe_agreement`.
     pub(super) probe: HashMap<String, f64>,
+    /// What closed streams showed of each endpoint's billing of a cancel, by tag.
+    pub(super) cancel: HashMap<String, super::cancel_billing::Evidence>,
     /// In-flight counts per endpoint as of the last [`super::Live`] reading, plus this
     /// dispatch round's pinned requests.
     pub(super) ep_in_flight: Vec<u64>,

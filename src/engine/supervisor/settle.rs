@@ -5,8 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
-
 use crate::domain::Usd;
 use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind};
 use crate::store::scan::KeyBase;
@@ -238,6 +236,7 @@ impl Supervisor {
                 entry,
                 cost,
                 said_before,
+                ..
             } => {
                 if !said_before {
                     rec.first_answers += 1;
@@ -328,83 +327,104 @@ impl Supervisor {
         ).await;
     }
 
-    /// How many closed streams the end of the run will look up (see [`Self::reconcile_closed`]).
+    /// How many closed streams the end of the run will wait for (see
+    /// [`Self::reconcile_closed`]).
     pub(super) fn closed_look_ups(&self) -> usize {
         if !self.shared.client.has_key() || self.stopping_now() {
             return 0;
         }
-        self.to_reconcile.len()
+        self.to_reconcile.len() + self.closed.out
     }
 
-    /// Asks the API what each closed stream really cost and books the difference, so the
-    /// ledger matches the bill and not our estimate. Skipped after a stop-now: the operator
-    /// wants out, and the estimates stand.
-    pub(super) async fn reconcile_closed(&mut self) {
-        let items = std::mem::take(&mut self.to_reconcile);
-        if items.is_empty() || !self.shared.client.has_key() || self.stopping_now() {
+    /// Starts looking up the streams closed since the last call (each tick): in the background
+    /// until each is found or ages out.
+    pub(super) fn ask_closed(&mut self) {
+        if self.to_reconcile.is_empty() || !self.shared.client.has_key() {
             return;
         }
-        let asked = items.len();
-        use super::super::reconcile::{LookedUp, Until};
-        let mut found = std::pin::pin!(
-            super::super::reconcile::look_up(
-                self.shared.client.clone(),
-                items,
-                Until::Deadline(super::super::reconcile::CLOSED_DEADLINE),
-            )
-            .filter_map(|l| async move {
-                match l {
-                    LookedUp::Done { entry, cost, .. } => Some((entry, cost)),
-                    LookedUp::NotOnFirstPass(_) => None,
-                }
-            })
+        let items = std::mem::take(&mut self.to_reconcile);
+        self.closed.ask(
+            self.shared.client.clone(),
+            items,
+            super::super::reconcile::Until::AgedOut,
         );
-        let (mut fixed, mut back, mut delta_total) = (0u64, 0usize, Usd::ZERO);
-        // Bounded: a look-up the API is slow to answer keeps its estimate rather than hold
-        // the end of the run, and a stop-now ends them all.
-        let until = tokio::time::Instant::now() + super::super::reconcile::CLOSED_DEADLINE;
+    }
+
+    /// A closed stream's look-up landed: the API's cost replaces the estimate (an adjustment
+    /// line), and what it billed against what was received teaches whether closing there
+    /// stops the bill.
+    pub(super) async fn closed_landed(&mut self, looked_up: super::super::reconcile::LookedUp) {
+        let super::super::reconcile::LookedUp::Done {
+            entry,
+            cost,
+            completion_tokens,
+            ..
+        } = looked_up
+        else {
+            return;
+        };
+        self.closed.out = self.closed.out.saturating_sub(1);
+        let Some(actual) = cost else { return };
+        let actual = Usd::from_f64(actual);
+        let delta = actual - entry.usd;
+        self.closed.fixed += 1;
+        self.closed.delta += delta;
+        self.shared
+            .spent_pico
+            .fetch_add(delta.pico(), Ordering::Relaxed);
+        self.step(Event::Adjusted {
+            entry,
+            actual,
+            completion_tokens,
+        })
+        .await;
+    }
+
+    /// At the end: asks about the streams closed last and waits for the look-ups still
+    /// running, so the ledger matches the bill and not our estimate. Bounded: a look-up the
+    /// API is slow to answer keeps its estimate rather than hold the end of the run; skipped
+    /// after a stop-now (the operator wants out, and the estimates stand), and a stop-now
+    /// during it ends it.
+    pub(super) async fn reconcile_closed(&mut self) {
+        use super::super::reconcile::{CLOSED_DEADLINE, Until};
+        if !self.shared.client.has_key() || self.stopping_now() {
+            self.closed.abort();
+            return;
+        }
+        let items = std::mem::take(&mut self.to_reconcile);
+        self.closed.ask(
+            self.shared.client.clone(),
+            items,
+            Until::Deadline(CLOSED_DEADLINE),
+        );
+        let until = tokio::time::Instant::now() + CLOSED_DEADLINE;
         let end_now = self.end_now.clone();
-        loop {
+        while self.closed.out > 0 {
             let next = tokio::select! {
-                next = tokio::time::timeout_at(until, found.next()) => next,
+                next = tokio::time::timeout_at(until, self.closed.rx.recv()) => next,
                 () = end_now.cancelled() => break,
             };
-            let Ok(Some((entry, actual))) = next else {
-                break;
-            };
-            back += 1;
-            let Some(actual) = actual else { continue };
-            let delta = Usd::from_f64(actual) - entry.usd;
-            fixed += 1;
-            delta_total += delta;
-            self.shared
-                .spent_pico
-                .fetch_add(delta.pico(), Ordering::Relaxed);
-            self.step(Event::Adjusted {
-                entry,
-                actual: Usd::from_f64(actual),
-            })
-            .await;
+            let Ok(Some(l)) = next else { break };
+            self.closed_landed(l).await;
         }
-        if fixed > 0 {
+        self.closed.abort();
+        if self.closed.fixed > 0 {
             self.say(format!(
-                "reconciled {fixed} closed streams with /generation: {:+.6} USD",
-                delta_total.as_f64()
+                "reconciled {} closed streams with /generation: {:+.6} USD",
+                self.closed.fixed,
+                self.closed.delta.as_f64()
             ))
             .await;
         }
-        if back < asked {
+        if self.closed.out > 0 {
             let why = if self.end_now.is_cancelled() {
                 "stopped now".to_string()
             } else {
-                format!(
-                    "not answered within {}s",
-                    super::super::reconcile::CLOSED_DEADLINE.as_secs()
-                )
+                format!("not answered within {}s", CLOSED_DEADLINE.as_secs())
             };
             self.say(format!(
                 "{} closed streams not looked up ({why}): they keep their estimates",
-                asked - back
+                self.closed.out
             ))
             .await;
         }

@@ -458,3 +458,64 @@ fn moonshot_on_six_cents() -> H {
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     H::new(cfg, kimi(), &[&refs])
 }
+
+/// A stream the run closed at Chutes (documented to stop the bill) is found billed well past
+/// what was received: Chutes is taken to bill a close from then on (the workers' pool learns
+/// it, the log says it), and the requests in flight there reserve their worst case at once, so
+/// nothing more is sent until it fits beside them. Closes billed as received teach nothing new.
+#[test]
+fn a_close_billed_past_what_was_received_is_learned_at_once() {
+    let mut h = H::new(
+        config(
+            "routing = \"pinned\"\n[policy]\nexclude = [\"together\", \"moonshotai\", \"baseten\", \"novita\"]",
+        ),
+        kimi(),
+        &[&["a", "b", "c"]],
+    );
+    let chutes = h.index("chutes/int4");
+    assert!(h.core.endpoints()[chutes].cancel_stops_billing);
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 3);
+    assert!(sent.iter().all(|d| d.pinned == Some(chutes)));
+    let reserved_before = h.core.reserved_pico();
+    use crate::store::output::{SpendEntry, SpendKind};
+    let close = |received: u64| SpendEntry {
+        endpoint: Some("chutes/int4".into()),
+        completion_tokens: received,
+        generation_id: Some("gen-9".into()),
+        ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
+    };
+    // Billed as received (with the tokens in transit): nothing changes.
+    h.handle(Event::Adjusted {
+        entry: close(100),
+        actual: Usd::from_f64(0.0002),
+        completion_tokens: Some(120),
+    });
+    assert!(h.take_repriced().is_empty());
+    assert_eq!(h.core.reserved_pico(), reserved_before);
+    // Billed past the close: learned at once.
+    h.handle(Event::Adjusted {
+        entry: close(100),
+        actual: Usd::from_f64(0.002),
+        completion_tokens: Some(900),
+    });
+    let repriced = h.take_repriced();
+    assert_eq!(repriced.len(), 1);
+    assert_eq!(repriced[0].0, chutes);
+    assert!(!repriced[0].1.cancel_stops_billing);
+    assert!(!h.core.endpoints()[chutes].cancel_stops_billing);
+    let max_tokens = u64::from(h.core.datasets()[0].params.max_tokens);
+    let worst: i64 = sent
+        .iter()
+        .map(|d| (d.price_in.cost(d.prompt_tokens) + d.price_out.cost(max_tokens)).pico())
+        .sum();
+    assert!(
+        h.core.reserved_pico() >= worst,
+        "in flight at their worst case: {} < {worst}",
+        h.core.reserved_pico()
+    );
+    assert_eq!(
+        count_events(&h, "chutes/int4 billed past the close of 1 of 2"),
+        1
+    );
+}

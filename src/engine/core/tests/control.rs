@@ -467,6 +467,7 @@ fn an_adjustment_books_only_a_real_difference() {
         let effects = h.handle(Event::Adjusted {
             entry,
             actual: Usd::from_f64(actual),
+            completion_tokens: None,
         });
         let want_lines: Vec<(SpendKind, Usd)> = want
             .map(|d| (SpendKind::Adjustment, Usd::from_f64(d)))

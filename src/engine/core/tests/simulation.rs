@@ -748,7 +748,11 @@ impl Run {
         // The end of the run: the closed streams looked up.
         for (generation_id, entry) in std::mem::take(&mut self.lookups) {
             let actual = Usd::from_pico(self.billed.get(&generation_id).copied().unwrap_or(0));
-            self.step(Event::Adjusted { entry, actual });
+            self.step(Event::Adjusted {
+                entry,
+                actual,
+                completion_tokens: None,
+            });
         }
         self.out.trace = self.hasher.finish();
     }

@@ -1,0 +1,198 @@
+//! Whether closing a stream stops an endpoint's bill, learned from the bill. Each stream
+//! harvest closes (the dollar cap, a stall, a stop-now) is looked up at `/generation`, which
+//! says how many completion tokens were billed against the tokens harvest received. An
+//! endpoint seen to bill past a close is taken to bill a cancel in full at once (a stream
+//! there may cost its worst case); one seen to stop the bill earns that trust only after
+//! [`STOPS_NEEDED`] closes, and keeps it only while closes billed past stay rare. Until then
+//! the documented list (or the config's `cancel_stops_billing`) stands.
+
+use std::sync::Arc;
+
+use super::{Clock, Core, Effect, reserve};
+use crate::engine::core::attempt_money::TRANSIT_TOKENS;
+
+/// Closes seen to stop the bill before an endpoint is trusted to stop it.
+pub(crate) const STOPS_NEEDED: u32 = 3;
+
+/// What the closed streams of one endpoint showed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Evidence {
+    /// What the run started with (the documented list or the config).
+    pub documented: bool,
+    /// Closes billed about as far as harvest received.
+    pub stopped: u32,
+    /// Closes billed well past what harvest received.
+    pub billed_past: u32,
+}
+
+impl Evidence {
+    pub(crate) fn new(documented: bool) -> Evidence {
+        Evidence {
+            documented,
+            stopped: 0,
+            billed_past: 0,
+        }
+    }
+
+    /// One closed stream: `received` tokens reached harvest, `billed` were billed.
+    pub(crate) fn add(&mut self, received: u64, billed: u64) {
+        if billed_past_the_close(received, billed) {
+            self.billed_past += 1;
+        } else {
+            self.stopped += 1;
+        }
+    }
+
+    /// Whether closing a stream there stops its bill, as far as the run can tell.
+    pub(crate) fn believed(&self) -> bool {
+        if self.billed_past > 0 && self.billed_past * 4 >= self.stopped {
+            false
+        } else if self.stopped >= STOPS_NEEDED {
+            true
+        } else {
+            self.documented
+        }
+    }
+}
+
+/// A close billed more than what was received, the tokens in transit when it closed and a
+/// quarter for the two sides' counts: the provider went on generating.
+pub(crate) fn billed_past_the_close(received: u64, billed: u64) -> bool {
+    billed > received + (received / 4).max(TRANSIT_TOKENS.unsigned_abs())
+}
+
+impl Core {
+    /// A stream harvest closed was found at `/generation`: `billed` completion tokens where it
+    /// received `received`, at endpoint `tag`. A changed belief goes to the workers' pool and
+    /// the event log.
+    pub(super) fn learn_cancel_billing(
+        &mut self,
+        tag: &str,
+        received: u64,
+        billed: u64,
+        now: &Clock,
+    ) {
+        let Some(i) = self.fleet.endpoints.iter().position(|e| e.tag == tag) else {
+            return;
+        };
+        let was = self.fleet.endpoints[i].cancel_stops_billing;
+        let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
+        ev.add(received, billed);
+        let now_believed = ev.believed();
+        let (stopped, past) = (ev.stopped, ev.billed_past);
+        if now_believed == was {
+            return;
+        }
+        let mut pool = self.fleet.endpoints.as_ref().clone();
+        pool[i].cancel_stops_billing = now_believed;
+        self.effects.push(Effect::Repriced {
+            index: i,
+            endpoint: Box::new(pool[i].clone()),
+        });
+        self.fleet.endpoints = Arc::new(pool);
+        if !now_believed {
+            self.reserve_worst_at(i);
+        }
+        let text = if now_believed {
+            format!(
+                "{tag} stopped the bill at the close of {stopped} streams harvest closed: its \
+                 streams may be closed at the budget and reserve their expectation"
+            )
+        } else {
+            format!(
+                "{tag} billed past the close of {past} of {} streams harvest closed (the last: \
+                 {billed} tokens billed, {received} received): a stream there is taken to cost \
+                 its worst case",
+                stopped + past
+            )
+        };
+        self.event(now, text);
+    }
+}
+
+impl Core {
+    /// Endpoint `i` bills a closed stream in full after all: the streams in flight that may be
+    /// served there reserve their worst case from now on (the whole of it until the next
+    /// recount deducts what they accrued), so nothing more is sent until it fits beside them.
+    /// The dollar cap does not hold them: closing them would not stop their bills, and holding
+    /// worst cases the budget never had room for would end the run at once.
+    fn reserve_worst_at(&mut self, i: usize) {
+        if !reserve::reserves_worst_case(self.cfg.budget_mode, true) {
+            return;
+        }
+        for f in self.in_flight.values_mut() {
+            let there = f.endpoint == Some(i) || (f.endpoint.is_none() && f.over.contains(&i));
+            if f.billed_if_closed || !there {
+                continue;
+            }
+            f.billed_if_closed = true;
+            self.budget.reserved_pico += f.worst_pico - f.reserved_pico;
+            f.reserved_pico = f.worst_pico;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_close_billed_past_what_was_received_is_told_from_one_that_stopped() {
+        let cases = [
+            (0, 0, false),
+            (0, 32, false),
+            (0, 33, true),
+            (100, 132, false),
+            (100, 140, true),
+            (1_000, 1_250, false),
+            (1_000, 1_251, true),
+            (120, 2_048, true),
+        ];
+        for (received, billed, past) in cases {
+            assert_eq!(
+                billed_past_the_close(received, billed),
+                past,
+                "{received} {billed}"
+            );
+        }
+    }
+
+    #[test]
+    fn billing_past_a_close_is_believed_at_once_stopping_it_after_three() {
+        // (documented, closes as (received, billed), believed after each)
+        type Case<'a> = (bool, &'a [(u64, u64)], &'a [bool]);
+        let cases: [Case; 4] = [
+            // Documented to stop, seen to bill: at once.
+            (true, &[(100, 900)], &[false]),
+            // Documented to bill, seen to stop three times.
+            (
+                false,
+                &[(100, 110), (50, 60), (10, 10)],
+                &[false, false, true],
+            ),
+            // Trusted, then one bill past in five closes: no longer.
+            (
+                false,
+                &[(100, 100), (100, 100), (100, 100), (100, 100), (100, 900)],
+                &[false, false, true, true, false],
+            ),
+            // One bill past among many stops (a close near the natural end): still trusted.
+            (
+                true,
+                &[(1, 1), (1, 1), (1, 1), (1, 1), (1, 1), (10, 400)],
+                &[true, true, true, true, true, true],
+            ),
+        ];
+        for (documented, closes, want) in cases {
+            let mut ev = Evidence::new(documented);
+            let got: Vec<bool> = closes
+                .iter()
+                .map(|&(r, b)| {
+                    ev.add(r, b);
+                    ev.believed()
+                })
+                .collect();
+            assert_eq!(got, want, "{documented} {closes:?}");
+        }
+    }
+}
