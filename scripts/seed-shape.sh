@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The seed's run, scaled down, in both budget modes: Kimi K2.5 on the built-in simulator's
+# table, the faithful policy (the default), OpenRouter routing, max_tokens 16,384, many
+# streams at once, and a dollar budget the expected mode spends in a few minutes. For each
+# mode it prints the figures issue #34 asks for: the time to within 0.5% of the budget, the
+# peak and mean streams in flight, and the spend against the simulator's bill.
+#
+#   scripts/seed-shape.sh [--bin PATH] [--concurrency 2000] [--budget 20] [--prompts 40000]
+#                         [--speed-scale 1] [--max-tokens 16384] [--faults SPEC]
+#                         [--modes "expected hard"] [--keep DIR] [--deadline-s 1200]
+# --speed-scale 1 is each endpoint's real pace (its time to first token, its decode speed);
+# 0.2 runs five times faster. Without --bin it builds the release binary (a debug build
+# cannot feed 2,000 real-pace streams on two cores).
+#
+# Loopback only (127.0.0.1); bounded: each run stops at its budget or after --deadline-s.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="" N=40000 MAXTOK=16384 CONC=2000 BUDGET=20 SPEED=1 FAULTS="" KEEP="" DEADLINE=1200
+MODES="expected hard"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) BIN="$2"; shift 2 ;;
+    --prompts) N="$2"; shift 2 ;;
+    --max-tokens) MAXTOK="$2"; shift 2 ;;
+    --concurrency) CONC="$2"; shift 2 ;;
+    --budget) BUDGET="$2"; shift 2 ;;
+    --speed-scale) SPEED="$2"; shift 2 ;;
+    --faults) FAULTS="$2"; shift 2 ;;
+    --modes) MODES="$2"; shift 2 ;;
+    --keep) KEEP="$2"; shift 2 ;;
+    --deadline-s) DEADLINE="$2"; shift 2 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    *) echo "seed-shape.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$BIN" ]; then
+  (cd "$HERE" && cargo build --quiet --release --bin harvest)
+  BIN="${CARGO_TARGET_DIR:-$HERE/target}/release/harvest"
+fi
+WORK="${KEEP:-$(mktemp -d)}"
+mkdir -p "$WORK"
+python3 - "$WORK/prompts.jsonl" "$N" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(json.dumps({"id": f"p{i}", "prompt": f"Work through problem {i} and explain each step."}) + "\n")
+PY
+for MODE in $MODES; do
+  RUN="$WORK/$MODE"
+  rm -rf "$RUN"
+  mkdir -p "$RUN"
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  sim_args=(sim --port "$PORT" --seed 7 --speed-scale "$SPEED" --billing-log "$RUN/bill.jsonl")
+  if [ -n "$FAULTS" ]; then sim_args+=(--faults "$FAULTS"); else sim_args+=(--no-faults); fi
+  "$BIN" "${sim_args[@]}" >"$RUN/sim.log" 2>&1 &
+  SIM=$!
+  trap 'kill $SIM 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 0.2)" 2>/dev/null && break
+    sleep 0.1
+  done
+  cat >"$RUN/harvest.toml" <<TOML
+model = "moonshotai/kimi-k2.5"
+base_url = "http://127.0.0.1:$PORT/api/v1"
+api_key_env = "SEED_SHAPE_KEY"
+output_dir = "out"
+budget_usd = $BUDGET
+budget_mode = "$MODE"
+concurrency = $CONC
+catalog_refresh_s = 0
+[request]
+max_tokens = $MAXTOK
+[[dataset]]
+name = "a"
+prompts = "$WORK/prompts.jsonl"
+TOML
+  set +e
+  SEED_SHAPE_KEY=sim timeout "$DEADLINE" "$BIN" run -c "$RUN/harvest.toml" --headless \
+    --progress-every 1 >"$RUN/run.log" 2>&1
+  RC=$?
+  set -e
+  sleep 1
+  kill $SIM 2>/dev/null || true
+  wait $SIM 2>/dev/null || true
+  python3 - "$RUN" "$RC" "$MODE" "$BUDGET" <<'PY'
+import json, os, re, sys
+run, rc, mode, budget = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+def secs(c):
+    h, m, s = (int(x) for x in c.split(":"))
+    return h * 3600 + m * 60 + s
+prog = re.compile(r"^\[(\d+:\d\d:\d\d)\].*?in flight ([\d,]+)/[\d,]+.*? ([\d.]+)/[\d.]+ USD")
+points = []
+for line in open(os.path.join(run, "run.log")):
+    m = prog.match(line)
+    if m:
+        points.append((secs(m.group(1)), int(m.group(2).replace(",", "")), float(m.group(3))))
+ledger = [json.loads(l) for l in open(os.path.join(run, "out", "spend.jsonl")) if l.strip()]
+spent = sum(e["usd"] for e in ledger)
+bill = sum(json.loads(l)["cost_usd"] for l in open(os.path.join(run, "bill.jsonl")) if l.strip())
+rows = sum(1 for l in open(os.path.join(run, "out", "a.jsonl")) if l.strip())
+reached = next((t for t, _, s in points if s >= budget * 0.995), None)
+end = points[-1][0] if points else 0
+flights = [f for _, f, _ in points]
+peak = max(flights, default=0)
+mean = sum(flights) / len(flights) if flights else 0.0
+stretch = next((l.strip() for l in open(os.path.join(run, "run.log")) if l.startswith("budget: the last stretch")), "budget: no last stretch")
+print(f"{mode}: exit {rc}; within 0.5% of ${budget:g} after "
+      f"{'%ds' % reached if reached is not None else 'never'} (last progress line {end}s); "
+      f"in flight peak {peak}, mean {mean:.0f}; rows {rows}; "
+      f"ledger ${spent:.4f}, bill ${bill:.4f} ({(bill / budget - 1) * 100:+.2f}% of the budget)")
+print(f"{mode}: {stretch}")
+PY
+done
+echo "seed-shape.sh: files in $WORK (<mode>/run.log, out/, bill.jsonl)" >&2
