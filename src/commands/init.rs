@@ -107,6 +107,10 @@ fn dataset_name(path: &Path, taken: &[String]) -> String {
     if name.is_empty() || name.starts_with('.') {
         name.insert_str(0, "prompts");
     }
+    // A name of harvest's own files (`spend`, `state`, ...) would collide with them.
+    if crate::config::RESERVED_NAMES.contains(&name.to_ascii_lowercase().as_str()) {
+        name.push_str("_prompts");
+    }
     let mut unique = name.clone();
     let mut n = 2;
     while taken.iter().any(|t| t.eq_ignore_ascii_case(&unique)) {
@@ -119,13 +123,28 @@ fn dataset_name(path: &Path, taken: &[String]) -> String {
 /// Reads one prompt file: its shape, its field names, its count.
 fn find(path: &Path, config_dir: &Path, taken: &[String]) -> anyhow::Result<FoundFile> {
     let shown = path.display();
+    // A FIFO, a device or a socket would block the read or never end.
+    if let Ok(m) = std::fs::metadata(path)
+        && !m.is_file()
+        && !m.is_dir()
+    {
+        return Err(BadInput(format!(
+            "{shown} is not a regular file (a FIFO, a device or a socket): give a prompt file"
+        ))
+        .into());
+    }
     let (kind, row) = crate::store::prompts::first_row(path)
         .map_err(|e| BadInput(format!("cannot read {shown}: {e}")))?;
     let row = row.ok_or_else(|| {
-        BadInput(format!(
-            "{shown}: no JSON object in its first 1,000 lines: harvest reads JSONL, one object \
-             a line (plain, .gz or .zst)"
-        ))
+        BadInput(match kind {
+            crate::store::prompts::FileKind::Parquet => {
+                format!("{shown}: a Parquet file with no rows")
+            }
+            _ => format!(
+                "{shown}: no JSON object in its first 1,000 lines: harvest reads JSONL, one \
+                 object a line (plain, .gz or .zst), or Parquet"
+            ),
+        })
     })?;
     let (fields, found) = guess_fields(&row).ok_or_else(|| {
         let keys: Vec<&str> = row.keys().map(String::as_str).collect();
@@ -138,13 +157,15 @@ fn find(path: &Path, config_dir: &Path, taken: &[String]) -> anyhow::Result<Foun
     })?;
     let count = crate::store::prompts::count_prompts_in_shard(path, &fields, None)
         .map_err(|e| BadInput(e.to_string()))?;
-    let written = path
-        .canonicalize()
-        .ok()
+    // Relative to the config's directory when the file is under it, else absolute: a config
+    // resolves its paths from its own directory, not from where `init` ran.
+    let absolute = path.canonicalize().ok();
+    let written = (absolute.as_deref())
         .and_then(|p| {
             let dir = config_dir.canonicalize().ok()?;
             p.strip_prefix(dir).ok().map(Path::to_path_buf)
         })
+        .or(absolute.clone())
         .unwrap_or_else(|| path.to_path_buf());
     Ok(FoundFile {
         name: dataset_name(path, taken),
@@ -338,10 +359,25 @@ pub async fn run(args: InitArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    if args.budget > crate::config::MAX_BUDGET_USD {
+        return Err(BadInput(format!(
+            "--budget must be at most {} USD, got {}",
+            crate::config::MAX_BUDGET_USD,
+            args.budget
+        ))
+        .into());
+    }
     let config_dir = match args.out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if !config_dir.is_dir() {
+        return Err(BadInput(format!(
+            "{} is not a directory: --out must name a file in an existing directory",
+            config_dir.display()
+        ))
+        .into());
+    }
     let mut files: Vec<FoundFile> = Vec::new();
     for p in &args.prompts {
         let taken: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
@@ -534,6 +570,10 @@ mod tests {
             ("data/alpaca.jsonl.gz", &taken[..], "alpaca-2"),
             ("b3 math (v2).jsonl", &[][..], "b3_math__v2_"),
             (".jsonl", &[][..], "prompts"),
+            // Names of harvest's own files, in any case.
+            ("spend.jsonl", &[][..], "spend_prompts"),
+            ("State.jsonl.zst", &[][..], "State_prompts"),
+            ("harvest.parquet", &[][..], "harvest_prompts"),
         ];
         for (path, taken, want) in cases {
             assert_eq!(dataset_name(Path::new(path), taken), want, "{path}");

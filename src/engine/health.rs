@@ -35,7 +35,13 @@ pub(crate) struct Health {
     probe_in_flight: bool,
     /// A 429 asked us to wait until then (this endpoint only).
     rate_limited_until: Option<Instant>,
+    /// Streams it took at once before it answered 429, learned: it takes no more until one
+    /// ends, and one more after each answer (found again by its next 429).
+    ceiling: Option<u32>,
 }
+
+/// The least a learned ceiling holds.
+const MIN_CEILING: u32 = 4;
 
 const MAX_COOLDOWN: Duration = Duration::from_secs(600);
 
@@ -50,6 +56,28 @@ impl Health {
             cooldown,
             probe_in_flight: false,
             rate_limited_until: None,
+            ceiling: None,
+        }
+    }
+
+    /// Its learned ceiling of streams at once, if a 429 taught one.
+    pub(crate) fn ceiling(&self) -> Option<u32> {
+        self.ceiling
+    }
+
+    /// It answered 429 with `in_flight` of our streams running there: that many is its
+    /// ceiling for now (never below [`MIN_CEILING`]).
+    pub(crate) fn learn_ceiling(&mut self, in_flight: u64) {
+        let c = u32::try_from(in_flight)
+            .unwrap_or(u32::MAX)
+            .max(MIN_CEILING);
+        self.ceiling = Some(self.ceiling.map_or(c, |old| old.min(c).max(MIN_CEILING)));
+    }
+
+    /// An answer came from it: its ceiling, if any, rises by one.
+    pub(crate) fn raise_ceiling(&mut self) {
+        if let Some(c) = self.ceiling.as_mut() {
+            *c = c.saturating_add(1);
         }
     }
 
@@ -178,6 +206,26 @@ pub(crate) fn backoff(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_429_sets_a_ceiling_that_each_answer_raises_by_one() {
+        let mut h = Health::new(3, Duration::from_secs(1));
+        assert_eq!(h.ceiling(), None);
+        h.raise_ceiling();
+        assert_eq!(h.ceiling(), None, "nothing to raise before a 429");
+        h.learn_ceiling(800);
+        assert_eq!(h.ceiling(), Some(800));
+        h.raise_ceiling();
+        h.raise_ceiling();
+        assert_eq!(h.ceiling(), Some(802));
+        // A 429 with fewer streams there lowers it; with more, it keeps the lower.
+        h.learn_ceiling(700);
+        assert_eq!(h.ceiling(), Some(700));
+        h.learn_ceiling(900);
+        assert_eq!(h.ceiling(), Some(700));
+        h.learn_ceiling(0);
+        assert_eq!(h.ceiling(), Some(MIN_CEILING));
+    }
 
     #[test]
     fn breaker_opens_half_opens_and_closes() {

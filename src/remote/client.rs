@@ -22,6 +22,16 @@ pub enum ConnectError {
     /// No engine listens: none runs there, or it ended (or crashed).
     #[error("no harvest run is live in {dir} (nothing listens on {socket})")]
     NotLive { dir: PathBuf, socket: PathBuf },
+    /// Something listens, or may, but this user may not connect (another user's run).
+    #[error(
+        "cannot reach the run in {dir}: {socket}: {detail} (a run of another user? harvest \
+         stop and attach work for the user who started it)"
+    )]
+    Unreachable {
+        dir: PathBuf,
+        socket: PathBuf,
+        detail: String,
+    },
     #[error("the run in {dir} refused the connection: {reason}")]
     Refused { dir: PathBuf, reason: String },
     #[error("the run in {dir} did not answer: {detail}")]
@@ -43,15 +53,28 @@ pub(crate) struct Connection {
     stream: UnixStream,
 }
 
+/// Why connecting to `socket` failed: nothing listens (no file, or no process behind it), or
+/// this user may not connect (reliability-probe-4 N12: not "no run is live" then).
+fn not_connected(e: &std::io::Error, dir: &Path, socket: &Path) -> ConnectError {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        ConnectError::Unreachable {
+            dir: dir.to_path_buf(),
+            socket: socket.to_path_buf(),
+            detail: e.to_string(),
+        }
+    } else {
+        ConnectError::NotLive {
+            dir: dir.to_path_buf(),
+            socket: socket.to_path_buf(),
+        }
+    }
+}
+
 /// Connects to the engine of `dir` and reads its hello.
 pub(crate) async fn connect(dir: &Path) -> Result<Connection, ConnectError> {
     let socket = super::socket_path(dir);
-    let stream = UnixStream::connect(&socket)
-        .await
-        .map_err(|_| ConnectError::NotLive {
-            dir: dir.to_path_buf(),
-            socket: socket.clone(),
-        })?;
+    let stream =
+        (UnixStream::connect(&socket).await).map_err(|e| not_connected(&e, dir, &socket))?;
     let protocol = |detail: String| ConnectError::Protocol {
         dir: dir.to_path_buf(),
         detail,
@@ -208,5 +231,25 @@ impl Connection {
             notices: note_rx,
             done,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_socket_this_user_may_not_reach_is_not_said_to_be_dead() {
+        let (dir, sock) = (Path::new("out"), Path::new("out/harvest.sock"));
+        let said = |k: ErrorKind| not_connected(&Error::from(k), dir, sock).to_string();
+        assert!(said(ErrorKind::NotFound).starts_with("no harvest run is live in out"));
+        assert!(said(ErrorKind::ConnectionRefused).starts_with("no harvest run is live"));
+        let denied = said(ErrorKind::PermissionDenied);
+        assert!(
+            denied.starts_with("cannot reach the run in out: out/harvest.sock: permission denied")
+                && denied.contains("another user"),
+            "{denied}"
+        );
     }
 }

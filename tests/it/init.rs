@@ -128,3 +128,60 @@ async fn init_writes_a_config_that_checks_and_runs_on_compressed_files_with_othe
     assert_eq!(sim.state.requests_since(0).len(), 50);
     sim.stop().await;
 }
+
+/// What `init` once called "a bug" (reliability-probe-4 N11): a config written into another
+/// directory names its prompt files so that it loads from there; a file named like one of
+/// harvest's own gets another dataset name; a budget past what harvest counts, a FIFO and a
+/// missing `--out` directory are refused with exit 2, at once, naming what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_writes_elsewhere_renames_reserved_stems_and_refuses_what_it_cannot_read() {
+    let sim = crate::common::paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    std::fs::create_dir(d.join("sub")).expect("sub");
+    let rows: String = (0..5)
+        .map(|i| format!("{{\"id\": \"r{i}\", \"prompt\": \"q {i}\"}}\n"))
+        .collect();
+    std::fs::write(d.join("spend.jsonl"), &rows).expect("prompts");
+    let init = |args: &[&str]| {
+        let mut c = harvest(d);
+        c.arg("init")
+            .args(args)
+            .args(["--base-url", &sim.base_url()])
+            .args(["--api-key-env", "HARVEST_INIT_KEY"]);
+        output(c)
+    };
+    let (code, _, err) = init(&["spend.jsonl", "-o", "sub/h.toml"]).await;
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(d.join("sub/h.toml")).expect("written");
+    assert!(written.contains("name = \"spend_prompts\""), "{written}");
+    let mut check = harvest(&d.join("sub"));
+    check.args(["run", "--check", "-c", "h.toml"]);
+    let (code, text, err) = output(check).await;
+    assert_eq!(
+        code, 0,
+        "the config loads from its own directory: {text}{err}"
+    );
+
+    let (code, _, err) = init(&["spend.jsonl", "-o", "b.toml", "--budget", "9000001"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--budget must be at most"), "{err}");
+    let (code, _, err) = init(&["spend.jsonl", "-o", "nowhere/h.toml"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nowhere is not a directory"), "{err}");
+    let fifo = d.join("p.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let (code, _, err) = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        init(&["p.fifo", "-o", "f.toml"]),
+    )
+    .await
+    .expect("a FIFO does not hang init");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("p.fifo is not a regular file"), "{err}");
+    for f in ["b.toml", "f.toml"] {
+        assert!(!d.join(f).exists(), "{f} is not written");
+    }
+    sim.stop().await;
+}

@@ -217,6 +217,7 @@ impl Core {
                     dataset: d,
                     prompt: p,
                     attempts: 0,
+                    rate_limited: 0,
                     failed_at: None,
                     done_turns,
                     row_owed: None,

@@ -30,7 +30,8 @@ impl Core {
     ) {
         let kind = err.kind();
         tracing::debug!(prompt = %job.prompt.id, attempt = %f.attempt, "attempt failed: {err}");
-        let endpoint = r.endpoint;
+        // Failed before any token, a routed request is blamed on the provider OpenRouter names.
+        let endpoint = r.endpoint.or_else(|| self.blamed(f, &err));
         if kind == ErrorKind::InFlightBudget && err.is_retryable() {
             return self.on_budget_402(job, f, r, &err, now);
         }
@@ -38,9 +39,17 @@ impl Core {
             if kind == ErrorKind::RateLimited {
                 let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
                 self.fleet.health[e].on_rate_limited(now.mono, wait);
+                // As many streams as ran there is what it takes at once, for now.
+                let there = self.fleet.ep_in_flight.get(e).copied().unwrap_or(0);
+                self.fleet.health[e].learn_ceiling(there);
             } else if err.is_retryable() {
                 self.endpoint_failed(e, kind.label(), now);
             }
+        }
+        if kind == ErrorKind::RateLimited && job.rate_limited < super::MAX_RATE_LIMITED {
+            // Turned away, not tried: the prompt keeps its attempts.
+            job.rate_limited += 1;
+            job.attempts = job.attempts.saturating_sub(1);
         }
         // A timeout is our own close, and a stream cut after tokens (a reset, a clean
         // truncation) is billed like one: OpenRouter's zero completion insurance covers only
@@ -98,11 +107,27 @@ impl Core {
             self.schedule_retry(job, &err, now);
         } else if err.is_retryable() {
             self.streak_met(f.sent, now);
-            let why = format!("{err} (after {} attempts)", job.attempts);
+            let why = match job.rate_limited {
+                0 => format!("{err} (after {} attempts)", job.attempts),
+                n => format!(
+                    "{err} (after {} attempts, and {n} turned away by 429s)",
+                    job.attempts
+                ),
+            };
             self.reject(job, why, kind.label(), cause_of(&err), now);
         } else {
             self.reject_or_hold((job, f.sent), &err, err.to_string(), kind.label(), now);
         }
+    }
+
+    /// The endpoint among those a routed request could reach whose provider the error names,
+    /// when exactly one is.
+    fn blamed(&self, f: &InFlight, err: &ApiError) -> Option<usize> {
+        let name = err.provider_name()?;
+        let mut named = (f.over.iter().copied())
+            .filter(|&i| self.fleet.endpoints[i].provider.eq_ignore_ascii_case(name));
+        let one = named.next()?;
+        named.next().is_none().then_some(one)
     }
 
     /// The ledger line of a failed attempt: free per the insurance unless looked up.

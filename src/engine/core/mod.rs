@@ -71,8 +71,11 @@ const RECONCILE_CAPACITY: usize = 100_000;
 pub(crate) struct Job {
     pub dataset: usize,
     pub prompt: Prompt,
-    /// Attempts already made.
+    /// Attempts already made (those an endpoint's 429 turned away not counted).
     pub attempts: u32,
+    /// Attempts an endpoint's 429 turned away: they say nothing of the prompt, and count
+    /// against [`MAX_RATE_LIMITED`] only.
+    pub rate_limited: u32,
     /// The endpoint the last attempt failed at.
     pub failed_at: Option<usize>,
     /// The turns the model has written so far (`turns = "all"`); `attempts` counts the
@@ -82,6 +85,10 @@ pub(crate) struct Job {
     /// held for them in [`budget::Budget::owed_pico`] until each goes out.
     pub row_owed: Option<Usd>,
 }
+
+/// Attempts of one prompt 429s may turn away before it is rejected (at the pace of their
+/// `Retry-After`s, minutes).
+pub(super) const MAX_RATE_LIMITED: u32 = 60;
 
 struct Pending {
     not_before: Instant,

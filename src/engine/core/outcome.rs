@@ -72,6 +72,10 @@ impl Core {
         now: &Clock,
     ) {
         if let Some(e) = endpoint {
+            if shape != Shape::Empty {
+                // An answer: a ceiling its 429s taught rises by one.
+                self.fleet.health[e].raise_ceiling();
+            }
             if shape == Shape::Empty {
                 self.endpoint_failed(e, ErrorKind::Empty.label(), now);
             } else if let Some(HealthEvent::Closed) = self.fleet.health[e].on_success() {

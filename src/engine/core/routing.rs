@@ -128,9 +128,14 @@ impl Core {
     /// the config's `endpoint_concurrency` for it.
     fn cap(&self, i: usize) -> Option<u32> {
         let e = &self.fleet.endpoints[i];
-        match &e.custom {
+        let set = match &e.custom {
             Some(c) => Some(c.concurrency),
             None => self.cfg.endpoint_concurrency.get(&e.tag).copied(),
+        };
+        // What its 429s taught, when lower.
+        match (set, self.fleet.health[i].ceiling()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 

@@ -93,6 +93,15 @@ pub(super) fn parse_messages(
     if messages.is_empty() {
         return Err(format!("\"{}\" is empty", present[0].0));
     }
+    // A user turn with no text would be paid for, and export refuses the row it makes.
+    if let Some(i) = (messages.iter()).position(|m| m.role == "user" && m.content.trim().is_empty())
+    {
+        let (key, shape, _) = &present[0];
+        return Err(match shape {
+            Shape::Prompt => format!("\"{key}\" has no text"),
+            _ => format!("{key}[{i}] is a user turn with no text"),
+        });
+    }
     if let Some(key) = &fields.system {
         match obj.get(key) {
             None | Some(Value::Null) => {}

@@ -231,14 +231,26 @@ impl Iterator for PromptReader {
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
             self.buf.clear();
-            match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(0) => {
+            match super::source::read_capped_line(
+                &mut *self.reader,
+                &mut self.buf,
+                super::source::MAX_LINE_BYTES,
+            ) {
+                Ok((0, _)) => {
                     self.done = true;
                     if let Some(e) = self.ended_early() {
                         return Some(Err(e));
                     }
                 }
-                Ok(n) => {
+                Ok((n, true)) => {
+                    self.bytes += n as u64;
+                    self.line += 1;
+                    return Some(Err(self.error(format!(
+                        "longer than {} MiB ({n} bytes): no prompt a model takes",
+                        super::source::MAX_LINE_BYTES >> 20
+                    ))));
+                }
+                Ok((n, false)) => {
                     self.bytes += n as u64;
                     if self.buf.last() != Some(&b'\n')
                         && let Some(e) = self.ended_early()

@@ -115,6 +115,10 @@ x => not valid JSON: expected value at column 1
 {"messages":[{"role":"user","content":[{"text":"a"}]}]} => messages[0].content[0] has no "type"
 {"messages":[{"role":"assistant","content":"a"}]} => no user turn (only assistant turns)
 {"messages":[{"role":"user","content":"a"},{"role":"system","content":"b"}]} => last turn is "system", expected "user"
+{"prompt":" \n\t "} => "prompt" has no text
+{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"  "}]} => messages[2] is a user turn with no text
+{"conversations":[{"from":"human","value":""},{"from":"gpt","value":"b"},{"from":"human","value":"c"}]} => conversations[0] is a user turn with no text
+{"messages":[{"role":"user","content":[{"type":"text","text":" "}]}]} => messages[0] is a user turn with no text
 "#;
 
 #[test]
@@ -636,4 +640,51 @@ fn a_file_cut_after_the_count_is_a_read_failure_not_a_bad_line() {
         .collect();
     assert_eq!(items.len(), 100);
     assert!(items.iter().all(Result::is_ok));
+}
+
+#[test]
+fn a_line_is_held_only_up_to_the_cap() {
+    // (text, cap) => (bytes the line took, over the cap, what is held), line by line.
+    let text = b"abc\nabcdefgh\n\nxyz";
+    let mut r = BufReader::with_capacity(3, Cursor::new(text.to_vec()));
+    let mut got = Vec::new();
+    loop {
+        let mut buf = Vec::new();
+        let (n, over) = source::read_capped_line(&mut r, &mut buf, 5).expect("read");
+        if n == 0 {
+            break;
+        }
+        got.push((n, over, String::from_utf8(buf).expect("utf-8")));
+    }
+    let want = [
+        (4, false, "abc\n"),
+        (9, true, "abcde"),
+        (1, false, "\n"),
+        (3, false, "xyz"),
+    ];
+    let want: Vec<_> = want
+        .iter()
+        .map(|&(n, o, s)| (n, o, s.to_string()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// A line longer than any prompt is a bad line named by its number, refused as it is read
+/// without being held; the lines after it are read as usual.
+#[test]
+fn a_line_longer_than_any_prompt_is_a_bad_line() {
+    let huge = "x".repeat(source::MAX_LINE_BYTES + 10);
+    let text = format!(
+        "{{\"id\":\"a\",\"prompt\":\"q\"}}\n{{\"id\":\"b\",\"prompt\":\"{huge}\"}}\n{{\"id\":\"c\",\"prompt\":\"r\"}}\n"
+    );
+    let got: Vec<_> = reader(&text).collect();
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].as_ref().expect("a").id, "a");
+    let e = got[1].as_ref().expect_err("b").to_string();
+    assert!(
+        e.starts_with("data/b3.jsonl:2: longer than 16 MiB (")
+            && e.ends_with("no prompt a model takes"),
+        "{e}"
+    );
+    assert_eq!(got[2].as_ref().expect("c").id, "c");
 }
