@@ -149,3 +149,49 @@ async fn a_learned_ceiling_settles_under_the_inflight_budget_instead_of_a_storm(
         storm.late
     );
 }
+
+/// The start's in-flight estimate takes a typical prompt's size over every line the file
+/// holds: a file of 1,000 copies of one 4,000-character line is one prompt of ~1,000 tokens a
+/// request, not 1,000 lines' worth (reliability-probe-4 N12: $202 a request for 100 M copies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_estimate_is_per_prompt_whatever_the_duplicates() {
+    let sim = harvest::sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let s = setup();
+    let line = format!(
+        "{}\n",
+        serde_json::json!({"id": "same", "prompt": "x".repeat(4_000)})
+    );
+    std::fs::write(s.dir.join("dup.jsonl"), line.repeat(1_000)).expect("prompts");
+    let cfg = config(
+        &s,
+        &sim.base_url(),
+        "budget_usd = 100.0\nconcurrency = 10\n[request]\nmax_tokens = 1000\n\
+         [[dataset]]\nname = \"d\"\nprompts = \"dup.jsonl\"\n",
+    );
+    let opts = RunOptions {
+        api_key: ApiKey::new(KEY),
+        tick: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let h = engine::start(cfg, opts).await.expect("engine starts");
+    let note = (h.start_notes.iter())
+        .find(|n| n.contains("in flight at concurrency 10"))
+        .expect("the in-flight note")
+        .clone();
+    // (1,000 prompt + 1,000 output tokens) at $0.30-3.75/M: about a cent at the dearest.
+    let dearest: f64 = note
+        .split(" to $")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|x| x.parse().ok())
+        .expect("the dearest request's cost");
+    assert!(dearest < 0.02, "{note}");
+    let summary = tokio::time::timeout(Duration::from_secs(60), h.finish())
+        .await
+        .expect("bounded")
+        .expect("finishes");
+    assert_eq!(summary.snapshot.done, 1);
+    sim.stop().await;
+}

@@ -221,7 +221,10 @@ fn a_429_rests_its_endpoint_and_does_not_count_as_an_attempt() {
         let at = again[0].pinned.expect("pinned");
         last = h.result(failed(again[0].key, Some(at), http(429, None, "slow")));
         if n <= super::super::MAX_RATE_LIMITED + 1 {
-            assert!(rejects(&last).is_empty(), "429 number {n} is not an attempt");
+            assert!(
+                rejects(&last).is_empty(),
+                "429 number {n} is not an attempt"
+            );
         }
     }
     assert_eq!(rejects(&last), vec!["429"]);
@@ -233,7 +236,9 @@ fn a_429_rests_its_endpoint_and_does_not_count_as_an_attempt() {
         })
         .expect("a reject");
     assert!(
-        record.error.ends_with("(after 2 attempts, and 60 turned away by 429s)"),
+        record
+            .error
+            .ends_with("(after 2 attempts, and 60 turned away by 429s)"),
         "{}",
         record.error
     );
