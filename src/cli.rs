@@ -327,7 +327,8 @@ pub struct DemoArgs {
     /// system's temporary directory).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Simulator speed: 1 is real provider pace (the demo's budget goes in about two minutes).
+    /// Simulator speed: 1 is real provider pace (the demo's budget goes in about a minute and
+    /// a half).
     #[arg(long, default_value_t = 1.0)]
     pub speed_scale: f64,
     /// Dollar budget of the demo job (default: the $2 of assets/demo/harvest.toml).

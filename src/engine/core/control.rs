@@ -225,6 +225,7 @@ impl Core {
                 present: true,
             });
             self.fleet.ep_in_flight.push(0);
+            self.fleet.sole.push(0);
         }
         self.refresh_verdicts();
         let i = self.fleet.endpoints.len() - 1;

@@ -254,6 +254,12 @@ impl Core {
                 *n += 1;
             }
         }
+        if pinned.is_none()
+            && let [only] = route.over[..]
+            && let Some(n) = self.fleet.sole.get_mut(only)
+        {
+            *n += 1;
+        }
         req.provider = route.prefs;
         // The parameters as they leave (after any dropping, an own server's fields included),
         // for the row; the messages are the row's conversation.

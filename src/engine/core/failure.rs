@@ -39,9 +39,13 @@ impl Core {
             if kind == ErrorKind::RateLimited {
                 let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
                 self.fleet.health[e].on_rate_limited(now.mono, wait);
-                // As many streams as ran there is what it takes at once, for now.
-                let there = self.fleet.ep_in_flight.get(e).copied().unwrap_or(0);
-                self.fleet.health[e].learn_ceiling(there);
+                // Sent to it alone (pinned, or `only` of one), the request tells how many it
+                // took at once: that many, for now. Routed over several, it does not.
+                let alone = f.endpoint.is_some() || f.over.len() == 1;
+                if alone {
+                    let there = self.load_at(e);
+                    self.fleet.health[e].learn_ceiling(there);
+                }
             } else if err.is_retryable() {
                 self.endpoint_failed(e, kind.label(), now);
             }

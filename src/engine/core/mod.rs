@@ -294,6 +294,7 @@ impl Core {
                 probe: HashMap::new(),
                 cancel: HashMap::new(),
                 ep_in_flight: vec![0; n],
+                sole: vec![0; n],
             },
             admission: admission::Admission {
                 datasets,

@@ -30,6 +30,12 @@ impl Core {
         let Some(f) = self.in_flight.remove(&r.key) else {
             return;
         };
+        if f.endpoint.is_none()
+            && let [only] = f.over[..]
+            && let Some(n) = self.fleet.sole.get_mut(only)
+        {
+            *n = n.saturating_sub(1);
+        }
         // Its cost is in the spend now (the worker booked it): none of it stays reserved.
         self.budget.reserved_pico -= f.reserved_pico;
         if f.openrouter {

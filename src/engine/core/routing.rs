@@ -37,6 +37,10 @@ pub(super) struct Fleet {
     /// In-flight counts per endpoint as of the last [`super::Live`] reading, plus this
     /// dispatch round's pinned requests.
     pub(super) ep_in_flight: Vec<u64>,
+    /// Requests in flight routed by OpenRouter to this endpoint alone (`provider.only` of one,
+    /// as the last stretch sends them): counted at dispatch, where `ep_in_flight` counts them
+    /// only from their first token.
+    pub(super) sole: Vec<u64>,
 }
 
 /// Which endpoints a route is chosen among, beyond those that may serve now.
@@ -126,6 +130,13 @@ impl Core {
 
     /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
     /// the config's `endpoint_concurrency` for it.
+    /// Our requests at endpoint `i` now, as far as the run can tell: those streaming there or
+    /// pinned there, or those sent to it alone, whichever is more.
+    pub(super) fn load_at(&self, i: usize) -> u64 {
+        let at = self.fleet.ep_in_flight.get(i).copied().unwrap_or(0);
+        at.max(self.fleet.sole.get(i).copied().unwrap_or(0))
+    }
+
     fn cap(&self, i: usize) -> Option<u32> {
         let e = &self.fleet.endpoints[i];
         let set = match &e.custom {
@@ -148,9 +159,8 @@ impl Core {
         (0..self.fleet.endpoints.len())
             .filter(|&i| self.fleet.listed[i].present && self.permitted(i))
             .filter(|&i| {
-                self.cap(i).is_none_or(|cap| {
-                    self.fleet.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap)
-                })
+                self.cap(i)
+                    .is_none_or(|cap| self.load_at(i) < u64::from(cap))
             })
             .filter_map(|i| {
                 let t = self.fleet.health[i].available_at(now.mono)?;
@@ -267,9 +277,8 @@ impl Core {
             candidates.retain(|&i| self.fleet.endpoints[i].custom.is_some());
         }
         candidates.retain(|&i| {
-            self.cap(i).is_none_or(|cap| {
-                self.fleet.ep_in_flight.get(i).copied().unwrap_or(0) < u64::from(cap)
-            })
+            self.cap(i)
+                .is_none_or(|cap| self.load_at(i) < u64::from(cap))
         });
         if candidates.is_empty() {
             return None;

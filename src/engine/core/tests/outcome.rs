@@ -651,10 +651,10 @@ fn failed_streams_with_tokens_are_booked_as_billed_and_looked_up() {
 }
 
 /// A routed request turned away before any token is blamed on the provider OpenRouter's error
-/// names: that endpoint rests for the `Retry-After`, and takes no more streams at once than
-/// ran there when it said 429 (one more after each answer).
+/// names: that endpoint rests for the `Retry-After`. Routed over several endpoints, it teaches
+/// no ceiling (how many of ours were there is not known).
 #[test]
-fn a_routed_429_rests_the_provider_it_names_and_teaches_its_ceiling() {
+fn a_routed_429_rests_the_provider_it_names() {
     let mut h = H::new(config(""), kimi(), &[&["a", "b", "c"]]);
     let chutes = h.index("chutes/int4");
     let sent = h.dispatch();
@@ -669,4 +669,38 @@ fn a_routed_429_rests_the_provider_it_names_and_teaches_its_ceiling() {
     );
     let together = h.index("together/int4");
     assert_eq!(h.core.off_reason(together, &now), None, "only chutes rests");
+    assert_eq!(h.core.fleet.health[chutes].ceiling(), None);
+}
+
+/// A request pinned to an endpoint (or sent to it alone) that meets a 429 tells how many of
+/// ours it takes at once: that many is its ceiling, and it takes no more until one ends.
+#[test]
+fn a_429_of_a_request_sent_to_one_endpoint_teaches_its_ceiling() {
+    let ids: Vec<String> = (0..60).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(
+        config(
+            "routing = \"pinned\"\nconcurrency = 20\n[policy]\nexclude = [\"together\", \"moonshotai\", \"baseten\", \"novita\"]",
+        ),
+        kimi(),
+        &[&refs],
+    );
+    let chutes = h.index("chutes/int4");
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 20);
+    assert!(sent.iter().all(|d| d.pinned == Some(chutes)));
+    h.result(failed(
+        sent[0].key,
+        Some(chutes),
+        http(429, Some("1"), "slow"),
+    ));
+    assert_eq!(h.core.fleet.health[chutes].ceiling(), Some(20));
+    // Past its rest, with room for 40 and 19 of ours still there: one more goes, not 21.
+    h.command(crate::engine::Command::SetConcurrency(40));
+    h.at(2.0);
+    assert_eq!(h.dispatch().len(), 1);
+    // An answer from it: one more.
+    let k = sent[1].key;
+    h.result(done(k, Some(chutes), 10, 0.001, "stop"));
+    assert_eq!(h.core.fleet.health[chutes].ceiling(), Some(21));
 }
