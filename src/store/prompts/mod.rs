@@ -21,6 +21,7 @@
 
 mod format;
 mod ids;
+mod line;
 mod parquet_lines;
 mod reader;
 mod source;

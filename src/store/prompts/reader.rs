@@ -231,10 +231,10 @@ impl Iterator for PromptReader {
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
             self.buf.clear();
-            match super::source::read_capped_line(
+            match super::line::read_capped_line(
                 &mut *self.reader,
                 &mut self.buf,
-                super::source::MAX_LINE_BYTES,
+                super::line::MAX_LINE_BYTES,
             ) {
                 Ok((0, _)) => {
                     self.done = true;
@@ -247,7 +247,7 @@ impl Iterator for PromptReader {
                     self.line += 1;
                     return Some(Err(self.error(format!(
                         "longer than {} MiB ({n} bytes): no prompt a model takes",
-                        super::source::MAX_LINE_BYTES >> 20
+                        super::line::MAX_LINE_BYTES >> 20
                     ))));
                 }
                 Ok((n, false)) => {

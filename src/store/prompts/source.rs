@@ -102,7 +102,8 @@ pub fn first_row(
     let mut buf = Vec::new();
     for _ in 0..1_000 {
         buf.clear();
-        let (n, over) = read_capped_line(&mut *lines, &mut buf, MAX_LINE_BYTES)?;
+        let (n, over) =
+            super::line::read_capped_line(&mut *lines, &mut buf, super::line::MAX_LINE_BYTES)?;
         if n == 0 {
             break;
         }
@@ -114,48 +115,4 @@ pub fn first_row(
         }
     }
     Ok((kind, None))
-}
-
-/// The most of a prompt line harvest holds: Kimi K2.5's 262,144-token context is about 1 MB
-/// of text, and JSON escapes, a system prompt and earlier turns may make a line a few times
-/// that. A longer line is no prompt a model takes: it is refused as it is read, before it is
-/// held (reliability-probe-4 N4: one 3 GB line in a 101 KB `.zst` aborted the start).
-pub(super) const MAX_LINE_BYTES: usize = 16 << 20;
-
-/// Reads one line (with its `\n`) into `buf`, keeping at most `max` bytes of it: returns the
-/// bytes the line took in the file (0 at the end) and whether it was longer than `max` (then
-/// `buf` holds its first `max` bytes and the rest was passed over unheld).
-pub(super) fn read_capped_line(
-    r: &mut dyn BufRead,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<(usize, bool)> {
-    let (mut total, mut over) = (0, false);
-    loop {
-        let (done, used) = {
-            let avail = match r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if avail.is_empty() {
-                return Ok((total, over));
-            }
-            let (piece, done) = match avail.iter().position(|&b| b == b'\n') {
-                Some(i) => (&avail[..=i], true),
-                None => (avail, false),
-            };
-            let room = max.saturating_sub(buf.len());
-            if piece.len() > room {
-                over = true;
-            }
-            buf.extend_from_slice(&piece[..piece.len().min(room)]);
-            (done, piece.len())
-        };
-        r.consume(used);
-        total += used;
-        if done {
-            return Ok((total, over));
-        }
-    }
 }
