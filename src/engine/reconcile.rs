@@ -190,6 +190,8 @@ impl Closed {
         items: Vec<(String, SpendEntry)>,
         until: Until,
     ) {
+        // Finished batches leave the set (a long run starts one a tick).
+        while self.tasks.try_join_next().is_some() {}
         if items.is_empty() {
             return;
         }

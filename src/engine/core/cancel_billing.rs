@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
+use super::attempt_money::TRANSIT_TOKENS;
 use super::{Clock, Core, Effect, reserve};
-use crate::engine::core::attempt_money::TRANSIT_TOKENS;
 
 /// Closes seen to stop the bill before an endpoint is trusted to stop it.
 pub(crate) const STOPS_NEEDED: u32 = 3;
@@ -34,12 +34,13 @@ impl Evidence {
         }
     }
 
-    /// One closed stream: `received` tokens reached harvest, `billed` were billed.
+    /// One closed stream: `received` stream events reached harvest, `billed` tokens were
+    /// billed. A close that says neither is left out.
     pub(crate) fn add(&mut self, received: u64, billed: u64) {
-        if billed_past_the_close(received, billed) {
-            self.billed_past += 1;
-        } else {
-            self.stopped += 1;
+        match read_close(received, billed) {
+            Close::BilledPast => self.billed_past += 1,
+            Close::Stopped => self.stopped += 1,
+            Close::Unclear => {}
         }
     }
 
@@ -55,11 +56,35 @@ impl Evidence {
     }
 }
 
-/// A close billed more than what was received, the tokens in transit when it closed and a
-/// quarter for the two sides' counts: the provider went on generating.
-pub(crate) fn billed_past_the_close(received: u64, billed: u64) -> bool {
-    billed > received + (received / 4).max(TRANSIT_TOKENS.unsigned_abs())
+/// What one close's bill says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Close {
+    /// Billed no more than what was received and the tokens in transit: the bill stopped.
+    Stopped,
+    /// Billed well past what was received: the provider went on generating.
+    BilledPast,
+    /// In between: the two counts differ in unit (harvest counts stream events, the bill the
+    /// provider's tokens, and an event may carry several), so it says nothing.
+    Unclear,
 }
+
+/// Reads one close: `received` stream events against `billed` tokens. Billed past only
+/// beyond [`TOKENS_PER_EVENT`] tokens an event plus [`SLACK_TOKENS`] (tokens in transit, a
+/// reasoning not streamed); stopped only within [`TRANSIT_TOKENS`] of one token an event.
+pub(crate) fn read_close(received: u64, billed: u64) -> Close {
+    if billed > received.saturating_mul(TOKENS_PER_EVENT) + SLACK_TOKENS {
+        Close::BilledPast
+    } else if billed <= received + TRANSIT_TOKENS.unsigned_abs() {
+        Close::Stopped
+    } else {
+        Close::Unclear
+    }
+}
+
+/// The most tokens a stream event is taken to carry.
+const TOKENS_PER_EVENT: u64 = 4;
+/// Tokens a bill may pass what was received by for other reasons than going on generating.
+const SLACK_TOKENS: u64 = 256;
 
 impl Core {
     /// A stream harvest closed was found at `/generation`: `billed` completion tokens where it
@@ -138,22 +163,22 @@ mod tests {
 
     #[test]
     fn a_close_billed_past_what_was_received_is_told_from_one_that_stopped() {
+        use Close::*;
         let cases = [
-            (0, 0, false),
-            (0, 32, false),
-            (0, 33, true),
-            (100, 132, false),
-            (100, 140, true),
-            (1_000, 1_250, false),
-            (1_000, 1_251, true),
-            (120, 2_048, true),
+            (0, 0, Stopped),
+            (0, 32, Stopped),
+            (0, 33, Unclear),
+            (0, 256, Unclear),
+            (0, 257, BilledPast),
+            (100, 132, Stopped),
+            (100, 656, Unclear),
+            (100, 657, BilledPast),
+            // A close near the end of a long answer says little.
+            (1_000, 4_256, Unclear),
+            (120, 2_048, BilledPast),
         ];
-        for (received, billed, past) in cases {
-            assert_eq!(
-                billed_past_the_close(received, billed),
-                past,
-                "{received} {billed}"
-            );
+        for (received, billed, want) in cases {
+            assert_eq!(read_close(received, billed), want, "{received} {billed}");
         }
     }
 
@@ -163,7 +188,7 @@ mod tests {
         type Case<'a> = (bool, &'a [(u64, u64)], &'a [bool]);
         let cases: [Case; 4] = [
             // Documented to stop, seen to bill: at once.
-            (true, &[(100, 900)], &[false]),
+            (true, &[(100, 1_900)], &[false]),
             // Documented to bill, seen to stop three times.
             (
                 false,
@@ -173,14 +198,14 @@ mod tests {
             // Trusted, then one bill past in five closes: no longer.
             (
                 false,
-                &[(100, 100), (100, 100), (100, 100), (100, 100), (100, 900)],
+                &[(100, 100), (100, 100), (100, 100), (100, 100), (100, 1_900)],
                 &[false, false, true, true, false],
             ),
-            // One bill past among many stops (a close near the natural end): still trusted.
+            // One bill past among many stops: still trusted; an unclear close counts for nothing.
             (
                 true,
-                &[(1, 1), (1, 1), (1, 1), (1, 1), (1, 1), (10, 400)],
-                &[true, true, true, true, true, true],
+                &[(1, 1), (1, 1), (1, 1), (1, 1), (1, 1), (10, 400), (10, 100)],
+                &[true, true, true, true, true, true, true],
             ),
         ];
         for (documented, closes, want) in cases {

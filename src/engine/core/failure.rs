@@ -234,8 +234,9 @@ impl Core {
     /// Retries `job` after a back-off (at least what the server asked for).
     pub(super) fn schedule_retry(&mut self, job: Job, err: &ApiError, now: &Clock) {
         let unit: f64 = self.rng.random();
+        // 429s that were not counted as attempts still lengthen the wait.
         let wait = backoff(
-            job.attempts,
+            job.attempts + job.rate_limited,
             self.cfg.retry.base_delay(),
             self.cfg.retry.max_delay(),
             err.retry_after(),

@@ -306,6 +306,7 @@ impl Core {
             self.release_owed(&job, 1);
             job.done_turns.push(done);
             job.attempts = 0;
+            job.rate_limited = 0;
             job.failed_at = None;
             self.push_retry(job, now.mono);
             return;
