@@ -234,9 +234,10 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
         assert!(s.contains("ATTACH-EXIT=0"), "{s}");
         assert!(s.contains("STOPPED"), "the viewer printed the summary: {s}");
     }
-    // The engine settles its last bills with the API, then exits.
-    let s = wait_status(&out, "the engine to exit", 20, |s| {
-        s["engine"]["live"] == false
+    // The engine settles its last bills with the API, then exits: no engine answers, and none
+    // holds the directory (a busy engine can be slow to answer before it is gone).
+    let s = wait_status(&out, "the engine to exit", 40, |s| {
+        s["engine"]["live"] == false && s["engine"]["held_by_pid"].is_null()
     })
     .await;
     assert_eq!(s["state"], "stopped", "{s:#}");
