@@ -165,10 +165,16 @@ impl Plan {
             Answer::Cost(c, tokens) => out.push(item.found(Some(c), tokens)),
             Answer::Refused => out.push(item.done(None)),
             Answer::RateLimited(wait) => {
-                // Not an answer about this id: asked again in this pass, after the pause.
+                // Not an answer about this id: asked again in this pass, after the pause,
+                // unless it is past the age a generation is looked up to.
                 self.paused_until = self.paused_until.max(now + wait.unwrap_or(RATE_PAUSE));
-                item.asked -= 1;
-                self.queue.push_front(item);
+                if self.until == Until::AgedOut && item.age + now >= super::reconcile::UNKNOWN_AFTER
+                {
+                    out.push(item.done(None));
+                } else {
+                    item.asked -= 1;
+                    self.queue.push_front(item);
+                }
             }
             Answer::NotYet | Answer::Retry => {
                 let aged = item.age + now >= super::reconcile::UNKNOWN_AFTER;
@@ -439,6 +445,25 @@ mod tests {
         let i = plan.next(5 * S).expect("next");
         plan.answered(i, Answer::RateLimited(None), 5 * S);
         assert_eq!(plan.wake(5 * S), Some(6 * S));
+    }
+
+    #[test]
+    fn an_id_the_api_keeps_refusing_with_429_still_ages_out() {
+        let mut its = items(1);
+        its[0].2 = super::super::reconcile::UNKNOWN_AFTER - 2 * S;
+        let mut plan = Plan::new(its, Until::AgedOut);
+        let i = plan.next(Duration::ZERO).expect("asked");
+        assert!(
+            plan.answered(i, Answer::RateLimited(Some(S)), Duration::ZERO)
+                .is_empty()
+        );
+        let i = plan.next(S).expect("asked again after the pause");
+        let out = plan.answered(i, Answer::RateLimited(Some(S)), 2 * S);
+        assert!(
+            matches!(out.as_slice(), [LookedUp::Done { cost: None, .. }]),
+            "{out:?}"
+        );
+        assert!(plan.is_done());
     }
 
     #[test]
