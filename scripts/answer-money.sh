@@ -41,16 +41,10 @@ with open(sys.argv[1], "w") as f:
     for i in range(int(sys.argv[2])):
         f.write(json.dumps({"id": f"p{i}", "prompt": f"Explain idea number {i} step by step."}) + "\n")
 PY
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-sim_args=(sim --port "$PORT" --seed 7 --speed-scale 0 --no-faults --billing-log "$WORK/bill.jsonl")
+. "$HERE/scripts/sim-lib.sh"
+sim_args=(--seed 7 --speed-scale 0 --no-faults --billing-log "$WORK/bill.jsonl")
 [ -n "$FAULTS" ] && sim_args+=(--faults "$FAULTS")
-"$SIMBIN" "${sim_args[@]}" >"$WORK/sim.log" 2>&1 &
-SIM=$!
-trap 'kill $SIM 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 0.2)" 2>/dev/null && break
-  sleep 0.1
-done
+start_sim "$SIMBIN" "$WORK/sim.log" "${sim_args[@]}"
 cat >"$WORK/harvest.toml" <<TOML
 model = "moonshotai/kimi-k2.5"
 base_url = "http://127.0.0.1:$PORT/api/v1"

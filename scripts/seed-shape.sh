@@ -37,6 +37,7 @@ if [ -z "$BIN" ]; then
   (cd "$HERE" && cargo build --quiet --release --bin harvest)
   BIN="${CARGO_TARGET_DIR:-$HERE/target}/release/harvest"
 fi
+. "$HERE/scripts/sim-lib.sh"
 WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
 python3 - "$WORK/prompts.jsonl" "$N" <<'PY'
@@ -49,16 +50,9 @@ for MODE in $MODES; do
   RUN="$WORK/$MODE"
   rm -rf "$RUN"
   mkdir -p "$RUN"
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  sim_args=(sim --port "$PORT" --seed 7 --speed-scale "$SPEED" --billing-log "$RUN/bill.jsonl")
+  sim_args=(--seed 7 --speed-scale "$SPEED" --billing-log "$RUN/bill.jsonl")
   if [ -n "$FAULTS" ]; then sim_args+=(--faults "$FAULTS"); else sim_args+=(--no-faults); fi
-  "$BIN" "${sim_args[@]}" >"$RUN/sim.log" 2>&1 &
-  SIM=$!
-  trap 'kill $SIM 2>/dev/null || true' EXIT
-  for _ in $(seq 100); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 0.2)" 2>/dev/null && break
-    sleep 0.1
-  done
+  start_sim "$BIN" "$RUN/sim.log" "${sim_args[@]}"
   cat >"$RUN/harvest.toml" <<TOML
 model = "moonshotai/kimi-k2.5"
 base_url = "http://127.0.0.1:$PORT/api/v1"

@@ -82,10 +82,26 @@ pub(crate) fn look_up(
     super::look_ups::look_up(client, items, until)
 }
 
+/// Looks `items` up and hands each answer to `tx` (one per id and pass at most: bounded by
+/// the items), until done or nobody listens.
+async fn forward(
+    client: OpenRouterClient,
+    items: Vec<(String, SpendEntry)>,
+    until: Until,
+    tx: tokio::sync::mpsc::UnboundedSender<LookedUp>,
+) {
+    let mut found = std::pin::pin!(look_up(client, items, until));
+    while let Some(f) = found.next().await {
+        if tx.send(f).is_err() {
+            break;
+        }
+    }
+}
+
 /// The look-ups of what a crash left open, running beside the new work.
 #[derive(Default)]
 pub(super) struct Recovery {
-    pub rx: Option<tokio::sync::mpsc::Receiver<LookedUp>>,
+    pub rx: Option<tokio::sync::mpsc::UnboundedReceiver<LookedUp>>,
     pub task: Option<tokio::task::JoinHandle<()>>,
     pub asked: usize,
     pub booked: usize,
@@ -125,15 +141,8 @@ impl Recovery {
             .iter()
             .filter_map(|(_, e)| e.expected_usd)
             .sum();
-        let (tx, rx) = tokio::sync::mpsc::channel(256);
-        let task = tokio::spawn(async move {
-            let mut found = std::pin::pin!(look_up(client, items, Until::AgedOut));
-            while let Some(f) = found.next().await {
-                if tx.send(f).await.is_err() {
-                    break;
-                }
-            }
-        });
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(forward(client, items, Until::AgedOut, tx));
         Recovery {
             rx: Some(rx),
             task: Some(task),
@@ -197,14 +206,7 @@ impl Closed {
         }
         self.out += items.len();
         let tx = self.tx.clone();
-        self.tasks.spawn(async move {
-            let mut found = std::pin::pin!(look_up(client, items, until));
-            while let Some(f) = found.next().await {
-                if tx.send(f).is_err() {
-                    break;
-                }
-            }
-        });
+        self.tasks.spawn(forward(client, items, until, tx));
     }
 
     /// Ends every look-up still running: their streams keep their estimates.

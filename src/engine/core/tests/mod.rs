@@ -406,6 +406,14 @@ pub(super) fn outputs(effects: &[Effect]) -> usize {
         .count()
 }
 
+/// The reject record among `effects`, if one.
+pub(super) fn reject_record(effects: &[Effect]) -> Option<&crate::store::output::RejectRecord> {
+    effects.iter().find_map(|e| match e {
+        Effect::Reject { record, .. } => Some(record),
+        _ => None,
+    })
+}
+
 pub(super) fn rejects(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()

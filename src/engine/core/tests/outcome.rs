@@ -157,13 +157,7 @@ fn every_error_kind_has_its_outcome() {
                 assert!(h.dispatch().is_empty(), "{name}");
                 let effects: Vec<Effect> = effects.into_iter().chain(h.other.drain(..)).collect();
                 assert_eq!(rejects(&effects), vec![label], "{name}");
-                let record = effects
-                    .iter()
-                    .find_map(|e| match e {
-                        Effect::Reject { record, .. } => Some(record),
-                        _ => None,
-                    })
-                    .expect("a reject");
+                let record = reject_record(&effects).expect("a reject");
                 assert_eq!(record.error, err.to_string(), "{name}: no attempt count");
                 assert_eq!(record.attempts, 1, "{name}");
                 assert_eq!(h.core.datasets()[0].rejected, 1, "{name}");
@@ -228,13 +222,7 @@ fn a_429_rests_its_endpoint_and_does_not_count_as_an_attempt() {
         }
     }
     assert_eq!(rejects(&last), vec!["429"]);
-    let record = last
-        .iter()
-        .find_map(|e| match e {
-            Effect::Reject { record, .. } => Some(record),
-            _ => None,
-        })
-        .expect("a reject");
+    let record = reject_record(&last).expect("a reject");
     assert!(
         record
             .error
@@ -280,13 +268,7 @@ fn a_retryable_error_after_max_attempts_is_rejected_with_the_count() {
             }
         }
         assert_eq!(rejects(&last), vec![label], "{name}");
-        let record = last
-            .iter()
-            .find_map(|e| match e {
-                Effect::Reject { record, .. } => Some(record),
-                _ => None,
-            })
-            .expect("a reject");
+        let record = reject_record(&last).expect("a reject");
         assert_eq!(
             record.error,
             format!("{err} (after {max} attempts)"),

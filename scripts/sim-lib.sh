@@ -1,0 +1,17 @@
+# Sourced by the measurement scripts: starts `harvest sim` on a free loopback port and waits
+# until it listens. `start_sim BIN LOG ARGS...` sets PORT and SIM (its pid), and kills it on
+# exit.
+start_sim() {
+  local bin="$1" log="$2"
+  shift 2
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$bin" sim --port "$PORT" "$@" >"$log" 2>&1 &
+  SIM=$!
+  trap 'kill $SIM 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 0.2)" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "the simulator did not listen on 127.0.0.1:$PORT (see $log)" >&2
+  return 1
+}
