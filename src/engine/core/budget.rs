@@ -177,9 +177,23 @@ impl Core {
             .collect();
         let mut total = 0;
         let mode = self.cfg.budget_mode;
+        // The streams in flight share a few prices: each expected answer is priced once per
+        // price and dataset (exact money is slow, and this runs every tick over thousands).
+        let mut priced: Vec<(crate::domain::Price, usize, i64)> = Vec::new();
         for (&key, f) in self.in_flight.iter_mut() {
-            let out = f.price_out.cost(expected[f.job.dataset]).pico();
-            f.expected_pico = f.price_in.cost(f.prompt_tokens).pico() + f.fee.pico() + out;
+            let d = f.job.dataset;
+            let out = match priced
+                .iter()
+                .find(|(p, pd, _)| *p == f.price_out && *pd == d)
+            {
+                Some(&(_, _, out)) => out,
+                None => {
+                    let out = f.price_out.cost(expected[d]).pico();
+                    priced.push((f.price_out, d, out));
+                    out
+                }
+            };
+            f.expected_pico = f.fixed_pico + out;
             let x = Exposure {
                 expected: f.expected_pico,
                 worst: f.worst_pico,
@@ -204,17 +218,19 @@ impl Core {
             return Fits::Yes;
         }
         let committed = self.committed_pico(live) + self.held_for(&c);
-        let worst_held: i64 = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| f.billed_if_closed)
-            .map(|(&key, f)| f.reserved_pico - (f.expected_pico - port.accrued_pico(key)).max(0))
-            .sum();
-        let at_expectation = committed - worst_held.max(0) + c.expected.pico();
+        // Whether the last stretch begins: a walk of what is in flight, so only until it has.
         if self.cfg.budget_mode == crate::config::BudgetMode::Hard
-            && at_expectation <= self.budget.budget_pico
+            && self.budget.last_stretch.is_none()
         {
-            self.enter_last_stretch(live, now);
+            let worst_held: i64 = (self.in_flight.iter())
+                .filter(|(_, f)| f.billed_if_closed)
+                .map(|(&key, f)| {
+                    f.reserved_pico - (f.expected_pico - port.accrued_pico(key)).max(0)
+                })
+                .sum();
+            if committed - worst_held.max(0) + c.expected.pico() <= self.budget.budget_pico {
+                self.enter_last_stretch(live, now);
+            }
         }
         // With nothing in flight, new work still waits for a row in progress whose next turn
         // is queued: that turn goes out first, and the row's money is its own.

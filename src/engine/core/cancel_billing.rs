@@ -114,7 +114,7 @@ impl Core {
             index: i,
             endpoint: Box::new(pool[i].clone()),
         });
-        self.fleet.endpoints = Arc::new(pool);
+        self.fleet.set_endpoints(Arc::new(pool));
         if !now_believed {
             self.reserve_worst_at(i);
         }

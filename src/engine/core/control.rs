@@ -163,7 +163,7 @@ impl Core {
                             index: i,
                             endpoint: Box::new(pool[i].clone()),
                         });
-                        self.fleet.endpoints = Arc::new(pool);
+                        self.fleet.set_endpoints(Arc::new(pool));
                     }
                     self.fleet.listed[i] = Listed {
                         status: l.status,
@@ -212,7 +212,7 @@ impl Core {
             );
             return;
         };
-        self.fleet.endpoints = endpoints;
+        self.fleet.set_endpoints(endpoints);
         while self.fleet.operator.len() < self.fleet.endpoints.len() {
             self.fleet.operator.push(None);
             self.fleet.health.push(Health::new(

@@ -158,7 +158,6 @@ struct InFlight {
     attempt: String,
     price_in: Price,
     price_out: Price,
-    fee: Usd,
     prompt_tokens: u64,
     endpoint: Option<usize>,
     /// The endpoints OpenRouter may pick for it (routed), or none (pinned).
@@ -166,6 +165,9 @@ struct InFlight {
     /// Sent through OpenRouter (not to an own server): counted against the account's gate.
     openrouter: bool,
     expected_pico: i64,
+    /// Its prompt at its price plus the request fee: the part of its expectation that the
+    /// answers seen since do not move.
+    fixed_pico: i64,
     /// What this attempt adds to `Core::reserved_pico` (its expected cost at dispatch, what
     /// is left of it at the last tick): released whole when its result comes in.
     reserved_pico: i64,
@@ -285,6 +287,7 @@ impl Core {
                 health: (0..n)
                     .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
                     .collect(),
+                reach: routing::Fleet::reach_of(&endpoints),
                 endpoints,
                 policy,
                 native,

@@ -41,6 +41,31 @@ pub(super) struct Fleet {
     /// as the last stretch sends them): counted at dispatch, where `ep_in_flight` counts them
     /// only from their first token.
     pub(super) sole: Vec<u64>,
+    /// `reach[c][j]`: endpoint `c`'s tag, named in `provider.only`, reaches endpoint `j`
+    /// ([`EndpointTag::reached_by`]); computed when the endpoints change, since a route is
+    /// chosen for every request and the slug rule is string work.
+    pub(super) reach: Vec<Vec<bool>>,
+}
+
+impl Fleet {
+    /// Which endpoints each endpoint's tag reaches as a slug (see [`Fleet::reach`]).
+    pub(super) fn reach_of(endpoints: &[RunEndpoint]) -> Vec<Vec<bool>> {
+        (endpoints.iter())
+            .map(|c| {
+                (endpoints.iter())
+                    .map(|j| EndpointTag::reached_by(&j.tag, &c.tag))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The run's endpoints are now `endpoints` (a price changed, one joined).
+    pub(super) fn set_endpoints(&mut self, endpoints: Arc<Vec<RunEndpoint>>) {
+        if endpoints.len() != self.reach.len() {
+            self.reach = Fleet::reach_of(&endpoints);
+        }
+        self.endpoints = endpoints;
+    }
 }
 
 /// Which endpoints a route is chosen among, beyond those that may serve now.
@@ -128,8 +153,6 @@ impl Core {
         None
     }
 
-    /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
-    /// the config's `endpoint_concurrency` for it.
     /// Our requests at endpoint `i` now, as far as the run can tell: those streaming there or
     /// pinned there, or those sent to it alone, whichever is more.
     pub(super) fn load_at(&self, i: usize) -> u64 {
@@ -137,6 +160,8 @@ impl Core {
         at.max(self.fleet.sole.get(i).copied().unwrap_or(0))
     }
 
+    /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
+    /// the config's `endpoint_concurrency` for it.
     fn cap(&self, i: usize) -> Option<u32> {
         let e = &self.fleet.endpoints[i];
         let set = match &e.custom {
@@ -377,21 +402,18 @@ impl Core {
     /// allowed endpoint).
     fn openrouter_route(&self, candidates: &[usize]) -> Option<Route> {
         let eps = &self.fleet.endpoints;
-        let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
-        let reached = |slugs: &[String], i: usize| {
-            slugs
-                .iter()
-                .any(|s| EndpointTag::reached_by(&eps[i].tag, s))
-        };
-        let ignore: Vec<String> = (0..eps.len())
-            .filter(|i| !candidates.contains(i) && reached(&tags, *i))
-            .map(|i| eps[i].tag.clone())
+        let reach = &self.fleet.reach;
+        let reached = |slugs: &[usize], i: usize| slugs.iter().any(|&c| reach[c][i]);
+        let ignore: Vec<usize> = (0..eps.len())
+            .filter(|i| !candidates.contains(i) && reached(candidates, *i))
             .collect();
         let exact = (0..eps.len())
-            .all(|i| candidates.contains(&i) == (reached(&tags, i) && !reached(&ignore, i)));
+            .all(|i| candidates.contains(&i) == (reached(candidates, i) && !reached(&ignore, i)));
         if !exact {
             return None;
         }
+        let tags: Vec<String> = candidates.iter().map(|&i| eps[i].tag.clone()).collect();
+        let ignore: Vec<String> = ignore.iter().map(|&i| eps[i].tag.clone()).collect();
         let price_in = candidates.iter().map(|&i| eps[i].price_in).max();
         let price_out = candidates.iter().map(|&i| eps[i].price_out).max();
         let mut prefs = ProviderPreferences::only(tags);

@@ -89,13 +89,8 @@ impl World {
                 stops_billing: e.behaviour.cancel_stops_billing,
             });
         }
-        // 2,000 streams take seconds each in a debug build (the core's per-event walks of
-        // what is in flight): the fixed set stops at 500, `HARVEST_SIM_LARGE=1` adds them.
-        let sizes: &[u32] = if std::env::var("HARVEST_SIM_LARGE").is_ok() {
-            &[10, 50, 200, 500, 2000]
-        } else {
-            &[10, 50, 200, 500]
-        };
+        // Most worlds are small (many seeds a second); one in ten runs 2,000 streams.
+        let sizes: &[u32] = &[10, 10, 20, 50, 50, 100, 200, 200, 500, 2000];
         let concurrency = sizes[r.random_range(0..sizes.len())];
         let prompts = (concurrency as usize * r.random_range(2..5)).max(40);
         let max_tokens = *[1024u32, 4096, 16384]
@@ -246,7 +241,7 @@ pub(super) struct Outcome {
 /// The driver's port in the world: the prompts, the counters, each attempt's running cost.
 struct WorldPort<'a> {
     prompts: &'a mut VecDeque<Prompt>,
-    flights: &'a HashMap<u64, Flight>,
+    flights: &'a Flights,
     live: Live,
     t: f64,
 }
@@ -263,6 +258,27 @@ impl Port for WorldPort<'_> {
     }
 }
 
+/// The flights by attempt key. Keys are the core's sequence numbers: hashed by a multiply, not
+/// SipHash (looked up for every stream at every tick).
+type Flights = HashMap<u64, Flight, std::hash::BuildHasherDefault<KeyHasher>>;
+
+/// A hasher for `u64` keys: Fibonacci hashing.
+#[derive(Default)]
+struct KeyHasher(u64);
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The world run: the core, the clock, the flights and the books.
 struct Run {
     world: World,
@@ -271,7 +287,7 @@ struct Run {
     t: f64,
     rng: SmallRng,
     prompts: VecDeque<Prompt>,
-    flights: HashMap<u64, Flight>,
+    flights: Flights,
     /// When each flight's first token and end fall due: (time, key), earliest first.
     due: std::collections::BinaryHeap<std::cmp::Reverse<(Time, u64)>>,
     /// The running costs summed, as of `acc_t`: of every flight, and of those the cap would
@@ -290,6 +306,8 @@ struct Run {
     ends: HashMap<String, u32>,
     out: Outcome,
     hasher: std::collections::hash_map::DefaultHasher,
+    /// The table's behaviours, as the simulator's routing reads them.
+    behaviours: Vec<crate::sim::SimBehaviour>,
 }
 
 /// A time that orders (virtual seconds; never NaN).
@@ -371,7 +389,7 @@ pub(super) fn run(world: &World) -> Outcome {
         t: 0.0,
         rng: SmallRng::seed_from_u64(world.seed ^ 0x5EED),
         prompts,
-        flights: HashMap::new(),
+        flights: Flights::default(),
         due: Default::default(),
         acc: Sums::default(),
         per_endpoint: vec![0; world.endpoints.len()],
@@ -383,6 +401,9 @@ pub(super) fn run(world: &World) -> Outcome {
         ends: HashMap::new(),
         out: Outcome::default(),
         hasher: Default::default(),
+        behaviours: (world.table.endpoints.iter())
+            .map(|e| e.behaviour.clone())
+            .collect(),
     };
     run.go();
     run.check();
@@ -395,9 +416,14 @@ impl Run {
     }
 
     fn step(&mut self, event: Event) {
-        format!("{:.3} {event:?}", self.t)
-            .len()
-            .hash(&mut self.hasher);
+        // The trace: when, what kind, and for a result whose attempt and what it booked (the
+        // effects add what they wrote). Cheap, so it can run on every step.
+        (self.t.to_bits(), std::mem::discriminant(&event)).hash(&mut self.hasher);
+        match &event {
+            Event::Result(r) => (r.key, r.booked_pico).hash(&mut self.hasher),
+            Event::Adjusted { actual, .. } => actual.pico().hash(&mut self.hasher),
+            _ => {}
+        }
         let now = self.clock();
         let mut port = WorldPort {
             prompts: &mut self.prompts,
@@ -453,12 +479,9 @@ impl Run {
     /// The worker starts: the world picks where it is served and how it ends.
     fn spawn(&mut self, d: Dispatch) {
         self.out.requests += 1;
-        let behaviours: Vec<crate::sim::SimBehaviour> = (self.world.table.endpoints.iter())
-            .map(|e| e.behaviour.clone())
-            .collect();
         let (serving, refused) = match crate::sim::routing::candidates(
             &self.world.table.endpoints,
-            &behaviours,
+            &self.behaviours,
             &d.request,
             &mut self.rng,
         ) {
@@ -827,46 +850,76 @@ fn seeds(fixed: u64) -> Vec<u64> {
     (1..=n).collect()
 }
 
-/// Every world of the fixed set, in both budget modes: ids end once, the ledger is the bill,
-/// the hard budget holds; the same seed runs the same way twice.
+/// Runs every world, on as many threads as the machine has (each run is its own: the same
+/// seed gives the same run whatever thread takes it); outcomes in the worlds' order.
+fn run_all(worlds: &[World]) -> Vec<Outcome> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(Vec::with_capacity(worlds.len()));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(w) = worlds.get(i) else { break };
+                    let o = run(w);
+                    done.lock().expect("no run panicked").push((i, o));
+                }
+            });
+        }
+    });
+    let mut done = done.into_inner().expect("no run panicked");
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, o)| o).collect()
+}
+
+/// The worlds of `seeds` in both budget modes, as `sim_figures` and the promise test run them.
+fn both_modes(seeds: &[u64]) -> Vec<World> {
+    (seeds.iter())
+        .flat_map(|&s| [BudgetMode::Hard, BudgetMode::Expected].map(|m| World::from_seed(s, m)))
+        .collect()
+}
+
+/// Every world of the fixed set (250 seeds, 500 runs), in both budget modes: ids end once, the
+/// ledger is the bill, the hard budget holds, no request goes where no endpoint takes it, no
+/// prompt is rejected for the account.
 #[test]
 fn seeded_worlds_keep_every_promise() {
+    let worlds = both_modes(&seeds(250));
+    let outcomes = run_all(&worlds);
     let mut failures = Vec::new();
-    for seed in seeds(60) {
-        for mode in [BudgetMode::Hard, BudgetMode::Expected] {
-            let w = World::from_seed(seed, mode);
-            let o = run(&w);
-            if std::env::var("HARVEST_SIM_SEED").is_ok() {
-                eprintln!(
-                    "seed {seed} {mode:?}: {} streams, {} prompts, max_tokens {}, {} routing, \
-                     budget {:.4}, account closes at {:?}: {} answered, {} rejected, {} \
-                     requests, billed {}, ledger {}, budget reached at {:.1} s, ended at {:.1} \
-                     s, peak {} in flight",
-                    w.concurrency,
-                    w.prompts,
-                    w.max_tokens,
-                    w.routing,
-                    w.budget_usd,
-                    w.account_closes_at,
-                    o.answered,
-                    o.rejected,
-                    o.requests,
-                    Usd::from_pico(o.bill_pico),
-                    Usd::from_pico(o.ledger_pico),
-                    o.to_budget_s,
-                    o.end_s,
-                    o.peak_in_flight
-                );
-            }
-            if !o.broken.is_empty() {
-                failures.push(format!(
-                    "HARVEST_SIM_SEED={seed} ({mode:?}, {} streams, {} prompts, {} routing): {}",
-                    w.concurrency,
-                    w.prompts,
-                    w.routing,
-                    o.broken.join("; ")
-                ));
-            }
+    for (w, o) in worlds.iter().zip(&outcomes) {
+        let (seed, mode) = (w.seed, w.mode);
+        if std::env::var("HARVEST_SIM_SEED").is_ok() {
+            eprintln!(
+                "seed {seed} {mode:?}: {} streams, {} prompts, max_tokens {}, {} routing, \
+                 budget {:.4}, account closes at {:?}: {} answered, {} rejected, {} \
+                 requests, billed {}, ledger {}, budget reached at {:.1} s, ended at {:.1} \
+                 s, peak {} in flight",
+                w.concurrency,
+                w.prompts,
+                w.max_tokens,
+                w.routing,
+                w.budget_usd,
+                w.account_closes_at,
+                o.answered,
+                o.rejected,
+                o.requests,
+                Usd::from_pico(o.bill_pico),
+                Usd::from_pico(o.ledger_pico),
+                o.to_budget_s,
+                o.end_s,
+                o.peak_in_flight
+            );
+        }
+        if !o.broken.is_empty() {
+            failures.push(format!(
+                "HARVEST_SIM_SEED={seed} ({mode:?}, {} streams, {} prompts, {} routing): {}",
+                w.concurrency,
+                w.prompts,
+                w.routing,
+                o.broken.join("; ")
+            ));
         }
     }
     assert!(
@@ -896,22 +949,28 @@ struct Figures {
 fn sim_figures() {
     let mut ratios = Vec::new();
     let mut rows = Vec::new();
-    for seed in seeds(60) {
-        let mut one = Vec::new();
-        for mode in [BudgetMode::Hard, BudgetMode::Expected] {
-            let w = World::from_seed(seed, mode);
-            if w.account_closes_at.is_some() {
-                break;
-            }
-            let o = run(&w);
-            let budget = Usd::from_f64(w.budget_usd).pico() as f64;
-            one.push(Figures {
-                to_budget_s: o.to_budget_s,
-                billed_share: o.bill_pico as f64 / budget,
-                requests_per_answer: o.requests as f64 / o.answered.max(1) as f64,
-                usd_per_answer: o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
-            });
-        }
+    let seeds: Vec<u64> = seeds(250)
+        .into_iter()
+        .filter(|&s| {
+            World::from_seed(s, BudgetMode::Hard)
+                .account_closes_at
+                .is_none()
+        })
+        .collect();
+    let worlds = both_modes(&seeds);
+    let outcomes = run_all(&worlds);
+    for pair in worlds.chunks(2).zip(outcomes.chunks(2)) {
+        let one: Vec<Figures> = (pair.0.iter().zip(pair.1))
+            .map(|(w, o)| {
+                let budget = Usd::from_f64(w.budget_usd).pico() as f64;
+                Figures {
+                    to_budget_s: o.to_budget_s,
+                    billed_share: o.bill_pico as f64 / budget,
+                    requests_per_answer: o.requests as f64 / o.answered.max(1) as f64,
+                    usd_per_answer: o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
+                }
+            })
+            .collect();
         if let [h, e] = one[..] {
             ratios.push(h.to_budget_s / e.to_budget_s.max(1e-9));
             rows.push([h, e]);
