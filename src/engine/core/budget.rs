@@ -39,11 +39,12 @@ pub(super) struct Budget {
     /// The last dispatch round ended for want of room in the budget: a queued request waits
     /// for a result, a look-up or a tick, not for the clock (no wake of its own).
     pub(super) waiting_for_room: bool,
-    /// What each attempt a crash left open holds until its look-up lands, by generation id,
-    /// and whether a look-up for it still runs.
-    pub(super) crash: std::collections::HashMap<String, (i64, bool)>,
+    /// Bills not known yet, by generation id: what each holds until its look-up lands, and
+    /// whether the run waits for that look-up. An attempt a crash left open (waited for), or a
+    /// stream closed or cut where the provider may bill it in full (not waited for).
+    pub(super) open_bills: std::collections::HashMap<String, (i64, bool)>,
     /// The sum of those holds, picodollars.
-    pub(super) crash_pico: i64,
+    pub(super) open_bills_pico: i64,
 }
 
 /// What one more request asks of the dollar budget.
@@ -74,7 +75,10 @@ pub(super) enum Fits {
 impl Core {
     /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
     pub(crate) fn committed_pico(&self, live: &Live) -> i64 {
-        live.spent_pico + live.accrued_pico + self.budget.reserved_pico + self.budget.crash_pico
+        live.spent_pico
+            + live.accrued_pico
+            + self.budget.reserved_pico
+            + self.budget.open_bills_pico
     }
 
     /// A crash's open attempts, before their look-ups: each holds its money
@@ -86,11 +90,11 @@ impl Core {
                 continue;
             };
             let hold = self.crash_hold_of(&e);
-            if self.budget.crash.insert(g, (hold, true)).is_none() {
+            if self.budget.open_bills.insert(g, (hold, true)).is_none() {
                 added += hold;
             }
         }
-        self.budget.crash_pico += added;
+        self.budget.open_bills_pico += added;
         self.effects.push(super::Effect::Hold(added));
     }
 
@@ -139,16 +143,45 @@ impl Core {
         }
     }
 
-    /// A crash's open attempt is settled (found, or booked at its expectation): its hold goes.
-    pub(super) fn release_crash(&mut self, e: &crate::store::output::SpendEntry) {
+    /// A stream closed or cut where the provider may bill what it goes on to generate (a close
+    /// does not stop its bill there, or OpenRouter chose among endpoints of which one bills
+    /// it): booked at what streamed, it holds the rest of its worst case (hard budget) or of
+    /// its expectation until its look-up says what it cost. Found by the seeded simulation
+    /// (resets at a pinned endpoint that bills a close in full passed the hard budget: the
+    /// freed worst case went to new requests while the provider billed the whole answer).
+    pub(super) fn hold_closed(&mut self, f: &super::InFlight, r: &super::attempt::AttemptResult) {
+        let billed = match r.endpoint {
+            Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
+            None => f.billed_if_closed,
+        };
+        let Some(g) = r.generation_id.as_ref().filter(|_| billed) else {
+            return;
+        };
+        let hold =
+            super::reserve::crash_hold(self.cfg.budget_mode, true, f.expected_pico, f.worst_pico);
+        let hold = (hold - r.booked_pico).max(0);
+        if hold > 0
+            && self
+                .budget
+                .open_bills
+                .insert(g.clone(), (hold, false))
+                .is_none()
+        {
+            self.budget.open_bills_pico += hold;
+            self.effects.push(super::Effect::Hold(hold));
+        }
+    }
+
+    /// A bill not known yet is settled (found, or booked at its expectation): its hold goes.
+    pub(super) fn release_open_bill(&mut self, e: &crate::store::output::SpendEntry) {
         let Some((hold, _)) = e
             .generation_id
             .as_ref()
-            .and_then(|g| self.budget.crash.remove(g))
+            .and_then(|g| self.budget.open_bills.remove(g))
         else {
             return;
         };
-        self.budget.crash_pico -= hold;
+        self.budget.open_bills_pico -= hold;
         self.effects.push(super::Effect::Hold(-hold));
     }
 
@@ -157,7 +190,7 @@ impl Core {
         if let Some(h) = e
             .generation_id
             .as_ref()
-            .and_then(|g| self.budget.crash.get_mut(g))
+            .and_then(|g| self.budget.open_bills.get_mut(g))
         {
             h.1 = false;
         }
@@ -166,7 +199,7 @@ impl Core {
     /// Look-ups of a crash's open attempts still running: the run waits for them near the cap
     /// rather than stop, or spend past them.
     fn crash_looking_up(&self) -> bool {
-        self.budget.crash.values().any(|(_, running)| *running)
+        self.budget.open_bills.values().any(|(_, running)| *running)
     }
 
     /// What in-flight requests are still expected to cost, with today's expectations: the

@@ -267,6 +267,7 @@ impl Core {
         completion_tokens: Option<u64>,
         now: &Clock,
     ) {
+        self.release_open_bill(&entry);
         // A stream harvest closed: what it was billed says whether closing stopped the bill.
         if entry.kind == SpendKind::Cancelled
             && let (Some(tag), Some(billed)) = (entry.endpoint.as_deref(), completion_tokens)

@@ -146,7 +146,7 @@ impl Core {
                 usd,
                 estimated,
             } => {
-                self.release_crash(&open);
+                self.release_open_bill(&open);
                 self.book_carried(open, kind, usd, estimated, now)
             }
             Event::Adjusted {

@@ -314,6 +314,7 @@ impl Core {
             && self.reconcile_asked < RECONCILE_CAPACITY
         {
             self.look_up(g.clone(), entry.clone());
+            self.hold_closed(f, r);
         }
         self.ledger(entry);
     }

@@ -279,9 +279,9 @@ impl Core {
                 owed_pico: 0,
                 stretch_narrowed: 0,
                 stretch_worst: 0,
-                crash: HashMap::new(),
+                open_bills: HashMap::new(),
                 waiting_for_room: false,
-                crash_pico: 0,
+                open_bills_pico: 0,
             },
             fleet: routing::Fleet {
                 health: (0..n)
