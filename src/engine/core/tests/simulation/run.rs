@@ -1,19 +1,6 @@
-//! The core run in virtual time against a seeded world (issue #35, first slice): no sockets,
-//! no threads, no sleeps. A world is endpoints with prices, time to first token, decode speed,
-//! 429s and 5xx, and whether closing a stream really stops its bill; the harness plays the
-//! driver and the workers (spawn, accrue, the dollar cap, closes, look-ups) through the core's
-//! one door, and checks after every run that every id ends in one place, that the ledger equals
-//! the world's bill and that the hard budget holds. The shape follows FoundationDB's simulation
-//! testing and TigerBeetle's VOPR: a failing seed prints the line that replays it.
-//!
-//! Not turmoil or madsim: they simulate sockets and tokio tasks, and the core has neither; its
-//! door is a plain function of an event and a time, so the world is driven directly.
-//!
-//! The money the workers keep (running cost, held worst cases, the cap) follows the same pure
-//! rules the worker calls (`attempt_money::{hold_released, cap_reached, close_at_cap}`).
-//!
-//! `HARVEST_SIM_SEEDS=N` runs N worlds instead of the fixed set; `HARVEST_SIM_SEED=S` replays
-//! one (`cargo test --lib simulation -- --nocapture` prints what it did).
+//! The harness that plays the driver and the workers against a world: spawns, accrual, the
+//! dollar cap, closes and look-ups through the core's one door, in virtual time; and the checks
+//! of every run.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -22,298 +9,40 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::super::attempt::{AttemptOutcome, AttemptResult};
-use super::super::attempt_money::{Ending, booked, cap_reached, close_at_cap, cut_after_tokens};
-use super::*;
+use super::super::super::attempt::{AttemptOutcome, AttemptResult};
+use super::super::super::attempt_money::{
+    Ending, booked, cap_reached, close_at_cap, cut_after_tokens,
+};
+use super::super::*;
+use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
-
-/// What an endpoint of the world really does (harvest knows only its listing).
-#[derive(Clone, Debug)]
-struct Behaviour {
-    ttft_s: f64,
-    tokens_per_s: f64,
-    p429: f64,
-    p5xx: f64,
-    /// Streams cut after some tokens: a reset (billed like a close) or an error finish (free,
-    /// OpenRouter's zero completion insurance); and 200s with nothing in them (free).
-    p_reset: f64,
-    p_mid: f64,
-    p_empty: f64,
-    /// Closing a stream stops the bill here (the truth, which may differ from the docs).
-    stops_billing: bool,
-}
-
-/// One seeded world and the job run in it.
-#[derive(Clone, Debug)]
-pub(super) struct World {
-    pub seed: u64,
-    pub mode: BudgetMode,
-    pub concurrency: u32,
-    pub prompts: usize,
-    pub max_tokens: u32,
-    /// Mean answer length, tokens (lengths are exponential, capped at `max_tokens`).
-    pub mean_len: f64,
-    pub budget_usd: f64,
-    pub routing: &'static str,
-    /// When the account's privacy settings change so that every request meets a 404
-    /// `privacy_restricted` (OpenRouter's availability error), if they do in this world.
-    pub account_closes_at: Option<f64>,
-    /// The requests' temperature, when the job sets one (Moonshot's listing does not list it).
-    pub temperature: Option<f64>,
-    /// The requests' `repetition_penalty`, which no endpoint of the table lists (pinned worlds
-    /// only: under OpenRouter's routing with `require_parameters` preflight refuses the job).
-    pub repetition_penalty: Option<f64>,
-    /// The operator's actions, at seeded times in time order.
-    pub ops: Vec<(f64, Op)>,
-    /// The account's in-flight spending budget (OpenRouter's 402 past it), USD, if it binds.
-    pub account_usd: Option<f64>,
-    /// When the key is revoked (every request meets a 401), if it is in this world.
-    pub key_revoked_at: Option<f64>,
-    /// The simulator's own table (`harvest sim`'s Kimi K2.5 providers): the listing harvest
-    /// reads, and what OpenRouter's routing (`sim::routing::candidates`) picks from.
-    table: crate::sim::ProviderTable,
-    endpoints: Vec<RunEndpoint>,
-    truth: Vec<Behaviour>,
-}
-
-impl World {
-    /// The world of `seed`: Kimi K2.5's faithful endpoints at prices, paces and fault rates
-    /// drawn from the seed, a job of 10 to 2,000 streams, a budget the job reaches.
-    pub(super) fn from_seed(seed: u64, mode: BudgetMode) -> World {
-        let mut r = SmallRng::seed_from_u64(seed);
-        // The draws added after the first worlds come from a stream of their own, so that a
-        // seed keeps the world it had (its pace, prices, size) when the world grows.
-        let mut r2 = SmallRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x0B5E);
-        let mut table = crate::sim::ProviderTable::kimi_k25();
-        let mut endpoints = Vec::new();
-        let mut truth = Vec::new();
-        for e in &mut table.endpoints {
-            // The table's pace, scaled by the seed (providers' days differ).
-            e.behaviour.ttft_ms *= r.random_range(0.5..2.0);
-            e.behaviour.tokens_per_s *= r.random_range(0.5..2.0);
-            let listed: crate::openrouter::Endpoint =
-                serde_json::from_value(e.wire.clone()).expect("the table's listing");
-            endpoints.push(crate::engine::pool::listed(None, &listed));
-            truth.push(Behaviour {
-                ttft_s: e.behaviour.ttft_ms / 1000.0,
-                tokens_per_s: e.behaviour.tokens_per_s,
-                // Some days a provider is busy: most of its requests meet a 429.
-                p429: [0.0, 0.0, 0.05, 0.5][r.random_range(0..4)],
-                p5xx: if r.random_bool(0.3) { 0.03 } else { 0.0 },
-                p_reset: if r2.random_bool(0.3) { 0.02 } else { 0.0 },
-                p_mid: if r2.random_bool(0.3) { 0.02 } else { 0.0 },
-                p_empty: if r2.random_bool(0.2) { 0.02 } else { 0.0 },
-                stops_billing: e.behaviour.cancel_stops_billing,
-            });
-        }
-        // Most worlds are small (many seeds a second); one in ten runs 2,000 streams.
-        let sizes: &[u32] = &[10, 10, 20, 50, 50, 100, 200, 200, 500, 2000];
-        let concurrency = sizes[r.random_range(0..sizes.len())];
-        let prompts = (concurrency as usize * r.random_range(2..5)).max(40);
-        let max_tokens = *[1024u32, 4096, 16384]
-            .get(r.random_range(0..3))
-            .unwrap_or(&4096);
-        let mean_len = r.random_range(0.1..0.5) * f64::from(max_tokens.min(4096));
-        // A budget the job reaches: a share of what all its prompts would cost.
-        let whole = prompts as f64 * mean_len * 3e-6;
-        let budget_usd = whole * r.random_range(0.3..0.8);
-        let routing = if r.random_bool(0.7) {
-            "openrouter"
-        } else {
-            "pinned"
-        };
-        let account_closes_at = r.random_bool(0.25).then(|| r.random_range(2.0..30.0));
-        let temperature = r.random_bool(0.5).then_some(0.6);
-        let repetition_penalty = (routing == "pinned" && r.random_bool(0.5)).then_some(1.05);
-        let ops = World::ops_of(&mut r2, concurrency, endpoints.len());
-        // OpenRouter's estimate of a request is its prompt and max_tokens at the serving price
-        // (~$3/M out): a budget of a share of the streams' worst cases binds.
-        let account_usd = r2.random_bool(0.15).then(|| {
-            f64::from(concurrency) * f64::from(max_tokens) * 3e-6 * r2.random_range(0.2..0.7)
-        });
-        let key_revoked_at = r2.random_bool(0.05).then(|| r2.random_range(2.0..20.0));
-        World {
-            seed,
-            mode,
-            concurrency,
-            prompts,
-            max_tokens,
-            mean_len,
-            budget_usd,
-            routing,
-            account_closes_at,
-            temperature,
-            repetition_penalty,
-            ops,
-            account_usd,
-            key_revoked_at,
-            table,
-            endpoints,
-            truth,
-        }
-    }
-
-    /// The operator's actions in a world: in about half, a few of pause and resume, a new
-    /// concurrency, an endpoint excluded and handed back; in one in eight, a drain or a stop
-    /// now at the end.
-    fn ops_of(r: &mut SmallRng, concurrency: u32, endpoints: usize) -> Vec<(f64, Op)> {
-        let mut ops: Vec<(f64, Op)> = Vec::new();
-        if r.random_bool(0.5) {
-            for _ in 0..r.random_range(1..4) {
-                let at = r.random_range(0.5..40.0);
-                let back = at + r.random_range(0.5..10.0);
-                match r.random_range(0..3) {
-                    0 => ops.extend([(at, Op::Pause), (back, Op::Resume)]),
-                    1 => {
-                        let n = (f64::from(concurrency) * r.random_range(0.1..2.0)).max(1.0);
-                        ops.push((at, Op::Concurrency(n as u32)));
-                    }
-                    _ => {
-                        let i = r.random_range(0..endpoints);
-                        ops.extend([(at, Op::Exclude(i)), (back, Op::Include(i))]);
-                    }
-                }
-            }
-        }
-        match r.random_range(0..16) {
-            0 => ops.push((r.random_range(1.0..30.0), Op::Drain)),
-            1 => ops.push((r.random_range(1.0..30.0), Op::StopNow)),
-            _ => {}
-        }
-        ops.sort_by(|a, b| a.0.total_cmp(&b.0));
-        ops
-    }
-
-    fn config(&self) -> Config {
-        let mode = match self.mode {
-            BudgetMode::Hard => "hard",
-            BudgetMode::Expected => "expected",
-        };
-        let temperature = self
-            .temperature
-            .map_or(String::new(), |t| format!("temperature = {t}\n"))
-            + &self
-                .repetition_penalty
-                .map_or(String::new(), |p| format!("repetition_penalty = {p}\n"));
-        config(&format!(
-            "budget_usd = {}\nbudget_mode = \"{mode}\"\nconcurrency = {}\nrouting = \"{}\"\n\
-             [request]\nmax_tokens = {}\n{temperature}[retry]\nbase_delay_ms = 200\n\
-             max_delay_s = 2.0\n[policy]\nnative_quantization = \"int4\"",
-            self.budget_usd, self.concurrency, self.routing, self.max_tokens
-        ))
-    }
-}
-
-/// What the operator does at a seeded time (in the TUI or over the control socket).
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum Op {
-    Pause,
-    Resume,
-    Concurrency(u32),
-    /// Excludes endpoint `i` (space on its row), or hands it back to the policy.
-    Exclude(usize),
-    Include(usize),
-    Drain,
-    StopNow,
-}
-
-impl Op {
-    fn command(&self, w: &World) -> crate::engine::control::Command {
-        use crate::engine::control::{Command, ShutdownMode};
-        match self {
-            Op::Pause => Command::Pause,
-            Op::Resume => Command::Resume,
-            Op::Concurrency(n) => Command::SetConcurrency(*n),
-            Op::Exclude(i) | Op::Include(i) => Command::SetEndpoint {
-                tag: w.endpoints[*i].tag.clone(),
-                allowed: (*self == Op::Exclude(*i)).then_some(false),
-            },
-            Op::Drain => Command::Shutdown(ShutdownMode::Drain),
-            Op::StopNow => Command::Shutdown(ShutdownMode::Now),
-        }
-    }
-}
-
-/// How an attempt of the world ends.
-#[derive(Clone, Debug, PartialEq)]
-enum Fate {
-    Answer,
-    RateLimited,
-    ServerError,
-    /// The account's settings exclude every endpoint (sent after they changed).
-    AccountClosed,
-    /// OpenRouter found no endpoint for the request's `provider` object (a 404 with
-    /// `excluded_by`): harvest sent what no endpoint it allowed could take.
-    NoEndpoints(Vec<&'static str>),
-    /// The stream breaks after `at` tokens (a reset): billed like a close.
-    Reset {
-        at: u64,
-    },
-    /// An error chunk after `at` tokens (finish_reason `error`): free.
-    MidStream {
-        at: u64,
-    },
-    /// A 200 with no content and no reasoning: free.
-    Empty,
-    /// The account's in-flight spending budget is full: 402 with a Retry-After.
-    AccountBusy,
-    /// The key was revoked: 401.
-    KeyRevoked,
-}
-
-impl Fate {
-    /// Its kind, for the coverage count.
-    fn kind(&self) -> &'static str {
-        match self {
-            Fate::Answer => "answer",
-            Fate::RateLimited => "429",
-            Fate::ServerError => "5xx",
-            Fate::AccountClosed => "privacy 404",
-            Fate::NoEndpoints(_) => "no endpoints 404",
-            Fate::Reset { .. } => "reset",
-            Fate::MidStream { .. } => "mid-stream error",
-            Fate::Empty => "empty",
-            Fate::AccountBusy => "in-flight 402",
-            Fate::KeyRevoked => "401",
-        }
-    }
-
-    /// Tokens it streams before it ends, of an answer of `len`.
-    fn streams(&self, len: u64) -> u64 {
-        match self {
-            Fate::Answer => len,
-            Fate::Reset { at } | Fate::MidStream { at } => *at,
-            _ => 0,
-        }
-    }
-}
 
 /// An attempt in flight in the world.
 #[derive(Debug)]
-struct Flight {
-    serving: usize,
+pub(super) struct Flight {
+    pub(super) serving: usize,
     /// Pinned, or OpenRouter's choice (known to harvest from its first token).
-    pinned: bool,
-    t0: f64,
-    ttft: f64,
-    tokens_per_s: f64,
-    len: u64,
-    fate: Fate,
-    end: f64,
-    prompt_pico: i64,
-    out_pico: i64,
-    held_worst: i64,
+    pub(super) pinned: bool,
+    pub(super) t0: f64,
+    pub(super) ttft: f64,
+    pub(super) tokens_per_s: f64,
+    pub(super) len: u64,
+    pub(super) fate: Fate,
+    pub(super) end: f64,
+    pub(super) prompt_pico: i64,
+    pub(super) out_pico: i64,
+    pub(super) held_worst: i64,
     /// Its first token has come: it accrues at its rate.
-    streaming: bool,
-    prompt_id: String,
+    pub(super) streaming: bool,
+    pub(super) prompt_id: String,
     /// What OpenRouter's in-flight budget counts for it: prompt and `max_tokens` at the
     /// serving price.
-    estimate_pico: i64,
+    pub(super) estimate_pico: i64,
 }
 
 impl Flight {
     /// Tokens streamed by `t`, continuous (the worker's per-token accrual, smoothed).
-    fn streamed(&self, t: f64) -> f64 {
+    pub(super) fn streamed(&self, t: f64) -> f64 {
         let n = self.fate.streams(self.len);
         if n == 0 {
             return 0.0;
@@ -321,17 +50,17 @@ impl Flight {
         ((t - self.first_token()) * self.tokens_per_s).clamp(0.0, n as f64)
     }
 
-    fn tokens(&self, t: f64) -> u64 {
+    pub(super) fn tokens(&self, t: f64) -> u64 {
         self.streamed(t) as u64
     }
 
-    fn first_token(&self) -> f64 {
+    pub(super) fn first_token(&self) -> f64 {
         self.t0 + self.ttft
     }
 
     /// Its running cost at `t`, as the worker accrues it: the prompt once the stream opens,
     /// then each token.
-    fn accrued(&self, t: f64) -> i64 {
+    pub(super) fn accrued(&self, t: f64) -> i64 {
         if self.fate.streams(self.len) == 0 {
             return 0;
         }
@@ -339,18 +68,18 @@ impl Flight {
     }
 
     /// Picodollars a second while it streams.
-    fn rate(&self) -> f64 {
+    pub(super) fn rate(&self) -> f64 {
         self.out_pico as f64 * self.tokens_per_s
     }
 
     /// What the provider bills for the whole answer.
-    fn whole(&self) -> i64 {
+    pub(super) fn whole(&self) -> i64 {
         self.prompt_pico + self.out_pico * self.len as i64
     }
 
     /// What the provider bills when harvest closes it now: what streamed where a close stops
     /// the bill, else what it goes on to generate; an error finish is free either way.
-    fn billed_if_closed(&self, t: f64, stops_billing: bool) -> i64 {
+    pub(super) fn billed_if_closed(&self, t: f64, stops_billing: bool) -> i64 {
         match self.fate {
             Fate::Answer | Fate::Reset { .. } if stops_billing => self.accrued(t),
             Fate::Answer | Fate::Reset { .. } => self.whole(),
@@ -362,35 +91,40 @@ impl Flight {
 /// What one run did, for the invariants and the figures.
 #[derive(Debug, Default)]
 pub(super) struct Outcome {
-    pub answered: u64,
-    pub rejected: u64,
-    pub requests: u64,
+    pub(super) answered: u64,
+    pub(super) rejected: u64,
+    pub(super) requests: u64,
     /// What the world billed, and what harvest's ledger says.
-    pub bill_pico: i64,
-    pub ledger_pico: i64,
+    pub(super) bill_pico: i64,
+    pub(super) ledger_pico: i64,
     /// Virtual seconds until spend came within 0.5% of the budget (or the run ended).
-    pub to_budget_s: f64,
-    pub end_s: f64,
-    pub peak_in_flight: usize,
+    pub(super) to_budget_s: f64,
+    pub(super) end_s: f64,
+    pub(super) peak_in_flight: usize,
     /// The events and effects in order, hashed: the same seed gives the same run.
-    pub trace: u64,
+    pub(super) trace: u64,
     /// Requests sent that no endpoint OpenRouter had could take (its 404 `no_endpoints`).
-    pub unroutable: u64,
+    pub(super) unroutable: u64,
     /// Prompts rejected for a failure of the account, not of the prompt.
-    pub account_rejects: u64,
+    pub(super) account_rejects: u64,
     /// Invariants broken, as text.
-    pub broken: Vec<String>,
+    pub(super) broken: Vec<String>,
     /// How many attempts ended each way, and operator actions and cap trips seen: what the
     /// fixed set covers.
-    pub seen: std::collections::BTreeMap<&'static str, u64>,
+    pub(super) seen: std::collections::BTreeMap<&'static str, u64>,
+    /// Requests each endpoint served (or refused), and when each request left.
+    pub(super) sent_to: Vec<u64>,
+    pub(super) sent_at: Vec<f64>,
+    /// When each request met the account's in-flight 402.
+    pub(super) busy_at: Vec<f64>,
 }
 
 /// The driver's port in the world: the prompts, the counters, each attempt's running cost.
-struct WorldPort<'a> {
-    prompts: &'a mut VecDeque<Prompt>,
-    flights: &'a Flights,
-    live: Live,
-    t: f64,
+pub(super) struct WorldPort<'a> {
+    pub(super) prompts: &'a mut VecDeque<Prompt>,
+    pub(super) flights: &'a Flights,
+    pub(super) live: Live,
+    pub(super) t: f64,
 }
 
 impl Port for WorldPort<'_> {
@@ -407,11 +141,11 @@ impl Port for WorldPort<'_> {
 
 /// The flights by attempt key. Keys are the core's sequence numbers: hashed by a multiply, not
 /// SipHash (looked up for every stream at every tick).
-type Flights = HashMap<u64, Flight, std::hash::BuildHasherDefault<KeyHasher>>;
+pub(super) type Flights = HashMap<u64, Flight, std::hash::BuildHasherDefault<KeyHasher>>;
 
 /// A hasher for `u64` keys: Fibonacci hashing.
 #[derive(Default)]
-struct KeyHasher(u64);
+pub(super) struct KeyHasher(u64);
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
         self.0
@@ -427,59 +161,59 @@ impl Hasher for KeyHasher {
 }
 
 /// The world run: the core, the clock, the flights and the books.
-struct Run {
-    world: World,
-    core: Core,
-    t0: Clock,
-    t: f64,
-    rng: SmallRng,
-    prompts: VecDeque<Prompt>,
-    flights: Flights,
+pub(super) struct Run {
+    pub(super) world: World,
+    pub(super) core: Core,
+    pub(super) t0: Clock,
+    pub(super) t: f64,
+    pub(super) rng: SmallRng,
+    pub(super) prompts: VecDeque<Prompt>,
+    pub(super) flights: Flights,
     /// When each flight's first token and end fall due: (time, key), earliest first.
     /// Times fall on a 10 ms grid, so events meet; those that do come in a seeded order (the
     /// middle number), not by key.
-    due: std::collections::BinaryHeap<std::cmp::Reverse<(Time, u32, u64)>>,
+    pub(super) due: std::collections::BinaryHeap<std::cmp::Reverse<(Time, u32, u64)>>,
     /// The running costs summed, as of `acc_t`: of every flight, and of those the cap would
     /// close (not held); with the rates they grow at now.
-    acc: Sums,
+    pub(super) acc: Sums,
     /// Flights in flight per endpoint.
-    per_endpoint: Vec<u64>,
+    pub(super) per_endpoint: Vec<u64>,
     /// The held worst cases of the flights in flight.
-    held: i64,
+    pub(super) held: i64,
     /// What the workers booked (the live spend).
-    spent: i64,
-    tripped: bool,
+    pub(super) spent: i64,
+    pub(super) tripped: bool,
     /// What the world billed each closed generation, for the look-ups.
-    billed: HashMap<String, i64>,
-    lookups: Vec<(String, crate::store::output::SpendEntry)>,
-    ends: HashMap<String, u32>,
-    out: Outcome,
-    hasher: std::collections::hash_map::DefaultHasher,
+    pub(super) billed: HashMap<String, i64>,
+    pub(super) lookups: Vec<(String, crate::store::output::SpendEntry)>,
+    pub(super) ends: HashMap<String, u32>,
+    pub(super) out: Outcome,
+    pub(super) hasher: std::collections::hash_map::DefaultHasher,
     /// The table's behaviours, as the simulator's routing reads them.
-    behaviours: Vec<crate::sim::SimBehaviour>,
+    pub(super) behaviours: Vec<crate::sim::SimBehaviour>,
     /// What the operator has done so far.
-    op: OpState,
+    pub(super) op: OpState,
 }
 
 /// The operator's state as the world knows it, to check each request against.
 #[derive(Debug)]
-struct OpState {
+pub(super) struct OpState {
     /// The next of the world's operator actions.
-    next: usize,
-    paused: bool,
-    concurrency: u32,
-    excluded: Vec<bool>,
+    pub(super) next: usize,
+    pub(super) paused: bool,
+    pub(super) concurrency: u32,
+    pub(super) excluded: Vec<bool>,
     /// A drain or a stop now, and when.
-    stopped: Option<(f64, Op)>,
+    pub(super) stopped: Option<(f64, Op)>,
     /// When a drain must be over: the last end of what was in flight when it began.
-    drain_by: Option<f64>,
+    pub(super) drain_by: Option<f64>,
     /// The prompts in flight at a stop now: closed, they stay pending.
-    closed_by_stop: std::collections::HashSet<String>,
+    pub(super) closed_by_stop: std::collections::HashSet<String>,
 }
 
 /// A time that orders (virtual seconds; never NaN).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Time(f64);
+pub(super) struct Time(f64);
 impl Eq for Time {}
 impl PartialOrd for Time {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
@@ -494,25 +228,25 @@ impl Ord for Time {
 
 /// Running costs summed over flights, kept as of a time with the rate they grow at.
 #[derive(Debug, Default)]
-struct Sums {
-    at: f64,
-    all: f64,
-    all_rate: f64,
-    open: f64,
-    open_rate: f64,
+pub(super) struct Sums {
+    pub(super) at: f64,
+    pub(super) all: f64,
+    pub(super) all_rate: f64,
+    pub(super) open: f64,
+    pub(super) open_rate: f64,
 }
 
 impl Sums {
-    fn advance(&mut self, t: f64) {
+    pub(super) fn advance(&mut self, t: f64) {
         let dt = t - self.at;
         self.all += self.all_rate * dt;
         self.open += self.open_rate * dt;
         self.at = t;
     }
-    fn all_at(&self, t: f64) -> i64 {
+    pub(super) fn all_at(&self, t: f64) -> i64 {
         (self.all + self.all_rate * (t - self.at)) as i64
     }
-    fn open_at(&self, t: f64) -> f64 {
+    pub(super) fn open_at(&self, t: f64) -> f64 {
         self.open + self.open_rate * (t - self.at)
     }
 }
@@ -587,11 +321,11 @@ pub(super) fn run(world: &World) -> Outcome {
 }
 
 impl Run {
-    fn clock(&self) -> Clock {
+    pub(super) fn clock(&self) -> Clock {
         self.t0.after(Duration::from_secs_f64(self.t))
     }
 
-    fn step(&mut self, event: Event) {
+    pub(super) fn step(&mut self, event: Event) {
         // The trace: when, what kind, and for a result whose attempt and what it booked (the
         // effects add what they wrote). Cheap, so it can run on every step.
         (self.t.to_bits(), std::mem::discriminant(&event)).hash(&mut self.hasher);
@@ -618,7 +352,7 @@ impl Run {
         self.out.peak_in_flight = self.out.peak_in_flight.max(self.flights.len());
     }
 
-    fn perform(&mut self, e: Effect) {
+    pub(super) fn perform(&mut self, e: Effect) {
         match e {
             Effect::Spawn(d) => self.spawn(*d),
             Effect::Ledger(l) => {
@@ -664,7 +398,7 @@ impl Run {
     }
 
     /// The worker starts: the world picks where it is served and how it ends.
-    fn spawn(&mut self, d: Dispatch) {
+    pub(super) fn spawn(&mut self, d: Dispatch) {
         self.out.requests += 1;
         self.check_sent(&d);
         let (serving, refused) = match crate::sim::routing::candidates(
@@ -720,6 +454,14 @@ impl Run {
         let grid = |x: f64| (x * 100.0).round() / 100.0;
         let ttft = grid(b.ttft_s * self.rng.random_range(0.5..1.5)).max(0.01);
         *self.out.seen.entry(fate.kind()).or_default() += 1;
+        if self.out.sent_to.len() < self.world.endpoints.len() {
+            self.out.sent_to.resize(self.world.endpoints.len(), 0);
+        }
+        self.out.sent_to[serving] += 1;
+        self.out.sent_at.push(self.t);
+        if fate == Fate::AccountBusy {
+            self.out.busy_at.push(self.t);
+        }
         let streams = fate.streams(len);
         let end = if streams > 0 {
             grid(self.t + ttft + streams as f64 / b.tokens_per_s).max(self.t + ttft)
@@ -763,7 +505,7 @@ impl Run {
 
     /// What the operator's state says of a request as it leaves: not while paused, drained or
     /// stopped, not past the concurrency, never to an endpoint the operator excluded.
-    fn check_sent(&mut self, d: &Dispatch) {
+    pub(super) fn check_sent(&mut self, d: &Dispatch) {
         let mut why = Vec::new();
         if self.op.paused {
             why.push("while paused".to_string());
@@ -796,7 +538,7 @@ impl Run {
     }
 
     /// A flight leaves: its running cost and rate leave the sums, its hold the cap.
-    fn take(&mut self, key: u64) -> Option<Flight> {
+    pub(super) fn take(&mut self, key: u64) -> Option<Flight> {
         let f = self.flights.remove(&key)?;
         self.acc.advance(self.t);
         let accrued = f.accrued(self.t) as f64;
@@ -819,7 +561,7 @@ impl Run {
     /// When the cap's sum (spent, streamed, and what is left of the held worst cases, which
     /// with what their flights streamed stays their worst case) reaches `budget`, at the rates
     /// of now: `None` when it does not grow.
-    fn trips_at(&self, budget: i64) -> Option<f64> {
+    pub(super) fn trips_at(&self, budget: i64) -> Option<f64> {
         let open = self.acc.open_at(self.t);
         if cap_reached(self.spent, open as i64, self.held, budget) {
             return Some(self.t);
@@ -830,7 +572,7 @@ impl Run {
 
     /// A stream closed now (the cap, stop-now): booked at its running cost; the world bills
     /// what streamed where a close stops the bill, the whole answer elsewhere.
-    fn close(&mut self, key: u64) {
+    pub(super) fn close(&mut self, key: u64) {
         let Some(f) = self.take(key) else {
             return;
         };
@@ -854,7 +596,7 @@ impl Run {
     }
 
     /// The attempt `key` ends on its own at its time.
-    fn finish(&mut self, key: u64) {
+    pub(super) fn finish(&mut self, key: u64) {
         let Some(f) = self.take(key) else {
             return;
         };
@@ -971,14 +713,14 @@ impl Run {
     }
 
     /// The flights' keys in the order they were sent (a run must not depend on a map's order).
-    fn keys_in_order(&self) -> Vec<u64> {
+    pub(super) fn keys_in_order(&self) -> Vec<u64> {
         let mut keys: Vec<u64> = self.flights.keys().copied().collect();
         keys.sort_unstable();
         keys
     }
 
     /// The dollar cap trips: the core hears it, and every stream the cap closes is closed.
-    fn trip(&mut self) {
+    pub(super) fn trip(&mut self) {
         self.tripped = true;
         *self.out.seen.entry("dollar cap").or_default() += 1;
         self.step(Event::BudgetHit);
@@ -996,7 +738,7 @@ impl Run {
 
     /// The operator acts: the core hears the command, and the world notes what it must hold
     /// from now.
-    fn operate(&mut self, op: Op) {
+    pub(super) fn operate(&mut self, op: Op) {
         let kind = match op {
             Op::Pause | Op::Resume => "pause",
             Op::Concurrency(_) => "concurrency",
@@ -1029,7 +771,7 @@ impl Run {
         self.step(Event::Command(command));
     }
 
-    fn go(&mut self) {
+    pub(super) fn go(&mut self) {
         let budget = Usd::from_f64(self.world.budget_usd).pico();
         let near = budget - budget / 200;
         self.step(Event::Begin);
@@ -1122,7 +864,7 @@ impl Run {
         self.out.trace = self.hasher.finish();
     }
 
-    fn check(&mut self) {
+    pub(super) fn check(&mut self) {
         let w = &self.world;
         let broken = &mut self.out.broken;
         for (id, n) in &self.ends {
@@ -1181,219 +923,5 @@ impl Run {
                 Usd::from_pico(self.out.bill_pico)
             ));
         }
-    }
-}
-
-/// The fixed set of seeds `cargo test --lib` runs, or `HARVEST_SIM_SEEDS` of them, or the one
-/// `HARVEST_SIM_SEED` names.
-fn seeds(fixed: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("HARVEST_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("HARVEST_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(fixed);
-    (1..=n).collect()
-}
-
-/// Runs every world, on as many threads as the machine has (each run is its own: the same
-/// seed gives the same run whatever thread takes it); outcomes in the worlds' order.
-fn run_all(worlds: &[World]) -> Vec<Outcome> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done = std::sync::Mutex::new(Vec::with_capacity(worlds.len()));
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(w) = worlds.get(i) else { break };
-                    let o = run(w);
-                    done.lock().expect("no run panicked").push((i, o));
-                }
-            });
-        }
-    });
-    let mut done = done.into_inner().expect("no run panicked");
-    done.sort_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, o)| o).collect()
-}
-
-/// The worlds of `seeds` in both budget modes, as `sim_figures` and the promise test run them.
-fn both_modes(seeds: &[u64]) -> Vec<World> {
-    (seeds.iter())
-        .flat_map(|&s| [BudgetMode::Hard, BudgetMode::Expected].map(|m| World::from_seed(s, m)))
-        .collect()
-}
-
-/// Every world of the fixed set (250 seeds, 500 runs), in both budget modes: ids end once, the
-/// ledger is the bill, the hard budget holds, no request goes where no endpoint takes it, no
-/// prompt is rejected for the account.
-#[test]
-fn seeded_worlds_keep_every_promise() {
-    let worlds = both_modes(&seeds(250));
-    let outcomes = run_all(&worlds);
-    let mut failures = Vec::new();
-    let mut seen = std::collections::BTreeMap::new();
-    for o in &outcomes {
-        for (k, n) in &o.seen {
-            *seen.entry(*k).or_insert(0u64) += n;
-        }
-    }
-    eprintln!("the worlds covered: {seen:?}");
-    if std::env::var("HARVEST_SIM_SEED").is_err() {
-        // The fixed set meets every fault, account switch and operator action the world has.
-        for k in [
-            "answer",
-            "429",
-            "5xx",
-            "privacy 404",
-            "reset",
-            "mid-stream error",
-            "empty",
-            "in-flight 402",
-            "401",
-            "pause",
-            "concurrency",
-            "exclude",
-            "drain",
-            "stop now",
-            "dollar cap",
-        ] {
-            assert!(
-                seen.get(k).copied().unwrap_or(0) > 0,
-                "no world met {k}: {seen:?}"
-            );
-        }
-    }
-    for (w, o) in worlds.iter().zip(&outcomes) {
-        let (seed, mode) = (w.seed, w.mode);
-        if std::env::var("HARVEST_SIM_SEED").is_ok() {
-            eprintln!(
-                "seed {seed} {mode:?}: {} streams, {} prompts, max_tokens {}, {} routing, \
-                 budget {:.4}, account closes at {:?}: {} answered, {} rejected, {} \
-                 requests, billed {}, ledger {}, budget reached at {:.1} s, ended at {:.1} \
-                 s, peak {} in flight",
-                w.concurrency,
-                w.prompts,
-                w.max_tokens,
-                w.routing,
-                w.budget_usd,
-                w.account_closes_at,
-                o.answered,
-                o.rejected,
-                o.requests,
-                Usd::from_pico(o.bill_pico),
-                Usd::from_pico(o.ledger_pico),
-                o.to_budget_s,
-                o.end_s,
-                o.peak_in_flight
-            );
-        }
-        if !o.broken.is_empty() {
-            failures.push(format!(
-                "HARVEST_SIM_SEED={seed} ({mode:?}, {} streams, {} prompts, {} routing): {}",
-                w.concurrency,
-                w.prompts,
-                w.routing,
-                o.broken.join("; ")
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} worlds broke a promise; replay one with `HARVEST_SIM_SEED=<seed> cargo test --lib \
-         seeded_worlds`:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
-/// One world's run as `sim_figures` reports it.
-#[derive(Clone, Copy)]
-struct Figures {
-    to_budget_s: f64,
-    billed_share: f64,
-    requests_per_answer: f64,
-    usd_per_answer: f64,
-}
-
-/// Figures, not a check: each world of the fixed set (or `HARVEST_SIM_SEEDS`) in both budget
-/// modes, side by side: the hard mode's time to the budget against the expected mode's, what
-/// each billed against the budget, requests per answer and dollars per answer. Run with
-/// `cargo test --lib sim_figures -- --ignored --nocapture`.
-#[test]
-#[ignore = "prints figures; run by hand"]
-fn sim_figures() {
-    let mut ratios = Vec::new();
-    let mut rows = Vec::new();
-    let seeds: Vec<u64> = seeds(250)
-        .into_iter()
-        .filter(|&s| {
-            World::from_seed(s, BudgetMode::Hard)
-                .account_closes_at
-                .is_none()
-        })
-        .collect();
-    let worlds = both_modes(&seeds);
-    let outcomes = run_all(&worlds);
-    for pair in worlds.chunks(2).zip(outcomes.chunks(2)) {
-        let one: Vec<Figures> = (pair.0.iter().zip(pair.1))
-            .map(|(w, o)| {
-                let budget = Usd::from_f64(w.budget_usd).pico() as f64;
-                Figures {
-                    to_budget_s: o.to_budget_s,
-                    billed_share: o.bill_pico as f64 / budget,
-                    requests_per_answer: o.requests as f64 / o.answered.max(1) as f64,
-                    usd_per_answer: o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
-                }
-            })
-            .collect();
-        if let [h, e] = one[..] {
-            ratios.push(h.to_budget_s / e.to_budget_s.max(1e-9));
-            rows.push([h, e]);
-        }
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let pick = |mode: usize, f: fn(&Figures) -> f64| {
-        rows.iter().map(|r| f(&r[mode])).collect::<Vec<f64>>()
-    };
-    eprintln!("worlds: {}", rows.len());
-    eprintln!(
-        "time to the budget, hard / expected: median {:.2}, max {:.2}",
-        median(ratios.clone()),
-        max(&ratios)
-    );
-    eprintln!(
-        "billed / budget: hard median {:.4} max {:.4}; expected median {:.4} max {:.4}",
-        median(pick(0, |f| f.billed_share)),
-        max(&pick(0, |f| f.billed_share)),
-        median(pick(1, |f| f.billed_share)),
-        max(&pick(1, |f| f.billed_share))
-    );
-    eprintln!(
-        "requests per answer: hard {:.3}, expected {:.3}; $ per answer: hard {:.6}, expected {:.6}",
-        median(pick(0, |f| f.requests_per_answer)),
-        median(pick(1, |f| f.requests_per_answer)),
-        median(pick(0, |f| f.usd_per_answer)),
-        median(pick(1, |f| f.usd_per_answer))
-    );
-}
-
-#[test]
-fn the_same_seed_runs_the_same_way() {
-    for seed in [3, 17, 42] {
-        let w = World::from_seed(seed, BudgetMode::Hard);
-        let (a, b) = (run(&w), run(&w));
-        assert_eq!(a.trace, b.trace, "seed {seed}");
-        assert_eq!(a.bill_pico, b.bill_pico, "seed {seed}");
     }
 }

@@ -1,0 +1,303 @@
+//! The seeded world: what each endpoint really does, the job, the account and the operator's
+//! actions at seeded times, and how an attempt ends (its fate).
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::super::*;
+use crate::config::BudgetMode;
+
+/// What an endpoint of the world really does (harvest knows only its listing).
+#[derive(Clone, Debug)]
+pub(super) struct Behaviour {
+    pub(super) ttft_s: f64,
+    pub(super) tokens_per_s: f64,
+    pub(super) p429: f64,
+    pub(super) p5xx: f64,
+    /// Streams cut after some tokens: a reset (billed like a close) or an error finish (free,
+    /// OpenRouter's zero completion insurance); and 200s with nothing in them (free).
+    pub(super) p_reset: f64,
+    pub(super) p_mid: f64,
+    pub(super) p_empty: f64,
+    /// Closing a stream stops the bill here (the truth, which may differ from the docs).
+    pub(super) stops_billing: bool,
+}
+
+/// One seeded world and the job run in it.
+#[derive(Clone, Debug)]
+pub(super) struct World {
+    pub(super) seed: u64,
+    pub(super) mode: BudgetMode,
+    pub(super) concurrency: u32,
+    pub(super) prompts: usize,
+    pub(super) max_tokens: u32,
+    /// Mean answer length, tokens (lengths are exponential, capped at `max_tokens`).
+    pub(super) mean_len: f64,
+    pub(super) budget_usd: f64,
+    pub(super) routing: &'static str,
+    /// When the account's privacy settings change so that every request meets a 404
+    /// `privacy_restricted` (OpenRouter's availability error), if they do in this world.
+    pub(super) account_closes_at: Option<f64>,
+    /// The requests' temperature, when the job sets one (Moonshot's listing does not list it).
+    pub(super) temperature: Option<f64>,
+    /// The requests' `repetition_penalty`, which no endpoint of the table lists (pinned worlds
+    /// only: under OpenRouter's routing with `require_parameters` preflight refuses the job).
+    pub(super) repetition_penalty: Option<f64>,
+    /// The operator's actions, at seeded times in time order.
+    pub(super) ops: Vec<(f64, Op)>,
+    /// The account's in-flight spending budget (OpenRouter's 402 past it), USD, if it binds.
+    pub(super) account_usd: Option<f64>,
+    /// When the key is revoked (every request meets a 401), if it is in this world.
+    pub(super) key_revoked_at: Option<f64>,
+    /// `[retry] learn_inflight_budget` (on unless a scenario turns it off).
+    pub(super) learn_inflight_budget: bool,
+    /// `requests_per_second`, when a scenario sets one.
+    pub(super) requests_per_second: Option<f64>,
+    /// The simulator's own table (`harvest sim`'s Kimi K2.5 providers): the listing harvest
+    /// reads, and what OpenRouter's routing (`sim::routing::candidates`) picks from.
+    pub(super) table: crate::sim::ProviderTable,
+    pub(super) endpoints: Vec<RunEndpoint>,
+    pub(super) truth: Vec<Behaviour>,
+}
+
+impl World {
+    /// The world of `seed`: Kimi K2.5's faithful endpoints at prices, paces and fault rates
+    /// drawn from the seed, a job of 10 to 2,000 streams, a budget the job reaches.
+    pub(super) fn from_seed(seed: u64, mode: BudgetMode) -> World {
+        let mut r = SmallRng::seed_from_u64(seed);
+        // The draws added after the first worlds come from a stream of their own, so that a
+        // seed keeps the world it had (its pace, prices, size) when the world grows.
+        let mut r2 = SmallRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x0B5E);
+        let mut table = crate::sim::ProviderTable::kimi_k25();
+        let mut endpoints = Vec::new();
+        let mut truth = Vec::new();
+        for e in &mut table.endpoints {
+            // The table's pace, scaled by the seed (providers' days differ).
+            e.behaviour.ttft_ms *= r.random_range(0.5..2.0);
+            e.behaviour.tokens_per_s *= r.random_range(0.5..2.0);
+            let listed: crate::openrouter::Endpoint =
+                serde_json::from_value(e.wire.clone()).expect("the table's listing");
+            endpoints.push(crate::engine::pool::listed(None, &listed));
+            truth.push(Behaviour {
+                ttft_s: e.behaviour.ttft_ms / 1000.0,
+                tokens_per_s: e.behaviour.tokens_per_s,
+                // Some days a provider is busy: most of its requests meet a 429.
+                p429: [0.0, 0.0, 0.05, 0.5][r.random_range(0..4)],
+                p5xx: if r.random_bool(0.3) { 0.03 } else { 0.0 },
+                p_reset: if r2.random_bool(0.3) { 0.02 } else { 0.0 },
+                p_mid: if r2.random_bool(0.3) { 0.02 } else { 0.0 },
+                p_empty: if r2.random_bool(0.2) { 0.02 } else { 0.0 },
+                stops_billing: e.behaviour.cancel_stops_billing,
+            });
+        }
+        // Most worlds are small (many seeds a second); one in ten runs 2,000 streams.
+        let sizes: &[u32] = &[10, 10, 20, 50, 50, 100, 200, 200, 500, 2000];
+        let concurrency = sizes[r.random_range(0..sizes.len())];
+        let prompts = (concurrency as usize * r.random_range(2..5)).max(40);
+        let max_tokens = *[1024u32, 4096, 16384]
+            .get(r.random_range(0..3))
+            .unwrap_or(&4096);
+        let mean_len = r.random_range(0.1..0.5) * f64::from(max_tokens.min(4096));
+        // A budget the job reaches: a share of what all its prompts would cost.
+        let whole = prompts as f64 * mean_len * 3e-6;
+        let budget_usd = whole * r.random_range(0.3..0.8);
+        let routing = if r.random_bool(0.7) {
+            "openrouter"
+        } else {
+            "pinned"
+        };
+        let account_closes_at = r.random_bool(0.25).then(|| r.random_range(2.0..30.0));
+        let temperature = r.random_bool(0.5).then_some(0.6);
+        let repetition_penalty = (routing == "pinned" && r.random_bool(0.5)).then_some(1.05);
+        let ops = World::ops_of(&mut r2, concurrency, endpoints.len());
+        // OpenRouter's estimate of a request is its prompt and max_tokens at the serving price
+        // (~$3/M out): a budget of a share of the streams' worst cases binds.
+        let account_usd = r2.random_bool(0.15).then(|| {
+            f64::from(concurrency) * f64::from(max_tokens) * 3e-6 * r2.random_range(0.2..0.7)
+        });
+        let key_revoked_at = r2.random_bool(0.05).then(|| r2.random_range(2.0..20.0));
+        World {
+            seed,
+            mode,
+            concurrency,
+            prompts,
+            max_tokens,
+            mean_len,
+            budget_usd,
+            routing,
+            account_closes_at,
+            temperature,
+            repetition_penalty,
+            ops,
+            account_usd,
+            key_revoked_at,
+            learn_inflight_budget: true,
+            requests_per_second: None,
+            table,
+            endpoints,
+            truth,
+        }
+    }
+
+    /// The operator's actions in a world: in about half, a few of pause and resume, a new
+    /// concurrency, an endpoint excluded and handed back; in one in eight, a drain or a stop
+    /// now at the end.
+    pub(super) fn ops_of(r: &mut SmallRng, concurrency: u32, endpoints: usize) -> Vec<(f64, Op)> {
+        let mut ops: Vec<(f64, Op)> = Vec::new();
+        if r.random_bool(0.5) {
+            for _ in 0..r.random_range(1..4) {
+                let at = r.random_range(0.5..40.0);
+                let back = at + r.random_range(0.5..10.0);
+                match r.random_range(0..3) {
+                    0 => ops.extend([(at, Op::Pause), (back, Op::Resume)]),
+                    1 => {
+                        let n = (f64::from(concurrency) * r.random_range(0.1..2.0)).max(1.0);
+                        ops.push((at, Op::Concurrency(n as u32)));
+                    }
+                    _ => {
+                        let i = r.random_range(0..endpoints);
+                        ops.extend([(at, Op::Exclude(i)), (back, Op::Include(i))]);
+                    }
+                }
+            }
+        }
+        match r.random_range(0..16) {
+            0 => ops.push((r.random_range(1.0..30.0), Op::Drain)),
+            1 => ops.push((r.random_range(1.0..30.0), Op::StopNow)),
+            _ => {}
+        }
+        ops.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ops
+    }
+
+    pub(super) fn config(&self) -> Config {
+        let mode = match self.mode {
+            BudgetMode::Hard => "hard",
+            BudgetMode::Expected => "expected",
+        };
+        let temperature = self
+            .temperature
+            .map_or(String::new(), |t| format!("temperature = {t}\n"))
+            + &self
+                .repetition_penalty
+                .map_or(String::new(), |p| format!("repetition_penalty = {p}\n"));
+        let rps = self
+            .requests_per_second
+            .map_or(String::new(), |r| format!("requests_per_second = {r}\n"));
+        config(&format!(
+            "budget_usd = {}\nbudget_mode = \"{mode}\"\nconcurrency = {}\nrouting = \"{}\"\n\
+             {rps}[request]\nmax_tokens = {}\n{temperature}[retry]\nbase_delay_ms = 200\n\
+             max_delay_s = 2.0\nlearn_inflight_budget = {}\n[policy]\n\
+             native_quantization = \"int4\"",
+            self.budget_usd,
+            self.concurrency,
+            self.routing,
+            self.max_tokens,
+            self.learn_inflight_budget
+        ))
+    }
+
+    /// The world of `seed` with no faults, no account switches and no operator: the pace and
+    /// prices of the seed, for a scenario to set what it is about.
+    pub(super) fn calm(seed: u64, mode: BudgetMode) -> World {
+        let mut w = World::from_seed(seed, mode);
+        for b in &mut w.truth {
+            (b.p429, b.p5xx, b.p_reset, b.p_mid, b.p_empty) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        }
+        w.ops.clear();
+        (w.account_closes_at, w.account_usd, w.key_revoked_at) = (None, None, None);
+        (w.temperature, w.repetition_penalty) = (None, None);
+        w
+    }
+
+    /// The index of the endpoint tagged `tag`.
+    pub(super) fn index(&self, tag: &str) -> usize {
+        (self.endpoints.iter())
+            .position(|e| e.tag == tag)
+            .unwrap_or_else(|| panic!("no endpoint {tag}"))
+    }
+}
+
+/// What the operator does at a seeded time (in the TUI or over the control socket).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Op {
+    Pause,
+    Resume,
+    Concurrency(u32),
+    /// Excludes endpoint `i` (space on its row), or hands it back to the policy.
+    Exclude(usize),
+    Include(usize),
+    Drain,
+    StopNow,
+}
+
+impl Op {
+    pub(super) fn command(&self, w: &World) -> crate::engine::control::Command {
+        use crate::engine::control::{Command, ShutdownMode};
+        match self {
+            Op::Pause => Command::Pause,
+            Op::Resume => Command::Resume,
+            Op::Concurrency(n) => Command::SetConcurrency(*n),
+            Op::Exclude(i) | Op::Include(i) => Command::SetEndpoint {
+                tag: w.endpoints[*i].tag.clone(),
+                allowed: (*self == Op::Exclude(*i)).then_some(false),
+            },
+            Op::Drain => Command::Shutdown(ShutdownMode::Drain),
+            Op::StopNow => Command::Shutdown(ShutdownMode::Now),
+        }
+    }
+}
+
+/// How an attempt of the world ends.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Fate {
+    Answer,
+    RateLimited,
+    ServerError,
+    /// The account's settings exclude every endpoint (sent after they changed).
+    AccountClosed,
+    /// OpenRouter found no endpoint for the request's `provider` object (a 404 with
+    /// `excluded_by`): harvest sent what no endpoint it allowed could take.
+    NoEndpoints(Vec<&'static str>),
+    /// The stream breaks after `at` tokens (a reset): billed like a close.
+    Reset {
+        at: u64,
+    },
+    /// An error chunk after `at` tokens (finish_reason `error`): free.
+    MidStream {
+        at: u64,
+    },
+    /// A 200 with no content and no reasoning: free.
+    Empty,
+    /// The account's in-flight spending budget is full: 402 with a Retry-After.
+    AccountBusy,
+    /// The key was revoked: 401.
+    KeyRevoked,
+}
+
+impl Fate {
+    /// Its kind, for the coverage count.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Fate::Answer => "answer",
+            Fate::RateLimited => "429",
+            Fate::ServerError => "5xx",
+            Fate::AccountClosed => "privacy 404",
+            Fate::NoEndpoints(_) => "no endpoints 404",
+            Fate::Reset { .. } => "reset",
+            Fate::MidStream { .. } => "mid-stream error",
+            Fate::Empty => "empty",
+            Fate::AccountBusy => "in-flight 402",
+            Fate::KeyRevoked => "401",
+        }
+    }
+
+    /// Tokens it streams before it ends, of an answer of `len`.
+    pub(super) fn streams(&self, len: u64) -> u64 {
+        match self {
+            Fate::Answer => len,
+            Fate::Reset { at } | Fate::MidStream { at } => *at,
+            _ => 0,
+        }
+    }
+}
