@@ -208,7 +208,7 @@ impl Shared {
                     k.error(err.kind());
                 }
             }
-            AttemptOutcome::Cancelled => {}
+            AttemptOutcome::Cancelled | AttemptOutcome::Checked => {}
         }
     }
 

@@ -290,6 +290,7 @@ impl Supervisor {
                         fee: d.fee,
                         over: d.over,
                         prompt_tokens_estimate: d.prompt_tokens,
+                        check: d.check,
                         accrued,
                         held_worst_pico,
                     };

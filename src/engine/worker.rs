@@ -14,6 +14,7 @@ use crate::store::output::{SpendEntry, SpendKind};
 
 use super::core::attempt::{AttemptOutcome, AttemptResult};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
+use super::core::cancel_check::CHECK_AFTER_TOKENS;
 use super::shared::Shared;
 
 /// One dispatched attempt.
@@ -40,6 +41,8 @@ pub(crate) struct AttemptSpec {
     /// Its worst case, held against the dollar cap (the supervisor added it to
     /// `Shared::held_pico` at the spawn); zero for a stream the cap closes.
     pub held_worst_pico: i64,
+    /// Close it after [`CHECK_AFTER_TOKENS`] tokens (a check of its endpoint's close).
+    pub check: bool,
 }
 
 pub(crate) async fn run_attempt(
@@ -98,7 +101,7 @@ async fn stream_answer(
     spec: &AttemptSpec,
     track: &mut Track,
     known: &AtomicUsize,
-) -> Result<Completion, ApiError> {
+) -> Result<Option<Completion>, ApiError> {
     let eps = shared.endpoints();
     let own = spec
         .pinned
@@ -139,6 +142,10 @@ async fn stream_answer(
                 .streamed_tokens
                 .fetch_add(n, Ordering::Relaxed);
         }
+        if spec.check && track.streamed >= CHECK_AFTER_TOKENS {
+            // Closed to see what a close costs here (dropping the stream closes it).
+            return Ok(None);
+        }
     }
     if track.endpoint.is_none() {
         track.endpoint = stream
@@ -148,7 +155,7 @@ async fn stream_answer(
     if track.generation_id.is_none() {
         track.generation_id = stream.generation_id().map(str::to_string);
     }
-    stream.finish()
+    stream.finish().map(Some)
 }
 
 /// The first chunk names the provider and carries the generation id: from here on the
@@ -197,7 +204,7 @@ async fn race_the_cap(
     shared: &Shared,
     cancel: &CancellationToken,
     known: &AtomicUsize,
-    work: impl Future<Output = Result<Completion, ApiError>>,
+    work: impl Future<Output = Result<Option<Completion>, ApiError>>,
 ) -> AttemptOutcome {
     let work = tokio::time::timeout(shared.total_timeout, work);
     tokio::pin!(work);
@@ -216,7 +223,8 @@ async fn race_the_cap(
                 shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
             }
             r = &mut work => break match r {
-                Ok(Ok(c)) => AttemptOutcome::Done(Box::new(c)),
+                Ok(Ok(Some(c))) => AttemptOutcome::Done(Box::new(c)),
+                Ok(Ok(None)) => AttemptOutcome::Checked,
                 Ok(Err(e)) => AttemptOutcome::Failed(e),
                 Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
             },
@@ -252,7 +260,7 @@ fn settle(
         AttemptOutcome::Done(c) => Ending::Done {
             final_pico: final_cost(shared, c, endpoint).pico(),
         },
-        AttemptOutcome::Cancelled => Ending::Closed,
+        AttemptOutcome::Cancelled | AttemptOutcome::Checked => Ending::Closed,
         AttemptOutcome::Failed(e) if e.kind() == crate::openrouter::ErrorKind::Timeout => {
             Ending::Closed
         }

@@ -3,6 +3,8 @@
 //! the account allows in flight. With the ceiling learned, the run settles under the budget;
 //! with learning off it keeps bouncing off it (the storm). Both figures are printed and
 //! compared. In neither does a 402 cost a prompt an attempt: nothing is rejected.
+//! The 2,000-stream comparison is in the slow tier (ignored by default; `.ci/run` runs it
+//! alone): meeting the budget at all takes ~700 streams in flight, machine capacity.
 
 use std::time::Duration;
 
@@ -123,7 +125,11 @@ async fn seed_like_run(learn: bool) -> Figures {
     }
 }
 
+/// Slow tier, a capacity check run alone: the decision (the learned ceiling settles, the storm
+/// goes on, no 402 rejects a prompt) is checked in virtual time by
+/// src/engine/core/tests/simulation/scenarios.rs (the test of the same name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
 async fn a_learned_ceiling_settles_under_the_inflight_budget_instead_of_a_storm() {
     let learned = seed_like_run(true).await;
     let storm = seed_like_run(false).await;

@@ -1,12 +1,18 @@
 //! The dollar budget as a hard cap at 2,000 concurrent streams, against the simulator on
-//! 127.0.0.1. In a file of its own: the other engine tests would compete for the two cores.
+//! 127.0.0.1. The 2,000-stream run is in the slow tier (ignored by default; `.ci/run` runs it
+//! alone, as it needs the two cores to itself); the other tests here run in the default tier.
 
 use crate::common::*;
 use harvest::engine::RunState;
 use harvest::sim::{ControlRequest, EndpointPatch};
 use harvest::store::output::{SpendEntry, SpendKind};
 
+/// Slow tier, a capacity check run alone: 2,000 streams really open at once and a reader that
+/// keeps up with them at the cap; the decision (full width before the cap, the cap held) is
+/// checked in virtual time by src/engine/core/tests/simulation/scenarios.rs
+/// (`a_run_goes_to_its_full_width_before_the_dollar_cap`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
 async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
     assert!(harvest::raise_open_files_limit() >= 4500);
     let s = setup();
@@ -160,15 +166,16 @@ async fn the_hard_budget_holds_where_cancelled_streams_are_billed() {
     );
 }
 
-/// The documented list says five providers stop billing when a stream is closed; here every
-/// one of them bills a closed stream in full, as the simulator is set. The run closes stalled
-/// streams (one in twenty stalls, at a random point of its answer; a 0.5 s idle timeout),
-/// looks each up at `/generation` while it runs, finds one closed early billed far past what
-/// it received, and from then on treats that endpoint as billing a close in full. The ledger
-/// still equals the bill. What the learning saves depends on how soon it comes: the streams in
-/// flight when it lands were sent as stoppable and are billed in full at the cap (printed).
+/// The documented list says Chutes, DeepInfra, Together, Novita and Fireworks stop the bill at
+/// a close; here every one of them bills a closed stream in full, as the simulator is set
+/// (and one stream in twenty stalls, closed after a 0.5 s idle timeout). Under the hard budget
+/// the run does not take the documents' word: the endpoints' streams reserve their worst case,
+/// and once those no longer all fit, requests sent to each alone are closed after 64 tokens
+/// and looked up; each is found billed far past what it received, so none is ever trusted and
+/// the budget holds. (Before the checks, the run learned it only from closes near the cap:
+/// +3.9% on this $0.40 budget.) The ledger still equals the bill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_documented_stopper_seen_to_bill_a_close_is_learned_while_the_run_goes_on() {
+async fn documented_stoppers_that_bill_a_close_are_found_out_before_the_budget_relies_on_them() {
     let budget = 0.40;
     let s = setup();
     let sim = fast_sim(300.0).await;
@@ -202,7 +209,10 @@ async fn a_documented_stopper_seen_to_bill_a_close_is_learned_while_the_run_goes
         while snaps.changed().await.is_ok() {
             let snap = snaps.borrow_and_update().clone();
             for e in &snap.events {
-                if e.text.contains("billed past the close") && !learned.contains(&e.text) {
+                let said = e.text.contains("billed past the close")
+                    || e.text.starts_with("checking that closing a stream stops")
+                    || e.text.contains("stopped the bill at the close");
+                if said && !learned.contains(&e.text) {
                     learned.push(e.text.clone());
                 }
             }
@@ -227,8 +237,18 @@ async fn a_documented_stopper_seen_to_bill_a_close_is_learned_while_the_run_goes
     assert!(
         learned
             .iter()
-            .any(|t| t.starts_with("chutes/int4 billed past the close")),
+            .any(|t| t.starts_with("checking that closing a stream stops chutes/int4's bill")),
         "{learned:#?}"
+    );
+    assert!(
+        !learned
+            .iter()
+            .any(|t| t.contains("stopped the bill at the close")),
+        "no endpoint trusted: {learned:#?}"
+    );
+    assert!(
+        billed <= budget * 1.005,
+        "billed {billed:.6} on a hard budget of {budget}"
     );
     assert!(
         (ledger - billed).abs() <= billed * 0.001,

@@ -10,7 +10,7 @@ use harvest::domain::Usd;
 use harvest::engine::{self, Command, RunOptions, RunState, ShutdownMode};
 use harvest::openrouter::ApiKey;
 use harvest::sim::{self, ControlRequest, EndpointPatch, SimConfig};
-use harvest::store::output::{OutputRecord, RejectRecord};
+use harvest::store::output::{OutputRecord, RejectRecord, SpendEntry, SpendKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_datasets_finish_with_every_prompt_accounted_for() {
@@ -164,9 +164,13 @@ async fn excluding_an_endpoint_mid_run_applies_to_the_next_request() {
             break;
         }
     }
-    // Requests already on their way may still land; give them a moment.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let cut = sim.state.requests_since(0).last().map_or(0, |r| r.seq);
+    // The snapshot above was made after the engine applied the exclusion, so every request it
+    // dispatched before it carries a time (the ledger's `dispatched` line, the engine's clock
+    // as it decided, to the millisecond) at or before `cut`. No allowance for requests in
+    // transit is needed: what the engine decided is read, not when requests reached the
+    // simulator (the seeded simulation checks every request as it leaves, never to an excluded
+    // endpoint: src/engine/core/tests/simulation/run.rs `check_sent`).
+    let cut = chrono::Utc::now().timestamp_millis();
     loop {
         snaps.changed().await.expect("snapshot");
         if snaps.borrow().done >= 200 {
@@ -179,21 +183,35 @@ async fn excluding_an_endpoint_mid_run_applies_to_the_next_request() {
         .expect("send");
     let summary = h.finish().await.expect("finish");
     assert_eq!(summary.state, RunState::Stopped);
-    let log = sim.state.requests_since(0);
-    let before: Vec<_> = log.iter().filter(|r| r.seq <= cut).collect();
-    let after: Vec<_> = log.iter().filter(|r| r.seq > cut).collect();
-    assert!(before.iter().any(|r| r.tag == "chutes/int4"));
+    // Each request as the engine sent it: when (ms) and where (pinned: one endpoint each).
+    let sent: Vec<(i64, String)> = read_jsonl::<SpendEntry>(&s.out.join("spend.jsonl"))
+        .into_iter()
+        .filter(|e| e.kind == SpendKind::Dispatched)
+        .map(|e| {
+            let at = chrono::DateTime::parse_from_rfc3339(&e.at)
+                .unwrap_or_else(|err| panic!("{}: {err}", e.at))
+                .timestamp_millis();
+            (at, e.endpoint.unwrap_or_default())
+        })
+        .collect();
+    let before: Vec<&(i64, String)> = sent.iter().filter(|e| e.0 <= cut).collect();
+    let after: Vec<&(i64, String)> = sent.iter().filter(|e| e.0 > cut).collect();
+    assert!(before.iter().any(|e| e.1 == "chutes/int4"));
     assert!(!after.is_empty());
     assert!(
-        after.iter().all(|r| r.tag != "chutes/int4"),
+        after.iter().all(|e| e.1 != "chutes/int4"),
         "a request went to chutes after it was excluded"
     );
     // The next cheapest faithful endpoint took over.
     assert!(
-        after.iter().all(|r| r.tag == "siliconflow/int4"),
+        after.iter().all(|e| e.1 == "siliconflow/int4"),
         "{:?}",
-        after.iter().map(|r| &r.tag).collect::<HashSet<_>>()
+        after.iter().map(|e| e.1.as_str()).collect::<HashSet<_>>()
     );
+    // And the simulator saw them there: siliconflow served, chutes had served before.
+    let log = sim.state.requests_since(0);
+    assert!(log.iter().any(|r| r.tag == "chutes/int4"));
+    assert!(log.iter().any(|r| r.tag == "siliconflow/int4"));
     // Drained: everything that was in flight was saved, nothing twice.
     let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("X.jsonl"));
     let ids: HashSet<&str> = outs.iter().map(|o| o.id.as_str()).collect();
@@ -324,14 +342,21 @@ async fn a_429_storm_at_one_endpoint_does_not_slow_the_others() {
          [[dataset]]\nname = \"R\"\nprompts = \"{}\"\n",
         p.display()
     );
-    let started = std::time::Instant::now();
+    // Bounded in time by `run` (a hang fails there); how long it took is the machine's, not
+    // the engine's, so it is not asserted: what the engine decided is.
     let summary = run(config(&s, &sim.base_url(), &body)).await;
-    let took = started.elapsed();
+    // Chutes asked for 30 s x 0.02 = 0.6 s, sent as `Retry-After: 1`; the others carried on:
+    // every prompt answered, none rejected for chutes' 429s (no prompt waits on it).
     assert_eq!(summary.state, RunState::Done);
     assert_eq!(summary.snapshot.done, 300);
-    // Chutes asked for 30 s x 0.02 = 0.6 s, sent as `Retry-After: 1`; the others carried on:
-    // the whole run took far less than a wait per prompt would.
-    assert!(took < Duration::from_secs(30), "run took {took:?}");
+    assert_eq!(summary.snapshot.rejected, 0, "no prompt rejected");
+    let outs: Vec<OutputRecord> = read_jsonl(&s.out.join("R.jsonl"));
+    assert_eq!(outs.len(), 300, "every prompt answered");
+    assert!(
+        outs.iter()
+            .all(|o| o.endpoint_tag.as_deref() != Some("chutes/int4")),
+        "no answer came from the endpoint that only says 429"
+    );
     let log = sim.state.requests_since(0);
     let chutes = log.iter().filter(|r| r.tag == "chutes/int4").count();
     let others = log
@@ -339,11 +364,11 @@ async fn a_429_storm_at_one_endpoint_does_not_slow_the_others() {
         .filter(|r| r.tag != "chutes/int4" && r.status == 200)
         .count();
     assert!(others >= 300, "{others}");
-    // Chutes is tried again after its wait, not hammered: a few 429s, not hundreds.
-    assert!(
-        chutes >= 1 && chutes <= 30 + 30 * (took.as_secs() as usize + 1),
-        "{chutes}"
-    );
+    // Chutes, the cheapest, was tried (and met its 429s). How often it is tried again per
+    // second of its wait depends on how fast the machine ran the others, so the count is not
+    // bounded here (it was, scaled by wall time), nor the run's length: both are checked in
+    // virtual time by src/engine/core/tests/simulation/scenarios.rs (the test of the same name).
+    assert!(chutes >= 1, "{chutes}");
     let c = summary
         .snapshot
         .endpoints
@@ -601,17 +626,37 @@ async fn requests_per_second_cap_spaces_requests() {
     );
     let summary = run(config(&s, &sim.base_url(), &body)).await;
     assert_eq!(summary.snapshot.done, 60);
+    // When the engine sent each request: its `dispatched` ledger lines carry the engine's own
+    // clock as it decided (ms), which scheduling jitter on the way to the simulator cannot
+    // bunch. The pacing (core/budget.rs `note_sent`) puts request k+40 at least
+    // 41 x 50 ms - 1 s = 1.05 s after request k, and the 60th 2.05 s after the first; the
+    // floors below leave room for the clock's reading on a loaded machine (exact, in virtual
+    // time: src/engine/core/tests/simulation/scenarios.rs `requests_per_second_spaces_requests`).
+    let mut sent: Vec<i64> = read_jsonl::<SpendEntry>(&s.out.join("spend.jsonl"))
+        .into_iter()
+        .filter(|e| e.kind == SpendKind::Dispatched)
+        .map(|e| {
+            chrono::DateTime::parse_from_rfc3339(&e.at)
+                .unwrap_or_else(|err| panic!("{}: {err}", e.at))
+                .timestamp_millis()
+        })
+        .collect();
+    sent.sort_unstable();
+    assert!(sent.len() >= 60, "{} dispatched", sent.len());
+    let spread = sent[sent.len() - 1] - sent[0];
+    // 60 requests at 20/s: about 3 s (less the one-second burst allowance), never all at once.
+    assert!(spread >= 1800, "sent over {spread} ms");
+    for w in sent.windows(41) {
+        let gap = w[40] - w[0];
+        assert!(gap >= 800, "41 requests sent within {gap} ms");
+    }
+    // At the simulator the overall floor holds too (a slow machine only spreads arrivals
+    // more), less the first request's own way there, which a loaded machine can stretch: no
+    // per-window check here, as arrivals can bunch on the way.
     let log = sim.state.requests_since(0);
     let first = log.first().map_or(0, |r| r.at_ms);
     let last = log.last().map_or(0, |r| r.at_ms);
-    // 60 requests at 20/s: about 3 s (less the one-second burst allowance), never all at once.
-    assert!(last - first >= 1800, "spread over {} ms", last - first);
-    for w in log.windows(41) {
-        assert!(
-            w[40].at_ms - w[0].at_ms >= 900,
-            "41 requests within a second"
-        );
-    }
+    assert!(last - first >= 1500, "arrived over {} ms", last - first);
     sim.stop().await;
 }
 

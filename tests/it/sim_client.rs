@@ -471,7 +471,12 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
     sim.stop().await;
 }
 
+/// Slow tier, a capacity check run alone: 2,000 streams at once through the client; there is
+/// no engine decision in it (the engine's at that width is checked in virtual time by
+/// `a_run_goes_to_its_full_width_before_the_dollar_cap` in
+/// src/engine/core/tests/simulation/scenarios.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
 async fn thousands_of_concurrent_streams() {
     // Bounded: 2,000 short streams at once against one simulator, all complete.
     assert!(

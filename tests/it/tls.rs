@@ -131,8 +131,13 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
 
 /// Over one HTTP/2 connection (40 streams are one connection's share) the server's
 /// `MAX_CONCURRENT_STREAMS` caps how many run at once; over HTTP/1.1 (`http2 = false`) each
-/// stream has its own connection and the run's concurrency is what runs.
+/// stream has its own connection and the run's concurrency is what runs. Slow tier, run alone:
+/// the HTTP/1.1 peak is transport capacity, which the simulation in
+/// src/engine/core/tests/simulation/ (virtual time, no sockets) does not model; the
+/// deterministic halves (one HTTP/2 connection, never past the server's limit) are asserted
+/// here too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
 async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_all() {
     let limit = 8;
     let sim = tls_sim(0.05, 200.0, limit).await;
@@ -191,13 +196,16 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
 /// With `http2 = true` harvest spreads its streams over enough connections (one per 64 streams
 /// of the configured concurrency) that no connection's `MAX_CONCURRENT_STREAMS` caps the run:
 /// 300 streams against a server that allows 100 per connection all run at once, over 5
-/// connections.
+/// connections. Slow tier, run alone: the peak is transport capacity, which the simulation in
+/// src/engine/core/tests/simulation/ (virtual time, no sockets) does not model; the lanes
+/// opened (`h2_connections_for`) are the deterministic half, asserted here too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
 async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run() {
     let limit = 100;
     // Streams of a few seconds (0.5 of real pace): long enough that all 300 are open at once
-    // even while other tests load the 2-core CI machine (at 0.2 CI saw 234 and 243 at once; a
-    // stream ended before the last ones were sent).
+    // (at 0.2, beside the other tests on the 2-core CI machine, CI saw 234 and 243 at once; a
+    // stream ended before the last ones were sent). In the slow tier it runs alone.
     let sim = tls_sim(0.5, 300.0, limit).await;
     let dir = tempfile::tempdir().expect("tmp");
     let ca = ca_file(&sim, dir.path());

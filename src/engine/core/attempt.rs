@@ -26,6 +26,9 @@ pub(crate) struct Dispatch {
     /// The endpoints it may reach.
     pub over: Vec<usize>,
     pub prompt_tokens: u64,
+    /// Close it after [`super::cancel_check::CHECK_AFTER_TOKENS`] tokens: it checks whether a
+    /// close stops its endpoint's bill ([`AttemptOutcome::Checked`]).
+    pub check: bool,
     /// Its worst case, held against the dollar cap while it streams: it runs to its end at the
     /// cap (billed in full when closed, under the hard budget). Zero for a stream the cap closes.
     pub held_worst: Usd,
@@ -40,6 +43,9 @@ pub(crate) enum AttemptOutcome {
     Failed(ApiError),
     /// We closed it: stop-now or the dollar cap.
     Cancelled,
+    /// A worker closed it after a few tokens, as the core asked ([`Dispatch::check`]), to see
+    /// whether a close stops its endpoint's bill.
+    Checked,
 }
 
 #[derive(Debug)]

@@ -40,8 +40,9 @@ pub(super) struct Budget {
     /// for a result, a look-up or a tick, not for the clock (no wake of its own).
     pub(super) waiting_for_room: bool,
     /// Bills not known yet, by generation id: what each holds until its look-up lands, and
-    /// whether the run waits for that look-up. An attempt a crash left open (waited for), or a
-    /// stream closed or cut where the provider may bill it in full (not waited for).
+    /// whether the run still waits for that look-up (near the cap it waits rather than stop):
+    /// an attempt a crash left open, or a stream closed or cut where the provider may bill it
+    /// in full.
     pub(super) open_bills: std::collections::HashMap<String, (i64, bool)>,
     /// The sum of those holds, picodollars.
     pub(super) open_bills_pico: i64,
@@ -160,11 +161,12 @@ impl Core {
         let hold =
             super::reserve::crash_hold(self.cfg.budget_mode, true, f.expected_pico, f.worst_pico);
         let hold = (hold - r.booked_pico).max(0);
+        // Waited for near the cap, as a crash's: the look-up lands or gives up (`Unsettled`).
         if hold > 0
             && self
                 .budget
                 .open_bills
-                .insert(g.clone(), (hold, false))
+                .insert(g.clone(), (hold, true))
                 .is_none()
         {
             self.budget.open_bills_pico += hold;

@@ -14,6 +14,10 @@ use super::{Clock, Core, Effect, reserve};
 /// Closes seen to stop the bill before an endpoint is trusted to stop it.
 pub(crate) const STOPS_NEEDED: u32 = 3;
 
+/// Under the hard budget: closes seen to stop the bill before a documented endpoint is trusted
+/// to (see [`Evidence::believed`]).
+pub(crate) const STOPS_NEEDED_HARD: u32 = 5;
+
 /// What the closed streams of one endpoint showed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Evidence {
@@ -23,6 +27,13 @@ pub(crate) struct Evidence {
     pub stopped: u32,
     /// Closes billed well past what harvest received.
     pub billed_past: u32,
+    /// The documented word is taken until closes say otherwise, and closes may show a stop
+    /// nothing documented. Not under the hard budget (`false`): there closes seen to stop the
+    /// bill must prove the documented word ([`super::cancel_check`]), and never show a stop
+    /// where nothing documented one: a close near an answer's natural end reads as stopped
+    /// whatever the endpoint does (the seeded simulation's seed 232 trusted a provider that
+    /// bills closes on three such and passed the budget by 4%).
+    pub trust_documented: bool,
 }
 
 impl Evidence {
@@ -31,6 +42,7 @@ impl Evidence {
             documented,
             stopped: 0,
             billed_past: 0,
+            trust_documented: true,
         }
     }
 
@@ -44,14 +56,29 @@ impl Evidence {
         }
     }
 
-    /// Whether closing a stream there stops its bill, as far as the run can tell.
+    /// Whether closing a stream there stops its bill, as far as the run can tell. Under the
+    /// hard budget (`!trust_documented`) one close billed past is enough to doubt it for good
+    /// (an endpoint that stops the bill cannot bill hundreds of tokens past a close), and it
+    /// takes [`STOPS_NEEDED_HARD`] closes to trust it: a close near an answer's natural end
+    /// reads as stopped whatever the endpoint does (seed 5 of the simulation, with short
+    /// answers, read three such in a row and passed the budget by 8%).
     pub(crate) fn believed(&self) -> bool {
+        if !self.trust_documented {
+            return self.billed_past == 0 && self.documented && self.stopped >= STOPS_NEEDED_HARD;
+        }
         if self.billed_past > 0 && self.billed_past * 4 >= self.stopped {
             false
-        } else if self.stopped >= STOPS_NEEDED {
-            true
         } else {
-            self.documented
+            self.stopped >= STOPS_NEEDED || self.documented
+        }
+    }
+
+    /// Closes seen to stop the bill before it is trusted to stop it.
+    pub(crate) fn stops_needed(&self) -> u32 {
+        if self.trust_documented {
+            STOPS_NEEDED
+        } else {
+            STOPS_NEEDED_HARD
         }
     }
 }
@@ -108,16 +135,7 @@ impl Core {
         if now_believed == was {
             return;
         }
-        let mut pool = self.fleet.endpoints.as_ref().clone();
-        pool[i].cancel_stops_billing = now_believed;
-        self.effects.push(Effect::Repriced {
-            index: i,
-            endpoint: Box::new(pool[i].clone()),
-        });
-        self.fleet.set_endpoints(Arc::new(pool));
-        if !now_believed {
-            self.reserve_worst_at(i);
-        }
+        self.set_cancel_belief(i, now_believed);
         let text = if now_believed {
             format!(
                 "{tag} stopped the bill at the close of {stopped} streams harvest closed: its \
@@ -136,6 +154,22 @@ impl Core {
 }
 
 impl Core {
+    /// The run now takes a close at endpoint `i` to stop its bill (`stops`) or not: the
+    /// workers' pool hears it, and where it does not, the streams in flight there reserve their
+    /// worst case.
+    pub(super) fn set_cancel_belief(&mut self, i: usize, stops: bool) {
+        let mut pool = self.fleet.endpoints.as_ref().clone();
+        pool[i].cancel_stops_billing = stops;
+        self.effects.push(Effect::Repriced {
+            index: i,
+            endpoint: Box::new(pool[i].clone()),
+        });
+        self.fleet.set_endpoints(Arc::new(pool));
+        if !stops {
+            self.reserve_worst_at(i);
+        }
+    }
+
     /// Endpoint `i` bills a closed stream in full after all: the streams in flight that may be
     /// served there reserve their worst case from now on (the whole of it until the next
     /// recount deducts what they accrued), so nothing more is sent until it fits beside them.

@@ -268,6 +268,7 @@ impl Core {
         now: &Clock,
     ) {
         self.release_open_bill(&entry);
+        self.check_looked_up(entry.generation_id.as_deref());
         // A stream harvest closed: what it was billed says whether closing stopped the bill.
         if entry.kind == SpendKind::Cancelled
             && let (Some(tag), Some(billed)) = (entry.endpoint.as_deref(), completion_tokens)

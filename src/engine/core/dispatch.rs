@@ -61,7 +61,13 @@ impl Core {
             let Some(job) = self.next_job(port, now) else {
                 break;
             };
-            let Some(route) = self.route_job(now, &job, false) else {
+            // A check of an endpoint's close the hard budget wants goes to it alone.
+            let check = self.check_route(now, &job);
+            let Some(route) = check
+                .as_ref()
+                .map(|(_, r)| r.clone())
+                .or_else(|| self.route_job(now, &job, false))
+            else {
                 // Something may serve, but nothing that takes this request's parameters:
                 // it waits (never sent where OpenRouter would refuse it), said once. The round
                 // ends here, as when nothing routes: going on would read the dataset's fresh
@@ -76,7 +82,8 @@ impl Core {
             // In the last stretch (`reserve::in_last_stretch`) a request that would reserve its
             // worst case goes where a close stops the bill, reserving its expectation there
             // (`reserve::stretch_route`).
-            if priced.money.billed_if_closed
+            if check.is_none()
+                && priced.money.billed_if_closed
                 && self.cfg.budget_mode == crate::config::BudgetMode::Hard
                 && in_last_stretch(
                     self.budget.last_stretch.is_some(),
@@ -121,7 +128,11 @@ impl Core {
             {
                 self.budget.stretch_worst += 1;
             }
-            self.spawn(job, messages, priced, prompt_tokens, now);
+            let check = check.map(|(e, _)| e);
+            if let Some(e) = check {
+                self.check_sent(e);
+            }
+            self.spawn(job, messages, priced, (prompt_tokens, check), now);
         }
         // No more failures can join the held ones: nothing runs, and nothing more will be sent
         // (every dataset read and nothing queued, or the run is stopping). A pause, a rate cap
@@ -222,7 +233,7 @@ impl Core {
         job: Job,
         messages: Vec<Message>,
         Priced { route, fee, money }: Priced,
-        prompt_tokens: u64,
+        (prompt_tokens, check): (u64, Option<usize>),
         now: &Clock,
     ) {
         let expected = money.expected;
@@ -304,6 +315,7 @@ impl Core {
             fee,
             over: route.over.clone(),
             prompt_tokens,
+            check: check.is_some(),
             held_worst: if reserves_worst_case(self.cfg.budget_mode, money.billed_if_closed) {
                 money.worst
             } else {
@@ -331,6 +343,7 @@ impl Core {
                 price_in: route.price_in,
                 price_out: route.price_out,
                 prompt_tokens,
+                check,
                 params,
                 sent: now.mono,
             },

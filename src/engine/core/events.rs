@@ -159,6 +159,7 @@ impl Core {
             Event::Line(entry) => self.ledger(entry),
         }
         if self.life.begun {
+            self.doubt_documented_closes(now);
             self.dispatch(port, now);
         }
         std::mem::take(&mut self.effects)

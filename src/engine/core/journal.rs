@@ -34,6 +34,8 @@ pub(super) enum Once {
     Stuck,
     /// No endpoint that may serve takes a dataset's parameters (by dataset).
     NoEligible(String),
+    /// A close is checked at an endpoint (by tag).
+    CancelCheck(String),
 }
 
 /// The event log and what it has said once.

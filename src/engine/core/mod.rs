@@ -16,6 +16,7 @@ pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
 mod cancel_billing;
+pub(crate) mod cancel_check;
 mod context;
 mod control;
 pub(crate) mod cut_watch;
@@ -165,6 +166,8 @@ struct InFlight {
     /// Sent through OpenRouter (not to an own server): counted against the account's gate.
     openrouter: bool,
     expected_pico: i64,
+    /// It checks endpoint `.0`'s close (closed after a few tokens, `cancel_check`).
+    check: Option<usize>,
     /// Its prompt at its price plus the request fee: the part of its expectation that the
     /// answers seen since do not move.
     fixed_pico: i64,
@@ -296,6 +299,7 @@ impl Core {
                 verdicts: Vec::new(),
                 probe: HashMap::new(),
                 cancel: HashMap::new(),
+                checks: HashMap::new(),
                 ep_in_flight: vec![0; n],
                 sole: vec![0; n],
             },

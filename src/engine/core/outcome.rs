@@ -44,6 +44,11 @@ impl Core {
         let mut job = f.job.clone();
         job.attempts += 1;
         self.admission.datasets[job.dataset].in_flight -= 1;
+        if let Some(e) = f.check
+            && !matches!(r.outcome, AttemptOutcome::Checked)
+        {
+            self.check_ended(e);
+        }
         match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
             AttemptOutcome::Done(mut c) => {
                 // An answer to a request sent since the failures began: they were the prompts'
@@ -64,6 +69,7 @@ impl Core {
             // corrected from `GET /generation` at the end of the run. Not done and not
             // rejected: a resume takes it again.
             AttemptOutcome::Cancelled => self.book_closed(&job, &f, &r, None, now),
+            AttemptOutcome::Checked => self.on_checked(job, &f, &r, now),
             AttemptOutcome::Failed(err) => self.on_failure(job, &f, &r, err, now),
         }
     }

@@ -34,6 +34,8 @@ pub(super) struct Fleet {
     pub(super) probe: HashMap<String, f64>,
     /// What closed streams showed of each endpoint's billing of a cancel, by tag.
     pub(super) cancel: HashMap<String, super::cancel_billing::Evidence>,
+    /// The checks asked of each endpoint's close, by tag (see `cancel_check`).
+    pub(super) checks: HashMap<String, super::cancel_check::Checks>,
     /// In-flight counts per endpoint as of the last [`super::Live`] reading, plus this
     /// dispatch round's pinned requests.
     pub(super) ep_in_flight: Vec<u64>,
@@ -75,6 +77,8 @@ struct Among<'a> {
     stoppable_only: bool,
     /// Only those that may take a request sending these parameters.
     sends: Option<&'a [&'static str]>,
+    /// Only this one (a check of its close, `cancel_check`).
+    only: Option<usize>,
 }
 
 /// Where a request goes.
@@ -248,10 +252,31 @@ impl Core {
         job: &super::Job,
         stoppable_only: bool,
     ) -> Option<Route> {
+        self.route_job_among(now, job, stoppable_only, None)
+    }
+
+    /// [`Core::route_job`] to endpoint `only` alone, when it may take the request now.
+    pub(super) fn route_job_to(
+        &mut self,
+        now: &Clock,
+        job: &super::Job,
+        only: usize,
+    ) -> Option<Route> {
+        self.route_job_among(now, job, false, Some(only))
+    }
+
+    fn route_job_among(
+        &mut self,
+        now: &Clock,
+        job: &super::Job,
+        stoppable_only: bool,
+        only: Option<usize>,
+    ) -> Option<Route> {
         let sends = std::mem::take(&mut self.admission.datasets[job.dataset].sends);
         let among = Among {
             stoppable_only,
             sends: Some(&sends),
+            only,
         };
         let route = self.route_among(now, job.failed_at, among);
         self.admission.datasets[job.dataset].sends = sends;
@@ -283,6 +308,7 @@ impl Core {
                 && self.fleet.health[i].available(now.mono)
                 && (!among.stoppable_only || self.fleet.endpoints[i].cancel_stops_billing)
                 && among.sends.is_none_or(|s| self.takes(i, s))
+                && among.only.is_none_or(|o| o == i)
             {
                 candidates.push(i);
             }

@@ -364,7 +364,11 @@ impl Supervisor {
             return;
         };
         self.closed.out = self.closed.out.saturating_sub(1);
-        let Some(actual) = cost else { return };
+        let Some(actual) = cost else {
+            // Unknown for good: its hold stays, and the run stops waiting for it.
+            self.step(Event::Unsettled(entry)).await;
+            return;
+        };
         let actual = Usd::from_f64(actual);
         let delta = actual - entry.usd;
         self.closed.fixed += 1;

@@ -588,3 +588,114 @@ fn a_stream_cut_where_a_close_is_billed_in_full_holds_its_worst_case_until_looke
     let fx = h.result(r);
     assert!(!fx.iter().any(|e| matches!(e, Effect::Hold(_))));
 }
+
+/// Under the hard budget with only the documents' word that Chutes stops the bill at a close:
+/// the word is not taken (Chutes' streams reserve their worst case); once those no longer all
+/// fit, requests go to Chutes alone as checks, a checked stream closed after 64 tokens is booked, looked up and its
+/// prompt queued again without an attempt counted; five look-ups that show the bill stopped at
+/// the close make Chutes trusted (the workers' pool hears it). Found first by the seeded
+/// simulation: where the documents were wrong, the hard budget passed by up to 33%.
+#[test]
+fn the_hard_budget_checks_a_documented_close_before_it_relies_on_it() {
+    // $0.25: room for several worst cases at Chutes, not ten (the last stretch, where checks go).
+    let cfg = config_documented(
+        "budget_usd = 0.25\nconcurrency = 10\nrouting = \"pinned\"\n[policy]\nexclude = [\"together\", \"moonshotai\", \"baseten\", \"novita\"]",
+    );
+    let ids: Vec<String> = (0..60).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let chutes = h.index("chutes/int4");
+    let sent = h.dispatch();
+    assert!(
+        !h.core.endpoints()[chutes].cancel_stops_billing,
+        "not on the word alone"
+    );
+    let repriced = h.take_repriced();
+    assert!(
+        repriced
+            .iter()
+            .any(|(i, e)| *i == chutes && !e.cancel_stops_billing)
+    );
+    assert!(
+        !sent.is_empty() && sent.len() < 10,
+        "worst cases fit a few: {}",
+        sent.len()
+    );
+    assert!(
+        sent.iter().all(|d| !d.check),
+        "no check while every worst case fits"
+    );
+    assert!(
+        sent.iter().all(|d| d.held_worst > Usd::ZERO),
+        "worst cases held meanwhile"
+    );
+    // Answers make room, one worst case at a time: checks go to Chutes alone, five in all.
+    let mut checks: Vec<Dispatch> = Vec::new();
+    let mut open: Vec<Dispatch> = sent;
+    for _ in 0..40 {
+        let Some(d) = open.iter().position(|d| !d.check).map(|i| open.remove(i)) else {
+            break;
+        };
+        h.result(done(d.key, Some(chutes), 500, 0.001, "stop"));
+        h.live.spent_pico += usd(0.001);
+        for d in h.dispatch() {
+            if d.check {
+                checks.push(d);
+            } else {
+                open.push(d);
+            }
+        }
+        if checks.len() == 5 {
+            break;
+        }
+    }
+    assert_eq!(checks.len(), 5, "five checks");
+    assert!(checks.iter().all(|d| d.pinned == Some(chutes)));
+    for d in &checks {
+        let fx = h.result(AttemptResult {
+            key: d.key,
+            outcome: AttemptOutcome::Checked,
+            endpoint: Some(chutes),
+            streamed_tokens: 64,
+            booked_pico: usd(0.0002),
+            generation_id: Some(format!("gen-{}", d.key)),
+            elapsed: Duration::from_secs(1),
+        });
+        assert!(
+            rejects(&fx).is_empty() && outputs(&fx) == 0,
+            "the prompt goes again"
+        );
+    }
+    let looked = h.take_reconcile();
+    assert_eq!(looked.len(), 5);
+    for (_, entry) in looked {
+        h.handle(Event::Adjusted {
+            entry,
+            actual: Usd::from_f64(0.0002),
+            completion_tokens: Some(66),
+        });
+    }
+    assert!(
+        h.core.endpoints()[chutes].cancel_stops_billing,
+        "five stops: trusted"
+    );
+    assert_eq!(
+        count_events(&h, "chutes/int4 stopped the bill at the close of 5"),
+        1
+    );
+    // Room again: the checked prompts go out (where a close now stops the bill), no more checks.
+    for d in std::mem::take(&mut open) {
+        h.result(done(d.key, Some(chutes), 500, 0.001, "stop"));
+    }
+    let again = h.dispatch();
+    assert!(
+        again
+            .iter()
+            .any(|d| checks.iter().any(|c| c.prompt_id == d.prompt_id)),
+        "checked prompts are sent again"
+    );
+    assert!(
+        !again.iter().any(|d| d.check),
+        "no more checks once trusted"
+    );
+}

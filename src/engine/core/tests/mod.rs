@@ -31,7 +31,23 @@ use super::attempt::{AttemptOutcome, AttemptResult};
 use super::{Clock, Core, DatasetBook, Dispatch, Effect, Event, Live, Port};
 
 /// A config: `top` goes at the top level (before the one dataset table the parser wants).
+/// A test config: `top` and one dataset, with the documented list of endpoints that stop the
+/// bill at a close given as the operator's own (`cancel_stops_billing`), so that the hard
+/// budget takes it at its word as these tests assume; [`config_documented`] leaves it to the
+/// documents (the hard budget then checks it, `core::cancel_check`).
 pub(super) fn config(top: &str) -> Config {
+    if top.contains("cancel_stops_billing") {
+        return config_documented(top);
+    }
+    let list = crate::engine::endpoint::CANCEL_STOPS_BILLING.map(|p| format!("\"{p}\""));
+    config_documented(&format!(
+        "cancel_stops_billing = [{}]\n{top}",
+        list.join(", ")
+    ))
+}
+
+/// A test config without a `cancel_stops_billing` list of its own.
+pub(super) fn config_documented(top: &str) -> Config {
     let concurrency = if top.contains("concurrency =") {
         ""
     } else {

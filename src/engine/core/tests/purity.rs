@@ -2,7 +2,7 @@
 //! workers, clients or shared atomics). Checked on the source, so a change that slips I/O, a
 //! clock read or a driver's handle into a decision fails here.
 
-const SOURCES: [(&str, &str); 25] = [
+const SOURCES: [(&str, &str); 26] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("failure.rs", include_str!("../failure.rs")),
     ("row.rs", include_str!("../row.rs")),
@@ -14,6 +14,7 @@ const SOURCES: [(&str, &str); 25] = [
     ("admission.rs", include_str!("../admission.rs")),
     ("budget.rs", include_str!("../budget.rs")),
     ("cancel_billing.rs", include_str!("../cancel_billing.rs")),
+    ("cancel_check.rs", include_str!("../cancel_check.rs")),
     ("control.rs", include_str!("../control.rs")),
     ("dispatch.rs", include_str!("../dispatch.rs")),
     ("outcome.rs", include_str!("../outcome.rs")),

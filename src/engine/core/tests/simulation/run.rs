@@ -13,6 +13,7 @@ use super::super::super::attempt::{AttemptOutcome, AttemptResult};
 use super::super::super::attempt_money::{
     Ending, booked, cap_reached, close_at_cap, cut_after_tokens,
 };
+use super::super::super::cancel_check::CHECK_AFTER_TOKENS;
 use super::super::*;
 use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
@@ -34,6 +35,8 @@ pub(super) struct Flight {
     pub(super) held_worst: i64,
     /// Its first token has come: it accrues at its rate.
     pub(super) streaming: bool,
+    /// A worker closes it after this many tokens to check its endpoint's close.
+    pub(super) check_at: Option<u64>,
     pub(super) prompt_id: String,
     /// What OpenRouter's in-flight budget counts for it: prompt and `max_tokens` at the
     /// serving price.
@@ -43,7 +46,7 @@ pub(super) struct Flight {
 impl Flight {
     /// Tokens streamed by `t`, continuous (the worker's per-token accrual, smoothed).
     pub(super) fn streamed(&self, t: f64) -> f64 {
-        let n = self.fate.streams(self.len);
+        let n = (self.fate.streams(self.len)).min(self.check_at.unwrap_or(u64::MAX));
         if n == 0 {
             return 0.0;
         }
@@ -75,6 +78,28 @@ impl Flight {
     /// What the provider bills for the whole answer.
     pub(super) fn whole(&self) -> i64 {
         self.prompt_pico + self.out_pico * self.len as i64
+    }
+
+    /// When the provider would end it, left alone.
+    pub(super) fn natural_end(&self) -> f64 {
+        self.first_token() + self.fate.streams(self.len).max(1) as f64 / self.tokens_per_s
+    }
+
+    /// The bill of a close now, as a look-up finds it: what streamed, when the provider stops
+    /// at a close; else the whole answer, known when the provider would have ended it.
+    pub(super) fn bill_if_closed(&self, t: f64, stops_billing: bool) -> Bill {
+        let pico = self.billed_if_closed(t, stops_billing);
+        let (tokens, visible_at) = match self.fate {
+            Fate::Answer | Fate::Reset { .. } if !stops_billing => {
+                (self.len, self.natural_end().max(t))
+            }
+            _ => (self.tokens(t), t),
+        };
+        Bill {
+            pico,
+            tokens,
+            visible_at,
+        }
     }
 
     /// What the provider bills when harvest closes it now: what streamed where a close stops
@@ -184,8 +209,11 @@ pub(super) struct Run {
     pub(super) spent: i64,
     pub(super) tripped: bool,
     /// What the world billed each closed generation, for the look-ups.
-    pub(super) billed: HashMap<String, i64>,
+    pub(super) billed: HashMap<String, Bill>,
     pub(super) lookups: Vec<(String, crate::store::output::SpendEntry)>,
+    /// The look-ups asked, due when `GET /generation` knows them: (time, order, index into
+    /// `lookups`).
+    pub(super) lookup_due: std::collections::BinaryHeap<std::cmp::Reverse<(Time, u32, usize)>>,
     pub(super) ends: HashMap<String, u32>,
     pub(super) out: Outcome,
     pub(super) hasher: std::collections::hash_map::DefaultHasher,
@@ -193,6 +221,8 @@ pub(super) struct Run {
     pub(super) behaviours: Vec<crate::sim::SimBehaviour>,
     /// What the operator has done so far.
     pub(super) op: OpState,
+    /// The endpoints as the workers read them (their cancel billing, as the core learns it).
+    pub(super) pool: Vec<RunEndpoint>,
 }
 
 /// The operator's state as the world knows it, to check each request against.
@@ -224,6 +254,15 @@ impl Ord for Time {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0)
     }
+}
+
+/// What the world billed a generation a look-up will ask about, in dollars and tokens, and
+/// when `GET /generation` can say it (when the provider ends it).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bill {
+    pub(super) pico: i64,
+    pub(super) tokens: u64,
+    pub(super) visible_at: f64,
 }
 
 /// Running costs summed over flights, kept as of a time with the rate they grow at.
@@ -299,12 +338,14 @@ pub(super) fn run(world: &World) -> Outcome {
         tripped: false,
         billed: HashMap::new(),
         lookups: Vec::new(),
+        lookup_due: Default::default(),
         ends: HashMap::new(),
         out: Outcome::default(),
         hasher: Default::default(),
         behaviours: (world.table.endpoints.iter())
             .map(|e| e.behaviour.clone())
             .collect(),
+        pool: world.endpoints.clone(),
         op: OpState {
             next: 0,
             paused: false,
@@ -317,6 +358,12 @@ pub(super) fn run(world: &World) -> Outcome {
     };
     run.go();
     run.check();
+    if std::env::var("HARVEST_SIM_EVENTS").is_ok() {
+        eprintln!("events of seed {} {:?}:", world.seed, world.mode);
+        for e in run.core.events() {
+            eprintln!("  {:.1} {}", e.at_s, e.text);
+        }
+    }
     run.out
 }
 
@@ -385,15 +432,24 @@ impl Run {
             }
             Effect::CancelInFlight => {
                 for k in self.keys_in_order() {
-                    self.close(k);
+                    self.close(k, AttemptOutcome::Cancelled);
                 }
             }
             Effect::Reconcile {
                 generation_id,
                 entry,
-            } => self.lookups.push((generation_id, entry)),
+            } => {
+                // Known to `GET /generation` a second after the provider ends it.
+                let at = (self.billed.get(&generation_id)).map_or(self.t, |b| b.visible_at) + 1.0;
+                let i = self.lookups.len();
+                self.lookups.push((generation_id, entry));
+                self.lookup_due
+                    .push(std::cmp::Reverse((Time(at), self.rng.random(), i)));
+            }
             Effect::Hold(pico) => self.held += pico,
-            Effect::Turn(_) | Effect::Repriced { .. } | Effect::Join(_) => {}
+            // What the workers believe of an endpoint (its cancel billing, learned).
+            Effect::Repriced { index, endpoint } => self.pool[index] = *endpoint,
+            Effect::Turn(_) | Effect::Join(_) => {}
         }
     }
 
@@ -462,7 +518,12 @@ impl Run {
         if fate == Fate::AccountBusy {
             self.out.busy_at.push(self.t);
         }
-        let streams = fate.streams(len);
+        // A check of the endpoint's close: the worker closes it after the check's tokens.
+        let check_at = (fate == Fate::Answer && d.check && len > CHECK_AFTER_TOKENS).then(|| {
+            *self.out.seen.entry("cancel check").or_default() += 1;
+            CHECK_AFTER_TOKENS
+        });
+        let streams = (fate.streams(len)).min(check_at.unwrap_or(u64::MAX));
         let end = if streams > 0 {
             grid(self.t + ttft + streams as f64 / b.tokens_per_s).max(self.t + ttft)
         } else {
@@ -481,6 +542,7 @@ impl Run {
             out_pico,
             held_worst: d.held_worst.pico(),
             streaming: false,
+            check_at,
             prompt_id: d.prompt_id.clone(),
             estimate_pico,
         };
@@ -572,20 +634,22 @@ impl Run {
 
     /// A stream closed now (the cap, stop-now): booked at its running cost; the world bills
     /// what streamed where a close stops the bill, the whole answer elsewhere.
-    pub(super) fn close(&mut self, key: u64) {
+    pub(super) fn close(&mut self, key: u64, outcome: AttemptOutcome) {
         let Some(f) = self.take(key) else {
             return;
         };
         let accrued = f.accrued(self.t);
-        let billed = f.billed_if_closed(self.t, self.world.truth[f.serving].stops_billing);
+        let stops = self.world.truth[f.serving].stops_billing;
+        let billed = f.billed_if_closed(self.t, stops);
         self.out.bill_pico += billed;
         self.spent += accrued;
         let generation_id = format!("gen-{key}");
-        self.billed.insert(generation_id.clone(), billed);
+        self.billed
+            .insert(generation_id.clone(), f.bill_if_closed(self.t, stops));
         let known = f.pinned || self.t >= f.t0 + f.ttft;
         let r = AttemptResult {
             key,
-            outcome: AttemptOutcome::Cancelled,
+            outcome,
             endpoint: known.then_some(f.serving),
             streamed_tokens: f.tokens(self.t),
             booked_pico: accrued,
@@ -696,7 +760,17 @@ impl Run {
             _ => booked,
         };
         if matches!(f.fate, Fate::Reset { .. }) {
-            self.billed.insert(format!("gen-{key}"), billed);
+            let stops = self.world.truth[f.serving].stops_billing;
+            self.billed
+                .insert(format!("gen-{key}"), f.bill_if_closed(f.end, stops));
+        }
+        if matches!(f.fate, Fate::MidStream { .. }) {
+            let b = Bill {
+                pico: 0,
+                tokens: 0,
+                visible_at: f.end,
+            };
+            self.billed.insert(format!("gen-{key}"), b);
         }
         self.out.bill_pico += billed;
         self.spent += booked;
@@ -729,9 +803,9 @@ impl Run {
                 continue;
             };
             let known = (f.pinned || self.t >= f.t0 + f.ttft)
-                .then(|| self.world.endpoints[f.serving].cancel_stops_billing);
+                .then(|| self.pool[f.serving].cancel_stops_billing);
             if close_at_cap(known) {
-                self.close(k);
+                self.close(k, AttemptOutcome::Cancelled);
             }
         }
     }
@@ -771,6 +845,21 @@ impl Run {
         self.step(Event::Command(command));
     }
 
+    /// The look-up `i` lands: what the world billed, and the tokens it billed.
+    fn look_up(&mut self, i: usize) {
+        let (generation_id, entry) = self.lookups[i].clone();
+        let b = self.billed.get(&generation_id).copied();
+        let actual = Usd::from_pico(b.map_or(0, |b| b.pico));
+        // As the driver books it (supervisor/settle.rs `closed_landed`): the difference joins
+        // the live spend the dollar cap reads, then the core hears it.
+        self.spent += (actual - entry.usd).pico();
+        self.step(Event::Adjusted {
+            entry,
+            actual,
+            completion_tokens: b.map(|b| b.tokens),
+        });
+    }
+
     pub(super) fn go(&mut self) {
         let budget = Usd::from_f64(self.world.budget_usd).pico();
         let near = budget - budget / 200;
@@ -796,7 +885,9 @@ impl Run {
                 .filter(|w| *w > self.t || woke_at != Some(self.t));
             let next = self.due.peek().map_or(f64::MAX, |r| (r.0).0.0);
             let op_at = (self.world.ops.get(self.op.next)).map_or(f64::MAX, |(at, _)| *at);
+            let look_at = (self.lookup_due.peek()).map_or(f64::MAX, |r| (r.0).0.0);
             let t = next
+                .min(look_at.max(self.t))
                 .min(next_tick)
                 .min(wake.unwrap_or(f64::MAX))
                 .min(op_at.max(self.t));
@@ -823,7 +914,11 @@ impl Run {
                     continue;
                 };
                 if at >= f.end {
-                    self.finish(key);
+                    if f.check_at.is_some() {
+                        self.close(key, AttemptOutcome::Checked);
+                    } else {
+                        self.finish(key);
+                    }
                 } else {
                     // Its first token: it streams from now.
                     f.streaming = true;
@@ -835,7 +930,12 @@ impl Run {
                     }
                 }
             }
-            if let Some((at, op)) = self.world.ops.get(self.op.next).cloned()
+            if let Some(std::cmp::Reverse((Time(at), _, i))) = self.lookup_due.peek().copied()
+                && at <= self.t
+            {
+                self.lookup_due.pop();
+                self.look_up(i);
+            } else if let Some((at, op)) = self.world.ops.get(self.op.next).cloned()
                 && at <= self.t
             {
                 self.op.next += 1;
@@ -852,14 +952,9 @@ impl Run {
         if self.out.to_budget_s == 0.0 {
             self.out.to_budget_s = self.t;
         }
-        // The end of the run: the closed streams looked up.
-        for (generation_id, entry) in std::mem::take(&mut self.lookups) {
-            let actual = Usd::from_pico(self.billed.get(&generation_id).copied().unwrap_or(0));
-            self.step(Event::Adjusted {
-                entry,
-                actual,
-                completion_tokens: None,
-            });
+        // The end of the run: the look-ups still out land.
+        while let Some(std::cmp::Reverse((_, _, i))) = self.lookup_due.pop() {
+            self.look_up(i);
         }
         self.out.trace = self.hasher.finish();
     }
@@ -909,9 +1004,10 @@ impl Run {
         let budget = Usd::from_f64(w.budget_usd).pico();
         if w.mode == BudgetMode::Hard && self.out.bill_pico > budget + budget / 200 {
             broken.push(format!(
-                "billed {} on a hard budget of {}",
-                Usd::from_pico(self.out.bill_pico),
-                Usd::from_pico(budget)
+                "billed ${:.6} on a hard budget of ${:.6} ({:+.2}%)",
+                Usd::from_pico(self.out.bill_pico).as_f64(),
+                Usd::from_pico(budget).as_f64(),
+                (self.out.bill_pico as f64 / budget as f64 - 1.0) * 100.0
             ));
         }
         // Each ledger line rounds once; a look-up books the difference.

@@ -30,7 +30,7 @@ fn ok(o: &Outcome) {
 /// where a busy CI opened 1,346): the run goes to its full width, then the cap holds. Under the
 /// hard budget with room for every worst case, 2,000 streams are in flight at once; with room
 /// for a few hundred worst cases only, the last stretch sends the rest where a close stops the
-/// bill, and the width holds there too.
+/// bill (once checked), and the width holds there too.
 #[test]
 fn a_run_goes_to_its_full_width_before_the_dollar_cap() {
     for (mode, budget) in [
@@ -42,12 +42,24 @@ fn a_run_goes_to_its_full_width_before_the_dollar_cap() {
         let o = run(&w);
         ok(&o);
         eprintln!(
-            "{mode:?} ${budget}: peak {} answered {} billed {}",
+            "{mode:?} ${budget}: peak {} answered {} billed {} {:?}",
             o.peak_in_flight,
             o.answered,
-            Usd::from_pico(o.bill_pico)
+            Usd::from_pico(o.bill_pico),
+            o.seen
         );
-        assert_eq!(o.peak_in_flight, 2000, "{mode:?} on ${budget}");
+        // On $2 the hard budget's first seconds, before its checks have shown that closing a
+        // stream stops Chutes' bill, hold worst cases: the width comes a little later.
+        let width = if mode == BudgetMode::Hard && budget < 10.0 {
+            1700
+        } else {
+            2000
+        };
+        assert!(
+            o.peak_in_flight >= width,
+            "{mode:?} on ${budget}: {}",
+            o.peak_in_flight
+        );
     }
 }
 

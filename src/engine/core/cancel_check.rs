@@ -1,0 +1,238 @@
+//! Checking on purpose that closing a stream stops an endpoint's bill, before the hard budget
+//! relies on it. An endpoint documented (or configured) to stop billing at a close would let
+//! the run reserve only the expected cost of its streams and close them at the dollar cap; if
+//! it bills the close in full after all, each of those streams costs its whole answer, and the
+//! run would learn it only from the closes at the cap: too late (+3.9% on a $0.40 budget
+//! through the binary; up to +33% in the seeded simulation's worlds where the documentation is
+//! wrong). So under the hard budget the documented word is not taken until the run's own
+//! closes there show it: until then the endpoint's streams reserve their worst case, and once
+//! those no longer all fit (the budget's last stretch, where trusting a close would let more
+//! streams run) [`cancel_billing::STOPS_NEEDED_HARD`] requests are sent there alone and closed
+//! after [`CHECK_AFTER_TOKENS`] tokens each, looked up, and their prompts sent again (a few
+//! more while a bill says nothing clear; five, because a close near an answer's natural end
+//! reads as stopped whatever the endpoint does). One close billed past is enough to doubt it.
+//! A check costs a prompt and 64 tokens where the close stops the bill, one answer where it
+//! does not. The expected budget mode takes the documented word.
+
+use crate::config::BudgetMode;
+
+use super::cancel_billing::{self, Evidence};
+use super::journal::Once;
+use super::{Clock, Core, InFlight, Job, RECONCILE_CAPACITY};
+
+/// Tokens a checked stream receives before it is closed: enough that a bill of the whole
+/// answer reads as billed past the close ([`cancel_billing::read_close`]), few enough to cost
+/// little.
+pub(crate) const CHECK_AFTER_TOKENS: u64 = 64;
+
+/// The checks of one endpoint.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Checks {
+    /// Checks sent so far (those that ended before the close not counted).
+    pub asked: u32,
+    /// Checks sent and not yet answered: in flight, or closed and looked up.
+    pub pending: u32,
+    /// The generation ids of the checked streams whose look-ups are out.
+    pub looking_up: Vec<String>,
+}
+
+/// The most checks asked of one endpoint: enough closes to trust it
+/// ([`cancel_billing::STOPS_NEEDED_HARD`]) and as many again for closes whose bill says nothing
+/// clear.
+const MOST_CHECKS: u32 = 2 * cancel_billing::STOPS_NEEDED_HARD;
+
+/// How many more checks of an endpoint's close to ask for now: under the hard budget, where the
+/// endpoint is documented to stop the bill at a close and the run's own closes have not yet
+/// proven it nor shown it billed, as many at once as it takes to trust it.
+pub(crate) fn checks_wanted(
+    mode: BudgetMode,
+    documented_stops: bool,
+    evidence: Option<&Evidence>,
+    checks: &Checks,
+) -> u32 {
+    let (stopped, past) = evidence.map_or((0, 0), |e| (e.stopped, e.billed_past));
+    if mode != BudgetMode::Hard || !documented_stops || past > 0 {
+        return 0;
+    }
+    let needed = evidence.map_or(cancel_billing::STOPS_NEEDED_HARD, Evidence::stops_needed);
+    let short = needed.saturating_sub(stopped + checks.pending);
+    short.min(MOST_CHECKS.saturating_sub(checks.asked))
+}
+
+impl Core {
+    /// Under the hard budget, at the first sight of an endpoint documented to stop the bill at
+    /// a close: its word is not taken until checked (the workers' pool hears it, and the log
+    /// says so once). The operator's own list (`cancel_stops_billing`, perhaps from `harvest
+    /// probe`) is taken as given.
+    pub(super) fn doubt_documented_closes(&mut self, now: &Clock) {
+        if self.cfg.budget_mode != BudgetMode::Hard || self.cfg.cancel_stops_billing.is_some() {
+            return;
+        }
+        for i in 0..self.fleet.endpoints.len() {
+            let e = &self.fleet.endpoints[i];
+            if e.custom.is_some() || self.fleet.cancel.contains_key(&e.tag) {
+                continue;
+            }
+            let (tag, documented) = (e.tag.clone(), e.cancel_stops_billing);
+            let mut ev = Evidence::new(documented);
+            ev.trust_documented = false;
+            self.fleet.cancel.insert(tag.clone(), ev);
+            if documented {
+                self.set_cancel_belief(i, false);
+                if self.journal.first(Once::CancelCheck(tag.clone())) {
+                    let text = format!(
+                        "checking that closing a stream stops {tag}'s bill, as documented, \
+                         before the hard budget relies on it: a few streams sent there are \
+                         closed after {CHECK_AFTER_TOKENS} tokens and looked up (their prompts \
+                         go again); until then its streams reserve their worst case"
+                    );
+                    self.event(now, text);
+                }
+            }
+        }
+    }
+
+    /// Where `job` goes to check an endpoint's close, when a check is wanted and the endpoint
+    /// may take it now: that endpoint alone. Only once the hard budget's last stretch has
+    /// begun: before, every stream's worst case fits, and trusting a close would change
+    /// nothing (a run with room to spare sends no check and closes nothing).
+    pub(super) fn check_route(&mut self, now: &Clock, job: &Job) -> Option<(usize, super::Route)> {
+        self.budget.last_stretch?;
+        let mode = self.cfg.budget_mode;
+        let wanted: Vec<usize> = (0..self.fleet.endpoints.len())
+            .filter(|&i| {
+                let tag = &self.fleet.endpoints[i].tag;
+                let ev = self.fleet.cancel.get(tag);
+                let documented = ev.is_some_and(|e| e.documented);
+                let checks = self.fleet.checks.get(tag).cloned().unwrap_or_default();
+                checks_wanted(mode, documented, ev, &checks) > 0
+            })
+            .collect();
+        wanted
+            .into_iter()
+            .find_map(|i| self.route_job_to(now, job, i).map(|r| (i, r)))
+    }
+
+    /// A check of endpoint `i`'s close leaves.
+    pub(super) fn check_sent(&mut self, i: usize) {
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let checks = self.fleet.checks.entry(tag).or_default();
+        checks.asked += 1;
+        checks.pending += 1;
+    }
+
+    /// A check at endpoint `i` ended without being closed for it (an answer shorter than the
+    /// check's tokens, a failure, a stop): it did not count, and another may go.
+    pub(super) fn check_ended(&mut self, i: usize) {
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let checks = self.fleet.checks.entry(tag).or_default();
+        checks.pending = checks.pending.saturating_sub(1);
+        checks.asked = checks.asked.saturating_sub(1);
+    }
+
+    /// A stream closed to check its endpoint: booked and looked up as any close, its prompt
+    /// sent again without counting an attempt.
+    pub(super) fn on_checked(
+        &mut self,
+        mut job: Job,
+        f: &InFlight,
+        r: &super::attempt::AttemptResult,
+        now: &Clock,
+    ) {
+        let looked_up = r.generation_id.is_some() && self.reconcile_asked < RECONCILE_CAPACITY;
+        self.book_closed(&job, f, r, None, now);
+        if let Some(e) = f.check {
+            let tag = self.fleet.endpoints[e].tag.clone();
+            let checks = self.fleet.checks.entry(tag).or_default();
+            match r.generation_id.clone().filter(|_| looked_up) {
+                Some(g) => checks.looking_up.push(g),
+                None => checks.pending = checks.pending.saturating_sub(1),
+            }
+        }
+        job.attempts = job.attempts.saturating_sub(1);
+        self.requeue_front(job, now);
+    }
+
+    /// A look-up landed: if it was a check's, the check is answered.
+    pub(super) fn check_looked_up(&mut self, generation_id: Option<&str>) {
+        let Some(g) = generation_id else { return };
+        for checks in self.fleet.checks.values_mut() {
+            if let Some(at) = checks.looking_up.iter().position(|x| x == g) {
+                checks.looking_up.swap_remove(at);
+                checks.pending = checks.pending.saturating_sub(1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_are_wanted_where_the_hard_budget_has_only_the_documents_word() {
+        let ev = |stopped, billed_past| Evidence {
+            documented: true,
+            stopped,
+            billed_past,
+            trust_documented: false,
+        };
+        let checks = |asked, pending| Checks {
+            asked,
+            pending,
+            looking_up: Vec::new(),
+        };
+        use BudgetMode::{Expected, Hard};
+        // (mode, documented to stop, evidence, checks, wanted now)
+        let cases = [
+            (Hard, true, None, checks(0, 0), 5),
+            (Hard, true, Some(ev(1, 0)), checks(5, 4), 0),
+            (Hard, true, Some(ev(1, 0)), checks(5, 2), 2),
+            (Hard, true, Some(ev(5, 0)), checks(5, 0), 0),
+            (Hard, true, Some(ev(0, 1)), checks(1, 0), 0),
+            (Hard, true, Some(ev(3, 0)), checks(9, 0), 1),
+            (Hard, true, Some(ev(3, 0)), checks(10, 0), 0),
+            (Hard, false, None, checks(0, 0), 0),
+            (Expected, true, None, checks(0, 0), 0),
+        ];
+        for (i, (mode, documented, evidence, c, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                checks_wanted(mode, documented, evidence.as_ref(), &c),
+                want,
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn under_the_hard_budget_five_closes_that_stop_the_bill_prove_the_documents_word() {
+        let mut ev = Evidence::new(true);
+        ev.trust_documented = false;
+        assert!(!ev.believed(), "not taken on the document's word");
+        for _ in 0..4 {
+            ev.add(64, 70);
+        }
+        assert!(
+            !ev.believed(),
+            "four closes that stopped the bill are not yet enough"
+        );
+        ev.add(64, 66);
+        assert!(ev.believed(), "five are");
+        for _ in 0..20 {
+            ev.add(64, 64);
+        }
+        ev.add(64, 1_900);
+        assert!(!ev.believed(), "one billed past in 26: not any more");
+        let mut undocumented = Evidence::new(false);
+        undocumented.trust_documented = false;
+        (0..10).for_each(|_| undocumented.add(64, 64));
+        assert!(
+            !undocumented.believed(),
+            "no stop is learned where none is documented"
+        );
+        assert!(
+            Evidence::new(true).believed(),
+            "the expected mode takes the word"
+        );
+    }
+}
