@@ -1,18 +1,20 @@
 //! Checking on purpose that closing a stream stops an endpoint's bill, before the hard budget
-//! relies on it. An endpoint documented (or configured) to stop billing at a close would let
+//! relies on it. An endpoint documented to stop billing at a close would let
 //! the run reserve only the expected cost of its streams and close them at the dollar cap; if
 //! it bills the close in full after all, each of those streams costs its whole answer, and the
 //! run would learn it only from the closes at the cap: too late (+3.9% on a $0.40 budget
 //! through the binary; up to +33% in the seeded simulation's worlds where the documentation is
 //! wrong). So under the hard budget the documented word is not taken until the run's own
-//! closes there show it: until then the endpoint's streams reserve their worst case, and once
-//! those no longer all fit (the budget's last stretch, where trusting a close would let more
-//! streams run) [`cancel_billing::STOPS_NEEDED_HARD`] requests are sent there alone and closed
+//! closes there show it: until then the endpoint's streams reserve their worst case, and when
+//! those will not all fit (the budget's last stretch, begun or coming), first
+//! [`cancel_billing::STOPS_NEEDED_HARD`] requests are sent there alone and closed
 //! after [`CHECK_AFTER_TOKENS`] tokens each, looked up, and their prompts sent again (a few
 //! more while a bill says nothing clear; five, because a close near an answer's natural end
 //! reads as stopped whatever the endpoint does). One close billed past is enough to doubt it.
-//! A check costs a prompt and 64 tokens where the close stops the bill, one answer where it
-//! does not. The expected budget mode takes the documented word.
+//! Other requests wait while checks are out (seconds: the demo's came back in 3 s) rather than
+//! hold the budget at their worst case for as long as they stream. A check costs a prompt and
+//! 64 tokens where the close stops the bill, one answer where it does not. The expected budget
+//! mode takes the documented word.
 
 use crate::config::BudgetMode;
 
@@ -93,11 +95,10 @@ impl Core {
     }
 
     /// Where `job` goes to check an endpoint's close, when a check is wanted and the endpoint
-    /// may take it now: that endpoint alone. Only once the hard budget's last stretch has
-    /// begun: before, every stream's worst case fits, and trusting a close would change
-    /// nothing (a run with room to spare sends no check and closes nothing).
+    /// may take it now: that endpoint alone. Asked only when the streams' worst cases will not
+    /// all fit (`dispatch`): before, trusting a close changes nothing, so a run with room to
+    /// spare sends no check and closes nothing.
     pub(super) fn check_route(&mut self, now: &Clock, job: &Job) -> Option<(usize, super::Route)> {
-        self.budget.last_stretch?;
         let mode = self.cfg.budget_mode;
         let wanted: Vec<usize> = (0..self.fleet.endpoints.len())
             .filter(|&i| {
@@ -111,6 +112,12 @@ impl Core {
         wanted
             .into_iter()
             .find_map(|i| self.route_job_to(now, job, i).map(|r| (i, r)))
+    }
+
+    /// Checks are out (in flight, or closed and looked up): their answer may soon let requests
+    /// go where a close stops the bill at their expected cost.
+    pub(super) fn checks_out(&self) -> bool {
+        self.fleet.checks.values().any(|c| c.pending > 0)
     }
 
     /// A check of endpoint `i`'s close leaves.

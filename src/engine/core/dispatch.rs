@@ -61,13 +61,7 @@ impl Core {
             let Some(job) = self.next_job(port, now) else {
                 break;
             };
-            // A check of an endpoint's close the hard budget wants goes to it alone.
-            let check = self.check_route(now, &job);
-            let Some(route) = check
-                .as_ref()
-                .map(|(_, r)| r.clone())
-                .or_else(|| self.route_job(now, &job, false))
-            else {
+            let Some(route) = self.route_job(now, &job, false) else {
                 // Something may serve, but nothing that takes this request's parameters:
                 // it waits (never sent where OpenRouter would refuse it), said once. The round
                 // ends here, as when nothing routes: going on would read the dataset's fresh
@@ -79,6 +73,30 @@ impl Core {
             let prompt_tokens = estimate_prompt_tokens(&messages);
             let later = self.later_turns(&job);
             let mut priced = self.price(&job, route, prompt_tokens, now);
+            // When the streams' worst cases will not all fit (the last stretch, begun or
+            // coming with this round), a check of a documented close the hard budget wants
+            // goes first, to that endpoint alone; while checks are out, other requests wait
+            // rather than take the budget at their worst case for as long as they stream.
+            let coming = self.budget.last_stretch.is_some()
+                || priced
+                    .money
+                    .worst
+                    .pico()
+                    .saturating_mul(i64::from(self.concurrency))
+                    > self.budget.budget_pico - self.committed_pico(&live);
+            let check = if coming {
+                self.check_route(now, &job)
+            } else {
+                None
+            };
+            if let Some((_, r)) = &check {
+                priced = self.price(&job, r.clone(), prompt_tokens, now);
+            } else if coming && self.checks_out() {
+                // It waits for a result or a look-up, not for the clock (no wake of its own).
+                self.budget.waiting_for_room = true;
+                self.requeue_front(job, now);
+                break;
+            }
             // In the last stretch (`reserve::in_last_stretch`) a request that would reserve its
             // worst case goes where a close stops the bill, reserving its expectation there
             // (`reserve::stretch_route`).
