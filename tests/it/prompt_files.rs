@@ -319,11 +319,12 @@ async fn parquet_files_run_as_jsonl_does() {
         .take(2)
         .collect();
     assert_eq!(turns, [("system", "Be brief."), ("user", "hello 5")]);
-    assert_eq!(
-        sim.state.requests_since(0).len(),
-        149 + 70,
-        "each row sent once"
-    );
+    // Each row sent, and answered once; the hard budget may send a few rows twice to check
+    // that closing a stream stops a documented endpoint's bill (`core::cancel_check`).
+    let sent = sim.state.requests_since(0);
+    let rows: std::collections::HashSet<u64> = sent.iter().map(|r| r.prompt_hash).collect();
+    assert_eq!(rows.len(), 149 + 70, "each row sent");
+    assert!(sent.len() <= 149 + 70 + 10, "{} requests", sent.len());
     sim.stop().await;
 }
 

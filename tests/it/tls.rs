@@ -91,11 +91,10 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
     let (code, said) = run_headless(&with_ca, KEY_VAR, KEY, &[]).await;
     assert_eq!(code, 0, "{said}");
     assert_eq!(answered(&with_ca), 30);
-    assert_eq!(
-        sim.state.requests_by_http_version(),
-        (0, 30),
-        "HTTP/2 by default over HTTPS"
-    );
+    // Over HTTP/2 only; the hard budget's checks of a documented close may add a few requests.
+    let (h1, h2) = sim.state.requests_by_http_version();
+    assert_eq!(h1, 0, "HTTP/2 by default over HTTPS");
+    assert!((30..=40).contains(&h2), "{h2} requests over HTTP/2");
 
     // `SSL_CERT_FILE`, as curl and Python take it.
     let env_ca = dir.path().join("env-ca");
