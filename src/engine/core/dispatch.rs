@@ -73,43 +73,36 @@ impl Core {
             let prompt_tokens = estimate_prompt_tokens(&messages);
             let later = self.later_turns(&job);
             let mut priced = self.price(&job, route, prompt_tokens, now);
-            // When the streams' worst cases will not all fit (the last stretch, begun or
-            // coming with this round), a check of a documented close the hard budget wants
-            // goes first, to that endpoint alone; while checks are out, other requests wait
-            // rather than take the budget at their worst case for as long as they stream.
-            let coming = self.budget.last_stretch.is_some()
-                || priced
-                    .money
-                    .worst
-                    .pico()
-                    .saturating_mul(i64::from(self.concurrency))
-                    > self.budget.budget_pico - self.committed_pico(&live);
-            let check = if coming {
+            // The last stretch (`reserve::in_last_stretch`), begun or coming with this request.
+            let stretch = in_last_stretch(
+                self.budget.last_stretch.is_some(),
+                self.has_room(&priced.claim(&job, later), &live),
+                priced.money.worst.pico(),
+                self.concurrency,
+                self.budget.budget_pico - self.committed_pico(&live),
+            );
+            // There, a check of a documented close the hard budget wants goes first, to that
+            // endpoint alone (`cancel_check`); while checks are out, other requests wait rather
+            // than take the budget at their worst case for as long as they stream.
+            let check = if stretch {
                 self.check_route(now, &job)
             } else {
                 None
             };
             if let Some((_, r)) = &check {
                 priced = self.price(&job, r.clone(), prompt_tokens, now);
-            } else if coming && self.checks_out() {
+            } else if stretch && self.checks_out() {
                 // It waits for a result or a look-up, not for the clock (no wake of its own).
                 self.budget.waiting_for_room = true;
                 self.requeue_front(job, now);
                 break;
             }
-            // In the last stretch (`reserve::in_last_stretch`) a request that would reserve its
-            // worst case goes where a close stops the bill, reserving its expectation there
-            // (`reserve::stretch_route`).
+            // A request that would reserve its worst case goes where a close stops the bill,
+            // reserving its expectation there (`reserve::stretch_route`).
             if check.is_none()
+                && stretch
                 && priced.money.billed_if_closed
                 && self.cfg.budget_mode == crate::config::BudgetMode::Hard
-                && in_last_stretch(
-                    self.budget.last_stretch.is_some(),
-                    self.has_room(&priced.claim(&job, later), &live),
-                    priced.money.worst.pico(),
-                    self.concurrency,
-                    self.budget.budget_pico - self.committed_pico(&live),
-                )
             {
                 let stoppable = self
                     .route_job(now, &job, true)
