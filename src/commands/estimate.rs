@@ -125,23 +125,54 @@ async fn account(
 
 /// Reads what the estimate needs: prompt files, the output directory and the endpoint listing.
 pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inputs> {
-    let dir = &cfg.output_dir;
     let mut notes = Vec::new();
-    let ledger = read_ledger(dir)?;
+    // A job run as shards is read as one: each shard directory's records count.
+    let dirs = super::job::job_dirs(&cfg.output_dir);
+    if dirs.len() > 1 {
+        notes.push(format!(
+            "{} holds a job of {} shard directories: their outputs and ledgers count together",
+            cfg.output_dir.display(),
+            dirs.len()
+        ));
+    }
+    let mut spent = Usd::ZERO;
     let mut speeds: HashMap<String, SpeedSample> = HashMap::new();
-    let mut unbooked = Usd::ZERO;
-    let mut datasets = Vec::with_capacity(cfg.datasets.len());
-    for d in &cfg.datasets {
-        let outs = read_outputs(dir, &d.name, &ledger.completes, &mut speeds)?;
-        unbooked += outs.unbooked;
-        if outs.unreadable > 0 {
+    let mut found: HashMap<&str, DatasetOutputs> = HashMap::new();
+    for dir in &dirs {
+        let ledger = read_ledger(dir)?;
+        let mut unbooked = Usd::ZERO;
+        for d in &cfg.datasets {
+            let outs = read_outputs(dir, &d.name, &ledger.completes, &mut speeds)?;
+            unbooked += outs.unbooked;
+            if outs.unreadable > 0 {
+                notes.push(format!(
+                    "{}{}: {} output or reject lines could not be read: not counted{}",
+                    d.name,
+                    if dirs.len() > 1 {
+                        format!(" in {}", dir.display())
+                    } else {
+                        String::new()
+                    },
+                    outs.unreadable,
+                    damage_hint(outs.first_damage.as_deref())
+                ));
+            }
+            found.entry(&d.name).or_default().absorb(outs);
+        }
+        notes.extend(ledger_notes(&ledger, unbooked, dir));
+        spent += ledger.spent + unbooked;
+        if let Some(state) = live_state(dir) {
             notes.push(format!(
-                "{}: {} output or reject lines could not be read: not counted{}",
-                d.name,
-                outs.unreadable,
-                damage_hint(outs.first_damage.as_deref())
+                "state.json says the run in {} is {} (or was, if it crashed): requests in flight \
+                 count as remaining, and what they cost is not in the spend yet",
+                dir.display(),
+                state.label().to_lowercase()
             ));
         }
+    }
+    let mut datasets = Vec::with_capacity(cfg.datasets.len());
+    for d in &cfg.datasets {
+        let outs = found.remove(d.name.as_str()).unwrap_or_default();
         let cap = d
             .max_samples
             .map(|m| m.saturating_sub(outs.observed.outputs));
@@ -162,15 +193,6 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
             observed: outs.observed,
         });
     }
-    notes.extend(ledger_notes(&ledger, unbooked, dir));
-    if let Some(state) = live_state(dir) {
-        notes.push(format!(
-            "state.json says the run in {} is {} (or was, if it crashed): requests in flight \
-             count as remaining, and what they cost is not in the spend yet",
-            dir.display(),
-            state.label().to_lowercase()
-        ));
-    }
     let (endpoints, price_source) = offers(cfg, opts, &speeds).await?;
     let (native, _) = cfg.policy.native_for(&cfg.model);
     Ok(Inputs {
@@ -183,7 +205,7 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
         concurrency: cfg.concurrency,
         requests_per_second: cfg.requests_per_second,
         budget: cfg.budget(),
-        spent: ledger.spent + unbooked,
+        spent,
         mean_output: opts.mean_output,
         stream_tps: opts.stream_tps,
         rule: TokenRule::DEFAULT,
@@ -266,6 +288,23 @@ struct DatasetOutputs {
     first_damage: Option<String>,
     /// Cost of outputs whose ledger line is missing.
     unbooked: Usd,
+}
+
+impl DatasetOutputs {
+    /// Adds another directory's records of the same dataset (a job's shards hold disjoint ids).
+    fn absorb(&mut self, o: DatasetOutputs) {
+        self.done.extend(o.done);
+        let (a, b) = (&mut self.observed, o.observed);
+        a.outputs += b.outputs;
+        a.answers += b.answers;
+        a.completion_tokens += b.completion_tokens;
+        a.cut_thinking += b.cut_thinking;
+        a.cut_thinking_at = a.cut_thinking_at.max(b.cut_thinking_at);
+        self.rejects += o.rejects;
+        self.unreadable += o.unreadable;
+        self.first_damage = self.first_damage.take().or(o.first_damage);
+        self.unbooked += o.unbooked;
+    }
 }
 
 /// " (first: FILE:LINE ...; `harvest run --repair` quarantines them)" for a note.

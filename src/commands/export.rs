@@ -12,12 +12,16 @@ use super::BadInput;
 use super::run::Out;
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
-    let dirs = super::job::shard_dirs(&args.dirs).unwrap_or_else(|| args.dirs.clone());
+    let job = super::job::shard_dirs(&args.dirs);
+    let dirs = job.clone().unwrap_or_else(|| args.dirs.clone());
     for dir in &dirs {
         if !dir.is_dir() {
             return Err(BadInput(format!("{}: not an output directory", dir.display())).into());
         }
         refuse_output_dir(dir, &args.to)?;
+    }
+    if let Some(job) = &job {
+        refuse_mixed_job(job)?;
     }
     let (names, prompts) = match &args.config {
         Some(path) => {
@@ -69,6 +73,34 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     out.write(&render(&exported.counts, &args.to));
     out.write(&stale_files(&args.to, &names));
     Ok(())
+}
+
+/// Refuses to write a job's shards as one training set when they are not one job: a shard of
+/// another split, model or parameters, or one shard in two directories (its rows twice)
+/// would be merged without a word (reliability-probe-4 N9). Directories that are no shards
+/// at all are several runs, exported together as asked.
+fn refuse_mixed_job(dirs: &[PathBuf]) -> Result<(), BadInput> {
+    let view = super::job::assemble(&super::job::read(dirs).map_err(BadInput)?);
+    if view.of.is_none() {
+        return Ok(());
+    }
+    let mut why: Vec<String> = view
+        .other_config
+        .iter()
+        .map(|(dir, why)| format!("{dir}: {why}"))
+        .collect();
+    why.extend(view.duplicated.iter().map(|s| {
+        format!("shard {s} is in more than one directory: its rows would be written twice")
+    }));
+    if why.is_empty() {
+        return Ok(());
+    }
+    Err(BadInput(format!(
+        "these directories are not one job, so their rows would mix:\n  {}\nExport the \
+         directories of one job by naming them (harvest export DIR... --to ...); `harvest \
+         status` on them shows the job",
+        why.join("\n  ")
+    )))
 }
 
 /// The datasets of every directory, in the order first met.

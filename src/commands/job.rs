@@ -5,7 +5,7 @@
 //! another config; `export` writes the shards' rows as one training set.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -81,6 +81,95 @@ pub(crate) fn shard_dirs(dirs: &[PathBuf]) -> Option<Vec<PathBuf>> {
         }
         many => Some(many.to_vec()),
     }
+}
+
+/// The directories that hold a job's records: the shard directories under `dir`, or `dir`
+/// itself when it is one run's (or holds nothing yet).
+pub(crate) fn job_dirs(dir: &Path) -> Vec<PathBuf> {
+    shard_dirs(&[dir.to_path_buf()]).unwrap_or_else(|| vec![dir.to_path_buf()])
+}
+
+/// What a run must respect of the job around it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Around {
+    /// What the job's other shards (of the same N, in `parent`) were billed.
+    pub(crate) siblings_spent: Usd,
+    /// How many other shards that is.
+    pub(crate) siblings: usize,
+}
+
+/// Checks that a run into `own` (as `shard`, or the whole job when `None`; `parent` is the
+/// config's `output_dir`, where `--shard` puts its directories) stays one job with what is
+/// already there (reliability-probe-4 N6):
+/// - a run into a directory that holds a job's shard directories, and is none of them, would
+///   buy every prompt again with a fresh budget: refused;
+/// - a shard of N beside shards of another N splits the ids another way, and sends again
+///   what the others answered: refused;
+/// - the other shards' ledgers are counted, for the job's budget.
+pub(crate) fn check_run_into(
+    parent: &Path,
+    own: &Path,
+    shard: Option<(u32, u32)>,
+) -> Result<Around, String> {
+    let holds_shards = |dir: &Path| {
+        shard_dirs(&[dir.to_path_buf()]).map(|dirs| {
+            let names: Vec<String> = dirs
+                .iter()
+                .take(3)
+                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            let more = if dirs.len() > 3 { ", ..." } else { "" };
+            format!("{}{more}", names.join(", "))
+        })
+    };
+    if let Some(names) = holds_shards(own) {
+        let (k, n) = shard.unwrap_or((0, 2));
+        return Err(format!(
+            "{} holds the shard directories of a job ({names}), and is none of them: a run here \
+             would send every prompt again with a budget of its own. Run a shard (--shard K/N, \
+             e.g. --shard {k}/{n}, or --shard auto), see the job with `harvest status {}`, or \
+             give another output_dir",
+            own.display(),
+            own.display()
+        ));
+    }
+    let mut around = Around {
+        siblings_spent: Usd::ZERO,
+        siblings: 0,
+    };
+    let Some((k, n)) = shard else {
+        return Ok(around);
+    };
+    let Some(dirs) = shard_dirs(&[parent.to_path_buf()]) else {
+        return Ok(around);
+    };
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    for f in read(&dirs)? {
+        let Some((sk, sn)) = f
+            .manifest
+            .as_ref()
+            .and_then(|m| m.shard.as_deref())
+            .and_then(parse)
+        else {
+            continue;
+        };
+        if sn != n {
+            return Err(format!(
+                "{} holds shard {sk}/{sn} of this job: --shard {k}/{n} would split the ids \
+                 another way and send again what those shards answered. Run the job's shards \
+                 as --shard K/{sn}, or give another output_dir for a new job",
+                f.dir.display()
+            ));
+        }
+        if sk != k && !same(&f.dir, own) {
+            around.siblings_spent += f.spent;
+            around.siblings += 1;
+        }
+    }
+    Ok(around)
 }
 
 /// Reads each directory's manifest, state and ledger.
@@ -275,6 +364,52 @@ mod tests {
             snapshot: Some(snapshot),
             spent: Usd::from_f64(usd),
         }
+    }
+
+    #[test]
+    fn a_run_beside_a_jobs_shards_stays_within_the_job() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let out = tmp.path().join("out");
+        for k in 0..3 {
+            let dir = out.join(format!("shard-{k}-of-3"));
+            std::fs::create_dir_all(&dir).expect("dir");
+            let m = found("", Some(&format!("{k}/3")), "m", 0, 0.0).manifest;
+            std::fs::write(
+                manifest_path(&dir),
+                serde_json::to_string(&m).expect("json"),
+            )
+            .expect("manifest");
+        }
+        let whole = check_run_into(&out, &out, None).expect_err("a whole-job run");
+        assert!(
+            whole.contains(
+                "holds the shard directories of a job (shard-0-of-3, shard-1-of-3, \
+                 shard-2-of-3), and is none of them"
+            ),
+            "{whole}"
+        );
+        let other = check_run_into(&out, &out.join("shard-0-of-4"), Some((0, 4)))
+            .expect_err("another split");
+        assert!(
+            other.contains("holds shard 0/3 of this job: --shard 0/4"),
+            "{other}"
+        );
+        // Given as its own directory, the parent is refused too.
+        assert!(check_run_into(&out, &out, Some((1, 3))).is_err());
+        let own = check_run_into(&out, &out.join("shard-1-of-3"), Some((1, 3))).expect("shard");
+        assert_eq!(own.siblings, 2, "the other two shards count");
+        // A shard elsewhere (--shard-dir) still counts the job's shards beside the parent.
+        let away = tmp.path().join("scratch");
+        let there = check_run_into(&out, &away, Some((1, 3))).expect("shard");
+        assert_eq!(there.siblings, 2);
+        // Nothing there yet: a first run.
+        let fresh = tmp.path().join("new");
+        assert_eq!(
+            check_run_into(&fresh, &fresh, None)
+                .expect("fresh")
+                .siblings,
+            0
+        );
     }
 
     #[test]

@@ -30,16 +30,24 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
         .map(|spec| super::shard::shard_from(spec, args.shards, &env))
         .transpose()
         .map_err(BadInput)?;
-    match shard {
-        Some(s) => {
-            let notes = super::shard::apply(&mut cfg, s, args.shard_dir.as_deref());
-            if !args.detached_child {
-                for n in notes {
-                    eprintln!("harvest: {n}");
-                }
-            }
+    let (parent, job_budget) = (cfg.output_dir.clone(), cfg.budget_usd);
+    let mut notes = match shard {
+        Some(s) => super::shard::apply(&mut cfg, s, args.shard_dir.as_deref()),
+        None => {
+            super::shard::needs_shard(&cfg).map_err(BadInput)?;
+            Vec::new()
         }
-        None => super::shard::needs_shard(&cfg).map_err(BadInput)?,
+    };
+    let around = super::job::check_run_into(&parent, &cfg.output_dir, shard).map_err(BadInput)?;
+    if let Some((k, n)) = shard {
+        notes.extend(
+            super::shard::within_job(&mut cfg, (k, n), job_budget, &around).map_err(BadInput)?,
+        );
+    }
+    if !args.detached_child {
+        for n in notes {
+            eprintln!("harvest: {n}");
+        }
     }
     if let Some(kinds) = &args.retry_rejects {
         check_reject_kinds(kinds).map_err(BadInput)?;

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::job::Around;
 use crate::config::Config;
+use crate::domain::Usd;
 use crate::store::prompts::parse_shard;
 
 /// The environment variables `--shard auto` reads, in the order they are tried.
@@ -50,13 +52,27 @@ pub(crate) fn shard_from(
         (k, n, "JOB_COMPLETION_INDEX")
     } else if let Some(id) = number("SLURM_ARRAY_TASK_ID")? {
         let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-        let n = match from_env_n()? {
-            Some(n) => n,
-            None => number("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
-                "--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not: \
-                 pass --shards N"
-                    .to_string()
-            })?,
+        // Two counts that disagree split the ids two ways: some shards would send ids that
+        // others also send, and some ids no shard would send.
+        let n = match (from_env_n()?, number("SLURM_ARRAY_TASK_COUNT")?) {
+            (Some(n), Some(slurm)) if n != slurm => {
+                let given = if shards.is_some() {
+                    "--shards"
+                } else {
+                    "HARVEST_SHARDS"
+                };
+                return Err(format!(
+                    "--shard auto: {given} says {n} shards but SLURM_ARRAY_TASK_COUNT says \
+                     {slurm}: the shards would split the ids two ways. Make them agree, or \
+                     drop {given}"
+                ));
+            }
+            (Some(n), _) | (None, Some(n)) => n,
+            (None, None) => {
+                return Err("--shard auto: SLURM_ARRAY_TASK_ID is set but \
+                            SLURM_ARRAY_TASK_COUNT is not: pass --shards N"
+                    .to_string());
+            }
         };
         let k = id.checked_sub(min).ok_or_else(|| {
             format!("--shard auto: SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")
@@ -109,6 +125,38 @@ pub(crate) fn apply(cfg: &mut Config, (k, n): (u32, u32), dir: Option<&Path>) ->
     notes
 }
 
+/// Keeps shard `(k, n)`'s budget within what the job's other shards left of the job's
+/// `budget_usd` (`job`): their ledgers, as found beside it, count (reliability-probe-4 N6:
+/// shards whose budgets add up past the job's would spend past it). Refused when nothing is
+/// left; a note when the budget shrinks.
+pub(crate) fn within_job(
+    cfg: &mut Config,
+    (k, n): (u32, u32),
+    job: f64,
+    around: &Around,
+) -> Result<Vec<String>, String> {
+    if around.siblings == 0 {
+        return Ok(Vec::new());
+    }
+    let left = Usd::from_f64(job).saturating_sub(around.siblings_spent);
+    if left <= Usd::ZERO {
+        return Err(format!(
+            "shard {k}/{n}: the job's budget_usd ${job:.2} is spent: its other {} shards were \
+             billed {}. Raise budget_usd to go on",
+            around.siblings, around.siblings_spent
+        ));
+    }
+    if left.as_f64() >= cfg.budget_usd {
+        return Ok(Vec::new());
+    }
+    cfg.budget_usd = left.as_f64();
+    Ok(vec![format!(
+        "shard {k}/{n}: budget {left}: what the job's budget_usd ${job:.2} leaves after its other \
+         {} shards' {}",
+        around.siblings, around.siblings_spent
+    )])
+}
+
 /// A config whose key variable names `{shard}` needs a shard to fill it.
 pub(crate) fn needs_shard(cfg: &Config) -> Result<(), String> {
     if cfg.api_key_env.contains("{shard}") {
@@ -144,6 +192,9 @@ mod tests {
             ("a Slurm array from 0", "auto", None, &[("SLURM_ARRAY_TASK_ID", "2"), ("SLURM_ARRAY_TASK_COUNT", "3")], Ok((2, 3))),
             ("a Slurm array from 1", "auto", None, &[("SLURM_ARRAY_TASK_ID", "1"), ("SLURM_ARRAY_TASK_MIN", "1"), ("SLURM_ARRAY_TASK_COUNT", "3")], Ok((0, 3))),
             ("an index past the count", "auto", None, &[("SLURM_ARRAY_TASK_ID", "3"), ("SLURM_ARRAY_TASK_COUNT", "3")], Err("--shard 3/3: k must be in 0..n")),
+            ("a Slurm array and HARVEST_SHARDS that agree", "auto", None, &[("SLURM_ARRAY_TASK_ID", "1"), ("SLURM_ARRAY_TASK_COUNT", "3"), ("HARVEST_SHARDS", "3")], Ok((1, 3))),
+            ("a Slurm array and HARVEST_SHARDS that disagree", "auto", None, &[("SLURM_ARRAY_TASK_ID", "1"), ("SLURM_ARRAY_TASK_COUNT", "3"), ("HARVEST_SHARDS", "4")], Err("--shard auto: HARVEST_SHARDS says 4 shards but SLURM_ARRAY_TASK_COUNT says 3")),
+            ("a Slurm array and --shards that disagree", "auto", Some(2), &[("SLURM_ARRAY_TASK_ID", "1"), ("SLURM_ARRAY_TASK_COUNT", "3")], Err("--shard auto: --shards says 2 shards but SLURM_ARRAY_TASK_COUNT says 3")),
             ("a variable that is not a number", "auto", Some(2), &[("JOB_COMPLETION_INDEX", "one")], Err("--shard auto: JOB_COMPLETION_INDEX=\"one\" is not")),
             ("no scheduler", "auto", Some(2), &[], Err("--shard auto: no scheduler's shard index")),
         ];
@@ -197,5 +248,53 @@ mod tests {
             "{notes:?}"
         );
         assert!(needs_shard(&cfg("")).is_ok());
+    }
+
+    #[test]
+    fn a_shard_spends_no_more_than_its_siblings_left_of_the_job() {
+        let around = |usd: f64, siblings: usize| Around {
+            siblings_spent: Usd::from_f64(usd),
+            siblings,
+        };
+        let cfg = |budget: f64| {
+            let mut c = Config::parse_unchecked(
+                "output_dir = \"out\"\n[[dataset]]\nname = \"a\"\nprompts = \"a.jsonl\"\n",
+                Path::new("/job/harvest.toml"),
+            )
+            .expect("config");
+            c.budget_usd = budget;
+            c
+        };
+        // (what, the shard's budget, the job's, the siblings' spend and count, the budget after
+        // or the error's start)
+        type Case = (
+            &'static str,
+            f64,
+            f64,
+            f64,
+            usize,
+            Result<f64, &'static str>,
+        );
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            ("no siblings", 40.0, 90.0, 0.0, 0, Ok(40.0)),
+            ("the default share always fits", 30.0, 90.0, 60.0, 2, Ok(30.0)),
+            ("shard budgets that add up past the job's", 40.0, 90.0, 80.0, 2, Ok(10.0)),
+            ("the siblings spent it all", 40.0, 90.0, 90.0, 2, Err("shard 2/3: the job's budget_usd $90.00 is spent")),
+        ];
+        for (what, budget, job, spent, siblings, want) in cases {
+            let mut c = cfg(*budget);
+            match (
+                within_job(&mut c, (2, 3), *job, &around(*spent, *siblings)),
+                want,
+            ) {
+                (Ok(notes), Ok(after)) => {
+                    assert_eq!(c.budget_usd, *after, "{what}");
+                    assert_eq!(notes.is_empty(), after == budget, "{what}: {notes:?}");
+                }
+                (Err(e), Err(start)) => assert!(e.starts_with(start), "{what}: {e}"),
+                (got, _) => panic!("{what}: {got:?}"),
+            }
+        }
     }
 }

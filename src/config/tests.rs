@@ -102,6 +102,10 @@ dataset = [{ name = "a", prompts = "a" }]
 budget_usd = -5.0
 dataset = [{ name = "a", prompts = "a" }]
 => harvest.toml:1: budget_usd: must be a number > 0, got -5
+budget_usd = 10.0
+shard_budget_usd = 12.5
+dataset = [{ name = "a", prompts = "a" }]
+=> harvest.toml:2: shard_budget_usd: is 12.5 USD, more than the whole job's budget_usd 10 USD
 base_url = "openrouter.ai"
 dataset = [{ name = "a", prompts = "a" }]
 => harvest.toml:1: base_url: must be an http:// or https:// URL
@@ -188,7 +192,7 @@ fn bad_configs_name_file_line_and_key() {
         text.clear();
         cases += 1;
     }
-    assert_eq!(cases, 30);
+    assert_eq!(cases, 31);
 }
 
 #[test]

@@ -37,6 +37,14 @@ impl Config {
             positive(c, "shard_budget_usd", b)?;
             let msg = format!("must be at most {MAX_BUDGET_USD} USD, got {b}");
             c.ensure(b <= MAX_BUDGET_USD, "shard_budget_usd", msg)?;
+            // A shard's budget is a part of the job's: one larger than the whole would let one
+            // shard spend past what the operator allowed for all of them.
+            let msg = format!(
+                "is {b} USD, more than the whole job's budget_usd {} USD: a shard's budget is a \
+                 part of the job's",
+                self.budget_usd
+            );
+            c.ensure(b <= self.budget_usd, "shard_budget_usd", msg)?;
         }
         let conc_ok = (1..=100_000).contains(&self.concurrency);
         c.ensure(conc_ok, "concurrency", "must be between 1 and 100000")?;

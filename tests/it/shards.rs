@@ -159,7 +159,100 @@ async fn three_shards_at_once_make_one_job_each_id_once_and_the_bill_summed() {
         err.contains("holds the rows of shard 0/3, not of shard 1/3"),
         "{err}"
     );
+
+    the_job_stays_one_job(&d, &sim, n).await;
     sim.stop().await;
+}
+
+/// After the job: nothing buys its prompts again (reliability-probe-4 N6, N9). A whole-job
+/// run into its parent directory and a shard of another split are refused before any
+/// request; `estimate` on the job's config reads the shards' records (nothing left, the
+/// spend the bill); an export of a job with one shard in two directories is refused.
+async fn the_job_stays_one_job(d: &std::path::Path, sim: &harvest::sim::SimHandle, n: u64) {
+    let requests = sim.state.requests_since(0).len();
+    let whole = std::fs::read_to_string(d.join("harvest.toml"))
+        .expect("config")
+        .replace("SHARD_KEY_{shard}", "WHOLE_KEY");
+    std::fs::write(d.join("whole.toml"), whole).expect("config");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .current_dir(d)
+            .args(args)
+            .env("WHOLE_KEY", "sk-or-v1-whole-000000000000")
+            .output()
+            .expect("run");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["run", "--headless", "-c", "whole.toml"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("holds the shard directories of a job (shard-0-of-3, shard-1-of-3, shard-2-of-3), and is none of them"),
+        "{err}"
+    );
+    let (code, err) = run(&["run", "--headless", "-c", "whole.toml", "--shard", "0/4"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("holds shard 0/3 of this job: --shard 0/4 would split the ids another way"),
+        "{err}"
+    );
+    assert!(
+        !d.join("out/shard-0-of-4").exists(),
+        "nothing written for the refused shard"
+    );
+    assert_eq!(sim.state.requests_since(0).len(), requests, "nothing sent");
+
+    let (code, est) = {
+        let o = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .current_dir(d)
+            .args(["estimate", "--json", "-c", "whole.toml"])
+            .env("WHOLE_KEY", "sk-or-v1-whole-000000000000")
+            .output()
+            .expect("estimate");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{est}");
+    let est: serde_json::Value = serde_json::from_str(&est).expect("JSON");
+    let a = &est["datasets"][0];
+    assert_eq!(
+        a["done"].as_u64().expect("done") + a["rejected"].as_u64().expect("rejected"),
+        n,
+        "{a}"
+    );
+    assert_eq!(a["prompts_remaining"], 0, "{a}");
+    assert!(
+        est["assumptions"]
+            .as_array()
+            .expect("assumptions")
+            .iter()
+            .any(|s| s
+                .as_str()
+                .is_some_and(|s| s.contains("holds a job of 3 shard directories"))),
+        "{est}"
+    );
+
+    // One shard in two directories: its rows would be written twice.
+    let copy = d.join("out/shard-0-of-3-copy");
+    std::fs::create_dir(&copy).expect("copy");
+    for e in std::fs::read_dir(d.join("out/shard-0-of-3")).expect("dir") {
+        let e = e.expect("entry");
+        if e.file_type().expect("type").is_file() {
+            std::fs::copy(e.path(), copy.join(e.file_name())).expect("copy");
+        }
+    }
+    let to = d.join("train-mixed");
+    let (code, err) = run(&["export", "out", "--to", to.to_str().expect("path")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("shard 0/3 is in more than one directory: its rows would be written twice"),
+        "{err}"
+    );
+    assert!(!to.exists(), "nothing exported");
 }
 
 /// The `deploy/` files run the commands README documents: the Slurm array script, run as
