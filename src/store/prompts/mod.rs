@@ -22,6 +22,7 @@
 mod format;
 mod ids;
 mod line;
+mod line_runs;
 mod parquet_lines;
 mod reader;
 mod source;
@@ -33,6 +34,7 @@ use crate::openrouter::Message;
 pub use format::PromptFields;
 use format::*;
 pub use ids::*;
+pub use line_runs::LineRuns;
 pub use reader::*;
 pub use source::{FileKind, first_row};
 
@@ -89,7 +91,7 @@ pub struct PromptCount {
     pub duplicates: u64,
     /// Lines whose id appeared on an earlier line, ascending: a reader opened with
     /// [`PromptReader::open_prescanned`] skips them without keeping every id in memory.
-    pub duplicate_lines: Vec<u64>,
+    pub duplicate_lines: LineRuns,
     /// The first duplicates (up to 1,000), in file order, with whether their content differs.
     pub first_duplicates: Vec<Duplicate>,
     /// Duplicates whose conversation differs from the first line's with that id.

@@ -26,11 +26,16 @@ pub struct PromptReader {
     /// millions of prompts is read in one pass with flat memory per line); value: first line.
     pub(super) seen: HashMap<u128, (u64, u64)>,
     /// Every duplicate line found (for [`count_prompts`]).
-    duplicate_lines: Vec<u64>,
+    duplicate_lines: LineRuns,
+    /// The last valid line's bytes (swapped with `buf`, not copied) and what it was: a line
+    /// equal to it is the same prompt again, counted without parsing it (a file of millions
+    /// of copies of one line, reliability-probe-4 N4).
+    last: Vec<u8>,
+    last_was: Option<Duplicate>,
     seen_keys: (std::hash::RandomState, std::hash::RandomState),
-    /// Set by [`PromptReader::open_prescanned`]: the duplicate lines (ascending, next first),
+    /// Set by [`PromptReader::open_prescanned`]: the duplicate lines and the place in them,
     /// instead of `seen`.
-    prescanned: Option<std::collections::VecDeque<u64>>,
+    prescanned: Option<(LineRuns, usize)>,
     duplicates: Vec<Duplicate>,
     duplicate_count: u64,
     differing: u64,
@@ -79,7 +84,9 @@ impl PromptReader {
             line: 0,
             buf: Vec::new(),
             seen: HashMap::new(),
-            duplicate_lines: Vec::new(),
+            duplicate_lines: LineRuns::default(),
+            last: Vec::new(),
+            last_was: None,
             seen_keys: Default::default(),
             prescanned: None,
             duplicates: Vec::new(),
@@ -114,7 +121,7 @@ impl PromptReader {
         );
         r.fields = fields.clone();
         r.file_bytes = file_bytes;
-        r.prescanned = Some(count.duplicate_lines.iter().copied().collect());
+        r.prescanned = Some((count.duplicate_lines.clone(), 0));
         r.counted_bytes = Some(count.bytes);
         Ok(r)
     }
@@ -172,6 +179,46 @@ impl PromptReader {
             line: self.line,
             message,
         }
+    }
+
+    /// Counts a duplicate line.
+    fn count_duplicate(&mut self, dup: &Duplicate) {
+        self.duplicate_count += 1;
+        self.differing += u64::from(dup.differs);
+        self.duplicate_lines.push(dup.line);
+        if self.duplicates.len() < MAX_DUPLICATES_KEPT {
+            self.duplicates.push(dup.clone());
+        }
+    }
+
+    /// Keeps the valid line just read (in `buf`) as the last one, and what it was.
+    fn remember_last(&mut self, was: Duplicate) {
+        std::mem::swap(&mut self.buf, &mut self.last);
+        self.last_was = Some(was);
+    }
+
+    /// The line in `buf` is byte for byte the last valid line (blank and bad lines between
+    /// change nothing): the same prompt again, the same id and conversation, counted as a
+    /// duplicate of the same first line without parsing it.
+    fn repeats_last(&mut self) -> bool {
+        let Some(was) = &self.last_was else {
+            return false;
+        };
+        if self.buf != self.last {
+            return false;
+        }
+        self.duplicate_count += 1;
+        self.differing += u64::from(was.differs);
+        self.duplicate_lines.push(self.line);
+        if self.duplicates.len() < MAX_DUPLICATES_KEPT {
+            self.duplicates.push(Duplicate {
+                id: was.id.clone(),
+                line: self.line,
+                first_line: was.first_line,
+                differs: was.differs,
+            });
+        }
+        true
     }
 
     /// Parses the line in `self.buf` (without its line ending); `Ok(None)` for a blank line.
@@ -266,15 +313,13 @@ impl Iterator for PromptReader {
                             self.buf.pop();
                         }
                     }
-                    if let Some(skip) = self.prescanned.as_mut() {
-                        while skip.front().is_some_and(|&l| l < self.line) {
-                            skip.pop_front();
-                        }
-                        if skip.front() == Some(&self.line) {
-                            skip.pop_front();
+                    if let Some((skip, at)) = self.prescanned.as_mut() {
+                        if skip.holds(self.line, at) {
                             self.duplicate_count += 1;
                             continue;
                         }
+                    } else if self.repeats_last() {
+                        continue;
                     }
                     match self.parse_line() {
                         Ok(None) => {}
@@ -283,21 +328,23 @@ impl Iterator for PromptReader {
                             let key = self.id_key(&prompt.id);
                             let content = self.content_key(&prompt.messages);
                             if let Some(&(first_line, first_content)) = self.seen.get(&key) {
-                                let differs = content != first_content;
-                                self.duplicate_count += 1;
-                                self.differing += u64::from(differs);
-                                self.duplicate_lines.push(prompt.line);
-                                if self.duplicates.len() < MAX_DUPLICATES_KEPT {
-                                    self.duplicates.push(Duplicate {
-                                        id: prompt.id,
-                                        line: prompt.line,
-                                        first_line,
-                                        differs,
-                                    });
-                                }
+                                let dup = Duplicate {
+                                    id: prompt.id,
+                                    line: prompt.line,
+                                    first_line,
+                                    differs: content != first_content,
+                                };
+                                self.count_duplicate(&dup);
+                                self.remember_last(dup);
                                 continue;
                             }
                             self.seen.insert(key, (prompt.line, content));
+                            self.remember_last(Duplicate {
+                                id: prompt.id.clone(),
+                                line: prompt.line,
+                                first_line: prompt.line,
+                                differs: false,
+                            });
                             return Some(Ok(prompt));
                         }
                         Err(message) => return Some(Err(self.error(message))),

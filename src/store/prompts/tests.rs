@@ -219,6 +219,60 @@ fn a_prescanned_reader_skips_the_same_duplicates_without_keeping_ids() {
 }
 
 #[test]
+fn copies_of_one_line_are_counted_as_runs_without_parsing_each() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.jsonl");
+    let a = r#"{"id":"a","prompt":"one"}"#;
+    let a_other = r#"{"id":"a","prompt":"another"}"#;
+    let b = r#"{"id":"b","prompt":"two"}"#;
+    // 5,000 copies of `a`, a bad line and a blank one among them, `b`, then `a` again; then
+    // `a` under another prompt 3,000 times (a duplicate id whose content differs).
+    let mut text = String::new();
+    for i in 0..5_000 {
+        text.push_str(a);
+        text.push('\n');
+        if i == 2_000 {
+            text.push_str("not json\n\n");
+        }
+    }
+    text.push_str(&format!("{b}\n{a}\n"));
+    for _ in 0..3_000 {
+        text.push_str(a_other);
+        text.push('\n');
+    }
+    std::fs::write(&path, &text).expect("write");
+    let count = count_prompts(&path).expect("count");
+    assert_eq!(
+        (count.valid, count.invalid, count.duplicates, count.differing),
+        (2, 1, 4_999 + 1 + 3_000, 3_000)
+    );
+    assert_eq!(count.duplicate_lines.len(), 8_000);
+    // Lines 2..=2001, 2004..=5002 (after the bad and the blank line), then 5004..=8004 (`b` is
+    // line 5,003).
+    assert_eq!(count.duplicate_lines.runs(), 3, "{:?}", count.duplicate_lines);
+    assert_eq!(count.first_duplicates.len(), 1_000);
+    assert!(
+        count
+            .first_duplicates
+            .iter()
+            .all(|d| d.id == "a" && d.first_line == 1 && !d.differs)
+    );
+    // The same as a reader that parses every line, and the prescanned one skips them.
+    let plain: Vec<_> = PromptReader::open(&path).expect("open").collect();
+    let mut slow = PromptReader::open(&path).expect("open");
+    slow.by_ref().for_each(drop);
+    assert_eq!(slow.duplicate_count(), count.duplicates);
+    let pre: Vec<_> = PromptReader::open_prescanned(&path, &PromptFields::default(), &count)
+        .expect("open")
+        .collect();
+    let ids = |v: &[Result<Prompt, PromptError>]| -> Vec<(String, u64)> {
+        v.iter().flatten().map(|p| (p.id.clone(), p.line)).collect()
+    };
+    assert_eq!(ids(&pre), ids(&plain));
+    assert_eq!(ids(&pre), [("a".to_string(), 1), ("b".to_string(), 5_003)]);
+}
+
+#[test]
 fn duplicate_ids_are_told_apart_by_content() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("p.jsonl");
