@@ -495,3 +495,63 @@ async fn parquet_binary_string_columns_are_read_as_text() {
     );
     sim.stop().await;
 }
+
+/// A Parquet row too long for any prompt (reliability-probe-4 N4: a 33 KB file whose one
+/// string is 1 GB passed `--check` at 5.26 GB): the page headers say so before a page is
+/// decompressed, and `init`, `run --check` and `run` refuse the file naming it, the row group
+/// and the column, with nothing sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parquet_value_longer_than_a_prompt_is_refused_before_it_is_read() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    // 64 rows a row group: the 65th, alone in the second, is 20 MiB of one letter. (Beside
+    // other rows in its page it would be read and refused as a line longer than 16 MiB.)
+    let mut rows: Vec<Vec<Option<String>>> = (0..65)
+        .map(|i| vec![Some(format!("r{i}")), Some(format!("Explain topic {i}."))])
+        .collect();
+    rows[64][1] = Some("z".repeat(20 << 20));
+    crate::common::parquet::write_text(&d.join("big.parquet"), &["id", "prompt"], &rows);
+    assert!(
+        std::fs::metadata(d.join("big.parquet"))
+            .expect("file")
+            .len()
+            < 3 << 20,
+        "the file is small; its value is not"
+    );
+    let cfg = d.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n\
+             [[dataset]]\nname = \"Y\"\nprompts = \"big.parquet\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let want = "row group 1 (rows from 65), column \"prompt\": a page of";
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .args(["run", "--check", "-c"])
+        .arg(&cfg)
+        .env("HARVEST_PF_KEY", "sk-or-v1-pf")
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{err}");
+    assert!(err.contains("big.parquet") && err.contains(want), "{err}");
+    assert!(err.contains("one is longer than 16 MiB"), "{err}");
+    let (code, err) = headless(cfg).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(want), "{err}");
+    let init = std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .current_dir(d)
+        .args(["init", "big.parquet", "-o", "init.toml", "--base-url"])
+        .arg(sim.base_url())
+        .output()
+        .expect("init");
+    let err = String::from_utf8_lossy(&init.stderr);
+    assert_ne!(init.status.code(), Some(0), "{err}");
+    assert!(err.contains(want), "{err}");
+    assert!(sim.state.requests_since(0).is_empty(), "nothing sent");
+    sim.stop().await;
+}

@@ -56,7 +56,11 @@ mod tests {
         for l in [3, 4, 5, 9, 11, 12, 12, 2] {
             s.push(l);
         }
-        assert_eq!((s.len(), s.runs()), (6, 3), "a repeat and a step back add nothing");
+        assert_eq!(
+            (s.len(), s.runs()),
+            (6, 3),
+            "a repeat and a step back add nothing"
+        );
         let mut at = 0;
         let held: Vec<u64> = (1..=14).filter(|&l| s.holds(l, &mut at)).collect();
         assert_eq!(held, [3, 4, 5, 9, 11, 12]);

@@ -24,6 +24,7 @@ mod ids;
 mod line;
 mod line_runs;
 mod parquet_lines;
+mod parquet_pages;
 mod reader;
 mod source;
 #[cfg(test)]

@@ -30,6 +30,7 @@ impl ParquetLines {
         let file = File::open(path)?;
         let file_len = file.metadata()?.len();
         let reader = SerializedFileReader::new(file).map_err(invalid)?;
+        refuse_large_pages(path, reader.metadata())?;
         let rows_total = u64::try_from(reader.metadata().file_metadata().num_rows()).unwrap_or(0);
         Ok(ParquetLines {
             rows: RowIter::from_file_into(Box::new(reader)),
@@ -41,6 +42,49 @@ impl ParquetLines {
             rows_done: 0,
         })
     }
+}
+
+/// Reads every page header before any page: a page too large for a prompt file, or holding a
+/// value longer than a prompt line may be, is refused before it is decompressed
+/// (reliability-probe-4 N4; see [`super::parquet_pages`]).
+fn refuse_large_pages(
+    path: &Path,
+    meta: &parquet::file::metadata::ParquetMetaData,
+) -> std::io::Result<()> {
+    let mut file = std::io::BufReader::with_capacity(1 << 14, File::open(path)?);
+    let mut first_row = 0u64;
+    for (g, group) in meta.row_groups().iter().enumerate() {
+        for column in group.columns() {
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let (Ok(start), Ok(len)) = (
+                u64::try_from(start),
+                u64::try_from(column.compressed_size()),
+            ) else {
+                return Err(invalid(format!(
+                    "row group {g}, column {}: a negative offset or size",
+                    column.column_path()
+                )));
+            };
+            let max_row = super::line::MAX_LINE_BYTES as u64;
+            let walked = super::parquet_pages::walk_chunk(&mut file, start, len, &mut |page| {
+                super::parquet_pages::too_large(page, max_row).map_or(Ok(()), Err)
+            })?;
+            if let Err(why) = walked {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "row group {g} (rows from {}), column {}: {why}",
+                        first_row + 1,
+                        column.column_path()
+                    ),
+                ));
+            }
+        }
+        first_row += u64::try_from(group.num_rows()).unwrap_or(0);
+    }
+    Ok(())
 }
 
 /// A row as a JSON object, its binary columns (BYTE_ARRAY without a String annotation, as Hive,

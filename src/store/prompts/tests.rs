@@ -243,13 +243,23 @@ fn copies_of_one_line_are_counted_as_runs_without_parsing_each() {
     std::fs::write(&path, &text).expect("write");
     let count = count_prompts(&path).expect("count");
     assert_eq!(
-        (count.valid, count.invalid, count.duplicates, count.differing),
+        (
+            count.valid,
+            count.invalid,
+            count.duplicates,
+            count.differing
+        ),
         (2, 1, 4_999 + 1 + 3_000, 3_000)
     );
     assert_eq!(count.duplicate_lines.len(), 8_000);
     // Lines 2..=2001, 2004..=5002 (after the bad and the blank line), then 5004..=8004 (`b` is
     // line 5,003).
-    assert_eq!(count.duplicate_lines.runs(), 3, "{:?}", count.duplicate_lines);
+    assert_eq!(
+        count.duplicate_lines.runs(),
+        3,
+        "{:?}",
+        count.duplicate_lines
+    );
     assert_eq!(count.first_duplicates.len(), 1_000);
     assert!(
         count
