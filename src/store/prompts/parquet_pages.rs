@@ -26,11 +26,12 @@ pub(super) struct PageSize {
 pub(super) fn too_large(p: PageSize, max_row: u64) -> Option<String> {
     if p.uncompressed > MAX_PAGE_BYTES {
         return Some(format!(
-            "a page of {} bytes uncompressed ({} values), more than the {} MiB harvest reads at \
-             once: rewrite the file with smaller pages (pyarrow: write_table(..., \
+            "a page of {} bytes uncompressed ({} value{}), more than the {} MiB harvest reads \
+             at once: rewrite the file with smaller pages (pyarrow: write_table(..., \
              data_page_size=1 << 20))",
             p.uncompressed,
             p.values,
+            if p.values == 1 { "" } else { "s" },
             MAX_PAGE_BYTES >> 20
         ));
     }
