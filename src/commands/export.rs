@@ -60,18 +60,40 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         None => None,
     };
     let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
-    let exported = export_all(&dirs, &names, &prompts, &args.to, &opts, template.as_ref())?;
+    let exported = export_all(&dirs, &names, &prompts, &args.to, &opts, template.as_ref())
+        .map_err(|e| match e {
+            // The template is what the user gave: a bad input, as a template that does not
+            // compile is.
+            e @ crate::export::ExportError::TemplateFailsEveryRow { .. } => {
+                anyhow::Error::from(BadInput(e.to_string()))
+            }
+            e => e.into(),
+        })?;
     // A pipe into `head` may close: the files are written by now, so stop printing quietly.
     let mut out = Out::default();
     if args.json {
         out.line(&serde_json::to_string_pretty(&json_report(&exported))?);
-        return Ok(());
+        return nothing_exported(&exported.counts);
     }
     if args.show.is_some() {
         out.write(&show(&exported.samples));
     }
     out.write(&render(&exported.counts, &args.to));
     out.write(&stale_files(&args.to, &names));
+    nothing_exported(&exported.counts)
+}
+
+/// An export that wrote no success row from answers it had is a failure a script must see
+/// (a template or a filter that refuses every row), not exit 0 with an empty training set.
+fn nothing_exported(counts: &[Counts]) -> anyhow::Result<()> {
+    let success: u64 = counts.iter().map(|c| c.success).sum();
+    let refused: u64 = counts.iter().map(|c| c.error + c.skipped).sum();
+    if success == 0 && refused > 0 {
+        anyhow::bail!(
+            "no row was exported: all {refused} were errors or skipped (their reasons are in \
+             the .error.ndjson and .skipped.ndjson files)"
+        );
+    }
     Ok(())
 }
 
@@ -245,5 +267,31 @@ mod tests {
             refuse_output_dir(&src, &src.join("x")).is_err(),
             "the source itself"
         );
+    }
+
+    #[test]
+    fn an_export_with_answers_and_no_success_row_fails() {
+        let counts = |success, error, skipped| Counts {
+            success,
+            error,
+            skipped,
+            ..Counts::default()
+        };
+        // (what, the datasets' success, error and skipped, fails)
+        type Case = (&'static str, &'static [(u64, u64, u64)], bool);
+        let cases: &[Case] = &[
+            ("rows exported", &[(3, 1, 1)], false),
+            (
+                "one dataset of two exported",
+                &[(0, 2, 0), (1, 0, 0)],
+                false,
+            ),
+            ("every row refused", &[(0, 2, 3)], true),
+            ("nothing run yet", &[(0, 0, 0)], false),
+        ];
+        for (what, datasets, fails) in cases {
+            let c: Vec<Counts> = datasets.iter().map(|&(s, e, k)| counts(s, e, k)).collect();
+            assert_eq!(nothing_exported(&c).is_err(), *fails, "{what}");
+        }
     }
 }

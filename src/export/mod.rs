@@ -93,6 +93,16 @@ pub enum ExportError {
     Template(#[from] template::TemplateError),
     #[error("--format text renders every row through a chat template: give --chat-template")]
     NoTemplate,
+    /// The template failed the same way on the first rows it rendered, and on none it
+    /// succeeded: it would fail on every row, each at the cost of its fuel.
+    #[error(
+        "the chat template failed the same way on the first {rows} rows it rendered, and \
+         rendered none: stopped, as it would fail on every row. The first: {first}"
+    )]
+    TemplateFailsEveryRow {
+        rows: u32,
+        first: template::TemplateError,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -137,6 +147,41 @@ pub struct Counts {
     /// Rows of an id already exported from an earlier directory (shards exported as one job,
     /// one of them present twice): left out, so that the union holds each id once.
     pub duplicates: u64,
+}
+
+/// A template that fails this many rows the same way before it renders one is stopped.
+const FAIL_FAST_ROWS: u32 = 5;
+
+/// The first renderings of an export: whether the template fails every row the same way.
+#[derive(Default)]
+struct FirstRenderings {
+    /// A rendering succeeded: the template works, and the rows that fail are the rows' own.
+    rendered_one: bool,
+    /// The first failure, and how many failed with its cause since.
+    first: Option<template::TemplateError>,
+    same: u32,
+}
+
+impl FirstRenderings {
+    /// Notes one answer's renderings; true when the export should stop.
+    fn note(&mut self, rendered: u64, failure: Option<template::TemplateError>) -> bool {
+        if rendered > 0 {
+            self.rendered_one = true;
+        }
+        if self.rendered_one {
+            return false;
+        }
+        let Some(e) = failure else {
+            return false;
+        };
+        match &self.first {
+            Some(first) if first.cause() != e.cause() => return false,
+            Some(_) => {}
+            None => self.first = Some(e),
+        }
+        self.same += 1;
+        self.same >= FAIL_FAST_ROWS
+    }
 }
 
 /// How many ids of rows whose reasoning the template drops are named.
@@ -314,13 +359,22 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
         c.duplicates += u64::from(again);
         !again
     };
+    let mut firsts = FirstRenderings::default();
+    let mut stopped: Option<ExportError> = None;
     for dir in job.dirs {
         let outputs = scan::read_file(&output_path(dir, name), |r: OutputRecord| {
-            if !first_time(&r.id, &mut c) {
+            if stopped.is_some() || !first_time(&r.id, &mut c) {
                 return;
             }
             let room = o.samples.saturating_sub(samples.len());
-            let a = answer_rows(job, name, r, room);
+            let mut a = answer_rows(job, name, r, room);
+            if firsts.note(a.rendered, a.template_failure.take()) {
+                stopped = Some(ExportError::TemplateFailsEveryRow {
+                    rows: firsts.same,
+                    first: firsts.first.take().expect("a first failure"),
+                });
+                return;
+            }
             if a.which == SUCCESS {
                 c.without_system += u64::from(a.without_system);
                 c.rendered += a.rendered;
@@ -338,7 +392,7 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
         })?;
         c.unreadable += outputs.damaged + rejects.damaged;
     }
-    if let Some(e) = failed {
+    if let Some(e) = stopped.or(failed) {
         return Err(e);
     }
     sink.finish()?;
@@ -357,6 +411,8 @@ struct AnswerRows {
     shown: Vec<Sample>,
     /// A SpecForge or ShareGPT row without a system turn.
     without_system: bool,
+    /// The template refused the row.
+    template_failure: Option<template::TemplateError>,
 }
 
 impl AnswerRows {
@@ -368,6 +424,7 @@ impl AnswerRows {
             dropped: Vec::new(),
             shown: Vec::new(),
             without_system: false,
+            template_failure: None,
         }
     }
 }
@@ -421,7 +478,9 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
             Some(Err(e)) => {
                 // The trainer renders the row through the same template: it would fail there too.
                 let why = format!("the chat template refuses the row: {e}");
-                return AnswerRows::one(ERROR, refused("error", why));
+                let mut a = AnswerRows::one(ERROR, refused("error", why));
+                a.template_failure = Some(e);
+                return a;
             }
         };
         if let Some(text) = &text {

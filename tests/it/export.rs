@@ -97,6 +97,44 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
     // SpecForge's own validator on the success file.
     let said = crate::common::specforge_validates(&to.join("A.jsonl"));
     assert!(said.contains(&format!("rows: {}", n("success"))), "{said}");
+
+    // A template that loops on every row stops the export with exit 2 after its first rows
+    // (issue #37 item 5), in seconds where it took 0.74 s a row.
+    let looping = d.join("loop.jinja");
+    std::fs::write(
+        &looping,
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    )
+    .expect("template");
+    let export = |extra: &[&std::ffi::OsStr], into: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .arg("export")
+            .arg(&out)
+            .arg("--to")
+            .arg(d.join(into))
+            .args(extra)
+            .output()
+            .expect("export");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, said) = export(
+        &[
+            "--format".as_ref(),
+            "text".as_ref(),
+            "--chat-template".as_ref(),
+            looping.as_os_str(),
+        ],
+        "looped",
+    );
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("failed the same way on the first 5 rows it rendered")
+            && said.contains("loop.jinja"),
+        "{said}"
+    );
     sim.stop().await;
 }
 

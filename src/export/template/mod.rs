@@ -34,7 +34,20 @@ pub enum TemplateError {
         path: PathBuf,
         id: String,
         msg: String,
+        /// What failed, without what is particular to the row (`line 3: out of fuel`): two
+        /// rows that fail with the same cause fail the same way.
+        cause: String,
     },
+}
+
+impl TemplateError {
+    /// The cause of a rendering's failure, the same for every row that fails the same way.
+    pub fn cause(&self) -> Option<&str> {
+        match self {
+            TemplateError::Render { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
 }
 
 /// A compiled chat template with the special tokens its file gave.
@@ -64,6 +77,14 @@ const NAME: &str = "chat_template";
 /// takes a few million; a loop of 10^10 steps or a string doubled 40 times stops in a second
 /// with an error instead of hanging or exhausting memory (reliability-probe-3 D11).
 const FUEL: u64 = 20_000_000;
+
+/// What one rendering may write: 1 MiB, and 8 bytes for each byte of the row (its messages
+/// and tools as JSON). A chat template adds a few tokens a turn; a filter such as
+/// `tojson(indent=300000)` is charged no fuel for what it makes and wrote 2.4 GB for 113 rows
+/// (reliability-probe-4 D11).
+fn output_cap(row_bytes: usize) -> usize {
+    (1 << 20) + row_bytes.saturating_mul(8)
+}
 
 /// A special token as `tokenizer_config.json` writes it: a string, or `{"content": ...}`.
 fn token(v: Option<&Value>) -> String {
@@ -248,17 +269,37 @@ impl ChatTemplate {
             path: self.path.clone(),
             id: id.to_string(),
             msg: describe(&e),
+            cause: match e.line() {
+                Some(n) => format!("line {n}: {}", e.kind()),
+                None => e.kind().to_string(),
+            },
         };
         let t = self.env.get_template(NAME).map_err(fail)?;
-        t.render(context! {
-            messages => Serde(messages),
-            add_generation_prompt => false,
-            bos_token => &self.bos_token,
-            eos_token => &self.eos_token,
-            tools => Serde(tools),
-            ..minijinja::value::Value::from(Serde(&self.kwargs))
-        })
-        .map_err(fail)
+        let text = t
+            .render(context! {
+                messages => Serde(messages),
+                add_generation_prompt => false,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+                tools => Serde(tools),
+                ..minijinja::value::Value::from(Serde(&self.kwargs))
+            })
+            .map_err(fail)?;
+        let row_bytes = messages.to_string().len() + tools.to_string().len();
+        let cap = output_cap(row_bytes);
+        if text.len() > cap {
+            return Err(TemplateError::Render {
+                path: self.path.clone(),
+                id: id.to_string(),
+                msg: format!(
+                    "it wrote {} bytes for a row of {row_bytes}, more than the {cap} a chat \
+                     template may (1 MiB and 8 bytes a byte of the row)",
+                    text.len()
+                ),
+                cause: "wrote more than a chat template may".to_string(),
+            });
+        }
+        Ok(text)
     }
 }
 
@@ -349,6 +390,39 @@ mod tests {
             .to_string();
         assert!(err.contains("rendering row row-7"), "{err}");
         assert!(err.contains("a system turn first"), "{err}");
+    }
+
+    /// A filter that writes far more than the row (reliability-probe-4 D11: `tojson` with a
+    /// huge indent wrote 2.4 GB for 113 rows) fails the row; a real rendering is a few tokens
+    /// a turn more than the row.
+    #[test]
+    fn a_rendering_may_write_only_so_much_more_than_its_row() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = write(
+            dir.path(),
+            "indent.jinja",
+            "{{ messages|tojson(indent=300000) }}",
+        );
+        let t = ChatTemplate::load(&p).expect("compiles");
+        let err = t
+            .render(
+                "r",
+                &json!([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]),
+            )
+            .expect_err("capped");
+        assert_eq!(err.cause(), Some("wrote more than a chat template may"));
+        assert!(err.to_string().contains("more than the"), "{err}");
+        let p = write(
+            dir.path(),
+            "plain.jinja",
+            "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}",
+        );
+        let t = ChatTemplate::load(&p).expect("compiles");
+        let long = "word ".repeat(300_000);
+        let text = t
+            .render("r", &json!([{"role": "user", "content": long}]))
+            .expect("a long row renders");
+        assert!(text.len() > 1 << 20);
     }
 
     /// Templates that would never end, or would take all memory, stop with an error.
