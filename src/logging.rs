@@ -16,6 +16,9 @@ pub fn to_stderr() {
         .with_env_filter(filter("warn"))
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour codes only for a person at a terminal, not into a file or a pipe
+        // (reliability-probe-4 N12).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 

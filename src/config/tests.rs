@@ -201,7 +201,8 @@ fn a_budget_beyond_the_dollar_counters_is_refused_with_the_limit() {
         .expect_err("too big")
         .to_string();
     assert!(
-        err.contains("harvest.toml:1: budget_usd: must be at most 9000000 USD"),
+        err.contains("harvest.toml:1: budget_usd: must be at most 9000000 USD")
+            && err.ends_with("got 1e300"),
         "{err}"
     );
     let c = parse("budget_usd = 9e6\ndataset = [{ name = \"a\", prompts = \"a\" }]\n")

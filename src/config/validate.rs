@@ -30,19 +30,20 @@ impl Config {
         let msg = format!(
             "must be at most {MAX_BUDGET_USD} USD (the most harvest's dollar counters hold with \
              room to spare), got {}",
-            self.budget_usd
+            shown(self.budget_usd)
         );
         c.ensure(self.budget_usd <= MAX_BUDGET_USD, "budget_usd", msg)?;
         if let Some(b) = self.shard_budget_usd {
             positive(c, "shard_budget_usd", b)?;
-            let msg = format!("must be at most {MAX_BUDGET_USD} USD, got {b}");
+            let msg = format!("must be at most {MAX_BUDGET_USD} USD, got {}", shown(b));
             c.ensure(b <= MAX_BUDGET_USD, "shard_budget_usd", msg)?;
             // A shard's budget is a part of the job's: one larger than the whole would let one
             // shard spend past what the operator allowed for all of them.
             let msg = format!(
-                "is {b} USD, more than the whole job's budget_usd {} USD: a shard's budget is a \
+                "is {} USD, more than the whole job's budget_usd {} USD: a shard's budget is a \
                  part of the job's",
-                self.budget_usd
+                shown(b),
+                shown(self.budget_usd)
             );
             c.ensure(b <= self.budget_usd, "shard_budget_usd", msg)?;
         }
@@ -185,7 +186,7 @@ impl Config {
                 ("price_out_per_m", e.price_out_per_m),
             ] {
                 let ok = v.is_finite() && v >= 0.0 && Price::per_million_f64(v).is_some();
-                c.ensure(ok, key(field), format!("must be >= 0, got {v}"))?;
+                c.ensure(ok, key(field), format!("must be >= 0, got {}", shown(v)))?;
             }
             c.ensure(e.concurrency > 0, key("concurrency"), "must be at least 1")?;
         }
@@ -222,7 +223,16 @@ pub(super) fn reserved_name(name: &str) -> Option<&'static str> {
 
 pub(super) fn positive(c: &Check<'_>, key: &str, v: f64) -> Result<(), ConfigError> {
     let ok = v.is_finite() && v > 0.0;
-    c.ensure(ok, key, format!("must be a number > 0, got {v}"))
+    c.ensure(ok, key, format!("must be a number > 0, got {}", shown(v)))
+}
+
+/// A number as an error shows it: `1e300`, not its 300 digits (reliability-probe-4 N12).
+pub(super) fn shown(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 pub(super) fn http_url(c: &Check<'_>, key: &str, url: &str) -> Result<(), ConfigError> {

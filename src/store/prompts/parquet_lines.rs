@@ -119,8 +119,25 @@ fn field_json(field: &Field) -> serde_json::Value {
 fn invalid(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::InvalidData,
-        format!("not a readable Parquet file: {e}"),
+        format!(
+            "not a readable Parquet file: {}",
+            at_most(&e.to_string(), 300)
+        ),
     )
+}
+
+/// `text` cut to `max` characters, saying how long it was: the parquet crate's UTF-8 error
+/// prints the whole value as a list of decimal bytes (2.3 KB for a 700-byte value,
+/// reliability-probe-4 N12).
+fn at_most(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => format!(
+            "{}... ({} characters in all)",
+            &text[..cut],
+            text.chars().count()
+        ),
+    }
 }
 
 impl Read for ParquetLines {
@@ -155,5 +172,17 @@ impl ParquetLines {
         }
         (u128::from(self.file_len) * u128::from(self.rows_done) / u128::from(self.rows_total))
             as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_error_is_cut_and_says_how_long_it_was() {
+        let bytes: Vec<String> = (0..700).map(|i| (i % 256).to_string()).collect();
+        let long = format!("invalid utf-8 sequence: [{}]", bytes.join(", "));
+        let cut = super::at_most(&long, 300);
+        assert!(cut.len() < 340 && cut.ends_with(&format!("({} characters in all)", long.len())));
+        assert_eq!(super::at_most("short", 300), "short");
     }
 }

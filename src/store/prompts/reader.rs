@@ -136,8 +136,9 @@ impl PromptReader {
             line: 0,
             message: format!(
                 "the file changed since the start: it ends at byte {} of the {counted} counted \
-                 (after line {})",
-                self.bytes, self.line
+                 ({})",
+                self.bytes,
+                self.place()
             ),
         })
     }
@@ -178,6 +179,14 @@ impl PromptReader {
             path: self.path.clone(),
             line: self.line,
             message,
+        }
+    }
+
+    /// Where reading stopped, for an error: after which line, or before the first.
+    fn place(&self) -> String {
+        match self.line {
+            0 => "before its first line".to_string(),
+            n => format!("after line {n}"),
         }
     }
 
@@ -356,7 +365,7 @@ impl Iterator for PromptReader {
                     return Some(Err(PromptError {
                         path: self.path.clone(),
                         line: 0,
-                        message: format!("{e} (after line {})", self.line),
+                        message: format!("{e} ({})", self.place()),
                     }));
                 }
             }

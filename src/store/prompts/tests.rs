@@ -409,6 +409,12 @@ fn io_errors() {
         got[1].as_ref().expect_err("error").to_string(),
         "cannot read f: disk on fire (after line 1)"
     );
+    // A failure before the first line names no line 0 (reliability-probe-4 N12).
+    let got: Vec<_> = PromptReader::new(BufReader::new(Failing(1)), "f".into()).collect();
+    assert_eq!(
+        got[0].as_ref().expect_err("error").to_string(),
+        "cannot read f: disk on fire (before its first line)"
+    );
 }
 
 #[test]
