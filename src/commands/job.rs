@@ -244,6 +244,11 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
             (Some(m), Some(_), Some(j)) if m.params != j.params => {
                 Some("other request parameters than the job's".to_string())
             }
+            (Some(m), Some(_), Some(j))
+                if m.fields.is_some() && j.fields.is_some() && m.fields != j.fields =>
+            {
+                Some("other field names (id_field, prompt_field, ...) than the job's".to_string())
+            }
             _ => None,
         };
         if let Some(why) = why {
@@ -360,6 +365,7 @@ mod tests {
                 created_at: String::new(),
                 harvest_version: String::new(),
                 shard: shard.map(Into::into),
+                fields: None,
             }),
             snapshot: Some(snapshot),
             spent: Usd::from_f64(usd),

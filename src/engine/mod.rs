@@ -87,6 +87,11 @@ pub struct Manifest {
     /// another shard, or the whole job, is refused there (their rows would mix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// Each dataset's names for its rows' fields (`id_field`, `prompt_field`, ...): another
+    /// mapping reads other ids, and would buy every prompt again (reliability-probe-4 N8).
+    /// Absent in manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<HashMap<String, crate::store::prompts::PromptFields>>,
 }
 
 pub fn manifest_path(dir: &Path) -> PathBuf {
@@ -182,6 +187,12 @@ fn check_manifest(
         created_at: chrono::Utc::now().to_rfc3339(),
         harvest_version: env!("CARGO_PKG_VERSION").to_string(),
         shard: shard.map(|(k, n)| format!("{k}/{n}")),
+        fields: Some(
+            cfg.datasets
+                .iter()
+                .map(|d| (d.name.clone(), d.fields()))
+                .collect(),
+        ),
     };
     if let Ok(text) = std::fs::read_to_string(&path) {
         let old: Manifest = serde_json::from_str(&text).map_err(|e| {
@@ -222,14 +233,31 @@ fn check_manifest(
                 diffs.push(format!("request parameters of dataset {name}"));
             }
         }
-        if !diffs.is_empty() && !force {
+        let (old_fields, my_fields) = (old.fields.as_ref(), mine.fields.as_ref());
+        for (name, f) in my_fields.into_iter().flatten() {
+            if let Some(o) = old_fields.and_then(|m| m.get(name))
+                && o != f
+            {
+                diffs.push(format!(
+                    "the field names of dataset {name} ({}; now {}): other ids or prompts, \
+                     and every prompt bought again",
+                    describe_fields(o),
+                    describe_fields(f)
+                ));
+            }
+        }
+        // A directory with no records yet (a run refused at its start, before any request)
+        // has nothing to mix: its manifest is this run's.
+        if !diffs.is_empty() && !force && holds_records(dir, old.params.keys()) {
             return Err(EngineError::Input(format!(
                 "{} holds a run with other settings: {}. Use another output_dir, or --force to mix them",
                 dir.display(),
                 diffs.join(", ")
             )));
         }
-        if (diffs.is_empty() && old.params == mine.params) || old.shard != mine.shard {
+        if (diffs.is_empty() && old.params == mine.params && old.fields == mine.fields)
+            || old.shard != mine.shard
+        {
             return Ok(());
         }
     }
@@ -240,6 +268,37 @@ fn check_manifest(
         serde_json::to_vec_pretty(&mine).map_err(|e| EngineError::Startup(e.to_string()))?;
     output::write_atomic(&path, &bytes)
         .map_err(|e| EngineError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Whether `dir` holds any record: a ledger line, or an answer or reject of `datasets`.
+fn holds_records<'a>(dir: &Path, datasets: impl Iterator<Item = &'a String>) -> bool {
+    let written = |p: PathBuf| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+    written(output::ledger_path(dir))
+        || datasets
+            .into_iter()
+            .any(|d| written(output::output_path(dir, d)) || written(output::rejects_path(dir, d)))
+}
+
+/// A dataset's field names as its config would set them.
+fn describe_fields(f: &crate::store::prompts::PromptFields) -> String {
+    let mut said = Vec::new();
+    if !f.prompt.is_empty() {
+        said.push(format!("prompt_field {:?}", f.prompt));
+    }
+    for (key, v) in [
+        ("messages_field", &f.messages),
+        ("system_field", &f.system),
+        ("id_field", &f.id),
+    ] {
+        if let Some(v) = v {
+            said.push(format!("{key} {v:?}"));
+        }
+    }
+    if said.is_empty() {
+        "harvest's own".to_string()
+    } else {
+        said.join(", ")
+    }
 }
 
 /// The OpenRouter client for the config (key from the named environment variable unless given).

@@ -340,7 +340,7 @@ async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
         .map(|i| {
             format!(
                 "{}\n",
-                serde_json::json!({"uid": format!("u{i}"), "prompt": format!("q {i}")})
+                serde_json::json!({"uid": format!("u{i}"), "key": i, "prompt": format!("q {i}")})
             )
         })
         .collect();
@@ -366,12 +366,23 @@ async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
         "nothing sent"
     );
     std::fs::write(&cfg, config("uid")).expect("config");
-    let (code, err) = headless(cfg).await;
+    let (code, err) = headless(cfg.clone()).await;
     assert_eq!(code, Some(0), "{err}");
     let done: Vec<harvest::store::output::OutputRecord> =
         crate::common::read_jsonl(&d.join("out/P.jsonl"));
     assert!(done.iter().all(|r| r.id.starts_with('u')), "its own ids");
     assert_eq!(done.len(), 10);
+    // The manifest records the mapping: another id field over the same directory would read
+    // other ids and buy every prompt again, so it is refused as other parameters are.
+    let billed = sim.state.billed_total();
+    std::fs::write(&cfg, config("key")).expect("config");
+    let (code, err) = headless(cfg).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("the field names of dataset P (id_field \"uid\"; now id_field \"key\")"),
+        "{err}"
+    );
+    assert_eq!(sim.state.billed_total(), billed, "nothing bought again");
     sim.stop().await;
 }
 

@@ -6,18 +6,23 @@ use serde_json::{Map, Value};
 
 use crate::openrouter::Message;
 
-/// A dataset's names for the fields of its rows, where they are not harvest's own.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A dataset's names for the fields of its rows, where they are not harvest's own. Recorded in
+/// the output directory's manifest: another mapping reads other ids or other prompts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PromptFields {
     /// The prompt's text, instead of `prompt`. Several are joined with a blank line, empty
     /// ones left out (Alpaca: `["instruction", "input"]`); the first must be there.
     pub prompt: Vec<String>,
     /// A list of turns (`{role, content}` or `{from, value}`), instead of `messages` and
     /// `conversations`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub messages: Option<String>,
     /// A system prompt of the row's own, put first when its turns have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
     /// The row's id, instead of `id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
 }
 
