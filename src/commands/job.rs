@@ -20,6 +20,9 @@ pub(crate) struct Found {
     pub(crate) snapshot: Option<Snapshot>,
     /// The ledger's total: what the shard was billed.
     pub(crate) spent: Usd,
+    /// What could not be read: a manifest or state file that is there but damaged, ledger
+    /// lines that are not counted (reliability-probe-4 N12: these were silent).
+    pub(crate) unreadable: Vec<String>,
 }
 
 /// A shard's row.
@@ -49,6 +52,8 @@ pub(crate) struct JobView {
     /// Directories whose model, parameters or N differ from the job's (the first shard's), and
     /// directories that are no shard: each with why.
     pub(crate) other_config: Vec<(String, String)>,
+    /// Directories whose records could not all be read, each with what.
+    pub(crate) unreadable: Vec<(String, String)>,
     pub(crate) done: u64,
     pub(crate) rejected: u64,
     pub(crate) total: u64,
@@ -179,20 +184,60 @@ pub(crate) fn read(dirs: &[PathBuf]) -> Result<Vec<Found>, String> {
             if !dir.is_dir() {
                 return Err(format!("{} is not a directory", dir.display()));
             }
-            let json = |p: PathBuf| std::fs::read_to_string(p).ok();
-            let manifest = json(manifest_path(dir)).and_then(|t| serde_json::from_str(&t).ok());
-            let snapshot = json(state_path(dir)).and_then(|t| serde_json::from_str(&t).ok());
-            let spent = crate::store::scan::scan_ledger(dir, |_| {})
-                .map_err(|e| format!("{}: {e}", dir.display()))?
-                .total;
+            let mut unreadable = Vec::new();
+            let manifest: Option<Manifest> =
+                read_json(&manifest_path(dir), "manifest.json", &mut unreadable);
+            let snapshot: Option<Snapshot> =
+                read_json(&state_path(dir), "state.json", &mut unreadable);
+            if snapshot.is_none() && !state_path(dir).exists() {
+                unreadable.push(
+                    "no state.json (not started, or stopped before its first save): its counts \
+                     are not known"
+                        .to_string(),
+                );
+            }
+            let ledger = crate::store::scan::scan_ledger(dir, |_| {})
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            if let Some(first) = ledger.file.damage_text() {
+                unreadable.push(format!(
+                    "{} ledger lines cannot be read and are not in its spend (first: {first}; \
+                     `harvest run --repair` quarantines them)",
+                    ledger.file.damaged
+                ));
+            }
             Ok(Found {
                 dir: dir.clone(),
                 manifest,
                 snapshot,
-                spent,
+                spent: ledger.total,
+                unreadable,
             })
         })
         .collect()
+}
+
+/// A JSON file of a shard's directory; `None` when it is absent, or (said in `unreadable`)
+/// cannot be read or parsed: a damaged file is not an absent one.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+    unreadable: &mut Vec<String>,
+) -> Option<T> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            unreadable.push(format!("{what}: {e}"));
+            return None;
+        }
+    };
+    match serde_json::from_str(&text) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            unreadable.push(format!("{what} is damaged: {e}"));
+            None
+        }
+    }
 }
 
 /// `K/N` as numbers.
@@ -223,6 +268,7 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
         missing: Vec::new(),
         duplicated: Vec::new(),
         other_config: Vec::new(),
+        unreadable: Vec::new(),
         done: 0,
         rejected: 0,
         total: 0,
@@ -233,6 +279,9 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
         let shown = f.dir.display().to_string();
         let shard = shard_of(f);
         let why = match (&f.manifest, shard.as_deref().and_then(parse), first) {
+            (None, ..) if manifest_path(&f.dir).exists() => {
+                Some("its manifest cannot be read (below)".to_string())
+            }
             (None, ..) => Some("no manifest: not a harvest output directory".to_string()),
             (Some(_), None, _) => Some("not a shard (run without --shard)".to_string()),
             (Some(_), Some((_, n)), _) if Some(n) != of => {
@@ -253,6 +302,9 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
         };
         if let Some(why) = why {
             view.other_config.push((shown.clone(), why));
+        }
+        for what in &f.unreadable {
+            view.unreadable.push((shown.clone(), what.clone()));
         }
         if let Some(s) = &shard {
             *seen.entry(s.clone()).or_default() += 1;
@@ -343,6 +395,9 @@ pub(crate) fn render(v: &JobView) -> String {
     for (dir, why) in &v.other_config {
         t.push_str(&format!("other config: {dir}: {why}\n"));
     }
+    for (dir, what) in &v.unreadable {
+        t.push_str(&format!("unreadable: {dir}: {what}\n"));
+    }
     t
 }
 
@@ -369,6 +424,7 @@ mod tests {
             }),
             snapshot: Some(snapshot),
             spent: Usd::from_f64(usd),
+            unreadable: Vec::new(),
         }
     }
 
@@ -415,6 +471,53 @@ mod tests {
                 .expect("fresh")
                 .siblings,
             0
+        );
+    }
+
+    /// What cannot be read is said, not counted as nothing (reliability-probe-4 N12): a
+    /// damaged manifest is not an absent one, a shard with no state.json has unknown counts,
+    /// and damaged ledger lines are not in the spend.
+    #[test]
+    fn a_shard_whose_records_cannot_all_be_read_is_named() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let out = tmp.path().join("out");
+        let dirs: Vec<PathBuf> = (0..2)
+            .map(|k| out.join(format!("shard-{k}-of-2")))
+            .collect();
+        for d in &dirs {
+            std::fs::create_dir_all(d).expect("dir");
+        }
+        std::fs::write(manifest_path(&dirs[0]), "{\"model\": ").expect("damaged");
+        let m = found("", Some("1/2"), "m", 0, 0.0).manifest;
+        std::fs::write(
+            manifest_path(&dirs[1]),
+            serde_json::to_string(&m).expect("json"),
+        )
+        .expect("manifest");
+        std::fs::write(
+            crate::store::output::ledger_path(&dirs[1]),
+            "not a ledger line\n",
+        )
+        .expect("ledger");
+        let v = assemble(&read(&dirs).expect("read"));
+        let text = render(&v);
+        assert!(
+            text.contains("shard-0-of-2: its manifest cannot be read (below)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shard-0-of-2: manifest.json is damaged"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "shard-1-of-2: no state.json (not started, or stopped before its first save)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("shard-1-of-2: 1 ledger lines cannot be read and are not in its spend"),
+            "{text}"
         );
     }
 
