@@ -819,3 +819,137 @@ async fn a_crash_with_600_in_flight_at_real_pace_settles_within_two_percent_of_t
     assert_eq!(answered, 1_200);
     sim.stop().await;
 }
+
+/// The fourth probe's what-held list, kept in CI (issue #38): a `kill -9` campaign over a job
+/// of two shards whose datasets are JSONL, zstd-compressed JSONL and Parquet. Each shard is
+/// killed twice mid-run with requests in flight, then finished; the job then holds every id
+/// of every dataset exactly once, and the shards' summed ledgers are the simulator's bill
+/// (within the 0.5% of estimates trued up against the key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_campaign_over_shards_of_jsonl_zst_and_parquet_ends_with_each_id_once() {
+    let sim = paced_sim(0.1, 300.0).await;
+    let c = harvest::sim::ControlRequest {
+        all: Some(harvest::sim::EndpointPatch {
+            faults_spec: Some("slow_start=0.5".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    sim.state.control(&c).expect("control");
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let n = 200;
+    let prompt = |set: &str, i: usize| format!("{set} question {i}: explain something.");
+    let jsonl = |set: &str| -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "{}\n",
+                    serde_json::json!({"id": format!("{set}{i}"), "prompt": prompt(set, i)})
+                )
+            })
+            .collect()
+    };
+    std::fs::write(d.join("a.jsonl"), jsonl("a")).expect("a");
+    std::fs::write(
+        d.join("b.jsonl.zst"),
+        zstd::encode_all(jsonl("b").as_bytes(), 3).expect("zstd"),
+    )
+    .expect("b");
+    let rows: Vec<Vec<Option<String>>> = (0..n)
+        .map(|i| vec![Some(format!("c{i}")), Some(prompt("c", i))])
+        .collect();
+    crate::common::parquet::write_text(&d.join("c.parquet"), &["id", "prompt"], &rows);
+    let config = d.join("harvest.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_RESUME_TEST_KEY\"\nbudget_usd = 50.0\n\
+             concurrency = 150\noutput_dir = \"out\"\n[request]\nmax_tokens = 2000\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"a.jsonl\"\n\
+             [[dataset]]\nname = \"B\"\nprompts = \"b.jsonl.zst\"\n\
+             [[dataset]]\nname = \"C\"\nprompts = \"c.parquet\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let shard_run = |k: u32| {
+        let mut c = harvest_run(&config);
+        c.args(["--shard", &format!("{k}/2")]);
+        c
+    };
+    let answered = |k: u32| -> usize {
+        ["A", "B", "C"]
+            .iter()
+            .map(|s| lines(&d.join(format!("out/shard-{k}-of-2/{s}.jsonl"))))
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut unknown = 0;
+    for k in 0..2u32 {
+        // Each shard holds about 300 of the 600 prompts: killed at about 60 and 160 answers.
+        for kill_at in [60 + 7 * k as usize, 160 + 11 * k as usize] {
+            let mut child = shard_run(k).spawn().expect("spawn");
+            while answered(k) < kill_at {
+                assert!(Instant::now() < deadline, "run too slow");
+                assert!(
+                    child.try_wait().expect("wait").is_none(),
+                    "shard {k} ended before {kill_at}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            child.kill().expect("SIGKILL");
+            let _ = child.wait();
+        }
+        // The simulator bills what the last kill cut; then the shard finishes.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut last = shard_run(k);
+        let output = tokio::task::spawn_blocking(move || last.output())
+            .await
+            .expect("join")
+            .expect("run");
+        assert!(
+            output.status.success(),
+            "shard {k}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let ledger = std::fs::read_to_string(d.join(format!("out/shard-{k}-of-2/spend.jsonl")))
+            .expect("ledger");
+        unknown += ledger
+            .lines()
+            .map(|l| serde_json::from_str::<SpendEntry>(l).expect("ledger line"))
+            .filter(|e| e.kind == SpendKind::Unknown)
+            .count();
+    }
+    // Every id of every dataset once, across the shards.
+    for (set, name) in [("a", "A"), ("b", "B"), ("c", "C")] {
+        let mut ids: Vec<String> = Vec::new();
+        for k in 0..2 {
+            let path = d.join(format!("out/shard-{k}-of-2/{name}.jsonl"));
+            let recs: Vec<OutputRecord> = std::fs::read_to_string(&path)
+                .expect("outputs")
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("whole record"))
+                .collect();
+            ids.extend(recs.into_iter().map(|r| r.id));
+        }
+        let unique: HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "{name}: an id twice");
+        assert_eq!(ids.len(), n, "{name}: an id missing");
+        assert!(unique.iter().all(|id| id.starts_with(set)), "{name}");
+    }
+    let status =
+        crate::common::harvest_json(&["status", d.join("out").to_str().expect("path"), "--json"]);
+    let spent: harvest::domain::Usd =
+        serde_json::from_value(status["job"]["spent"].clone()).expect("usd");
+    let (ledger, billed) = (spent.as_f64(), sim.state.billed_total().as_f64());
+    eprintln!(
+        "{unknown} requests killed before any answer; ledger {ledger:.6} vs billed {billed:.6}"
+    );
+    assert!(
+        (ledger - billed).abs() <= billed * 0.005,
+        "ledger {ledger} vs simulator {billed} ({:+.3}%)",
+        (ledger - billed) / billed * 100.0
+    );
+    sim.stop().await;
+}
