@@ -476,6 +476,8 @@ pub(super) struct Started {
 pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
     let (cfg, opts) = load(args)?;
     let out_dir = cfg.output_dir.clone();
+    let log_path = out_dir.join("harvest.log");
+    let (dir_was, log_was) = (out_dir.exists(), log_path.exists());
     let log = crate::logging::to_file(&out_dir).map_err(|e| {
         BadInput(format!(
             "cannot write the log in {}: {e}",
@@ -490,7 +492,21 @@ pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
     let line = super::scan_line::ScanLine::start(progress);
     let started = engine::start(cfg, opts).await;
     drop(line);
-    let handle = started.map_err(engine_error)?;
+    let handle = match started {
+        Ok(h) => h,
+        Err(e) => {
+            // A start refused writes nothing, as its message says: not even the log this run
+            // opened (reliability-probe-4 N12), nor the directory it made for it.
+            drop(log);
+            if !log_was {
+                let _ = std::fs::remove_file(&log_path);
+                if !dir_was {
+                    let _ = std::fs::remove_dir(&out_dir);
+                }
+            }
+            return Err(engine_error(e));
+        }
+    };
     let watch = Watch {
         progress_every: Duration::from_secs_f64(args.progress_every.max(0.2)),
         drain_grace: Duration::from_secs_f64(args.drain_grace_s.max(0.0)),

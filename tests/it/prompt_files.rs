@@ -365,6 +365,10 @@ async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
         harvest::domain::Usd::ZERO,
         "nothing sent"
     );
+    assert!(
+        !d.join("out/harvest.log").exists(),
+        "a refused start leaves no log (reliability-probe-4 N12)"
+    );
     std::fs::write(&cfg, config("uid")).expect("config");
     let (code, err) = headless(cfg.clone()).await;
     assert_eq!(code, Some(0), "{err}");
