@@ -342,13 +342,10 @@ fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
     let mut o = SF;
     o.format = Format::Text;
     o.require_reasoning = false;
-    // (what, the template, the rows exported or the error's start)
     let looping =
         "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
     let some = "{% for m in messages %}{% if m.content == 'bad' %}{{ raise_exception('no') }}{% endif %}{{ m.content }}{% endfor %}";
-    let first_bad = "{% for m in messages %}{% if m.content == 'bad' %}{{ raise_exception('no') }}{% endif %}{{ m.content }}{% endfor %}";
     let t = template("loop.jinja", looping);
-    let started = std::time::Instant::now();
     let err = export(
         &out,
         &["A".into()],
@@ -363,7 +360,6 @@ fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
         "{err}"
     );
     assert!(err.to_string().contains("out of fuel"), "{err}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(60));
     let t = template("some.jinja", some);
     let e = export(
         &out,
@@ -383,7 +379,7 @@ fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
     let out2 = dir.path().join("out2");
     std::fs::create_dir_all(&out2).expect("mkdir");
     write_lines(&out2.join("A.jsonl"), &bad_first);
-    let t = template("first_bad.jinja", first_bad);
+    let t = template("first_bad.jinja", some);
     let err = export(
         &out2,
         &["A".into()],
