@@ -28,6 +28,49 @@ fn sim_billed_without_trace(sim: &SimHandle, entries: &[SpendEntry]) -> f64 {
 
 const KEY: &str = "sk-or-v1-resume-test-key-0000000";
 
+/// Slow first tokens at every endpoint: a kill catches many requests before any answer.
+fn slow_first_tokens(sim: &SimHandle) {
+    let c = harvest::sim::ControlRequest {
+        all: Some(harvest::sim::EndpointPatch {
+            faults_spec: Some("slow_start=0.5".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    sim.state.control(&c).expect("control");
+}
+
+/// Starts `run` and kills it with SIGKILL once `answered()` reaches `at`: the kill point is
+/// what the run has written, not a time. The deadline only bounds a run that stalls.
+async fn kill_when(mut run: Command, at: usize, answered: impl Fn() -> usize, deadline: Instant) {
+    let mut child = run.spawn().expect("spawn");
+    while answered() < at {
+        assert!(Instant::now() < deadline, "run too slow");
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "ended before {at} answers"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+}
+
+/// Lets the simulator finish billing what the last kill cut, then runs `run` to its end, which
+/// must succeed.
+async fn finish_after_kills(mut run: Command) {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let output = tokio::task::spawn_blocking(move || run.output())
+        .await
+        .expect("join")
+        .expect("run");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 fn lines(p: &Path) -> usize {
     std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
 }
@@ -368,15 +411,7 @@ async fn status_reconcile_settles_a_crash_without_a_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
     let sim = paced_sim(0.1, 400.0).await;
-    // Slow first tokens: a kill catches many requests before any answer.
-    let c = harvest::sim::ControlRequest {
-        all: Some(harvest::sim::EndpointPatch {
-            faults_spec: Some("slow_start=0.5".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    sim.state.control(&c).expect("control");
+    slow_first_tokens(&sim);
     let dir = tempfile::tempdir().expect("tmp");
     let n = 1200;
     let config = write_job(
@@ -400,30 +435,10 @@ async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
         })
         .collect();
     points.sort();
-    for kill_at in points {
-        let mut child = harvest_run(&config).spawn().expect("spawn");
-        while lines(&out) < kill_at {
-            assert!(Instant::now() < deadline, "run too slow");
-            assert!(
-                child.try_wait().expect("wait").is_none(),
-                "ended before {kill_at}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        child.kill().expect("SIGKILL");
-        let _ = child.wait();
+    for at in points {
+        kill_when(harvest_run(&config), at, || lines(&out), deadline).await;
     }
-    // Let the simulator finish billing what the last kill cut, then finish the job.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let output = tokio::task::spawn_blocking(move || harvest_run(&config).output())
-        .await
-        .expect("join")
-        .expect("run");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    finish_after_kills(harvest_run(&config)).await;
     let recs: Vec<OutputRecord> = std::fs::read_to_string(&out)
         .expect("outputs")
         .lines()
@@ -828,14 +843,7 @@ async fn a_crash_with_600_in_flight_at_real_pace_settles_within_two_percent_of_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_campaign_over_shards_of_jsonl_zst_and_parquet_ends_with_each_id_once() {
     let sim = paced_sim(0.1, 300.0).await;
-    let c = harvest::sim::ControlRequest {
-        all: Some(harvest::sim::EndpointPatch {
-            faults_spec: Some("slow_start=0.5".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    sim.state.control(&c).expect("control");
+    slow_first_tokens(&sim);
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path();
     let n = 200;
@@ -888,31 +896,10 @@ async fn a_crash_campaign_over_shards_of_jsonl_zst_and_parquet_ends_with_each_id
     let mut unknown = 0;
     for k in 0..2u32 {
         // Each shard holds about 300 of the 600 prompts: killed at about 60 and 160 answers.
-        for kill_at in [60 + 7 * k as usize, 160 + 11 * k as usize] {
-            let mut child = shard_run(k).spawn().expect("spawn");
-            while answered(k) < kill_at {
-                assert!(Instant::now() < deadline, "run too slow");
-                assert!(
-                    child.try_wait().expect("wait").is_none(),
-                    "shard {k} ended before {kill_at}"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            child.kill().expect("SIGKILL");
-            let _ = child.wait();
+        for at in [60 + 7 * k as usize, 160 + 11 * k as usize] {
+            kill_when(shard_run(k), at, || answered(k), deadline).await;
         }
-        // The simulator bills what the last kill cut; then the shard finishes.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let mut last = shard_run(k);
-        let output = tokio::task::spawn_blocking(move || last.output())
-            .await
-            .expect("join")
-            .expect("run");
-        assert!(
-            output.status.success(),
-            "shard {k}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        finish_after_kills(shard_run(k)).await;
         let ledger = std::fs::read_to_string(d.join(format!("out/shard-{k}-of-2/spend.jsonl")))
             .expect("ledger");
         unknown += ledger
