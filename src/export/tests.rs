@@ -325,72 +325,84 @@ fn formats_and_provenance() {
 #[test]
 fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
     let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let out = |name: &str, rows: &[OutputRecord]| {
+        let out = dir.path().join(name);
+        std::fs::create_dir_all(&out).expect("mkdir");
+        write_lines(&out.join("A.jsonl"), rows);
+        out
+    };
+    let mut o = SF;
+    o.format = Format::Text;
+    o.require_reasoning = false;
+    // Exports `src` through the template `text` into a directory of its own.
+    let export_with = |src: &Path, text: &str| {
+        let n = std::fs::read_dir(dir.path()).expect("dir").count();
+        let p = dir.path().join(format!("t{n}.jinja"));
+        std::fs::write(&p, text).expect("template");
+        let t = template::ChatTemplate::load(&p).expect("compiles");
+        let to = dir.path().join(format!("e{n}"));
+        export(src, &["A".into()], &HashMap::new(), &to, &o, Some(&t))
+    };
+    let looping =
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+    let refuses_bad = "{% for m in messages %}{% if m.content == 'bad' %}{{ raise_exception('no') }}{% endif %}{{ m.content }}{% endfor %}";
+    // Every third row's answer is "bad", from the second on.
     let rows: Vec<OutputRecord> = (0..40)
         .map(|i| {
             let answer = if i % 3 == 1 { "bad" } else { "answer" };
             rec(&format!("r{i}"), answer, Some("r"), false)
         })
         .collect();
-    write_lines(&out.join("A.jsonl"), &rows);
-    let template = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).expect("template");
-        template::ChatTemplate::load(&p).expect("compiles")
-    };
-    let mut o = SF;
-    o.format = Format::Text;
-    o.require_reasoning = false;
-    let looping =
-        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
-    let some = "{% for m in messages %}{% if m.content == 'bad' %}{{ raise_exception('no') }}{% endif %}{{ m.content }}{% endfor %}";
-    let t = template("loop.jinja", looping);
-    let err = export(
-        &out,
-        &["A".into()],
-        &HashMap::new(),
-        &dir.path().join("e1"),
-        &o,
-        Some(&t),
-    )
-    .expect_err("stopped");
+    let mixed = out("out", &rows);
+    let err = export_with(&mixed, looping).expect_err("stopped");
     assert!(
         matches!(err, ExportError::TemplateFailsEveryRow { rows: 5, .. }),
         "{err}"
     );
     assert!(err.to_string().contains("out of fuel"), "{err}");
-    let t = template("some.jinja", some);
-    let e = export(
-        &out,
-        &["A".into()],
-        &HashMap::new(),
-        &dir.path().join("e2"),
-        &o,
-        Some(&t),
-    )
-    .expect("goes on");
+    // A template that renders the first row and refuses some later ones: those rows fail, the
+    // export goes on.
+    let e = export_with(&mixed, refuses_bad).expect("goes on");
     assert_eq!((e.counts[0].success, e.counts[0].error), (27, 13));
-    // Rows that fail first, then one that renders: still the rows' own failures.
+    // Five failures before any row renders stop it, whatever later rows would do.
     let mut bad_first: Vec<OutputRecord> = (0..6)
         .map(|i| rec(&format!("b{i}"), "bad", Some("r"), false))
         .collect();
     bad_first.push(rec("ok", "answer", Some("r"), false));
-    let out2 = dir.path().join("out2");
-    std::fs::create_dir_all(&out2).expect("mkdir");
-    write_lines(&out2.join("A.jsonl"), &bad_first);
-    let t = template("first_bad.jinja", some);
-    let err = export(
-        &out2,
-        &["A".into()],
-        &HashMap::new(),
-        &dir.path().join("e3"),
-        &o,
-        Some(&t),
-    )
-    .expect_err("five failures before any rendering");
+    let err = export_with(&out("out2", &bad_first), refuses_bad).expect_err("stopped");
     assert!(
-        matches!(err, ExportError::TemplateFailsEveryRow { .. }),
+        matches!(err, ExportError::TemplateFailsEveryRow { rows: 5, .. }),
         "{err}"
     );
+}
+
+/// The fail-fast rule alone: a row's renderings (how many succeeded, the failure's cause) in,
+/// whether to stop out.
+#[test]
+fn the_first_renderings_decide_whether_a_template_fails_every_row() {
+    let fail = |cause: &str| {
+        Some(template::TemplateError::Render {
+            path: "t.jinja".into(),
+            id: "r".into(),
+            msg: cause.into(),
+            cause: cause.into(),
+        })
+    };
+    // (what, each row's renderings and failure cause ("" for none), the row it stops at)
+    type Case = (&'static str, &'static [(u64, &'static str)], Option<usize>);
+    #[rustfmt::skip]
+    let cases: &[Case] = &[
+        ("five the same way", &[(0, "fuel"); 6], Some(4)),
+        ("one rendered first", &[(1, ""), (0, "fuel"), (0, "fuel"), (0, "fuel"), (0, "fuel"), (0, "fuel")], None),
+        ("another cause is not counted", &[(0, "fuel"), (0, "undefined"), (0, "fuel"), (0, "fuel"), (0, "fuel"), (0, "fuel")], Some(5)),
+        ("a row rendered after four", &[(0, "fuel"), (0, "fuel"), (0, "fuel"), (0, "fuel"), (1, ""), (0, "fuel")], None),
+        ("filtered rows render nothing and fail nothing", &[(0, ""), (0, ""), (0, ""), (0, ""), (0, "")], None),
+    ];
+    for (what, rows, want) in cases {
+        let mut f = FirstRenderings::default();
+        let stopped = rows.iter().position(|&(rendered, cause)| {
+            f.note(rendered, (!cause.is_empty()).then(|| fail(cause)).flatten())
+        });
+        assert_eq!(stopped, *want, "{what}");
+    }
 }
