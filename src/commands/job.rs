@@ -116,25 +116,24 @@ pub(crate) fn check_run_into(
     own: &Path,
     shard: Option<(u32, u32)>,
 ) -> Result<Around, String> {
-    let holds_shards = |dir: &Path| {
-        shard_dirs(&[dir.to_path_buf()]).map(|dirs| {
-            let names: Vec<String> = dirs
-                .iter()
-                .take(3)
-                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
-            let more = if dirs.len() > 3 { ", ..." } else { "" };
-            format!("{}{more}", names.join(", "))
-        })
-    };
-    if let Some(names) = holds_shards(own) {
-        let (k, n) = shard.unwrap_or((0, 2));
+    if let Some(dirs) = shard_dirs(&[own.to_path_buf()]) {
+        let names: Vec<String> = dirs
+            .iter()
+            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        let more = if names.len() > 3 { ", ..." } else { "" };
+        // The job's N, as its first shard directory names it (`shard-K-of-N`).
+        let of = names
+            .first()
+            .and_then(|n| n.rsplit_once("-of-"))
+            .map_or("N", |(_, n)| n);
         return Err(format!(
-            "{} holds the shard directories of a job ({names}), and is none of them: a run here \
-             would send every prompt again with a budget of its own. Run a shard (--shard K/N, \
-             e.g. --shard {k}/{n}, or --shard auto), see the job with `harvest status {}`, or \
-             give another output_dir",
+            "{} holds the shard directories of a job ({}{more}), and is none of them: a run \
+             here would send every prompt again with a budget of its own. Run one of its shards \
+             (--shard K/{of}, or --shard auto), see the job with `harvest status {}`, or give \
+             another output_dir",
             own.display(),
+            names[..names.len().min(3)].join(", "),
             own.display()
         ));
     }
@@ -448,6 +447,10 @@ mod tests {
                 "holds the shard directories of a job (shard-0-of-3, shard-1-of-3, \
                  shard-2-of-3), and is none of them"
             ),
+            "{whole}"
+        );
+        assert!(
+            whole.contains("Run one of its shards (--shard K/3"),
             "{whole}"
         );
         let other = check_run_into(&out, &out.join("shard-0-of-4"), Some((0, 4)))
