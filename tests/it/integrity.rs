@@ -63,16 +63,18 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Every file of `out` but the log, the lock (which a refused start may touch) and the live
-/// run's control socket.
+/// run's control socket. A file gone between the listing and its read is a live run's
+/// temporary file (its state is written to a temporary name, then renamed): left out.
 fn files(out: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(out)
         .expect("read dir")
         .flatten()
         .map(|e| e.file_name().to_string_lossy().to_string())
         .filter(|n| n != "harvest.log" && n != ".harvest.lock" && n != "harvest.sock")
-        .map(|n| {
-            let bytes = std::fs::read(out.join(&n)).expect("read");
-            (n, bytes)
+        .filter_map(|n| match std::fs::read(out.join(&n)) {
+            Ok(bytes) => Some((n, bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => panic!("read {n}: {e}"),
         })
         .collect()
 }
