@@ -385,7 +385,8 @@ pub struct RunArgs {
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 5.0)]
     pub progress_every: f64,
-    /// On SIGINT/SIGTERM, seconds to let in-flight requests finish before cancelling them.
+    /// Seconds a drain lets in-flight requests finish before it closes them: a drain by
+    /// SIGINT/SIGTERM, the TUI's `q` `d`, `harvest stop`, or a lost terminal or output.
     #[arg(long, default_value_t = 30.0)]
     pub drain_grace_s: f64,
     /// When the engine's thread is busy (work was already waiting at its last sleep), it

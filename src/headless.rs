@@ -79,7 +79,13 @@ pub(crate) fn drain_progress(s: &Snapshot) -> Option<String> {
         _ if s.in_flight == 0 => "drain: nothing left in flight".to_string(),
         Some(t) if t < 1.0 => format!("drain: {left} left, due any moment"),
         Some(t) => format!("drain: {left} left, the last in ~{}", duration(t)),
-        None => format!("drain: {left} left"),
+        None => match s.drain_grace_left_s {
+            Some(g) => format!(
+                "drain: {left} left, when unknown; the grace closes them in {}",
+                duration(g)
+            ),
+            None => format!("drain: {left} left"),
+        },
     })
 }
 
@@ -232,6 +238,30 @@ mod tests {
         // A follower far behind gets what the window still holds.
         s.events_total += 1_000;
         assert_eq!(new_events(&s, seen).0.len(), s.events.len());
+    }
+
+    #[test]
+    fn a_drain_line_says_when_its_last_request_ends_or_when_the_grace_closes_it() {
+        // (expected time left, grace left, in flight, the line)
+        #[rustfmt::skip]
+        let cases = [
+            (Some(45.0), Some(28.0), 120, "drain: 120 left, the last in ~45s"),
+            (Some(0.5), None, 3, "drain: 3 left, due any moment"),
+            (None, Some(28.0), 7, "drain: 7 left, when unknown; the grace closes them in 28s"),
+            (None, None, 7, "drain: 7 left"),
+            (None, Some(3.0), 0, "drain: nothing left in flight"),
+        ];
+        for (left, grace, in_flight, want) in cases {
+            let mut s = crate::tui::testkit::kimi_snapshot();
+            s.state = crate::engine::snapshot::RunState::Draining;
+            s.in_flight = in_flight;
+            s.drain_left_s = left;
+            s.drain_grace_left_s = grace;
+            assert_eq!(drain_progress(&s).as_deref(), Some(want));
+        }
+        let mut s = crate::tui::testkit::kimi_snapshot();
+        s.state = crate::engine::snapshot::RunState::Running;
+        assert_eq!(drain_progress(&s), None, "not draining");
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
             retry_rejects: args.retry_rejects.clone(),
             retry_truncated: args.retry_truncated,
             scan_progress: None,
+            drain_grace: Some(Duration::from_secs_f64(args.drain_grace_s.max(0.0))),
         },
     ))
 }
@@ -217,11 +218,10 @@ pub struct Watch {
     pub drain_grace: Duration,
 }
 
-/// What the watcher did to the run, for the exit code.
+/// What the watcher did to the run, for the exit code. The drain's grace is the engine's
+/// (every drain is bounded by it, whoever asked): the watcher only asks.
 #[derive(Default)]
 pub(super) struct Stopper {
-    /// A drain was asked (signal, lost output); the grace timer runs from then.
-    grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     pub(super) interrupted: bool,
     now_sent: bool,
 }
@@ -230,7 +230,7 @@ impl Stopper {
     /// A drain (or, asked twice, a stop now) for `sig`.
     async fn on_signal(&mut self, sig: Sig, commands: &mpsc::Sender<Command>, w: Watch) {
         match sig {
-            Sig::Hangup => self.lost(commands, w).await,
+            Sig::Hangup => self.lost(commands).await,
             Sig::Interrupt | Sig::Terminate if self.interrupted => {
                 eprintln_quiet("harvest: second signal: stopping now");
                 self.stop_now(commands).await;
@@ -242,36 +242,20 @@ impl Stopper {
                     w.drain_grace.as_secs()
                 ));
                 let _ = commands.send(Command::Shutdown(ShutdownMode::Drain)).await;
-                self.start_grace(w);
             }
         }
     }
 
     /// The terminal or the output went away: drain within the grace period.
-    async fn lost(&mut self, commands: &mpsc::Sender<Command>, w: Watch) {
+    async fn lost(&mut self, commands: &mpsc::Sender<Command>) {
         tracing::warn!("the terminal or the output went away: draining the run");
         let _ = commands.send(Command::OutputLost).await;
-        self.start_grace(w);
-    }
-
-    fn start_grace(&mut self, w: Watch) {
-        if self.grace.is_none() {
-            self.grace = Some(Box::pin(tokio::time::sleep(w.drain_grace)));
-        }
     }
 
     async fn stop_now(&mut self, commands: &mpsc::Sender<Command>) {
         if !self.now_sent {
             self.now_sent = true;
             let _ = commands.send(Command::Shutdown(ShutdownMode::Now)).await;
-        }
-    }
-
-    /// Fires once when the drain's grace period is over.
-    async fn grace_over(&mut self) {
-        match self.grace.as_mut() {
-            Some(t) if !self.now_sent => t.await,
-            _ => std::future::pending().await,
         }
     }
 }
@@ -287,8 +271,8 @@ fn is_over(snaps: &watch::Receiver<Arc<Snapshot>>) -> bool {
 }
 
 /// Follows a run to its end: progress lines (unless `out` is gone or `progress` is off),
-/// signals (Ctrl-C and SIGTERM drain, twice stop now; SIGHUP drains), and the drain's grace
-/// period, after which the run stops now.
+/// signals (Ctrl-C and SIGTERM drain, twice stop now; SIGHUP drains). The engine ends a drain
+/// at its grace period.
 pub(super) async fn follow(
     handle: &engine::EngineHandle,
     w: Watch,
@@ -310,14 +294,10 @@ pub(super) async fn follow(
                 seen = total;
                 let ok = events.iter().all(|e| out.line(e)) && out.line(&headless::progress_line(&s));
                 if !ok {
-                    stopper.lost(&commands, w).await;
+                    stopper.lost(&commands).await;
                 }
             }
             sig = signals.recv() => stopper.on_signal(sig, &commands, w).await,
-            () = stopper.grace_over() => {
-                eprintln_quiet("harvest: drain grace period over: stopping now");
-                stopper.stop_now(&commands).await;
-            }
             r = snaps.changed() => if r.is_err() { break },
         }
     }
@@ -409,14 +389,14 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
         Ok(e) => {
             if let Some(why) = &e.lost {
                 tracing::warn!("the terminal went away ({why}): draining without a screen");
-                stopper.lost(&commands, w).await;
+                stopper.lost(&commands).await;
                 out.lost = true;
             }
             e.requested.is_some()
         }
         Err(e) => {
             tracing::error!("the terminal failed ({e}): draining without a screen");
-            stopper.lost(&commands, w).await;
+            stopper.lost(&commands).await;
             out.lost = true;
             false
         }

@@ -63,7 +63,13 @@ pub struct RunOptions {
     pub retry_truncated: bool,
     /// Filled while the prompt files are counted at start, for a progress line.
     pub scan_progress: Option<std::sync::Arc<crate::store::prescan::ScanProgress>>,
+    /// How long a drain (a signal, the TUI's, `harvest stop`'s, a lost output) may let what
+    /// is in flight finish before it closes it ([`DRAIN_GRACE`] when not set).
+    pub drain_grace: Option<Duration>,
 }
+
+/// A drain's grace when the run does not set one (`--drain-grace-s`'s default).
+pub const DRAIN_GRACE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

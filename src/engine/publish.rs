@@ -142,6 +142,7 @@ impl Publisher {
             } else {
                 None
             },
+            drain_grace_left_s: drain_grace_left(core, now).map(|d| d.as_secs_f64()),
             cut_thinking_share: core.cut_thinking_alarm(),
             last_stretch_s: core.last_stretch(now).map(|d| d.as_secs_f64()),
             stretch_stoppable: core.stretch_shares().0,
@@ -374,16 +375,34 @@ fn policy_label(core: &Core) -> String {
     }
 }
 
+/// Requests of a dataset that must be done before their usual time says anything of the
+/// others': the first few to end are the short ones (a drain's estimate once said "due any
+/// moment" for two minutes from them).
+const USUAL_AFTER: u64 = 20;
+
 /// How long a drain has left: the longest of the requests in flight, each expected to take its
-/// dataset's usual (p95) time.
+/// dataset's usual (p95) time, and never past the drain's grace (when it has one: a stop at
+/// the budget lets what is paid for run to its end).
 fn drain_left_s(core: &Core, sh: &Shared, now: &Clock) -> Option<f64> {
     let usual: Vec<Option<std::time::Duration>> = sh
         .dataset_stats
         .iter()
-        .map(|c| c.latency().p95.map(std::time::Duration::from_millis))
+        .map(|c| c.latency())
+        .map(|l| l.p95.filter(|_| l.samples >= USUAL_AFTER))
+        .map(|p95| p95.map(std::time::Duration::from_millis))
         .collect();
-    core.longest_remaining(now, |d| usual.get(d).copied().flatten())
-        .map(|d| d.as_secs_f64())
+    let expected = core.longest_remaining(now, |d| usual.get(d).copied().flatten());
+    let grace = drain_grace_left(core, now);
+    match (expected, grace) {
+        (Some(e), Some(g)) => Some(e.min(g)),
+        (e, _) => e,
+    }
+    .map(|d| d.as_secs_f64())
+}
+
+/// How long until a drain's grace closes what is still in flight, while one runs.
+fn drain_grace_left(core: &Core, now: &Clock) -> Option<std::time::Duration> {
+    (core.drain_deadline()).map(|d| d.saturating_duration_since(now.mono))
 }
 
 /// Seconds until the spend reaches `budget` at the present rate (USD a minute, spend and

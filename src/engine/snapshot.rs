@@ -207,6 +207,9 @@ pub struct Snapshot {
     /// longest of them, from their ages and their datasets' usual request times), when known.
     #[serde(default)]
     pub drain_left_s: Option<f64>,
+    /// While a drain runs: how long until its grace closes what is still in flight.
+    #[serde(default)]
+    pub drain_grace_left_s: Option<f64>,
     /// The share of recent answers cut at `max_tokens` while thinking, while it is high enough
     /// to warn of (`max_tokens` is below the model's reasoning).
     #[serde(default)]

@@ -66,6 +66,8 @@ impl Default for Counters {
 pub(crate) struct Percentiles {
     pub p50: Option<u64>,
     pub p95: Option<u64>,
+    /// How many values they are of.
+    pub samples: u64,
 }
 
 impl Counters {
@@ -91,6 +93,7 @@ impl Counters {
         Percentiles {
             p50: Some(h.value_at_quantile(0.5)),
             p95: Some(h.value_at_quantile(0.95)),
+            samples: h.len(),
         }
     }
 

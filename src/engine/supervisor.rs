@@ -139,70 +139,69 @@ pub(super) struct Supervisor {
     probe: Option<HashMap<String, f64>>,
 }
 
+/// Everything the supervisor starts from, as `start` read and readied it.
+pub(super) struct Launch {
+    pub cfg: Config,
+    pub shared: Arc<Shared>,
+    pub writer: Writer,
+    pub datasets: Vec<DatasetRun>,
+    /// What earlier runs of the output directory spent.
+    pub carried_over: Usd,
+    /// `GET /key` usage at the start, and the base a key true-up counts from.
+    pub key_usage_start: Option<f64>,
+    pub key_base: Option<KeyBase>,
+    pub shard: Option<(u32, u32)>,
+    pub state_path: std::path::PathBuf,
+    /// Generations a crash of an earlier run left open.
+    pub orphans: Vec<SpendEntry>,
+    /// Requests a crash of an earlier run left before any answer.
+    pub unknown: Vec<SpendEntry>,
+    /// Ledger lines `--repair` rebuilt from the outputs and no look-up has confirmed yet.
+    pub rebuilt: Vec<SpendEntry>,
+    /// `harvest probe`'s agreement per endpoint (empty: no probe ran).
+    pub probe: HashMap<String, f64>,
+    /// How long a drain may take before it becomes a stop now (`--drain-grace-s`).
+    pub drain_grace: Duration,
+}
+
 impl Supervisor {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        cfg: Config,
-        shared: Arc<Shared>,
-        writer: Writer,
-        datasets: Vec<DatasetRun>,
-        carried_over: Usd,
-        key_usage_start: Option<f64>,
-        shard: Option<(u32, u32)>,
-        state_path: std::path::PathBuf,
-        orphans: Vec<SpendEntry>,
-        unknown: Vec<SpendEntry>,
-    ) -> Self {
+    pub(super) fn new(l: Launch) -> Self {
         let now = Clock::now();
         let (books, readers): (Vec<_>, Vec<_>) =
-            datasets.into_iter().map(|d| (d.book, d.reader)).unzip();
+            l.datasets.into_iter().map(|d| (d.book, d.reader)).unzip();
         let n = books.len();
         let run_id = format!("{:x}", now.wall.timestamp_millis());
         let core = Core::new(
-            cfg,
+            l.cfg,
             books,
-            shared.endpoints(),
-            carried_over,
-            shard,
+            l.shared.endpoints(),
+            l.carried_over,
+            l.shard,
             run_id,
             &now,
-        );
+        )
+        .with_drain_grace(l.drain_grace);
         Supervisor {
             core,
-            publisher: Publisher::new(&now, n, key_usage_start),
-            shared,
-            writer,
+            publisher: Publisher::new(&now, n, l.key_usage_start),
+            shared: l.shared,
+            writer: l.writer,
             readers: Readers(readers),
-            state_path,
+            state_path: l.state_path,
             stop_now: CancellationToken::new(),
             end_now: CancellationToken::new(),
-            orphans,
-            unknown,
-            rebuilt: Vec::new(),
-            key_usage_start,
-            key_base: None,
+            orphans: l.orphans,
+            unknown: l.unknown,
+            rebuilt: l.rebuilt,
+            key_usage_start: l.key_usage_start,
+            key_base: l.key_base,
             unsettled: 0,
             tasks: JoinSet::new(),
             accrued: HashMap::new(),
             to_reconcile: Vec::new(),
             closed: super::reconcile::Closed::new(),
-            probe: None,
+            probe: (!l.probe.is_empty()).then_some(l.probe),
         }
-    }
-
-    /// The last quiet key checkpoint of the ledger and the crash estimates since (the scan's).
-    pub(super) fn set_key_base(&mut self, base: Option<KeyBase>) {
-        self.key_base = base;
-    }
-
-    /// Ledger lines `--repair` rebuilt from the outputs and no look-up has confirmed yet.
-    pub(super) fn set_rebuilt(&mut self, rebuilt: Vec<SpendEntry>) {
-        self.rebuilt = rebuilt;
-    }
-
-    /// Takes the probe's agreement per endpoint into the policy (as the run begins).
-    pub(super) fn set_probe(&mut self, agreement: HashMap<String, f64>) {
-        self.probe = Some(agreement);
     }
 
     /// The core's port onto the readers, counters and running costs.

@@ -228,6 +228,7 @@ pub fn kimi_snapshot() -> Snapshot {
         eta_s: Some(1_200.0),
         eta_at_budget: false,
         drain_left_s: None,
+        drain_grace_left_s: None,
         cut_thinking_share: None,
         last_stretch_s: None,
         stretch_stoppable: 0,

@@ -442,3 +442,57 @@ async fn a_detached_run_without_its_socket_says_how_to_reach_it() {
     }
     sim.stop().await;
 }
+
+/// `harvest stop` drains within the run's own grace, as a signal's drain does (the trainer
+/// issue's drains: `harvest stop` took 2m41s on a 30 s grace): with answers far longer than a
+/// 2 s grace, the engine closes what is in flight when the grace ends, says so in its log, and
+/// rejects none of it (what was closed stays pending for the next run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harvest_stop_drains_within_the_runs_own_grace() {
+    let sim = paced_sim(1.0, 6000.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        40,
+        &sim.base_url(),
+        KEY_VAR,
+        "concurrency = 10\noutput_dir = \"out\"\n[request]\nmax_tokens = 12000",
+        "G",
+    );
+    let out: PathBuf = dir.path().join("out");
+    let mut cleanup = Cleanup { pids: Vec::new() };
+    let (code, o, e) = harvest(&[
+        "run",
+        "--detach",
+        "--drain-grace-s",
+        "2",
+        "-c",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "run --detach: {o}{e}");
+    let pid: u32 = o
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in: {o}"));
+    cleanup.pids.push(pid);
+    wait_status(&out, "streams in flight", 60, |s| {
+        s["in_flight"].as_u64() >= Some(5)
+    })
+    .await;
+    let (code, o, e) = harvest(&["stop", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "stop: {o}{e}");
+    assert!(o.contains("STOPPED"), "the summary: {o}");
+    let log = std::fs::read_to_string(out.join("harvest.log")).expect("harvest.log");
+    let drain = log.find("asked for a drain").expect("the drain in the log");
+    let over = (log.find("the drain's grace (2 s) is over: stopping now"))
+        .unwrap_or_else(|| panic!("the grace ended the drain; the log: {log}"));
+    assert!(over > drain, "the grace after the drain");
+    let rejects = std::fs::read_to_string(out.join("G.rejects.jsonl")).unwrap_or_default();
+    assert_eq!(
+        rejects.lines().count(),
+        0,
+        "nothing closed is rejected: {rejects}"
+    );
+}

@@ -73,9 +73,11 @@ impl Core {
                     self.event(now, format!("{v} asked for a drain"));
                 }
                 self.begin_stop(now, StopReason::OperatorDrain);
+                self.start_grace(now);
             }
             Command::OutputLost => {
                 self.begin_stop(now, StopReason::OutputLost);
+                self.start_grace(now);
             }
             Command::Shutdown(ShutdownMode::Now) => {
                 if let Some(v) = by {
@@ -94,6 +96,25 @@ impl Core {
                 self.life.stopped_now = true;
                 self.effects.push(Effect::CancelInFlight);
             }
+        }
+    }
+
+    /// A drain's grace runs from the first drain asked; a second drain does not extend it.
+    fn start_grace(&mut self, now: &Clock) {
+        if self.life.drain_deadline.is_none() {
+            self.life.drain_deadline = Some(now.mono + self.life.drain_grace);
+        }
+    }
+
+    /// At the end of a drain's grace, what is still in flight is closed (a stop now).
+    fn drain_grace_over(&mut self, now: &Clock) {
+        if self.drain_deadline().is_some_and(|d| now.mono >= d) && !self.in_flight.is_empty() {
+            let grace = self.life.drain_grace.as_secs_f64();
+            self.event(
+                now,
+                format!("the drain's grace ({grace:.0} s) is over: stopping now"),
+            );
+            self.apply(Command::Shutdown(ShutdownMode::Now), None, now);
         }
     }
 
@@ -117,6 +138,7 @@ impl Core {
 
     /// The periodic tick: reservations follow the observed mean, datasets their budgets.
     pub(super) fn tick(&mut self, port: &dyn Port, now: &Clock) {
+        self.drain_grace_over(now);
         self.recompute_reserved(port);
         self.update_datasets(now);
         if let Some(change) = self.budget.account.tick(self.concurrency, now.mono) {

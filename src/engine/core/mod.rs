@@ -237,6 +237,11 @@ struct Lifecycle {
     /// A stop-now was asked (by the operator, or at the end of a drain's grace period): what
     /// is in flight is closed and nothing waits on look-ups.
     stopped_now: bool,
+    /// How long a drain lets what is in flight finish before it closes it.
+    drain_grace: std::time::Duration,
+    /// When the drain under way becomes a stop now: every drain (a signal, the TUI, `harvest
+    /// stop`, a lost output) is bounded by the same grace, here rather than in each driver.
+    drain_deadline: Option<Instant>,
 }
 
 impl Core {
@@ -311,7 +316,10 @@ impl Core {
                 retries: 0,
             },
             cfg,
-            life: Lifecycle::default(),
+            life: Lifecycle {
+                drain_grace: crate::engine::DRAIN_GRACE,
+                ..Lifecycle::default()
+            },
             seq: 0,
             in_flight: HashMap::new(),
             journal: journal::Journal::new(now.mono),
@@ -371,6 +379,17 @@ impl Core {
         }
     }
 
+    /// How long a drain may let what is in flight finish (`--drain-grace-s`).
+    pub(crate) fn with_drain_grace(mut self, grace: std::time::Duration) -> Self {
+        self.life.drain_grace = grace;
+        self
+    }
+
+    /// When the drain under way becomes a stop now, if one is under way.
+    pub(crate) fn drain_deadline(&self) -> Option<Instant> {
+        self.life.drain_deadline.filter(|_| !self.life.stopped_now)
+    }
+
     /// harvest itself cannot go on (a write failed, a task died): stop, exit code 1.
     fn fail(&mut self, now: &Clock, detail: String) {
         self.life.failed = true;
@@ -423,9 +442,10 @@ impl Core {
 
     /// How long the requests in flight are expected to take still: for each, the time its
     /// dataset's requests usually take (`usual(dataset)`, the 95th percentile of those done)
-    /// less its age, at least zero; the longest of them. `None` with nothing in flight or no
-    /// request of their datasets done yet (nothing to go by). A drain shows it as its own
-    /// progress.
+    /// less its age; the longest of them. `None` with nothing in flight, with no usual time
+    /// for a request's dataset yet (too few done to go by), or with a request already past its
+    /// usual time: it is among the long ones, and may run to its `max_tokens` (a drain's grace
+    /// bounds it, [`Core::drain_deadline`]). A drain shows it as its own progress.
     pub(crate) fn longest_remaining(
         &self,
         now: &Clock,
@@ -433,8 +453,8 @@ impl Core {
     ) -> Option<std::time::Duration> {
         let mut longest = None;
         for f in self.in_flight.values() {
-            let left =
-                usual(f.job.dataset)?.saturating_sub(now.mono.saturating_duration_since(f.sent));
+            let age = now.mono.saturating_duration_since(f.sent);
+            let left = usual(f.job.dataset)?.checked_sub(age)?;
             longest = Some(longest.map_or(left, |l: std::time::Duration| l.max(left)));
         }
         longest

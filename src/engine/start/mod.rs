@@ -69,23 +69,22 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         &r.client,
         r.carried,
     );
-    let mut sup = supervisor::Supervisor::new(
-        r.cfg,
+    let mut sup = supervisor::Supervisor::new(supervisor::Launch {
+        cfg: r.cfg,
         shared,
         writer,
-        r.datasets,
-        r.carried,
+        datasets: r.datasets,
+        carried_over: r.carried,
         key_usage_start,
-        opts.shard,
-        super::state_path(&r.dir),
+        key_base: r.ledger.key_base,
+        shard: opts.shard,
+        state_path: super::state_path(&r.dir),
         orphans,
-        r.ledger.unknown,
-    );
-    sup.set_key_base(r.ledger.key_base);
-    sup.set_rebuilt(r.ledger.rebuilt);
-    if !r.probe.is_empty() {
-        sup.set_probe(r.probe);
-    }
+        unknown: r.ledger.unknown,
+        rebuilt: r.ledger.rebuilt,
+        probe: r.probe,
+        drain_grace: opts.drain_grace.unwrap_or(super::DRAIN_GRACE),
+    });
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let (snap_tx, snap_rx) = watch::channel(Arc::new(sup.snapshot()));
     let tick = opts.tick.unwrap_or(Duration::from_millis(200));

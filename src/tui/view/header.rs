@@ -252,7 +252,11 @@ fn time_left(state: &UiState) -> [Span<'static>; 2] {
             _ if s.in_flight == 0 => "done".to_string(),
             Some(left) if left < 1.0 => "any moment".to_string(),
             Some(left) => format!("~{}", duration(left)),
-            None => "-".into(),
+            // Unknown, but the grace closes what is left by then.
+            None => match s.drain_grace_left_s {
+                Some(g) => format!("≤{}", duration(g)),
+                None => "-".into(),
+            },
         };
         return [Span::styled("drain ", t.dim), Span::raw(left)];
     }

@@ -411,20 +411,23 @@ fn an_attached_viewer_can_detach_from_the_quit_dialog() {
 }
 
 /// While draining, the header shows the drain's own progress where the ETA was: when the last
-/// request in flight is expected to end.
+/// request in flight is expected to end, or, when that is unknown, when the grace closes it.
 #[test]
 fn a_draining_header_shows_when_the_last_request_is_due() {
+    // (expected time left, grace left, in flight, what the header says)
     let cases = [
-        (Some(95.0), 120, "drain ~1m35s"),
-        (Some(0.4), 3, "drain any moment"),
-        (None, 7, "drain -"),
-        (Some(10.0), 0, "drain done"),
+        (Some(95.0), None, 120, "drain ~1m35s"),
+        (Some(0.4), Some(20.0), 3, "drain any moment"),
+        (None, None, 7, "drain -"),
+        (None, Some(28.0), 7, "drain ≤28s"),
+        (Some(10.0), None, 0, "drain done"),
     ];
-    for (left, in_flight, want) in cases {
+    for (left, grace, in_flight, want) in cases {
         let mut snap = kimi_snapshot();
         snap.state = RunState::Draining;
         snap.in_flight = in_flight;
         snap.drain_left_s = left;
+        snap.drain_grace_left_s = grace;
         let st = state_with(snap);
         let s = text(&draw(&st, 160, 48));
         let header = s.lines().next().unwrap_or_default();

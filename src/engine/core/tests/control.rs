@@ -268,6 +268,96 @@ fn drain_lets_answers_finish_and_stop_now_closes_them() {
     }
 }
 
+/// Every drain is bounded by one grace, whoever asked for it (a signal, the TUI's `q` `d`,
+/// `harvest stop`, a lost output): at its end the core closes what is still in flight, as a
+/// stop now does; a second drain does not extend it, and a drain that finishes in time never
+/// closes anything (the trainer issue's drains: `harvest stop` took 2m41s on a 30 s grace).
+#[test]
+fn a_drain_of_any_origin_ends_at_its_grace() {
+    use std::time::Duration;
+    // (name, commands at seconds, tick times, when the stop-now comes: None for never)
+    type Case = (&'static str, Vec<(f64, Command)>, Vec<f64>, Option<f64>);
+    let drain = || Command::Shutdown(ShutdownMode::Drain);
+    let viewer = || {
+        Command::By(
+            crate::engine::control::Viewer { pid: 4242 },
+            Box::new(drain()),
+        )
+    };
+    let cases: Vec<Case> = vec![
+        (
+            "a signal's drain",
+            vec![(1.0, drain())],
+            vec![5.0, 12.9, 13.0, 13.2],
+            Some(13.0),
+        ),
+        (
+            "harvest stop",
+            vec![(1.0, viewer())],
+            vec![12.0, 13.0],
+            Some(13.0),
+        ),
+        (
+            "a lost output",
+            vec![(2.0, Command::OutputLost)],
+            vec![13.0, 14.0],
+            Some(14.0),
+        ),
+        (
+            "a second drain does not extend it",
+            vec![(1.0, drain()), (10.0, drain())],
+            vec![13.0],
+            Some(13.0),
+        ),
+        (
+            "no tick past the grace",
+            vec![(1.0, drain())],
+            vec![5.0, 12.0],
+            None,
+        ),
+        (
+            "a stop now first",
+            vec![(1.0, Command::Shutdown(ShutdownMode::Now))],
+            vec![13.0],
+            None,
+        ),
+    ];
+    for (name, cmds, ticks, want) in cases {
+        let mut h = H::new(config(""), kimi(), &[&["a", "b", "c"]]);
+        h.core = h.core.with_drain_grace(Duration::from_secs(12));
+        let sent = h.dispatch();
+        assert!(!sent.is_empty());
+        for (at, c) in cmds {
+            h.at(at).command(c);
+        }
+        let mut stopped_at = None;
+        for t in ticks {
+            let closed = (h.at(t).tick().iter()).any(|e| matches!(e, Effect::CancelInFlight));
+            if closed {
+                assert_eq!(stopped_at, None, "{name}: closed once");
+                stopped_at = Some(t);
+            }
+        }
+        assert_eq!(stopped_at, want, "{name}");
+        if want.is_some() {
+            let said = h.event_texts();
+            assert!(
+                said.iter()
+                    .any(|t| t == "the drain's grace (12 s) is over: stopping now"),
+                "{name}: {said:?}"
+            );
+            assert!(h.dispatch().is_empty(), "{name}: nothing more sent");
+        }
+    }
+    // A drain whose answers all came in within the grace closes nothing at its end.
+    let mut h = H::new(config(""), kimi(), &[&["a"]]);
+    let sent = h.dispatch();
+    h.at(1.0).command(drain());
+    h.at(5.0).result(done(sent[0].key, None, 10, 0.001, "stop"));
+    assert!(h.core.is_over());
+    assert!(!(h.at(40.0).tick().iter()).any(|e| matches!(e, Effect::CancelInFlight)));
+}
+
 #[test]
 fn stop_now_keeps_a_failure_reason_but_still_closes_what_is_in_flight() {
     let mut h = H::new(config("routing = \"pinned\""), kimi(), &[&["a", "b"]]);
@@ -556,7 +646,7 @@ fn a_price_change_in_the_listing_applies_from_the_next_request_and_is_said() {
 }
 
 /// A drain's own progress: the longest expected remaining time of what is in flight, from
-/// each request's age and its dataset's usual request time.
+/// each request's age and its dataset's usual request time; unknown once one is past it.
 #[test]
 fn a_drain_reckons_the_longest_remaining_time_from_ages_and_usual_times() {
     use std::time::Duration;
@@ -592,11 +682,11 @@ fn a_drain_reckons_the_longest_remaining_time_from_ages_and_usual_times() {
             Some(28.0),
         ),
         (
-            "past its usual time: any moment",
+            "past its usual time: unknown (it may run to max_tokens)",
             [Some(30.0), None],
-            [&[0.0], &[]],
+            [&[0.0, 20.0], &[]],
             45.0,
-            Some(0.0),
+            None,
         ),
         (
             "the slower dataset decides",

@@ -18,6 +18,9 @@ use super::super::*;
 use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
 
+/// The driver's tick, seconds (`RunOptions::tick`'s default).
+const TICK_S: f64 = 0.2;
+
 /// An attempt in flight in the world.
 #[derive(Debug)]
 pub(super) struct Flight {
@@ -311,7 +314,8 @@ pub(super) fn run(world: &World) -> Outcome {
         None,
         "sim".into(),
         &t0,
-    );
+    )
+    .with_drain_grace(std::time::Duration::from_secs_f64(world.drain_grace_s));
     let prompts = (0..world.prompts)
         .map(|i| Prompt {
             id: format!("p{i}"),
@@ -834,8 +838,9 @@ impl Run {
             }
         }
         if op == Op::Drain && self.op.drain_by.is_none() && self.core.stopping().is_none() {
+            // The last stream in flight ends, or the grace closes it (at the first tick after).
             let last = self.flights.values().map(|f| f.end).fold(self.t, f64::max);
-            self.op.drain_by = Some(last);
+            self.op.drain_by = Some(last.min(self.t + self.world.drain_grace_s + TICK_S));
         }
         if op == Op::StopNow {
             self.op.drain_by = None;
@@ -864,7 +869,7 @@ impl Run {
         let budget = Usd::from_f64(self.world.budget_usd).pico();
         let near = budget - budget / 200;
         self.step(Event::Begin);
-        let mut next_tick = 0.2;
+        let mut next_tick = TICK_S;
         let mut guard = 0u32;
         let mut woke_at: Option<f64> = None;
         while !self.core.is_over() {
@@ -941,7 +946,7 @@ impl Run {
                 self.op.next += 1;
                 self.operate(op);
             } else if self.t >= next_tick {
-                next_tick = self.t + 0.2;
+                next_tick = self.t + TICK_S;
                 self.step(Event::Tick);
             } else if wake.is_some_and(|w| w <= self.t) {
                 woke_at = Some(self.t);
@@ -979,7 +984,8 @@ impl Run {
             && self.out.end_s > by + 0.5
         {
             broken.push(format!(
-                "a drain ended at {:.1} s, after the last stream in flight at its start ({by:.1} s)",
+                "a drain ended at {:.1} s, after the last stream in flight at its start or its \
+                 grace ({by:.1} s)",
                 self.out.end_s
             ));
         }

@@ -53,6 +53,8 @@ pub(super) struct World {
     pub(super) learn_inflight_budget: bool,
     /// `requests_per_second`, when a scenario sets one.
     pub(super) requests_per_second: Option<f64>,
+    /// How long a drain lets what is in flight finish (`--drain-grace-s`), seconds.
+    pub(super) drain_grace_s: f64,
     /// The simulator's own table (`harvest sim`'s Kimi K2.5 providers): the listing harvest
     /// reads, and what OpenRouter's routing (`sim::routing::candidates`) picks from.
     pub(super) table: crate::sim::ProviderTable,
@@ -118,6 +120,9 @@ impl World {
             f64::from(concurrency) * f64::from(max_tokens) * 3e-6 * r2.random_range(0.2..0.7)
         });
         let key_revoked_at = r2.random_bool(0.05).then(|| r2.random_range(2.0..20.0));
+        // Draws added later still come from a stream of their own (see `r2`).
+        let mut r3 = SmallRng::seed_from_u64(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x6EAC);
+        let drain_grace_s = [2.0, 5.0, 10.0, 30.0][r3.random_range(0..4)];
         World {
             seed,
             mode,
@@ -135,6 +140,7 @@ impl World {
             key_revoked_at,
             learn_inflight_budget: true,
             requests_per_second: None,
+            drain_grace_s,
             table,
             endpoints,
             truth,
