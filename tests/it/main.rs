@@ -11,6 +11,7 @@ mod budget_cap;
 mod cli;
 mod connection_reuse;
 mod control_socket;
+mod deploy;
 mod detach;
 mod engine_run;
 mod estimate;
