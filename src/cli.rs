@@ -475,6 +475,12 @@ pub struct ExportArgs {
     /// SpecForge's train_only_last_turn, so every turn is a target.
     #[arg(long)]
     pub explode_turns: bool,
+    /// Rows whose prompt carried assistant turns the model did not write (turns = "last"):
+    /// `skip` leaves them out, as a trainer supervises every assistant turn of a row;
+    /// `context` writes them, each row (or exploded part) ending at an answer of the model,
+    /// for SpecForge with data.train_only_last_turn: true (speculators supervises every turn).
+    #[arg(long, value_enum, default_value = "skip")]
+    pub foreign_turns: crate::export::ForeignTurns,
     /// A Hugging Face chat template: the model's tokenizer_config.json or chat_template.jinja,
     /// or a built-in one (kimi-k2.5-final-turn, kimi-k2-thinking-final-turn). Every success
     /// row is rendered through it as written: --format text writes that text, --show prints

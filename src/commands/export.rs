@@ -49,6 +49,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         system_prompt: args.system_prompt.clone(),
         samples: args.show.unwrap_or(0),
         explode_turns: args.explode_turns,
+        foreign_turns: args.foreign_turns,
     };
     // A template that does not compile is refused before anything is written.
     let template = match &args.chat_template {

@@ -303,6 +303,15 @@ fn dataset(t: &mut String, f: &FoundFile) {
         0 => String::new(),
         n => format!(", {n} bad lines (the first: {})", first_error(f)),
     };
+    // Rows whose id an earlier row has are sent once: say so, or 40 rows read as 8 prompts.
+    let bad = match f.count.duplicates {
+        0 => bad,
+        1 => format!("{bad}, 1 duplicate row (an id seen before: sent once)"),
+        n => format!(
+            "{bad}, {} duplicate rows (ids seen before: sent once)",
+            crate::domain::group_thousands(n)
+        ),
+    };
     line(
         t,
         &format!(
@@ -333,6 +342,20 @@ fn dataset(t: &mut String, f: &FoundFile) {
         if let Some(v) = value {
             line(t, &format!("{key} = {}", q(v)));
         }
+    }
+    if f.count.with_assistant_turns > 0 {
+        // A trainer supervises every assistant turn of a row: turns the model did not write
+        // would be trained on as its own. "all" has it write each (one request a turn).
+        line(
+            t,
+            &format!(
+                "turns = \"all\"  # {} of {} prompts carry assistant turns: the model writes \
+                 each of them (one request a turn); \"last\" answers only the last, and export \
+                 leaves those rows out",
+                crate::domain::group_thousands(f.count.with_assistant_turns),
+                crate::domain::group_thousands(f.count.valid)
+            ),
+        );
     }
 }
 
@@ -555,6 +578,46 @@ mod tests {
                 .any(|l| l.starts_with("#   venice") && l.contains(" ? ")),
             "{text}"
         );
+    }
+
+    /// A file of 40 rows of which 32 repeat an id reads as 8 prompts and says why; rows with
+    /// assistant turns of their own get `turns = "all"` proposed, with what it costs (the
+    /// newcomer review: "8 prompts" for 40 rows, no word on the dataset's own answers).
+    #[test]
+    fn a_dataset_says_its_duplicate_rows_and_proposes_every_turn_for_its_own_answers() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut text = String::new();
+        for i in 0..40 {
+            let id = i % 8;
+            text.push_str(&format!(
+                "{{\"id\": \"c{id}\", \"messages\": [{{\"role\": \"user\", \"content\": \"q{id}\"}}, \
+                 {{\"role\": \"assistant\", \"content\": \"old\"}}, {{\"role\": \"user\", \"content\": \"more\"}}]}}\n"
+            ));
+        }
+        let path = dir.path().join("chats.jsonl");
+        std::fs::write(&path, text).expect("write");
+        let f = find(&path, dir.path(), &[]).expect("found");
+        let mut t = String::new();
+        dataset(&mut t, &f);
+        assert!(
+            t.contains("8 prompts, 32 duplicate rows (ids seen before: sent once)"),
+            "{t}"
+        );
+        let turns = (t.lines())
+            .find(|l| l.starts_with("turns = "))
+            .expect("a turns line");
+        assert!(
+            turns.starts_with("turns = \"all\"  # 8 of 8 prompts carry assistant turns"),
+            "{turns}"
+        );
+        let table: toml::Table = t.parse().expect("the table parses");
+        assert_eq!(table["dataset"][0]["turns"].as_str(), Some("all"));
+        // A file of plain prompts gets neither.
+        std::fs::write(&path, "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n").expect("write");
+        let f = find(&path, dir.path(), &[]).expect("found");
+        let mut t = String::new();
+        dataset(&mut t, &f);
+        assert!(!t.contains("duplicate") && !t.contains("turns ="), "{t}");
     }
 
     #[test]

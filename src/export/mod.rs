@@ -64,6 +64,22 @@ pub struct Options {
     /// with its reasoning, earlier answers without theirs: every turn's target trained under
     /// last-turn-only loss masking (SpecForge's `train_only_last_turn`).
     pub explode_turns: bool,
+    /// What becomes of a row whose prompt carried assistant turns the model did not write.
+    pub foreign_turns: ForeignTurns,
+}
+
+/// Rows whose conversation holds assistant turns from the prompt file (`turns = "last"`):
+/// text the target model never wrote. A trainer supervises every assistant turn of a row
+/// (SpecForge's parser, speculators' one row per turn), so by default they are left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForeignTurns {
+    /// Left out, with the reason in `<dataset>.skipped.ndjson`.
+    #[default]
+    Skip,
+    /// Written with those turns as context, each row (exploded: each part) ending at an
+    /// answer the model wrote: for a trainer that supervises only a row's last turn
+    /// (SpecForge's `data.train_only_last_turn: true`). speculators supervises them all.
+    Context,
 }
 
 /// A success row as written, through the chat template.
@@ -147,6 +163,10 @@ pub struct Counts {
     /// Rows of an id already exported from an earlier directory (shards exported as one job,
     /// one of them present twice): left out, so that the union holds each id once.
     pub duplicates: u64,
+    /// Rows left out for holding assistant turns the model did not write.
+    pub foreign_skipped: u64,
+    /// Rows written with such turns as context (`--foreign-turns context`).
+    pub foreign_context: u64,
 }
 
 /// A template that fails this many rows the same way before it renders one is stopped.
@@ -188,8 +208,19 @@ impl FirstRenderings {
 const NAMED: usize = 5;
 
 /// Why a row is left out by choice, or `None`.
-fn filtered(r: &OutputRecord, o: &Options) -> Option<String> {
+fn filtered(r: &OutputRecord, foreign: &[usize], o: &Options) -> Option<String> {
     let answers = || r.conversations.iter().filter(|t| t.role == "assistant");
+    if let Some(&i) = foreign.first()
+        && o.foreign_turns == ForeignTurns::Skip
+    {
+        return Some(format!(
+            "conversations[{i}] is an assistant turn from the prompt file, not the model's \
+             (turns = \"last\"), and a trainer supervises every assistant turn of a row; \
+             turns = \"all\" has the model write it, --foreign-turns context keeps it as \
+             context for a trainer that supervises only a row's last turn (SpecForge's \
+             data.train_only_last_turn)"
+        ));
+    }
     if r.truncated && !o.keep_truncated {
         return Some("cut at max_tokens (finish_reason length); --keep-truncated keeps it".into());
     }
@@ -203,14 +234,17 @@ fn filtered(r: &OutputRecord, o: &Options) -> Option<String> {
             "a <think> or </think> marker in the answer; --keep-think-markers keeps it".into(),
         );
     }
+    // The model's own answers: a turn from the prompt file has no reasoning to require.
+    let own = (r.conversations.iter().enumerate())
+        .filter(|(i, t)| t.role == "assistant" && !foreign.contains(i));
     if o.require_reasoning
-        && answers().any(|t| {
+        && own.clone().any(|(_, t)| {
             t.reasoning_content
                 .as_deref()
                 .is_none_or(|s| s.trim().is_empty())
         })
     {
-        return Some("no reasoning_content (--require-reasoning)".into());
+        return Some("no reasoning_content in an answer of the model (--require-reasoning)".into());
     }
     None
 }
@@ -375,6 +409,11 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
                 });
                 return;
             }
+            if a.foreign && a.which == SUCCESS {
+                c.foreign_context += 1;
+            } else if a.foreign {
+                c.foreign_skipped += 1;
+            }
             if a.which == SUCCESS {
                 c.without_system += u64::from(a.without_system);
                 c.rendered += a.rendered;
@@ -413,6 +452,8 @@ struct AnswerRows {
     without_system: bool,
     /// The template refused the row.
     template_failure: Option<template::TemplateError>,
+    /// Its conversation holds assistant turns the model did not write.
+    foreign: bool,
 }
 
 impl AnswerRows {
@@ -425,6 +466,7 @@ impl AnswerRows {
             shown: Vec::new(),
             without_system: false,
             template_failure: None,
+            foreign: false,
         }
     }
 }
@@ -450,11 +492,16 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
         json!({"id": r.id, "status": status, "reason": reason,
                "conversations": sf["conversations"]})
     };
-    if let Some(why) = filtered(&r, o) {
-        return AnswerRows::one(SKIPPED, refused("skipped", why));
+    let foreign = rows::foreign_turns(&r);
+    if let Some(why) = filtered(&r, &foreign, o) {
+        let mut a = AnswerRows::one(SKIPPED, refused("skipped", why));
+        // Skipped for those turns (the first check), not for a reason of its own.
+        a.foreign = !foreign.is_empty() && o.foreign_turns == ForeignTurns::Skip;
+        return a;
     }
     let rules = Rules {
-        expect_reasoning: o.require_reasoning,
+        // SpecForge's rule is every assistant message's: the prompt file's have none.
+        expect_reasoning: o.require_reasoning && foreign.is_empty(),
         expect_non_reasoning: false,
         strict_think_markers: !o.keep_think_markers,
     };
@@ -463,12 +510,13 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
     }
     // Validated whole, then exploded: SpecForge's order (regenerate, validate, expand).
     let parts = if o.explode_turns {
-        rows::exploded(&sf)
+        rows::exploded(&sf, &foreign)
     } else {
         vec![sf.clone()]
     };
     let mut a = AnswerRows::one(SUCCESS, Value::Null);
     a.rows.clear();
+    a.foreign = !foreign.is_empty();
     for part in parts {
         let id = part["id"].as_str().unwrap_or_default().to_string();
         let messages = rows::messages_as_written(&part, o.format);
@@ -549,6 +597,29 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                 c.dataset,
                 g(c.duplicates)
             ));
+        }
+        for (n, what) in [
+            (
+                c.foreign_skipped,
+                "left out, as a trainer would supervise those turns (the reason is in \
+                 <dataset>.skipped.ndjson): turns = \"all\" has the model write every turn, \
+                 --foreign-turns context keeps them as context",
+            ),
+            (
+                c.foreign_context,
+                "written with them as context (--foreign-turns context): train with SpecForge's \
+                 data.train_only_last_turn: true, not with speculators, which supervises every \
+                 assistant turn",
+            ),
+        ] {
+            if n > 0 {
+                out.push_str(&format!(
+                    "  {}: {} rows hold assistant turns from the prompt file, not the model's: \
+                     {what}\n",
+                    c.dataset,
+                    g(n)
+                ));
+            }
         }
         if c.success_rows != c.success {
             out.push_str(&format!(

@@ -30,15 +30,31 @@ pub(super) fn specforge_row(r: &OutputRecord) -> Value {
     json!({"id": r.id, "conversations": turns, "status": "success"})
 }
 
-/// A SpecForge row of several assistant turns as one row per turn (`<id>#<k>`): each ends at
-/// its turn, which keeps its reasoning; the answers before it keep their visible content only
-/// (`reasoning_content` empty), as the model saw them when it wrote the turn. A row of one
-/// answer stays as it is.
-pub(super) fn exploded(sf: &Value) -> Vec<Value> {
+/// The assistant turns of a record's conversation that the model did not write, by index:
+/// with `turns = "last"` every one but the last came from the prompt file; with `turns =
+/// "all"` (the record lists its regenerated turns) the model wrote each.
+pub(super) fn foreign_turns(r: &OutputRecord) -> Vec<usize> {
+    if !r.turns.is_empty() {
+        return Vec::new();
+    }
+    let mut at: Vec<usize> = (r.conversations.iter().enumerate())
+        .filter(|(_, t)| t.role == "assistant")
+        .map(|(i, _)| i)
+        .collect();
+    at.pop();
+    at
+}
+
+/// A SpecForge row of several answers of the model as one row per answer (`<id>#<k>`): each
+/// ends at its answer, which keeps its reasoning; the answers before it keep their visible
+/// content only (`reasoning_content` empty), as the model saw them when it wrote the turn.
+/// Assistant turns at `foreign` (the prompt file's) are context, never a row's end. A row of
+/// one answer stays as it is.
+pub(super) fn exploded(sf: &Value, foreign: &[usize]) -> Vec<Value> {
     let empty = Vec::new();
     let conv = sf["conversations"].as_array().unwrap_or(&empty);
     let at: Vec<usize> = (0..conv.len())
-        .filter(|&i| conv[i]["role"] == "assistant")
+        .filter(|&i| conv[i]["role"] == "assistant" && !foreign.contains(&i))
         .collect();
     if at.len() < 2 {
         return vec![sf.clone()];

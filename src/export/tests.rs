@@ -73,7 +73,34 @@ const SF: Options = Options {
     system_prompt: None,
     samples: 0,
     explode_turns: false,
+    foreign_turns: ForeignTurns::Skip,
 };
+
+/// The turns a `turns = "all"` run records: one per assistant turn the model wrote.
+fn regenerated(n: usize) -> Vec<crate::store::output::TurnRecord> {
+    let one = crate::store::output::TurnRecord {
+        provider: "Chutes".into(),
+        endpoint_tag: Some("chutes/int4".into()),
+        finish_reason: "stop".into(),
+        usage: RecordUsage::default(),
+        cost_usd: Usd::from_f64(0.001),
+        attempts: 1,
+        generation_id: None,
+        ttft_ms: None,
+        latency_ms: 1,
+        inline_think: false,
+        cost_estimated: false,
+    };
+    vec![one; n]
+}
+
+fn turn(role: &str, content: &str, reasoning: Option<&str>) -> Turn {
+    Turn {
+        role: role.into(),
+        content: content.into(),
+        reasoning_content: reasoning.map(str::to_string),
+    }
+}
 
 /// Rows that break each rule land in `_error` or `_skipped` with the reason; the rest pass
 /// the gate; the accounting adds up to the prompt count.
@@ -203,17 +230,14 @@ fn exploded_turns_end_at_each_answer_with_only_its_own_reasoning() {
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).expect("mkdir");
     let mut two = rec("two", "a2", Some("r2"), false);
-    let turn = |role: &str, content: &str, reasoning: Option<&str>| Turn {
-        role: role.into(),
-        content: content.into(),
-        reasoning_content: reasoning.map(str::to_string),
-    };
     two.conversations = vec![
         turn("user", "q1", None),
         turn("assistant", "a1", Some("r1")),
         turn("user", "q2", None),
         turn("assistant", "a2", Some("r2")),
     ];
+    // turns = "all": the model wrote both.
+    two.turns = regenerated(2);
     write_lines(
         &out.join("A.jsonl"),
         &[rec("one", "answer", Some("r"), false), two],
@@ -405,4 +429,116 @@ fn the_first_renderings_decide_whether_a_template_fails_every_row() {
         });
         assert_eq!(stopped, *want, "{what}");
     }
+}
+
+/// A prompt file's own assistant turns (`turns = "last"`) are text the model never wrote: no
+/// exported row supervises one, in any format, exploded or not. By default such rows are
+/// skipped, naming the turn and the remedy (not "no reasoning_content"); with
+/// `--foreign-turns context` they are written with those turns as context, every row (and
+/// exploded part) ending at the model's own answer, and `--require-reasoning` asks reasoning of
+/// the model's answers only (the newcomer review's D4: 20 rows in 100 supervised foreign text).
+#[test]
+fn assistant_turns_from_the_prompt_file_are_never_a_rows_answer() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    // user, foreign assistant, user, the model's answer (turns = "last").
+    let mut foreign = rec("foreign", "mine", Some("my thinking"), false);
+    foreign.conversations = vec![
+        turn("user", "q1", None),
+        turn("assistant", "Old answer from another model.", None),
+        turn("user", "q2", None),
+        turn("assistant", "mine", Some("my thinking")),
+    ];
+    // The same conversation regenerated whole (turns = "all"): both answers the model's.
+    let mut own = foreign.clone();
+    own.id = "own".into();
+    own.conversations[1] = turn("assistant", "a1", Some("r1"));
+    own.turns = regenerated(2);
+    write_lines(
+        &out.join("A.jsonl"),
+        &[rec("one", "answer", Some("r"), false), foreign, own],
+    );
+    let to = dir.path().join("export");
+    let formats = [Format::Specforge, Format::Openai, Format::Sharegpt];
+    // (foreign turns, explode) -> ids written
+    let cases: [(ForeignTurns, bool, &[&str]); 4] = [
+        (ForeignTurns::Skip, false, &["one", "own"]),
+        (ForeignTurns::Skip, true, &["one", "own#1", "own#2"]),
+        (ForeignTurns::Context, false, &["one", "foreign", "own"]),
+        (
+            ForeignTurns::Context,
+            true,
+            &["one", "foreign", "own#1", "own#2"],
+        ),
+    ];
+    for format in formats {
+        for (mode, explode, want) in cases {
+            let o = Options {
+                format,
+                explode_turns: explode,
+                foreign_turns: mode,
+                ..SF
+            };
+            let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+            let what = format!("{format:?} {mode:?} explode={explode}");
+            let rows = read(&to.join("A.jsonl"));
+            let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().expect("id")).collect();
+            assert_eq!(ids, want, "{what}");
+            // Every row written ends at an answer the model wrote.
+            for r in &rows {
+                let turns = r["conversations"].as_array().or(r["messages"].as_array());
+                let last = turns.and_then(|t| t.last()).expect("turns");
+                let text = last["content"].as_str().or(last["value"].as_str());
+                assert_ne!(text, Some("Old answer from another model."), "{what}");
+            }
+            let c = &done.counts[0];
+            match mode {
+                ForeignTurns::Skip => {
+                    assert_eq!((c.foreign_skipped, c.foreign_context), (1, 0), "{what}");
+                    let skipped = read(&to.join("A.skipped.ndjson"));
+                    let reason = skipped[0]["reason"].as_str().expect("reason");
+                    assert!(
+                        reason.starts_with(
+                            "conversations[1] is an assistant turn from the prompt file"
+                        ) && reason.contains("turns = \"all\"")
+                            && reason.contains("--foreign-turns context"),
+                        "{what}: {reason}"
+                    );
+                }
+                ForeignTurns::Context => {
+                    assert_eq!((c.foreign_skipped, c.foreign_context), (0, 1), "{what}");
+                }
+            }
+            let said = render(&done.counts, &to);
+            assert!(
+                said.contains("1 rows hold assistant turns from the prompt file"),
+                "{said}"
+            );
+        }
+    }
+    // Without --require-reasoning the foreign row is skipped for the same reason, not another.
+    let o = Options {
+        require_reasoning: false,
+        ..SF
+    };
+    let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+    assert_eq!(done.counts[0].foreign_skipped, 1);
+    // The model's own answer without reasoning is still skipped under --require-reasoning,
+    // foreign turns or not.
+    let mut bare = rec("bare", "mine", None, false);
+    bare.conversations.insert(1, turn("user", "q0", None));
+    bare.conversations.insert(1, turn("assistant", "old", None));
+    write_lines(&out.join("A.jsonl"), &[bare]);
+    let o = Options {
+        foreign_turns: ForeignTurns::Context,
+        ..SF
+    };
+    let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+    assert_eq!((done.counts[0].success, done.counts[0].skipped), (0, 1));
+    let skipped = read(&to.join("A.skipped.ndjson"));
+    assert_eq!(
+        skipped[0]["reason"],
+        "no reasoning_content in an answer of the model (--require-reasoning)"
+    );
 }

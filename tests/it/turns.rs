@@ -37,6 +37,10 @@ fn users_of(i: usize) -> usize {
 }
 
 fn write_job(dir: &Path, base: &str, budget: Option<u64>) {
+    write_job_turns(dir, base, budget, "all");
+}
+
+fn write_job_turns(dir: &Path, base: &str, budget: Option<u64>, turns: &str) {
     let prompts: String = (0..N).map(prompt_line).collect();
     std::fs::write(dir.join("p.jsonl"), prompts).expect("prompts");
     let budget = budget.map_or(String::new(), |b| format!("output_token_budget = {b}\n"));
@@ -45,7 +49,7 @@ fn write_job(dir: &Path, base: &str, budget: Option<u64>) {
         format!(
             "base_url = \"{base}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 8\n\
              [request]\nmax_tokens = 2000\n[retry]\nbase_delay_ms = 10\n\
-             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\nturns = \"all\"\n{budget}"
+             [[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\nturns = \"{turns}\"\n{budget}"
         ),
     )
     .expect("config");
@@ -359,5 +363,114 @@ async fn malformed_conversations_are_rejected_before_anything_is_paid() {
     assert_eq!(sent_histories(&sim).len(), turns);
     let rows: Vec<OutputRecord> = read_jsonl(&d.join("out/A.jsonl"));
     assert_eq!(rows.len(), N);
+    sim.stop().await;
+}
+
+/// The prompt file's own answers under `turns = "last"` (the default) are text the model never
+/// wrote: `run --check` says so before anything is sent, and export never makes one a row's
+/// answer. By default those rows are left out with the reason; with `--foreign-turns context`
+/// each rendered row ends at the model's own answer with its reasoning, and
+/// `--require-reasoning` keeps them (the newcomer review's D4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_files_own_answers_are_never_a_training_target() {
+    let sim = logging_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    write_job_turns(d, &sim.base_url(), None, "last");
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &["--check"]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("40 of 60 prompts carry assistant turns the model does not write"),
+        "{text}"
+    );
+    assert!(
+        sim.state.requests_since(0).is_empty(),
+        "--check sends nothing"
+    );
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let out = d.join("out");
+    let template = "kimi-k2.5-final-turn";
+    let export = |to: &Path, more: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "export".as_ref(),
+            out.as_os_str(),
+            "--to".as_ref(),
+            to.as_os_str(),
+            "--format".as_ref(),
+            "text".as_ref(),
+            "--explode-turns".as_ref(),
+            "--chat-template".as_ref(),
+            template.as_ref(),
+            "--require-reasoning".as_ref(),
+            "--json".as_ref(),
+        ];
+        args.extend(more.iter().map(std::ffi::OsStr::new));
+        crate::common::harvest_json(&args)
+    };
+    // The text after the last assistant header: what SpecForge's train_only_last_turn trains.
+    let last_answer = |row: &serde_json::Value| -> String {
+        let text = row["text"].as_str().expect("text");
+        let at = text
+            .rfind("<|im_assistant|>assistant<|im_middle|>")
+            .expect("an answer");
+        text[at..].to_string()
+    };
+
+    let skip = d.join("skip");
+    let counts = export(&skip, &[]);
+    let c = &counts["datasets"][0];
+    assert_eq!(
+        (c["success"].as_u64(), c["foreign_skipped"].as_u64()),
+        (Some(20), Some(40)),
+        "{counts}"
+    );
+    let rows: Vec<serde_json::Value> = read_jsonl(&skip.join("A.jsonl"));
+    assert_eq!(rows.len(), 20);
+    for r in &rows {
+        assert!(
+            !r["text"].as_str().expect("text").contains("DATASET ANSWER"),
+            "{r}"
+        );
+    }
+    let skipped: Vec<serde_json::Value> = read_jsonl(&skip.join("A.skipped.ndjson"));
+    assert!(
+        skipped.iter().all(|s| s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("from the prompt file"))),
+        "{skipped:?}"
+    );
+
+    let context = d.join("context");
+    let counts = export(&context, &["--foreign-turns", "context"]);
+    let c = &counts["datasets"][0];
+    assert_eq!(
+        (c["success"].as_u64(), c["foreign_context"].as_u64()),
+        (Some(60), Some(40)),
+        "{counts}"
+    );
+    let rows: Vec<serde_json::Value> = read_jsonl(&context.join("A.jsonl"));
+    assert_eq!(
+        rows.len(),
+        60,
+        "one row per prompt: the model wrote one answer in each"
+    );
+    for r in &rows {
+        let last = last_answer(r);
+        assert!(!last.contains("DATASET ANSWER"), "{last}");
+        assert!(
+            last.contains("<think>") && !last.contains("<think></think>"),
+            "its reasoning: {last}"
+        );
+    }
+    let with_context = rows
+        .iter()
+        .filter(|r| {
+            r["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("DATASET ANSWER"))
+        })
+        .count();
+    assert_eq!(with_context, 40, "the dataset's answers stay as context");
     sim.stop().await;
 }

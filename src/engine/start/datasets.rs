@@ -12,6 +12,23 @@ use super::super::{EngineError, RunOptions};
 
 /// One dataset: its prompt file's count (the shard's share, bad lines and duplicate ids
 /// refused or noted), and what earlier runs finished.
+/// A dataset whose prompts carry assistant turns the model will not write (`turns = "last"`):
+/// a trainer supervises every assistant turn of a row, so those rows would teach the drafter
+/// another model's text; `turns = "all"` has the model write them (one request per turn).
+pub(crate) fn foreign_turns_note(d: &DatasetConfig, counted: &PromptCount) -> Option<String> {
+    let n = counted.with_assistant_turns;
+    (n > 0 && d.turns == crate::config::Turns::Last).then(|| {
+        format!(
+            "dataset {}: {} of {} prompts carry assistant turns the model does not write              (turns = \"last\"): a trainer supervises every assistant turn of a row, so export \
+             leaves those rows out; set turns = \"all\" to have the model write every turn (one \
+             request per turn)",
+            d.name,
+            crate::domain::group_thousands(n),
+            crate::domain::group_thousands(counted.valid),
+        )
+    })
+}
+
 pub(super) fn ready_dataset(
     cfg: &Config,
     opts: &RunOptions,
@@ -38,6 +55,9 @@ pub(super) fn ready_dataset(
             crate::domain::group_thousands(counted.without_system),
             if counted.without_system == 1 { "" } else { "s" }
         ));
+    }
+    if let Some(note) = foreign_turns_note(d, &counted) {
+        notes.push(note);
     }
     // In skip mode bad lines become rejects (of shard 0 only, when sharded).
     let skip = cfg.on_bad_line == OnBadLine::Skip;

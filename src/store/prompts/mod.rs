@@ -106,6 +106,9 @@ pub struct PromptCount {
     pub bytes: u64,
     /// Valid prompts with no `system` message of their own.
     pub without_system: u64,
+    /// Valid prompts that carry an assistant turn of their own (text the model did not write,
+    /// unless `turns = "all"` has it regenerate them).
+    pub with_assistant_turns: u64,
     /// Rows whose id came from the id field (`id`, or the dataset's `id_field`), not from
     /// their content.
     pub ids_given: u64,

@@ -417,6 +417,9 @@ pub fn count_prompts_reporting(
                 if !p.messages.iter().any(|m| m.role == "system") {
                     count.without_system += 1;
                 }
+                if p.messages.iter().any(|m| m.role == "assistant") {
+                    count.with_assistant_turns += 1;
+                }
                 if shard.is_none_or(|(k, n)| shard_of(&p.id, n) == k) {
                     count.in_shard += 1;
                 }
