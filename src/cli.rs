@@ -54,12 +54,40 @@ pub enum Command {
     /// max_tokens, concurrency and the budget each with its reason, and the estimate's verdict.
     /// Never overwrites a file.
     Init(InitArgs),
+    /// The chat templates built into harvest (Kimi's with the final answer's reasoning kept):
+    /// list them, or print one, e.g. for vLLM's --chat-template:
+    /// `harvest template print kimi-k2.5-final-turn > kimi-k2.5-final-turn.jinja`.
+    Template(TemplateArgs),
     /// A completion script for a shell, on standard output: e.g.
     /// `harvest completions bash > ~/.local/share/bash-completion/completions/harvest`.
     Completions(CompletionsArgs),
     /// Man pages: harvest(1), or with --dir one file per command (harvest-run.1, ...) to put
     /// under a man directory, e.g. `harvest man --dir ~/.local/share/man/man1`.
     Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TemplateArgs {
+    #[command(subcommand)]
+    pub action: TemplateAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TemplateAction {
+    /// The built-in templates: each name and the model whose own template it replaces.
+    List,
+    /// A built-in template's text on standard output.
+    Print {
+        /// The template's name (`harvest template list`).
+        #[arg(value_parser = builtin_template_names())]
+        name: String,
+    },
+}
+
+/// The built-in templates' names, for the parser and the shell completions.
+fn builtin_template_names() -> clap::builder::PossibleValuesParser {
+    let names = crate::export::template::builtin::BUILTINS.map(|b| b.name);
+    clap::builder::PossibleValuesParser::new(names)
 }
 
 #[derive(Args, Debug)]

@@ -52,6 +52,7 @@ fn main() -> ExitCode {
             Command::Sim(a) => commands::sim::run(a).await.map(|()| exit::OK),
             Command::Demo(a) => commands::demo::run(a).await,
             Command::Init(a) => commands::init::run(a).await.map(|()| exit::OK),
+            Command::Template(a) => Ok(commands::template::run(&a)),
             Command::Completions(a) => Ok(commands::completions(a.shell)),
             Command::Man(a) => commands::man(a.dir.as_deref()).map(|()| exit::OK),
         }

@@ -17,6 +17,7 @@ pub mod sim;
 pub mod status;
 pub(crate) mod stdout;
 pub mod stop;
+pub mod template;
 
 /// An error caused by the user's input (a config, a flag, a file): exit code 2.
 #[derive(Debug, thiserror::Error)]

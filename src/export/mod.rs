@@ -167,6 +167,12 @@ pub struct Counts {
     pub foreign_skipped: u64,
     /// Rows written with such turns as context (`--foreign-turns context`).
     pub foreign_context: u64,
+    /// Success rows with reasoning, of a model whose own chat template drops the last
+    /// answer's reasoning, exported for a trainer to render (no `--chat-template`): the
+    /// built-in template that keeps it, and how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keeps_reasoning: Option<&'static str>,
+    pub lossy_for_trainer: u64,
 }
 
 /// A template that fails this many rows the same way before it renders one is stopped.
@@ -401,6 +407,19 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
                 return;
             }
             let room = o.samples.saturating_sub(samples.len());
+            // Rows the trainer will render through the model's own template, which drops the
+            // reasoning this row holds (Moonshot's Kimi templates): the built-in that keeps it.
+            let better = (job.template.is_none())
+                .then(|| template::builtin::for_model(&r.model))
+                .flatten()
+                .filter(|_| {
+                    r.conversations.iter().any(|t| {
+                        t.role == "assistant"
+                            && t.reasoning_content
+                                .as_deref()
+                                .is_some_and(|x| !x.trim().is_empty())
+                    })
+                });
             let mut a = answer_rows(job, name, r, room);
             if firsts.note(a.rendered, a.template_failure.take()) {
                 stopped = Some(ExportError::TemplateFailsEveryRow {
@@ -413,6 +432,12 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
                 c.foreign_context += 1;
             } else if a.foreign {
                 c.foreign_skipped += 1;
+            }
+            if a.which == SUCCESS
+                && let Some(b) = better
+            {
+                c.keeps_reasoning = Some(b.name);
+                c.lossy_for_trainer += 1;
             }
             if a.which == SUCCESS {
                 c.without_system += u64::from(a.without_system);
@@ -638,6 +663,17 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                 g(c.reasoning_dropped),
                 g(c.rendered),
                 c.dropped_ids.join(", ")
+            ));
+        }
+        if let Some(name) = c.keeps_reasoning {
+            out.push_str(&format!(
+                "  {}: {} rows hold reasoning a trainer drops when it renders them through the \
+                 model's own chat template (Moonshot's Kimi templates render the last answer \
+                 without its thinking). For SpecForge: harvest export ... --format text \
+                 --explode-turns --chat-template {name}; for speculators: serve vLLM with \
+                 --chat-template FILE from `harvest template print {name} > FILE`\n",
+                c.dataset,
+                g(c.lossy_for_trainer)
             ));
         }
         if c.without_system > 0 && c.rendered > 0 {

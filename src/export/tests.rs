@@ -542,3 +542,42 @@ fn assistant_turns_from_the_prompt_file_are_never_a_rows_answer() {
         "no reasoning_content in an answer of the model (--require-reasoning)"
     );
 }
+
+/// Kimi rows with reasoning exported for the trainer to render (no `--chat-template`) name
+/// the built-in template that keeps the reasoning and the commands for both trainers:
+/// Moonshot's own templates drop it (the newcomer review's D3: the quick start's export
+/// supervised no reasoning in 460 of 460 rows, silently). Rendered here, or another model's
+/// rows, say nothing.
+#[test]
+fn kimi_rows_for_the_trainers_template_name_the_one_that_keeps_the_reasoning() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let mut other = rec("qwen", "answer", Some("r"), false);
+    other.model = "qwen/qwen3-235b-a22b".into();
+    let rows = [
+        rec("a", "answer", Some("thinking"), false),
+        rec("b", "answer", Some("thinking"), false),
+        other,
+    ];
+    write_lines(&out.join("A.jsonl"), &rows);
+    let to = dir.path().join("export");
+    let done = export(&out, &["A".into()], &HashMap::new(), &to, &SF, None).expect("export");
+    let c = &done.counts[0];
+    assert_eq!(
+        (c.keeps_reasoning, c.lossy_for_trainer),
+        (Some("kimi-k2.5-final-turn"), 2)
+    );
+    let said = render(&done.counts, &to);
+    assert!(
+        said.contains("2 rows hold reasoning a trainer drops")
+            && said.contains("--chat-template kimi-k2.5-final-turn")
+            && said.contains("harvest template print kimi-k2.5-final-turn > FILE"),
+        "{said}"
+    );
+    // Through the built-in template: nothing to say.
+    let t = template::ChatTemplate::load(Path::new("kimi-k2.5-final-turn")).expect("built in");
+    let done = export(&out, &["A".into()], &HashMap::new(), &to, &SF, Some(&t)).expect("export");
+    assert_eq!(done.counts[0].keeps_reasoning, None);
+    assert!(!render(&done.counts, &to).contains("a trainer drops"));
+}

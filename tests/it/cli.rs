@@ -379,3 +379,52 @@ async fn a_closed_pipe_ends_printing_quietly() {
     }
     s.stop().await;
 }
+
+/// `harvest template print NAME` writes the built-in template byte for byte as the repository
+/// holds it (what vLLM's --chat-template reads for speculators, after a `cargo install` that
+/// ships no templates/), `list` names them, an unknown name is a usage error, and the shell
+/// completions offer the names.
+#[test]
+fn the_built_in_templates_print_as_shipped_and_complete_by_name() {
+    let harvest = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(args)
+            .output()
+            .expect("harvest runs")
+    };
+    for name in ["kimi-k2.5-final-turn", "kimi-k2-thinking-final-turn"] {
+        let out = harvest(&["template", "print", name]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("templates")
+            .join(format!("{name}.jinja"));
+        assert_eq!(
+            out.stdout,
+            std::fs::read(&file).expect("the template file"),
+            "{name}"
+        );
+    }
+    let list = harvest(&["template", "list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.contains("kimi-k2.5-final-turn") && text.contains("moonshotai/kimi-k2.5"),
+        "{text}"
+    );
+    let bad = harvest(&["template", "print", "kimi-k3"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        said.contains("kimi-k2.5-final-turn"),
+        "names the possible values: {said}"
+    );
+    let bash = harvest(&["completions", "bash"]);
+    let script = String::from_utf8_lossy(&bash.stdout);
+    assert!(
+        script.contains("kimi-k2-thinking-final-turn"),
+        "completions offer the names"
+    );
+}

@@ -9,18 +9,29 @@
 pub(crate) struct Builtin {
     pub(crate) name: &'static str,
     pub(crate) text: &'static str,
+    /// The model whose own template it replaces (rows naming it are steered here).
+    pub(crate) model: &'static str,
 }
 
 pub(crate) const BUILTINS: [Builtin; 2] = [
     Builtin {
         name: "kimi-k2.5-final-turn",
         text: include_str!("../../../templates/kimi-k2.5-final-turn.jinja"),
+        model: "moonshotai/kimi-k2.5",
     },
     Builtin {
         name: "kimi-k2-thinking-final-turn",
         text: include_str!("../../../templates/kimi-k2-thinking-final-turn.jinja"),
+        model: "moonshotai/kimi-k2-thinking",
     },
 ];
+
+/// The built-in template for rows of `model`, when its own template drops the last answer's
+/// reasoning (a provider's suffix such as `:free` or a date is ignored).
+pub(crate) fn for_model(model: &str) -> Option<&'static Builtin> {
+    let base = model.split(':').next().unwrap_or(model);
+    BUILTINS.iter().find(|b| base == b.model)
+}
 
 /// The built-in template of that name.
 pub(crate) fn find(name: &str) -> Option<&'static Builtin> {

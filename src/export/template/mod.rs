@@ -6,7 +6,7 @@
 //! (`trim_blocks`, `lstrip_blocks`, loop controls), Python's string methods, and transformers'
 //! own `tojson`; maps keep their keys in the order the row has them, as Python's dicts do.
 
-mod builtin;
+pub(crate) mod builtin;
 mod pystr;
 mod tojson;
 
