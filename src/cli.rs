@@ -509,6 +509,13 @@ pub struct ExportArgs {
     /// for SpecForge with data.train_only_last_turn: true (speculators supervises every turn).
     #[arg(long, value_enum, default_value = "skip")]
     pub foreign_turns: crate::export::ForeignTurns,
+    /// The trainer's max_length in tokens (SpecForge's data.max_length): export counts the
+    /// rows longer than it, which the trainer would cut on the right (the answer first).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_length: Option<u64>,
+    /// Leave out the rows longer than --max-length (each exploded row on its own).
+    #[arg(long, requires = "max_length")]
+    pub skip_longer: bool,
     /// A Hugging Face chat template: the model's tokenizer_config.json or chat_template.jinja,
     /// or a built-in one (kimi-k2.5-final-turn, kimi-k2-thinking-final-turn). Every success
     /// row is rendered through it as written: --format text writes that text, --show prints

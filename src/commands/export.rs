@@ -50,6 +50,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         samples: args.show.unwrap_or(0),
         explode_turns: args.explode_turns,
         foreign_turns: args.foreign_turns,
+        max_length: args.max_length,
+        skip_longer: args.skip_longer,
     };
     // A template that does not compile is refused before anything is written.
     let template = match &args.chat_template {
@@ -77,7 +79,15 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         return nothing_exported(&exported.counts);
     }
     if args.show.is_some() {
-        out.write(&show(&exported.samples));
+        let text = show(&exported.samples);
+        // Into a file or a pipe the renderings go exactly as the text file holds them (to be
+        // diffed against Python's); at a terminal their control characters go, as every
+        // printed text's do (an escape sequence in an answer would drive the terminal).
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            out.write(&text);
+        } else {
+            super::stdout::write(&text);
+        }
     }
     out.write(&render(&exported.counts, &args.to));
     out.write(&stale_files(&args.to, &names));

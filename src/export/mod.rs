@@ -8,6 +8,7 @@
 //! Reads the output directory through the one read-only reader (`store::scan`), so it works
 //! while a run writes (it takes complete lines only) and never changes it.
 
+mod lengths;
 mod rows;
 pub mod template;
 pub(crate) mod validate;
@@ -66,6 +67,10 @@ pub struct Options {
     pub explode_turns: bool,
     /// What becomes of a row whose prompt carried assistant turns the model did not write.
     pub foreign_turns: ForeignTurns,
+    /// The trainer's `max_length` in tokens: rows longer are counted (and, with
+    /// `skip_longer`, left out).
+    pub max_length: Option<u64>,
+    pub skip_longer: bool,
 }
 
 /// Rows whose conversation holds assistant turns from the prompt file (`turns = "last"`):
@@ -173,6 +178,8 @@ pub struct Counts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keeps_reasoning: Option<&'static str>,
     pub lossy_for_trainer: u64,
+    /// The success rows' lengths in tokens (and of those left out for their length).
+    pub lengths: lengths::Lengths,
 }
 
 /// A template that fails this many rows the same way before it renders one is stopped.
@@ -401,6 +408,7 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
     };
     let mut firsts = FirstRenderings::default();
     let mut stopped: Option<ExportError> = None;
+    let mut all_lengths: Vec<u64> = Vec::new();
     for dir in job.dirs {
         let outputs = scan::read_file(&output_path(dir, name), |r: OutputRecord| {
             if stopped.is_some() || !first_time(&r.id, &mut c) {
@@ -433,6 +441,7 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
             } else if a.foreign {
                 c.foreign_skipped += 1;
             }
+            all_lengths.append(&mut a.lengths);
             if a.which == SUCCESS
                 && let Some(b) = better
             {
@@ -460,6 +469,7 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
         return Err(e);
     }
     sink.finish()?;
+    c.lengths = lengths::Lengths::of(all_lengths, o.max_length, o.skip_longer);
     Ok(c)
 }
 
@@ -479,6 +489,8 @@ struct AnswerRows {
     template_failure: Option<template::TemplateError>,
     /// Its conversation holds assistant turns the model did not write.
     foreign: bool,
+    /// The lengths of its success rows, those left out for their length included.
+    lengths: Vec<u64>,
 }
 
 impl AnswerRows {
@@ -492,6 +504,7 @@ impl AnswerRows {
             without_system: false,
             template_failure: None,
             foreign: false,
+            lengths: Vec::new(),
         }
     }
 }
@@ -542,7 +555,13 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
     let mut a = AnswerRows::one(SUCCESS, Value::Null);
     a.rows.clear();
     a.foreign = !foreign.is_empty();
-    for part in parts {
+    let lens = lengths::of_rows(&r, parts.len());
+    let too_long = |len: u64| o.skip_longer && o.max_length.is_some_and(|m| len > m);
+    for (part, len) in parts.into_iter().zip(lens) {
+        a.lengths.push(len);
+        if too_long(len) {
+            continue;
+        }
         let id = part["id"].as_str().unwrap_or_default().to_string();
         let messages = rows::messages_as_written(&part, o.format);
         let text = match job.template.map(|t| t.render(&id, &messages)) {
@@ -558,7 +577,7 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
         };
         if let Some(text) = &text {
             a.rendered += 1;
-            let lost = rows::last_reasoning(&messages).is_some_and(|r| !text.contains(r));
+            let lost = rows::reasoning_kept(&messages, text) == Some(false);
             if lost {
                 a.dropped.push(id.clone());
             }
@@ -577,6 +596,17 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
             rows::add_provenance(&mut row, &r);
         }
         a.rows.push(row);
+    }
+    if a.rows.is_empty() {
+        let why = format!(
+            "{} tokens, longer than --max-length {} (--skip-longer): a trainer would cut it \
+             on the right",
+            a.lengths.iter().max().copied().unwrap_or(0),
+            o.max_length.unwrap_or(0)
+        );
+        let mut skipped = AnswerRows::one(SKIPPED, refused("skipped", why));
+        skipped.lengths = std::mem::take(&mut a.lengths);
+        return skipped;
     }
     a.without_system = matches!(o.format, Format::Specforge | Format::Sharegpt)
         && sf["conversations"][0]["role"] != "system";
@@ -658,7 +688,7 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                 "  {}: the chat template drops the last answer's reasoning in {} of {} rows ({}): \
                  the trainer would never see the thinking. Moonshot's Kimi templates render the \
                  last answer as history; the built-in kimi-k2.5-final-turn / \
-                 kimi-k2-thinking-final-turn keep it (README: Feeding the trainer)\n",
+                 kimi-k2-thinking-final-turn keep it (docs/export-and-trainers.md)\n",
                 c.dataset,
                 g(c.reasoning_dropped),
                 g(c.rendered),
@@ -675,6 +705,10 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                 c.dataset,
                 g(c.lossy_for_trainer)
             ));
+        }
+        if let Some(line) = c.lengths.line(&c.dataset) {
+            out.push_str(&line);
+            out.push('\n');
         }
         if c.without_system > 0 && c.rendered > 0 {
             out.push_str(&format!(

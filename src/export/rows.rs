@@ -139,13 +139,71 @@ pub(super) fn add_provenance(row: &mut Value, r: &OutputRecord) {
     }
 }
 
-/// The last answer's reasoning, trimmed as templates trim it, when it has any.
-pub(super) fn last_reasoning(messages: &Value) -> Option<&str> {
-    let last = messages
-        .as_array()?
+/// Whether `text`, a rendering of `messages`, holds the last answer's reasoning (trimmed as
+/// templates trim it), or `None` when that answer has none. Looked for after the last user
+/// turn's text, as many times as the answer's own text holds it plus once: a substring test
+/// of the whole rendering called a short reasoning (`4`) kept because the answer or the
+/// history said it (the trainer issue).
+pub(super) fn reasoning_kept(messages: &Value, text: &str) -> Option<bool> {
+    let turns = messages.as_array()?;
+    let at = turns.iter().rposition(|t| t["role"] == "assistant")?;
+    let last = &turns[at];
+    let r = super::template::python_trim(last["reasoning_content"].as_str()?);
+    if r.is_empty() {
+        return None;
+    }
+    let asked = turns[..at]
         .iter()
         .rev()
-        .find(|t| t["role"] == "assistant")?;
-    let r = super::template::python_trim(last["reasoning_content"].as_str()?);
-    (!r.is_empty()).then_some(r)
+        .find(|t| t["role"] == "user")
+        .and_then(|t| t["content"].as_str())
+        .filter(|c| !c.is_empty());
+    let tail = match asked.and_then(|c| text.rfind(c).map(|i| i + c.len())) {
+        Some(from) => &text[from..],
+        None => text,
+    };
+    let answer = last["content"].as_str().unwrap_or_default();
+    Some(tail.matches(r).count() > answer.matches(r).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasoning_counts_as_kept_only_where_the_last_answer_is_rendered() {
+        let conv = |reasoning: &str, answer: &str| {
+            json!([
+                {"role": "user", "content": "what is 2+2? say 4"},
+                {"role": "assistant", "content": answer, "reasoning_content": reasoning},
+            ])
+        };
+        // (reasoning, answer, rendered tail after the question, kept)
+        let cases = [
+            ("4", "4", "<think>4</think>4<|im_end|>", Some(true)),
+            ("4", "4", "<think></think>4<|im_end|>", Some(false)),
+            (
+                "4",
+                "It is 4.",
+                "<think></think>It is 4.<|im_end|>",
+                Some(false),
+            ),
+            (
+                "  Add them.\n",
+                "4",
+                "<think>Add them.</think>4",
+                Some(true),
+            ),
+            ("Add them.", "4", "<think></think>4", Some(false)),
+            ("", "4", "<think></think>4", None),
+        ];
+        for (reasoning, answer, tail, want) in cases {
+            let text = format!("<|im_user|>user<|im_middle|>what is 2+2? say 4<|im_end|>{tail}");
+            assert_eq!(
+                reasoning_kept(&conv(reasoning, answer), &text),
+                want,
+                "{reasoning:?} {tail:?}"
+            );
+        }
+    }
 }

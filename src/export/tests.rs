@@ -74,6 +74,8 @@ const SF: Options = Options {
     samples: 0,
     explode_turns: false,
     foreign_turns: ForeignTurns::Skip,
+    max_length: None,
+    skip_longer: false,
 };
 
 /// The turns a `turns = "all"` run records: one per assistant turn the model wrote.
@@ -163,6 +165,9 @@ fn each_row_lands_in_one_file_with_its_reason() {
             prompts: Some(10),
             unreadable: 0,
             without_system: 1,
+            keeps_reasoning: Some("kimi-k2.5-final-turn"),
+            lossy_for_trainer: 1,
+            lengths: lengths::Lengths::of(vec![30], None, false),
             ..Counts::default()
         }]
     );
@@ -580,4 +585,119 @@ fn kimi_rows_for_the_trainers_template_name_the_one_that_keeps_the_reasoning() {
     let done = export(&out, &["A".into()], &HashMap::new(), &to, &SF, Some(&t)).expect("export");
     assert_eq!(done.counts[0].keeps_reasoning, None);
     assert!(!render(&done.counts, &to).contains("a trainer drops"));
+}
+
+/// Export reports the rows' lengths (the provider's count of the prompt and the answer that
+/// wrote each row: an exploded row is its own turn's request) and, with `--max-length`, how
+/// many a trainer of that max_length would cut; `--skip-longer` leaves those rows out, each
+/// exploded row on its own, and a prompt whose rows all go is skipped with the reason.
+#[test]
+fn row_lengths_are_reported_and_longer_rows_can_be_left_out() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let sized = |id: &str, prompt: u64, completion: u64| {
+        let mut r = rec(id, "answer", Some("r"), false);
+        r.usage.prompt_tokens = prompt;
+        r.usage.completion_tokens = completion;
+        r
+    };
+    // Two turns regenerated: 500 + 700 tokens, then 1,400 + 900.
+    let mut two = sized("two", 1_900, 1_600);
+    two.conversations = vec![
+        turn("user", "q1", None),
+        turn("assistant", "a1", Some("r1")),
+        turn("user", "q2", None),
+        turn("assistant", "a2", Some("r2")),
+    ];
+    two.turns = regenerated(2);
+    (
+        two.turns[0].usage.prompt_tokens,
+        two.turns[0].usage.completion_tokens,
+    ) = (500, 700);
+    (
+        two.turns[1].usage.prompt_tokens,
+        two.turns[1].usage.completion_tokens,
+    ) = (1_400, 900);
+    let rows = [sized("short", 100, 400), sized("long", 200, 3_000), two];
+    write_lines(&out.join("A.jsonl"), &rows);
+    let to = dir.path().join("export");
+    // (explode, max_length, skip_longer) -> (lengths sorted, longer, ids written)
+    type Case = (
+        bool,
+        Option<u64>,
+        bool,
+        &'static [u64],
+        u64,
+        &'static [&'static str],
+    );
+    let cases: [Case; 4] = [
+        (
+            false,
+            None,
+            false,
+            &[500, 2_300, 3_200],
+            0,
+            &["short", "long", "two"],
+        ),
+        (
+            false,
+            Some(2_048),
+            false,
+            &[500, 2_300, 3_200],
+            2,
+            &["short", "long", "two"],
+        ),
+        (
+            false,
+            Some(2_048),
+            true,
+            &[500, 2_300, 3_200],
+            2,
+            &["short"],
+        ),
+        (
+            true,
+            Some(2_048),
+            true,
+            &[500, 1_200, 2_300, 3_200],
+            2,
+            &["short", "two#1"],
+        ),
+    ];
+    for (explode, max_length, skip_longer, lengths, longer, ids) in cases {
+        let o = Options {
+            explode_turns: explode,
+            max_length,
+            skip_longer,
+            ..SF
+        };
+        let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+        let what = format!("explode={explode} {max_length:?} skip={skip_longer}");
+        let want = lengths::Lengths::of(lengths.to_vec(), max_length, skip_longer);
+        assert_eq!(done.counts[0].lengths, want, "{what}");
+        assert_eq!(done.counts[0].lengths.longer, longer, "{what}");
+        let written = read(&to.join("A.jsonl"));
+        let got: Vec<&str> = written
+            .iter()
+            .map(|r| r["id"].as_str().expect("id"))
+            .collect();
+        assert_eq!(got, ids, "{what}");
+        let said = render(&done.counts, &to);
+        assert!(said.contains("A: row lengths in tokens"), "{said}");
+    }
+    // Whole rows left out are skipped with the reason.
+    let o = Options {
+        max_length: Some(2_048),
+        skip_longer: true,
+        ..SF
+    };
+    let done = export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+    assert_eq!((done.counts[0].success, done.counts[0].skipped), (1, 2));
+    let skipped = read(&to.join("A.skipped.ndjson"));
+    assert_eq!(
+        skipped[0]["reason"],
+        "3200 tokens, longer than --max-length 2048 (--skip-longer): a trainer would cut it on \
+         the right"
+    );
 }

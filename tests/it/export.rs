@@ -654,3 +654,65 @@ async fn a_closed_pipe_ends_the_show_quietly() {
     let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
     assert_eq!(rows.len(), 6);
 }
+
+/// `export --show` into a pipe writes each rendering exactly as the text file holds it, control
+/// characters included, so that it can be diffed against Python's (the trainer issue: `--show`
+/// dropped them and the file kept them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_show_into_a_pipe_is_the_text_file_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let out = multi_turn_run(d).await;
+    // An answer with a bell and an escape in it, as a model may write.
+    let file = out.join("A.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .expect("answers")
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).expect("json");
+            let turns = v["conversations"].as_array_mut().expect("turns");
+            let last = turns.last_mut().expect("an answer");
+            let content = last["content"].as_str().unwrap_or_default().to_string();
+            last["content"] = serde_json::json!(format!("{content} \u{7}\u{1b}[2J"));
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").expect("rewrite");
+    let to = d.join("shown");
+    let done = Command::new(env!("CARGO_BIN_EXE_harvest"))
+        .arg("export")
+        .arg(&out)
+        .arg("--to")
+        .arg(&to)
+        .args([
+            "--format",
+            "text",
+            "--chat-template",
+            "kimi-k2.5-final-turn",
+            "--show",
+            "100",
+        ])
+        .output()
+        .expect("export");
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let shown = String::from_utf8(done.stdout).expect("utf-8");
+    let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
+    assert!(!rows.is_empty());
+    for r in &rows {
+        let text = r["text"].as_str().expect("text");
+        assert!(
+            text.contains("\u{1b}[2J"),
+            "the file keeps the answer as written"
+        );
+        assert!(
+            shown.contains(text),
+            "{} shown as the file holds it",
+            r["id"]
+        );
+    }
+}
