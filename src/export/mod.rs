@@ -234,6 +234,13 @@ fn filtered(r: &OutputRecord, foreign: &[usize], o: &Options) -> Option<String> 
              data.train_only_last_turn)"
         ));
     }
+    if r.finish_reason == "tool_calls" {
+        return Some(
+            "the answer is a tool call (finish_reason tool_calls), which harvest does not \
+             record: the row would train an empty answer"
+                .into(),
+        );
+    }
     if r.truncated && !o.keep_truncated {
         return Some("cut at max_tokens (finish_reason length); --keep-truncated keeps it".into());
     }
@@ -556,6 +563,9 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
     a.rows.clear();
     a.foreign = !foreign.is_empty();
     let lens = lengths::of_rows(&r, parts.len());
+    // The tools the request offered (`[request] extra`): the model was conditioned on their
+    // declaration, so the template renders it and the trainer's row carries them.
+    let tools = rows::tools_of(&r);
     let too_long = |len: u64| o.skip_longer && o.max_length.is_some_and(|m| len > m);
     for (part, len) in parts.into_iter().zip(lens) {
         a.lengths.push(len);
@@ -564,7 +574,10 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
         }
         let id = part["id"].as_str().unwrap_or_default().to_string();
         let messages = rows::messages_as_written(&part, o.format);
-        let text = match job.template.map(|t| t.render(&id, &messages)) {
+        let text = match job
+            .template
+            .map(|t| t.render_with_tools(&id, &messages, &tools))
+        {
             None => None,
             Some(Ok(text)) => Some(text),
             Some(Err(e)) => {
@@ -591,7 +604,7 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
                 });
             }
         }
-        let mut row = rows::success_row(part, o.format, text);
+        let mut row = rows::success_row(part, o.format, text, &tools);
         if o.with_provenance {
             rows::add_provenance(&mut row, &r);
         }

@@ -30,6 +30,14 @@ pub(super) fn specforge_row(r: &OutputRecord) -> Value {
     json!({"id": r.id, "conversations": turns, "status": "success"})
 }
 
+/// The tools the record's request offered (`params.tools`), or null.
+pub(super) fn tools_of(r: &OutputRecord) -> Value {
+    match r.params.get("tools") {
+        Some(t) if t.as_array().is_some_and(|a| !a.is_empty()) => t.clone(),
+        _ => Value::Null,
+    }
+}
+
 /// The assistant turns of a record's conversation that the model did not write, by index:
 /// with `turns = "last"` every one but the last came from the prompt file; with `turns =
 /// "all"` (the record lists its regenerated turns) the model wrote each.
@@ -97,8 +105,16 @@ pub(super) fn messages_as_written(sf: &Value, format: Format) -> Value {
 
 /// The success row in `format`; `text` is the row rendered through the chat template (the
 /// `text` format's only field).
-pub(super) fn success_row(sf: Value, format: Format, text: Option<String>) -> Value {
+pub(super) fn success_row(sf: Value, format: Format, text: Option<String>, tools: &Value) -> Value {
     match format {
+        // SpecForge's and speculators' preprocessing read a `tools` column and pass it to the
+        // chat template; as a JSON string (both parse one), so that rows whose schemas differ
+        // still load as one Arrow column.
+        Format::Specforge if !tools.is_null() => {
+            let mut sf = sf;
+            sf["tools"] = json!(tools.to_string());
+            sf
+        }
         Format::Specforge => sf,
         Format::Openai => json!({"id": sf["id"], "messages": sf["conversations"]}),
         Format::Text => json!({"id": sf["id"], "text": text}),

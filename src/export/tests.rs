@@ -323,12 +323,12 @@ fn a_system_turn_for_rows_without_one() {
 fn formats_and_provenance() {
     let r = rec("x", "answer", Some("thinking"), false);
     let sf = rows::specforge_row(&r);
-    let s = rows::success_row(sf.clone(), Format::Sharegpt, None);
+    let s = rows::success_row(sf.clone(), Format::Sharegpt, None, &Value::Null);
     assert_eq!(
         s,
         json!({"id": "x", "conversations": [{"from": "human", "value": "question"}, {"from": "gpt", "value": "answer"}]})
     );
-    let mut m = rows::success_row(sf.clone(), Format::Openai, None);
+    let mut m = rows::success_row(sf.clone(), Format::Openai, None, &Value::Null);
     rows::add_provenance(&mut m, &r);
     assert_eq!(m["messages"][1]["reasoning_content"], "thinking");
     assert_eq!(m["endpoint_tag"], "chutes/int4");
@@ -340,7 +340,7 @@ fn formats_and_provenance() {
     // Keys in the order written, as Python's json.dumps writes a dict.
     let keys: Vec<&String> = m.as_object().expect("obj").keys().take(3).collect();
     assert_eq!(keys, ["id", "messages", "provider"]);
-    let t = rows::success_row(sf, Format::Text, Some("<text>".into()));
+    let t = rows::success_row(sf, Format::Text, Some("<text>".into()), &Value::Null);
     assert_eq!(t, json!({"id": "x", "text": "<text>"}));
     // Every answer carries reasoning_content, empty when it has none.
     let none = rows::specforge_row(&rec("y", "answer", None, false));
@@ -699,5 +699,66 @@ fn row_lengths_are_reported_and_longer_rows_can_be_left_out() {
         skipped[0]["reason"],
         "3200 tokens, longer than --max-length 2048 (--skip-longer): a trainer would cut it on \
          the right"
+    );
+}
+
+/// The tools a request offered reach the trainer: the template renders their declaration (the
+/// model was conditioned on it) and the `specforge` row carries them in a `tools` column, as a
+/// JSON string both trainers parse; a row without tools has none. An answer that is a tool
+/// call, which harvest does not record, is skipped with the reason (the trainer issue's item 2).
+#[test]
+fn the_tools_the_model_was_offered_reach_the_trainer() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather of a city", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let mut with = rec("with", "answer", Some("r"), false);
+    with.params = json!({"max_tokens": 100, "tools": tools});
+    let mut call = rec("call", "", Some("r"), false);
+    call.params = with.params.clone();
+    call.finish_reason = "tool_calls".into();
+    let without = rec("without", "answer", Some("r"), false);
+    write_lines(&out.join("A.jsonl"), &[with, without, call]);
+    let to = dir.path().join("export");
+    let done = export(&out, &["A".into()], &HashMap::new(), &to, &SF, None).expect("export");
+    assert_eq!((done.counts[0].success, done.counts[0].skipped), (2, 1));
+    let rows = read(&to.join("A.jsonl"));
+    let column: Value =
+        serde_json::from_str(rows[0]["tools"].as_str().expect("a JSON string")).expect("JSON");
+    assert_eq!(column, tools);
+    assert!(rows[1].get("tools").is_none(), "{}", rows[1]);
+    let skipped = read(&to.join("A.skipped.ndjson"));
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("tool call"))
+    );
+    // Rendered: the declaration as the template writes it, Python's tojson.
+    let file = dir.path().join("t.jinja");
+    std::fs::write(
+        &file,
+        "{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+    )
+    .expect("template");
+    let t = template::ChatTemplate::load(&file).expect("template");
+    let o = Options {
+        format: Format::Text,
+        ..SF
+    };
+    export(&out, &["A".into()], &HashMap::new(), &to, &o, Some(&t)).expect("export");
+    let rows = read(&to.join("A.jsonl"));
+    let text = rows[0]["text"].as_str().expect("text");
+    assert!(
+        text.starts_with(r#"TOOLS [{"type": "function", "function": {"name": "get_weather","#),
+        "{text}"
+    );
+    assert!(
+        rows[1]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("user: ")),
+        "{}",
+        rows[1]
     );
 }

@@ -716,3 +716,93 @@ async fn the_show_into_a_pipe_is_the_text_file_byte_for_byte() {
         );
     }
 }
+
+/// A run whose requests offered tools (`[request] extra = { tools = [...] }`): the export
+/// renders each row with the tool declaration the model was conditioned on, through the built-in
+/// K2.5 template byte for byte as Python's Jinja2 renders it (when the peers' Python is here),
+/// and `--format specforge` writes the `tools` column SpecForge and speculators read (the
+/// trainer issue: 234 characters of the prefix were missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_a_run_offered_are_in_the_training_text() {
+    let sim = fast_sim(30.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let prompts: String = (0..4)
+        .map(|i| format!("{{\"id\": \"w{i}\", \"prompt\": \"weather in city {i}?\"}}\n"))
+        .collect();
+    std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    std::fs::write(
+        d.join("harvest.toml"),
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 4\n\
+             [request]\nmax_tokens = 2000\nextra = {{ tools = [{{ type = \"function\", function = \
+             {{ name = \"get_weather\", description = \"The weather of a city\", parameters = \
+             {{ type = \"object\", properties = {{ city = {{ type = \"string\" }} }}, required = \
+             [\"city\"] }} }} }}] }}\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let (code, text) =
+        crate::common::run_headless(d, VAR, "sk-or-v1-export-test-key-0000000000", &[]).await;
+    assert_eq!(code, 0, "{text}");
+    sim.stop().await;
+    let out = d.join("out");
+    let to = d.join("text");
+    let (counts, _) = export_json(
+        &out,
+        &to,
+        &[
+            "--format",
+            "text",
+            "--chat-template",
+            "kimi-k2.5-final-turn",
+        ],
+    );
+    assert_eq!(counts["success"].as_u64(), Some(4), "{counts}");
+    let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
+    let answers: Vec<harvest::store::output::OutputRecord> =
+        crate::common::read_jsonl(&out.join("A.jsonl"));
+    for r in &rows {
+        let text = r["text"].as_str().expect("text");
+        assert!(
+            text.contains("get_weather") && text.contains("The weather of a city"),
+            "{text}"
+        );
+    }
+    // Byte for byte as Python renders the same rows with their tools.
+    let jobs: Vec<serde_json::Value> = answers
+        .iter()
+        .map(|a| {
+            let messages: Vec<serde_json::Value> = (a.conversations.iter())
+                .map(|t| match t.role.as_str() {
+                    "assistant" => serde_json::json!({"role": "assistant", "content": t.content,
+                        "reasoning_content": t.reasoning_content.clone().unwrap_or_default()}),
+                    _ => serde_json::json!({"role": t.role, "content": t.content}),
+                })
+                .collect();
+            serde_json::json!({"messages": messages, "tools": a.params["tools"]})
+        })
+        .collect();
+    if let Some(python) = python_renders(
+        &fixture("templates/kimi-k2.5-final-turn.jinja"),
+        &jobs,
+        serde_json::json!({}),
+    ) {
+        for (a, p) in answers.iter().zip(&python) {
+            let ours = rows
+                .iter()
+                .find(|r| r["id"] == a.id.as_str())
+                .expect("exported");
+            assert_eq!(&ours["text"], p, "{}", a.id);
+        }
+    }
+    let to = d.join("conversations");
+    export_json(&out, &to, &[]);
+    let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
+    for r in &rows {
+        let tools: serde_json::Value =
+            serde_json::from_str(r["tools"].as_str().expect("a tools column")).expect("JSON");
+        assert_eq!(tools[0]["function"]["name"], "get_weather", "{r}");
+    }
+}
