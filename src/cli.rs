@@ -235,6 +235,16 @@ pub struct ProbeArgs {
     /// Print the result as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also measure whether closing a stream stops each endpoint's bill: one long answer per
+    /// endpoint closed after a few tokens, then looked up at /generation (at most one
+    /// max_tokens answer each; the look-ups can take a few minutes). Prints the
+    /// cancel_stops_billing list it makes.
+    #[arg(long)]
+    pub cancel: bool,
+    /// With --cancel and -c: write that list into the config as cancel_stops_billing (the rest
+    /// of the file kept as it is), where the hard dollar budget takes it as given.
+    #[arg(long, requires_all = ["cancel", "config"])]
+    pub write_config: bool,
 }
 
 #[derive(Args, Debug)]

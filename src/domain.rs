@@ -276,6 +276,16 @@ impl EndpointTag {
     pub fn base(&self) -> &str {
         Self::base_of(&self.0)
     }
+    /// Whether `s` is made only of the characters tags and precisions are made of
+    /// (`chutes/int4`, `fp8`, `novita/fp8:free`): text a server sent that may be written into
+    /// a config or shown as a name (anything else is shown as `?`, never written).
+    pub fn is_plain(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | ':' | '-'))
+    }
+
     /// [`EndpointTag::base`] of a tag held as a plain string.
     pub fn base_of(tag: &str) -> &str {
         tag.split('/').next().unwrap_or(tag)

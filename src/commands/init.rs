@@ -284,11 +284,11 @@ fn render(args: &InitArgs, report: &ProvidersReport, files: &[FoundFile]) -> Str
 /// A tag or a precision of the listing as a comment shows it: the text when it is made of the
 /// characters such names are made of (`chutes/int4`, `fp8`, `novita/fp8:free`), else `?`.
 fn listed_token(s: &str) -> &str {
-    let fits = !s.is_empty()
-        && s.len() <= 64
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '.' | ':' | '-'));
-    if fits { s } else { "?" }
+    if crate::domain::EndpointTag::is_plain(s) {
+        s
+    } else {
+        "?"
+    }
 }
 
 /// One `[[dataset]]` table: the file, what it holds, its field names.

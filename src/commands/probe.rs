@@ -78,12 +78,25 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency.max(1),
         ..Default::default()
     };
-    let estimate = probe::estimate_cost(&targets, &settings);
+    let cancel_settings = probe::cancel::CancelSettings::default();
+    let cancel_cost = match args.cancel {
+        true => probe::cancel::estimate_cost(&targets, &cancel_settings),
+        false => crate::domain::Usd::ZERO,
+    };
+    let estimate = probe::estimate_cost(&targets, &settings) + cancel_cost;
     eprintln!(
-        "probing {} endpoints of {model} with {} prompts each (max_tokens {}): at most {:.6} USD",
+        "probing {} endpoints of {model} with {} prompts each (max_tokens {}){}: at most {:.6} USD",
         targets.len(),
         settings.prompts,
         settings.max_tokens,
+        if args.cancel {
+            format!(
+                " and one stream each closed after {} tokens (max_tokens {})",
+                cancel_settings.close_after, cancel_settings.max_tokens
+            )
+        } else {
+            String::new()
+        },
         estimate.as_f64()
     );
     if estimate.as_f64() > args.max_usd {
@@ -94,20 +107,56 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let (report, spend) = probe::run(&model, &targets, reference, &settings)
+    let (mut report, mut spend) = probe::run(&model, &targets, reference, &settings)
         .await
         .map_err(|e| BadInput(e.to_string()))?;
+    let mut stops = None;
+    if args.cancel {
+        eprintln!("closing one stream at each endpoint, then looking each up at /generation ...");
+        report.cancel = probe::cancel::measure(&targets, &cancel_settings).await;
+        spend.extend(probe::cancel::spend_lines(
+            &report.cancel,
+            &report.created_at,
+        ));
+        report.cost += report.cancel.iter().map(|f| f.cost).sum();
+        stops = Some(probe::cancel::stops_list(&report.cancel, &targets));
+    }
 
     let path = args
         .out
         .clone()
         .unwrap_or_else(|| dir.join(probe::FILE_NAME));
     report.save(&path, &dir, &spend)?;
+    if let (Some(list), Some(path)) = (&stops, args.config.as_ref().filter(|_| args.write_config)) {
+        let note = format!(
+            "measured by harvest probe --cancel on {} (closing a stream stopped the bill)",
+            &report.created_at[..10.min(report.created_at.len())]
+        );
+        crate::config::set_cancel_stops_billing(path, list, &note)
+            .map_err(|e| BadInput(e.to_string()))?;
+        eprintln!("wrote cancel_stops_billing into {}", path.display());
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     out!("{}", crate::printable::printable(&report.render()));
+    if let Some(list) = &stops {
+        out!(
+            "{}",
+            crate::printable::printable(&probe::cancel::render(&report.cancel))
+        );
+        let quoted: Vec<String> = list.iter().map(|t| format!("{t:?}")).collect();
+        outln!(
+            "cancel_stops_billing = [{}]   # the config line{}",
+            quoted.join(", "),
+            if args.write_config {
+                ", written"
+            } else {
+                ": --write-config writes it"
+            }
+        );
+    }
     outln!(
         "saved to {}; spend booked in {}",
         path.display(),

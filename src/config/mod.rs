@@ -2,6 +2,7 @@
 //! budgets. Every key has a default except `[[dataset]]`; unknown keys are errors. Errors name the
 //! file, the 1-based line and the key path (`dataset[1].output_token_budget`, indices from 0).
 
+mod edit;
 mod error;
 mod load;
 mod provider;
@@ -10,6 +11,7 @@ mod schema;
 mod spans;
 mod validate;
 
+pub use edit::{EditError, set_cancel_stops_billing};
 pub use error::ConfigError;
 pub use provider::{AutoWord, DataCollection, MaxPriceSetting, ProviderConfig};
 pub use request::*;

@@ -82,6 +82,42 @@ pub struct ProbeReport {
     pub cost: Usd,
     /// Best agreement first.
     pub endpoints: Vec<EndpointScore>,
+    /// `--cancel`: whether closing a stream stopped each endpoint's bill.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cancel: Vec<CancelFinding>,
+}
+
+/// One endpoint's close, measured on purpose (`harvest probe --cancel`): a stream closed after
+/// a few tokens, then looked up at `/generation`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CancelFinding {
+    pub tag: String,
+    /// Token events received before the close.
+    pub received: u64,
+    /// Completion tokens the generation was billed, when it was found.
+    pub billed: Option<u64>,
+    pub verdict: CancelVerdict,
+    /// What the close cost.
+    pub cost: Usd,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation_id: Option<String>,
+    /// Why nothing could be read, when so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What one close said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelVerdict {
+    /// Billed about what was received: closing stops the bill.
+    Stops,
+    /// Billed well past what was received: the provider went on generating.
+    BillsPast,
+    /// Neither clearly (the answer ended near the close, or the counts differ in unit).
+    Unclear,
+    /// No reading: the request failed, or the generation was not found in time.
+    NotMeasured,
 }
 
 #[derive(Debug, thiserror::Error)]

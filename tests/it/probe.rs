@@ -179,3 +179,89 @@ async fn probe_ranks_requantized_endpoints_below_faithful_ones_and_books_its_spe
     assert!(sim.state.billed_total() > before);
     sim.stop().await;
 }
+
+/// `probe --cancel` measures whether closing a stream stops each endpoint's bill, where the
+/// simulator contradicts OpenRouter's documented list both ways (Chutes, documented to stop,
+/// bills a close in full; Moonshot, not documented, stops): one stream each, closed after its
+/// first tokens and looked up. `--write-config` writes the list it makes into the config,
+/// the rest of the file kept, and the closes' spend is booked to the picodollar of the bill
+/// (#34 item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_cancel_measures_who_stops_the_bill_and_writes_it_into_the_config() {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let mut patch = HashMap::new();
+    patch.insert(
+        "chutes/int4".to_string(),
+        sim::EndpointPatch {
+            cancel_stops_billing: Some(false),
+            ..Default::default()
+        },
+    );
+    patch.insert(
+        "moonshotai/int4".to_string(),
+        sim::EndpointPatch {
+            cancel_stops_billing: Some(true),
+            ..Default::default()
+        },
+    );
+    sim.state
+        .control(&sim::ControlRequest {
+            output_tokens_mean: Some(3000.0),
+            endpoints: patch,
+            ..Default::default()
+        })
+        .expect("control");
+    // Four times the providers' own pace: a close reaches the provider within a few tokens, as it
+    // does at real pace (at full speed the whole answer is in the socket before it).
+    set_speed(&sim, 0.25);
+    let s = setup();
+    let prompts = write_prompts(&s.dir, "p", 4);
+    let cfg = s.dir.join("harvest.toml");
+    let text = format!(
+        "# the job\nbase_url = \"{}\"\napi_key_env = \"HARVEST_PROBE_TEST_KEY\"\noutput_dir = \"out\"\n\
+         budget_usd = 5.0  # dollars\n[[dataset]]\nname = \"P\"\nprompts = \"{}\"\n",
+        sim.base_url(),
+        prompts.display()
+    );
+    std::fs::write(&cfg, &text).expect("config");
+    let out = harvest()
+        .args(["probe", "-c"])
+        .arg(&cfg)
+        .args(["--prompts", "1", "--cancel", "--write-config"])
+        .args(["--only", "chutes/int4,moonshotai/int4,deepinfra"])
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let line = |tag: &str| {
+        said.lines()
+            .find(|l| l.trim_start().starts_with(tag) && l.contains("received"))
+            .unwrap_or_else(|| panic!("no close line for {tag}: {said}"))
+            .to_string()
+    };
+    assert!(
+        line("chutes/int4").contains("bills a cancel in full"),
+        "{said}"
+    );
+    assert!(line("moonshotai/int4").contains("stops the bill"), "{said}");
+    assert!(line("deepinfra").contains("stops the bill"), "{said}");
+    let written = std::fs::read_to_string(&cfg).expect("config");
+    assert!(written.starts_with("# the job\n"), "{written}");
+    assert!(
+        written.contains("budget_usd = 5.0  # dollars\n"),
+        "{written}"
+    );
+    let cfg_now = harvest::config::Config::load(&cfg).expect("the config loads");
+    assert_eq!(
+        cfg_now.cancel_stops_billing,
+        Some(vec!["deepinfra".to_string(), "moonshotai/int4".to_string()])
+    );
+    // The probe's spend, the closes' included, is booked as billed.
+    let ledger: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));
+    let booked: harvest::domain::Usd = ledger.iter().map(|e| e.usd).sum();
+    assert_eq!(booked, sim.state.billed_total());
+    assert_eq!(ledger.iter().filter(|e| e.id == "probe-cancel").count(), 3);
+}

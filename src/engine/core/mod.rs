@@ -15,7 +15,7 @@ pub(crate) mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
 mod budget;
-mod cancel_billing;
+pub(crate) mod cancel_billing;
 pub(crate) mod cancel_check;
 mod context;
 mod control;

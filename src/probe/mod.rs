@@ -21,8 +21,11 @@ use crate::openrouter::{
 };
 use crate::store::output::{SpendEntry, SpendKind};
 pub use crate::store::probe_file::{
-    EndpointScore, FILE_NAME, ProbeFileError, ProbeReport, ProbeSettings, SCHEMA,
+    CancelFinding, CancelVerdict, EndpointScore, FILE_NAME, ProbeFileError, ProbeReport,
+    ProbeSettings, SCHEMA,
 };
+
+pub mod cancel;
 
 /// Fixed prompts: short, varied (prose, code, arithmetic, lists, translation, facts), each with
 /// one natural greedy continuation so that a faithful model is stable on them.
@@ -284,6 +287,7 @@ pub async fn run(
             estimated_cost: estimate_cost(targets, s),
             cost,
             endpoints,
+            cancel: Vec::new(),
         },
         spend,
     ))
