@@ -8,14 +8,19 @@
 #   scripts/seed-shape.sh [--bin PATH] [--concurrency 2000] [--budget 20] [--prompts 40000]
 #                         [--speed-scale 1] [--max-tokens 16384] [--faults SPEC]
 #                         [--modes "expected hard"] [--keep DIR] [--deadline-s 1200]
+#                         [--all-stop]
 # --speed-scale 1 is each endpoint's real pace (its time to first token, its decode speed);
 # 0.2 runs five times faster. Without --bin it builds the release binary (a debug build
 # cannot feed 2,000 real-pace streams on two cores).
 #
+# --all-stop: every endpoint stops billing when a stream is closed, in the simulator and in the
+# config's cancel_stops_billing (as `harvest probe --cancel --write-config` would write it):
+# the hard budget's time where no stream's worst case must be held, against the expected mode.
+#
 # Loopback only (127.0.0.1); bounded: each run stops at its budget or after --deadline-s.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="" N=40000 MAXTOK=16384 CONC=2000 BUDGET=20 SPEED=1 FAULTS="" KEEP="" DEADLINE=1200
+BIN="" N=40000 MAXTOK=16384 CONC=2000 BUDGET=20 SPEED=1 FAULTS="" KEEP="" DEADLINE=1200 ALLSTOP=""
 MODES="expected hard"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,7 +34,8 @@ while [ $# -gt 0 ]; do
     --modes) MODES="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
     --deadline-s) DEADLINE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --all-stop) ALLSTOP=1; shift ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "seed-shape.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +59,19 @@ for MODE in $MODES; do
   sim_args=(--seed 7 --speed-scale "$SPEED" --billing-log "$RUN/bill.jsonl")
   if [ -n "$FAULTS" ]; then sim_args+=(--faults "$FAULTS"); else sim_args+=(--no-faults); fi
   start_sim "$BIN" "$RUN/sim.log" "${sim_args[@]}"
+  STOPLIST=""
+  if [ -n "$ALLSTOP" ]; then
+    python3 - "$PORT" <<'PY'
+import json, sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/sim/control",
+    data=json.dumps({"all": {"cancel_stops_billing": True}}).encode(),
+    headers={"content-type": "application/json"}, method="POST")
+urllib.request.urlopen(req, timeout=5).read()
+PY
+    TAGS=$("$BIN" providers moonshotai/kimi-k2.5 --base-url "http://127.0.0.1:$PORT/api/v1" --json \
+      | python3 -c 'import json,sys; print(", ".join(json.dumps(e["tag"]) for e in json.load(sys.stdin)["endpoints"]))')
+    STOPLIST="cancel_stops_billing = [$TAGS]"
+  fi
   cat >"$RUN/harvest.toml" <<TOML
 model = "moonshotai/kimi-k2.5"
 base_url = "http://127.0.0.1:$PORT/api/v1"
@@ -62,6 +81,7 @@ budget_usd = $BUDGET
 budget_mode = "$MODE"
 concurrency = $CONC
 catalog_refresh_s = 0
+$STOPLIST
 [request]
 max_tokens = $MAXTOK
 [[dataset]]

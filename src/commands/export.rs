@@ -67,7 +67,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         .map_err(|e| match e {
             // The template is what the user gave: a bad input, as a template that does not
             // compile is.
-            e @ crate::export::ExportError::TemplateFailsEveryRow { .. } => {
+            e @ (crate::export::ExportError::TemplateFailsEveryRow { .. }
+            | crate::export::ExportError::TemplateRunsAway { .. }) => {
                 anyhow::Error::from(BadInput(e.to_string()))
             }
             e => e.into(),

@@ -480,9 +480,13 @@ pub(super) async fn start(args: &RunArgs) -> anyhow::Result<Started> {
             drop(log);
             if !log_was {
                 let _ = std::fs::remove_file(&log_path);
-                if !dir_was {
-                    let _ = std::fs::remove_dir(&out_dir);
-                }
+            }
+            if !dir_was {
+                // The directory this start made: its lock and manifest go with it (what else
+                // is in it stays, and so does the directory).
+                let _ = std::fs::remove_file(crate::engine::manifest_path(&out_dir));
+                let _ = std::fs::remove_file(out_dir.join(crate::store::lock::FILE_NAME));
+                let _ = std::fs::remove_dir(&out_dir);
             }
             return Err(engine_error(e));
         }

@@ -124,6 +124,17 @@ pub enum ExportError {
         rows: u32,
         first: template::TemplateError,
     },
+    /// The template ran away (out of fuel, or past its output cap) on this many rows: each
+    /// costs its whole allowance, so an export of many such rows would take hours.
+    #[error(
+        "the chat template ran away on {rows} rows (out of fuel or past its output cap, each \
+         costing half a second): stopped, as a template that loops on some rows would on \
+         thousands. The first: {first}"
+    )]
+    TemplateRunsAway {
+        rows: u32,
+        first: template::TemplateError,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -185,6 +196,9 @@ pub struct Counts {
 /// A template that fails this many rows the same way before it renders one is stopped.
 const FAIL_FAST_ROWS: u32 = 5;
 
+/// A template that runs away on this many rows (rendered ones or not) is stopped.
+const RUNAWAY_ROWS: u32 = 5;
+
 /// The first renderings of an export: whether the template fails every row the same way.
 #[derive(Default)]
 struct FirstRenderings {
@@ -193,6 +207,9 @@ struct FirstRenderings {
     /// The first failure, and how many failed with its cause since.
     first: Option<template::TemplateError>,
     same: u32,
+    /// Renderings that ran away, and the first of them.
+    runaways: u32,
+    first_runaway: Option<template::TemplateError>,
 }
 
 impl FirstRenderings {
@@ -201,6 +218,17 @@ impl FirstRenderings {
         if rendered > 0 {
             self.rendered_one = true;
         }
+        // A runaway costs the same whether other rows render: counted across the export.
+        let failure = match failure {
+            Some(e) if e.is_runaway() => {
+                self.runaways += 1;
+                if self.first_runaway.is_none() {
+                    self.first_runaway = Some(e);
+                }
+                return self.runaways >= RUNAWAY_ROWS;
+            }
+            other => other,
+        };
         if self.rendered_one {
             return false;
         }
@@ -437,9 +465,17 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
                 });
             let mut a = answer_rows(job, name, r, room);
             if firsts.note(a.rendered, a.template_failure.take()) {
-                stopped = Some(ExportError::TemplateFailsEveryRow {
-                    rows: firsts.same,
-                    first: firsts.first.take().expect("a first failure"),
+                stopped = Some(match firsts.first_runaway.take() {
+                    Some(first) if firsts.runaways >= RUNAWAY_ROWS => {
+                        ExportError::TemplateRunsAway {
+                            rows: firsts.runaways,
+                            first,
+                        }
+                    }
+                    _ => ExportError::TemplateFailsEveryRow {
+                        rows: firsts.same,
+                        first: firsts.first.take().expect("a first failure"),
+                    },
                 });
                 return;
             }

@@ -96,6 +96,27 @@ fn regenerated(n: usize) -> Vec<crate::store::output::TurnRecord> {
     vec![one; n]
 }
 
+/// A temporary directory with an empty output directory `out` in it.
+fn scratch() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    (dir, out)
+}
+
+/// A row of two answers, both the model's (`turns = "all"`): q1, a1 (r1), q2, a2 (r2).
+fn two_answers(id: &str) -> OutputRecord {
+    let mut two = rec(id, "a2", Some("r2"), false);
+    two.conversations = vec![
+        turn("user", "q1", None),
+        turn("assistant", "a1", Some("r1")),
+        turn("user", "q2", None),
+        turn("assistant", "a2", Some("r2")),
+    ];
+    two.turns = regenerated(2);
+    two
+}
+
 fn turn(role: &str, content: &str, reasoning: Option<&str>) -> Turn {
     Turn {
         role: role.into(),
@@ -108,9 +129,7 @@ fn turn(role: &str, content: &str, reasoning: Option<&str>) -> Turn {
 /// the gate; the accounting adds up to the prompt count.
 #[test]
 fn each_row_lands_in_one_file_with_its_reason() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let (dir, out) = scratch();
     let mut sys_late = rec("sys-late", "answer", Some("r"), false);
     sys_late.conversations.push(Turn {
         role: "system".into(),
@@ -231,18 +250,8 @@ fn each_row_lands_in_one_file_with_its_reason() {
 
 #[test]
 fn exploded_turns_end_at_each_answer_with_only_its_own_reasoning() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
-    let mut two = rec("two", "a2", Some("r2"), false);
-    two.conversations = vec![
-        turn("user", "q1", None),
-        turn("assistant", "a1", Some("r1")),
-        turn("user", "q2", None),
-        turn("assistant", "a2", Some("r2")),
-    ];
-    // turns = "all": the model wrote both.
-    two.turns = regenerated(2);
+    let (dir, out) = scratch();
+    let two = two_answers("two");
     write_lines(
         &out.join("A.jsonl"),
         &[rec("one", "answer", Some("r"), false), two],
@@ -291,9 +300,7 @@ fn exploded_turns_end_at_each_answer_with_only_its_own_reasoning() {
 
 #[test]
 fn a_system_turn_for_rows_without_one() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let (dir, out) = scratch();
     let mut with = rec("with", "answer", Some("r"), false);
     with.conversations.insert(
         0,
@@ -349,8 +356,9 @@ fn formats_and_provenance() {
 }
 
 /// A template that fails every row the same way stops the export after its first few rows
-/// (issue #37 item 5: a looping template took 78 s for 106 rows, 0.74 s each); one that fails
-/// only some rows, once it has rendered one, fails those rows and goes on.
+/// (issue #37 item 5: a looping template took 78 s for 106 rows, 0.74 s each), and so does one
+/// that runs away (out of fuel) on five rows, others rendered or not; one that refuses only
+/// some rows, once it has rendered one, fails those rows and goes on.
 #[test]
 fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -385,10 +393,18 @@ fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
     let mixed = out("out", &rows);
     let err = export_with(&mixed, looping).expect_err("stopped");
     assert!(
-        matches!(err, ExportError::TemplateFailsEveryRow { rows: 5, .. }),
+        matches!(err, ExportError::TemplateRunsAway { rows: 5, .. }),
         "{err}"
     );
     assert!(err.to_string().contains("out of fuel"), "{err}");
+    // One that runs away only on some rows, having rendered others, stops at its fifth
+    // runaway (reliability-probe-4 D11's rest: 82 such rows took 43 s; thousands, hours).
+    let loops_on_bad = "{% for m in messages %}{% if m.content == 'bad' %}{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}{% endif %}{{ m.content }}{% endfor %}";
+    let err = export_with(&mixed, loops_on_bad).expect_err("stopped");
+    assert!(
+        matches!(err, ExportError::TemplateRunsAway { rows: 5, .. }),
+        "{err}"
+    );
     // A template that renders the first row and refuses some later ones: those rows fail, the
     // export goes on.
     let e = export_with(&mixed, refuses_bad).expect("goes on");
@@ -415,6 +431,7 @@ fn the_first_renderings_decide_whether_a_template_fails_every_row() {
             id: "r".into(),
             msg: cause.into(),
             cause: cause.into(),
+            runaway: false,
         })
     };
     // (what, each row's renderings and failure cause ("" for none), the row it stops at)
@@ -444,9 +461,7 @@ fn the_first_renderings_decide_whether_a_template_fails_every_row() {
 /// the model's answers only (the newcomer review's D4: 20 rows in 100 supervised foreign text).
 #[test]
 fn assistant_turns_from_the_prompt_file_are_never_a_rows_answer() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let (dir, out) = scratch();
     // user, foreign assistant, user, the model's answer (turns = "last").
     let mut foreign = rec("foreign", "mine", Some("my thinking"), false);
     foreign.conversations = vec![
@@ -455,11 +470,8 @@ fn assistant_turns_from_the_prompt_file_are_never_a_rows_answer() {
         turn("user", "q2", None),
         turn("assistant", "mine", Some("my thinking")),
     ];
-    // The same conversation regenerated whole (turns = "all"): both answers the model's.
-    let mut own = foreign.clone();
-    own.id = "own".into();
-    own.conversations[1] = turn("assistant", "a1", Some("r1"));
-    own.turns = regenerated(2);
+    // The same shape regenerated whole (turns = "all"): both answers the model's.
+    let own = two_answers("own");
     write_lines(
         &out.join("A.jsonl"),
         &[rec("one", "answer", Some("r"), false), foreign, own],
@@ -555,9 +567,7 @@ fn assistant_turns_from_the_prompt_file_are_never_a_rows_answer() {
 /// rows, say nothing.
 #[test]
 fn kimi_rows_for_the_trainers_template_name_the_one_that_keeps_the_reasoning() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let (dir, out) = scratch();
     let mut other = rec("qwen", "answer", Some("r"), false);
     other.model = "qwen/qwen3-235b-a22b".into();
     let rows = [
@@ -593,9 +603,7 @@ fn kimi_rows_for_the_trainers_template_name_the_one_that_keeps_the_reasoning() {
 /// exploded row on its own, and a prompt whose rows all go is skipped with the reason.
 #[test]
 fn row_lengths_are_reported_and_longer_rows_can_be_left_out() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let (dir, out) = scratch();
     let sized = |id: &str, prompt: u64, completion: u64| {
         let mut r = rec(id, "answer", Some("r"), false);
         r.usage.prompt_tokens = prompt;
@@ -603,14 +611,8 @@ fn row_lengths_are_reported_and_longer_rows_can_be_left_out() {
         r
     };
     // Two turns regenerated: 500 + 700 tokens, then 1,400 + 900.
-    let mut two = sized("two", 1_900, 1_600);
-    two.conversations = vec![
-        turn("user", "q1", None),
-        turn("assistant", "a1", Some("r1")),
-        turn("user", "q2", None),
-        turn("assistant", "a2", Some("r2")),
-    ];
-    two.turns = regenerated(2);
+    let mut two = two_answers("two");
+    (two.usage.prompt_tokens, two.usage.completion_tokens) = (1_900, 1_600);
     (
         two.turns[0].usage.prompt_tokens,
         two.turns[0].usage.completion_tokens,
@@ -708,9 +710,7 @@ fn row_lengths_are_reported_and_longer_rows_can_be_left_out() {
 /// call, which harvest does not record, is skipped with the reason (the trainer issue's item 2).
 #[test]
 fn the_tools_the_model_was_offered_reach_the_trainer() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = dir.path().join("out");
-    std::fs::create_dir_all(&out).expect("mkdir");
+    let (dir, out) = scratch();
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "description": "Weather of a city", "parameters": {"type": "object",
         "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);

@@ -131,8 +131,7 @@ async fn exported_rows_pass_specforge_and_the_accounting_adds_up() {
     );
     assert_eq!(code, Some(2), "{said}");
     assert!(
-        said.contains("failed the same way on the first 5 rows it rendered")
-            && said.contains("loop.jinja"),
+        said.contains("the chat template ran away on 5 rows") && said.contains("loop.jinja"),
         "{said}"
     );
     sim.stop().await;
@@ -327,12 +326,23 @@ async fn multi_turn_run(d: &Path) -> std::path::PathBuf {
         })
         .collect();
     std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
+    run_job(d, sim, "", "turns = \"all\"\n").await
+}
+
+/// Runs dataset A over `d/p.jsonl` against `sim` to its end (`request`: more `[request]` keys,
+/// `dataset`: more keys of the dataset), then stops the simulator. Returns the output directory.
+async fn run_job(
+    d: &Path,
+    sim: harvest::sim::SimHandle,
+    request: &str,
+    dataset: &str,
+) -> std::path::PathBuf {
     std::fs::write(
         d.join("harvest.toml"),
         format!(
             "base_url = \"{}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 4\n\
-             [request]\nmax_tokens = 2000\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n\
-             turns = \"all\"\n",
+             [request]\nmax_tokens = 2000\n{request}[[dataset]]\nname = \"A\"\nprompts = \
+             \"p.jsonl\"\n{dataset}",
             sim.base_url()
         ),
     )
@@ -731,23 +741,10 @@ async fn the_tools_a_run_offered_are_in_the_training_text() {
         .map(|i| format!("{{\"id\": \"w{i}\", \"prompt\": \"weather in city {i}?\"}}\n"))
         .collect();
     std::fs::write(d.join("p.jsonl"), prompts).expect("prompts");
-    std::fs::write(
-        d.join("harvest.toml"),
-        format!(
-            "base_url = \"{}\"\napi_key_env = \"{VAR}\"\nbudget_usd = 5.0\nconcurrency = 4\n\
-             [request]\nmax_tokens = 2000\nextra = {{ tools = [{{ type = \"function\", function = \
-             {{ name = \"get_weather\", description = \"The weather of a city\", parameters = \
-             {{ type = \"object\", properties = {{ city = {{ type = \"string\" }} }}, required = \
-             [\"city\"] }} }} }}] }}\n[[dataset]]\nname = \"A\"\nprompts = \"p.jsonl\"\n",
-            sim.base_url()
-        ),
-    )
-    .expect("config");
-    let (code, text) =
-        crate::common::run_headless(d, VAR, "sk-or-v1-export-test-key-0000000000", &[]).await;
-    assert_eq!(code, 0, "{text}");
-    sim.stop().await;
-    let out = d.join("out");
+    let tools = "extra = { tools = [{ type = \"function\", function = { name = \"get_weather\", \
+                 description = \"The weather of a city\", parameters = { type = \"object\", \
+                 properties = { city = { type = \"string\" } }, required = [\"city\"] } } }] }\n";
+    let out = run_job(d, sim, tools, "").await;
     let to = d.join("text");
     let (counts, _) = export_json(
         &out,

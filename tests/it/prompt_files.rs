@@ -366,8 +366,9 @@ async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
         "nothing sent"
     );
     assert!(
-        !d.join("out/harvest.log").exists(),
-        "a refused start leaves no log (reliability-probe-4 N12)"
+        !d.join("out").exists(),
+        "a refused start leaves no output directory it made: no log, lock or manifest \
+         (reliability-probe-4 N12)"
     );
     std::fs::write(&cfg, config("uid")).expect("config");
     let (code, err) = headless(cfg.clone()).await;
@@ -390,11 +391,18 @@ async fn an_id_field_no_row_has_is_refused_before_anything_is_sent() {
     sim.stop().await;
 }
 
-/// A prompt file rewritten in place while a run reads it (reliability-probe-4 N5): the run
-/// stops with exit 2 saying the file changed, rejects nothing for it, and does not call the
-/// dataset done (before: `DONE`, exit 0, one `input` reject, 10% sent).
+/// A prompt file rewritten in place while a run reads it (reliability-probe-4 N5), cut short
+/// or regenerated longer with other prompts: the run stops with exit 2 saying the file
+/// changed, rejects nothing for it, and does not call the dataset done (before: `DONE`, exit
+/// 0, one `input` reject, 10% sent; regenerated: `DONE`, rows of both files under one id set).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_file_cut_during_the_run_stops_it_with_exit_2() {
+    for regenerate in [false, true] {
+        prompt_file_rewritten_during_the_run(regenerate).await;
+    }
+}
+
+async fn prompt_file_rewritten_during_the_run(regenerate: bool) {
     let sim = paced_sim(0.0, 20.0).await;
     let dir = tempfile::tempdir().expect("tmp");
     let d = dir.path().to_path_buf();
@@ -430,8 +438,16 @@ async fn a_prompt_file_cut_during_the_run_stops_it_with_exit_2() {
         assert!(child.try_wait().expect("wait").is_none(), "ended early");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    // A generator's `>`: the same file, a tenth of it, cut mid-line.
-    std::fs::write(&prompts, &text[..text.len() / 10 + 7]).expect("cut");
+    // A generator's `>`: the same file, a tenth of it, cut mid-line; or another generation of
+    // it, longer.
+    let new: String = if regenerate {
+        (0..21_000)
+            .map(|i| format!("{{\"id\": \"p{i}\", \"prompt\": \"another question {i}\"}}\n"))
+            .collect()
+    } else {
+        text[..text.len() / 10 + 7].to_string()
+    };
+    std::fs::write(&prompts, &new).expect("rewrite");
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .expect("join")
@@ -441,7 +457,11 @@ async fn a_prompt_file_cut_during_the_run_stops_it_with_exit_2() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "regenerate={regenerate}: {said}"
+    );
     assert!(said.contains("changed"), "{said}");
     assert!(
         !d.join("out/B.rejects.jsonl").exists() || {

@@ -37,6 +37,9 @@ pub enum TemplateError {
         /// What failed, without what is particular to the row (`line 3: out of fuel`): two
         /// rows that fail with the same cause fail the same way.
         cause: String,
+        /// It ran out of fuel or wrote past its cap: the rendering cost its whole allowance
+        /// (half a second of CPU) before it failed.
+        runaway: bool,
     },
 }
 
@@ -47,6 +50,11 @@ impl TemplateError {
             TemplateError::Render { cause, .. } => Some(cause),
             _ => None,
         }
+    }
+
+    /// The rendering ran away (out of fuel, or past its output cap).
+    pub fn is_runaway(&self) -> bool {
+        matches!(self, TemplateError::Render { runaway: true, .. })
     }
 }
 
@@ -155,6 +163,20 @@ impl ChatTemplate {
     /// Reads and compiles the template in `path`, or the built-in template of that name when
     /// no such file exists.
     pub fn load(path: &Path) -> Result<ChatTemplate, TemplateError> {
+        // A FIFO, a device or a socket would block the open or never end (reliability-probe-4
+        // N11): a template is a file.
+        if let Ok(m) = std::fs::metadata(path)
+            && !m.is_file()
+        {
+            return Err(TemplateError::Read {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file (a FIFO, a device, a socket or a directory): give the \
+                     template's file",
+                ),
+            });
+        }
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(source) => {
@@ -273,6 +295,7 @@ impl ChatTemplate {
                 Some(n) => format!("line {n}: {}", e.kind()),
                 None => e.kind().to_string(),
             },
+            runaway: e.kind() == ErrorKind::OutOfFuel,
         };
         let t = self.env.get_template(NAME).map_err(fail)?;
         let text = t
@@ -297,6 +320,7 @@ impl ChatTemplate {
                     text.len()
                 ),
                 cause: "wrote more than a chat template may".to_string(),
+                runaway: true,
             });
         }
         Ok(text)
@@ -390,6 +414,21 @@ mod tests {
             .to_string();
         assert!(err.contains("rendering row row-7"), "{err}");
         assert!(err.contains("a system turn first"), "{err}");
+        // A FIFO (or a directory) is refused at once, not opened and waited on.
+        let fifo = dir.path().join("t.jinja");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let err = ChatTemplate::load(&fifo)
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+        let err = ChatTemplate::load(dir.path())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
     }
 
     /// A filter that writes far more than the row (reliability-probe-4 D11: `tojson` with a

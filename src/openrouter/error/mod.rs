@@ -68,8 +68,10 @@ pub enum ApiError {
     /// A 200 with nothing in it (no content, no reasoning).
     #[error("empty response from {provider}")]
     Empty { provider: String },
-    /// A body or event that is not what the API documents.
-    #[error("could not decode {what}: {detail}")]
+    /// A body or event that is not what the API documents. `detail` may quote the server's
+    /// text (a listing's name with a newline in it): shown on one line, so that it cannot
+    /// forge a line of output (reliability-probe-4 D8).
+    #[error("could not decode {what}: {}", crate::printable::one_line(.detail))]
     Decode { what: &'static str, detail: String },
     /// The request could not be built (bad base URL, bad header value).
     #[error("invalid request: {0}")]

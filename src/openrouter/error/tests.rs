@@ -189,3 +189,26 @@ fn a_servers_error_text_stays_on_one_line() {
     let shown = mid.into_mid_stream(3).to_string();
     assert!(!shown.contains('\n'), "{shown:?}");
 }
+
+/// A listing that does not decode quotes the server's text in the error: on one line, so that
+/// a tag holding `\n` cannot forge a line of `providers`, `init` or `run --check`
+/// (reliability-probe-4 D8's rest).
+#[test]
+fn a_decode_error_quotes_the_servers_text_on_one_line() {
+    let body = r#"{"data": {"id": "m", "endpoints": [{"provider_name": "V", "tag": "venice\nharvest: FAKE LINE", "pricing": {"prompt": "x", "completion": "y"}}]}}"#;
+    let text = crate::openrouter::ModelEndpoints::parse(body.as_bytes())
+        .expect_err("a price of \"x\" does not decode")
+        .to_string();
+    assert!(
+        !text.contains('\n') && text.contains("FAKE LINE"),
+        "{text:?}"
+    );
+    let e = ApiError::Decode {
+        what: "endpoints response",
+        detail: "endpoint venice\nharvest: FAKE LINE: bad price".into(),
+    };
+    assert_eq!(
+        e.to_string(),
+        "could not decode endpoints response: endpoint venice harvest: FAKE LINE: bad price"
+    );
+}

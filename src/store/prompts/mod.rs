@@ -19,6 +19,7 @@
 //! Lines are numbered from 1, blank lines included; a UTF-8 byte order mark at the start of the file
 //! and CRLF line endings are accepted. The file is streamed line by line, never held in memory.
 
+mod fingerprint;
 mod format;
 mod ids;
 mod line;
@@ -32,6 +33,7 @@ mod tests;
 
 use crate::openrouter::Message;
 
+pub use fingerprint::Fingerprint;
 pub use format::PromptFields;
 use format::*;
 pub use ids::*;
@@ -106,6 +108,8 @@ pub struct PromptCount {
     pub bytes: u64,
     /// Valid prompts with no `system` message of their own.
     pub without_system: u64,
+    /// The lines the count read, hashed in blocks: the run checks the file is still them.
+    pub fingerprint: Fingerprint,
     /// Valid prompts that carry an assistant turn of their own (text the model did not write,
     /// unless `turns = "all"` has it regenerate them).
     pub with_assistant_turns: u64,

@@ -47,6 +47,10 @@ pub struct PromptReader {
     /// Bytes consumed so far.
     bytes: u64,
     done: bool,
+    /// The lines read so far, hashed in blocks: the count's fingerprint, or the check of it
+    /// (`counted`, set by [`PromptReader::open_prescanned`]).
+    blocks: super::fingerprint::Blocks,
+    counted: Option<super::Fingerprint>,
 }
 
 impl PromptReader {
@@ -96,6 +100,8 @@ impl PromptReader {
             counted_bytes: None,
             bytes: 0,
             done: false,
+            blocks: Default::default(),
+            counted: None,
         }
     }
 
@@ -123,6 +129,7 @@ impl PromptReader {
         r.file_bytes = file_bytes;
         r.prescanned = Some((count.duplicate_lines.clone(), 0));
         r.counted_bytes = Some(count.bytes);
+        r.counted = Some(count.fingerprint.clone());
         Ok(r)
     }
 
@@ -141,6 +148,22 @@ impl PromptReader {
                 self.place()
             ),
         })
+    }
+
+    /// The lines just read differ from the count's at byte `at`: the file was rewritten in
+    /// place since the start. Stops the read, as a file cut short does.
+    fn rewritten(&mut self, at: u64) -> PromptError {
+        self.done = true;
+        PromptError {
+            path: self.path.clone(),
+            line: 0,
+            message: format!(
+                "the file changed since the start: its lines before byte {at} are not the ones \
+                 the count read ({}); a file rewritten while a run reads it (a generator's `>`) \
+                 would send its new prompts under the old ids. Write a new file, and run again",
+                self.place()
+            ),
+        }
     }
 
     /// Two independent keyed SipHash values of an id: a collision between two different ids
@@ -297,9 +320,15 @@ impl Iterator for PromptReader {
                     if let Some(e) = self.ended_early() {
                         return Some(Err(e));
                     }
+                    if let Some(at) = self.blocks.finish(self.counted.as_ref()) {
+                        return Some(Err(self.rewritten(at)));
+                    }
                 }
                 Ok((n, true)) => {
                     self.bytes += n as u64;
+                    if let Some(at) = self.blocks.line(&self.buf, self.counted.as_ref()) {
+                        return Some(Err(self.rewritten(at)));
+                    }
                     self.line += 1;
                     return Some(Err(self.error(format!(
                         "longer than {} MiB ({n} bytes): no prompt a model takes",
@@ -308,6 +337,9 @@ impl Iterator for PromptReader {
                 }
                 Ok((n, false)) => {
                     self.bytes += n as u64;
+                    if let Some(at) = self.blocks.line(&self.buf, self.counted.as_ref()) {
+                        return Some(Err(self.rewritten(at)));
+                    }
                     if self.buf.last() != Some(&b'\n')
                         && let Some(e) = self.ended_early()
                     {
@@ -440,5 +472,6 @@ pub fn count_prompts_reporting(
     count.first_duplicates = reader.duplicates;
     count.differing = reader.differing;
     count.bytes = reader.bytes;
+    count.fingerprint = std::mem::take(&mut reader.blocks).fingerprint();
     Ok(count)
 }

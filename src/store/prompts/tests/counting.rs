@@ -245,3 +245,47 @@ fn a_file_cut_after_the_count_is_a_read_failure_not_a_bad_line() {
     assert_eq!(items.len(), 100);
     assert!(items.iter().all(Result::is_ok));
 }
+
+/// A file rewritten in place after the count, as long as before or longer (a generator's `>`
+/// that writes another file of prompts): the run's reader stops with a read failure naming the
+/// change within the block where the lines differ, instead of sending the new prompts under
+/// the ids the count saw (reliability-probe-4 N5: DONE, exit 0, rows from both files).
+#[test]
+fn a_file_rewritten_after_the_count_is_a_read_failure() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.jsonl");
+    let file = |seed: u32, n: usize| -> String {
+        (0..n)
+            .map(|i| format!("{{\"id\": \"p{i}\", \"prompt\": \"question {i} of run {seed}\"}}\n"))
+            .collect()
+    };
+    // Many blocks, so that the change is found before the end.
+    let text = file(14, 60_000);
+    std::fs::write(&path, &text).expect("write");
+    let count = count_prompts(&path).expect("count");
+    assert!(count.bytes > 1 << 20, "{} bytes", count.bytes);
+    for (name, new) in [("longer", file(99, 60_000)), ("as long", file(41, 60_000))] {
+        std::fs::write(&path, &new).expect("rewrite");
+        let items: Vec<_> = PromptReader::open_prescanned(&path, &PromptFields::default(), &count)
+            .expect("open")
+            .collect();
+        let last = items.last().expect("items").as_ref().expect_err(name);
+        assert!(last.is_io(), "{name}: {last}");
+        assert!(
+            last.message.contains("the file changed since the start"),
+            "{name}: {last}"
+        );
+        assert!(
+            items.len() < 20_000,
+            "{name}: stopped in the first block, at {}",
+            items.len()
+        );
+    }
+    // The same lines written again: read as before.
+    std::fs::write(&path, &text).expect("same");
+    let items: Vec<_> = PromptReader::open_prescanned(&path, &PromptFields::default(), &count)
+        .expect("open")
+        .collect();
+    assert_eq!(items.len(), 60_000);
+    assert!(items.iter().all(Result::is_ok));
+}

@@ -160,6 +160,8 @@ struct Figures {
     billed_share: f64,
     requests_per_answer: f64,
     usd_per_answer: f64,
+    answered: f64,
+    billed_usd: f64,
 }
 
 /// Figures, not a check: each world of the fixed set (or `HARVEST_SIM_SEEDS`) in both budget
@@ -190,6 +192,8 @@ fn sim_figures() {
                     billed_share: o.bill_pico as f64 / budget,
                     requests_per_answer: o.requests as f64 / o.answered.max(1) as f64,
                     usd_per_answer: o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
+                    answered: o.answered as f64,
+                    billed_usd: o.bill_pico as f64 / 1e12,
                 }
             })
             .collect();
@@ -225,6 +229,16 @@ fn sim_figures() {
         median(pick(1, |f| f.requests_per_answer)),
         median(pick(0, |f| f.usd_per_answer)),
         median(pick(1, |f| f.usd_per_answer))
+    );
+    // Over all worlds at once: what a dollar bought, and the time the hard mode took in all
+    // against the expected mode's (a few large worlds weigh as they would in a real run).
+    let sum = |mode: usize, f: fn(&Figures) -> f64| pick(mode, f).iter().sum::<f64>();
+    eprintln!(
+        "all worlds: $ per answer hard {:.6}, expected {:.6}; time to the budget hard / \
+         expected {:.2}",
+        sum(0, |f| f.billed_usd) / sum(0, |f| f.answered).max(1.0),
+        sum(1, |f| f.billed_usd) / sum(1, |f| f.answered).max(1.0),
+        sum(0, |f| f.to_budget_s) / sum(1, |f| f.to_budget_s).max(1e-9)
     );
 }
 
