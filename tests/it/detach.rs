@@ -445,8 +445,9 @@ async fn a_detached_run_without_its_socket_says_how_to_reach_it() {
 
 /// `harvest stop` drains within the run's own grace, as a signal's drain does (the trainer
 /// issue's drains: `harvest stop` took 2m41s on a 30 s grace): with answers far longer than a
-/// 2 s grace, the engine closes what is in flight when the grace ends, says so in its log, and
-/// rejects none of it (what was closed stays pending for the next run).
+/// 2 s grace, the engine closes what is in flight when the grace ends, says so in its log,
+/// rejects none of it (what was closed stays pending for the next run), and still looks the
+/// closed streams up: the ledger equals the bill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn harvest_stop_drains_within_the_runs_own_grace() {
     let sim = paced_sim(1.0, 6000.0).await;
@@ -486,7 +487,7 @@ async fn harvest_stop_drains_within_the_runs_own_grace() {
     assert!(o.contains("STOPPED"), "the summary: {o}");
     let log = std::fs::read_to_string(out.join("harvest.log")).expect("harvest.log");
     let drain = log.find("asked for a drain").expect("the drain in the log");
-    let over = (log.find("the drain's grace (2 s) is over: stopping now"))
+    let over = (log.find("the drain's grace (2 s) is over: closing what is in flight"))
         .unwrap_or_else(|| panic!("the grace ended the drain; the log: {log}"));
     assert!(over > drain, "the grace after the drain");
     let rejects = std::fs::read_to_string(out.join("G.rejects.jsonl")).unwrap_or_default();

@@ -309,9 +309,11 @@ async fn the_deploy_files_run_the_documented_shard_command() {
     let job =
         std::fs::read_to_string(root.join("deploy/kubernetes/harvest-job.yaml")).expect("job");
     let script_text = std::fs::read_to_string(&script).expect("script");
-    assert!(script_text.contains("exec \"$HARVEST\" run --headless --shard auto -c \"$CONFIG\""));
+    assert!(script_text.contains(
+        "exec \"$HARVEST\" run --headless --shard auto --drain-grace-s 30 -c \"$CONFIG\""
+    ));
     assert!(
-        job.contains(r#"command: ["harvest", "run", "--headless", "--shard", "auto", "-c", "/data/harvest.toml"]"#),
+        job.contains(r#"command: ["harvest", "run", "--headless", "--shard", "auto", "--drain-grace-s", "30", "-c", "/data/harvest.toml"]"#),
         "{job}"
     );
     let value_after = |key: &str| -> String {

@@ -106,15 +106,18 @@ impl Core {
         }
     }
 
-    /// At the end of a drain's grace, what is still in flight is closed (a stop now).
+    /// At the end of a drain's grace, what is still in flight is closed. Not a stop now: the
+    /// operator asked to drain, so the closed streams are still looked up at the end (bounded,
+    /// as every close's look-ups are) and the ledger keeps what the provider billed.
     fn drain_grace_over(&mut self, now: &Clock) {
         if self.drain_deadline().is_some_and(|d| now.mono >= d) && !self.in_flight.is_empty() {
+            self.life.grace_over = true;
             let grace = self.life.drain_grace.as_secs_f64();
             self.event(
                 now,
-                format!("the drain's grace ({grace:.0} s) is over: stopping now"),
+                format!("the drain's grace ({grace:.0} s) is over: closing what is in flight"),
             );
-            self.apply(Command::Shutdown(ShutdownMode::Now), None, now);
+            self.effects.push(Effect::CancelInFlight);
         }
     }
 

@@ -239,9 +239,12 @@ struct Lifecycle {
     stopped_now: bool,
     /// How long a drain lets what is in flight finish before it closes it.
     drain_grace: std::time::Duration,
-    /// When the drain under way becomes a stop now: every drain (a signal, the TUI, `harvest
-    /// stop`, a lost output) is bounded by the same grace, here rather than in each driver.
+    /// When the drain under way closes what is in flight: every drain (a signal, the TUI,
+    /// `harvest stop`, a lost output) is bounded by the same grace, here rather than in each
+    /// driver.
     drain_deadline: Option<Instant>,
+    /// The drain's grace ran out and what was in flight was closed.
+    grace_over: bool,
 }
 
 impl Core {
@@ -385,9 +388,9 @@ impl Core {
         self
     }
 
-    /// When the drain under way becomes a stop now, if one is under way.
+    /// When the drain under way closes what is in flight, if one is under way and has not.
     pub(crate) fn drain_deadline(&self) -> Option<Instant> {
-        self.life.drain_deadline.filter(|_| !self.life.stopped_now)
+        (self.life.drain_deadline).filter(|_| !self.life.stopped_now && !self.life.grace_over)
     }
 
     /// harvest itself cannot go on (a write failed, a task died): stop, exit code 1.

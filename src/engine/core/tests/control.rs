@@ -343,7 +343,7 @@ fn a_drain_of_any_origin_ends_at_its_grace() {
             let said = h.event_texts();
             assert!(
                 said.iter()
-                    .any(|t| t == "the drain's grace (12 s) is over: stopping now"),
+                    .any(|t| t == "the drain's grace (12 s) is over: closing what is in flight"),
                 "{name}: {said:?}"
             );
             assert!(h.dispatch().is_empty(), "{name}: nothing more sent");
