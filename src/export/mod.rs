@@ -8,9 +8,13 @@
 //! Reads the output directory through the one read-only reader (`store::scan`), so it works
 //! while a run writes (it takes complete lines only) and never changes it.
 
+mod fail_fast;
+use fail_fast::{FirstRenderings, RUNAWAY_ROWS};
 mod lengths;
 mod rows;
+mod summary;
 pub mod template;
+pub use summary::render;
 pub(crate) mod validate;
 
 use std::collections::HashMap;
@@ -191,58 +195,6 @@ pub struct Counts {
     pub lossy_for_trainer: u64,
     /// The success rows' lengths in tokens (and of those left out for their length).
     pub lengths: lengths::Lengths,
-}
-
-/// A template that fails this many rows the same way before it renders one is stopped.
-const FAIL_FAST_ROWS: u32 = 5;
-
-/// A template that runs away on this many rows (rendered ones or not) is stopped.
-const RUNAWAY_ROWS: u32 = 5;
-
-/// The first renderings of an export: whether the template fails every row the same way.
-#[derive(Default)]
-struct FirstRenderings {
-    /// A rendering succeeded: the template works, and the rows that fail are the rows' own.
-    rendered_one: bool,
-    /// The first failure, and how many failed with its cause since.
-    first: Option<template::TemplateError>,
-    same: u32,
-    /// Renderings that ran away, and the first of them.
-    runaways: u32,
-    first_runaway: Option<template::TemplateError>,
-}
-
-impl FirstRenderings {
-    /// Notes one answer's renderings; true when the export should stop.
-    fn note(&mut self, rendered: u64, failure: Option<template::TemplateError>) -> bool {
-        if rendered > 0 {
-            self.rendered_one = true;
-        }
-        // A runaway costs the same whether other rows render: counted across the export.
-        let failure = match failure {
-            Some(e) if e.is_runaway() => {
-                self.runaways += 1;
-                if self.first_runaway.is_none() {
-                    self.first_runaway = Some(e);
-                }
-                return self.runaways >= RUNAWAY_ROWS;
-            }
-            other => other,
-        };
-        if self.rendered_one {
-            return false;
-        }
-        let Some(e) = failure else {
-            return false;
-        };
-        match &self.first {
-            Some(first) if first.cause() != e.cause() => return false,
-            Some(_) => {}
-            None => self.first = Some(e),
-        }
-        self.same += 1;
-        self.same >= FAIL_FAST_ROWS
-    }
 }
 
 /// How many ids of rows whose reasoning the template drops are named.
@@ -674,114 +626,6 @@ fn reject_row(r: &RejectRecord) -> Value {
         row.extend(cause);
     }
     row
-}
-
-/// The printed table: one line per dataset.
-pub fn render(counts: &[Counts], to: &Path) -> String {
-    use crate::domain::group_thousands as g;
-    let mut out = format!(
-        "{:<16} {:>9} {:>9} {:>9} {:>11} {:>9}\n",
-        "dataset", "success", "error", "skipped", "not yet run", "prompts"
-    );
-    let opt = |v: Option<u64>| v.map_or("-".to_string(), g);
-    for c in counts {
-        out.push_str(&format!(
-            "{:<16} {:>9} {:>9} {:>9} {:>11} {:>9}\n",
-            c.dataset,
-            g(c.success),
-            g(c.error),
-            g(c.skipped),
-            opt(c.not_run),
-            opt(c.prompts)
-        ));
-        if c.duplicates > 0 {
-            out.push_str(&format!(
-                "  {}: {} rows of ids already exported from an earlier directory left out (a \
-                 shard present twice?)\n",
-                c.dataset,
-                g(c.duplicates)
-            ));
-        }
-        for (n, what) in [
-            (
-                c.foreign_skipped,
-                "left out, as a trainer would supervise those turns (the reason is in \
-                 <dataset>.skipped.ndjson): turns = \"all\" has the model write every turn, \
-                 --foreign-turns context keeps them as context",
-            ),
-            (
-                c.foreign_context,
-                "written with them as context (--foreign-turns context): train with SpecForge's \
-                 data.train_only_last_turn: true, not with speculators, which supervises every \
-                 assistant turn",
-            ),
-        ] {
-            if n > 0 {
-                out.push_str(&format!(
-                    "  {}: {} rows hold assistant turns from the prompt file, not the model's: \
-                     {what}\n",
-                    c.dataset,
-                    g(n)
-                ));
-            }
-        }
-        if c.success_rows != c.success {
-            out.push_str(&format!(
-                "  {}: {} success rows, one per assistant turn (--explode-turns)\n",
-                c.dataset,
-                g(c.success_rows)
-            ));
-        }
-        if c.reasoning_dropped > 0 {
-            out.push_str(&format!(
-                "  {}: the chat template drops the last answer's reasoning in {} of {} rows ({}): \
-                 the trainer would never see the thinking. Moonshot's Kimi templates render the \
-                 last answer as history; the built-in kimi-k2.5-final-turn / \
-                 kimi-k2-thinking-final-turn keep it (docs/export-and-trainers.md)\n",
-                c.dataset,
-                g(c.reasoning_dropped),
-                g(c.rendered),
-                c.dropped_ids.join(", ")
-            ));
-        }
-        if let Some(name) = c.keeps_reasoning {
-            out.push_str(&format!(
-                "  {}: {} rows hold reasoning a trainer drops when it renders them through the \
-                 model's own chat template (Moonshot's Kimi templates render the last answer \
-                 without its thinking). For SpecForge: harvest export ... --format text \
-                 --explode-turns --chat-template {name}; for speculators: serve vLLM with \
-                 --chat-template FILE from `harvest template print {name} > FILE`\n",
-                c.dataset,
-                g(c.lossy_for_trainer)
-            ));
-        }
-        if let Some(line) = c.lengths.line(&c.dataset) {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        if c.without_system > 0 && c.rendered > 0 {
-            out.push_str(&format!(
-                "  {}: {} rows have no system turn: SpecForge adds its chat template's system \
-                 prompt to them (kimi-k2-thinking: \"You are a helpful assistant.\"), which this \
-                 rendering and the provider did not have; --system-prompt TEXT writes one into \
-                 the rows so all three agree\n",
-                c.dataset,
-                g(c.without_system)
-            ));
-        }
-        if c.unreadable > 0 {
-            out.push_str(&format!(
-                "  {}: {} damaged line(s) of the output directory were not exported (harvest run --repair)\n",
-                c.dataset, c.unreadable
-            ));
-        }
-    }
-    out.push_str(&format!(
-        "written to {}: <dataset>.jsonl (training rows), <dataset>.error.ndjson, \
-         <dataset>.skipped.ndjson\n",
-        to.display()
-    ));
-    out
 }
 
 #[cfg(test)]

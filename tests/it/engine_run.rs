@@ -310,9 +310,16 @@ async fn faults_are_retried_and_nothing_is_lost() {
                 r.ttft_p50_ms.is_some() && r.ttft_p95_ms >= r.ttft_p50_ms,
                 "{r:?}"
             );
-            assert!(r.tok_per_s.is_some_and(|v| v > 0.0), "{r:?}");
+            // A row of one short answer whose tokens all came in one read has no decode time
+            // to divide by (the machine's pace decides): unknown then, never zero.
+            assert!(r.tok_per_s.is_none_or(|v| v > 0.0), "{r:?}");
         }
     }
+    assert!(
+        report.rows.iter().any(|r| r.tok_per_s.is_some()),
+        "a throughput where there was a decode time: {:?}",
+        report.rows
+    );
     let text = report.render();
     assert!(text.contains("429×"), "{text}");
     sim.stop().await;
