@@ -273,26 +273,10 @@ impl Supervisor {
                     let accrued = Arc::new(AtomicI64::new(0));
                     self.accrued.insert(d.key, accrued.clone());
                     let sh = &self.shared;
-                    let held_worst_pico = d.held_worst.pico();
-                    sh.held_pico.fetch_add(held_worst_pico, Ordering::Relaxed);
+                    sh.held_pico
+                        .fetch_add(d.held_worst.pico(), Ordering::Relaxed);
                     sh.count_dispatch(d.dataset, d.pinned);
-                    let spec = AttemptSpec {
-                        key: d.key,
-                        dataset: d.dataset,
-                        dataset_name: d.ledger.dataset.clone(),
-                        prompt_id: d.prompt_id,
-                        attempt: d.attempt,
-                        request: d.request,
-                        pinned: d.pinned,
-                        price_out_guess: d.price_out,
-                        price_in_guess: d.price_in,
-                        fee: d.fee,
-                        over: d.over,
-                        prompt_tokens_estimate: d.prompt_tokens,
-                        check: d.check,
-                        accrued,
-                        held_worst_pico,
-                    };
+                    let spec = AttemptSpec { d: *d, accrued };
                     let task = run_attempt(sh.clone(), spec, self.stop_now.child_token());
                     self.tasks.spawn(task);
                     written

@@ -8,41 +8,28 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::Price;
-use crate::openrouter::{ApiError, ChatRequest, ChatStream, Completion, TimeoutKind};
+use crate::openrouter::{ApiError, ChatStream, Completion, TimeoutKind};
 use crate::store::output::{SpendEntry, SpendKind};
 
-use super::core::attempt::{AttemptOutcome, AttemptResult};
+use super::core::attempt::{AttemptOutcome, AttemptResult, Dispatch};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
 use super::core::cancel_check::CHECK_AFTER_TOKENS;
 use super::shared::Shared;
 
-/// One dispatched attempt.
+/// One dispatched attempt as the worker runs it: the core's decision itself (one value from
+/// the core to the worker, not its fields copied into another struct), and its running cost.
 pub(crate) struct AttemptSpec {
-    pub key: u64,
-    pub dataset: usize,
-    /// Names of the dataset and prompt, for the ledger.
-    pub dataset_name: String,
-    pub prompt_id: String,
-    /// `<run>-<n>`: ties this attempt's ledger lines together.
-    pub attempt: String,
-    pub request: ChatRequest,
-    pub pinned: Option<usize>,
-    /// Price used to accrue output tokens until the serving endpoint is known.
-    pub price_out_guess: Price,
-    pub price_in_guess: Price,
-    /// The request fee, accrued with the prompt.
-    pub fee: crate::domain::Usd,
-    /// The endpoints the request may reach (to tell which one a response's provider name is).
-    pub over: Vec<usize>,
-    pub prompt_tokens_estimate: u64,
+    pub d: Dispatch,
     /// This attempt's running cost, also read by the supervisor for its reservations.
     pub accrued: Arc<AtomicI64>,
-    /// Its worst case, held against the dollar cap (the supervisor added it to
+}
+
+impl AttemptSpec {
+    /// Its worst case held against the dollar cap (the supervisor added it to
     /// `Shared::held_pico` at the spawn); zero for a stream the cap closes.
-    pub held_worst_pico: i64,
-    /// Close it after [`CHECK_AFTER_TOKENS`] tokens (a check of its endpoint's close).
-    pub check: bool,
+    fn held_worst_pico(&self) -> i64 {
+        self.d.held_worst.pico()
+    }
 }
 
 pub(crate) async fn run_attempt(
@@ -53,10 +40,10 @@ pub(crate) async fn run_attempt(
     let started = Instant::now();
     shared.attempts_started.fetch_add(1, Ordering::Relaxed);
     // The serving endpoint as soon as it is known, for the decision at the dollar cap.
-    let known = AtomicUsize::new(spec.pinned.unwrap_or(usize::MAX));
+    let known = AtomicUsize::new(spec.d.pinned.unwrap_or(usize::MAX));
     let mut track = Track {
-        endpoint: spec.pinned,
-        price_out: spec.price_out_guess.pico_per_token(),
+        endpoint: spec.d.pinned,
+        price_out: spec.d.price_out.pico_per_token(),
         streamed: 0,
         generation_id: None,
         transit: 0,
@@ -64,7 +51,7 @@ pub(crate) async fn run_attempt(
     let work = stream_answer(&shared, &spec, &mut track, &known);
     let outcome = race_the_cap(&shared, &cancel, &known, work).await;
     let attributed = known.load(Ordering::Relaxed);
-    if spec.pinned.is_none() && attributed != usize::MAX {
+    if spec.d.pinned.is_none() && attributed != usize::MAX {
         shared.endpoint_stats[attributed]
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
@@ -87,8 +74,8 @@ struct Track {
 /// Adds `pico` to the attempt's running cost and to the run's.
 fn accrue(shared: &Shared, spec: &AttemptSpec, pico: i64) {
     let before = spec.accrued.fetch_add(pico, Ordering::Relaxed);
-    let released = if spec.held_worst_pico > 0 {
-        attempt_money::hold_released(spec.held_worst_pico, before, pico)
+    let released = if spec.held_worst_pico() > 0 {
+        attempt_money::hold_released(spec.held_worst_pico(), before, pico)
     } else {
         0
     };
@@ -104,24 +91,25 @@ async fn stream_answer(
 ) -> Result<Option<Completion>, ApiError> {
     let eps = shared.endpoints();
     let own = spec
+        .d
         .pinned
         .filter(|&e| eps[e].custom.is_some())
         .and_then(|e| shared.own_clients.get(&eps[e].tag));
     let client = own.unwrap_or(&shared.client);
-    let mut stream = client.chat_stream(&spec.request, shared.timeouts).await?;
+    let mut stream = client.chat_stream(&spec.d.request, shared.timeouts).await?;
     track.generation_id = stream.generation_id().map(str::to_string);
     // The provider has the prompt: it is paid for from here on.
-    let prompt_cost = (spec.price_in_guess.cost(spec.prompt_tokens_estimate) + spec.fee).pico();
+    let prompt_cost = (spec.d.price_in.cost(spec.d.prompt_tokens) + spec.d.fee).pico();
     accrue(shared, spec, prompt_cost);
     if let Some(g) = &track.generation_id {
-        write_started(shared, spec, g, spec.pinned).await;
+        write_started(shared, spec, g, spec.d.pinned).await;
     }
     let mut first = true;
     while let Some(p) = stream.next().await? {
         if first {
             first = false;
             on_first_chunk(shared, spec, track, known, &stream).await;
-            if spec.held_worst_pico == 0 {
+            if spec.held_worst_pico() == 0 {
                 // A stream the cap closes: its tokens in transit count against the cap.
                 track.transit = attempt_money::transit_hold(track.price_out);
                 shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
@@ -134,7 +122,7 @@ async fn stream_answer(
             .totals
             .streamed_tokens
             .fetch_add(n, Ordering::Relaxed);
-        shared.dataset_stats[spec.dataset]
+        shared.dataset_stats[spec.d.dataset]
             .streamed_tokens
             .fetch_add(n, Ordering::Relaxed);
         if let Some(e) = track.endpoint {
@@ -142,7 +130,7 @@ async fn stream_answer(
                 .streamed_tokens
                 .fetch_add(n, Ordering::Relaxed);
         }
-        if spec.check && track.streamed >= CHECK_AFTER_TOKENS {
+        if spec.d.check && track.streamed >= CHECK_AFTER_TOKENS {
             // Closed to see what a close costs here (dropping the stream closes it).
             return Ok(None);
         }
@@ -150,7 +138,7 @@ async fn stream_answer(
     if track.endpoint.is_none() {
         track.endpoint = stream
             .provider()
-            .and_then(|name| shared.endpoint_serving(name, &spec.over));
+            .and_then(|name| shared.endpoint_serving(name, &spec.d.over));
     }
     if track.generation_id.is_none() {
         track.generation_id = stream.generation_id().map(str::to_string);
@@ -170,7 +158,7 @@ async fn on_first_chunk(
     if track.endpoint.is_none() {
         track.endpoint = stream
             .provider()
-            .and_then(|name| shared.endpoint_serving(name, &spec.over));
+            .and_then(|name| shared.endpoint_serving(name, &spec.d.over));
     }
     if track.generation_id.is_none() {
         // No `X-Generation-Id` header (the real API's recorded responses carry none): the id
@@ -184,11 +172,11 @@ async fn on_first_chunk(
         // Its own completion price for this prompt now (overrides, discount).
         let at = crate::pricing::hhmm(&chrono::Utc::now());
         track.price_out = (shared.endpoints()[e].tariff)
-            .rates(spec.prompt_tokens_estimate, at)
+            .rates(spec.d.prompt_tokens, at)
             .completion
             .pico_per_token();
         known.store(e, Ordering::Relaxed);
-        if spec.pinned.is_none() {
+        if spec.d.pinned.is_none() {
             // Routed by OpenRouter: in flight at the endpoint it named, from now.
             shared.endpoint_stats[e]
                 .in_flight
@@ -244,13 +232,13 @@ fn settle(
     let endpoint = track.endpoint.or_else(|| match &outcome {
         AttemptOutcome::Failed(e) => e
             .provider_name()
-            .and_then(|n| shared.endpoint_serving(n, &spec.over)),
+            .and_then(|n| shared.endpoint_serving(n, &spec.d.over)),
         _ => None,
     });
     // OpenRouter named a provider with several of the request's endpoints: the bill says which.
     let endpoint = match (&outcome, endpoint) {
-        (AttemptOutcome::Done(c), Some(e)) if spec.pinned.is_none() => {
-            Some(billed_endpoint(shared, c, e, &spec.over))
+        (AttemptOutcome::Done(c), Some(e)) if spec.d.pinned.is_none() => {
+            Some(billed_endpoint(shared, c, e, &spec.d.over))
         }
         (_, e) => e,
     };
@@ -272,13 +260,13 @@ fn settle(
     // What is left of its held worst case leaves the hold first: the cap's sum may dip for a
     // moment (the next token is checked), but never counts the unused worst case beside the
     // booked cost, which could trip it for good.
-    let left = (spec.held_worst_pico - accrued).max(0) + track.transit;
+    let left = (spec.held_worst_pico() - accrued).max(0) + track.transit;
     let held = shared.held_pico.fetch_sub(left, Ordering::Relaxed) - left;
     shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
     let in_flight = shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed) - accrued;
     shared.check_cap(in_flight, held);
     AttemptResult {
-        key: spec.key,
+        key: spec.d.key,
         outcome,
         endpoint,
         streamed_tokens: track.streamed,
@@ -296,15 +284,15 @@ async fn write_started(shared: &Shared, spec: &AttemptSpec, g: &str, endpoint: O
         .writer
         .spend(&SpendEntry {
             endpoint: endpoint.map(|e| shared.endpoints()[e].tag.clone()),
-            prompt_tokens: spec.prompt_tokens_estimate,
+            prompt_tokens: spec.d.prompt_tokens,
             estimated: true,
             generation_id: Some(g.to_string()),
-            attempt: Some(spec.attempt.clone()),
+            attempt: Some(spec.d.attempt.clone()),
             ..SpendEntry::new(
                 SpendKind::Started,
                 chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                spec.prompt_id.clone(),
-                spec.dataset_name.clone(),
+                spec.d.prompt_id.clone(),
+                spec.d.ledger.dataset.clone(),
             )
         })
         .await;

@@ -470,9 +470,10 @@ async fn crash_campaign_ends_with_one_row_per_id_and_the_ledger_at_the_bill() {
     );
     // A precondition, not a decision: how many requests a kill catches before their first
     // token depends on the machine's pace and on how many the budget lets run (the hard
-    // budget's worst cases held until its checks of a close land); enough to exercise it.
+    // budget's worst cases held until its checks of a close land); enough to exercise it (a
+    // loaded CI machine caught 10, the bound once was more than 10).
     assert!(
-        unknown > 10,
+        unknown >= 5,
         "the kills caught requests before their first token: {unknown}"
     );
     assert!(
