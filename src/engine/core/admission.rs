@@ -25,13 +25,13 @@ pub(super) struct Admission {
     pub(super) retries: u64,
 }
 
-impl Core {
+impl Admission {
     /// Output tokens a request of dataset `d` is expected to produce. Short answers finish
     /// first, so the mean of the first finishers is biased low: until as many have finished as
     /// are in flight (a whole wave), the estimate is never below a prior of
     /// min(max_tokens, 2048).
-    pub(crate) fn expected_output_tokens(&self, d: usize) -> u64 {
-        let ds = &self.admission.datasets[d];
+    pub(super) fn expected_output_tokens(&self, d: usize) -> u64 {
+        let ds = &self.datasets[d];
         let prior = u64::from(ds.params.max_tokens).min(2048);
         let mean = (ds.finished_here > 0).then(|| ds.output_tokens_here / ds.finished_here);
         match mean {
@@ -42,8 +42,8 @@ impl Core {
     }
 
     /// Whether dataset `d` takes another fresh prompt.
-    pub(crate) fn admitting(&self, d: usize) -> bool {
-        let ds = &self.admission.datasets[d];
+    pub(super) fn admitting(&self, d: usize) -> bool {
+        let ds = &self.datasets[d];
         if ds.exhausted {
             return false;
         }
@@ -62,15 +62,27 @@ impl Core {
     }
 
     /// Nothing in flight or waiting, and nothing more to take.
-    pub(crate) fn dataset_finished(&self, d: usize) -> bool {
-        let ds = &self.admission.datasets[d];
+    pub(super) fn dataset_finished(&self, d: usize) -> bool {
+        let ds = &self.datasets[d];
         ds.in_flight == 0 && ds.retries_pending == 0 && (ds.exhausted || !self.admitting(d))
     }
 
-    pub(crate) fn all_finished(&self) -> bool {
-        (0..self.admission.datasets.len()).all(|d| self.dataset_finished(d))
+    pub(super) fn all_finished(&self) -> bool {
+        (0..self.datasets.len()).all(|d| self.dataset_finished(d))
     }
 
+    /// The earliest time a later turn of a row in progress is queued for (its next turn, or a
+    /// retry's back-off), among those due by `by` (all, with `None`).
+    pub(super) fn row_waits(&self, by: Option<&Clock>) -> Option<std::time::Instant> {
+        (self.retry.iter())
+            .filter(|Reverse(p)| p.job.row_owed.is_some())
+            .map(|Reverse(p)| p.not_before)
+            .filter(|t| by.is_none_or(|now| *t <= now.mono))
+            .min()
+    }
+}
+
+impl Core {
     /// Reads the next fresh prompt of dataset `d`: skips other shards and ids finished by
     /// earlier runs, adds the dataset's system prompt, and (in skip mode: the start refused bad
     /// lines in error mode) turns a bad line into a reject.
@@ -196,8 +208,8 @@ impl Core {
                 Schedule::Sequential => k,
             };
             if self.cfg.schedule == Schedule::Sequential
-                && !self.dataset_finished(d)
-                && !self.admitting(d)
+                && !self.admission.dataset_finished(d)
+                && !self.admission.admitting(d)
             {
                 // In sequence, a dataset that is still running holds the line.
                 if self.admission.datasets[d].in_flight > 0
@@ -207,7 +219,7 @@ impl Core {
                 }
                 continue;
             }
-            if !self.admitting(d) {
+            if !self.admission.admitting(d) {
                 continue;
             }
             if let Some(p) = self.fresh_prompt(d, source, now) {
@@ -274,7 +286,7 @@ impl Core {
         for d in 0..self.admission.datasets.len() {
             let ds = &self.admission.datasets[d];
             let over_tokens = ds.budget.is_some_and(|b| {
-                ds.output_tokens + ds.in_flight * self.expected_output_tokens(d) >= b
+                ds.output_tokens + ds.in_flight * self.admission.expected_output_tokens(d) >= b
             });
             let over_samples = ds
                 .max_samples

@@ -2,7 +2,6 @@
 //! (the reservation), whether one more request fits under `budget_usd`, and the spacing of
 //! requests under `requests_per_second`.
 
-use std::cmp::Reverse;
 use std::time::{Duration, Instant};
 
 use crate::domain::Usd;
@@ -73,13 +72,96 @@ pub(super) enum Fits {
     Never,
 }
 
-impl Core {
+impl Budget {
     /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
+    pub(super) fn committed_pico(&self, live: &Live) -> i64 {
+        live.spent_pico + live.accrued_pico + self.reserved_pico + self.open_bills_pico
+    }
+
+    /// The money held beside a claim: for new work, what rows in progress are owed and what
+    /// the row it starts will need; nothing for a row's own later turn.
+    fn held_for(&self, c: &Claim) -> i64 {
+        if c.continues_row {
+            0
+        } else {
+            self.owed_pico + c.ahead.pico()
+        }
+    }
+
+    /// Whether the claim's reservation fits beside what is spent, accrued, reserved and held
+    /// (no word said, nothing changed).
+    pub(super) fn has_room(&self, c: &Claim, live: &Live) -> bool {
+        self.committed_pico(live) + self.held_for(c) + c.reserve.pico() <= self.budget_pico
+    }
+
+    /// Holds `hold` for generation `g` until its look-up lands, waited for near the cap; false
+    /// when `g` was held already.
+    fn hold_open_bill(&mut self, g: String, hold: i64) -> bool {
+        if self.open_bills.insert(g, (hold, true)).is_some() {
+            return false;
+        }
+        self.open_bills_pico += hold;
+        true
+    }
+
+    /// A bill not known yet is settled (found, or booked at its expectation): what it held,
+    /// now released.
+    fn release_open_bill(&mut self, e: &crate::store::output::SpendEntry) -> Option<i64> {
+        let (hold, _) = self.open_bills.remove(e.generation_id.as_ref()?)?;
+        self.open_bills_pico -= hold;
+        Some(hold)
+    }
+
+    /// A crash's open attempt whose look-up gave up for now: still held, waited for no more.
+    pub(super) fn crash_unsettled(&mut self, e: &crate::store::output::SpendEntry) {
+        if let Some(h) = (e.generation_id.as_ref()).and_then(|g| self.open_bills.get_mut(g)) {
+            h.1 = false;
+        }
+    }
+
+    /// Look-ups of a crash's open attempts still running: the run waits for them near the cap
+    /// rather than stop, or spend past them.
+    fn crash_looking_up(&self) -> bool {
+        self.open_bills.values().any(|(_, running)| *running)
+    }
+
+    /// Releases what a row in progress held for one later turn (it goes out now), or for all
+    /// of them (`turns`: the row ends early, rejected).
+    pub(super) fn release_owed(&mut self, job: &super::Job, turns: u64) {
+        if let Some(each) = job.row_owed {
+            let owed = each.pico().saturating_mul(turns as i64);
+            self.owed_pico = (self.owed_pico - owed).max(0);
+        }
+    }
+
+    /// Spaces requests out under `rps` requests per second (a burst of at most one second's
+    /// worth).
+    pub(super) fn note_sent(&mut self, rps: Option<f64>, now: &Clock) {
+        let Some(rps) = rps.filter(|r| *r > 0.0) else {
+            return;
+        };
+        let gap = Duration::from_secs_f64(1.0 / rps);
+        // After an idle spell the next request may go at once and `rps` in all within this
+        // second (one, when the gap is longer): the one sent now counts as the first of them.
+        let window = gap.max(Duration::from_secs(1));
+        let floor = now.mono.checked_sub(window).map_or(now.mono, |t| t + gap);
+        let base = self.next_send_at.map_or(now.mono, |t| t.max(floor));
+        self.next_send_at = Some(base + gap);
+    }
+}
+
+impl Core {
+    /// A bill not known yet is settled (found, or booked at its expectation): its hold goes.
+    pub(super) fn release_open_bill(&mut self, e: &crate::store::output::SpendEntry) {
+        if let Some(hold) = self.budget.release_open_bill(e) {
+            self.effects.push(super::Effect::Hold(-hold));
+        }
+    }
+
+    /// Spent + accrued + what in-flight requests are still expected to cost, picodollars
+    /// (the snapshot's committed spend).
     pub(crate) fn committed_pico(&self, live: &Live) -> i64 {
-        live.spent_pico
-            + live.accrued_pico
-            + self.budget.reserved_pico
-            + self.budget.open_bills_pico
+        self.budget.committed_pico(live)
     }
 
     /// A crash's open attempts, before their look-ups: each holds its money
@@ -91,11 +173,10 @@ impl Core {
                 continue;
             };
             let hold = self.crash_hold_of(&e);
-            if self.budget.open_bills.insert(g, (hold, true)).is_none() {
+            if self.budget.hold_open_bill(g, hold) {
                 added += hold;
             }
         }
-        self.budget.open_bills_pico += added;
         self.effects.push(super::Effect::Hold(added));
     }
 
@@ -133,7 +214,9 @@ impl Core {
         match at {
             Some(x) => (x.price_in, x.price_out, !x.cancel_stops_billing),
             None => {
-                let allowed: Vec<usize> = (0..eps.len()).filter(|&i| self.permitted(i)).collect();
+                let allowed: Vec<usize> = (0..eps.len())
+                    .filter(|&i| self.fleet.permitted(i))
+                    .collect();
                 let top = allowed.iter().fold(
                     (crate::domain::Price::ZERO, crate::domain::Price::ZERO),
                     |(a, b), &i| (a.max(eps[i].price_in), b.max(eps[i].price_out)),
@@ -162,53 +245,16 @@ impl Core {
             super::reserve::crash_hold(self.cfg.budget_mode, true, f.expected_pico, f.worst_pico);
         let hold = (hold - r.booked_pico).max(0);
         // Waited for near the cap, as a crash's: the look-up lands or gives up (`Unsettled`).
-        if hold > 0
-            && self
-                .budget
-                .open_bills
-                .insert(g.clone(), (hold, true))
-                .is_none()
-        {
-            self.budget.open_bills_pico += hold;
+        if hold > 0 && self.budget.hold_open_bill(g.clone(), hold) {
             self.effects.push(super::Effect::Hold(hold));
         }
-    }
-
-    /// A bill not known yet is settled (found, or booked at its expectation): its hold goes.
-    pub(super) fn release_open_bill(&mut self, e: &crate::store::output::SpendEntry) {
-        let Some((hold, _)) = e
-            .generation_id
-            .as_ref()
-            .and_then(|g| self.budget.open_bills.remove(g))
-        else {
-            return;
-        };
-        self.budget.open_bills_pico -= hold;
-        self.effects.push(super::Effect::Hold(-hold));
-    }
-
-    /// A crash's open attempt whose look-up gave up for now: still held, waited for no more.
-    pub(super) fn crash_unsettled(&mut self, e: &crate::store::output::SpendEntry) {
-        if let Some(h) = e
-            .generation_id
-            .as_ref()
-            .and_then(|g| self.budget.open_bills.get_mut(g))
-        {
-            h.1 = false;
-        }
-    }
-
-    /// Look-ups of a crash's open attempts still running: the run waits for them near the cap
-    /// rather than stop, or spend past them.
-    fn crash_looking_up(&self) -> bool {
-        self.budget.open_bills.values().any(|(_, running)| *running)
     }
 
     /// What in-flight requests are still expected to cost, with today's expectations: the
     /// observed mean output length replaces the guess each was dispatched with.
     pub(super) fn recompute_reserved(&mut self, port: &dyn Port) {
         let expected: Vec<u64> = (0..self.admission.datasets.len())
-            .map(|d| self.expected_output_tokens(d))
+            .map(|d| self.admission.expected_output_tokens(d))
             .collect();
         let mut total = 0;
         let mode = self.cfg.budget_mode;
@@ -249,10 +295,10 @@ impl Core {
     /// stretch (said once). `live` and `port`: the workers' counters and each attempt's
     /// running cost.
     pub(super) fn fits(&mut self, c: Claim, (live, port): (&Live, &dyn Port), now: &Clock) -> Fits {
-        if self.has_room(&c, live) {
+        if self.budget.has_room(&c, live) {
             return Fits::Yes;
         }
-        let committed = self.committed_pico(live) + self.held_for(&c);
+        let committed = self.budget.committed_pico(live) + self.budget.held_for(&c);
         // Whether the last stretch begins: a walk of what is in flight, so only until it has.
         if self.cfg.budget_mode == crate::config::BudgetMode::Hard
             && self.budget.last_stretch.is_none()
@@ -270,8 +316,8 @@ impl Core {
         // With nothing in flight, new work still waits for a row in progress whose next turn
         // is queued: that turn goes out first, and the row's money is its own.
         if self.in_flight.is_empty()
-            && !self.crash_looking_up()
-            && (c.continues_row || self.row_waits(None).is_none())
+            && !self.budget.crash_looking_up()
+            && (c.continues_row || self.admission.row_waits(None).is_none())
         {
             self.begin_stop(now, StopReason::DollarBudget);
             return Fits::Never;
@@ -287,22 +333,6 @@ impl Core {
             );
         }
         Fits::Wait
-    }
-
-    /// The money held beside a claim: for new work, what rows in progress are owed and what
-    /// the row it starts will need; nothing for a row's own later turn.
-    fn held_for(&self, c: &Claim) -> i64 {
-        if c.continues_row {
-            0
-        } else {
-            self.budget.owed_pico + c.ahead.pico()
-        }
-    }
-
-    /// Whether the claim's reservation fits beside what is spent, accrued, reserved and held
-    /// (no word said, nothing changed).
-    pub(super) fn has_room(&self, c: &Claim, live: &Live) -> bool {
-        self.committed_pico(live) + self.held_for(c) + c.reserve.pico() <= self.budget.budget_pico
     }
 
     /// The hard budget's last stretch begins (said once): the streams' worst cases no longer
@@ -324,45 +354,12 @@ impl Core {
         self.event(now, text);
     }
 
-    /// The earliest time a later turn of a row in progress is queued for (its next turn, or a
-    /// retry's back-off), among those due by `by` (all, with `None`).
-    pub(super) fn row_waits(&self, by: Option<&Clock>) -> Option<Instant> {
-        (self.admission.retry.iter())
-            .filter(|Reverse(p)| p.job.row_owed.is_some())
-            .map(|Reverse(p)| p.not_before)
-            .filter(|t| by.is_none_or(|now| *t <= now.mono))
-            .min()
-    }
-
-    /// Releases what a row in progress held for one later turn (it goes out now), or for all
-    /// of them (`turns`: the row ends early, rejected).
-    pub(super) fn release_owed(&mut self, job: &super::Job, turns: u64) {
-        if let Some(each) = job.row_owed {
-            let owed = each.pico().saturating_mul(turns as i64);
-            self.budget.owed_pico = (self.budget.owed_pico - owed).max(0);
-        }
-    }
-
     /// Whether the run may send another request now (stop, pause, concurrency, rate cap).
     pub(super) fn can_dispatch(&self, now: &Clock) -> bool {
         self.life.stopping.is_none()
             && !self.life.paused
             && (self.in_flight.len() as u64) < u64::from(self.concurrency)
             && self.budget.next_send_at.is_none_or(|t| t <= now.mono)
-    }
-
-    /// Spaces requests out under `requests_per_second` (a burst of at most one second's worth).
-    pub(super) fn note_sent(&mut self, now: &Clock) {
-        let Some(rps) = self.cfg.requests_per_second.filter(|r| *r > 0.0) else {
-            return;
-        };
-        let gap = Duration::from_secs_f64(1.0 / rps);
-        // After an idle spell the next request may go at once and `rps` in all within this
-        // second (one, when the gap is longer): the one sent now counts as the first of them.
-        let window = gap.max(Duration::from_secs(1));
-        let floor = now.mono.checked_sub(window).map_or(now.mono, |t| t + gap);
-        let base = self.budget.next_send_at.map_or(now.mono, |t| t.max(floor));
-        self.budget.next_send_at = Some(base + gap);
     }
 }
 

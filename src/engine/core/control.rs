@@ -52,13 +52,13 @@ impl Core {
             }
             Command::ToggleEndpoint(tag) => {
                 if let Some(&first) = self.endpoint_indices(&tag).first() {
-                    let allowed = Some(!self.permitted(first));
+                    let allowed = Some(!self.fleet.permitted(first));
                     self.apply(Command::SetEndpoint { tag, allowed }, by, now);
                 }
             }
             Command::Preset(mode) => {
                 self.fleet.policy.mode = mode;
-                self.refresh_verdicts();
+                self.fleet.refresh_verdicts();
                 self.fleet.operator.iter_mut().for_each(|o| *o = None);
                 let text = match mode {
                     PolicyMode::Faithful => {
@@ -215,7 +215,7 @@ impl Core {
                 self.effects.push(Effect::Join(Box::new(l)));
             }
         }
-        self.refresh_verdicts();
+        self.fleet.refresh_verdicts();
     }
 
     /// A new endpoint of the listing: `endpoints` is the pool with it when it could join (a
@@ -252,7 +252,7 @@ impl Core {
             self.fleet.ep_in_flight.push(0);
             self.fleet.sole.push(0);
         }
-        self.refresh_verdicts();
+        self.fleet.refresh_verdicts();
         let i = self.fleet.endpoints.len() - 1;
         let verdict = match self.fleet.verdicts.get(i).and_then(Option::as_ref) {
             None => "allowed by the policy".to_string(),

@@ -76,10 +76,10 @@ impl Core {
             // The last stretch (`reserve::in_last_stretch`), begun or coming with this request.
             let stretch = in_last_stretch(
                 self.budget.last_stretch.is_some(),
-                self.has_room(&priced.claim(&job, later), &live),
+                self.budget.has_room(&priced.claim(&job, later), &live),
                 priced.money.worst.pico(),
                 self.concurrency,
-                self.budget.budget_pico - self.committed_pico(&live),
+                self.budget.budget_pico - self.budget.committed_pico(&live),
             );
             // There, a check of a documented close the hard budget wants goes first, to that
             // endpoint alone (`cancel_check`); while checks are out, other requests wait rather
@@ -109,7 +109,7 @@ impl Core {
                     .map(|r| self.price(&job, r, prompt_tokens, now));
                 let fits_stoppable = stoppable
                     .as_ref()
-                    .map(|p| self.has_room(&p.claim(&job, later), &live));
+                    .map(|p| self.budget.has_room(&p.claim(&job, later), &live));
                 let choice = stretch_route(self.cfg.budget_mode, true, true, fits_stoppable);
                 if let (StretchRoute::Stoppable, Some(p)) = (choice, stoppable) {
                     self.enter_last_stretch(&live, now);
@@ -123,7 +123,7 @@ impl Core {
                 self.requeue_front(job, now);
                 // New work waits for the rows in progress: a next turn already due goes out
                 // now (it is queued ahead of the job just put back).
-                if !claim.continues_row && self.row_waits(Some(now)).is_some() {
+                if !claim.continues_row && self.admission.row_waits(Some(now)).is_some() {
                     continue;
                 }
                 break;
@@ -149,7 +149,7 @@ impl Core {
         // (every dataset read and nothing queued, or the run is stopping). A pause, a rate cap
         // or a moment without a route is not that.
         let read_out = (0..self.admission.datasets.len())
-            .all(|d| self.admission.datasets[d].exhausted || !self.admitting(d));
+            .all(|d| self.admission.datasets[d].exhausted || !self.admission.admitting(d));
         if self.in_flight.is_empty()
             && ((self.admission.retry.is_empty() && read_out) || self.life.stopping.is_some())
         {
@@ -182,7 +182,7 @@ impl Core {
         let rates = self.rates_for(&route, prompt_tokens, now);
         route.price_in = rates.prompt;
         route.price_out = rates.completion;
-        let expected_out = self.expected_output_tokens(job.dataset);
+        let expected_out = self.admission.expected_output_tokens(job.dataset);
         let expected =
             route.price_in.cost(prompt_tokens) + route.price_out.cost(expected_out) + rates.request;
         let max_tokens = u64::from(self.admission.datasets[job.dataset].params.max_tokens);
@@ -359,7 +359,7 @@ impl Core {
                 sent: now.mono,
             },
         );
-        self.note_sent(now);
+        self.budget.note_sent(self.cfg.requests_per_second, now);
     }
 }
 

@@ -137,7 +137,7 @@ impl Core {
             Event::Joined { endpoint, pool } => self.endpoint_added(&endpoint, pool, now),
             Event::Probe(agreement) => {
                 self.fleet.probe = agreement;
-                self.refresh_verdicts();
+                self.fleet.refresh_verdicts();
             }
             Event::Quality(findings) => self.note_quality(findings, now),
             Event::Carried {
@@ -155,7 +155,7 @@ impl Core {
                 completion_tokens,
             } => self.book_adjustment(entry, actual, completion_tokens, now),
             Event::CrashOpen(open) => self.hold_crash(open),
-            Event::Unsettled(entry) => self.crash_unsettled(&entry),
+            Event::Unsettled(entry) => self.budget.crash_unsettled(&entry),
             Event::Line(entry) => self.ledger(entry),
         }
         if self.life.begun {

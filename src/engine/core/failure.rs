@@ -43,7 +43,7 @@ impl Core {
                 // took at once: that many, for now. Routed over several, it does not.
                 let alone = f.endpoint.is_some() || f.over.len() == 1;
                 if alone {
-                    let there = self.load_at(e);
+                    let there = self.fleet.load_at(e);
                     self.fleet.health[e].learn_ceiling(there);
                 }
             } else if err.is_retryable() {
@@ -259,7 +259,7 @@ impl Core {
         // A row of several turns says which one failed; the turns before it were paid for.
         let n = turns::turns_to_generate(&job.prompt);
         let later = n.saturating_sub(job.done_turns.len() + 1);
-        self.release_owed(&job, later as u64);
+        self.budget.release_owed(&job, later as u64);
         let error = if self.admission.datasets[d].turns == Turns::All && n > 1 {
             format!("turn {} of {n}: {error}", job.done_turns.len() + 1)
         } else {

@@ -333,7 +333,7 @@ impl Core {
             streak: systematic::Streak::default(),
             cut_watch: cut_watch::CutWatch::default(),
         };
-        core.refresh_verdicts();
+        core.fleet.refresh_verdicts();
         core
     }
 
@@ -416,7 +416,7 @@ impl Core {
 
     /// Nothing is in flight and either every dataset is finished or the run is stopping.
     pub(crate) fn is_over(&self) -> bool {
-        self.in_flight.is_empty() && (self.life.stopping.is_some() || self.all_finished())
+        self.in_flight.is_empty() && (self.life.stopping.is_some() || self.admission.all_finished())
     }
 
     /// When the driver must wake for the core even if nothing happens: a retry falls due, or
@@ -472,6 +472,10 @@ impl Core {
 
     // Read access for the snapshot.
 
+    /// Dataset `d` has nothing in flight or waiting and takes nothing more.
+    pub(crate) fn dataset_finished(&self, d: usize) -> bool {
+        self.admission.dataset_finished(d)
+    }
     pub(crate) fn datasets(&self) -> &[DatasetBook] {
         &self.admission.datasets
     }

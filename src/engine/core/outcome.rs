@@ -309,7 +309,7 @@ impl Core {
             };
             let line = turns::line_of(&ds.name, &job.prompt, job.done_turns.len(), &done);
             self.effects.push(Effect::Turn(Box::new(line)));
-            self.release_owed(&job, 1);
+            self.budget.release_owed(&job, 1);
             job.done_turns.push(done);
             job.attempts = 0;
             job.rate_limited = 0;

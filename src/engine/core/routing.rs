@@ -68,6 +68,71 @@ impl Fleet {
         }
         self.endpoints = endpoints;
     }
+
+    /// Recomputes every endpoint's policy verdict; after a preset, a probe or a listing
+    /// refresh (it only changes with those, not per request).
+    pub(super) fn refresh_verdicts(&mut self) {
+        let verdicts = (self.endpoints.iter())
+            .zip(&self.listed)
+            .map(|(e, l)| {
+                // The listing's latest uptime, not the one the run started with.
+                let mut facts = e.facts();
+                facts.uptime_30m = l.uptime_30m;
+                self.policy.verdict_with_probe(
+                    &self.native,
+                    &facts,
+                    self.probe.get(&e.tag).copied(),
+                )
+            })
+            .collect();
+        self.verdicts = verdicts;
+    }
+
+    /// Allowed by the operator and the policy (health and listing aside): the include mark.
+    pub(super) fn permitted(&self, i: usize) -> bool {
+        match self.operator[i] {
+            Some(v) => v,
+            None => self.verdicts.get(i).is_none_or(Option::is_none),
+        }
+    }
+
+    /// Why endpoint `i` takes no request now, if it does not.
+    pub(super) fn off_reason(&self, i: usize, now: &Clock) -> Option<OffReason> {
+        if !self.listed[i].present {
+            return Some(OffReason::Gone);
+        }
+        match self.operator[i] {
+            Some(false) => return Some(OffReason::Operator),
+            Some(true) => {}
+            None => {
+                if let Some(x) = self.verdicts.get(i).and_then(Option::as_ref) {
+                    return Some(OffReason::Policy {
+                        exclusion: x.clone(),
+                    });
+                }
+            }
+        }
+        let h = &self.health[i];
+        if let Some(d) = h.open_for(now.mono) {
+            return Some(OffReason::Breaker { secs: d.as_secs() });
+        }
+        if h.state() == BreakerState::HalfOpen {
+            return Some(OffReason::BreakerProbing);
+        }
+        if let Some(d) = h.rate_limited_for(now.mono) {
+            return Some(OffReason::RateLimited {
+                secs: d.as_secs_f64().ceil() as u64,
+            });
+        }
+        None
+    }
+
+    /// Our requests at endpoint `i` now, as far as the run can tell: those streaming there or
+    /// pinned there, or those sent to it alone, whichever is more.
+    pub(super) fn load_at(&self, i: usize) -> u64 {
+        let at = self.ep_in_flight.get(i).copied().unwrap_or(0);
+        at.max(self.sole.get(i).copied().unwrap_or(0))
+    }
 }
 
 /// Which endpoints a route is chosen among, beyond those that may serve now.
@@ -96,72 +161,14 @@ pub(crate) struct Route {
 }
 
 impl Core {
-    /// Recomputes every endpoint's policy verdict; after a preset, a probe or a listing
-    /// refresh (it only changes with those, not per request).
-    pub(super) fn refresh_verdicts(&mut self) {
-        let verdicts = self
-            .fleet
-            .endpoints
-            .iter()
-            .zip(&self.fleet.listed)
-            .map(|(e, l)| {
-                // The listing's latest uptime, not the one the run started with.
-                let mut facts = e.facts();
-                facts.uptime_30m = l.uptime_30m;
-                self.fleet.policy.verdict_with_probe(
-                    &self.fleet.native,
-                    &facts,
-                    self.fleet.probe.get(&e.tag).copied(),
-                )
-            })
-            .collect();
-        self.fleet.verdicts = verdicts;
-    }
-
-    /// Allowed by the operator and the policy (health and listing aside): the include mark.
+    /// Allowed by the operator and the policy (the snapshot's include mark).
     pub(crate) fn permitted(&self, i: usize) -> bool {
-        match self.fleet.operator[i] {
-            Some(v) => v,
-            None => self.fleet.verdicts.get(i).is_none_or(Option::is_none),
-        }
+        self.fleet.permitted(i)
     }
 
-    /// Why endpoint `i` takes no request now, if it does not.
+    /// Why endpoint `i` takes no request now, if it does not (the snapshot's reason).
     pub(crate) fn off_reason(&self, i: usize, now: &Clock) -> Option<OffReason> {
-        if !self.fleet.listed[i].present {
-            return Some(OffReason::Gone);
-        }
-        match self.fleet.operator[i] {
-            Some(false) => return Some(OffReason::Operator),
-            Some(true) => {}
-            None => {
-                if let Some(x) = self.fleet.verdicts.get(i).and_then(Option::as_ref) {
-                    return Some(OffReason::Policy {
-                        exclusion: x.clone(),
-                    });
-                }
-            }
-        }
-        let h = &self.fleet.health[i];
-        if let Some(d) = h.open_for(now.mono) {
-            return Some(OffReason::Breaker { secs: d.as_secs() });
-        }
-        if h.state() == BreakerState::HalfOpen {
-            return Some(OffReason::BreakerProbing);
-        }
-        if let Some(d) = h.rate_limited_for(now.mono) {
-            return Some(OffReason::RateLimited {
-                secs: d.as_secs_f64().ceil() as u64,
-            });
-        }
-        None
-    }
-
-    /// Our requests at endpoint `i` now, as far as the run can tell: those streaming there or
-    /// pinned there, or those sent to it alone, whichever is more.
-    pub(super) fn load_at(&self, i: usize) -> u64 {
-        let at = self.fleet.ep_in_flight.get(i).copied().unwrap_or(0);
-        at.max(self.fleet.sole.get(i).copied().unwrap_or(0))
+        self.fleet.off_reason(i, now)
     }
 
     /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
@@ -186,10 +193,10 @@ impl Core {
     /// an operator's command, a listing: every endpoint excluded, gone, at its cap or probing).
     pub(super) fn routable_at(&self, now: &Clock) -> Option<Instant> {
         (0..self.fleet.endpoints.len())
-            .filter(|&i| self.fleet.listed[i].present && self.permitted(i))
+            .filter(|&i| self.fleet.listed[i].present && self.fleet.permitted(i))
             .filter(|&i| {
                 self.cap(i)
-                    .is_none_or(|cap| self.load_at(i) < u64::from(cap))
+                    .is_none_or(|cap| self.fleet.load_at(i) < u64::from(cap))
             })
             .filter_map(|i| {
                 let t = self.fleet.health[i].available_at(now.mono)?;
@@ -213,14 +220,14 @@ impl Core {
     pub(super) fn say_if_stuck(&mut self, now: &Clock) {
         if !self.in_flight.is_empty()
             || self.routable_at(now).is_some()
-            || self.all_finished()
+            || self.admission.all_finished()
             || !self.journal.first(Once::Stuck)
         {
             return;
         }
         let why: Vec<String> = (0..self.fleet.endpoints.len())
             .filter_map(|i| {
-                let r = self.off_reason(i, now)?;
+                let r = self.fleet.off_reason(i, now)?;
                 Some(format!("{} ({r})", self.fleet.endpoints[i].tag))
             })
             .collect();
@@ -304,7 +311,7 @@ impl Core {
         let mut candidates: Vec<usize> = Vec::new();
         for i in 0..n {
             if self.fleet.listed[i].present
-                && self.permitted(i)
+                && self.fleet.permitted(i)
                 && self.fleet.health[i].available(now.mono)
                 && (!among.stoppable_only || self.fleet.endpoints[i].cancel_stops_billing)
                 && among.sends.is_none_or(|s| self.takes(i, s))
@@ -329,7 +336,7 @@ impl Core {
         }
         candidates.retain(|&i| {
             self.cap(i)
-                .is_none_or(|cap| self.load_at(i) < u64::from(cap))
+                .is_none_or(|cap| self.fleet.load_at(i) < u64::from(cap))
         });
         if candidates.is_empty() {
             return None;
@@ -413,7 +420,7 @@ impl Core {
         }
         let allowed = (0..self.fleet.endpoints.len())
             .filter(|&i| self.fleet.endpoints[i].custom.is_none())
-            .filter(|&i| self.fleet.listed[i].present && self.permitted(i));
+            .filter(|&i| self.fleet.listed[i].present && self.fleet.permitted(i));
         allowed.fold((Price::ZERO, Price::ZERO), |(a, b), i| {
             // Under any condition an override sets (a long prompt, another hour).
             let (p, c) = self.fleet.endpoints[i].tariff.top();

@@ -118,7 +118,12 @@ fn expected_length_is_the_prior_until_a_whole_wave_has_finished() {
         b.output_tokens_here = c.tokens;
         b.in_flight = c.in_flight;
         let h = H::with_books(cfg, kimi(), vec![b], Source::default());
-        assert_eq!(h.core.expected_output_tokens(0), c.expect, "{}", c.name);
+        assert_eq!(
+            h.core.admission.expected_output_tokens(0),
+            c.expect,
+            "{}",
+            c.name
+        );
     }
 }
 
@@ -206,7 +211,7 @@ fn max_samples_counts_done_in_flight_and_retries() {
         });
         assert_eq!(h.dispatch().len(), want, "{name}");
         if want == 0 {
-            assert!(h.core.dataset_finished(0), "{name}: finished");
+            assert!(h.core.admission.dataset_finished(0), "{name}: finished");
             assert!(h.core.is_over(), "{name}: the run is over");
         }
     }

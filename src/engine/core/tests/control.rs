@@ -393,7 +393,7 @@ fn a_run_is_over_when_nothing_is_in_flight_and_nothing_is_left() {
     assert_eq!(again.len(), 1);
     h.result(done(again[0].key, None, 10, 0.001, "stop"));
     assert!(h.core.is_over(), "everything done");
-    assert!(h.core.all_finished());
+    assert!(h.core.admission.all_finished());
 }
 
 #[test]

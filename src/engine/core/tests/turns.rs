@@ -122,7 +122,7 @@ fn each_turn_is_one_request_on_the_regenerated_history_and_one_row_at_the_end() 
         .collect();
     assert_eq!(gens, want);
     assert_eq!(h.core.admission.datasets[0].done, 1);
-    assert!(h.core.all_finished());
+    assert!(h.core.admission.all_finished());
 }
 
 #[test]
