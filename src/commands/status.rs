@@ -130,9 +130,15 @@ fn open_in_ledger(dir: &Path) -> Option<crate::engine::snapshot::OpenLookUps> {
     let names = crate::report::dataset_names(dir).ok()?;
     let scan = crate::store::scan::scan_dir(dir, &names).ok()?;
     let orphans = scan.orphans();
+    let closed = &scan.ledger.closed_unconfirmed;
+    // A closed stream's look-up may add what the provider went on to generate: at most its
+    // expected cost past what it was booked at.
+    let closed_more: Usd = (closed.iter())
+        .map(|e| (e.expected_usd.unwrap_or_default() - e.usd).max(Usd::ZERO))
+        .sum();
     Some(crate::engine::snapshot::OpenLookUps {
-        count: orphans.len() as u64,
-        expected: orphans.iter().filter_map(|e| e.expected_usd).sum(),
+        count: (orphans.len() + closed.len()) as u64,
+        expected: orphans.iter().filter_map(|e| e.expected_usd).sum::<Usd>() + closed_more,
     })
 }
 
@@ -208,7 +214,9 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     ))
     .map_err(|e| BadInput(e.to_string()))?;
     let orphans = scan.orphans();
-    if !orphans.is_empty() && !client.has_key() {
+    let closed = scan.ledger.closed_unconfirmed.clone();
+    let nothing_open = orphans.is_empty() && closed.is_empty();
+    if !nothing_open && !client.has_key() {
         return Err(BadInput(crate::engine::missing_key(&args.api_key_env)).into());
     }
     let now = chrono::Utc::now();
@@ -228,8 +236,8 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     // at nothing (reliability-probe-3 D3: +136% and +350% against the bill). The next run
     // books them and trues the ledger up against the key's usage.
     let (mut left, mut left_usd) = (0u64, Usd::ZERO);
-    let items = orphans
-        .into_iter()
+    let (mut confirmed, mut confirmed_delta) = (0u64, Usd::ZERO);
+    let items = (orphans.into_iter().chain(closed))
         .filter_map(|e| Some((e.generation_id.clone()?, e)))
         .collect();
     let mut answers = std::pin::pin!(look_up(client, items, Until::Deadline(RECONCILE_DEADLINE)));
@@ -237,6 +245,30 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
         let LookedUp::Done { entry, cost, .. } = answer else {
             continue;
         };
+        if entry.kind == SpendKind::Cancelled {
+            // A stream a run closed: the API's cost is an adjustment of its estimate (a line
+            // even when it was right, marking it confirmed); unknown for good, it stays as
+            // booked, confirmed; unknown but recent, ask again later.
+            let actual = match (cost, settle(&entry, cost, now)) {
+                (Some(c), _) => Usd::from_f64(c),
+                (None, Settle::Wait) => {
+                    waiting += 1;
+                    continue;
+                }
+                (None, _) => entry.usd,
+            };
+            confirmed += 1;
+            confirmed_delta += actual - entry.usd;
+            lines.push(SpendEntry {
+                at: crate::domain::rfc3339(now),
+                kind: SpendKind::Adjustment,
+                usd: actual - entry.usd,
+                estimated: false,
+                error: None,
+                ..entry
+            });
+            continue;
+        }
         match settle(&entry, cost, now) {
             Settle::Found(usd) => {
                 found += 1;
@@ -261,6 +293,12 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
         dir.display(),
         total.as_f64()
     );
+    if confirmed > 0 {
+        said.push_str(&format!(
+            "; {confirmed} streams a run closed confirmed ({:+.6} USD against their estimates)",
+            confirmed_delta.as_f64()
+        ));
+    }
     if left > 0 {
         said.push_str(&format!(
             "; {left} attempts the API cannot tell about (sent but never answered, or unknown \

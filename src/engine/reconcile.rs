@@ -21,8 +21,10 @@ pub(crate) const END_GRACE: Duration = Duration::from_secs(3);
 /// asked once), so that a no-op run still ends within seconds.
 pub(crate) const FIRST_PASS_GRACE: Duration = Duration::from_secs(8);
 
-/// The most the end of a run spends asking what the streams it closed really cost.
-pub(crate) const CLOSED_DEADLINE: Duration = Duration::from_secs(15);
+/// The most the end of a run spends asking what the streams it closed really cost: those the
+/// API answers later are confirmed by the next start (their hold kept till then), so a drain
+/// ends within its grace and a few seconds.
+pub(crate) const CLOSED_DEADLINE: Duration = Duration::from_secs(8);
 
 /// A generation the API still does not know this long after it started is taken to be lost
 /// (a provider finishes or drops a generation within minutes; the API records it when it
@@ -120,6 +122,12 @@ pub(super) struct Recovery {
     /// The crash's open attempts not settled yet (looked up still, or left open), and what
     /// they were expected to cost.
     pub open: (usize, crate::domain::Usd),
+    /// Of the look-ups, those of streams an earlier run closed and no look-up confirmed.
+    pub closed_asked: usize,
+    /// Those the API answered (or that aged out keeping their estimates), and what its
+    /// costs add to the estimates.
+    pub closed_confirmed: usize,
+    pub closed_delta: crate::domain::Usd,
     /// Of the look-ups, those of lines `--repair` rebuilt from the outputs.
     pub rebuilt_asked: usize,
     /// Rebuilt lines the API confirmed, and what its costs add to the outputs' costs.
@@ -128,14 +136,16 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
-    /// Starts looking up `items` on a task of its own, in the order given (most likely billed
-    /// first), until each is found or ages out; results arrive on `rx`.
+    /// Starts looking up `items` on a task of its own, in the order given (a crash's open
+    /// attempts, most likely billed first; then `closed_asked` closed streams to confirm; then
+    /// `rebuilt_asked` rebuilt lines), until each is found or ages out; results arrive on `rx`.
     pub(super) fn start(
         client: OpenRouterClient,
         items: Vec<(String, SpendEntry)>,
+        closed_asked: usize,
         rebuilt_asked: usize,
     ) -> Recovery {
-        let asked = items.len() - rebuilt_asked;
+        let asked = items.len() - closed_asked - rebuilt_asked;
         let expected = items.iter().filter_map(|(_, e)| e.expected_usd).sum();
         let open_expected = items[..asked]
             .iter()
@@ -147,6 +157,7 @@ impl Recovery {
             rx: Some(rx),
             task: Some(task),
             asked,
+            closed_asked,
             rebuilt_asked,
             expected,
             open: (asked, open_expected),
@@ -156,7 +167,7 @@ impl Recovery {
 
     /// Every id was asked once and answered (or settled without being asked).
     pub(super) fn first_pass_done(&self) -> bool {
-        self.first_answers >= self.asked + self.rebuilt_asked
+        self.first_answers >= self.asked + self.closed_asked + self.rebuilt_asked
     }
 
     /// A crash's open attempt was settled (found, or booked as lost).

@@ -122,6 +122,8 @@ pub(super) struct Supervisor {
     unknown: Vec<SpendEntry>,
     /// Ledger lines `--repair` rebuilt from the outputs, to confirm at the API.
     rebuilt: Vec<SpendEntry>,
+    /// Streams an earlier run closed that no look-up confirmed, to confirm at the API.
+    closed_unconfirmed: Vec<SpendEntry>,
     /// `GET /key` usage at the start, and the base a key true-up counts from.
     key_usage_start: Option<f64>,
     key_base: Option<KeyBase>,
@@ -158,6 +160,8 @@ pub(super) struct Launch {
     pub unknown: Vec<SpendEntry>,
     /// Ledger lines `--repair` rebuilt from the outputs and no look-up has confirmed yet.
     pub rebuilt: Vec<SpendEntry>,
+    /// Streams an earlier run closed (booked at its estimate) that no look-up confirmed.
+    pub closed_unconfirmed: Vec<SpendEntry>,
     /// `harvest probe`'s agreement per endpoint (empty: no probe ran).
     pub probe: HashMap<String, f64>,
     /// How long a drain may take before it becomes a stop now (`--drain-grace-s`).
@@ -193,6 +197,7 @@ impl Supervisor {
             orphans: l.orphans,
             unknown: l.unknown,
             rebuilt: l.rebuilt,
+            closed_unconfirmed: l.closed_unconfirmed,
             key_usage_start: l.key_usage_start,
             key_base: l.key_base,
             unsettled: 0,
@@ -377,8 +382,10 @@ impl Supervisor {
     async fn begin(&mut self) -> super::reconcile::Recovery {
         if let Some(u) = self.key_usage_start {
             // Quiet when no crash left anything open: a sound base for a later true-up.
-            let quiet =
-                self.orphans.is_empty() && self.unknown.is_empty() && self.rebuilt.is_empty();
+            let quiet = self.orphans.is_empty()
+                && self.unknown.is_empty()
+                && self.rebuilt.is_empty()
+                && self.closed_unconfirmed.is_empty();
             self.checkpoint(u, quiet, "start").await;
         }
         if let Some(agreement) = self.probe.take() {

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::domain::Usd;
+use crate::store::output::SpendKind;
 
 use super::super::reason::StopReason;
 use super::journal::Once;
@@ -164,15 +165,21 @@ impl Core {
         self.budget.committed_pico(live)
     }
 
-    /// A crash's open attempts, before their look-ups: each holds its money
-    /// ([`super::reserve::crash_hold`]) until its look-up lands; the cap holds it too.
+    /// A crash's open attempts, and the streams an earlier run closed that no look-up has
+    /// confirmed, before their look-ups: each holds its money ([`super::reserve::crash_hold`])
+    /// until its look-up lands; the cap holds it too. A closed stream holds only where closing
+    /// did not stop its bill (the provider may have gone on), less what it was booked at.
     pub(super) fn hold_crash(&mut self, open: Vec<crate::store::output::SpendEntry>) {
         let mut added = 0;
         for e in open {
             let Some(g) = e.generation_id.clone() else {
                 continue;
             };
-            let hold = self.crash_hold_of(&e);
+            let hold = match e.kind {
+                SpendKind::Cancelled if !self.open_terms(&e).2 => continue,
+                SpendKind::Cancelled => (self.crash_hold_of(&e) - e.usd.pico()).max(0),
+                _ => self.crash_hold_of(&e),
+            };
             if self.budget.hold_open_bill(g, hold) {
                 added += hold;
             }

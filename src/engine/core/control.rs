@@ -301,7 +301,9 @@ impl Core {
             self.learn_cancel_billing(tag, entry.completion_tokens, billed, now);
         }
         let delta = actual - entry.usd;
-        if delta != Usd::ZERO {
+        // A closed stream's line is written even when its estimate was right: it marks the
+        // stream confirmed, so that a later start does not ask again (`closed_unconfirmed`).
+        if delta != Usd::ZERO || entry.kind == SpendKind::Cancelled {
             self.ledger(SpendEntry {
                 at: now.rfc3339(),
                 kind: SpendKind::Adjustment,

@@ -82,6 +82,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         orphans,
         unknown: r.ledger.unknown,
         rebuilt: r.ledger.rebuilt,
+        closed_unconfirmed: r.ledger.closed_unconfirmed,
         probe: r.probe,
         drain_grace: opts.drain_grace.unwrap_or(super::DRAIN_GRACE),
     });

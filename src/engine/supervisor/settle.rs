@@ -138,9 +138,11 @@ impl Supervisor {
             ).await;
         }
         let orphans = std::mem::take(&mut self.orphans);
-        if self.shared.client.has_key() && !orphans.is_empty() {
+        let closed = std::mem::take(&mut self.closed_unconfirmed);
+        if self.shared.client.has_key() && !(orphans.is_empty() && closed.is_empty()) {
             // Until each look-up lands, its attempt holds money as a live stream does.
-            self.step(Event::CrashOpen(orphans.clone())).await;
+            let open = orphans.iter().chain(&closed).cloned().collect();
+            self.step(Event::CrashOpen(open)).await;
         }
         let mut items: Vec<_> = orphans
             .into_iter()
@@ -159,6 +161,12 @@ impl Supervisor {
             .into_iter()
             .filter_map(|e| Some((e.generation_id.clone()?, e)))
             .collect();
+        let c = closed.len();
+        items.extend(
+            closed
+                .into_iter()
+                .filter_map(|e| Some((e.generation_id.clone()?, e))),
+        );
         let r = rebuilt.len();
         items.extend(rebuilt);
         if items.is_empty() || !self.shared.client.has_key() {
@@ -170,6 +178,14 @@ impl Supervisor {
             ))
             .await;
         }
+        if c > 0 {
+            self.say(format!(
+                "an earlier run closed {c} streams that no look-up confirmed: asking \
+                 /generation what each cost (where closing did not stop the bill, each holds \
+                 money until then)"
+            ))
+            .await;
+        }
         if r > 0 {
             self.say(
                 format!(
@@ -177,7 +193,7 @@ impl Supervisor {
                 ),
             ).await;
         }
-        Recovery::start(self.shared.client.clone(), items, r)
+        Recovery::start(self.shared.client.clone(), items, c, r)
     }
 
     /// A rebuilt ledger line's look-up came back: the API's cost replaces the output's (an
@@ -204,6 +220,41 @@ impl Supervisor {
         .await;
     }
 
+    /// A look-up of a stream an earlier run closed came back: the API's cost is booked as an
+    /// adjustment (one line even when the estimate was right: it marks the stream confirmed),
+    /// and its hold goes. Unknown past [`UNKNOWN_AFTER`](super::super::reconcile::UNKNOWN_AFTER)
+    /// (the API will not learn of it now) it keeps its estimate, confirmed as it is; unknown
+    /// but recent, its hold stays and the next start asks again.
+    async fn confirm_closed(
+        &mut self,
+        rec: &mut Recovery,
+        entry: SpendEntry,
+        cost: Option<f64>,
+        completion_tokens: Option<u64>,
+    ) {
+        use super::super::reconcile::{Settle, settle};
+        let actual = match (cost, settle(&entry, cost, chrono::Utc::now())) {
+            (Some(c), _) => Usd::from_f64(c),
+            (None, Settle::Wait) => {
+                self.unsettled += 1;
+                return self.step(Event::Unsettled(entry)).await;
+            }
+            (None, _) => entry.usd,
+        };
+        let delta = actual - entry.usd;
+        rec.closed_confirmed += 1;
+        rec.closed_delta += delta;
+        self.shared
+            .spent_pico
+            .fetch_add(delta.pico(), Ordering::Relaxed);
+        self.step(Event::Adjusted {
+            entry,
+            actual,
+            completion_tokens,
+        })
+        .await;
+    }
+
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
     /// as unknown (its line stays open for the next start). Unknown on its first ask, it is
     /// waited for no more (its hold stays) while later passes ask again.
@@ -226,7 +277,7 @@ impl Supervisor {
         looked_up: super::super::reconcile::LookedUp,
     ) {
         use super::super::reconcile::{LookedUp, Settle, settle};
-        let (entry, cost) = match looked_up {
+        let (entry, cost, completion) = match looked_up {
             LookedUp::NotOnFirstPass(entry) => {
                 rec.first_answers += 1;
                 self.step(Event::Unsettled(entry)).await;
@@ -236,12 +287,12 @@ impl Supervisor {
                 entry,
                 cost,
                 said_before,
-                ..
+                completion_tokens,
             } => {
                 if !said_before {
                     rec.first_answers += 1;
                 }
-                (entry, cost)
+                (entry, cost, completion_tokens)
             }
         };
         rec.back += 1;
@@ -250,6 +301,9 @@ impl Supervisor {
             && entry.attempt.as_deref() == Some(crate::store::repair::REBUILT)
         {
             return self.confirm_rebuilt(rec, entry, cost).await;
+        }
+        if entry.kind == SpendKind::Cancelled {
+            return self.confirm_closed(rec, entry, cost, completion).await;
         }
         match settle(&entry, cost, chrono::Utc::now()) {
             Settle::Found(usd) => {
@@ -277,7 +331,7 @@ impl Supervisor {
     /// The run ended with look-ups of a crash's leftovers still running: they are left open
     /// for the next start (or `harvest status --reconcile`), in one line.
     pub(super) async fn recovery_left(&mut self, rec: &super::super::reconcile::Recovery) {
-        let left = (rec.asked + rec.rebuilt_asked).saturating_sub(rec.back);
+        let left = (rec.asked + rec.closed_asked + rec.rebuilt_asked).saturating_sub(rec.back);
         if left == 0 {
             return;
         }
@@ -292,6 +346,21 @@ impl Supervisor {
 
     /// All look-ups of a crash's leftovers are in: says what they found.
     pub(super) async fn recovery_done(&mut self, rec: &Recovery) {
+        if rec.closed_asked > 0 {
+            self.say(format!(
+                "streams an earlier run closed: {} of {} confirmed at /generation ({:+.6} USD \
+                 against their estimates){}",
+                rec.closed_confirmed,
+                rec.closed_asked,
+                rec.closed_delta.as_f64(),
+                if rec.closed_confirmed < rec.closed_asked {
+                    "; the others hold their money and the next start asks again"
+                } else {
+                    ""
+                }
+            ))
+            .await;
+        }
         if rec.rebuilt_asked > 0 {
             self.say(
                 format!(
@@ -427,7 +496,8 @@ impl Supervisor {
                 format!("not answered within {}s", CLOSED_DEADLINE.as_secs())
             };
             self.say(format!(
-                "{} closed streams not looked up ({why}): they keep their estimates",
+                "{} closed streams not looked up ({why}): booked at their estimates until the \
+                 next start (or `harvest status --reconcile`) asks again",
                 self.closed.out
             ))
             .await;

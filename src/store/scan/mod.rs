@@ -326,6 +326,12 @@ pub struct LedgerScan {
     /// [`REBUILT`]) and that no look-up has confirmed yet: a run asks
     /// `GET /generation` for each, beside its new work.
     pub rebuilt: Vec<SpendEntry>,
+    /// Streams a run closed (`cancelled` lines, booked at its estimate) that no look-up has
+    /// confirmed yet (no `adjustment` line of their attempt): the end of that run did not
+    /// hear from `GET /generation` in time, and where closing does not stop the bill the
+    /// provider may have gone on generating. The next start holds money for them and asks
+    /// again; each carries its `dispatched` line's expected cost.
+    pub closed_unconfirmed: Vec<SpendEntry>,
 }
 
 /// The base of a key true-up: the last moment key and ledger were both known to be settled.
@@ -352,6 +358,7 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
     let mut closed: HashSet<String> = HashSet::new();
     let mut rebuilt: HashMap<String, SpendEntry> = HashMap::new();
     let mut confirmed: HashSet<String> = HashSet::new();
+    let mut unconfirmed: HashMap<String, SpendEntry> = HashMap::new();
     scan.file = read_file(&ledger_path(dir), |e: SpendEntry| {
         each(&e);
         scan.total += e.usd;
@@ -391,6 +398,9 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         // Keeping every attempt's lines until the end took ~1 KB an attempt (1.9 GB for the
         // end-of-run report of a million requests).
         let Some(a) = e.attempt.clone() else { return };
+        if e.kind == SpendKind::Adjustment {
+            unconfirmed.remove(&a);
+        }
         match e.kind {
             SpendKind::Dispatched => {
                 if closed.contains(&a) {
@@ -426,7 +436,14 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             | SpendKind::Failed
             | SpendKind::Recovered
             | SpendKind::Unknown => {
-                let was_open = dispatched.remove(&a).is_some() | started.remove(&a).is_some();
+                let expected = (dispatched.remove(&a).map(|d| d.expected_usd))
+                    .or(started.remove(&a).map(|s| s.expected_usd));
+                let was_open = expected.is_some();
+                if e.kind == SpendKind::Cancelled && e.estimated && e.generation_id.is_some() {
+                    let mut e = e;
+                    e.expected_usd = e.expected_usd.or(expected.flatten());
+                    unconfirmed.insert(a.clone(), e);
+                }
                 // A close with nothing open before it (out of order, or a second close):
                 // remembered, so that a later dispatched or started line stays closed.
                 if !was_open {
@@ -446,6 +463,7 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
     // cost of its `dispatched` line, booked when the API never learns of it).
     scan.unknown = dispatched.into_values().collect();
     scan.open = started.into_values().collect();
+    scan.closed_unconfirmed = unconfirmed.into_values().collect();
     Ok(scan)
 }
 

@@ -219,3 +219,101 @@ fn open_and_unknown_attempts_as_a_table() {
         assert_eq!(got_open, want_open, "{lines:?}");
     }
 }
+
+/// Which streams a run closed are still to confirm at `/generation`: a `cancelled` line booked
+/// at an estimate, with a generation id, and no `adjustment` of its attempt after it; it
+/// carries its `dispatched` line's expected cost.
+#[test]
+fn closed_streams_wait_for_a_confirming_adjustment() {
+    use crate::store::output::{SpendEntry, SpendKind};
+    let line = |attempt: &str, kind: SpendKind, estimated: bool, gen_id: bool| SpendEntry {
+        estimated,
+        attempt: Some(attempt.into()),
+        generation_id: gen_id.then(|| format!("gen-{attempt}")),
+        expected_usd: (kind == SpendKind::Dispatched).then(|| Usd::from_f64(0.5)),
+        ..SpendEntry::new(
+            kind,
+            "2026-12-02T00:00:00.000Z".into(),
+            format!("p-{attempt}"),
+            "d",
+        )
+    };
+    use SpendKind::*;
+    // (name, lines, attempts left to confirm, with their expected cost)
+    type Case = (
+        &'static str,
+        Vec<SpendEntry>,
+        Vec<(&'static str, Option<f64>)>,
+    );
+    let table: Vec<Case> = vec![
+        (
+            "closed at an estimate, never looked up",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Started, false, true),
+                line("a", Cancelled, true, true),
+            ],
+            vec![("a", Some(0.5))],
+        ),
+        (
+            "confirmed by its adjustment (even one of zero)",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Started, false, true),
+                line("a", Cancelled, true, true),
+                line("a", Adjustment, false, true),
+            ],
+            vec![],
+        ),
+        (
+            "another attempt's adjustment confirms nothing of it",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Cancelled, true, true),
+                line("b", Adjustment, false, true),
+            ],
+            vec![("a", Some(0.5))],
+        ),
+        (
+            "no generation id: nothing to ask about",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Cancelled, true, false),
+            ],
+            vec![],
+        ),
+        (
+            "the API's own figure: nothing to confirm",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Cancelled, false, true),
+            ],
+            vec![],
+        ),
+        (
+            "a failed attempt is not a closed stream",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Failed, true, true),
+            ],
+            vec![],
+        ),
+    ];
+    for (name, lines, want) in table {
+        let dir = tempfile::tempdir().expect("tmp");
+        let text: String = (lines.iter())
+            .map(|l| serde_json::to_string(l).expect("json") + "\n")
+            .collect();
+        std::fs::write(ledger_path(dir.path()), text).expect("write");
+        let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+        let mut got: Vec<(String, Option<Usd>)> = (scan.closed_unconfirmed.iter())
+            .map(|e| (e.attempt.clone().unwrap_or_default(), e.expected_usd))
+            .collect();
+        got.sort_by(|x, y| x.0.cmp(&y.0));
+        let want: Vec<(String, Option<Usd>)> = (want.iter())
+            .map(|(a, u)| (a.to_string(), u.map(Usd::from_f64)))
+            .collect();
+        assert_eq!(got, want, "{name}");
+        assert!(scan.open.is_empty(), "{name}: the close closes the attempt");
+    }
+}

@@ -426,6 +426,63 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
 }
 
+/// Streams an earlier run closed that no look-up confirmed (its end did not hear from
+/// `/generation` in time) hold money at the next start where closing does not stop the bill
+/// (the provider may have gone on to `max_tokens`): their worst case less what they were booked
+/// at; at an endpoint whose bill a close stops, nothing. The look-up's answer releases the hold
+/// and writes an adjustment line even when the estimate was right (it marks the stream
+/// confirmed for later starts).
+#[test]
+fn streams_an_earlier_run_closed_hold_until_confirmed() {
+    use crate::store::output::{SpendEntry, SpendKind};
+    let mut h = moonshot_on_six_cents();
+    let closed = |g: &str, at: &str| SpendEntry {
+        endpoint: Some(at.into()),
+        prompt_tokens: 10,
+        completion_tokens: 100,
+        usd: Usd::from_f64(0.0003),
+        estimated: true,
+        generation_id: Some(g.into()),
+        attempt: Some(format!("old-{g}")),
+        ..SpendEntry::new(SpendKind::Cancelled, "t".into(), format!("x{g}"), "d0")
+    };
+    let holds = |fx: &[Effect]| -> i64 {
+        (fx.iter())
+            .filter_map(|e| match e {
+                Effect::Hold(p) => Some(*p),
+                _ => None,
+            })
+            .sum()
+    };
+    let fx = h.handle(Event::CrashOpen(vec![
+        closed("g1", "moonshotai"),
+        closed("g2", "chutes/int4"),
+    ]));
+    let held = holds(&fx);
+    // Moonshot's worst case ($3/M x 8,192 = $0.0246 and the prompt) less the $0.0003 booked.
+    assert!(
+        held > Usd::from_f64(0.024).pico() && held < Usd::from_f64(0.025).pico(),
+        "one worst case, less its booking, held (none for Chutes): {held}"
+    );
+    assert_eq!(h.dispatch().len(), 1, "room for one worst case beside it");
+    // Its look-up finds the estimate right: the hold goes, and a zero adjustment confirms it.
+    let fx = h.handle(Event::Adjusted {
+        entry: closed("g1", "moonshotai"),
+        actual: Usd::from_f64(0.0003),
+        completion_tokens: Some(100),
+    });
+    assert_eq!(holds(&fx), -held, "the hold released");
+    let confirm: Vec<_> = (fx.iter())
+        .filter_map(|e| match e {
+            Effect::Ledger(l) if l.kind == SpendKind::Adjustment => Some(l),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(confirm.len(), 1, "one confirming line: {fx:?}");
+    assert_eq!(confirm[0].usd, Usd::ZERO);
+    assert_eq!(confirm[0].attempt.as_deref(), Some("old-g1"));
+}
+
 /// A request put back for want of room in the budget waits for money to settle (a result,
 /// a look-up, the tick), not for the clock: the core asks for no wake at once, which would
 /// make the driver spin while streams run or crash look-ups are out.

@@ -540,18 +540,49 @@ fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
     }
 }
 
+/// A look-up's answer books the difference from the estimate; for a stream the run closed,
+/// a line even when the estimate was right (it marks the close confirmed, so that a later
+/// start does not ask again); for a failed attempt looked up for the last word, only a real
+/// difference.
 #[test]
-fn an_adjustment_books_only_a_real_difference() {
-    let cases: [(&str, f64, f64, Option<f64>); 4] = [
-        ("dearer than estimated", 0.001, 0.0015, Some(0.0005)),
-        ("cheaper than estimated", 0.001, 0.0004, Some(-0.0006)),
-        ("as estimated", 0.001, 0.001, None),
-        ("free after all", 0.001, 0.0, Some(-0.001)),
+fn an_adjustment_books_the_difference_and_confirms_a_close() {
+    use SpendKind::{Cancelled, Failed};
+    let cases: [(&str, SpendKind, f64, f64, Option<f64>); 6] = [
+        (
+            "dearer than estimated",
+            Cancelled,
+            0.001,
+            0.0015,
+            Some(0.0005),
+        ),
+        (
+            "cheaper than estimated",
+            Cancelled,
+            0.001,
+            0.0004,
+            Some(-0.0006),
+        ),
+        (
+            "as estimated: confirmed",
+            Cancelled,
+            0.001,
+            0.001,
+            Some(0.0),
+        ),
+        ("free after all", Cancelled, 0.001, 0.0, Some(-0.001)),
+        ("a failure as booked", Failed, 0.0, 0.0, None),
+        (
+            "a failure billed after all",
+            Failed,
+            0.0,
+            0.0002,
+            Some(0.0002),
+        ),
     ];
-    for (name, booked, actual, want) in cases {
+    for (name, kind, booked, actual, want) in cases {
         let mut h = H::new(config(""), kimi(), &[&["a"]]);
         let mut entry = open_line("a", "d0");
-        entry.kind = SpendKind::Cancelled;
+        entry.kind = kind;
         entry.usd = Usd::from_f64(booked);
         entry.generation_id = Some("gen-1".into());
         let effects = h.handle(Event::Adjusted {
