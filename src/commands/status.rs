@@ -52,10 +52,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let live = live_engine(&dir).await;
     let mut snap = snap;
     if live.is_none() && crate::store::lock::live_holder(&dir).is_none() {
-        // No engine: what the ledger leaves open is the truth (a crash's requests in flight
-        // are in no state file).
-        if let Some(open) = open_in_ledger(&dir) {
+        // No engine: what the ledger says is the truth (a crash's requests in flight are in
+        // no state file, and `--reconcile` books after the last state was written).
+        if let Some((open, spent)) = open_in_ledger(&dir) {
             snap.open_look_ups = open;
+            snap.spent = spent;
         }
     }
     if args.json {
@@ -124,9 +125,10 @@ fn job(shards: &[PathBuf], args: &StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The generations the ledger of `dir` leaves open (sent, never settled, answer not among
-/// the outputs) and what they were expected to cost; `None` if the directory cannot be read.
-fn open_in_ledger(dir: &Path) -> Option<crate::engine::snapshot::OpenLookUps> {
+/// The generations the ledger of `dir` leaves open (sent and never settled, answer not among
+/// the outputs; or closed and not confirmed) and what they may still cost, and the ledger's
+/// total; `None` if the directory cannot be read.
+fn open_in_ledger(dir: &Path) -> Option<(crate::engine::snapshot::OpenLookUps, Usd)> {
     let names = crate::report::dataset_names(dir).ok()?;
     let scan = crate::store::scan::scan_dir(dir, &names).ok()?;
     let orphans = scan.orphans();
@@ -136,10 +138,11 @@ fn open_in_ledger(dir: &Path) -> Option<crate::engine::snapshot::OpenLookUps> {
     let closed_more: Usd = (closed.iter())
         .map(|e| (e.expected_usd.unwrap_or_default() - e.usd).max(Usd::ZERO))
         .sum();
-    Some(crate::engine::snapshot::OpenLookUps {
+    let open = crate::engine::snapshot::OpenLookUps {
         count: (orphans.len() + closed.len()) as u64,
         expected: orphans.iter().filter_map(|e| e.expected_usd).sum::<Usd>() + closed_more,
-    })
+    };
+    Some((open, scan.ledger.total))
 }
 
 /// The engine of `dir`, when one answers on its control socket within 3 s.

@@ -550,7 +550,7 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
     // `status` names what the crash left open, with its expected cost.
     let said = status_text(&dir.path().join("out"));
     assert!(
-        said.contains("open look-ups: 150 requests an earlier run left in flight, expected"),
+        said.contains("open look-ups: 150 requests an earlier run left in flight or closed unconfirmed, expected"),
         "{said}"
     );
     sim.state
