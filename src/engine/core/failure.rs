@@ -101,6 +101,30 @@ impl Core {
             }
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
+        } else if kind == ErrorKind::NotFound
+            && job.attempts < self.cfg.retry.max_attempts
+            && let Some(gone) = self.narrowed_away(f)
+        {
+            // A 404 to a request harvest narrowed (the last stretch's stoppable endpoints, a
+            // check of one endpoint's close, others cooling down) says those endpoints are not
+            // the account's to use now (its privacy or provider settings, or gone from the
+            // model): never the prompt's failure, nor the account's as a whole (issue #35).
+            // They leave routing until the listing shows them again, and the prompt goes
+            // wider; when the wide request meets the same 404, that one is systematic.
+            for e in gone {
+                let tag = self.fleet.endpoints[e].tag.clone();
+                self.fleet.listed[e].present = false;
+                self.event(
+                    now,
+                    format!(
+                        "{tag}: OpenRouter found no endpoint for a request sent to it alone or \
+                         with a few others ({err}): taken out of routing, the prompt goes to \
+                         the rest"
+                    ),
+                );
+            }
+            job.failed_at = None;
+            self.schedule_retry(job, &err, now);
         } else if err.stops_dispatch() {
             let reason = self.stop_reason(&job, f, &err);
             self.event(now, reason.to_string());
@@ -122,6 +146,27 @@ impl Core {
         } else {
             self.reject_or_hold((job, f.sent), &err, err.to_string(), kind.label(), now);
         }
+    }
+
+    /// When a routed request went to fewer endpoints than could take it (harvest narrowed
+    /// it), those it went to that are still in routing (none when an earlier 404 of the same
+    /// narrowing took them out); `None` when it went to every one.
+    fn narrowed_away(&self, f: &InFlight) -> Option<Vec<usize>> {
+        if f.over.is_empty() {
+            return None;
+        }
+        let sends = &self.admission.datasets[f.job.dataset].sends;
+        let wider = (0..self.fleet.endpoints.len()).any(|i| {
+            !f.over.contains(&i)
+                && self.fleet.listed[i].present
+                && self.fleet.permitted(i)
+                && self.fleet.endpoints[i].custom.is_none()
+                && self.takes(i, sends)
+        });
+        let gone: Vec<usize> = (f.over.iter().copied())
+            .filter(|&i| self.fleet.listed[i].present)
+            .collect();
+        wider.then_some(gone)
     }
 
     /// The endpoint among those a routed request could reach whose provider the error names,

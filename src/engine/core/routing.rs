@@ -291,7 +291,7 @@ impl Core {
     }
 
     /// Whether endpoint `i` may take a request that sends `sends` (see `params::eligible`).
-    fn takes(&self, i: usize, sends: &[&'static str]) -> bool {
+    pub(super) fn takes(&self, i: usize, sends: &[&'static str]) -> bool {
         let e = &self.fleet.endpoints[i];
         let missing = super::params::unlisted(sends, e.supported_parameters.as_deref());
         super::params::eligible(

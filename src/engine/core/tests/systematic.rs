@@ -2,7 +2,7 @@
 //! are the prompts' own are rejected as before.
 
 use super::*;
-use crate::engine::reason::StopReason;
+use crate::engine::reason::{OffReason, StopReason};
 
 fn privacy_404() -> ApiError {
     let body = serde_json::json!({"error": {"code": 404,
@@ -263,4 +263,51 @@ fn only_answers_to_requests_sent_since_the_failures_began_break_the_streak() {
         "written once a newer request answered"
     );
     assert_eq!(h.core.held_rejects(), 0);
+}
+
+/// A 404 to requests harvest narrowed (here to Chutes alone, the others cooling down after
+/// 429s) says Chutes is not the account's to use, never that every endpoint is: thirty in a
+/// row (the stop is at twenty) reject nothing and stop nothing, and Chutes leaves routing. When
+/// the cool-downs end and the prompts go to every endpoint that can take them, the same 404 is
+/// the account's: the run stops, every prompt pending (issue #35).
+#[test]
+fn a_404_from_harvests_own_narrowing_is_never_systematic() {
+    let mut h = run_with("concurrency = 30\n[retry]\nstop_after_same_error = 20", 60);
+    let chutes = h.index("chutes/int4");
+    let now = h.now;
+    for i in 0..h.core.endpoints().len() {
+        if i != chutes {
+            h.core.fleet.health[i].on_rate_limited(now.mono, Duration::from_secs(30));
+        }
+    }
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 30);
+    assert!(
+        sent.iter().all(|d| d.over == vec![chutes]),
+        "to Chutes alone"
+    );
+    let effects = answer(&mut h, &sent, |_| Some(privacy_404()));
+    assert!(rejects(&effects).is_empty(), "{:?}", rejects(&effects));
+    assert!(h.core.stopping().is_none(), "{:?}", h.core.stopping());
+    assert_eq!(h.core.off_reason(chutes, &now), Some(OffReason::Gone));
+    assert!(
+        h.dispatch().is_empty(),
+        "nothing routes while the rest cool down"
+    );
+    h.at(31.0);
+    let wide = h.dispatch();
+    assert!(
+        !wide.is_empty()
+            && wide
+                .iter()
+                .all(|d| !d.over.contains(&chutes) && d.over.len() > 1)
+    );
+    let effects = answer(&mut h, &wide, |_| Some(privacy_404()));
+    assert!(rejects(&effects).is_empty(), "{:?}", rejects(&effects));
+    assert!(
+        matches!(h.core.stopping(), Some(StopReason::Systematic { .. })),
+        "{:?}",
+        h.core.stopping()
+    );
+    assert_eq!(h.core.datasets()[0].rejected, 0);
 }
