@@ -130,8 +130,8 @@ pub(crate) fn summary(s: &Snapshot) -> String {
     if s.open_look_ups.count > 0 {
         out.push_str(&format!(
             "open look-ups: {} requests an earlier run left in flight or closed unconfirmed, \
-             expected {:.4} USD, not in the ledger until the API says what they cost: the next \
-             `harvest run` or `harvest status DIR --reconcile` settles them\n",
+             expected {:.4} USD more than the ledger holds until the API says what they cost: \
+             the next `harvest run` or `harvest status DIR --reconcile` settles them\n",
             group_thousands(s.open_look_ups.count),
             s.open_look_ups.expected.as_f64()
         ));

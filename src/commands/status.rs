@@ -135,14 +135,12 @@ fn open_in_ledger(dir: &Path) -> Option<(crate::engine::snapshot::OpenLookUps, U
     let closed = &scan.ledger.closed_unconfirmed;
     // A closed stream's look-up may add what the provider went on to generate: at most its
     // expected cost past what it was booked at.
-    let closed_more: Usd = (closed.iter())
-        .map(|e| (e.expected_usd.unwrap_or_default() - e.usd).max(Usd::ZERO))
-        .sum();
+    let closed_more: Usd = closed.iter().map(crate::engine::reconcile::open_part).sum();
     let open = crate::engine::snapshot::OpenLookUps {
         count: (orphans.len() + closed.len()) as u64,
         expected: orphans.iter().filter_map(|e| e.expected_usd).sum::<Usd>() + closed_more,
     };
-    Some((open, scan.ledger.total))
+    Some((open, scan.carried()))
 }
 
 /// The engine of `dir`, when one answers on its control socket within 3 s.

@@ -146,10 +146,9 @@ impl Recovery {
         rebuilt_asked: usize,
     ) -> Recovery {
         let asked = items.len() - closed_asked - rebuilt_asked;
-        let expected = items.iter().filter_map(|(_, e)| e.expected_usd).sum();
-        let open_expected = items[..asked]
-            .iter()
-            .filter_map(|(_, e)| e.expected_usd)
+        let expected = items.iter().map(|(_, e)| open_part(e)).sum();
+        let open_expected = (items[..asked + closed_asked].iter())
+            .map(|(_, e)| open_part(e))
             .sum();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let task = tokio::spawn(forward(client, items, Until::AgedOut, tx));
@@ -160,7 +159,7 @@ impl Recovery {
             closed_asked,
             rebuilt_asked,
             expected,
-            open: (asked, open_expected),
+            open: (asked + closed_asked, open_expected),
             ..Recovery::default()
         }
     }
@@ -170,10 +169,23 @@ impl Recovery {
         self.first_answers >= self.asked + self.closed_asked + self.rebuilt_asked
     }
 
-    /// A crash's open attempt was settled (found, or booked as lost).
+    /// A crash's open attempt was settled (found, or booked as lost), or a closed stream
+    /// confirmed.
     pub(super) fn settled(&mut self, e: &SpendEntry) {
         self.open.0 = self.open.0.saturating_sub(1);
-        self.open.1 = self.open.1 - e.expected_usd.unwrap_or_default();
+        self.open.1 = self.open.1 - open_part(e);
+    }
+}
+
+/// What a look-up may still add to the ledger: an open attempt's expected cost; for a stream
+/// already booked at an estimate (`cancelled`), its expected cost past that estimate.
+pub(crate) fn open_part(e: &SpendEntry) -> crate::domain::Usd {
+    let expected = e.expected_usd.unwrap_or_default();
+    match e.kind {
+        crate::store::output::SpendKind::Cancelled => {
+            (expected - e.usd).max(crate::domain::Usd::ZERO)
+        }
+        _ => expected,
     }
 }
 

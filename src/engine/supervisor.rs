@@ -129,6 +129,9 @@ pub(super) struct Supervisor {
     key_base: Option<KeyBase>,
     /// Look-ups of a crash's leftovers that found no answer yet (their lines stay open).
     unsettled: usize,
+    /// Look-ups of what an earlier run left (open attempts, closed streams, rebuilt lines)
+    /// still running when the work was done: left for the next start.
+    recovery_open: usize,
     /// The attempts in flight.
     tasks: JoinSet<AttemptResult>,
     /// Each attempt's running cost, shared with its worker, by attempt key.
@@ -201,6 +204,7 @@ impl Supervisor {
             key_usage_start: l.key_usage_start,
             key_base: l.key_base,
             unsettled: 0,
+            recovery_open: 0,
             tasks: JoinSet::new(),
             accrued: HashMap::new(),
             to_reconcile: Vec::new(),

@@ -154,7 +154,12 @@ impl Core {
                 actual,
                 completion_tokens,
             } => self.book_adjustment(entry, actual, completion_tokens, now),
-            Event::CrashOpen(open) => self.hold_crash(open),
+            Event::CrashOpen(open) => {
+                // An endpoint's documented close is not taken before it is checked, for what
+                // an earlier run left as for new streams (that run held their worst case).
+                self.doubt_documented_closes(now);
+                self.hold_crash(open)
+            }
             Event::Unsettled(entry) => self.budget.crash_unsettled(&entry),
             Event::Line(entry) => self.ledger(entry),
         }

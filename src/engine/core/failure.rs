@@ -102,6 +102,7 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if kind == ErrorKind::NotFound
+            && !err.is_retryable()
             && job.attempts < self.cfg.retry.max_attempts
             && let Some(gone) = self.narrowed_away(f)
         {
@@ -156,8 +157,11 @@ impl Core {
             return None;
         }
         let sends = &self.admission.datasets[f.job.dataset].sends;
+        // The endpoint its last attempt failed at is left out by the retry rule, not by a
+        // narrowing: it does not make a request narrowed.
         let wider = (0..self.fleet.endpoints.len()).any(|i| {
             !f.over.contains(&i)
+                && f.job.failed_at != Some(i)
                 && self.fleet.listed[i].present
                 && self.fleet.permitted(i)
                 && self.fleet.endpoints[i].custom.is_none()

@@ -90,7 +90,14 @@ impl Supervisor {
                 }
             }
         }
-        let quiet = !self.stopping_now() && self.core.in_flight() == 0 && self.unsettled == 0;
+        // Quiet only when nothing is left for a later look-up to book: a closed stream not
+        // looked up yet would be booked after this base, and a later true-up would count it
+        // twice.
+        let quiet = !self.stopping_now()
+            && self.core.in_flight() == 0
+            && self.unsettled == 0
+            && self.closed.out == 0
+            && self.recovery_open == 0;
         self.checkpoint(key_now, quiet, "end").await;
         Some(key_now)
     }
@@ -242,6 +249,7 @@ impl Supervisor {
             (None, _) => entry.usd,
         };
         let delta = actual - entry.usd;
+        rec.settled(&entry);
         rec.closed_confirmed += 1;
         rec.closed_delta += delta;
         self.shared
@@ -296,7 +304,7 @@ impl Supervisor {
             }
         };
         rec.back += 1;
-        rec.expected_back += entry.expected_usd.unwrap_or_default();
+        rec.expected_back += super::super::reconcile::open_part(&entry);
         if entry.kind == SpendKind::Complete
             && entry.attempt.as_deref() == Some(crate::store::repair::REBUILT)
         {
@@ -332,6 +340,7 @@ impl Supervisor {
     /// for the next start (or `harvest status --reconcile`), in one line.
     pub(super) async fn recovery_left(&mut self, rec: &super::super::reconcile::Recovery) {
         let left = (rec.asked + rec.closed_asked + rec.rebuilt_asked).saturating_sub(rec.back);
+        self.recovery_open = left;
         if left == 0 {
             return;
         }

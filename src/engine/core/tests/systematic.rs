@@ -311,3 +311,48 @@ fn a_404_from_harvests_own_narrowing_is_never_systematic() {
     );
     assert_eq!(h.core.datasets()[0].rejected, 0);
 }
+
+/// What is not a narrowing: a retry sent everywhere but where it last failed (the retry rule
+/// leaves that endpoint out), and a 404 the API calls retryable. Neither takes an endpoint
+/// out of routing.
+#[test]
+fn a_retry_away_from_its_last_failure_and_a_retryable_404_take_nothing_out() {
+    let mut h = run_with("concurrency = 1\n[retry]\nstop_after_same_error = 20", 1);
+    let chutes = h.index("chutes/int4");
+    let first = h.dispatch();
+    assert!(first[0].over.len() > 2 && first[0].over.contains(&chutes));
+    h.result(failed(
+        first[0].key,
+        Some(chutes),
+        http(502, None, "bad gateway"),
+    ));
+    h.at(60.0);
+    let retry = h.dispatch();
+    assert_eq!(retry[0].prompt_id, first[0].prompt_id, "the retry");
+    assert!(!retry[0].over.contains(&chutes), "the retry avoids Chutes");
+    let now = h.now;
+    h.result(failed(retry[0].key, None, privacy_404()));
+    for &i in &retry[0].over {
+        assert_eq!(h.core.off_reason(i, &now), None, "{i} stays in routing");
+    }
+    // A 404 the API says may pass, to a request narrowed to Chutes alone.
+    let mut h = run_with("concurrency = 1\n[retry]\nstop_after_same_error = 20", 3);
+    for i in 0..h.core.endpoints().len() {
+        if i != chutes {
+            h.core.fleet.health[i].on_rate_limited(h.now.mono, Duration::from_secs(30));
+        }
+    }
+    let sent = h.dispatch();
+    assert_eq!(sent[0].over, vec![chutes]);
+    let body = serde_json::json!({"error": {"code": 404, "message": "No endpoints available",
+        "error_type": "not_found", "availability": {"code": "no_capacity", "retryable": true}}});
+    let transient = ApiError::from_response_body(404, None, body.to_string().as_bytes());
+    assert!(transient.is_retryable(), "the case is a retryable 404");
+    let now = h.now;
+    h.result(failed(sent[0].key, None, transient));
+    assert_eq!(
+        h.core.off_reason(chutes, &now),
+        None,
+        "Chutes stays in routing"
+    );
+}
