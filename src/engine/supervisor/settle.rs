@@ -248,10 +248,20 @@ impl Supervisor {
             }
             (None, _) => entry.usd,
         };
-        let delta = actual - entry.usd;
         rec.settled(&entry);
         rec.closed_confirmed += 1;
-        rec.closed_delta += delta;
+        rec.closed_delta += self.closed_cost(entry, actual, completion_tokens).await;
+    }
+
+    /// What a closed stream really cost, against what it was booked at: the difference joins
+    /// the live spend, and the core books it (an adjustment line) and releases its hold.
+    async fn closed_cost(
+        &mut self,
+        entry: SpendEntry,
+        actual: Usd,
+        completion_tokens: Option<u64>,
+    ) -> Usd {
+        let delta = actual - entry.usd;
         self.shared
             .spent_pico
             .fetch_add(delta.pico(), Ordering::Relaxed);
@@ -261,6 +271,7 @@ impl Supervisor {
             completion_tokens,
         })
         .await;
+        delta
     }
 
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
@@ -447,19 +458,9 @@ impl Supervisor {
             self.step(Event::Unsettled(entry)).await;
             return;
         };
-        let actual = Usd::from_f64(actual);
-        let delta = actual - entry.usd;
         self.closed.fixed += 1;
+        let delta = (self.closed_cost(entry, Usd::from_f64(actual), completion_tokens)).await;
         self.closed.delta += delta;
-        self.shared
-            .spent_pico
-            .fetch_add(delta.pico(), Ordering::Relaxed);
-        self.step(Event::Adjusted {
-            entry,
-            actual,
-            completion_tokens,
-        })
-        .await;
     }
 
     /// At the end: asks about the streams closed last and waits for the look-ups still
