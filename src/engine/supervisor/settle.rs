@@ -64,7 +64,11 @@ impl Supervisor {
             () = end_now.cancelled() => return None,
         };
         let now = Clock::now();
-        if let Some(base) = self.key_base {
+        // Look-ups still open will book what the key may already count: a true-up now would
+        // put that down to the crash estimates and book it twice. It waits for a run that
+        // ends with nothing open.
+        let settled = self.unsettled == 0 && self.closed.out == 0 && self.recovery_open == 0;
+        if let Some(base) = self.key_base.filter(|_| settled) {
             let ledger_now = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
             match super::super::reconcile::key_verdict(&base, key_now, ledger_now) {
                 super::super::reconcile::KeyVerdict::Agrees => {}
