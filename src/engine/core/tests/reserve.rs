@@ -182,3 +182,73 @@ fn in_the_last_stretch_requests_go_where_a_close_stops_the_bill() {
     // The reservation: the held worst cases and the narrowed expectations fit the budget.
     assert!(h.core.reserved_pico() <= Usd::from_f64(0.06).pico());
 }
+
+#[test]
+fn a_worst_case_is_held_only_from_money_beyond_a_full_round_of_expectations() {
+    use crate::engine::core::reserve::worst_case_leaves_room;
+    // (left after the worst case, width, expectation, may go)
+    let cases = [
+        // Ten expectations of 100 left after it: it goes.
+        (1000, 10, 100, true),
+        (1500, 10, 100, true),
+        // Short of a full round: it waits, the money kept for the stoppable endpoints.
+        (999, 10, 100, false),
+        (0, 10, 100, false),
+        // Nothing is left for anyone.
+        (-1, 0, 100, false),
+        (0, 0, 100, true),
+    ];
+    for (left, width, expected, want) in cases {
+        assert_eq!(
+            worst_case_leaves_room(left, width, expected),
+            want,
+            "left {left} width {width} expected {expected}"
+        );
+    }
+}
+
+/// Ten streams over Chutes (a close stops the bill) and the others (billed in full), in the
+/// last stretch from the first request: all ten go to Chutes at their expectation. One meets a
+/// 429 and Chutes pauses: its place could go as routed, at its worst case. It does when what is
+/// left after that worst case still pays a full round (ten) of expectations; it waits when not,
+/// and it goes again once Chutes may not serve at all (the operator excluded it).
+#[test]
+fn in_the_last_stretch_a_worst_case_waits_when_it_would_take_the_stoppable_endpoints_money() {
+    let sent_after_429 = |budget: f64, exclude_chutes: bool| {
+        let cfg = config(&format!(
+            "budget_usd = {budget}\nbudget_mode = \"hard\"\nconcurrency = 10\n\
+             [request]\nmax_tokens = 8192\n[policy]\nexclude = [\"together\"]"
+        ));
+        let ids: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let mut h = H::new(cfg, kimi(), &[&refs]);
+        let chutes = h.index("chutes/int4");
+        let first = h.dispatch();
+        assert_eq!(first.len(), 10, "all ten at Chutes");
+        assert!(first.iter().all(|d| d.held_worst == Usd::ZERO));
+        h.result(failed(
+            first[0].key,
+            Some(chutes),
+            http(429, Some("30"), "busy"),
+        ));
+        if exclude_chutes {
+            h.command(crate::engine::Command::SetEndpoint {
+                tag: "chutes/int4".into(),
+                allowed: Some(false),
+            });
+        }
+        let next = h.dispatch();
+        assert!(next.iter().all(|d| d.held_worst > Usd::ZERO), "as routed");
+        (next.len(), h.core.budget.stretch_worst_waited)
+    };
+    // An expectation at Chutes ~$0.0041 (the prior 2,048 tokens), a worst case ~$0.0246 (8,192
+    // at the set's dearest price); nine expectations in flight (~$0.037).
+    // $0.10: ~$0.038 left after a worst case, short of ten expectations (~$0.041): it waits.
+    let (sent, waited) = sent_after_429(0.10, false);
+    assert_eq!(sent, 0);
+    assert!(waited > 0, "the wait is counted");
+    // $0.13: ~$0.068 left after it: it goes.
+    assert_eq!(sent_after_429(0.13, false).0, 1);
+    // Chutes excluded: no endpoint that stops the bill may serve; the old rule (it fits).
+    assert_eq!(sent_after_429(0.10, true).0, 1);
+}

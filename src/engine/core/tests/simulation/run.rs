@@ -145,6 +145,8 @@ pub(super) struct Outcome {
     pub(super) sent_at: Vec<f64>,
     /// When each request met the account's in-flight 402.
     pub(super) busy_at: Vec<f64>,
+    /// Every ten virtual seconds: the time, the streams open at each endpoint, and the bill.
+    pub(super) samples: Vec<(f64, Vec<u64>, i64, i64)>,
 }
 
 /// The driver's port in the world: the prompts, the counters, each attempt's running cost.
@@ -467,7 +469,10 @@ impl Run {
             &d.request,
             &mut self.rng,
         ) {
-            Ok(order) => (order[0], None),
+            // The first candidate with room serves; when none has, the first answers 429.
+            Ok(order) => (order.iter().copied())
+                .find(|&i| !self.full(i))
+                .map_or((order[0], None), |i| (i, None)),
             Err(no) => (d.over.first().copied().unwrap_or(0), Some(no.excluded_by)),
         };
         let b = self.world.truth[serving].clone();
@@ -498,7 +503,7 @@ impl Run {
             Fate::NoEndpoints(why)
         } else if busy {
             Fate::AccountBusy
-        } else if roll < b.p429 {
+        } else if roll < b.p429 || self.full(serving) {
             Fate::RateLimited
         } else if next(b.p5xx) {
             Fate::ServerError
@@ -567,6 +572,12 @@ impl Run {
         self.per_endpoint[serving] += 1;
         self.held += f.held_worst;
         self.flights.insert(d.key, f);
+    }
+
+    /// Endpoint `i` is at its capacity: streams open there (a 429's short exchange included)
+    /// fill it.
+    fn full(&self, i: usize) -> bool {
+        (self.world.truth[i].capacity).is_some_and(|c| self.per_endpoint[i] >= u64::from(c))
     }
 
     /// What the operator's state says of a request as it leaves: not while paused, drained or
@@ -947,6 +958,15 @@ impl Run {
                 self.operate(op);
             } else if self.t >= next_tick {
                 next_tick = self.t + TICK_S;
+                if self.out.samples.last().is_none_or(|s| self.t >= s.0 + 10.0) {
+                    let s = (
+                        self.t,
+                        self.per_endpoint.clone(),
+                        self.out.bill_pico,
+                        self.core.reserved_pico(),
+                    );
+                    self.out.samples.push(s);
+                }
                 self.step(Event::Tick);
             } else if wake.is_some_and(|w| w <= self.t) {
                 woke_at = Some(self.t);

@@ -8,7 +8,8 @@ use crate::config::BudgetMode;
 use crate::domain::Usd;
 
 /// A calm world of `streams` streams and `prompts` prompts, `max_tokens` 1,024, its budget
-/// `budget_usd`, pinned or routed.
+/// `budget_usd`, pinned or routed; no endpoint full (as the integration tests' simulator,
+/// `SimConfig::fast_no_faults`).
 fn world(
     mode: BudgetMode,
     streams: u32,
@@ -19,6 +20,9 @@ fn world(
     let mut w = World::calm(7, mode);
     (w.concurrency, w.prompts, w.max_tokens, w.mean_len) = (streams, prompts, 1024, 300.0);
     (w.budget_usd, w.routing) = (budget_usd, routing);
+    for b in &mut w.truth {
+        b.capacity = None;
+    }
     w
 }
 

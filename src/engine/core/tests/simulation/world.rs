@@ -21,6 +21,10 @@ pub(super) struct Behaviour {
     pub(super) p_empty: f64,
     /// Closing a stream stops the bill here (the truth, which may differ from the docs).
     pub(super) stops_billing: bool,
+    /// Streams it takes at once before it answers 429 (the simulator table's capacity); under
+    /// OpenRouter's routing a request falls through to the next candidate first, as
+    /// `harvest sim` does.
+    pub(super) capacity: Option<u32>,
 }
 
 /// One seeded world and the job run in it.
@@ -92,6 +96,7 @@ impl World {
                 // One world in five, an endpoint documented to stop the bill at a close
                 // bills it in full all the same (its listing still says it stops).
                 stops_billing: e.behaviour.cancel_stops_billing && !r2.random_bool(0.2),
+                capacity: e.behaviour.capacity,
             });
         }
         // Most worlds are small (many seeds a second); one in ten runs 2,000 streams.
