@@ -36,10 +36,6 @@ pub(super) struct Budget {
     pub(super) stretch_narrowed: u64,
     /// Requests sent in the last stretch with their worst case reserved.
     pub(super) stretch_worst: u64,
-    /// Times a request that would hold its worst case in the last stretch waited, the money
-    /// left being what the endpoints where a close stops the bill can use
-    /// (`reserve::worst_case_leaves_room`).
-    pub(super) stretch_worst_waited: u64,
     /// The last dispatch round ended for want of room in the budget: a queued request waits
     /// for a result, a look-up or a tick, not for the clock (no wake of its own).
     pub(super) waiting_for_room: bool,
@@ -96,13 +92,7 @@ impl Budget {
     /// Whether the claim's reservation fits beside what is spent, accrued, reserved and held
     /// (no word said, nothing changed).
     pub(super) fn has_room(&self, c: &Claim, live: &Live) -> bool {
-        self.left_after(c, live) >= 0
-    }
-
-    /// What the budget has left once the claim is reserved beside what is spent, accrued,
-    /// reserved and held (negative: it does not fit).
-    pub(super) fn left_after(&self, c: &Claim, live: &Live) -> i64 {
-        self.budget_pico - self.committed_pico(live) - self.held_for(c) - c.reserve.pico()
+        self.committed_pico(live) + self.held_for(c) + c.reserve.pico() <= self.budget_pico
     }
 
     /// Holds `hold` for generation `g` until its look-up lands, waited for near the cap; false

@@ -9,9 +9,7 @@ use crate::store::output::{SpendEntry, SpendKind};
 
 use super::budget::{Claim, Fits};
 use super::journal::Once;
-use super::reserve::{
-    StretchRoute, in_last_stretch, reserves_worst_case, stretch_route, worst_case_leaves_room,
-};
+use super::reserve::{StretchRoute, in_last_stretch, reserves_worst_case, stretch_route};
 use super::{Clock, Core, Dispatch, Effect, InFlight, Job, Port, Route, turns};
 
 /// A request's money at dispatch: what it is expected to cost, its worst case, what it
@@ -120,22 +118,7 @@ impl Core {
                 }
             }
             let claim = priced.claim(&job, later);
-            // There, a worst case is held only from money the endpoints that stop the bill
-            // cannot use (`reserve::worst_case_leaves_room`); with nothing in flight nothing
-            // will free any, and the budget's own rule decides.
-            let crowds = stretch
-                && reserves_worst_case(self.cfg.budget_mode, priced.money.billed_if_closed)
-                && !self.in_flight.is_empty()
-                && self.stoppable_may_serve(&job)
-                && !worst_case_leaves_room(
-                    self.budget.left_after(&claim, &live),
-                    self.concurrency,
-                    priced.money.expected.pico(),
-                );
-            if crowds {
-                self.budget.stretch_worst_waited += 1;
-            }
-            if crowds || self.fits(claim, (&live, &*port), now) != Fits::Yes {
+            if self.fits(claim, (&live, &*port), now) != Fits::Yes {
                 self.budget.waiting_for_room = true;
                 self.requeue_front(job, now);
                 // New work waits for the rows in progress: a next turn already due goes out

@@ -290,7 +290,6 @@ impl Core {
                 owed_pico: 0,
                 stretch_narrowed: 0,
                 stretch_worst: 0,
-                stretch_worst_waited: 0,
                 open_bills: HashMap::new(),
                 waiting_for_room: false,
                 open_bills_pico: 0,

@@ -104,22 +104,6 @@ pub(crate) fn in_last_stretch(
     begun || !fits || worst.saturating_mul(i64::from(concurrency)) > left
 }
 
-/// Whether a request that would hold its worst case may go in the hard budget's last stretch,
-/// while an endpoint where a close stops the bill may serve it: only from money beyond a full
-/// round of expected answers. What is left after its worst case (`left_after`) must still pay
-/// `width` requests (the run's concurrency) at their expectation (`expected`).
-///
-/// Why: where a close stops the bill, each dollar held buys about ten times the answers of a
-/// worst case held where a close is billed (a worst case is ~10 answers at `max_tokens`
-/// 16,384), and a worst case stays held for as long as its stream runs. Sent whenever they
-/// fit, worst cases took the last money while the stoppable endpoints had room for more, and
-/// the stretch ended on a few streams. In the seed's shape (`seed_shape_figures`, 12 seeded
-/// worlds at 2,000 streams), the hard mode took 2.60× the expected mode's time to a $20
-/// budget and 1.51× to $60; with this rule 2.22× and 1.42×, with 1.4% more answers at $60.
-pub(crate) fn worst_case_leaves_room(left_after: i64, width: u32, expected: i64) -> bool {
-    left_after >= expected.saturating_mul(i64::from(width))
-}
-
 /// Whether a request's reservation is its worst case rather than its expectation.
 pub(crate) fn reserves_worst_case(mode: BudgetMode, billed_if_closed: bool) -> bool {
     mode == BudgetMode::Hard && billed_if_closed

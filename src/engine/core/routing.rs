@@ -290,19 +290,6 @@ impl Core {
         route
     }
 
-    /// Whether an endpoint where a close stops the bill may serve `job`: listed, permitted,
-    /// its breaker not open, taking its parameters (a 429's pause is not counted: it passes).
-    pub(super) fn stoppable_may_serve(&self, job: &super::Job) -> bool {
-        let sends = &self.admission.datasets[job.dataset].sends;
-        (0..self.fleet.endpoints.len()).any(|i| {
-            self.fleet.endpoints[i].cancel_stops_billing
-                && self.fleet.listed[i].present
-                && self.fleet.permitted(i)
-                && self.fleet.health[i].state() != crate::engine::health::BreakerState::Open
-                && self.takes(i, sends)
-        })
-    }
-
     /// Whether endpoint `i` may take a request that sends `sends` (see `params::eligible`).
     pub(super) fn takes(&self, i: usize, sends: &[&'static str]) -> bool {
         let e = &self.fleet.endpoints[i];

@@ -482,8 +482,10 @@ impl Run {
         let out_pico = ep.price_out.pico_per_token();
         let estimate_pico = prompt_pico + out_pico * max_tokens as i64;
         let roll: f64 = self.rng.random();
-        let u: f64 = self.rng.random_range(1e-9..1.0);
-        let len = ((-u.ln() * self.world.mean_len) as u64).clamp(1, max_tokens);
+        // Lengths as `harvest sim` draws them: log-normal about the mean, the table's spread.
+        let sigma = self.world.table.output_tokens.sigma;
+        let len = crate::sim::generate::draw_length(&mut self.rng, self.world.mean_len, sigma)
+            .clamp(1, max_tokens);
         let cut_at = self.rng.random_range(1..len.max(2));
         let after = |at: Option<f64>, t: f64| at.is_some_and(|at| t >= at);
         let busy = self.world.account_usd.is_some_and(|usd| {

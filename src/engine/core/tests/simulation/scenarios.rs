@@ -53,9 +53,11 @@ fn a_run_goes_to_its_full_width_before_the_dollar_cap() {
             o.seen
         );
         // On $2 the hard budget's first seconds, before its checks have shown that closing a
-        // stream stops Chutes' bill, hold worst cases: the width comes a little later.
+        // stream stops Chutes' bill, hold worst cases: the width comes a little later, and
+        // then the money holds it (each stream keeps a mean answer past its expectation; with
+        // the simulator's log-normal lengths 1,627 at once).
         let width = if mode == BudgetMode::Hard && budget < 10.0 {
-            1700
+            1600
         } else {
             2000
         };

@@ -35,7 +35,8 @@ pub(super) struct World {
     pub(super) concurrency: u32,
     pub(super) prompts: usize,
     pub(super) max_tokens: u32,
-    /// Mean answer length, tokens (lengths are exponential, capped at `max_tokens`).
+    /// Mean answer length, tokens (lengths are log-normal with the simulator table's spread,
+    /// as `harvest sim` draws them, capped at `max_tokens`).
     pub(super) mean_len: f64,
     pub(super) budget_usd: f64,
     pub(super) routing: &'static str,
