@@ -257,7 +257,9 @@ fn the_same_seed_runs_the_same_way() {
 /// Kimi K2.5's faithful endpoints under OpenRouter's routing, 2,000 streams, `max_tokens`
 /// 16,384, answers of 1,700 tokens on average, and budgets the expected mode spends in one to
 /// a few minutes. For each: the time to within 0.5% of the budget in both modes, what was
-/// billed against the budget, the answers kept and what each cost. Run with
+/// billed against the budget, the answers kept and what each cost. Its ratios are the
+/// binary's (12 worlds: 2.85× at $20, 1.54× at $60; `scripts/seed-shape.sh` at fda4eeb:
+/// 2.8× and 1.52×): a rule is measured here first. Run with
 /// `cargo test --lib seed_shape_figures -- --ignored --nocapture` (`HARVEST_SIM_SEEDS=N` for N
 /// worlds a budget).
 #[test]

@@ -125,7 +125,9 @@ pub(super) struct Outcome {
     /// What the world billed, and what harvest's ledger says.
     pub(super) bill_pico: i64,
     pub(super) ledger_pico: i64,
-    /// Virtual seconds until spend came within 0.5% of the budget (or the run ended).
+    /// Virtual seconds until spend came within 0.5% of the budget (or the run ended): what is
+    /// billed and what the streams in flight have streamed, as harvest's progress line shows
+    /// it and `scripts/seed-shape.sh` reads it.
     pub(super) to_budget_s: f64,
     pub(super) end_s: f64,
     pub(super) peak_in_flight: usize,
@@ -920,7 +922,7 @@ impl Run {
                 continue;
             }
             self.t = t;
-            if self.out.to_budget_s == 0.0 && self.out.bill_pico >= near {
+            if self.out.to_budget_s == 0.0 && self.out.bill_pico + self.acc.all_at(self.t) >= near {
                 self.out.to_budget_s = self.t;
             }
             while let Some(std::cmp::Reverse((Time(at), _, key))) = self.due.peek().copied() {
