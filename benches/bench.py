@@ -387,6 +387,16 @@ def run_client(a: argparse.Namespace, work: Path, client: str, concurrency: int,
             cmd = [a.harvest, "run", "--headless", "-c", str(job), "--progress-every", "10"]
             out_jsonl = out_dir / "bench.jsonl"
             rejects = out_dir / "bench.rejects.jsonl"
+        elif client == "floor":
+            out_jsonl = work / f"{name}.jsonl"
+            rejects = None
+            cmd = [
+                a.floor, "--base-url", sim.base_url, "--prompts", str(prompts),
+                "--out", str(out_jsonl), "--model", MODEL, "--max-tokens", str(max_tokens),
+                "--concurrency", str(concurrency), "--api-key-env", KEY_ENV,
+            ]
+            if sim.ca:
+                cmd += ["--ca-cert", str(sim.ca)]
         else:
             out_jsonl = work / f"{name}.jsonl"
             rejects = None
@@ -515,26 +525,33 @@ def ratio(h, p) -> float | None:
 def table(runs: list[dict], cores: int) -> str:
     h = next((r for r in runs if r["client"] == "harvest"), None)
     p = next((r for r in runs if r["client"] == "peer"), None)
-    first = h or p
+    fl = next((r for r in runs if r["client"] == "floor"), None)
+    first = h or p or fl
+    floor_head = f"{'floor':>14}{'harvest/floor':>15}" if fl else ""
     lines = [
         f"concurrency {first['concurrency']:,}: {first['requested']:,} prompts "
         f"({cores} cores; the simulator and the client share them)",
-        f"  {'':<31}{'harvest':>14}{'peer':>14}{'harvest/peer':>14}",
+        f"  {'':<31}{'harvest':>14}{'peer':>14}{'harvest/peer':>14}{floor_head}",
     ]
     for key, label, f, has_ratio in ROWS:
         if key == "completed":
             hv = f"{h['completed']:,}/{h['requested']:,}" if h else "-"
             pv = f"{p['completed']:,}/{p['requested']:,}" if p else "-"
-            rv = ""
+            fv = f"{fl['completed']:,}/{fl['requested']:,}" if fl else "-"
+            rv = fr = ""
         else:
             hv = fmt(f, h.get(key)) if h else "-"
             pv = fmt(f, p.get(key)) if p else "-"
+            fv = fmt(f, fl.get(key)) if fl else "-"
             rr = ratio(h.get(key) if h else None, p.get(key) if p else None)
             rv = f"{rr:.2f}x" if (has_ratio and rr is not None) else ""
-        lines.append(f"  {label:<31}{hv:>14}{pv:>14}{rv:>14}")
+            rf = ratio(h.get(key) if h else None, fl.get(key) if fl else None)
+            fr = f"{rf:.2f}x" if (has_ratio and rf is not None) else ""
+        floor_cells = f"{fv:>14}{fr:>15}" if fl else ""
+        lines.append(f"  {label:<31}{hv:>14}{pv:>14}{rv:>14}{floor_cells}")
     # Who was the bottleneck: the process nearest to a full core (both are single-core bound
     # at most on this kind of run), or the machine when both together fill it.
-    for r in (h, p):
+    for r in (h, p, fl):
         if r:
             lines.append(f"  {r['client']}: {bottleneck(r, cores)}")
     if h and p and h["output_tokens"] != p["output_tokens"]:
@@ -599,8 +616,10 @@ def mode_bench(a: argparse.Namespace, work: Path) -> int:
         if not prompts.exists():
             write_prompts(prompts, n)
         runs = []
-        for client in ("harvest", "peer"):
+        for client in ("harvest", "peer", "floor"):
             if client == "peer" and a.no_peer:
+                continue
+            if client == "floor" and not a.floor:
                 continue
             if client == "harvest" and a.no_harvest:
                 continue
@@ -609,13 +628,19 @@ def mode_bench(a: argparse.Namespace, work: Path) -> int:
             failed |= not r["ok"]
         h = next((r for r in runs if r["client"] == "harvest"), None)
         p = next((r for r in runs if r["client"] == "peer"), None)
+        fl = next((r for r in runs if r["client"] == "floor"), None)
         ratios = {}
         if h and p:
             for key, _, _, has_ratio in ROWS:
                 if has_ratio:
                     rr = ratio(h.get(key), p.get(key))
                     ratios[key] = round(rr, 4) if rr is not None else None
-        results.append({"concurrency": c, "n": n, "harvest": h, "peer": p, "ratio": ratios})
+        over_floor = None
+        if h and fl:
+            rr = ratio(h.get("cpu_s_per_m_tokens"), fl.get("cpu_s_per_m_tokens"))
+            over_floor = round(rr, 4) if rr is not None else None
+        results.append({"concurrency": c, "n": n, "harvest": h, "peer": p, "floor": fl,
+                        "ratio": ratios, "cpu_over_floor": over_floor})
         print(table(runs, cores), flush=True)
         print(flush=True)
     if len(results) > 1:
@@ -795,6 +820,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "default HTTP/2; the peer (aiohttp) has no HTTP/2 and is always HTTP/1.1")
     p.add_argument("--no-peer", action="store_true", help="harvest only")
     p.add_argument("--no-harvest", action="store_true", help="peer only")
+    p.add_argument("--floor", default=None,
+                   help="the floor client's binary (benches/floor.rs; bench.sh --floor builds "
+                        "it): run it too, and state harvest's CPU per token as a multiple of it")
     p.add_argument("--json", default=None, help="write the figures as JSON here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--work-dir", default=None, help="default: a new temporary directory")

@@ -10,6 +10,8 @@
 #   HTTP/2, the peer on HTTP/1.1); --http1: harvest over HTTP/1.1 too
 #   scripts/bench.sh soak  [options]   1,000,000 short requests at 2,000, bounded by --deadline-s
 #   scripts/bench.sh --help            every option (--n, --concurrency, --json PATH, --keep, ...)
+#   --floor: also the floor client (benches/floor.rs, built here): harvest's streams read and
+#   dropped on harvest's own stack; harvest's CPU per token is stated as a multiple of it
 #
 # Environment: HARVEST_BIN=path skips the build and uses that binary; HARVEST_PEER_CACHE (default
 # ~/.cache/harvest-peers) holds the venv (bench-venv, reinstalled when requirements.txt changes);
@@ -58,4 +60,21 @@ if [ "$need_peer" = 1 ]; then
   peer_args=(--peer-python "$VENV/bin/python")
 fi
 
-exec "$PYTHON" "$HERE/benches/bench.py" "$@" --harvest "$BIN" "${peer_args[@]}"
+floor_args=()
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--floor" ]; then
+    log "building the floor client (cargo build --release --bench floor)"
+    FLOOR="$(cd "$HERE" && cargo build --release --bench floor --quiet --message-format=json \
+      | "$PYTHON" -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "floor" and m.get("executable"):
+        print(m["executable"])')"
+    floor_args=(--floor "$FLOOR")
+  else
+    args+=("$arg")
+  fi
+done
+
+exec "$PYTHON" "$HERE/benches/bench.py" "${args[@]}" --harvest "$BIN" "${peer_args[@]}" "${floor_args[@]}"

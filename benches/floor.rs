@@ -1,0 +1,212 @@
+//! The floor of the benchmark (issue #36): the least a client can do with the streams harvest
+//! opens. Same job as harvest and the Python peer (a prompt JSONL, `--concurrency` streaming chat
+//! completions at once), the same stack (reqwest over rustls, HTTP/2 by ALPN on one connection
+//! per 64 streams, as `OpenRouterClient` lays them out, on harvest's one-thread runtime with its
+//! batched wake-ups), and nothing else: each response's bytes are read and dropped. No SSE
+//! framing, no JSON, no accounting; only the usage chunk's `"completion_tokens":` is looked for
+//! in the last bytes of each response, so that the harness counts the same tokens.
+//!
+//! Its CPU per output token is what this machine and stack cost before any of harvest's own
+//! work; `scripts/bench.sh --floor` runs it beside harvest and states harvest's figure as a
+//! multiple of it.
+//!
+//! ```text
+//! cargo bench --bench floor -- --base-url https://127.0.0.1:PORT/api/v1 --prompts P.jsonl \
+//!   --out OUT.jsonl --model M --max-tokens 16384 --concurrency 1000 --api-key-env KEY \
+//!   --ca-cert CA.pem [--read-batch-ms 50]
+//! ```
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use futures::StreamExt;
+
+#[derive(Parser)]
+#[command(about = "The benchmark's floor client: read the streams, drop the bytes")]
+struct Args {
+    #[arg(long)]
+    base_url: String,
+    #[arg(long)]
+    prompts: std::path::PathBuf,
+    #[arg(long)]
+    out: std::path::PathBuf,
+    #[arg(long)]
+    model: String,
+    #[arg(long)]
+    max_tokens: u32,
+    #[arg(long)]
+    concurrency: usize,
+    #[arg(long)]
+    api_key_env: String,
+    #[arg(long)]
+    ca_cert: Option<std::path::PathBuf>,
+    /// harvest's pause before a busy park (its `--read-batch-ms`); 0 turns it off.
+    #[arg(long, default_value_t = 50)]
+    read_batch_ms: u64,
+    /// Accepted for the harness's sake (it passes the same flags to every client).
+    #[arg(long, default_value_t = 10)]
+    progress_every: u64,
+    /// cargo bench passes `--bench`.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Streams one HTTP/2 connection carries, as `harvest::openrouter::client` lays them out.
+const STREAMS_PER_CONNECTION: usize = 64;
+
+/// The tail of a response kept to find its usage (the usage chunk ends the stream, before
+/// `[DONE]`).
+const TAIL: usize = 1024;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a = Args::parse();
+    let _ = a.progress_every;
+    let _ = a.bench;
+    harvest::raise_open_files_limit();
+    let key = std::env::var(&a.api_key_env)
+        .map_err(|_| format!("the environment variable {} is not set", a.api_key_env))?;
+    let mut bodies = Vec::new();
+    for (i, line) in std::io::BufReader::new(std::fs::File::open(&a.prompts)?)
+        .lines()
+        .enumerate()
+    {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| format!("{} line {}: {e}", a.prompts.display(), i + 1))?;
+        let id = rec["id"]
+            .as_str()
+            .map_or_else(|| i.to_string(), str::to_string);
+        let messages = match rec.get("messages") {
+            Some(m) => m.clone(),
+            None => serde_json::json!([{"role": "user", "content": rec["prompt"]}]),
+        };
+        let body = serde_json::json!({
+            "model": a.model, "messages": messages, "max_tokens": a.max_tokens,
+            "stream": true, "stream_options": {"include_usage": true},
+        });
+        bodies.push((id, serde_json::to_vec(&body)?));
+    }
+    let pause = (a.read_batch_ms > 0).then(|| Duration::from_millis(a.read_batch_ms));
+    let rt = harvest::runtime::current_thread(pause)?;
+    let lines = rt.block_on(run(&a, &key, bodies))?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&a.out)?);
+    for (id, tokens) in lines {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"id": id, "usage": {"completion_tokens": tokens}})
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Every prompt's stream, `concurrency` at once over the lanes; (id, completion tokens) of
+/// each that ended with its usage.
+async fn run(
+    a: &Args,
+    key: &str,
+    bodies: Vec<(String, Vec<u8>)>,
+) -> Result<Vec<(String, u64)>, Box<dyn std::error::Error>> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))?;
+    auth.set_sensitive(true);
+    headers.insert(reqwest::header::AUTHORIZATION, auth);
+    headers.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
+    let roots = match &a.ca_cert {
+        Some(p) => reqwest::Certificate::from_pem_bundle(&std::fs::read(p)?)?,
+        None => Vec::new(),
+    };
+    let lanes = a.concurrency.div_ceil(STREAMS_PER_CONNECTION).max(1);
+    let clients = (0..lanes)
+        .map(|_| {
+            reqwest::Client::builder()
+                .tls_certs_merge(roots.clone())
+                .default_headers(headers.clone())
+                .tcp_nodelay(true)
+                .build()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let url = format!("{}/chat/completions", a.base_url.trim_end_matches('/'));
+    // As harvest's lanes do: each connection's first request goes alone, and the others of
+    // its lane wait for its response to begin, so that the lane is one HTTP/2 connection.
+    let opened: Vec<_> = (0..lanes)
+        .map(|_| tokio::sync::watch::channel(false))
+        .collect();
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..a.concurrency.min(bodies.len()) {
+        let (client, url) = (clients[w % lanes].clone(), url.clone());
+        let (bodies, next) = (bodies.clone(), next.clone());
+        let (tx, mut rx) = (opened[w % lanes].0.clone(), opened[w % lanes].1.clone());
+        let opener = w < lanes;
+        workers.push(tokio::spawn(async move {
+            if !opener {
+                let _ = rx.wait_for(|open| *open).await;
+            }
+            let mut done = Vec::new();
+            let mut first = opener.then_some(tx);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((id, body)) = bodies.get(i) else {
+                    return done;
+                };
+                if let Some(tokens) = one(&client, &url, body.clone(), first.take()).await {
+                    done.push((id.clone(), tokens));
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await?);
+    }
+    Ok(all)
+}
+
+/// One stream read to its end and dropped; its completion tokens, from the usage chunk.
+async fn one(
+    client: &reqwest::Client,
+    url: &str,
+    body: Vec<u8>,
+    opened: Option<tokio::sync::watch::Sender<bool>>,
+) -> Option<u64> {
+    let resp = client.post(url).body(body).send().await;
+    if let Some(tx) = opened {
+        // Its lane's connection is up (or failed: the others try their own).
+        let _ = tx.send(true);
+    }
+    let resp = resp.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let mut stream = resp.bytes_stream();
+    let mut tail: Vec<u8> = Vec::with_capacity(2 * TAIL);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.ok()?;
+        // Only the last bytes are kept: the usage chunk is among them at the end.
+        if chunk.len() >= TAIL {
+            tail.clear();
+            tail.extend_from_slice(&chunk[chunk.len() - TAIL..]);
+        } else {
+            if tail.len() + chunk.len() > 2 * TAIL {
+                tail.drain(..tail.len() + chunk.len() - TAIL);
+            }
+            tail.extend_from_slice(&chunk);
+        }
+    }
+    let at = memchr::memmem::rfind(&tail, b"\"completion_tokens\":")?;
+    let digits = &tail[at + b"\"completion_tokens\":".len()..];
+    let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&digits[..n]).ok()?.parse().ok()
+}
