@@ -147,7 +147,8 @@ pub(super) struct Outcome {
     pub(super) sent_at: Vec<f64>,
     /// When each request met the account's in-flight 402.
     pub(super) busy_at: Vec<f64>,
-    /// Every ten virtual seconds: the time, the streams open at each endpoint, and the bill.
+    /// Every ten virtual seconds: the time, the streams open at each endpoint, the bill and
+    /// what the core reserved.
     pub(super) samples: Vec<(f64, Vec<u64>, i64, i64)>,
 }
 
