@@ -554,9 +554,10 @@ def table(runs: list[dict], cores: int) -> str:
     for r in (h, p, fl):
         if r:
             lines.append(f"  {r['client']}: {bottleneck(r, cores)}")
-    if h and p and h["output_tokens"] != p["output_tokens"]:
-        lines.append(f"  note: output tokens differ (harvest {h['output_tokens']:,}, peer "
-                     f"{p['output_tokens']:,}): not the same outputs")
+    for other in (p, fl):
+        if h and other and h["output_tokens"] != other["output_tokens"]:
+            lines.append(f"  note: output tokens differ (harvest {h['output_tokens']:,}, "
+                         f"{other['client']} {other['output_tokens']:,}): not the same outputs")
     return "\n".join(lines)
 
 
@@ -844,6 +845,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.http1 and not a.tls:
         p.error("--http1 only means something with --tls (plain HTTP is always HTTP/1.1)")
+    if a.floor is not None and (not a.tls or a.http1):
+        p.error("--floor needs --tls without --http1: the floor is harvest's HTTPS and HTTP/2 "
+                "stack (plain HTTP/1.1 goes through harvest's own client)")
+    if a.floor is not None and not Path(a.floor).is_file():
+        p.error(f"--floor: no binary at {a.floor!r}")
     if a.concurrency is None:
         a.concurrency = {"full": "500,2000,5000", "smoke": "500", "soak": "2000"}[a.mode]
     if a.mode == "smoke" and a.n is None:

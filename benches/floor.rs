@@ -7,8 +7,9 @@
 //! in the last bytes of each response, so that the harness counts the same tokens.
 //!
 //! Its CPU per output token is what this machine and stack cost before any of harvest's own
-//! work; `scripts/bench.sh --floor` runs it beside harvest and states harvest's figure as a
-//! multiple of it.
+//! work; `scripts/bench.sh --tls --floor` runs it beside harvest and states harvest's figure as
+//! a multiple of it. Over HTTPS and HTTP/2 only: there harvest carries chat requests on
+//! reqwest as the floor does (plain HTTP/1.1 goes through harvest's own hyper client).
 //!
 //! ```text
 //! cargo bench --bench floor -- --base-url https://127.0.0.1:PORT/api/v1 --prompts P.jsonl \
@@ -43,8 +44,9 @@ struct Args {
     api_key_env: String,
     #[arg(long)]
     ca_cert: Option<std::path::PathBuf>,
-    /// harvest's pause before a busy park (its `--read-batch-ms`); 0 turns it off.
-    #[arg(long, default_value_t = 50)]
+    /// harvest's pause before a busy park (its `--read-batch-ms`, read from the same
+    /// environment variable); 0 turns it off.
+    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 50)]
     read_batch_ms: u64,
     /// Accepted for the harness's sake (it passes the same flags to every client).
     #[arg(long, default_value_t = 10)]
@@ -94,7 +96,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let pause = (a.read_batch_ms > 0).then(|| Duration::from_millis(a.read_batch_ms));
     let rt = harvest::runtime::current_thread(pause)?;
-    let lines = rt.block_on(run(&a, &key, bodies))?;
+    let asked = bodies.len();
+    let (lines, failures) = rt.block_on(run(&a, &key, bodies))?;
+    if let Some((n, first)) = failures {
+        // The harness shows this on a failed run (fewer completed than asked).
+        eprintln!("floor: {n} of {asked} responses failed; the first: {first}");
+    }
     let mut out = std::io::BufWriter::new(std::fs::File::create(&a.out)?);
     for (id, tokens) in lines {
         writeln!(
@@ -107,13 +114,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Every prompt's stream, `concurrency` at once over the lanes; (id, completion tokens) of
-/// each that ended with its usage.
+/// What one run read: (id, completion tokens) of each stream that ended with its usage, and
+/// how many did not with the first one's story.
+type Read = (Vec<(String, u64)>, Option<(usize, String)>);
+
+/// Every prompt's stream, `concurrency` at once over the lanes.
 async fn run(
     a: &Args,
     key: &str,
     bodies: Vec<(String, Vec<u8>)>,
-) -> Result<Vec<(String, u64)>, Box<dyn std::error::Error>> {
+) -> Result<Read, Box<dyn std::error::Error>> {
     let mut headers = reqwest::header::HeaderMap::new();
     let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))?;
     auth.set_sensitive(true);
@@ -137,8 +147,9 @@ async fn run(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let url = format!("{}/chat/completions", a.base_url.trim_end_matches('/'));
-    // As harvest's lanes do: each connection's first request goes alone, and the others of
-    // its lane wait for its response to begin, so that the lane is one HTTP/2 connection.
+    // As harvest's lanes do (`transport::Lane`): each connection's first request goes alone,
+    // and the others of its lane wait for its response to begin (2 s at most), so that the
+    // lane is one HTTP/2 connection.
     let opened: Vec<_> = (0..lanes)
         .map(|_| tokio::sync::watch::channel(false))
         .collect();
@@ -152,48 +163,58 @@ async fn run(
         let opener = w < lanes;
         workers.push(tokio::spawn(async move {
             if !opener {
-                let _ = rx.wait_for(|open| *open).await;
+                let open = rx.wait_for(|open| *open);
+                let _ = tokio::time::timeout(Duration::from_secs(2), open).await;
             }
-            let mut done = Vec::new();
+            let (mut done, mut failed) = (Vec::new(), None::<(usize, String)>);
             let mut first = opener.then_some(tx);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some((id, body)) = bodies.get(i) else {
-                    return done;
+                    return (done, failed);
                 };
-                if let Some(tokens) = one(&client, &url, body.clone(), first.take()).await {
-                    done.push((id.clone(), tokens));
+                match one(&client, &url, body.clone(), first.take()).await {
+                    Ok(tokens) => done.push((id.clone(), tokens)),
+                    Err(e) => {
+                        let f = failed.get_or_insert((0, e));
+                        f.0 += 1;
+                    }
                 }
             }
         }));
     }
-    let mut all = Vec::new();
+    let (mut all, mut failures) = (Vec::new(), None::<(usize, String)>);
     for w in workers {
-        all.extend(w.await?);
+        let (done, failed) = w.await?;
+        all.extend(done);
+        if let Some((n, e)) = failed {
+            failures.get_or_insert((0, e)).0 += n;
+        }
     }
-    Ok(all)
+    Ok((all, failures))
 }
 
-/// One stream read to its end and dropped; its completion tokens, from the usage chunk.
+/// One stream read to its end and dropped; its completion tokens, from the usage chunk, or
+/// what went wrong.
 async fn one(
     client: &reqwest::Client,
     url: &str,
     body: Vec<u8>,
     opened: Option<tokio::sync::watch::Sender<bool>>,
-) -> Option<u64> {
+) -> Result<u64, String> {
     let resp = client.post(url).body(body).send().await;
     if let Some(tx) = opened {
         // Its lane's connection is up (or failed: the others try their own).
         let _ = tx.send(true);
     }
-    let resp = resp.ok()?;
+    let resp = resp.map_err(|e| format!("request: {e}"))?;
     if !resp.status().is_success() {
-        return None;
+        return Err(format!("HTTP {}", resp.status()));
     }
     let mut stream = resp.bytes_stream();
     let mut tail: Vec<u8> = Vec::with_capacity(2 * TAIL);
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.ok()?;
+        let chunk = chunk.map_err(|e| format!("body: {e}"))?;
         // Only the last bytes are kept: the usage chunk is among them at the end.
         if chunk.len() >= TAIL {
             tail.clear();
@@ -205,8 +226,15 @@ async fn one(
             tail.extend_from_slice(&chunk);
         }
     }
-    let at = memchr::memmem::rfind(&tail, b"\"completion_tokens\":")?;
-    let digits = &tail[at + b"\"completion_tokens\":".len()..];
-    let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&digits[..n]).ok()?.parse().ok()
+    completion_tokens(&tail).ok_or_else(|| "no usage with completion_tokens at the end".into())
+}
+
+/// The last `"completion_tokens": N` in `tail`.
+fn completion_tokens(tail: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\"completion_tokens\":";
+    let at = memchr::memmem::rfind(tail, KEY)?;
+    let rest = &tail[at + KEY.len()..];
+    let rest = &rest[rest.iter().take_while(|b| b.is_ascii_whitespace()).count()..];
+    let n = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..n]).ok()?.parse().ok()
 }

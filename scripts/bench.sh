@@ -10,8 +10,9 @@
 #   HTTP/2, the peer on HTTP/1.1); --http1: harvest over HTTP/1.1 too
 #   scripts/bench.sh soak  [options]   1,000,000 short requests at 2,000, bounded by --deadline-s
 #   scripts/bench.sh --help            every option (--n, --concurrency, --json PATH, --keep, ...)
-#   --floor: also the floor client (benches/floor.rs, built here): harvest's streams read and
-#   dropped on harvest's own stack; harvest's CPU per token is stated as a multiple of it
+#   --floor (with --tls): also the floor client (benches/floor.rs, built here from this tree):
+#   harvest's streams read and dropped on harvest's own stack; harvest's CPU per token is
+#   stated as a multiple of it
 #
 # Environment: HARVEST_BIN=path skips the build and uses that binary; HARVEST_PEER_CACHE (default
 # ~/.cache/harvest-peers) holds the venv (bench-venv, reinstalled when requirements.txt changes);
@@ -71,10 +72,13 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "floor" and m.get("executable"):
         print(m["executable"])')"
+    if [ -z "$FLOOR" ]; then log "could not build the floor client"; exit 2; fi
     floor_args=(--floor "$FLOOR")
   else
     args+=("$arg")
   fi
 done
 
-exec "$PYTHON" "$HERE/benches/bench.py" "${args[@]}" --harvest "$BIN" "${peer_args[@]}" "${floor_args[@]}"
+# ${a[@]+"${a[@]}"}: an empty array under set -u on bash before 4.4.
+exec "$PYTHON" "$HERE/benches/bench.py" ${args[@]+"${args[@]}"} --harvest "$BIN" \
+  ${peer_args[@]+"${peer_args[@]}"} ${floor_args[@]+"${floor_args[@]}"}
