@@ -385,11 +385,16 @@ impl Supervisor {
     /// earlier run's crash left (booked, or looked up beside the new work).
     async fn begin(&mut self) -> super::reconcile::Recovery {
         if let Some(u) = self.key_usage_start {
-            // Quiet when no crash left anything open: a sound base for a later true-up.
+            // Quiet when no crash left anything open: a sound base for a later true-up. Not
+            // while crash estimates since the last base still wait for one: a base now would
+            // be after them, and no true-up could reach them (the detached-run test: a kill's
+            // request booked at its $0.0009 expectation, billed $0.000003, kept for good once
+            // a no-op run's start took a new base).
             let quiet = self.orphans.is_empty()
                 && self.unknown.is_empty()
                 && self.rebuilt.is_empty()
-                && self.closed_unconfirmed.is_empty();
+                && self.closed_unconfirmed.is_empty()
+                && (self.key_base.as_ref()).is_none_or(|b| b.estimated == Usd::ZERO);
             self.checkpoint(u, quiet, "start").await;
         }
         if let Some(agreement) = self.probe.take() {
