@@ -293,11 +293,40 @@ pub(crate) fn key_verdict(
     }
 }
 
+/// Whether a run's start may be a key true-up's new base (a quiet checkpoint): nothing an
+/// earlier run left is open (`left_open`), and no crash estimate booked since the last base
+/// still waits for a true-up (`estimates_waiting`). A base taken after such estimates would
+/// leave them out of every later true-up, and the ledger would keep them for good.
+pub(crate) fn start_is_quiet(left_open: bool, estimates_waiting: crate::domain::Usd) -> bool {
+    !left_open && estimates_waiting == crate::domain::Usd::ZERO
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::Usd;
     use crate::store::output::SpendKind;
+
+    #[test]
+    fn a_start_is_a_new_base_only_with_nothing_open_and_no_estimate_waiting() {
+        // (left open, estimates waiting since the last base, quiet)
+        let cases = [
+            (false, 0.0, true),
+            // A crash's open attempts, closed streams or rebuilt lines: not a base.
+            (true, 0.0, false),
+            // Everything settled, but a crash's estimate ($0.0009) still waits for a
+            // true-up from the older base (the detached-run test's over-count).
+            (false, 0.0009, false),
+            (true, 0.0009, false),
+        ];
+        for (open, waiting, want) in cases {
+            assert_eq!(
+                start_is_quiet(open, Usd::from_f64(waiting)),
+                want,
+                "open {open} waiting {waiting}"
+            );
+        }
+    }
 
     fn open_line(at: &str, expected: Option<f64>) -> SpendEntry {
         SpendEntry {

@@ -390,11 +390,12 @@ impl Supervisor {
             // be after them, and no true-up could reach them (the detached-run test: a kill's
             // request booked at its $0.0009 expectation, billed $0.000003, kept for good once
             // a no-op run's start took a new base).
-            let quiet = self.orphans.is_empty()
+            let left_open = !(self.orphans.is_empty()
                 && self.unknown.is_empty()
                 && self.rebuilt.is_empty()
-                && self.closed_unconfirmed.is_empty()
-                && (self.key_base.as_ref()).is_none_or(|b| b.estimated == Usd::ZERO);
+                && self.closed_unconfirmed.is_empty());
+            let waiting = (self.key_base.as_ref()).map_or(Usd::ZERO, |b| b.estimated);
+            let quiet = super::reconcile::start_is_quiet(left_open, waiting);
             self.checkpoint(u, quiet, "start").await;
         }
         if let Some(agreement) = self.probe.take() {
