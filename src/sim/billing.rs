@@ -208,6 +208,15 @@ impl Billing {
         self.lock().billing.iter().cloned().collect()
     }
 
+    /// Billed generations their providers are still running (`/generation` does not know them
+    /// yet).
+    pub fn running_generations(&self) -> usize {
+        let now = std::time::Instant::now();
+        (self.lock().generations.values())
+            .filter(|(_, ends)| *ends > now)
+            .count()
+    }
+
     /// A generation that has ended, and how long ago.
     pub fn generation(&self, id: &str) -> Option<(BillingEntry, std::time::Duration)> {
         let g = self.lock();

@@ -284,6 +284,12 @@ impl SimState {
         self.billing.per_tag()
     }
 
+    /// Billed generations their providers are still running: `/generation` learns of them
+    /// when they end.
+    pub fn running_generations(&self) -> usize {
+        self.billing.running_generations()
+    }
+
     pub fn billing_entries(&self) -> Vec<BillingEntry> {
         self.billing.billing_entries()
     }

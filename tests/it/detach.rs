@@ -273,33 +273,37 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     assert_eq!(one_row_per_id(&out), PROMPTS);
     // Generations the kill left at providers that bill a closed stream in full are known to
     // `/generation` only when the provider ends them: a short run may end first, leaving them
-    // open (and its key true-up to a run that ends with nothing open), and says so.
-    // `status --reconcile` settles them, and the next run (a no-op) trues the kill's estimates
-    // up; asked again while generations are still running, a bounded number of times.
+    // open (and its key true-up to a run that ends with nothing open), and says so. Once the
+    // simulator has ended every generation it billed, `status --reconcile` settles what is
+    // open, and the next run (a no-op) trues the kill's estimates up: the ledger is the bill.
     let billed = || sim.state.billed_total().as_f64();
     let ledger = || crate::common::ledger_total(&out).as_f64();
-    for _ in 0..10 {
-        if (ledger() - billed()).abs() < 1e-6 {
-            break;
-        }
-        let (code, said, e) = harvest(&["status", out.to_str().expect("utf-8")]);
-        assert_eq!(code, 0, "{said}{e}");
-        if said.contains("open look-ups:") {
-            let (code, o, e) = harvest(&[
-                "status",
-                "--reconcile",
-                "--api-key-env",
-                KEY_VAR,
-                "--base-url",
-                &sim.base_url(),
-                out.to_str().expect("utf-8"),
-            ]);
-            assert_eq!(code, 0, "{o}{e}");
-        }
-        let (code, o, e) = harvest(&["run", "--headless", "-c", config.to_str().expect("utf-8")]);
-        assert_eq!(code, 0, "{o}{e}");
-        tokio::time::sleep(Duration::from_secs(2)).await;
+    let ended = Instant::now();
+    while sim.state.running_generations() > 0 {
+        assert!(
+            ended.elapsed() < Duration::from_secs(60),
+            "the simulator's providers never ended their generations"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let (code, said, e) = harvest(&["status", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{said}{e}");
+    if said.contains("open look-ups:") {
+        let (code, o, e) = harvest(&[
+            "status",
+            "--reconcile",
+            "--api-key-env",
+            KEY_VAR,
+            "--base-url",
+            &sim.base_url(),
+            out.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 0, "{o}{e}");
+        let (_, said, _) = harvest(&["status", out.to_str().expect("utf-8")]);
+        assert!(!said.contains("open look-ups:"), "{said}");
+    }
+    let (code, o, e) = harvest(&["run", "--headless", "-c", config.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{o}{e}");
     let (ledger, billed) = (ledger(), billed());
     assert!(
         (ledger - billed).abs() < 1e-6,
