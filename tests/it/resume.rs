@@ -1005,8 +1005,12 @@ async fn streams_a_drain_closed_are_confirmed_by_the_next_look() {
     );
     let spent = |scan: &harvest::store::scan::DirScan| scan.ledger.total.as_f64();
     let billed = sim.state.billed_total().as_f64();
-    assert!(
-        spent(&scan()) < billed - 1e-6,
+    // Until looked up they stand at harvest's estimates (its own count of each prompt's
+    // tokens, priced as dispatched, and the tokens it read before the close), which may be
+    // under the bill (tokens in transit) or over it: the #35 in-a-row runs on a loaded machine
+    // saw 0.0022485 booked against 0.0022407 billed. So what is checked is that each was booked
+    // unconfirmed, and that the next look confirms each one and makes the ledger the bill.
+    eprintln!(
         "booked at estimates until looked up: {} against {billed}",
         spent(&scan())
     );
