@@ -308,48 +308,8 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
     assert!(
         (ledger - billed).abs() < 1e-6,
         "ledger {ledger} = bill {billed}; where they differ:\n{}",
-        ledger_against_bill(&out, &sim.state.billing_entries())
+        crate::common::ledger_against_bill(&out, &sim.state.billing_entries())
     );
-}
-
-/// Where the ledger and the simulator's bill differ, by generation: each generation whose
-/// lines do not sum to its bill, with its lines (kind, estimated, note), and the lines with no
-/// generation (key true-ups, requests that never streamed). For a failure's story.
-fn ledger_against_bill(out: &Path, bill: &[harvest::sim::BillingEntry]) -> String {
-    use harvest::store::output::SpendEntry;
-    let lines = read_jsonl::<SpendEntry>(&out.join("spend.jsonl"));
-    let mut by_gen: std::collections::BTreeMap<String, (f64, f64, Vec<String>)> =
-        std::collections::BTreeMap::new();
-    let mut loose = Vec::new();
-    for e in &lines {
-        let said = format!(
-            "{:?} {:+.8}{} {}",
-            e.kind,
-            e.usd.as_f64(),
-            if e.estimated { " (estimated)" } else { "" },
-            e.note.as_deref().unwrap_or("")
-        );
-        match &e.generation_id {
-            Some(g) => {
-                let row = by_gen.entry(g.clone()).or_default();
-                row.0 += e.usd.as_f64();
-                row.2.push(said);
-            }
-            None if e.usd.as_f64() != 0.0 => loose.push(said),
-            None => {}
-        }
-    }
-    for b in bill {
-        by_gen.entry(b.id.clone()).or_default().1 += b.cost_usd.as_f64();
-    }
-    let mut text = String::new();
-    for (g, (booked, billed, said)) in &by_gen {
-        if (booked - billed).abs() >= 1e-9 {
-            text += &format!("  {g}: booked {booked:.8}, billed {billed:.8}: {said:?}\n");
-        }
-    }
-    text += &format!("  lines with no generation: {loose:?}");
-    text
 }
 
 /// Another local user is refused by the peer-uid check, even with the socket's mode opened

@@ -94,7 +94,8 @@ fn ledger_matches_bill(sim: &SimHandle, out: &Path) {
     let billed = sim.state.billed_total().as_f64();
     assert!(
         (ledger - billed).abs() < 1e-6,
-        "ledger {ledger} against the bill {billed}"
+        "ledger {ledger} against the bill {billed}; where they differ:\n{}",
+        crate::common::ledger_against_bill(out, &sim.state.billing_entries())
     );
 }
 

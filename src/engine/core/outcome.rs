@@ -17,6 +17,17 @@ use super::journal::Once;
 use super::verdict::{AnswerRules, Shape, Verdict, verdict};
 use super::{Clock, Core, Effect, Job, row, turns};
 
+/// A paid answer, read: its text and thinking, its shape, where it was served and what it cost.
+struct Answer {
+    content: String,
+    reasoning: Option<String>,
+    split: bool,
+    shape: Shape,
+    endpoint: Option<usize>,
+    elapsed: Duration,
+    cost: Usd,
+}
+
 /// What an attempt sent: its ledger name and its parameters.
 struct Sent<'a> {
     attempt: &'a str,
@@ -189,7 +200,46 @@ impl Core {
             self.event(now, text);
         }
         let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref());
+        let mark = self.effects.len();
         self.book_answer(&job, &c, (ep.as_ref(), cost, shape), sent.attempt, now);
+        let booked = self.effects.len() - mark;
+        let answer = Answer {
+            content,
+            reasoning,
+            split,
+            shape,
+            endpoint,
+            elapsed,
+            cost,
+        };
+        self.judge_answer(job, c, answer, ep.as_ref(), &sent, now);
+        // The answer's row, turn or reject goes to the writer before its `complete` ledger
+        // line, and the writer keeps that order to the disk: a kill between them leaves a kept
+        // answer whose attempt looks open, which the next start looks up and books
+        // (`DirScan::orphans`), never a paid answer booked and kept nowhere (the #35 runs in a
+        // row caught one, `kill_9_mid_row_then_resume_leaves_one_row_per_id`).
+        self.effects[mark..].rotate_left(booked);
+    }
+
+    /// What is done with a paid answer: kept, retried or rejected.
+    fn judge_answer(
+        &mut self,
+        job: Job,
+        c: Completion,
+        a: Answer,
+        ep: Option<&RunEndpoint>,
+        sent: &Sent<'_>,
+        now: &Clock,
+    ) {
+        let Answer {
+            content,
+            reasoning,
+            split,
+            shape,
+            endpoint,
+            elapsed,
+            cost,
+        } = a;
         self.note_answer_shape(shape, job.dataset, endpoint, now);
         match self.answer_verdict(&job, shape) {
             Verdict::Keep => {}
@@ -219,7 +269,7 @@ impl Core {
             shape,
         };
         let served = row::Served {
-            endpoint: ep.as_ref(),
+            endpoint: ep,
             cost,
             elapsed,
         };

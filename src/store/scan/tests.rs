@@ -317,3 +317,63 @@ fn closed_streams_wait_for_a_confirming_adjustment() {
         assert!(scan.open.is_empty(), "{name}: the close closes the attempt");
     }
 }
+
+/// A kill between an answer's row and its `complete` line (the row goes first) leaves the row
+/// kept and its attempt open: the look-up of the next start books it, so the row is not
+/// counted again as unbooked; a generation a `--repair` rebuilt line books is not looked up.
+#[test]
+fn a_kept_answer_whose_complete_line_a_kill_cut_is_looked_up_not_counted_twice() {
+    use crate::store::output::{SpendEntry, SpendKind};
+    let line = |kind: SpendKind, attempt: &str, generation: Option<&str>| SpendEntry {
+        attempt: Some(attempt.into()),
+        generation_id: generation.map(str::to_string),
+        expected_usd: Some(Usd::from_f64(0.5)),
+        ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), "a", "d")
+    };
+    let write = |dir: &Path, lines: &[SpendEntry]| {
+        let text: String = (lines.iter())
+            .map(|l| serde_json::to_string(l).expect("json") + "\n")
+            .collect();
+        std::fs::write(ledger_path(dir), text).expect("ledger");
+        let mut row = crate::store::output::tests::rec("a", 3_000_000);
+        row.generation_id = Some("g1".into());
+        let row = serde_json::to_string(&row).expect("json") + "\n";
+        std::fs::write(output_path(dir, "d"), row).expect("row");
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    write(
+        dir.path(),
+        &[
+            line(SpendKind::Dispatched, "r-1", None),
+            line(SpendKind::Started, "r-1", Some("g1")),
+        ],
+    );
+    let s = scan_dir(dir.path(), &["d".to_string()]).expect("scan");
+    let orphans: Vec<_> = (s.orphans().iter())
+        .filter_map(|e| e.generation_id.clone())
+        .collect();
+    assert_eq!(orphans, ["g1"], "its look-up books the kept answer");
+    assert_eq!(s.datasets[0].unbooked, Usd::ZERO, "and only the look-up");
+    assert_eq!(s.carried(), Usd::ZERO);
+    // Neither the line nor the look-up: the row's own cost is what was spent.
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), &[line(SpendKind::Dispatched, "r-1", None)]);
+    let s = scan_dir(dir.path(), &["d".to_string()]).expect("scan");
+    assert!(s.orphans().is_empty());
+    assert_eq!(s.carried(), Usd::from_pico(3_000_000));
+    // A `--repair` rebuilt the line: booked, and the open attempt is not asked about.
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut rebuilt = line(SpendKind::Complete, REBUILT, Some("g1"));
+    rebuilt.usd = Usd::from_pico(3_000_000);
+    write(
+        dir.path(),
+        &[
+            line(SpendKind::Dispatched, "r-1", None),
+            line(SpendKind::Started, "r-1", Some("g1")),
+            rebuilt,
+        ],
+    );
+    let s = scan_dir(dir.path(), &["d".to_string()]).expect("scan");
+    assert!(s.orphans().is_empty(), "{:?}", s.orphans());
+    assert_eq!(s.carried(), Usd::from_pico(3_000_000));
+}

@@ -257,16 +257,20 @@ fn the_same_seed_runs_the_same_way() {
 /// Kimi K2.5's faithful endpoints under OpenRouter's routing, 2,000 streams, `max_tokens`
 /// 16,384, answers of 1,700 tokens on average, and budgets the expected mode spends in one to
 /// a few minutes. For each: the time to within 0.5% of the budget in both modes, what was
-/// billed against the budget, the answers kept and what each cost. Its ratios are the
-/// binary's (12 worlds: 2.85× at $20, 1.54× at $60; `scripts/seed-shape.sh` at fda4eeb:
-/// 2.8× and 1.52×): a rule is measured here first. Run with
-/// `cargo test --lib seed_shape_figures -- --ignored --nocapture` (`HARVEST_SIM_SEEDS=N` for N
-/// worlds a budget).
+/// billed against the budget, the answers kept, what each cost and how often the dollar cap
+/// tripped. Its ratios are the binary's (12 worlds: 2.85× at $20, 1.54× at $60;
+/// `scripts/seed-shape.sh` at fda4eeb: 2.8× and 1.52×): a rule is measured here first. Run
+/// with `cargo test --lib seed_shape_figures -- --ignored --nocapture` (`HARVEST_SIM_SEEDS=N`
+/// for N worlds a budget, `HARVEST_SIM_BUDGETS=20,60,100` for the budgets in dollars).
 #[test]
 #[ignore = "prints figures; run by hand"]
 fn seed_shape_figures() {
     let seeds = seeds(6);
-    for budget in [20.0, 60.0] {
+    let budgets: Vec<f64> = std::env::var("HARVEST_SIM_BUDGETS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|b| b.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![20.0, 60.0]);
+    for budget in budgets {
         let worlds: Vec<World> = (seeds.iter())
             .flat_map(|&s| {
                 [BudgetMode::Hard, BudgetMode::Expected].map(|m| {
@@ -283,11 +287,12 @@ fn seed_shape_figures() {
             let b = Usd::from_f64(budget).pico() as f64;
             let line = |o: &Outcome| {
                 format!(
-                    "{:6.1} s, billed {:.4}, {:6} answers, {:.6} $/answer",
+                    "{:6.1} s, billed {:.4}, {:6} answers, {:.6} $/answer, {} trips",
                     o.to_budget_s,
                     o.bill_pico as f64 / b,
                     o.answered,
-                    o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64
+                    o.bill_pico as f64 / 1e12 / o.answered.max(1) as f64,
+                    o.seen.get("dollar cap").copied().unwrap_or(0)
                 )
             };
             let ratio = o[0].to_budget_s / o[1].to_budget_s.max(1e-9);
