@@ -17,17 +17,6 @@ use super::journal::Once;
 use super::verdict::{AnswerRules, Shape, Verdict, verdict};
 use super::{Clock, Core, Effect, Job, row, turns};
 
-/// A paid answer, read: its text and thinking, its shape, where it was served and what it cost.
-struct Answer {
-    content: String,
-    reasoning: Option<String>,
-    split: bool,
-    shape: Shape,
-    endpoint: Option<usize>,
-    elapsed: Duration,
-    cost: Usd,
-}
-
 /// What an attempt sent: its ledger name and its parameters.
 struct Sent<'a> {
     attempt: &'a str,
@@ -203,16 +192,18 @@ impl Core {
         let mark = self.effects.len();
         self.book_answer(&job, &c, (ep.as_ref(), cost, shape), sent.attempt, now);
         let booked = self.effects.len() - mark;
-        let answer = Answer {
+        let kept = row::Kept {
             content,
             reasoning,
             split,
             shape,
-            endpoint,
-            elapsed,
-            cost,
         };
-        self.judge_answer(job, c, answer, ep.as_ref(), &sent, now);
+        let served = row::Served {
+            endpoint: ep.as_ref(),
+            cost,
+            elapsed,
+        };
+        self.judge_answer(job, c, kept, (&served, endpoint), &sent, now);
         // The answer's row, turn or reject goes to the writer before its `complete` ledger
         // line, and the writer keeps that order to the disk: a kill between them leaves a kept
         // answer whose attempt looks open, which the next start looks up and books
@@ -226,20 +217,12 @@ impl Core {
         &mut self,
         job: Job,
         c: Completion,
-        a: Answer,
-        ep: Option<&RunEndpoint>,
+        kept: row::Kept,
+        (served, endpoint): (&row::Served<'_>, Option<usize>),
         sent: &Sent<'_>,
         now: &Clock,
     ) {
-        let Answer {
-            content,
-            reasoning,
-            split,
-            shape,
-            endpoint,
-            elapsed,
-            cost,
-        } = a;
+        let shape = kept.shape;
         self.note_answer_shape(shape, job.dataset, endpoint, now);
         match self.answer_verdict(&job, shape) {
             Verdict::Keep => {}
@@ -262,18 +245,7 @@ impl Core {
                 return self.reject(job, why, kind, FailureCause::default(), now);
             }
         }
-        let kept = row::Kept {
-            content,
-            reasoning,
-            split,
-            shape,
-        };
-        let served = row::Served {
-            endpoint: ep,
-            cost,
-            elapsed,
-        };
-        self.keep_answer(job, c, kept, &served, (endpoint, sent.params), now);
+        self.keep_answer(job, c, kept, served, (endpoint, sent.params), now);
     }
 
     /// The answer's ledger line: what it cost (a paid answer with nothing in it counts among
