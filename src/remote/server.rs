@@ -191,10 +191,15 @@ impl ControlServer {
         &self.path
     }
 
-    /// Stops listening, gives each connection up to `grace` to send its last snapshot, and
-    /// removes the socket file.
+    /// Stops listening and removes the socket file, then gives each connection up to `grace`
+    /// to send its last snapshot.
     pub async fn close(self, grace: Duration) {
         self.listening.cancel();
+        // The file goes as the listening stops, not after the viewers' grace: in between, no
+        // engine answers on it and the run may have let go of its directory already, so a
+        // `status` would find a socket nobody serves (a loaded machine's #35 runs saw it).
+        // The viewers already connected keep their connections.
+        let _ = std::fs::remove_file(&self.path);
         self.tracker.close();
         // Connections end by themselves once the run's last snapshot is sent; those that do
         // not (a viewer that stopped reading) are cancelled after the grace.
