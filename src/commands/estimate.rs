@@ -142,7 +142,7 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
         let ledger = read_ledger(dir)?;
         let mut unbooked = Usd::ZERO;
         for d in &cfg.datasets {
-            let outs = read_outputs(dir, &d.name, &ledger.booked, &mut speeds)?;
+            let outs = read_outputs(dir, &d.name, &ledger.completes, &mut speeds)?;
             unbooked += outs.unbooked;
             if outs.unreadable > 0 {
                 notes.push(format!(
@@ -220,9 +220,8 @@ pub async fn gather(cfg: &Config, opts: &EstimateOptions) -> anyhow::Result<Inpu
 #[derive(Debug, Default)]
 struct LedgerFacts {
     spent: Usd,
-    /// Prompt ids whose answers the ledger books ([`scan::LedgerScan::is_booked`]): with a
-    /// `complete` line, or an attempt left open that a run's look-up books.
-    booked: HashSet<String>,
+    /// Prompt ids with a `complete` line.
+    completes: HashSet<String>,
     /// Attempts dispatched or started and not closed: in flight, or left by a crash.
     open_attempts: u64,
     /// Damaged lines (see [`scan`]), and the first one's place.
@@ -241,11 +240,7 @@ fn read_ledger(dir: &Path) -> Result<LedgerFacts, BadInput> {
         open_attempts: scan.open_attempts(),
         unreadable: scan.file.damaged,
         first_damage: scan.file.damage_text(),
-        booked: {
-            let mut ids = scan.completes;
-            ids.extend(scan.open_ids);
-            ids
-        },
+        completes: scan.completes,
     })
 }
 
@@ -322,46 +317,41 @@ fn damage_hint(first: Option<&str>) -> String {
 fn read_outputs(
     dir: &Path,
     dataset: &str,
-    booked: &HashSet<String>,
+    completes: &HashSet<String>,
     speeds: &mut HashMap<String, SpeedSample>,
 ) -> Result<DatasetOutputs, BadInput> {
     let mut answers = 0;
-    let found = scan::scan_dataset(
-        dir,
-        dataset,
-        |id| booked.contains(id),
-        |r| {
-            // A regenerated conversation is one answer per turn, each with its own speed.
-            let turns: Vec<(Option<&String>, u64, u64)> = if r.turns.is_empty() {
-                vec![(
-                    r.endpoint_tag.as_ref(),
-                    r.usage.completion_tokens,
-                    r.latency_ms,
-                )]
-            } else {
-                (r.turns.iter())
-                    .map(|t| {
-                        (
-                            t.endpoint_tag.as_ref(),
-                            t.usage.completion_tokens,
-                            t.latency_ms,
-                        )
-                    })
-                    .collect()
-            };
-            answers += turns.len() as u64;
-            for (tag, tokens, ms) in turns {
-                if let Some(tag) = tag
-                    && ms > 0
-                {
-                    speeds
-                        .entry(tag.clone())
-                        .or_default()
-                        .add(tokens, ms as f64 / 1000.0);
-                }
+    let found = scan::scan_dataset(dir, dataset, completes, |r| {
+        // A regenerated conversation is one answer per turn, each with its own speed.
+        let turns: Vec<(Option<&String>, u64, u64)> = if r.turns.is_empty() {
+            vec![(
+                r.endpoint_tag.as_ref(),
+                r.usage.completion_tokens,
+                r.latency_ms,
+            )]
+        } else {
+            (r.turns.iter())
+                .map(|t| {
+                    (
+                        t.endpoint_tag.as_ref(),
+                        t.usage.completion_tokens,
+                        t.latency_ms,
+                    )
+                })
+                .collect()
+        };
+        answers += turns.len() as u64;
+        for (tag, tokens, ms) in turns {
+            if let Some(tag) = tag
+                && ms > 0
+            {
+                speeds
+                    .entry(tag.clone())
+                    .or_default()
+                    .add(tokens, ms as f64 / 1000.0);
             }
-        },
-    )
+        }
+    })
     .map_err(cannot)?;
     let ex = found.existing;
     Ok(DatasetOutputs {

@@ -394,37 +394,32 @@ fn gather(dir: &Path, names: &[String]) -> Result<Gathered, ReportError> {
     .map_err(scan_error)?;
     for d in names {
         let i = index[d.as_str()];
-        let found = scan::scan_dataset(
-            dir,
-            d,
-            |id| ledger.is_booked(id),
-            |r: &OutputRecord| {
-                spend.records += r.cost_usd;
-                let gids: Vec<&str> = if r.turns.is_empty() {
-                    r.generation_id.iter().map(String::as_str).collect()
-                } else {
-                    r.turns
-                        .iter()
-                        .filter_map(|t| t.generation_id.as_deref())
-                        .collect()
-                };
-                if gids.is_empty() {
-                    // A server that names no generation: the row is its own evidence.
-                    spend.answers_kept += r.cost_usd;
-                }
-                for g in gids {
-                    spend.answers_kept += booked.remove(&gid_key(g)).unwrap_or_default();
-                }
-                let mut last = None;
-                for (ep, a) in answers_of(r) {
-                    accs.entry((i, ep.clone())).or_default().add_answer(a);
-                    last = Some(ep);
-                }
-                if let Some(ep) = last {
-                    accs.entry((i, ep)).or_default().add_row();
-                }
-            },
-        )
+        let found = scan::scan_dataset(dir, d, &ledger.completes, |r: &OutputRecord| {
+            spend.records += r.cost_usd;
+            let gids: Vec<&str> = if r.turns.is_empty() {
+                r.generation_id.iter().map(String::as_str).collect()
+            } else {
+                r.turns
+                    .iter()
+                    .filter_map(|t| t.generation_id.as_deref())
+                    .collect()
+            };
+            if gids.is_empty() {
+                // A server that names no generation: the row is its own evidence.
+                spend.answers_kept += r.cost_usd;
+            }
+            for g in gids {
+                spend.answers_kept += booked.remove(&gid_key(g)).unwrap_or_default();
+            }
+            let mut last = None;
+            for (ep, a) in answers_of(r) {
+                accs.entry((i, ep.clone())).or_default().add_answer(a);
+                last = Some(ep);
+            }
+            if let Some(ep) = last {
+                accs.entry((i, ep)).or_default().add_row();
+            }
+        })
         .map_err(scan_error)?;
         refuse_damage(&found.outputs_file)?;
         refuse_damage(&found.rejects_file)?;

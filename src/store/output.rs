@@ -422,9 +422,6 @@ impl Drop for WriterThread {
     }
 }
 
-/// The most ledger bytes a batch holds back before its records are flushed and they follow.
-const LEDGER_BATCH: usize = 64 * 1024;
-
 fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     // fsync (for power loss) happens on a thread of its own once a second, so that it never
     // holds up writes: a line handed to the OS survives `kill -9` whatever the disk does.
@@ -450,21 +447,6 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
         w.write_all(line.as_bytes())?;
         w.write_all(b"\n")
     };
-    // Rows, rejects and turns reach the OS before the ledger lines of their batch: a kill
-    // between the two then leaves a kept answer whose attempt looks open (the next start
-    // looks it up and books it), never an answer booked `complete` and kept nowhere. A
-    // `BufWriter` of the ledger would reach the OS whenever it filled, so a batch's ledger
-    // lines wait here until its records are flushed.
-    let mut ledger_lines: Vec<u8> = Vec::with_capacity(LEDGER_BATCH);
-    let put_ledger = |f: &mut Files, lines: &mut Vec<u8>| -> std::io::Result<()> {
-        for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
-            w.flush()?;
-        }
-        f.turns.flush()?;
-        f.ledger.write_all(lines)?;
-        lines.clear();
-        f.ledger.flush()
-    };
     while let Some(first) = rx.blocking_recv() {
         let mut op = Some(first);
         let mut waiters = Vec::new();
@@ -473,19 +455,17 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
             match o {
                 Op::Output(d, line) => write_line(&mut f.outputs[d], &line)?,
                 Op::Reject(d, line) => write_line(&mut f.rejects[d], &line)?,
+                Op::Spend(line) => write_line(&mut f.ledger, &line)?,
                 Op::Turn(line) => write_line(&mut f.turns, &line)?,
-                Op::Spend(line) => {
-                    ledger_lines.extend_from_slice(line.as_bytes());
-                    ledger_lines.push(b'\n');
-                    if ledger_lines.len() >= LEDGER_BATCH {
-                        put_ledger(&mut f, &mut ledger_lines)?;
-                    }
-                }
                 Op::Flush(w) => waiters.push(w),
             }
             op = rx.try_recv().ok();
         }
-        put_ledger(&mut f, &mut ledger_lines)?;
+        for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
+            w.flush()?;
+        }
+        f.ledger.flush()?;
+        f.turns.flush()?;
         if !waiters.is_empty() {
             for file in &f.raw {
                 file.sync_data()?;
@@ -498,8 +478,8 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
         w.flush()?;
     }
-    f.turns.flush()?;
     f.ledger.flush()?;
+    f.turns.flush()?;
     for file in &f.raw {
         file.sync_data()?;
     }
@@ -541,11 +521,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    /// A kept answer of prompt `id` that cost `cost` picodollars (also for other modules' tests).
-    pub(crate) fn rec(id: &str, cost: i64) -> OutputRecord {
+    fn rec(id: &str, cost: i64) -> OutputRecord {
         OutputRecord {
             id: id.into(),
             conversations: vec![

@@ -50,9 +50,15 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let dir_lock =
         (r.lock).ok_or_else(|| EngineError::Startup("the output directory's lock".into()))?;
     let key_usage_start = r.key.as_ref().map(|k| k.usage);
-    // Generations a crash left open (started, never closed, booked by no rebuilt line), their
-    // answers kept or not: the supervisor asks the API what they cost beside the new work.
-    let orphans: Vec<SpendEntry> = r.ledger.orphans();
+    // Generations a crash left open (started, never closed, not among the outputs): the
+    // supervisor asks the API what they cost beside the new work.
+    let orphans: Vec<SpendEntry> = (r.ledger.open.into_iter())
+        .filter(|e| {
+            e.generation_id
+                .as_ref()
+                .is_some_and(|g| !r.output_generations.contains(g))
+        })
+        .collect();
     let (writer, writer_thread) =
         Writer::start(&r.dir, &r.names).map_err(|e| EngineError::Input(e.to_string()))?;
     let shared = shared(

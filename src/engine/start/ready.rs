@@ -54,6 +54,7 @@ pub(super) struct Ready {
     pub(super) datasets: Vec<DatasetRun>,
     pub(super) carried: Usd,
     pub(super) ledger: crate::store::scan::LedgerScan,
+    pub(super) output_generations: HashSet<String>,
     pub(super) client: OpenRouterClient,
     pub(super) endpoints: Vec<RunEndpoint>,
     pub(super) own_clients: HashMap<String, OpenRouterClient>,
@@ -115,6 +116,7 @@ pub(super) async fn ready(
     // Outputs whose ledger line was lost in a crash still cost money.
     let carried = prepared.carried();
     let ledger = prepared.ledger;
+    let mut output_generations = HashSet::new();
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
     let mut sizes = (0u64, 0u64);
@@ -126,6 +128,7 @@ pub(super) async fn ready(
     let progress = opts.scan_progress.clone().unwrap_or_default();
     let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
     for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {
+        output_generations.extend(found.existing.generation_ids.iter().cloned());
         let counted = counted.map_err(|e| EngineError::Input(e.to_string()))?;
         datasets.push(ready_dataset(
             &cfg, opts, d, found, counted, &mut notes, &mut sizes,
@@ -169,6 +172,7 @@ pub(super) async fn ready(
         datasets,
         carried,
         ledger,
+        output_generations,
         client,
         endpoints,
         own_clients,

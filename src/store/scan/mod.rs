@@ -260,13 +260,12 @@ pub struct DatasetScan {
     pub rejects_file: FileScan,
 }
 
-/// Reads the outputs and rejects of `dataset`; `booked` (from [`scan_ledger`]:
-/// [`LedgerScan::is_booked`]) tells which prompt ids' answers the ledger books. `each` sees
-/// every output record.
+/// Reads the outputs and rejects of `dataset`; `completes` (from [`scan_ledger`]) tells which
+/// outputs the ledger has booked. `each` sees every output record.
 pub fn scan_dataset(
     dir: &Path,
     dataset: &str,
-    booked: impl Fn(&str) -> bool,
+    completes: &HashSet<String>,
     mut each: impl FnMut(&OutputRecord),
 ) -> Result<DatasetScan, ScanError> {
     let mut ex = ExistingDataset::default();
@@ -285,7 +284,7 @@ pub fn scan_dataset(
         ex.output_tokens += r.usage.completion_tokens;
         ex.prompt_tokens += r.usage.prompt_tokens;
         ex.cost += r.cost_usd;
-        if !booked(&r.id) {
+        if !completes.contains(&r.id) {
             unbooked += r.cost_usd;
         }
         if let Some(g) = r.generation_id {
@@ -314,8 +313,6 @@ pub struct LedgerScan {
     pub entries: u64,
     /// Prompt ids with a `complete` line.
     pub completes: HashSet<String>,
-    /// Prompt ids with an attempt in [`LedgerScan::open`].
-    pub open_ids: HashSet<String>,
     /// `started` attempts with no closing line: in flight, or what a crash left open, with a
     /// generation id to look up.
     pub open: Vec<SpendEntry>,
@@ -329,9 +326,6 @@ pub struct LedgerScan {
     /// [`REBUILT`]) and that no look-up has confirmed yet: a run asks
     /// `GET /generation` for each, beside its new work.
     pub rebuilt: Vec<SpendEntry>,
-    /// The generations of every rebuilt `complete` line, confirmed or not: their own attempts'
-    /// lines were lost, so an attempt of theirs still open is booked already.
-    pub rebuilt_generations: HashSet<String>,
     /// Streams a run closed (`cancelled` lines, booked at its estimate) that no look-up has
     /// confirmed yet (no `adjustment` line of their attempt): the end of that run did not
     /// hear from `GET /generation` in time, and where closing does not stop the bill the
@@ -350,28 +344,6 @@ pub struct KeyBase {
 }
 
 impl LedgerScan {
-    /// Whether the ledger books prompt `id`'s answer: it has a `complete` line, or
-    /// an attempt left open that the next start looks up (a kill between an answer's row and
-    /// its `complete` line leaves the row kept and its attempt open). An output of any other
-    /// id was paid for and is not booked.
-    pub fn is_booked(&self, id: &str) -> bool {
-        self.completes.contains(id) || self.open_ids.contains(id)
-    }
-
-    /// Generations a crash left open (`started`, never closed) that no rebuilt line books:
-    /// what they cost must be asked of the API, whether their answer was kept or not.
-    pub fn orphans(&self) -> Vec<SpendEntry> {
-        self.open
-            .iter()
-            .filter(|e| {
-                e.generation_id
-                    .as_ref()
-                    .is_some_and(|g| !self.rebuilt_generations.contains(g))
-            })
-            .cloned()
-            .collect()
-    }
-
     /// Attempts not closed (open or unknown).
     pub fn open_attempts(&self) -> u64 {
         (self.open.len() + self.unknown.len()) as u64
@@ -413,7 +385,6 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         if e.attempt.as_deref() == Some(REBUILT) {
             match e.kind {
                 SpendKind::Complete if e.generation_id.is_some() => {
-                    scan.rebuilt_generations.extend(e.generation_id.clone());
                     rebuilt.insert(e.id.clone(), e.clone());
                 }
                 SpendKind::Adjustment => {
@@ -492,7 +463,6 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
     // cost of its `dispatched` line, booked when the API never learns of it).
     scan.unknown = dispatched.into_values().collect();
     scan.open = started.into_values().collect();
-    scan.open_ids = scan.open.iter().map(|e| e.id.clone()).collect();
     scan.closed_unconfirmed = unconfirmed.into_values().collect();
     Ok(scan)
 }
@@ -529,9 +499,24 @@ impl std::fmt::Display for Problem {
 }
 
 impl DirScan {
-    /// Generations a crash left open that no rebuilt line books ([`LedgerScan::orphans`]).
+    /// Generations a crash left open (`started`, never closed) whose answer is not among the
+    /// outputs: what they cost must be asked of the API.
     pub fn orphans(&self) -> Vec<SpendEntry> {
-        self.ledger.orphans()
+        let answered: HashSet<&String> = self
+            .datasets
+            .iter()
+            .flat_map(|d| d.existing.generation_ids.iter())
+            .collect();
+        self.ledger
+            .open
+            .iter()
+            .filter(|e| {
+                e.generation_id
+                    .as_ref()
+                    .is_some_and(|g| !answered.contains(g))
+            })
+            .cloned()
+            .collect()
     }
 
     /// Every file read, ledger first.
@@ -580,7 +565,7 @@ pub fn scan_dir(dir: &Path, datasets: &[String]) -> Result<DirScan, ScanError> {
     let ledger = scan_ledger(dir, |_| {})?;
     let datasets = datasets
         .iter()
-        .map(|d| scan_dataset(dir, d, |id| ledger.is_booked(id), |_| {}))
+        .map(|d| scan_dataset(dir, d, &ledger.completes, |_| {}))
         .collect::<Result<_, _>>()?;
     Ok(DirScan { ledger, datasets })
 }
