@@ -447,25 +447,56 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
         w.write_all(line.as_bytes())?;
         w.write_all(b"\n")
     };
+    // Lines reach the OS in the order they were queued, across files: the writer flushes what
+    // it buffered for one side (the ledger, or the records: rows, rejects, turns) before it
+    // writes to the other. So an answer's row or turn is on disk before its `complete` line
+    // (a kill between them leaves a kept answer whose attempt is open, which the next start
+    // books from the record), and an attempt's `started` line before its row. A batch that
+    // does not switch sides still goes out in one write a file.
+    let flush_records = |f: &mut Files| -> std::io::Result<()> {
+        for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
+            w.flush()?;
+        }
+        f.turns.flush()
+    };
+    // Which side holds unflushed lines: `Some(true)` the ledger, `Some(false)` the records.
+    let mut buffered: Option<bool> = None;
     while let Some(first) = rx.blocking_recv() {
         let mut op = Some(first);
         let mut waiters = Vec::new();
         // Drain what is queued now: one batch, then one flush to the OS.
         while let Some(o) = op.take() {
+            let ledger_side = match &o {
+                Op::Spend(_) => Some(true),
+                Op::Output(..) | Op::Reject(..) | Op::Turn(_) => Some(false),
+                Op::Flush(_) => None,
+            };
+            if let Some(side) = ledger_side {
+                match buffered {
+                    Some(true) if !side => f.ledger.flush()?,
+                    Some(false) if side => flush_records(&mut f)?,
+                    _ => {}
+                }
+                buffered = Some(side);
+            }
             match o {
                 Op::Output(d, line) => write_line(&mut f.outputs[d], &line)?,
                 Op::Reject(d, line) => write_line(&mut f.rejects[d], &line)?,
-                Op::Spend(line) => write_line(&mut f.ledger, &line)?,
                 Op::Turn(line) => write_line(&mut f.turns, &line)?,
+                Op::Spend(line) => write_line(&mut f.ledger, &line)?,
                 Op::Flush(w) => waiters.push(w),
             }
             op = rx.try_recv().ok();
         }
-        for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
-            w.flush()?;
+        // The side written last goes last.
+        if buffered == Some(true) {
+            flush_records(&mut f)?;
+            f.ledger.flush()?;
+        } else {
+            f.ledger.flush()?;
+            flush_records(&mut f)?;
         }
-        f.ledger.flush()?;
-        f.turns.flush()?;
+        buffered = None;
         if !waiters.is_empty() {
             for file in &f.raw {
                 file.sync_data()?;
@@ -478,8 +509,8 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
         w.flush()?;
     }
-    f.ledger.flush()?;
     f.turns.flush()?;
+    f.ledger.flush()?;
     for file in &f.raw {
         file.sync_data()?;
     }
@@ -521,10 +552,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rec(id: &str, cost: i64) -> OutputRecord {
+    /// A kept answer of prompt `id` that cost `cost` picodollars (also for other modules' tests).
+    pub(crate) fn rec(id: &str, cost: i64) -> OutputRecord {
         OutputRecord {
             id: id.into(),
             conversations: vec![

@@ -180,6 +180,102 @@ pub(super) fn replace_with(
     Ok(())
 }
 
+/// What a kept answer's record says it cost, for its `complete` line.
+struct KeptCost {
+    generation: Option<String>,
+    endpoint: Option<String>,
+    usd: Usd,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    estimated: bool,
+}
+
+impl KeptCost {
+    fn of_turn(t: &super::output::TurnRecord) -> KeptCost {
+        KeptCost {
+            generation: t.generation_id.clone(),
+            endpoint: t.endpoint_tag.clone(),
+            usd: t.cost_usd,
+            prompt_tokens: t.usage.prompt_tokens,
+            completion_tokens: t.usage.completion_tokens,
+            estimated: t.cost_estimated,
+        }
+    }
+
+    /// A row's answers: its one answer, or each turn of a regenerated conversation.
+    fn of_row(r: &OutputRecord) -> Vec<KeptCost> {
+        if !r.turns.is_empty() {
+            return r.turns.iter().map(KeptCost::of_turn).collect();
+        }
+        vec![KeptCost {
+            generation: r.generation_id.clone(),
+            endpoint: r.endpoint_tag.clone(),
+            usd: r.cost_usd,
+            prompt_tokens: r.usage.prompt_tokens,
+            completion_tokens: r.usage.completion_tokens,
+            estimated: r.cost_estimated,
+        }]
+    }
+}
+
+/// Kept answers whose `complete` line a crash cut: the writer puts an answer's row or turn on
+/// disk before its ledger line, so a kill between the two leaves the answer kept and its
+/// attempt open (`started`, no closing line). Each such answer is booked here at its record's
+/// own cost, under the open attempt's name, which closes it: no look-up and no key needed, and
+/// nothing counted twice. Returns how many lines and dollars.
+pub(crate) fn book_kept_answers(
+    dir: &Path,
+    datasets: &[String],
+    scan: &DirScan,
+) -> Result<(u64, Usd), RepairError> {
+    let mut open: std::collections::HashMap<&str, &SpendEntry> = (scan.ledger.open.iter())
+        .filter_map(|e| Some((e.generation_id.as_deref()?, e)))
+        .collect();
+    if open.is_empty() {
+        return Ok((0, Usd::ZERO));
+    }
+    let mut kept = Vec::new();
+    for d in datasets {
+        scan::read_file(&output_path(dir, d), |r: OutputRecord| {
+            kept.extend(KeptCost::of_row(&r));
+        })?;
+    }
+    scan::read_file(
+        &super::output::turns_path(dir),
+        |t: super::output::TurnLine| {
+            kept.push(KeptCost::of_turn(&t.record));
+        },
+    )?;
+    let at = chrono::Utc::now().to_rfc3339();
+    let mut lines = Vec::new();
+    for k in kept {
+        let Some(e) = k.generation.as_deref().and_then(|g| open.remove(g)) else {
+            continue;
+        };
+        lines.push(SpendEntry {
+            endpoint: k.endpoint,
+            usd: k.usd,
+            prompt_tokens: k.prompt_tokens,
+            completion_tokens: k.completion_tokens,
+            estimated: k.estimated,
+            generation_id: k.generation,
+            attempt: e.attempt.clone(),
+            note: Some("booked at the start from the kept answer: a crash cut its line".into()),
+            ..SpendEntry::new(
+                SpendKind::Complete,
+                at.clone(),
+                e.id.clone(),
+                e.dataset.clone(),
+            )
+        });
+    }
+    let usd = lines.iter().map(|e| e.usd).sum();
+    if !lines.is_empty() {
+        append_spend(dir, &lines).map_err(io(&ledger_path(dir)))?;
+    }
+    Ok((lines.len() as u64, usd))
+}
+
 /// Appends a `complete` line (attempt [`REBUILT`]) for each output of `datasets` that the ledger
 /// has not booked, at the output's own cost. Returns how many lines and dollars.
 pub(crate) fn rebuild_ledger(
@@ -280,6 +376,15 @@ pub(crate) fn prepare(
                 t.offset
             ));
         }
+    }
+    let (n, usd) = book_kept_answers(dir, datasets, &scan)?;
+    if n > 0 {
+        notes.push(format!(
+            "{}: booked {n} kept answer{} ({usd}) whose `complete` line a crash cut, at each \
+             record's own cost",
+            ledger_path(dir).display(),
+            if n == 1 { "" } else { "s" },
+        ));
     }
     if repair {
         let ledger = ledger_path(dir);
@@ -396,5 +501,104 @@ mod tests {
             std::fs::read_to_string(&p).expect("read"),
             "{\"id\":\"a\"}\n"
         );
+    }
+
+    /// A kill between an answer's row (or turn) and its `complete` line: the next start books
+    /// the answer from its record, under its open attempt, once; a second start books nothing.
+    #[test]
+    fn a_kept_answer_whose_complete_line_a_kill_cut_is_booked_from_its_record() {
+        use crate::store::output::{TurnLine, TurnRecord, tests::rec, turns_path};
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        let line = |kind: SpendKind, attempt: &str, id: &str, generation: Option<&str>| {
+            serde_json::to_string(&SpendEntry {
+                attempt: Some(attempt.into()),
+                generation_id: generation.map(str::to_string),
+                ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
+            })
+            .expect("json")
+                + "\n"
+        };
+        let ledger = [
+            line(SpendKind::Dispatched, "r-1", "a", None),
+            line(SpendKind::Started, "r-1", "a", Some("g1")),
+            line(SpendKind::Dispatched, "r-2", "b", None),
+            line(SpendKind::Started, "r-2", "b", Some("g2")),
+            // Killed in flight, nothing kept: left to the look-ups.
+            line(SpendKind::Dispatched, "r-3", "c", None),
+            line(SpendKind::Started, "r-3", "c", Some("g3")),
+        ]
+        .concat();
+        std::fs::write(ledger_path(d), ledger).expect("ledger");
+        let mut row = rec("a", 3_000_000);
+        row.generation_id = Some("g1".into());
+        std::fs::write(
+            output_path(d, "d"),
+            serde_json::to_string(&row).expect("json") + "\n",
+        )
+        .expect("row");
+        // The first turn of a row still in progress.
+        let turn = TurnLine {
+            dataset: "d".into(),
+            id: "b".into(),
+            turn: 0,
+            conversation: "c".into(),
+            content: "first".into(),
+            reasoning_content: None,
+            record: TurnRecord {
+                provider: "Chutes".into(),
+                endpoint_tag: Some("chutes/int4".into()),
+                finish_reason: "stop".into(),
+                usage: row.usage.clone(),
+                cost_usd: Usd::from_pico(2_000_000),
+                attempts: 1,
+                generation_id: Some("g2".into()),
+                ttft_ms: None,
+                latency_ms: 10,
+                inline_think: false,
+                cost_estimated: false,
+            },
+        };
+        std::fs::write(
+            turns_path(d),
+            serde_json::to_string(&turn).expect("json") + "\n",
+        )
+        .expect("turn");
+        let names = ["d".to_string()];
+        let p = prepare(d, &names, false, true).expect("prepare");
+        assert!(
+            p.notes.iter().any(|n| n.contains("booked 2 kept answers")),
+            "{:?}",
+            p.notes
+        );
+        let open: Vec<_> = (p.scan.ledger.open.iter())
+            .filter_map(|e| e.generation_id.clone())
+            .collect();
+        assert_eq!(
+            open,
+            ["g3"],
+            "only the answer kept nowhere is left to look up"
+        );
+        assert_eq!(p.scan.ledger.total, Usd::from_pico(5_000_000));
+        assert_eq!(p.scan.carried(), Usd::from_pico(5_000_000), "counted once");
+        assert!(p.scan.orphans().iter().all(|e| e.id == "c"));
+        // Booked under their own attempts, at their records' costs.
+        let booked: Vec<(Option<String>, Usd)> = std::fs::read_to_string(ledger_path(d))
+            .expect("ledger")
+            .lines()
+            .filter_map(|l| serde_json::from_str::<SpendEntry>(l).ok())
+            .filter(|e| e.kind == SpendKind::Complete)
+            .map(|e| (e.attempt, e.usd))
+            .collect();
+        assert_eq!(
+            booked,
+            [
+                (Some("r-1".into()), Usd::from_pico(3_000_000)),
+                (Some("r-2".into()), Usd::from_pico(2_000_000))
+            ]
+        );
+        let again = prepare(d, &names, false, true).expect("prepare");
+        assert!(again.notes.is_empty(), "{:?}", again.notes);
+        assert_eq!(again.scan.carried(), Usd::from_pico(5_000_000));
     }
 }

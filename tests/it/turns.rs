@@ -290,34 +290,21 @@ async fn kill_9_mid_row_then_resume_leaves_one_row_per_id() {
         })
         .count();
     assert!(spanning > 0, "no row continued across runs");
-    // An answer booked complete whose turn or row a kill cut (its ledger line reached the disk,
-    // its row did not) was paid for and asked again: the ledger holds both (it equals the bill
-    // above) and its id still ends in one row. How many there are is where the kills landed
-    // (the #35 runs in a row saw one in a loaded run), but only an answer in flight at a kill
-    // can be cut so: at most the job's concurrency (8) for each of the two kills.
+    // Every answer booked complete is a turn of a row: none paid for was thrown away. (The
+    // requests cut in flight by the kills, and those a loaded machine timed out and sent
+    // again, were never complete: how many there were is the machine's pace, not a decision.)
     let kept: HashSet<&str> = (rows.iter())
         .flat_map(|r| r.turns.iter().filter_map(|t| t.generation_id.as_deref()))
         .collect();
     let ledger: Vec<harvest::store::output::SpendEntry> = read_jsonl(&d.join("out/spend.jsonl"));
-    let thrown: Vec<&harvest::store::output::SpendEntry> = (ledger.iter())
+    let thrown: Vec<&str> = (ledger.iter())
         .filter(|e| e.kind == harvest::store::output::SpendKind::Complete)
-        .filter(|e| {
-            e.generation_id
-                .as_deref()
-                .is_some_and(|g| !kept.contains(g))
-        })
+        .filter_map(|e| e.generation_id.as_deref())
+        .filter(|g| !kept.contains(g))
         .collect();
-    for e in &thrown {
-        eprintln!(
-            "paid and asked again after a kill: {} of {}",
-            e.generation_id.as_deref().unwrap_or("?"),
-            e.id
-        );
-    }
     assert!(
-        thrown.len() <= 2 * 8,
-        "more answers cut from their rows than were in flight at the kills: {}",
-        thrown.len()
+        thrown.is_empty(),
+        "answers booked complete but in no row: {thrown:?}"
     );
     sim.stop().await;
 }

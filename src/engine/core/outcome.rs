@@ -189,7 +189,40 @@ impl Core {
             self.event(now, text);
         }
         let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref());
+        let mark = self.effects.len();
         self.book_answer(&job, &c, (ep.as_ref(), cost, shape), sent.attempt, now);
+        let booked = self.effects.len() - mark;
+        let kept = row::Kept {
+            content,
+            reasoning,
+            split,
+            shape,
+        };
+        let served = row::Served {
+            endpoint: ep.as_ref(),
+            cost,
+            elapsed,
+        };
+        self.judge_answer(job, c, kept, (&served, endpoint), &sent, now);
+        // The answer's row, turn or reject goes to the writer before its `complete` ledger
+        // line, and the writer keeps that order to the disk: a kill between them leaves a kept
+        // answer whose attempt looks open, which the next start looks up and books
+        // (`DirScan::orphans`), never a paid answer booked and kept nowhere (the #35 runs in a
+        // row caught one, `kill_9_mid_row_then_resume_leaves_one_row_per_id`).
+        self.effects[mark..].rotate_left(booked);
+    }
+
+    /// What is done with a paid answer: kept, retried or rejected.
+    fn judge_answer(
+        &mut self,
+        job: Job,
+        c: Completion,
+        kept: row::Kept,
+        (served, endpoint): (&row::Served<'_>, Option<usize>),
+        sent: &Sent<'_>,
+        now: &Clock,
+    ) {
+        let shape = kept.shape;
         self.note_answer_shape(shape, job.dataset, endpoint, now);
         match self.answer_verdict(&job, shape) {
             Verdict::Keep => {}
@@ -212,18 +245,7 @@ impl Core {
                 return self.reject(job, why, kind, FailureCause::default(), now);
             }
         }
-        let kept = row::Kept {
-            content,
-            reasoning,
-            split,
-            shape,
-        };
-        let served = row::Served {
-            endpoint: ep.as_ref(),
-            cost,
-            elapsed,
-        };
-        self.keep_answer(job, c, kept, &served, (endpoint, sent.params), now);
+        self.keep_answer(job, c, kept, served, (endpoint, sent.params), now);
     }
 
     /// The answer's ledger line: what it cost (a paid answer with nothing in it counts among

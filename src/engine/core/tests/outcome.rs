@@ -337,14 +337,16 @@ fn an_own_server_that_refuses_the_key_is_excluded_and_the_run_goes_on() {
     assert_eq!(again[0].pinned, None, "through OpenRouter");
 }
 
+/// The row before its ledger line: a kill between the two writes leaves a kept answer whose
+/// attempt looks open, which the next start's look-up books.
 #[test]
-fn an_answer_writes_its_complete_line_then_its_output() {
+fn an_answer_writes_its_output_then_its_complete_line() {
     let mut h = H::new(config(PINNED), kimi(), &[&["a"]]);
     let sent = h.dispatch();
     let effects = h.result(done(sent[0].key, sent[0].pinned, 500, 0.0042, "stop"));
     assert_eq!(effects.len(), 2, "{effects:?}");
-    let Effect::Ledger(line) = &effects[0] else {
-        panic!("the ledger line first: {effects:?}");
+    let Effect::Ledger(line) = &effects[1] else {
+        panic!("then the ledger line: {effects:?}");
     };
     assert_eq!(line.kind, SpendKind::Complete);
     assert_eq!(line.usd, Usd::from_f64(0.0042), "at the reported cost");
@@ -356,9 +358,9 @@ fn an_answer_writes_its_complete_line_then_its_output() {
         dataset,
         endpoint,
         record,
-    } = &effects[1]
+    } = &effects[0]
     else {
-        panic!("then the output: {effects:?}");
+        panic!("the output first: {effects:?}");
     };
     assert_eq!((*dataset, *endpoint), (0, sent[0].pinned));
     assert_eq!(record.id, "a");

@@ -441,3 +441,49 @@ fn a_row_rejected_midway_gives_back_what_it_held_for_its_later_turns() {
     assert_eq!(h.core.admission.datasets[0].rejected, 1);
     assert_eq!(h.core.budget.owed_pico, 0);
 }
+
+/// Where a paid answer went (a turn, a row, a reject) and its `complete` ledger line, in the
+/// order the effects give them to the writer.
+fn answer_order(effects: &[Effect]) -> Vec<&'static str> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Turn(_) => Some("turn"),
+            Effect::Output { .. } => Some("row"),
+            Effect::Reject { .. } => Some("reject"),
+            Effect::Ledger(l) if l.kind == crate::store::output::SpendKind::Complete => {
+                Some("complete")
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A kill -9 between the two writes must leave a kept answer whose attempt looks open (the
+/// next start looks it up and books it), never an answer booked complete and kept nowhere:
+/// the turn, row or reject goes to the writer first (#35's runs in a row caught the other
+/// order, `kill_9_mid_row_then_resume_leaves_one_row_per_id`).
+#[test]
+fn an_answer_goes_to_its_turn_row_or_reject_before_its_ledger_line() {
+    let mut h = harness(Turns::All, None);
+    let mut order = Vec::new();
+    for i in 0..3u64 {
+        let d = h.dispatch();
+        let fx = h.result(done(d[0].key, d[0].pinned, 100 + i, 0.01, "stop"));
+        order.push(answer_order(&fx));
+    }
+    assert_eq!(
+        order,
+        [
+            vec!["turn", "complete"],
+            vec!["turn", "complete"],
+            vec!["row", "complete"]
+        ]
+    );
+    // A cut turn rejected by `on_length = "reject"`: the reject, then the line.
+    let mut h = harness(Turns::All, None);
+    h.core.cfg.retry.on_length = crate::config::OnLength::Reject;
+    let d = h.dispatch();
+    let fx = h.result(done(d[0].key, d[0].pinned, 100, 0.01, "length"));
+    assert_eq!(answer_order(&fx), ["reject", "complete"]);
+}
