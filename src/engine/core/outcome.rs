@@ -203,16 +203,18 @@ impl Core {
             cost,
             elapsed,
         };
-        self.judge_answer(job, c, kept, (&served, endpoint), &sent, now);
-        // The answer's row, turn or reject goes to the writer before its `complete` ledger
-        // line, and the writer keeps that order to the disk: a kill between them leaves a kept
-        // answer whose attempt looks open, which the next start looks up and books
-        // (`DirScan::orphans`), never a paid answer booked and kept nowhere (the #35 runs in a
-        // row caught one, `kill_9_mid_row_then_resume_leaves_one_row_per_id`).
-        self.effects[mark..].rotate_left(booked);
+        if self.judge_answer(job, c, kept, (&served, endpoint), &sent, now) {
+            // A kept answer's row or turn goes to the writer before its `complete` ledger line,
+            // and the writer keeps that order to the disk: a kill between them leaves the answer
+            // kept and its attempt open, which the next start books from the record
+            // (`repair::book_kept_answers`), never a paid answer booked and kept nowhere (the #35
+            // runs in a row caught one, `kill_9_mid_row_then_resume_leaves_one_row_per_id`). A
+            // reject keeps the line first: it carries no generation or cost to book from.
+            self.effects[mark..].rotate_left(booked);
+        }
     }
 
-    /// What is done with a paid answer: kept, retried or rejected.
+    /// What is done with a paid answer: kept (true), retried or rejected.
     fn judge_answer(
         &mut self,
         job: Job,
@@ -221,7 +223,7 @@ impl Core {
         (served, endpoint): (&row::Served<'_>, Option<usize>),
         sent: &Sent<'_>,
         now: &Clock,
-    ) {
+    ) -> bool {
         let shape = kept.shape;
         self.note_answer_shape(shape, job.dataset, endpoint, now);
         match self.answer_verdict(&job, shape) {
@@ -235,17 +237,20 @@ impl Core {
                         "finish_reason length (retrying per retry.on_length)".into(),
                     ),
                 };
-                return self.schedule_retry(job, &err, now);
+                self.schedule_retry(job, &err, now);
+                return false;
             }
             Verdict::Reject { kind, why } => {
                 if shape == Shape::Empty {
                     // The prompt's own, not the run's: what was held before it is too.
                     self.streak_met(sent.at, now);
                 }
-                return self.reject(job, why, kind, FailureCause::default(), now);
+                self.reject(job, why, kind, FailureCause::default(), now);
+                return false;
             }
         }
         self.keep_answer(job, c, kept, served, (endpoint, sent.params), now);
+        true
     }
 
     /// The answer's ledger line: what it cost (a paid answer with nothing in it counts among

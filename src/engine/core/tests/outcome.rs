@@ -338,7 +338,7 @@ fn an_own_server_that_refuses_the_key_is_excluded_and_the_run_goes_on() {
 }
 
 /// The row before its ledger line: a kill between the two writes leaves a kept answer whose
-/// attempt looks open, which the next start's look-up books.
+/// attempt looks open, which the next start books from the row.
 #[test]
 fn an_answer_writes_its_output_then_its_complete_line() {
     let mut h = H::new(config(PINNED), kimi(), &[&["a"]]);

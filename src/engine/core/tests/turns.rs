@@ -460,11 +460,11 @@ fn answer_order(effects: &[Effect]) -> Vec<&'static str> {
 }
 
 /// A kill -9 between the two writes must leave a kept answer whose attempt looks open (the
-/// next start looks it up and books it), never an answer booked complete and kept nowhere:
-/// the turn, row or reject goes to the writer first (#35's runs in a row caught the other
+/// next start books it from its record), never an answer booked complete and kept nowhere:
+/// the turn or row goes to the writer first (#35's runs in a row caught the other
 /// order, `kill_9_mid_row_then_resume_leaves_one_row_per_id`).
 #[test]
-fn an_answer_goes_to_its_turn_row_or_reject_before_its_ledger_line() {
+fn a_kept_answer_goes_to_its_turn_or_row_before_its_ledger_line() {
     let mut h = harness(Turns::All, None);
     let mut order = Vec::new();
     for i in 0..3u64 {
@@ -480,10 +480,11 @@ fn an_answer_goes_to_its_turn_row_or_reject_before_its_ledger_line() {
             vec!["row", "complete"]
         ]
     );
-    // A cut turn rejected by `on_length = "reject"`: the reject, then the line.
+    // A cut turn rejected by `on_length = "reject"`: the line first (a reject carries no
+    // generation or cost for the next start to book from).
     let mut h = harness(Turns::All, None);
     h.core.cfg.retry.on_length = crate::config::OnLength::Reject;
     let d = h.dispatch();
     let fx = h.result(done(d[0].key, d[0].pinned, 100, 0.01, "length"));
-    assert_eq!(answer_order(&fx), ["reject", "complete"]);
+    assert_eq!(answer_order(&fx), ["complete", "reject"]);
 }
