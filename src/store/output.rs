@@ -103,6 +103,26 @@ pub struct TurnRecord {
     pub cost_estimated: bool,
 }
 
+impl OutputRecord {
+    /// Where the row's one answer came from and what it cost, as a turn's record (a row of
+    /// regenerated turns has each in `turns`).
+    pub(crate) fn answer_record(&self) -> TurnRecord {
+        TurnRecord {
+            provider: self.provider.clone(),
+            endpoint_tag: self.endpoint_tag.clone(),
+            finish_reason: self.finish_reason.clone(),
+            usage: self.usage.clone(),
+            cost_usd: self.cost_usd,
+            attempts: self.attempts,
+            generation_id: self.generation_id.clone(),
+            ttft_ms: self.ttft_ms,
+            latency_ms: self.latency_ms,
+            inline_think: self.inline_think,
+            cost_estimated: self.cost_estimated,
+        }
+    }
+}
+
 /// One prompt that failed for good.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RejectRecord {

@@ -13,9 +13,12 @@ use serde::de::DeserializeOwned;
 
 use crate::domain::Usd;
 
+use crate::engine::core::verdict::Shape;
+use crate::openrouter::ErrorKind;
+
 use super::output::{
-    OutputRecord, RejectRecord, SpendEntry, SpendKind, append_spend, ledger_path, output_path,
-    rejects_path,
+    OutputRecord, RejectRecord, SpendEntry, SpendKind, TurnLine, TurnRecord, append_spend,
+    ledger_path, output_path, rejects_path, turns_path,
 };
 use super::scan::{self, DirScan, LineClass, ScanError, Torn};
 
@@ -180,49 +183,12 @@ pub(super) fn replace_with(
     Ok(())
 }
 
-/// What a kept answer's record says it cost, for its `complete` line.
-struct KeptCost {
-    generation: Option<String>,
-    endpoint: Option<String>,
-    usd: Usd,
-    prompt_tokens: u64,
-    completion_tokens: u64,
-    estimated: bool,
-}
-
-impl KeptCost {
-    fn of_turn(t: &super::output::TurnRecord) -> KeptCost {
-        KeptCost {
-            generation: t.generation_id.clone(),
-            endpoint: t.endpoint_tag.clone(),
-            usd: t.cost_usd,
-            prompt_tokens: t.usage.prompt_tokens,
-            completion_tokens: t.usage.completion_tokens,
-            estimated: t.cost_estimated,
-        }
-    }
-
-    /// A row's answers: its one answer, or each turn of a regenerated conversation.
-    fn of_row(r: &OutputRecord) -> Vec<KeptCost> {
-        if !r.turns.is_empty() {
-            return r.turns.iter().map(KeptCost::of_turn).collect();
-        }
-        vec![KeptCost {
-            generation: r.generation_id.clone(),
-            endpoint: r.endpoint_tag.clone(),
-            usd: r.cost_usd,
-            prompt_tokens: r.usage.prompt_tokens,
-            completion_tokens: r.usage.completion_tokens,
-            estimated: r.cost_estimated,
-        }]
-    }
-}
-
 /// Kept answers whose `complete` line a crash cut: the writer puts an answer's row or turn on
 /// disk before its ledger line, so a kill between the two leaves the answer kept and its
 /// attempt open (`started`, no closing line). Each such answer is booked here at its record's
 /// own cost, under the open attempt's name, which closes it: no look-up and no key needed, and
-/// nothing counted twice. Returns how many lines and dollars.
+/// nothing counted twice (a kept answer's generation closes at most one open attempt). Returns
+/// how many lines and dollars.
 pub(crate) fn book_kept_answers(
     dir: &Path,
     datasets: &[String],
@@ -234,41 +200,63 @@ pub(crate) fn book_kept_answers(
     if open.is_empty() {
         return Ok((0, Usd::ZERO));
     }
-    let mut kept = Vec::new();
-    for d in datasets {
-        scan::read_file(&output_path(dir, d), |r: OutputRecord| {
-            kept.extend(KeptCost::of_row(&r));
-        })?;
-    }
-    scan::read_file(
-        &super::output::turns_path(dir),
-        |t: super::output::TurnLine| {
-            kept.push(KeptCost::of_turn(&t.record));
-        },
-    )?;
-    let at = chrono::Utc::now().to_rfc3339();
+    let start = chrono::Utc::now().to_rfc3339();
     let mut lines = Vec::new();
-    for k in kept {
-        let Some(e) = k.generation.as_deref().and_then(|g| open.remove(g)) else {
-            continue;
+    // Matched as each record is read: a crashed start holds only the answers it books.
+    let mut book = |t: &TurnRecord, content: &str, reasoning: Option<&str>, at: &str| {
+        let Some(e) = t.generation_id.as_deref().and_then(|g| open.remove(g)) else {
+            return;
         };
         lines.push(SpendEntry {
-            endpoint: k.endpoint,
-            usd: k.usd,
-            prompt_tokens: k.prompt_tokens,
-            completion_tokens: k.completion_tokens,
-            estimated: k.estimated,
-            generation_id: k.generation,
+            endpoint: t.endpoint_tag.clone(),
+            usd: t.cost_usd,
+            prompt_tokens: t.usage.prompt_tokens,
+            completion_tokens: t.usage.completion_tokens,
+            estimated: t.cost_estimated,
+            generation_id: t.generation_id.clone(),
             attempt: e.attempt.clone(),
+            // As the answer's own line said it: a paid answer with nothing in it.
+            error: (!t.inline_think
+                && Shape::of(&t.finish_reason, content, reasoning) == Shape::Empty)
+                .then(|| ErrorKind::Empty.to_string()),
             note: Some("booked at the start from the kept answer: a crash cut its line".into()),
             ..SpendEntry::new(
                 SpendKind::Complete,
-                at.clone(),
+                at.into(),
                 e.id.clone(),
                 e.dataset.clone(),
             )
         });
+    };
+    for d in datasets {
+        scan::read_file(&output_path(dir, d), |r: OutputRecord| {
+            let answers = (r.conversations.iter()).filter(|m| m.role == "assistant");
+            if r.turns.is_empty() {
+                if let Some(m) = answers.last() {
+                    let t = r.answer_record();
+                    book(
+                        &t,
+                        &m.content,
+                        m.reasoning_content.as_deref(),
+                        &r.created_at,
+                    );
+                }
+            } else {
+                // Every assistant turn regenerated, first to last.
+                for (t, m) in r.turns.iter().zip(answers) {
+                    book(t, &m.content, m.reasoning_content.as_deref(), &r.created_at);
+                }
+            }
+        })?;
     }
+    scan::read_file(&turns_path(dir), |t: TurnLine| {
+        book(
+            &t.record,
+            &t.content,
+            t.reasoning_content.as_deref(),
+            &start,
+        );
+    })?;
     let usd = lines.iter().map(|e| e.usd).sum();
     if !lines.is_empty() {
         append_spend(dir, &lines).map_err(io(&ledger_path(dir)))?;
@@ -537,13 +525,13 @@ mod tests {
             serde_json::to_string(&row).expect("json") + "\n",
         )
         .expect("row");
-        // The first turn of a row still in progress.
+        // The first turn of a row still in progress, kept empty (`on_empty = "keep"`).
         let turn = TurnLine {
             dataset: "d".into(),
             id: "b".into(),
             turn: 0,
             conversation: "c".into(),
-            content: "first".into(),
+            content: " ".into(),
             reasoning_content: None,
             record: TurnRecord {
                 provider: "Chutes".into(),
@@ -582,20 +570,30 @@ mod tests {
         assert_eq!(p.scan.ledger.total, Usd::from_pico(5_000_000));
         assert_eq!(p.scan.carried(), Usd::from_pico(5_000_000), "counted once");
         assert!(p.scan.orphans().iter().all(|e| e.id == "c"));
-        // Booked under their own attempts, at their records' costs.
-        let booked: Vec<(Option<String>, Usd)> = std::fs::read_to_string(ledger_path(d))
-            .expect("ledger")
-            .lines()
-            .filter_map(|l| serde_json::from_str::<SpendEntry>(l).ok())
-            .filter(|e| e.kind == SpendKind::Complete)
-            .map(|e| (e.attempt, e.usd))
-            .collect();
+        // Booked under their own attempts, at their records' costs and times, the empty answer
+        // as the failure by kind its own line would have said.
+        let booked: Vec<(Option<String>, Usd, Option<String>, String)> =
+            std::fs::read_to_string(ledger_path(d))
+                .expect("ledger")
+                .lines()
+                .filter_map(|l| serde_json::from_str::<SpendEntry>(l).ok())
+                .filter(|e| e.kind == SpendKind::Complete)
+                .map(|e| (e.attempt, e.usd, e.error, e.at))
+                .collect();
+        assert_eq!(booked.len(), 2, "{booked:?}");
         assert_eq!(
-            booked,
-            [
-                (Some("r-1".into()), Usd::from_pico(3_000_000)),
-                (Some("r-2".into()), Usd::from_pico(2_000_000))
-            ]
+            booked[0],
+            (
+                Some("r-1".into()),
+                Usd::from_pico(3_000_000),
+                None,
+                row.created_at.clone()
+            )
+        );
+        let (attempt, usd, error, _) = &booked[1];
+        assert_eq!(
+            (attempt.as_deref(), *usd, error.as_deref()),
+            (Some("r-2"), Usd::from_pico(2_000_000), Some("empty"))
         );
         let again = prepare(d, &names, false, true).expect("prepare");
         assert!(again.notes.is_empty(), "{:?}", again.notes);
