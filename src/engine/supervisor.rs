@@ -291,6 +291,7 @@ impl Supervisor {
                     written
                 }
                 Effect::Ledger(e) => self.writer.spend(&e).await,
+                Effect::BookKept(e) => self.writer.book_kept(&e).await,
                 Effect::Output {
                     dataset,
                     endpoint,

@@ -295,6 +295,8 @@ enum Op {
     Output(usize, String),
     Reject(usize, String),
     Spend(String),
+    /// A kept answer's `complete` line: on disk after the records queued before it.
+    BookKept(String),
     Turn(String),
     Flush(oneshot::Sender<std::io::Result<()>>),
 }
@@ -403,6 +405,14 @@ impl Writer {
         self.send(Op::Spend(line)).await
     }
 
+    /// A kept answer's `complete` line, which reaches the disk after the records sent before it
+    /// (its row or turn): a crash between them leaves an answer the next start books from its
+    /// record (`repair::book_kept_answers`).
+    pub async fn book_kept(&self, e: &SpendEntry) -> Result<(), StoreError> {
+        let line = serde_json::to_string(e).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        self.send(Op::BookKept(line)).await
+    }
+
     /// A finished turn of a multi-turn row in progress, for the next run to continue from.
     pub async fn turn(&self, t: &TurnLine) -> Result<(), StoreError> {
         let line = serde_json::to_string(t).map_err(|e| StoreError::Serialise(e.to_string()))?;
@@ -467,56 +477,53 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
         w.write_all(line.as_bytes())?;
         w.write_all(b"\n")
     };
-    // Lines reach the OS in the order they were queued, across files: the writer flushes what
-    // it buffered for one side (the ledger, or the records: rows, rejects, turns) before it
-    // writes to the other. So an answer's row or turn is on disk before its `complete` line
-    // (a kill between them leaves a kept answer whose attempt is open, which the next start
-    // books from the record), and an attempt's `started` line before its row. A batch that
-    // does not switch sides still goes out in one write a file.
+    // What reaches the OS, batch by batch: the ledger's lines, then the records (rows, rejects,
+    // turns), then the kept answers' `complete` lines. So an attempt's `started` line and a
+    // reject's own line are on disk before the record they go with, and a kept answer's row or
+    // turn before its `complete` line (a kill between them leaves a kept answer whose attempt
+    // is open, which the next start books from the record). Three writes a batch at most,
+    // however many answers it holds.
     let flush_records = |f: &mut Files| -> std::io::Result<()> {
         for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
             w.flush()?;
         }
         f.turns.flush()
     };
-    // Which side holds unflushed lines: `Some(true)` the ledger, `Some(false)` the records.
-    let mut buffered: Option<bool> = None;
+    // A record that would spill its buffer to the OS mid-batch sends the ledger's lines first.
+    let write_record = |ledger: &mut BufWriter<File>, w: &mut BufWriter<File>, line: &str| {
+        if w.buffer().len() + line.len() + 1 > w.capacity() {
+            ledger.flush()?;
+        }
+        write_line(w, line)
+    };
+    // The batch's kept answers' `complete` lines, held off the ledger's buffer (which may spill
+    // at any time) until the records are flushed.
+    let mut after: Vec<u8> = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         let mut op = Some(first);
         let mut waiters = Vec::new();
         // Drain what is queued now: one batch, then one flush to the OS.
         while let Some(o) = op.take() {
-            let ledger_side = match &o {
-                Op::Spend(_) => Some(true),
-                Op::Output(..) | Op::Reject(..) | Op::Turn(_) => Some(false),
-                Op::Flush(_) => None,
-            };
-            if let Some(side) = ledger_side {
-                match buffered {
-                    Some(true) if !side => f.ledger.flush()?,
-                    Some(false) if side => flush_records(&mut f)?,
-                    _ => {}
-                }
-                buffered = Some(side);
-            }
             match o {
-                Op::Output(d, line) => write_line(&mut f.outputs[d], &line)?,
-                Op::Reject(d, line) => write_line(&mut f.rejects[d], &line)?,
-                Op::Turn(line) => write_line(&mut f.turns, &line)?,
+                Op::Output(d, line) => write_record(&mut f.ledger, &mut f.outputs[d], &line)?,
+                Op::Reject(d, line) => write_record(&mut f.ledger, &mut f.rejects[d], &line)?,
+                Op::Turn(line) => write_record(&mut f.ledger, &mut f.turns, &line)?,
                 Op::Spend(line) => write_line(&mut f.ledger, &line)?,
+                Op::BookKept(line) => {
+                    after.extend_from_slice(line.as_bytes());
+                    after.push(b'\n');
+                }
                 Op::Flush(w) => waiters.push(w),
             }
             op = rx.try_recv().ok();
         }
-        // The side written last goes last.
-        if buffered == Some(true) {
-            flush_records(&mut f)?;
+        f.ledger.flush()?;
+        flush_records(&mut f)?;
+        if !after.is_empty() {
+            f.ledger.write_all(&after)?;
             f.ledger.flush()?;
-        } else {
-            f.ledger.flush()?;
-            flush_records(&mut f)?;
+            after.clear();
         }
-        buffered = None;
         if !waiters.is_empty() {
             for file in &f.raw {
                 file.sync_data()?;

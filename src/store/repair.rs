@@ -230,9 +230,9 @@ pub(crate) fn book_kept_answers(
     };
     for d in datasets {
         scan::read_file(&output_path(dir, d), |r: OutputRecord| {
-            let answers = (r.conversations.iter()).filter(|m| m.role == "assistant");
+            let mut answers = (r.conversations.iter()).filter(|m| m.role == "assistant");
             if r.turns.is_empty() {
-                if let Some(m) = answers.last() {
+                if let Some(m) = answers.next_back() {
                     let t = r.answer_record();
                     book(
                         &t,

@@ -85,6 +85,10 @@ pub(crate) enum Effect {
     Spawn(Box<Dispatch>),
     /// Append a ledger line.
     Ledger(SpendEntry),
+    /// Append a kept answer's `complete` line, on disk after the records sent before it (its
+    /// row or turn): a crash between them leaves an answer the next start books from its
+    /// record, never one booked and kept nowhere.
+    BookKept(SpendEntry),
     /// Append an answer to the dataset's outputs (it counts as done at `endpoint`).
     Output {
         dataset: usize,

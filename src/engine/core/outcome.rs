@@ -205,12 +205,17 @@ impl Core {
         };
         if self.judge_answer(job, c, kept, (&served, endpoint), &sent, now) {
             // A kept answer's row or turn goes to the writer before its `complete` ledger line,
-            // and the writer keeps that order to the disk: a kill between them leaves the answer
-            // kept and its attempt open, which the next start books from the record
-            // (`repair::book_kept_answers`), never a paid answer booked and kept nowhere (the #35
-            // runs in a row caught one, `kill_9_mid_row_then_resume_leaves_one_row_per_id`). A
-            // reject keeps the line first: it carries no generation or cost to book from.
-            self.effects[mark..].rotate_left(booked);
+            // which the writer puts on disk after the records sent before it: a kill between
+            // them leaves the answer kept and its attempt open, which the next start books from
+            // the record (`repair::book_kept_answers`), never a paid answer booked and kept
+            // nowhere (the #35 runs in a row caught one,
+            // `kill_9_mid_row_then_resume_leaves_one_row_per_id`). A reject keeps its line
+            // first: it carries no generation or cost to book from.
+            let lines: Vec<Effect> = self.effects.drain(mark..mark + booked).collect();
+            self.effects.extend(lines.into_iter().map(|e| match e {
+                Effect::Ledger(line) => Effect::BookKept(line),
+                other => other,
+            }));
         }
     }
 

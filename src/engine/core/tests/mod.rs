@@ -409,7 +409,7 @@ pub(super) fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Ledger(l) => Some((l.kind, l.usd)),
+            Effect::Ledger(l) | Effect::BookKept(l) => Some((l.kind, l.usd)),
             _ => None,
         })
         .collect()

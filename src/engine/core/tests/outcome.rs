@@ -345,7 +345,7 @@ fn an_answer_writes_its_output_then_its_complete_line() {
     let sent = h.dispatch();
     let effects = h.result(done(sent[0].key, sent[0].pinned, 500, 0.0042, "stop"));
     assert_eq!(effects.len(), 2, "{effects:?}");
-    let Effect::Ledger(line) = &effects[1] else {
+    let Effect::BookKept(line) = &effects[1] else {
         panic!("then the ledger line: {effects:?}");
     };
     assert_eq!(line.kind, SpendKind::Complete);

@@ -451,6 +451,8 @@ fn answer_order(effects: &[Effect]) -> Vec<&'static str> {
             Effect::Turn(_) => Some("turn"),
             Effect::Output { .. } => Some("row"),
             Effect::Reject { .. } => Some("reject"),
+            // Put on disk after the records sent before it.
+            Effect::BookKept(_) => Some("booked after"),
             Effect::Ledger(l) if l.kind == crate::store::output::SpendKind::Complete => {
                 Some("complete")
             }
@@ -475,9 +477,9 @@ fn a_kept_answer_goes_to_its_turn_or_row_before_its_ledger_line() {
     assert_eq!(
         order,
         [
-            vec!["turn", "complete"],
-            vec!["turn", "complete"],
-            vec!["row", "complete"]
+            vec!["turn", "booked after"],
+            vec!["turn", "booked after"],
+            vec!["row", "booked after"]
         ]
     );
     // A cut turn rejected by `on_length = "reject"`: the line first (a reject carries no

@@ -411,7 +411,7 @@ impl Run {
     pub(super) fn perform(&mut self, e: Effect) {
         match e {
             Effect::Spawn(d) => self.spawn(*d),
-            Effect::Ledger(l) => {
+            Effect::Ledger(l) | Effect::BookKept(l) => {
                 (l.kind as u8, l.usd.pico(), &l.id).hash(&mut self.hasher);
                 self.out.ledger_pico += l.usd.pico();
             }
