@@ -391,17 +391,17 @@ impl Writer {
     }
 
     pub async fn output(&self, dataset: usize, rec: &OutputRecord) -> Result<(), StoreError> {
-        let line = serde_json::to_string(rec).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        let line = jsonl(rec)?;
         self.send(Op::Output(dataset, line)).await
     }
 
     pub async fn reject(&self, dataset: usize, rec: &RejectRecord) -> Result<(), StoreError> {
-        let line = serde_json::to_string(rec).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        let line = jsonl(rec)?;
         self.send(Op::Reject(dataset, line)).await
     }
 
     pub async fn spend(&self, e: &SpendEntry) -> Result<(), StoreError> {
-        let line = serde_json::to_string(e).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        let line = jsonl(e)?;
         self.send(Op::Spend(line)).await
     }
 
@@ -409,13 +409,13 @@ impl Writer {
     /// (its row or turn): a crash between them leaves an answer the next start books from its
     /// record (`repair::book_kept_answers`).
     pub async fn book_kept(&self, e: &SpendEntry) -> Result<(), StoreError> {
-        let line = serde_json::to_string(e).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        let line = jsonl(e)?;
         self.send(Op::BookKept(line)).await
     }
 
     /// A finished turn of a multi-turn row in progress, for the next run to continue from.
     pub async fn turn(&self, t: &TurnLine) -> Result<(), StoreError> {
-        let line = serde_json::to_string(t).map_err(|e| StoreError::Serialise(e.to_string()))?;
+        let line = jsonl(t)?;
         self.send(Op::Turn(line)).await
     }
 
@@ -427,6 +427,14 @@ impl Writer {
             .map_err(|_| StoreError::WriterGone)?
             .map_err(StoreError::Write)
     }
+}
+
+/// `v` as one line of JSONL, its `\n` included: the writer hands each line to the OS in one
+/// piece, so a crash never leaves a whole record without its end of line.
+fn jsonl(v: &impl Serialize) -> Result<String, StoreError> {
+    let mut line = serde_json::to_string(v).map_err(|e| StoreError::Serialise(e.to_string()))?;
+    line.push('\n');
+    Ok(line)
 }
 
 /// Joins the writer thread when dropped (after every `Writer` handle is gone).
@@ -473,10 +481,34 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
                 }
             }
         })?;
-    let write_line = |w: &mut BufWriter<File>, line: &str| -> std::io::Result<()> {
-        w.write_all(line.as_bytes())?;
-        w.write_all(b"\n")
-    };
+    let written = write_batches(&mut f, &mut rx);
+    drop(stop_sync);
+    let _ = syncer.join();
+    if written.is_err() {
+        // What a failed write left buffered stays off the disk: flushed by the drop, a record
+        // could land without the ledger line it must follow.
+        f.discard();
+    }
+    written
+}
+
+impl Files {
+    /// Drops what the buffers hold without writing it.
+    fn discard(self) {
+        for w in (self.outputs.into_iter())
+            .chain(self.rejects)
+            .chain([self.ledger, self.turns])
+        {
+            let _ = w.into_parts();
+        }
+    }
+}
+
+/// Writes what the queue brings until every sender is gone, then flushes and syncs.
+fn write_batches(f: &mut Files, rx: &mut mpsc::Receiver<Op>) -> std::io::Result<()> {
+    // Each line comes with its `\n`: one `write_all`, so a line longer than the buffer goes
+    // to the OS whole.
+    let write_line = |w: &mut BufWriter<File>, line: &str| w.write_all(line.as_bytes());
     // What reaches the OS, batch by batch: the ledger's lines, then the records (rows, rejects,
     // turns), then the kept answers' `complete` lines. So an attempt's `started` line and a
     // reject's own line are on disk before the record they go with, and a kept answer's row or
@@ -491,7 +523,7 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     };
     // A record that would spill its buffer to the OS mid-batch sends the ledger's lines first.
     let write_record = |ledger: &mut BufWriter<File>, w: &mut BufWriter<File>, line: &str| {
-        if w.buffer().len() + line.len() + 1 > w.capacity() {
+        if w.buffer().len() + line.len() > w.capacity() {
             ledger.flush()?;
         }
         write_line(w, line)
@@ -509,16 +541,13 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
                 Op::Reject(d, line) => write_record(&mut f.ledger, &mut f.rejects[d], &line)?,
                 Op::Turn(line) => write_record(&mut f.ledger, &mut f.turns, &line)?,
                 Op::Spend(line) => write_line(&mut f.ledger, &line)?,
-                Op::BookKept(line) => {
-                    after.extend_from_slice(line.as_bytes());
-                    after.push(b'\n');
-                }
+                Op::BookKept(line) => after.extend_from_slice(line.as_bytes()),
                 Op::Flush(w) => waiters.push(w),
             }
             op = rx.try_recv().ok();
         }
         f.ledger.flush()?;
-        flush_records(&mut f)?;
+        flush_records(f)?;
         if !after.is_empty() {
             f.ledger.write_all(&after)?;
             f.ledger.flush()?;
@@ -541,8 +570,6 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     for file in &f.raw {
         file.sync_data()?;
     }
-    drop(stop_sync);
-    let _ = syncer.join();
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! lines to `<file>.damaged` and rebuilding a lost ledger from the outputs. See
 //! [`super::scan`] for what counts as torn and what as damaged.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -183,6 +183,11 @@ pub(super) fn replace_with(
     Ok(())
 }
 
+/// A kept message's text and reasoning.
+fn text(m: &super::output::Turn) -> (&str, Option<&str>) {
+    (&m.content, m.reasoning_content.as_deref())
+}
+
 /// Kept answers whose `complete` line a crash cut: the writer puts an answer's row or turn on
 /// disk before its ledger line, so a kill between the two leaves the answer kept and its
 /// attempt open (`started`, no closing line). Each such answer is booked here at its record's
@@ -194,68 +199,86 @@ pub(crate) fn book_kept_answers(
     datasets: &[String],
     scan: &DirScan,
 ) -> Result<(u64, Usd), RepairError> {
-    let mut open: std::collections::HashMap<&str, &SpendEntry> = (scan.ledger.open.iter())
+    let ledger = &scan.ledger;
+    // Open attempts by the generation they started (a rebuilt line already booked its answer).
+    let mut open: HashMap<&str, &SpendEntry> = (ledger.open.iter())
         .filter_map(|e| Some((e.generation_id.as_deref()?, e)))
+        .filter(|(g, _)| !ledger.rebuilt_generations.contains(*g))
         .collect();
-    if open.is_empty() {
+    // Attempts that never named a generation (a server whose chunks carry no id), by prompt:
+    // a row without a generation whose id has no `complete` line was answered by one.
+    let mut nameless: HashMap<&str, HashMap<&str, &SpendEntry>> = HashMap::new();
+    for e in &ledger.unknown {
+        (nameless.entry(e.dataset.as_str()).or_default()).insert(e.id.as_str(), e);
+    }
+    if open.is_empty() && nameless.is_empty() {
         return Ok((0, Usd::ZERO));
     }
     let start = chrono::Utc::now().to_rfc3339();
     let mut lines = Vec::new();
-    // Matched as each record is read: a crashed start holds only the answers it books.
-    let mut book = |t: &TurnRecord, content: &str, reasoning: Option<&str>, at: &str| {
-        let Some(e) = t.generation_id.as_deref().and_then(|g| open.remove(g)) else {
-            return;
+    let mut book =
+        |e: &SpendEntry, t: &TurnRecord, (content, reasoning): (&str, Option<&str>), at: &str| {
+            lines.push(SpendEntry {
+                endpoint: t.endpoint_tag.clone(),
+                usd: t.cost_usd,
+                prompt_tokens: t.usage.prompt_tokens,
+                completion_tokens: t.usage.completion_tokens,
+                estimated: t.cost_estimated,
+                generation_id: t.generation_id.clone(),
+                attempt: e.attempt.clone(),
+                // As the answer's own line said it: a paid answer with nothing in it (judged, as
+                // the core does, once thinking inline in the text was moved out).
+                error: (Shape::of(&t.finish_reason, content, reasoning) == Shape::Empty)
+                    .then(|| ErrorKind::Empty.to_string()),
+                note: Some("booked at the start from the kept answer: a crash cut its line".into()),
+                ..SpendEntry::new(
+                    SpendKind::Complete,
+                    at.into(),
+                    e.id.clone(),
+                    e.dataset.clone(),
+                )
+            });
         };
-        lines.push(SpendEntry {
-            endpoint: t.endpoint_tag.clone(),
-            usd: t.cost_usd,
-            prompt_tokens: t.usage.prompt_tokens,
-            completion_tokens: t.usage.completion_tokens,
-            estimated: t.cost_estimated,
-            generation_id: t.generation_id.clone(),
-            attempt: e.attempt.clone(),
-            // As the answer's own line said it: a paid answer with nothing in it.
-            error: (!t.inline_think
-                && Shape::of(&t.finish_reason, content, reasoning) == Shape::Empty)
-                .then(|| ErrorKind::Empty.to_string()),
-            note: Some("booked at the start from the kept answer: a crash cut its line".into()),
-            ..SpendEntry::new(
-                SpendKind::Complete,
-                at.into(),
-                e.id.clone(),
-                e.dataset.clone(),
-            )
-        });
-    };
+    // Matched as each record is read: a crashed start holds only the answers it books.
     for d in datasets {
         scan::read_file(&output_path(dir, d), |r: OutputRecord| {
             let mut answers = (r.conversations.iter()).filter(|m| m.role == "assistant");
-            if r.turns.is_empty() {
-                if let Some(m) = answers.next_back() {
-                    let t = r.answer_record();
-                    book(
-                        &t,
-                        &m.content,
-                        m.reasoning_content.as_deref(),
-                        &r.created_at,
-                    );
-                }
-            } else {
+            if !r.turns.is_empty() {
                 // Every assistant turn regenerated, first to last.
                 for (t, m) in r.turns.iter().zip(answers) {
-                    book(t, &m.content, m.reasoning_content.as_deref(), &r.created_at);
+                    if let Some(e) = t.generation_id.as_deref().and_then(|g| open.remove(g)) {
+                        book(e, t, text(m), &r.created_at);
+                    }
                 }
+                return;
+            }
+            let Some(m) = answers.next_back() else { return };
+            let attempt = match r.generation_id.as_deref() {
+                Some(g) => open.remove(g),
+                None if !ledger.completes.contains(&r.id) => {
+                    (nameless.get_mut(d.as_str())).and_then(|m| m.remove(r.id.as_str()))
+                }
+                None => None,
+            };
+            if let Some(e) = attempt {
+                book(e, &r.answer_record(), text(m), &r.created_at);
             }
         })?;
     }
     scan::read_file(&turns_path(dir), |t: TurnLine| {
-        book(
-            &t.record,
-            &t.content,
-            t.reasoning_content.as_deref(),
-            &start,
-        );
+        if let Some(e) = t
+            .record
+            .generation_id
+            .as_deref()
+            .and_then(|g| open.remove(g))
+        {
+            book(
+                e,
+                &t.record,
+                (&t.content, t.reasoning_content.as_deref()),
+                &start,
+            );
+        }
     })?;
     let usd = lines.iter().map(|e| e.usd).sum();
     if !lines.is_empty() {
@@ -326,8 +349,11 @@ pub(crate) fn prepare(
         )));
     }
     let mut notes = Vec::new();
+    // The turns file's torn tail too: the next run appends to it, and a line it joined onto an
+    // unterminated one would spoil both.
+    let turns = scan::read_file(&turns_path(dir), |_: serde::de::IgnoredAny| {})?;
     if !write {
-        for f in scan.files() {
+        for f in scan.files().chain([&turns]) {
             if let Some(t) = f.torn {
                 notes.push(format!(
                     "{}: a run would cut a torn last line ({} bytes at byte {}) left by a crash",
@@ -349,7 +375,7 @@ pub(crate) fn prepare(
         }
         return Ok(Prepared { scan, notes });
     }
-    for f in scan.files() {
+    for f in scan.files().chain([&turns]) {
         if let Some(t) = f.torn {
             cut_torn_tail(&f.path, t)?;
             tracing::warn!(
@@ -569,7 +595,8 @@ mod tests {
         );
         assert_eq!(p.scan.ledger.total, Usd::from_pico(5_000_000));
         assert_eq!(p.scan.carried(), Usd::from_pico(5_000_000), "counted once");
-        assert!(p.scan.orphans().iter().all(|e| e.id == "c"));
+        let orphans: Vec<String> = p.scan.orphans().into_iter().map(|e| e.id).collect();
+        assert_eq!(orphans, ["c"]);
         // Booked under their own attempts, at their records' costs and times, the empty answer
         // as the failure by kind its own line would have said.
         let booked: Vec<(Option<String>, Usd, Option<String>, String)> =
@@ -598,5 +625,136 @@ mod tests {
         let again = prepare(d, &names, false, true).expect("prepare");
         assert!(again.notes.is_empty(), "{:?}", again.notes);
         assert_eq!(again.scan.carried(), Usd::from_pico(5_000_000));
+    }
+
+    /// What else the ledger may say of a kept answer: a line rebuilt by `--repair` booked it
+    /// already; its row's earlier turns are booked and only the last is open; the same answer
+    /// is both a row's turn and a line of the turns file; its server named no generation (only
+    /// a `dispatched` line); a torn tail of the turns file. Each is booked once or not at all.
+    #[test]
+    fn a_start_books_each_kept_answer_once_whatever_else_the_ledger_says() {
+        use crate::store::output::{Turn, TurnLine, tests::rec, turns_path};
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        let line = |kind: SpendKind, attempt: &str, id: &str, generation: Option<&str>| {
+            serde_json::to_string(&SpendEntry {
+                attempt: Some(attempt.into()),
+                generation_id: generation.map(str::to_string),
+                usd: if kind == SpendKind::Complete {
+                    Usd::from_pico(1_000_000)
+                } else {
+                    Usd::ZERO
+                },
+                ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
+            })
+            .expect("json")
+                + "\n"
+        };
+        let ledger = [
+            // Booked by a rebuilt line; its first attempt still looks open.
+            line(SpendKind::Dispatched, "r-1", "a", None),
+            line(SpendKind::Started, "r-1", "a", Some("g1")),
+            line(SpendKind::Complete, REBUILT, "a", Some("g1")),
+            // Two turns: the first booked, the second's line cut.
+            line(SpendKind::Dispatched, "r-2", "b", None),
+            line(SpendKind::Started, "r-2", "b", Some("g2")),
+            line(SpendKind::Complete, "r-2", "b", Some("g2")),
+            line(SpendKind::Dispatched, "r-3", "b", None),
+            line(SpendKind::Started, "r-3", "b", Some("g3")),
+            // A server that names no generation.
+            line(SpendKind::Dispatched, "r-4", "e", None),
+        ]
+        .concat();
+        std::fs::write(ledger_path(d), ledger).expect("ledger");
+        let mut a = rec("a", 3_000_000);
+        a.generation_id = Some("g1".into());
+        let mut b = rec("b", 5_000_000);
+        let second = |g: &str, usd: i64| TurnRecord {
+            generation_id: Some(g.into()),
+            cost_usd: Usd::from_pico(usd),
+            ..a.answer_record()
+        };
+        b.turns = vec![second("g2", 1_000_000), second("g3", 4_000_000)];
+        b.conversations.extend([
+            Turn {
+                role: "user".into(),
+                content: "more".into(),
+                reasoning_content: None,
+            },
+            Turn {
+                role: "assistant".into(),
+                content: "again".into(),
+                reasoning_content: None,
+            },
+        ]);
+        let e = rec("e", 2_000_000);
+        let rows: String = [&a, &b, &e]
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("json") + "\n")
+            .collect();
+        std::fs::write(output_path(d, "d"), rows).expect("rows");
+        // The row's last turn, still in the turns file, then a torn line.
+        let turn = TurnLine {
+            dataset: "d".into(),
+            id: "b".into(),
+            turn: 1,
+            conversation: "c".into(),
+            content: "again".into(),
+            reasoning_content: None,
+            record: second("g3", 4_000_000),
+        };
+        std::fs::write(
+            turns_path(d),
+            serde_json::to_string(&turn).expect("json") + "\n{\"dataset\":\"d\",\"id",
+        )
+        .expect("turns");
+        let names = ["d".to_string()];
+        let p = prepare(d, &names, false, true).expect("prepare");
+        let booked: Vec<(Option<String>, Option<String>, Usd)> =
+            std::fs::read_to_string(ledger_path(d))
+                .expect("ledger")
+                .lines()
+                .filter_map(|l| serde_json::from_str::<SpendEntry>(l).ok())
+                .filter(|e| {
+                    e.note
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("booked at the start"))
+                })
+                .map(|e| (e.attempt, e.generation_id, e.usd))
+                .collect();
+        assert_eq!(
+            booked,
+            [
+                (
+                    Some("r-3".into()),
+                    Some("g3".into()),
+                    Usd::from_pico(4_000_000)
+                ),
+                (Some("r-4".into()), None, Usd::from_pico(2_000_000)),
+            ],
+            "{:?}",
+            p.notes
+        );
+        assert!(
+            std::fs::read_to_string(turns_path(d))
+                .expect("turns")
+                .ends_with("}\n"),
+            "the torn tail cut"
+        );
+        assert!(
+            p.notes.iter().any(|n| n.contains("cut a torn last line")),
+            "{:?}",
+            p.notes
+        );
+        assert_eq!(p.scan.ledger.unknown.len(), 0);
+        // g1 stays open (its rebuilt line booked it): the look-ups confirm it, as before.
+        let open: Vec<_> = (p.scan.ledger.open.iter())
+            .filter_map(|e| e.generation_id.clone())
+            .collect();
+        assert_eq!(open, ["g1"]);
+        // Each answer once, nothing carried twice: the ledger's 1 (the rebuilt line) + 1 (b's
+        // first turn), and the 4 + 2 booked now.
+        assert_eq!(p.scan.carried(), Usd::from_pico(8_000_000));
+        assert_eq!(p.scan.ledger.total, p.scan.carried());
     }
 }

@@ -326,6 +326,9 @@ pub struct LedgerScan {
     /// [`REBUILT`]) and that no look-up has confirmed yet: a run asks
     /// `GET /generation` for each, beside its new work.
     pub rebuilt: Vec<SpendEntry>,
+    /// Every generation a rebuilt line booked, confirmed or not: a rebuilt line does not close
+    /// the attempt that streamed it, which may still look open.
+    pub rebuilt_generations: HashSet<String>,
     /// Streams a run closed (`cancelled` lines, booked at its estimate) that no look-up has
     /// confirmed yet (no `adjustment` line of their attempt): the end of that run did not
     /// hear from `GET /generation` in time, and where closing does not stop the bill the
@@ -383,6 +386,9 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             scan.completes.insert(e.id.clone());
         }
         if e.attempt.as_deref() == Some(REBUILT) {
+            if let (SpendKind::Complete, Some(g)) = (e.kind, &e.generation_id) {
+                scan.rebuilt_generations.insert(g.clone());
+            }
             match e.kind {
                 SpendKind::Complete if e.generation_id.is_some() => {
                     rebuilt.insert(e.id.clone(), e.clone());
