@@ -6,9 +6,11 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 
 use crate::domain::Usd;
 
+use super::chunk_prefix::ChunkPrefix;
 use super::error::{ApiError, ErrorBody};
 
 /// A string that borrows from the event text when it has no escapes. `Option<Cow<str>>` through
@@ -131,7 +133,7 @@ struct ReasoningDetail<'a> {
 }
 
 #[derive(Debug, Deserialize)]
-struct Delta<'a> {
+pub(super) struct Delta<'a> {
     #[serde(default, borrow)]
     content: Option<Text<'a>>,
     /// OpenRouter's reasoning delta.
@@ -140,8 +142,10 @@ struct Delta<'a> {
     /// vLLM / SGLang / DeepSeek dialect.
     #[serde(default, borrow)]
     reasoning_content: Option<Text<'a>>,
+    /// Read only when neither field above has the text: OpenRouter sends it again here in
+    /// every reasoning chunk, and parsing it twice was a third of the chunk's cost.
     #[serde(default, borrow)]
-    reasoning_details: Option<Vec<ReasoningDetail<'a>>>,
+    reasoning_details: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,6 +242,9 @@ pub struct StreamAccumulator {
     /// Servers other than OpenRouter may send no usage; then `[DONE]` after a finish reason
     /// is accepted as the proof of completeness.
     require_usage: bool,
+    /// The bytes this stream's chunks repeat up to their delta, from the last chunk parsed in
+    /// full: the fast path of the common chunk.
+    prefix: Option<ChunkPrefix>,
 }
 
 impl StreamAccumulator {
@@ -274,11 +281,25 @@ impl StreamAccumulator {
             self.saw_done = true;
             return Ok(Progress::default());
         }
+        if let Some(delta) = self.prefix.as_ref().and_then(|p| p.delta(data)) {
+            let progress = self.take_delta(delta)?;
+            self.events += u64::from(progress.token_events);
+            return Ok(progress);
+        }
         let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| ApiError::Decode {
             what: "stream chunk",
             detail: format!("{e} in {}", snippet(data)),
         })?;
-        self.absorb(chunk)
+        // Only a chunk of one choice with a delta and nothing else to read before it teaches
+        // the prefix (an id, model or provider that changes is learnt again).
+        let learn = chunk.usage.is_none()
+            && chunk.error.is_none()
+            && matches!(&chunk.choices[..], [c] if c.delta.is_some() && c.message.is_none() && c.error.is_none());
+        let progress = self.absorb(chunk)?;
+        if learn {
+            self.prefix = ChunkPrefix::learn(data);
+        }
+        Ok(progress)
     }
 
     fn absorb(&mut self, chunk: Chunk<'_>) -> Result<Progress, ApiError> {
@@ -302,35 +323,7 @@ impl StreamAccumulator {
                 return Err(err.into_mid_stream(self.events));
             }
             if let Some(delta) = choice.delta.or(choice.message) {
-                if let Some(c) = delta.content.filter(|c| !c.0.is_empty()) {
-                    self.content.push_str(&c.0);
-                    progress.content_events = 1;
-                    progress.token_events = 1;
-                }
-                // `reasoning` and `reasoning_details` carry the same text: take one of them.
-                let reasoning = delta.reasoning.or(delta.reasoning_content);
-                let had_reasoning = match reasoning {
-                    Some(r) if !r.0.is_empty() => {
-                        self.reasoning.push_str(&r.0);
-                        true
-                    }
-                    _ => false,
-                };
-                if !had_reasoning {
-                    for d in delta.reasoning_details.into_iter().flatten() {
-                        let text = match d.kind.as_ref().map(|k| &*k.0) {
-                            Some("reasoning.summary") => d.summary,
-                            Some("reasoning.encrypted") => None,
-                            _ => d.text,
-                        };
-                        if let Some(t) = text.filter(|t| !t.0.is_empty()) {
-                            self.reasoning.push_str(&t.0);
-                            progress.token_events = 1;
-                        }
-                    }
-                } else {
-                    progress.token_events = 1;
-                }
+                progress = self.take_delta(delta)?;
             }
             if let Some(f) = choice.finish_reason {
                 if f.0 == "error" {
@@ -348,6 +341,44 @@ impl StreamAccumulator {
             self.usage = Some(u);
         }
         self.events += u64::from(progress.token_events);
+        Ok(progress)
+    }
+
+    /// The text a delta adds: its content, and its reasoning from `reasoning` (or vLLM's
+    /// `reasoning_content`), else from `reasoning_details`, which carry the same text.
+    fn take_delta(&mut self, delta: Delta<'_>) -> Result<Progress, ApiError> {
+        let mut progress = Progress::default();
+        if let Some(c) = delta.content.filter(|c| !c.0.is_empty()) {
+            self.content.push_str(&c.0);
+            progress.content_events = 1;
+            progress.token_events = 1;
+        }
+        match delta.reasoning.or(delta.reasoning_content) {
+            Some(r) if !r.0.is_empty() => {
+                self.reasoning.push_str(&r.0);
+                progress.token_events = 1;
+            }
+            _ => {
+                let details: Vec<ReasoningDetail<'_>> = match delta.reasoning_details {
+                    Some(raw) => serde_json::from_str(raw.get()).map_err(|e| ApiError::Decode {
+                        what: "stream chunk",
+                        detail: format!("{e} in reasoning_details {}", snippet(raw.get())),
+                    })?,
+                    None => Vec::new(),
+                };
+                for d in details {
+                    let text = match d.kind.as_ref().map(|k| &*k.0) {
+                        Some("reasoning.summary") => d.summary,
+                        Some("reasoning.encrypted") => None,
+                        _ => d.text,
+                    };
+                    if let Some(t) = text.filter(|t| !t.0.is_empty()) {
+                        self.reasoning.push_str(&t.0);
+                        progress.token_events = 1;
+                    }
+                }
+            }
+        }
         Ok(progress)
     }
 
@@ -455,6 +486,77 @@ mod tests {
             acc.feed(e)?;
         }
         acc.finish(None, Duration::from_millis(5))
+    }
+
+    /// What feeding `events` gives, each result as text: the fast path of the common chunk on,
+    /// or every chunk parsed in full. Also how many chunks the fast path read.
+    fn fed(events: &[&str], fast: bool) -> (Vec<String>, String, usize) {
+        let mut acc = StreamAccumulator::new(true);
+        let mut results = Vec::new();
+        let mut fast_reads = 0;
+        for e in events {
+            let before = acc
+                .prefix
+                .as_ref()
+                .and_then(|p| p.delta(e.trim()))
+                .is_some();
+            fast_reads += usize::from(before);
+            results.push(format!("{:?}", acc.feed(e)));
+            if !fast {
+                acc.prefix = None;
+            }
+        }
+        (
+            results,
+            format!("{:?}", acc.finish(None, Duration::ZERO)),
+            fast_reads,
+        )
+    }
+
+    /// The fast path changes nothing any field says: every recorded OpenRouter stream, and the
+    /// simulator's own, fed both ways, give the same result chunk by chunk and the same
+    /// completion or error.
+    #[test]
+    fn the_common_chunks_fast_path_reads_every_recorded_stream_as_the_full_parse_does() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recorded");
+        let mut streams: Vec<(String, String)> = std::fs::read_dir(dir)
+            .expect("the recorded streams")
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                (path.extension()? == "sse").then(|| {
+                    let text = std::fs::read_to_string(&path).expect("a recorded stream");
+                    (path.display().to_string(), text)
+                })
+            })
+            .collect();
+        let w =
+            crate::sim::generate::ChunkWriter::new("gen-1", 1, "moonshotai/kimi-k2.5", "Chutes");
+        let mut sim = String::new();
+        w.reasoning("The user \\\"asks\\\"", &mut sim);
+        w.reasoning(" twice", &mut sim);
+        w.content("Hello", &mut sim);
+        w.content(" \\n there", &mut sim);
+        w.finish("stop", &mut sim);
+        w.usage((10, 0), 4, 2, "0.0001", &mut sim);
+        sim.push_str("data: [DONE]\n\n");
+        streams.push(("the simulator".into(), sim));
+        assert!(streams.len() > 10, "{} streams", streams.len());
+        let mut fast_reads = 0;
+        for (name, text) in &streams {
+            let mut sse = crate::openrouter::sse::SseDecoder::new();
+            sse.push(text.as_bytes());
+            let mut events = Vec::new();
+            while let Some(e) = sse.next_event() {
+                events.push(e.expect("UTF-8").to_string());
+            }
+            let events: Vec<&str> = events.iter().map(String::as_str).collect();
+            let (fast, fast_end, n) = fed(&events, true);
+            let (full, full_end, _) = fed(&events, false);
+            assert_eq!(fast, full, "{name}");
+            assert_eq!(fast_end, full_end, "{name}");
+            fast_reads += n;
+        }
+        assert!(fast_reads > 100, "the fast path read {fast_reads} chunks");
     }
 
     #[test]

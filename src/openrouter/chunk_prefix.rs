@@ -1,0 +1,184 @@
+//! The common chunk's fast path (issue #36, item 3). Every token of a stream comes as a chunk
+//! that repeats the same bytes up to its delta (`{"id":...,"model":...,"provider":...,
+//! "choices":[{"index":0,"delta":`) and ends in fields that are all `null`. Once a chunk of the
+//! stream was parsed in full, a chunk that starts with exactly its bytes up to the delta says
+//! the same id, model and provider; only its delta is parsed, and its end is checked byte by
+//! byte to hold nothing but `null` fields. Anything else (another prefix, a finish reason,
+//! usage, an error, a second choice, whitespace, an unknown field after the delta) goes to the
+//! full parse, which decides exactly as it did before. Measured: `cargo bench --bench
+//! stream_parse` (BENCHMARKS.md).
+
+use memchr::memmem;
+
+use super::response::Delta;
+
+/// Where a stream's chunks reach their delta, learnt from a chunk parsed in full.
+#[derive(Debug)]
+pub(super) struct ChunkPrefix {
+    /// The chunk's bytes up to and including `"delta":`.
+    bytes: Box<str>,
+    /// The prefix has a top-level `usage` key: a `"usage":null` after the choices would then
+    /// be a duplicate, which the full parse refuses.
+    has_usage: bool,
+}
+
+/// Where the choice's delta begins in the chunks OpenRouter (and vLLM, SGLang) send.
+const TO_DELTA: &str = "\"choices\":[{\"index\":0,\"delta\":";
+
+/// Fields after the delta, inside the choice, that may be `null` in a chunk of the fast path:
+/// `null` in each is what the full parse reads as absent.
+const CHOICE_NULLS: [&str; 4] = [
+    "finish_reason",
+    "native_finish_reason",
+    "logprobs",
+    "matched_stop",
+];
+
+/// Top-level fields after the choices that may be `null` (SGLang sends `"usage":null`).
+const TOP_NULLS: [&str; 2] = ["usage", "system_fingerprint"];
+
+impl ChunkPrefix {
+    /// The prefix of `data`, a chunk the full parse read as one choice with a delta and no
+    /// usage or error (so its bytes up to the delta say nothing but the id, model and
+    /// provider). `None` when the chunk has no such prefix.
+    pub(super) fn learn(data: &str) -> Option<ChunkPrefix> {
+        let at = memmem::find(data.as_bytes(), TO_DELTA.as_bytes())?;
+        let bytes: Box<str> = data[..at + TO_DELTA.len()].into();
+        let has_usage = memmem::find(bytes.as_bytes(), b"\"usage\":").is_some();
+        Some(ChunkPrefix { bytes, has_usage })
+    }
+
+    /// The delta of `data` when it is a chunk of the fast path: this prefix, a delta, then
+    /// only `null` fields to its end.
+    pub(super) fn delta<'a>(&self, data: &'a str) -> Option<Delta<'a>> {
+        let rest = data.strip_prefix(&*self.bytes)?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Delta<'a>>();
+        let delta = values.next()?.ok()?;
+        let tail = &rest.as_bytes()[values.byte_offset()..];
+        self.only_nulls(tail).then_some(delta)
+    }
+
+    /// `tail` is `,"k":null`* `}]` `,"k":null`* `}` and nothing more: the choice's fields after
+    /// the delta, its end, the chunk's fields after the choices, its end. Each field at most
+    /// once (the full parse refuses a duplicate of a field it reads).
+    fn only_nulls(&self, tail: &[u8]) -> bool {
+        let mut rest = tail;
+        let mut seen: u8 = 0;
+        for (allowed, close) in [(&CHOICE_NULLS[..], &b"}]"[..]), (&TOP_NULLS[..], &b"}"[..])] {
+            while let Some(after) = rest.strip_prefix(b",\"") {
+                let Some(end) = memchr::memchr(b'"', after) else {
+                    return false;
+                };
+                let key = &after[..end];
+                let Some(i) = allowed.iter().position(|k| k.as_bytes() == key) else {
+                    return false;
+                };
+                // One bit per field: the choice's first, then the chunk's.
+                let bit = 1u8 << (i + if close == b"}" { CHOICE_NULLS.len() } else { 0 });
+                if seen & bit != 0 || (key == b"usage" && self.has_usage) {
+                    return false;
+                }
+                seen |= bit;
+                let Some(r) = after[end + 1..].strip_prefix(b":null") else {
+                    return false;
+                };
+                rest = r;
+            }
+            let Some(r) = rest.strip_prefix(close) else {
+                return false;
+            };
+            rest = r;
+        }
+        rest.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIRST: &str = r#"{"id":"gen-1","object":"chat.completion.chunk","created":1,"model":"moonshotai/kimi-k2.5","provider":"Chutes","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null,"native_finish_reason":null,"logprobs":null}]}"#;
+
+    fn chunk(delta: &str, tail: &str) -> String {
+        format!(
+            r#"{{"id":"gen-1","object":"chat.completion.chunk","created":1,"model":"moonshotai/kimi-k2.5","provider":"Chutes","choices":[{{"index":0,"delta":{delta}{tail}"#
+        )
+    }
+
+    #[test]
+    fn the_common_chunk_is_read_from_its_delta_and_anything_else_is_not() {
+        let p = ChunkPrefix::learn(FIRST).expect("a prefix");
+        let ok = |delta: &str, tail: &str| p.delta(&chunk(delta, tail)).is_some();
+        let content = r#"{"content":" there"}"#;
+        let cases: [(&str, &str, &str, bool); 14] = [
+            ("content", content, r#","finish_reason":null}]}"#, true),
+            (
+                "every null field",
+                content,
+                r#","finish_reason":null,"native_finish_reason":null,"logprobs":null,"matched_stop":null}],"usage":null,"system_fingerprint":null}"#,
+                true,
+            ),
+            ("no field after the delta", content, "}]}", true),
+            (
+                "escaped text",
+                r#"{"content":"a \"quote\"\n"}"#,
+                "}]}",
+                true,
+            ),
+            (
+                "a finish reason",
+                content,
+                r#","finish_reason":"stop"}]}"#,
+                false,
+            ),
+            ("usage", content, r#"}],"usage":{"cost":1}}"#, false),
+            (
+                "a duplicate field",
+                content,
+                r#","logprobs":null,"logprobs":null}]}"#,
+                false,
+            ),
+            ("an error", content, r#","error":null}]}"#, false),
+            (
+                "a second choice",
+                content,
+                r#"},{"index":1,"delta":{}}]}"#,
+                false,
+            ),
+            ("whitespace", content, r#", "finish_reason":null}]}"#, false),
+            ("bytes after the end", content, "}]}x", false),
+            ("cut short", content, "}]", false),
+            ("a null delta", "null", "}]}", false),
+            ("a broken delta", r#"{"content":}"#, "}]}", false),
+        ];
+        for (name, delta, tail, want) in cases {
+            assert_eq!(ok(delta, tail), want, "{name}");
+        }
+        // Another provider's bytes before the delta: the full parse reads them.
+        assert!(
+            p.delta(&chunk(content, "}]}").replace("Chutes", "Kimi"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_prefix_with_usage_takes_no_usage_after_the_choices() {
+        let with_usage = FIRST.replace(r#""provider""#, r#""usage":null,"provider""#);
+        let p = ChunkPrefix::learn(&with_usage).expect("a prefix");
+        let next = with_usage.replace(
+            r#""finish_reason":null,"native_finish_reason":null,"logprobs":null}]}"#,
+            r#""finish_reason":null}],"usage":null}"#,
+        );
+        assert!(p.delta(&next).is_none(), "usage twice");
+        let plain = with_usage.replace(
+            r#","finish_reason":null,"native_finish_reason":null,"logprobs":null}]}"#,
+            "}]}",
+        );
+        assert!(p.delta(&plain).is_some());
+    }
+
+    #[test]
+    fn a_chunk_without_the_usual_choice_has_no_prefix() {
+        assert!(ChunkPrefix::learn(r#"{"choices":[{"delta":{},"index":0}]}"#).is_none());
+    }
+}
