@@ -323,13 +323,26 @@ pub struct Writer {
     tx: mpsc::Sender<Op>,
 }
 
-struct Files {
-    outputs: Vec<BufWriter<File>>,
-    rejects: Vec<BufWriter<File>>,
-    ledger: BufWriter<File>,
+/// The writer's files: each buffered, and the raw handles it syncs. Generic so that a test can
+/// watch what reaches the OS, write by write.
+struct Files<W: Durable = File> {
+    outputs: Vec<BufWriter<W>>,
+    rejects: Vec<BufWriter<W>>,
+    ledger: BufWriter<W>,
     /// Finished turns of multi-turn rows in progress (`turns_file`).
-    turns: BufWriter<File>,
-    raw: Vec<File>,
+    turns: BufWriter<W>,
+    raw: Vec<W>,
+}
+
+/// A file the writer can sync to the disk.
+trait Durable: Write {
+    fn sync(&self) -> std::io::Result<()>;
+}
+
+impl Durable for File {
+    fn sync(&self) -> std::io::Result<()> {
+        self.sync_data()
+    }
 }
 
 fn open_append(path: &Path) -> Result<File, StoreError> {
@@ -492,7 +505,7 @@ fn run(mut f: Files, mut rx: mpsc::Receiver<Op>) -> std::io::Result<()> {
     written
 }
 
-impl Files {
+impl<W: Durable> Files<W> {
     /// Drops what the buffers hold without writing it.
     fn discard(self) {
         for w in (self.outputs.into_iter())
@@ -505,24 +518,25 @@ impl Files {
 }
 
 /// Writes what the queue brings until every sender is gone, then flushes and syncs.
-fn write_batches(f: &mut Files, rx: &mut mpsc::Receiver<Op>) -> std::io::Result<()> {
+fn write_batches<W: Durable>(f: &mut Files<W>, rx: &mut mpsc::Receiver<Op>) -> std::io::Result<()> {
     // Each line comes with its `\n`: one `write_all`, so a line longer than the buffer goes
     // to the OS whole.
-    let write_line = |w: &mut BufWriter<File>, line: &str| w.write_all(line.as_bytes());
+    let write_line = |w: &mut BufWriter<W>, line: &str| w.write_all(line.as_bytes());
     // What reaches the OS, batch by batch: the ledger's lines, then the records (rows, rejects,
     // turns), then the kept answers' `complete` lines. So an attempt's `started` line and a
     // reject's own line are on disk before the record they go with, and a kept answer's row or
     // turn before its `complete` line (a kill between them leaves a kept answer whose attempt
-    // is open, which the next start books from the record). Three writes a batch at most,
-    // however many answers it holds.
-    let flush_records = |f: &mut Files| -> std::io::Result<()> {
+    // is open, which the next start books from the record). However many answers a batch
+    // holds, it takes two writes of the ledger and one of each record file it touched (more
+    // only when a buffer fills).
+    let flush_records = |f: &mut Files<W>| -> std::io::Result<()> {
         for w in f.outputs.iter_mut().chain(f.rejects.iter_mut()) {
             w.flush()?;
         }
         f.turns.flush()
     };
     // A record that would spill its buffer to the OS mid-batch sends the ledger's lines first.
-    let write_record = |ledger: &mut BufWriter<File>, w: &mut BufWriter<File>, line: &str| {
+    let write_record = |ledger: &mut BufWriter<W>, w: &mut BufWriter<W>, line: &str| {
         if w.buffer().len() + line.len() > w.capacity() {
             ledger.flush()?;
         }
@@ -555,7 +569,7 @@ fn write_batches(f: &mut Files, rx: &mut mpsc::Receiver<Op>) -> std::io::Result<
         }
         if !waiters.is_empty() {
             for file in &f.raw {
-                file.sync_data()?;
+                file.sync()?;
             }
         }
         for w in waiters {
@@ -568,7 +582,7 @@ fn write_batches(f: &mut Files, rx: &mut mpsc::Receiver<Op>) -> std::io::Result<
     f.turns.flush()?;
     f.ledger.flush()?;
     for file in &f.raw {
-        file.sync_data()?;
+        file.sync()?;
     }
     Ok(())
 }
@@ -650,6 +664,100 @@ pub(crate) mod tests {
             params: serde_json::json!({"max_tokens": 16}),
             inline_think: false,
             turns: Vec::new(),
+        }
+    }
+
+    /// What reached the OS, write by write, across the writer's files.
+    #[derive(Clone, Default)]
+    struct Os(std::sync::Arc<std::sync::Mutex<Vec<(&'static str, String)>>>);
+
+    struct Watched(&'static str, Os);
+
+    impl Write for Watched {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let text = String::from_utf8_lossy(b).into_owned();
+            self.1.0.lock().expect("the log").push((self.0, text));
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Durable for Watched {
+        fn sync(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The order a kill must never break, whatever the buffers' sizes (one batch, buffers that
+    /// spill mid-batch, lines longer than a buffer): an attempt's `started` line reaches the OS
+    /// before its row or turn, a reject's line before its reject, a kept answer's row or turn
+    /// before its `complete` line; each line in one write, once.
+    #[test]
+    fn what_a_kill_may_find_on_disk_is_always_in_the_order_a_start_can_book() {
+        for capacity in [1 << 16, 300, 40] {
+            let os = Os::default();
+            let w = |name| BufWriter::with_capacity(capacity, Watched(name, os.clone()));
+            let mut f = Files {
+                outputs: vec![w("rows")],
+                rejects: vec![w("rejects")],
+                ledger: w("ledger"),
+                turns: w("turns"),
+                raw: Vec::new(),
+            };
+            let (tx, mut rx) = mpsc::channel(256);
+            let line = |s: String| s + "\n";
+            let mut must = Vec::new();
+            for i in 0..12 {
+                let pad = "x".repeat(i * 7);
+                let (started, complete) = (format!("started {i}"), format!("complete {i}"));
+                let mut send = |op: Op| tx.try_send(op).map_err(|_| ()).expect("room");
+                send(Op::Spend(line(format!("dispatched {i}"))));
+                send(Op::Spend(line(started.clone())));
+                match i % 3 {
+                    0 => {
+                        let row = format!("row {i} {pad}");
+                        send(Op::Output(0, line(row.clone())));
+                        send(Op::BookKept(line(complete.clone())));
+                        must.extend([(started, row.clone()), (row, complete)]);
+                    }
+                    1 => {
+                        let turn = format!("turn {i} {pad}");
+                        send(Op::Turn(line(turn.clone())));
+                        send(Op::BookKept(line(complete.clone())));
+                        must.extend([(started, turn.clone()), (turn, complete)]);
+                    }
+                    _ => {
+                        let reject = format!("reject {i} {pad}");
+                        send(Op::Spend(line(complete.clone())));
+                        send(Op::Reject(0, line(reject.clone())));
+                        must.extend([(started, reject.clone()), (complete, reject)]);
+                    }
+                }
+            }
+            drop(tx);
+            write_batches(&mut f, &mut rx).expect("written");
+            let writes = os.0.lock().expect("the log").clone();
+            // Which write each line went out in: whole, and once.
+            let at = |text: &str| -> usize {
+                let hits: Vec<usize> = (writes.iter().enumerate())
+                    .filter(|(_, (_, w))| w.lines().any(|l| l == text))
+                    .map(|(k, _)| k)
+                    .collect();
+                assert_eq!(hits.len(), 1, "{text:?} at capacity {capacity}: {writes:?}");
+                hits[0]
+            };
+            for (first, then) in &must {
+                assert!(
+                    at(first) < at(then),
+                    "{first:?} after {then:?} at capacity {capacity}: {writes:?}"
+                );
+            }
+            if capacity == 1 << 16 {
+                let names: Vec<&str> = writes.iter().map(|(n, _)| *n).collect();
+                assert_eq!(names, ["ledger", "rows", "rejects", "turns", "ledger"]);
+            }
         }
     }
 
