@@ -712,7 +712,7 @@ pub(crate) mod tests {
             for i in 0..12 {
                 let pad = "x".repeat(i * 7);
                 let (started, complete) = (format!("started {i}"), format!("complete {i}"));
-                let mut send = |op: Op| tx.try_send(op).map_err(|_| ()).expect("room");
+                let send = |op: Op| tx.try_send(op).map_err(|_| ()).expect("room");
                 send(Op::Spend(line(format!("dispatched {i}"))));
                 send(Op::Spend(line(started.clone())));
                 match i % 3 {
