@@ -183,6 +183,18 @@ pub(super) fn replace_with(
     Ok(())
 }
 
+/// What the start books (or would book) of the kept answers a crash left without their line.
+fn kept_answers_note(dir: &Path, booked: &[SpendEntry], verb: &str) -> String {
+    let usd: Usd = booked.iter().map(|e| e.usd).sum();
+    let n = booked.len();
+    format!(
+        "{}: {verb} {n} kept answer{} ({usd}) whose `complete` line a crash cut, at each \
+         record's own cost",
+        ledger_path(dir).display(),
+        if n == 1 { "" } else { "s" },
+    )
+}
+
 /// A kept message's text and reasoning.
 fn text(m: &super::output::Turn) -> (&str, Option<&str>) {
     (&m.content, m.reasoning_content.as_deref())
@@ -193,12 +205,12 @@ fn text(m: &super::output::Turn) -> (&str, Option<&str>) {
 /// attempt open (`started`, no closing line). Each such answer is booked here at its record's
 /// own cost, under the open attempt's name, which closes it: no look-up and no key needed, and
 /// nothing counted twice (a kept answer's generation closes at most one open attempt). Returns
-/// how many lines and dollars.
+/// the lines to append.
 pub(crate) fn book_kept_answers(
     dir: &Path,
     datasets: &[String],
     scan: &DirScan,
-) -> Result<(u64, Usd), RepairError> {
+) -> Result<Vec<SpendEntry>, RepairError> {
     let ledger = &scan.ledger;
     // Open attempts by the generation they started (a rebuilt line already booked its answer).
     let mut open: HashMap<&str, &SpendEntry> = (ledger.open.iter())
@@ -212,7 +224,7 @@ pub(crate) fn book_kept_answers(
         (nameless.entry(e.dataset.as_str()).or_default()).insert(e.id.as_str(), e);
     }
     if open.is_empty() && nameless.is_empty() {
-        return Ok((0, Usd::ZERO));
+        return Ok(Vec::new());
     }
     let start = chrono::Utc::now().to_rfc3339();
     let mut lines = Vec::new();
@@ -280,11 +292,7 @@ pub(crate) fn book_kept_answers(
             );
         }
     })?;
-    let usd = lines.iter().map(|e| e.usd).sum();
-    if !lines.is_empty() {
-        append_spend(dir, &lines).map_err(io(&ledger_path(dir)))?;
-    }
-    Ok((lines.len() as u64, usd))
+    Ok(lines)
 }
 
 /// Appends a `complete` line (attempt [`REBUILT`]) for each output of `datasets` that the ledger
@@ -363,6 +371,10 @@ pub(crate) fn prepare(
                 ));
             }
         }
+        let booked = book_kept_answers(dir, datasets, &scan)?;
+        if !booked.is_empty() {
+            notes.push(kept_answers_note(dir, &booked, "a run would book"));
+        }
         if repair && !problems.is_empty() {
             notes.push(format!(
                 "--repair would move the damaged lines aside: {}",
@@ -391,14 +403,10 @@ pub(crate) fn prepare(
             ));
         }
     }
-    let (n, usd) = book_kept_answers(dir, datasets, &scan)?;
-    if n > 0 {
-        notes.push(format!(
-            "{}: booked {n} kept answer{} ({usd}) whose `complete` line a crash cut, at each \
-             record's own cost",
-            ledger_path(dir).display(),
-            if n == 1 { "" } else { "s" },
-        ));
+    let booked = book_kept_answers(dir, datasets, &scan)?;
+    if !booked.is_empty() {
+        append_spend(dir, &booked).map_err(io(&ledger_path(dir)))?;
+        notes.push(kept_answers_note(dir, &booked, "booked"));
     }
     if repair {
         let ledger = ledger_path(dir);
@@ -579,6 +587,15 @@ mod tests {
         )
         .expect("turn");
         let names = ["d".to_string()];
+        // `run --check` says what a run would book, and writes nothing.
+        let before = std::fs::read(ledger_path(d)).expect("ledger");
+        let check = prepare(d, &names, false, false).expect("check");
+        assert!(
+            (check.notes.iter()).any(|n| n.contains("a run would book 2 kept answers")),
+            "{:?}",
+            check.notes
+        );
+        assert_eq!(std::fs::read(ledger_path(d)).expect("ledger"), before);
         let p = prepare(d, &names, false, true).expect("prepare");
         assert!(
             p.notes.iter().any(|n| n.contains("booked 2 kept answers")),
