@@ -195,104 +195,76 @@ fn kept_answers_note(dir: &Path, booked: &[SpendEntry], verb: &str) -> String {
     )
 }
 
-/// A kept message's text and reasoning.
-fn text(m: &super::output::Turn) -> (&str, Option<&str>) {
-    (&m.content, m.reasoning_content.as_deref())
-}
-
 /// Kept answers whose `complete` line a crash cut: the writer puts an answer's row or turn on
 /// disk before its ledger line, so a kill between the two leaves the answer kept and its
-/// attempt open (`started`, no closing line). Each such answer is booked here at its record's
-/// own cost, under the open attempt's name, which closes it: no look-up and no key needed, and
-/// nothing counted twice (a kept answer's generation closes at most one open attempt). Returns
-/// the lines to append.
+/// attempt open (`started`, no closing line). Each such answer is booked at its record's own
+/// cost, under the open attempt's name, which closes it: no look-up and no key needed, and
+/// nothing counted twice (a kept answer closes at most one open attempt). The rows' come from
+/// the scan's pass ([`DirScan::kept_open`]); the turns file is read here. Returns the lines to
+/// append.
 pub(crate) fn book_kept_answers(
     dir: &Path,
-    datasets: &[String],
     scan: &DirScan,
 ) -> Result<Vec<SpendEntry>, RepairError> {
     let ledger = &scan.ledger;
-    // Open attempts by the generation they started (a rebuilt line already booked its answer).
+    let mut lines: Vec<SpendEntry> = (scan.kept_open.iter())
+        .map(|k| {
+            kept_line(
+                &k.attempt,
+                &k.record,
+                (&k.content, k.reasoning.as_deref()),
+                &k.at,
+            )
+        })
+        .collect();
+    // What the rows left open, by generation, for the turns of rows still in progress.
+    let booked: HashSet<&str> = (scan.kept_open.iter())
+        .filter_map(|k| k.record.generation_id.as_deref())
+        .collect();
     let mut open: HashMap<&str, &SpendEntry> = (ledger.open.iter())
         .filter_map(|e| Some((e.generation_id.as_deref()?, e)))
-        .filter(|(g, _)| !ledger.rebuilt_generations.contains(*g))
+        .filter(|(g, _)| !booked.contains(g) && !ledger.rebuilt_generations.contains(*g))
         .collect();
-    // Attempts that never named a generation (a server whose chunks carry no id), by prompt:
-    // a row without a generation whose id has no `complete` line was answered by one.
-    let mut nameless: HashMap<&str, HashMap<&str, &SpendEntry>> = HashMap::new();
-    for e in &ledger.unknown {
-        (nameless.entry(e.dataset.as_str()).or_default()).insert(e.id.as_str(), e);
-    }
-    if open.is_empty() && nameless.is_empty() {
-        return Ok(Vec::new());
-    }
-    let start = chrono::Utc::now().to_rfc3339();
-    let mut lines = Vec::new();
-    let mut book =
-        |e: &SpendEntry, t: &TurnRecord, (content, reasoning): (&str, Option<&str>), at: &str| {
-            lines.push(SpendEntry {
-                endpoint: t.endpoint_tag.clone(),
-                usd: t.cost_usd,
-                prompt_tokens: t.usage.prompt_tokens,
-                completion_tokens: t.usage.completion_tokens,
-                estimated: t.cost_estimated,
-                generation_id: t.generation_id.clone(),
-                attempt: e.attempt.clone(),
-                // As the answer's own line said it: a paid answer with nothing in it (judged, as
-                // the core does, once thinking inline in the text was moved out).
-                error: (Shape::of(&t.finish_reason, content, reasoning) == Shape::Empty)
-                    .then(|| ErrorKind::Empty.to_string()),
-                note: Some("booked at the start from the kept answer: a crash cut its line".into()),
-                ..SpendEntry::new(
-                    SpendKind::Complete,
-                    at.into(),
-                    e.id.clone(),
-                    e.dataset.clone(),
-                )
-            });
-        };
-    // Matched as each record is read: a crashed start holds only the answers it books.
-    for d in datasets {
-        scan::read_file(&output_path(dir, d), |r: OutputRecord| {
-            let mut answers = (r.conversations.iter()).filter(|m| m.role == "assistant");
-            if !r.turns.is_empty() {
-                // Every assistant turn regenerated, first to last.
-                for (t, m) in r.turns.iter().zip(answers) {
-                    if let Some(e) = t.generation_id.as_deref().and_then(|g| open.remove(g)) {
-                        book(e, t, text(m), &r.created_at);
-                    }
-                }
-                return;
-            }
-            let Some(m) = answers.next_back() else { return };
-            let attempt = match r.generation_id.as_deref() {
-                Some(g) => open.remove(g),
-                None if !ledger.completes.contains(&r.id) => {
-                    (nameless.get_mut(d.as_str())).and_then(|m| m.remove(r.id.as_str()))
-                }
-                None => None,
-            };
+    if !open.is_empty() {
+        let start = chrono::Utc::now().to_rfc3339();
+        scan::read_file(&turns_path(dir), |t: TurnLine| {
+            let attempt = (t.record.generation_id.as_deref()).and_then(|g| open.remove(g));
             if let Some(e) = attempt {
-                book(e, &r.answer_record(), text(m), &r.created_at);
+                let text = (t.content.as_str(), t.reasoning_content.as_deref());
+                lines.push(kept_line(e, &t.record, text, &start));
             }
         })?;
     }
-    scan::read_file(&turns_path(dir), |t: TurnLine| {
-        if let Some(e) = t
-            .record
-            .generation_id
-            .as_deref()
-            .and_then(|g| open.remove(g))
-        {
-            book(
-                e,
-                &t.record,
-                (&t.content, t.reasoning_content.as_deref()),
-                &start,
-            );
-        }
-    })?;
     Ok(lines)
+}
+
+/// The `complete` line of a kept answer, under its open attempt's name.
+fn kept_line(
+    attempt: &SpendEntry,
+    t: &TurnRecord,
+    (content, reasoning): (&str, Option<&str>),
+    at: &str,
+) -> SpendEntry {
+    SpendEntry {
+        endpoint: t.endpoint_tag.clone(),
+        usd: t.cost_usd,
+        prompt_tokens: t.usage.prompt_tokens,
+        completion_tokens: t.usage.completion_tokens,
+        estimated: t.cost_estimated,
+        generation_id: t.generation_id.clone(),
+        attempt: attempt.attempt.clone(),
+        // As the answer's own line said it: a paid answer with nothing in it (judged, as the
+        // core does, once thinking inline in the text was moved out).
+        error: (Shape::of(&t.finish_reason, content, reasoning) == Shape::Empty)
+            .then(|| ErrorKind::Empty.to_string()),
+        note: Some("booked at the start from the kept answer: a crash cut its line".into()),
+        ..SpendEntry::new(
+            SpendKind::Complete,
+            at.into(),
+            attempt.id.clone(),
+            attempt.dataset.clone(),
+        )
+    }
 }
 
 /// Appends a `complete` line (attempt [`REBUILT`]) for each output of `datasets` that the ledger
@@ -371,7 +343,7 @@ pub(crate) fn prepare(
                 ));
             }
         }
-        let booked = book_kept_answers(dir, datasets, &scan)?;
+        let booked = book_kept_answers(dir, &scan)?;
         if !booked.is_empty() {
             notes.push(kept_answers_note(dir, &booked, "a run would book"));
         }
@@ -403,7 +375,7 @@ pub(crate) fn prepare(
             ));
         }
     }
-    let booked = book_kept_answers(dir, datasets, &scan)?;
+    let booked = book_kept_answers(dir, &scan)?;
     if !booked.is_empty() {
         append_spend(dir, &booked).map_err(io(&ledger_path(dir)))?;
         notes.push(kept_answers_note(dir, &booked, "booked"));

@@ -478,6 +478,9 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
 pub struct DirScan {
     pub ledger: LedgerScan,
     pub datasets: Vec<DatasetScan>,
+    /// Rows (and their turns) whose answer's attempt is still open: a crash cut its
+    /// `complete` line, and the start books it from the record.
+    pub kept_open: Vec<KeptOpen>,
 }
 
 /// What keeps a run from starting in a directory until `--repair` deals with it.
@@ -569,12 +572,22 @@ impl DirScan {
 /// Reads the ledger, then the files of `datasets`.
 pub fn scan_dir(dir: &Path, datasets: &[String]) -> Result<DirScan, ScanError> {
     let ledger = scan_ledger(dir, |_| {})?;
+    let mut kept = KeptMatcher::new(&ledger);
     let datasets = datasets
         .iter()
-        .map(|d| scan_dataset(dir, d, &ledger.completes, |_| {}))
+        .map(|d| scan_dataset(dir, d, &ledger.completes, |r| kept.row(d, r)))
         .collect::<Result<_, _>>()?;
-    Ok(DirScan { ledger, datasets })
+    let kept_open = kept.found;
+    Ok(DirScan {
+        ledger,
+        datasets,
+        kept_open,
+    })
 }
 
+mod kept;
 #[cfg(test)]
 mod tests;
+
+use kept::KeptMatcher;
+pub use kept::KeptOpen;
