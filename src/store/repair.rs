@@ -497,6 +497,22 @@ mod tests {
         );
     }
 
+    /// A ledger line of prompt `id` of dataset `d` (a `complete` line at 1 microdollar).
+    fn ledger_line(kind: SpendKind, attempt: &str, id: &str, generation: Option<&str>) -> String {
+        serde_json::to_string(&SpendEntry {
+            attempt: Some(attempt.into()),
+            generation_id: generation.map(str::to_string),
+            usd: if kind == SpendKind::Complete {
+                Usd::from_pico(1_000_000)
+            } else {
+                Usd::ZERO
+            },
+            ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
+        })
+        .expect("json")
+            + "\n"
+    }
+
     /// A kill between an answer's row (or turn) and its `complete` line: the next start books
     /// the answer from its record, under its open attempt, once; a second start books nothing.
     #[test]
@@ -504,23 +520,14 @@ mod tests {
         use crate::store::output::{TurnLine, TurnRecord, tests::rec, turns_path};
         let dir = tempfile::tempdir().expect("tmp");
         let d = dir.path();
-        let line = |kind: SpendKind, attempt: &str, id: &str, generation: Option<&str>| {
-            serde_json::to_string(&SpendEntry {
-                attempt: Some(attempt.into()),
-                generation_id: generation.map(str::to_string),
-                ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
-            })
-            .expect("json")
-                + "\n"
-        };
         let ledger = [
-            line(SpendKind::Dispatched, "r-1", "a", None),
-            line(SpendKind::Started, "r-1", "a", Some("g1")),
-            line(SpendKind::Dispatched, "r-2", "b", None),
-            line(SpendKind::Started, "r-2", "b", Some("g2")),
+            ledger_line(SpendKind::Dispatched, "r-1", "a", None),
+            ledger_line(SpendKind::Started, "r-1", "a", Some("g1")),
+            ledger_line(SpendKind::Dispatched, "r-2", "b", None),
+            ledger_line(SpendKind::Started, "r-2", "b", Some("g2")),
             // Killed in flight, nothing kept: left to the look-ups.
-            line(SpendKind::Dispatched, "r-3", "c", None),
-            line(SpendKind::Started, "r-3", "c", Some("g3")),
+            ledger_line(SpendKind::Dispatched, "r-3", "c", None),
+            ledger_line(SpendKind::Started, "r-3", "c", Some("g3")),
         ]
         .concat();
         std::fs::write(ledger_path(d), ledger).expect("ledger");
@@ -625,33 +632,19 @@ mod tests {
         use crate::store::output::{Turn, TurnLine, tests::rec, turns_path};
         let dir = tempfile::tempdir().expect("tmp");
         let d = dir.path();
-        let line = |kind: SpendKind, attempt: &str, id: &str, generation: Option<&str>| {
-            serde_json::to_string(&SpendEntry {
-                attempt: Some(attempt.into()),
-                generation_id: generation.map(str::to_string),
-                usd: if kind == SpendKind::Complete {
-                    Usd::from_pico(1_000_000)
-                } else {
-                    Usd::ZERO
-                },
-                ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
-            })
-            .expect("json")
-                + "\n"
-        };
         let ledger = [
             // Booked by a rebuilt line; its first attempt still looks open.
-            line(SpendKind::Dispatched, "r-1", "a", None),
-            line(SpendKind::Started, "r-1", "a", Some("g1")),
-            line(SpendKind::Complete, REBUILT, "a", Some("g1")),
+            ledger_line(SpendKind::Dispatched, "r-1", "a", None),
+            ledger_line(SpendKind::Started, "r-1", "a", Some("g1")),
+            ledger_line(SpendKind::Complete, REBUILT, "a", Some("g1")),
             // Two turns: the first booked, the second's line cut.
-            line(SpendKind::Dispatched, "r-2", "b", None),
-            line(SpendKind::Started, "r-2", "b", Some("g2")),
-            line(SpendKind::Complete, "r-2", "b", Some("g2")),
-            line(SpendKind::Dispatched, "r-3", "b", None),
-            line(SpendKind::Started, "r-3", "b", Some("g3")),
+            ledger_line(SpendKind::Dispatched, "r-2", "b", None),
+            ledger_line(SpendKind::Started, "r-2", "b", Some("g2")),
+            ledger_line(SpendKind::Complete, "r-2", "b", Some("g2")),
+            ledger_line(SpendKind::Dispatched, "r-3", "b", None),
+            ledger_line(SpendKind::Started, "r-3", "b", Some("g3")),
             // A server that names no generation.
-            line(SpendKind::Dispatched, "r-4", "e", None),
+            ledger_line(SpendKind::Dispatched, "r-4", "e", None),
         ]
         .concat();
         std::fs::write(ledger_path(d), ledger).expect("ledger");
