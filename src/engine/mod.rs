@@ -34,8 +34,9 @@ use crate::config::{Config, RequestParams};
 use crate::domain::Usd;
 use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
 use crate::store::lock::DirLock;
-use crate::store::output::{self, WriterThread};
+use crate::store::output;
 use crate::store::scan;
+use crate::store::writer::WriterThread;
 
 pub use control::{Command, ShutdownMode};
 pub use reason::{OffReason, StopReason};

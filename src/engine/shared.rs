@@ -25,7 +25,7 @@ pub(crate) struct Shared {
     /// [`Shared::endpoints`]).
     pub endpoint_list: std::sync::RwLock<Arc<Vec<RunEndpoint>>>,
     /// For the `started` ledger line of each generation.
-    pub writer: crate::store::output::Writer,
+    pub writer: crate::store::writer::Writer,
     /// Display name → endpoint index, for attributing OpenRouter-routed responses.
     pub by_provider: std::sync::RwLock<HashMap<String, usize>>,
     pub endpoint_stats: Vec<Counters>,

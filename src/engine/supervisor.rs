@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::domain::Usd;
-use crate::store::output::{SpendEntry, Writer};
+use crate::store::output::SpendEntry;
 use crate::store::prompts::{Prompt, PromptError, PromptReader};
 use crate::store::scan::KeyBase;
+use crate::store::writer::Writer;
 
 use super::control::Command;
 use super::core::DatasetBook;

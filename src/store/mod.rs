@@ -4,6 +4,7 @@
 //! the second chance of rejects and cut answers (`supersede`),
 //! and the state needed to resume.
 
+pub(crate) mod kept_booking;
 pub mod lock;
 pub mod output;
 pub(crate) mod prescan;
@@ -13,6 +14,7 @@ pub(crate) mod repair;
 pub mod scan;
 pub(crate) mod supersede;
 pub(crate) mod turns_file;
+pub mod writer;
 
 /// Whether the files and directories this process creates may be read by the operator's group
 /// (`group_readable` in the config): one setting for the process, as a umask is, set by the

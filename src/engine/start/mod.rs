@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::domain::Usd;
 use crate::openrouter::OpenRouterClient;
-use crate::store::output::{SpendEntry, Writer};
+use crate::store::output::SpendEntry;
+use crate::store::writer::Writer;
 
 use super::endpoint::RunEndpoint;
 use super::shared::Shared;
