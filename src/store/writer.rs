@@ -146,7 +146,7 @@ impl Writer {
 
     /// A kept answer's `complete` line, which reaches the disk after the records sent before it
     /// (its row or turn): a crash between them leaves an answer the next start books from its
-    /// record (`repair::book_kept_answers`).
+    /// record (`kept_booking::book_kept_answers`).
     pub async fn book_kept(&self, e: &SpendEntry) -> Result<(), StoreError> {
         let line = jsonl(e)?;
         self.send(Op::BookKept(line)).await

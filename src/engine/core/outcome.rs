@@ -207,7 +207,7 @@ impl Core {
             // A kept answer's row or turn goes to the writer before its `complete` ledger line,
             // which the writer puts on disk after the records sent before it: a kill between
             // them leaves the answer kept and its attempt open, which the next start books from
-            // the record (`repair::book_kept_answers`), never a paid answer booked and kept
+            // the record (`kept_booking::book_kept_answers`), never a paid answer booked and kept
             // nowhere (the #35 runs in a row caught one,
             // `kill_9_mid_row_then_resume_leaves_one_row_per_id`). A reject keeps its line
             // first: it carries no generation or cost to book from.

@@ -1,6 +1,6 @@
 //! Kept answers whose attempt is still open: what a crash between an answer's record and its
 //! `complete` line leaves (the writer puts the record on disk first). Found in the scan's own
-//! pass over the outputs, so a start reads its rows once; `repair::book_kept_answers` books
+//! pass over the outputs, so a start reads its rows once; `kept_booking::book_kept_answers` books
 //! them from these, and from the turns file.
 
 use std::collections::{HashMap, HashSet};
