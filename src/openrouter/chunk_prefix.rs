@@ -48,6 +48,11 @@ impl ChunkPrefix {
         Some(ChunkPrefix { bytes, has_usage })
     }
 
+    /// `data` starts with this prefix.
+    pub(super) fn starts(&self, data: &str) -> bool {
+        data.starts_with(&*self.bytes)
+    }
+
     /// The delta of `data` when it is a chunk of the fast path: this prefix, a delta, then
     /// only `null` fields to its end.
     pub(super) fn delta<'a>(&self, data: &'a str) -> Option<Delta<'a>> {
@@ -253,5 +258,42 @@ mod tests {
             fast_reads += n;
         }
         assert!(fast_reads > 100, "the fast path read {fast_reads} chunks");
+    }
+
+    /// A server whose chunks never fit the fast path (here a field it does not know after the
+    /// delta) stops being tried after a few chunks, and reads as the full parse does.
+    #[test]
+    fn a_stream_whose_chunks_never_fit_stops_trying_the_fast_path() {
+        let events: Vec<String> = (0..12)
+            .map(|i| {
+                chunk(
+                    &format!(r#"{{"content":"t{i}"}}"#),
+                    r#","stop_reason":null}]}"#,
+                )
+            })
+            .collect();
+        let events: Vec<&str> = events.iter().map(String::as_str).collect();
+        let mut acc = StreamAccumulator::new(false);
+        for e in &events {
+            acc.feed(e).expect("a chunk");
+        }
+        assert!(acc.prefix.is_none(), "given up");
+        assert_eq!(
+            acc.fast_misses,
+            crate::openrouter::response::FAST_PATH_GIVES_UP
+        );
+        let (fast, _, hits) = fed(&events, true);
+        let (full, _, _) = fed(&events, false);
+        assert_eq!((fast, hits), (full, 0));
+        // OpenRouter's own streams keep it: they miss only at their end.
+        let fits: Vec<String> = (0..12)
+            .map(|i| chunk(&format!(r#"{{"content":"t{i}"}}"#), "}]}"))
+            .collect();
+        let mut acc = StreamAccumulator::new(false);
+        for e in &fits {
+            acc.feed(e).expect("a chunk");
+        }
+        assert!(acc.prefix.is_some());
+        assert_eq!(acc.fast_misses, 0);
     }
 }

@@ -245,7 +245,15 @@ pub struct StreamAccumulator {
     /// The bytes this stream's chunks repeat up to their delta, from the last chunk parsed in
     /// full: the fast path of the common chunk.
     pub(super) prefix: Option<ChunkPrefix>,
+    /// Chunks in a row the fast path could not read since its last hit: a server whose chunks
+    /// never fit it (a field it does not know after the delta, a prefix that changes each
+    /// time) would otherwise cost a second parse or a new prefix on every chunk.
+    pub(super) fast_misses: u8,
 }
+
+/// Misses in a row after which a stream stops trying the fast path. OpenRouter's streams miss
+/// once or twice, at their end (the finish reason, the usage).
+pub(super) const FAST_PATH_GIVES_UP: u8 = 4;
 
 impl StreamAccumulator {
     pub fn new(require_usage: bool) -> Self {
@@ -282,6 +290,7 @@ impl StreamAccumulator {
             return Ok(Progress::default());
         }
         if let Some(delta) = self.prefix.as_ref().and_then(|p| p.delta(data)) {
+            self.fast_misses = 0;
             let progress = self.take_delta(delta)?;
             self.events += u64::from(progress.token_events);
             return Ok(progress);
@@ -296,8 +305,17 @@ impl StreamAccumulator {
             && chunk.error.is_none()
             && matches!(&chunk.choices[..], [c] if c.delta.is_some() && c.message.is_none() && c.error.is_none());
         let progress = self.absorb(chunk)?;
-        if learn {
-            self.prefix = ChunkPrefix::learn(data);
+        if learn && self.fast_misses < FAST_PATH_GIVES_UP {
+            if self.prefix.is_some() {
+                self.fast_misses += 1;
+            }
+            // The same prefix again (the end did not fit): nothing new to learn.
+            if !self.prefix.as_ref().is_some_and(|p| p.starts(data)) {
+                self.prefix = ChunkPrefix::learn(data);
+            }
+            if self.fast_misses >= FAST_PATH_GIVES_UP {
+                self.prefix = None;
+            }
         }
         Ok(progress)
     }
