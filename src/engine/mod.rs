@@ -4,6 +4,7 @@
 //! lists the model's endpoints, starts the writer and spawns the supervisor. The caller gets an
 //! [`EngineHandle`]: a command sender, a `watch` of snapshots, and the summary at the end.
 
+mod alarm;
 pub(crate) mod clock;
 pub(crate) mod control;
 pub(crate) mod core;

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::openrouter::{ErrorKind, OpenRouterClient, StreamTimeouts};
 
+use super::alarm::Alarm;
 use super::core::verdict::Shape;
 use super::endpoint::RunEndpoint;
 use super::stats::Counters;
@@ -40,9 +39,9 @@ pub(crate) struct Shared {
     /// The rest of the worst cases of the streams in flight that run to their end at the cap
     /// (billed in full when closed, under the hard budget), picodollars.
     pub held_pico: AtomicI64,
-    /// Cancelled when spent + accrued + held reaches the budget
+    /// Raised when spent + accrued + held reaches the budget
     /// ([`crate::engine::core::attempt_money::cap_reached`]).
-    pub budget_hit: CancellationToken,
+    pub budget_hit: Alarm,
     pub timeouts: StreamTimeouts,
     pub total_timeout: Duration,
     pub attempts_started: AtomicU64,
@@ -72,7 +71,7 @@ impl Shared {
     pub(super) fn check_cap(&self, accrued: i64, held: i64) {
         let spent = self.spent_pico.load(Ordering::Relaxed);
         if super::core::attempt_money::cap_reached(spent, accrued, held, self.budget_pico) {
-            self.budget_hit.cancel();
+            self.budget_hit.raise();
         }
     }
 

@@ -23,6 +23,7 @@ use crate::store::prompts::{Prompt, PromptError, PromptReader};
 use crate::store::scan::KeyBase;
 use crate::store::writer::Writer;
 
+use super::alarm::Alarm;
 use super::control::Command;
 use super::core::DatasetBook;
 use super::core::attempt::AttemptResult;
@@ -112,8 +113,8 @@ pub(super) struct Supervisor {
     writer: Writer,
     readers: Readers,
     state_path: std::path::PathBuf,
-    /// Cancelled by a stop-now: every attempt's token is a child of it.
-    stop_now: CancellationToken,
+    /// Raised by a stop-now: every attempt watches it.
+    stop_now: Arc<Alarm>,
     /// Cancelled by a stop-now that came after the work was over, while look-ups ran: what
     /// is still being looked up is left as it is (see [`Supervisor::stopping_now`]).
     end_now: CancellationToken,
@@ -196,7 +197,7 @@ impl Supervisor {
             writer: l.writer,
             readers: Readers(readers),
             state_path: l.state_path,
-            stop_now: CancellationToken::new(),
+            stop_now: Arc::new(Alarm::new()),
             end_now: CancellationToken::new(),
             orphans: l.orphans,
             unknown: l.unknown,
@@ -287,7 +288,7 @@ impl Supervisor {
                         .fetch_add(d.held_worst.pico(), Ordering::Relaxed);
                     sh.count_dispatch(d.dataset, d.pinned);
                     let spec = AttemptSpec { d: *d, accrued };
-                    let task = run_attempt(sh.clone(), spec, self.stop_now.child_token());
+                    let task = run_attempt(sh.clone(), spec, self.stop_now.clone());
                     self.tasks.spawn(task);
                     written
                 }
@@ -307,7 +308,7 @@ impl Supervisor {
                 Effect::Reject { dataset, record } => self.writer.reject(dataset, &record).await,
                 Effect::Turn(line) => self.writer.turn(&line).await,
                 Effect::CancelInFlight => {
-                    self.stop_now.cancel();
+                    self.stop_now.raise();
                     Ok(())
                 }
                 Effect::Reconcile {
@@ -420,7 +421,7 @@ impl Supervisor {
     ) {
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let budget_hit = self.shared.budget_hit.clone();
+        let shared = self.shared.clone();
         let mut budget_handled = false;
         let refresh_every = self.core.config().catalog_refresh();
         let mut next_refresh = refresh_every.map(|d| Instant::now() + d);
@@ -455,7 +456,7 @@ impl Supervisor {
                         self.step(Event::Failed(format!("an attempt task failed: {e}"))).await;
                     }
                 },
-                _ = budget_hit.cancelled(), if !budget_handled => {
+                () = shared.budget_hit.watch(), if !budget_handled => {
                     budget_handled = true;
                     self.step(Event::BudgetHit).await;
                 }

@@ -2,15 +2,17 @@
 //! token into shared atomics (and trip the dollar cap the moment it is reached), and hand back
 //! the completion or the failure. Knows nothing of retries or routing: the supervisor decides.
 
+use std::ops::ControlFlow;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Instant;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::openrouter::{ApiError, ChatStream, Completion, TimeoutKind};
+use crate::openrouter::{ApiError, ChatStream, Completion, Progress, TimeoutKind};
 use crate::store::output::{SpendEntry, SpendKind};
 
+use super::alarm::Alarm;
 use super::core::attempt::{AttemptOutcome, AttemptResult, Dispatch};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
 use super::core::cancel_check::CHECK_AFTER_TOKENS;
@@ -32,12 +34,14 @@ impl AttemptSpec {
     }
 }
 
+/// Runs one attempt to its end; `stop_now` closes it (with every other stream in flight).
 pub(crate) async fn run_attempt(
     shared: Arc<Shared>,
     spec: AttemptSpec,
-    cancel: CancellationToken,
+    stop_now: Arc<Alarm>,
 ) -> AttemptResult {
     let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + shared.total_timeout;
     shared.attempts_started.fetch_add(1, Ordering::Relaxed);
     // The serving endpoint as soon as it is known, for the decision at the dollar cap.
     let known = AtomicUsize::new(spec.d.pinned.unwrap_or(usize::MAX));
@@ -48,8 +52,8 @@ pub(crate) async fn run_attempt(
         generation_id: None,
         transit: 0,
     };
-    let work = stream_answer(&shared, &spec, &mut track, &known);
-    let outcome = race_the_cap(&shared, &cancel, &known, work).await;
+    let work = stream_answer(&shared, &spec, &mut track, &known, deadline);
+    let outcome = race_the_cap(&shared, &stop_now, &known, work).await;
     let attributed = known.load(Ordering::Relaxed);
     if spec.d.pinned.is_none() && attributed != usize::MAX {
         shared.endpoint_stats[attributed]
@@ -82,13 +86,16 @@ fn accrue(shared: &Shared, spec: &AttemptSpec, pico: i64) {
     shared.accrue(pico, released);
 }
 
-/// Sends the request and streams the answer, accruing its cost token by token.
+/// Sends the request and streams the answer, accruing its cost token by token; all of it by
+/// `deadline` (the total timeout).
 async fn stream_answer(
     shared: &Shared,
     spec: &AttemptSpec,
     track: &mut Track,
     known: &AtomicUsize,
+    deadline: tokio::time::Instant,
 ) -> Result<Option<Completion>, ApiError> {
+    let by_deadline = |_| ApiError::Timeout(TimeoutKind::Total);
     let eps = shared.endpoints();
     let own = spec
         .d
@@ -96,44 +103,46 @@ async fn stream_answer(
         .filter(|&e| eps[e].custom.is_some())
         .and_then(|e| shared.own_clients.get(&eps[e].tag));
     let client = own.unwrap_or(&shared.client);
-    let mut stream = client.chat_stream(&spec.d.request, shared.timeouts).await?;
+    let mut stream = tokio::time::timeout_at(
+        deadline,
+        client.chat_stream(&spec.d.request, shared.timeouts),
+    )
+    .await
+    .map_err(by_deadline)??;
+    // From here the stream keeps the total deadline on its own timer.
+    stream.set_deadline(deadline);
     track.generation_id = stream.generation_id().map(str::to_string);
     // The provider has the prompt: it is paid for from here on.
     let prompt_cost = (spec.d.price_in.cost(spec.d.prompt_tokens) + spec.d.fee).pico();
     accrue(shared, spec, prompt_cost);
     if let Some(g) = &track.generation_id {
-        write_started(shared, spec, g, spec.d.pinned).await;
+        let started = write_started(shared, spec, g, spec.d.pinned);
+        tokio::time::timeout_at(deadline, started)
+            .await
+            .map_err(by_deadline)?;
     }
-    let mut first = true;
-    while let Some(p) = stream.next().await? {
-        if first {
-            first = false;
-            on_first_chunk(shared, spec, track, known, &stream).await;
+    let ended = match stream.next().await? {
+        None => true,
+        Some(first) => {
+            let named = on_first_chunk(shared, spec, track, known, &stream);
+            tokio::time::timeout_at(deadline, named)
+                .await
+                .map_err(by_deadline)?;
             if spec.held_worst_pico() == 0 {
                 // A stream the cap closes: its tokens in transit count against the cap.
                 track.transit = attempt_money::transit_hold(track.price_out);
                 shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
             }
+            // The rest of the stream in one loop per wake-up (`ChatStream::drive`).
+            count_tokens(shared, spec, track, first).is_continue()
+                && stream
+                    .drive(|p| count_tokens(shared, spec, track, p))
+                    .await?
         }
-        let n = u64::from(p.token_events);
-        track.streamed += n;
-        accrue(shared, spec, track.price_out * n as i64);
-        shared
-            .totals
-            .streamed_tokens
-            .fetch_add(n, Ordering::Relaxed);
-        shared.dataset_stats[spec.d.dataset]
-            .streamed_tokens
-            .fetch_add(n, Ordering::Relaxed);
-        if let Some(e) = track.endpoint {
-            shared.endpoint_stats[e]
-                .streamed_tokens
-                .fetch_add(n, Ordering::Relaxed);
-        }
-        if spec.d.check && track.streamed >= CHECK_AFTER_TOKENS {
-            // Closed to see what a close costs here (dropping the stream closes it).
-            return Ok(None);
-        }
+    };
+    if !ended {
+        // Closed to see what a close costs here (dropping the stream closes it).
+        return Ok(None);
     }
     if track.endpoint.is_none() {
         track.endpoint = stream
@@ -144,6 +153,36 @@ async fn stream_answer(
         track.generation_id = stream.generation_id().map(str::to_string);
     }
     stream.finish().map(Some)
+}
+
+/// Accrues and counts the tokens one wake-up brought; stops the stream of an attempt sent to
+/// see what a close costs once it has streamed enough.
+fn count_tokens(
+    shared: &Shared,
+    spec: &AttemptSpec,
+    track: &mut Track,
+    p: Progress,
+) -> ControlFlow<()> {
+    let n = u64::from(p.token_events);
+    track.streamed += n;
+    accrue(shared, spec, track.price_out * n as i64);
+    shared
+        .totals
+        .streamed_tokens
+        .fetch_add(n, Ordering::Relaxed);
+    shared.dataset_stats[spec.d.dataset]
+        .streamed_tokens
+        .fetch_add(n, Ordering::Relaxed);
+    if let Some(e) = track.endpoint {
+        shared.endpoint_stats[e]
+            .streamed_tokens
+            .fetch_add(n, Ordering::Relaxed);
+    }
+    if spec.d.check && track.streamed >= CHECK_AFTER_TOKENS {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
+    }
 }
 
 /// The first chunk names the provider and carries the generation id: from here on the
@@ -185,39 +224,40 @@ async fn on_first_chunk(
     }
 }
 
-/// Runs the attempt to its end, its total timeout, or a cancel. At the dollar cap a stream is
-/// closed where that stops the bill; where the provider bills the whole generation anyway, it
-/// runs to the end so that what is paid for is kept.
+/// Runs the attempt to its end, its total timeout, or a stop-now. At the dollar cap a stream
+/// is closed where that stops the bill; where the provider bills the whole generation anyway,
+/// it runs to the end so that what is paid for is kept. The stop and the cap are looked at
+/// first on every wake-up, through [`Alarm`]s: an atomic read each while the task is the same.
 async fn race_the_cap(
     shared: &Shared,
-    cancel: &CancellationToken,
+    stop_now: &Alarm,
     known: &AtomicUsize,
     work: impl Future<Output = Result<Option<Completion>, ApiError>>,
 ) -> AttemptOutcome {
-    let work = tokio::time::timeout(shared.total_timeout, work);
-    tokio::pin!(work);
+    let mut work = pin!(work);
+    let mut stop = pin!(stop_now.watch());
+    let mut cap = pin!(shared.budget_hit.watch());
     let mut past_cap = false;
-    loop {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break AttemptOutcome::Cancelled,
-            _ = shared.budget_hit.cancelled(), if !past_cap => {
-                let e = known.load(Ordering::Relaxed);
-                let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
-                if attempt_money::close_at_cap(stops) {
-                    break AttemptOutcome::Cancelled;
-                }
-                past_cap = true;
-                shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
-            }
-            r = &mut work => break match r {
-                Ok(Ok(Some(c))) => AttemptOutcome::Done(Box::new(c)),
-                Ok(Ok(None)) => AttemptOutcome::Checked,
-                Ok(Err(e)) => AttemptOutcome::Failed(e),
-                Err(_) => AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Total)),
-            },
+    std::future::poll_fn(|cx| {
+        if stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(AttemptOutcome::Cancelled);
         }
-    }
+        if !past_cap && cap.as_mut().poll(cx).is_ready() {
+            let e = known.load(Ordering::Relaxed);
+            let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
+            if attempt_money::close_at_cap(stops) {
+                return Poll::Ready(AttemptOutcome::Cancelled);
+            }
+            past_cap = true;
+            shared.finishing_past_cap.fetch_add(1, Ordering::Relaxed);
+        }
+        work.as_mut().poll(cx).map(|r| match r {
+            Ok(Some(c)) => AttemptOutcome::Done(Box::new(c)),
+            Ok(None) => AttemptOutcome::Checked,
+            Err(e) => AttemptOutcome::Failed(e),
+        })
+    })
+    .await
 }
 
 /// Books what the attempt cost and hands back its result.

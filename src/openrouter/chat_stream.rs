@@ -1,7 +1,8 @@
 //! One streamed chat completion in progress: [`ChatStream`] reads what the connection holds
 //! in one wake-up, decodes its SSE events into the accumulator, and keeps the first-token,
-//! idle and total deadlines.
+//! idle and total deadlines on one timer.
 
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ pub struct ChatStream {
     pub(super) last_token: tokio::time::Instant,
     pub(super) timer: Pin<Box<tokio::time::Sleep>>,
     pub(super) ttft: Option<Duration>,
+    /// The attempt's total deadline, if its caller set one ([`ChatStream::set_deadline`]).
+    pub(super) total: Option<tokio::time::Instant>,
     /// The `[DONE]` event or the body's end was seen.
     pub(super) ended: bool,
     /// The body ended; the events before its end are still to be counted.
@@ -62,29 +65,77 @@ pub struct ChatStream {
 /// hold the thread.
 const READ_AHEAD: usize = 64 * 1024;
 
+/// What one [`ChatStream::read_ready`] found.
+struct Read {
+    /// It read some bytes, or the body ended or failed: the caller looks at what it has.
+    any: bool,
+    /// The body has nothing more now and will wake the task when it has.
+    waiting: bool,
+}
+
 impl ChatStream {
     /// Waits for the next token-bearing data, and reports every such event that one read
     /// brought (often many). `Ok(None)` when the stream has ended (complete or not:
     /// [`ChatStream::finish`] decides).
     pub async fn next(&mut self) -> Result<Option<Progress>, ApiError> {
-        std::future::poll_fn(|cx| self.poll_progress(cx)).await
+        let mut got = None;
+        let ended = std::future::poll_fn(|cx| {
+            self.poll_drive(cx, &mut |p| {
+                got = Some(p);
+                ControlFlow::Break(())
+            })
+        })
+        .await?;
+        Ok(if ended { None } else { got })
+    }
+
+    /// Reads the stream to its end (`Ok(true)`; [`ChatStream::finish`] then decides whether it
+    /// is complete), handing `on_tokens` what each wake-up brought, until it says stop
+    /// (`Ok(false)`). The cheap way to read a whole stream: one poll of the connection per
+    /// wake-up, where calling [`ChatStream::next`] in a loop polls it a second time only to
+    /// find it still empty.
+    pub async fn drive(
+        &mut self,
+        mut on_tokens: impl FnMut(Progress) -> ControlFlow<()>,
+    ) -> Result<bool, ApiError> {
+        std::future::poll_fn(|cx| self.poll_drive(cx, &mut on_tokens)).await
+    }
+
+    /// Stops the stream with [`TimeoutKind::Total`] at `deadline`, on the stream's one timer:
+    /// a wrapping `tokio::time::timeout` would be polled on every wake-up besides it.
+    pub fn set_deadline(&mut self, deadline: tokio::time::Instant) {
+        self.total = Some(deadline);
     }
 
     /// One wake-up's work: every chunk the connection already holds is read and every event in
-    /// them folded into one report, so the caller runs once per wake-up, not once per token
-    /// (at real pace a wake-up finds a token or a few per stream; see BENCHMARKS.md).
-    fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Progress>, ApiError>> {
+    /// them folded into one report per read for `on_tokens`, so the caller runs once per
+    /// wake-up, not once per token (at real pace a wake-up finds a token or a few per stream;
+    /// see BENCHMARKS.md). `Ready(Ok(true))` at the stream's end, `Ready(Ok(false))` when
+    /// `on_tokens` stopped it.
+    fn poll_drive(
+        &mut self,
+        cx: &mut Context<'_>,
+        on_tokens: &mut dyn FnMut(Progress) -> ControlFlow<()>,
+    ) -> Poll<Result<bool, ApiError>> {
+        // The body said it holds nothing more, and will wake this task when it does.
+        let mut waiting = false;
         loop {
             let progress = self.drain_events()?;
             if progress.token_events > 0 {
-                self.last_token = tokio::time::Instant::now();
+                let now = tokio::time::Instant::now();
+                self.last_token = now;
                 if self.ttft.is_none() {
                     self.ttft = Some(self.started.elapsed());
                 }
-                return Poll::Ready(Ok(Some(progress)));
+                if self.total.is_some_and(|t| now >= t) {
+                    return Poll::Ready(Err(ApiError::Timeout(TimeoutKind::Total)));
+                }
+                if on_tokens(progress).is_break() {
+                    return Poll::Ready(Ok(false));
+                }
             }
             if self.ended {
-                return Poll::Ready(Ok(None));
+                return Poll::Ready(Ok(true));
             }
             if let Some(e) = self.failed.take() {
                 return Poll::Ready(Err(super::scrub::transport_error(
@@ -94,10 +145,14 @@ impl ChatStream {
             }
             if self.eof {
                 self.ended = true;
-                return Poll::Ready(Ok(None));
+                return Poll::Ready(Ok(true));
             }
-            if self.read_ready(cx) {
-                continue;
+            if !waiting {
+                let read = self.read_ready(cx);
+                waiting = read.waiting;
+                if read.any {
+                    continue;
+                }
             }
             // Nothing to read: wait, under the timeout.
             self.sse.release_idle();
@@ -108,9 +163,8 @@ impl ChatStream {
         }
     }
 
-    /// Reads the chunks that are ready now, up to [`READ_AHEAD`] bytes. True if it read any or
-    /// the body ended or failed (the caller then looks at what it has).
-    fn read_ready(&mut self, cx: &mut Context<'_>) -> bool {
+    /// Reads the chunks that are ready now, up to [`READ_AHEAD`] bytes.
+    fn read_ready(&mut self, cx: &mut Context<'_>) -> Read {
         let mut read = 0usize;
         loop {
             match Pin::new(&mut self.body).poll_frame(cx) {
@@ -122,19 +176,33 @@ impl ChatStream {
                     self.sse.push(&chunk);
                     read += chunk.len();
                     if read >= READ_AHEAD {
-                        return true;
+                        return Read {
+                            any: true,
+                            waiting: false,
+                        };
                     }
                 }
                 // Kept until the events before it are counted: the tokens were streamed.
                 Poll::Ready(Some(Err(e))) => {
                     self.failed = Some(e);
-                    return true;
+                    return Read {
+                        any: true,
+                        waiting: false,
+                    };
                 }
                 Poll::Ready(None) => {
                     self.eof = true;
-                    return true;
+                    return Read {
+                        any: true,
+                        waiting: false,
+                    };
                 }
-                Poll::Pending => return read > 0,
+                Poll::Pending => {
+                    return Read {
+                        any: read > 0,
+                        waiting: true,
+                    };
+                }
             }
         }
     }
@@ -169,13 +237,16 @@ impl ChatStream {
     /// Keep-alive comments and partial reads do not extend it (a provider that stalls behind
     /// keep-alives is still stalled).
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<TimeoutKind> {
-        let (deadline, kind) = match self.ttft {
+        let (mut deadline, mut kind) = match self.ttft {
             None => (
                 self.started_at + self.timeouts.first_token,
                 TimeoutKind::FirstToken,
             ),
             Some(_) => (self.last_token + self.timeouts.idle, TimeoutKind::Idle),
         };
+        if let Some(total) = self.total.filter(|&t| t <= deadline) {
+            (deadline, kind) = (total, TimeoutKind::Total);
+        }
         if self.timer.deadline() > deadline {
             // The first token came: the idle deadline is usually sooner.
             self.timer.as_mut().reset(deadline);
@@ -211,7 +282,7 @@ impl ChatStream {
 
     /// Reads the stream to its end and returns the completion or the failure.
     pub async fn collect(mut self) -> Result<Completion, ApiError> {
-        while self.next().await?.is_some() {}
+        self.drive(|_| ControlFlow::Continue(())).await?;
         self.finish()
     }
 

@@ -379,6 +379,7 @@ impl OpenRouterClient {
             last_token: started_at,
             timer: Box::pin(tokio::time::sleep_until(started_at + timeouts.first_token)),
             ttft: None,
+            total: None,
             ended: false,
             eof: false,
             failed: None,

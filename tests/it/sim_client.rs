@@ -324,6 +324,45 @@ async fn every_fault_kind_is_a_typed_retryable_error() {
     sim.stop().await;
 }
 
+/// A stream keeps the attempt's total deadline on its own timer (the worker's
+/// `timeouts.total_s`, no wrapping timeout): past it, a stream still streaming and a stream gone
+/// quiet both end with the total timeout, well before their idle timeouts.
+#[tokio::test]
+async fn a_stream_past_its_deadline_ends_with_the_total_timeout_streaming_or_quiet() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.05; // ~1 ms a token: a 60,000-token answer streams for a minute.
+    let (sim, client) = start(cfg).await;
+    let deadline = || tokio::time::Instant::now() + Duration::from_millis(300);
+    // Streaming: tokens keep coming, so no idle timeout ends it; only the deadline can.
+    let mut s = client
+        .chat_stream(&req("a long answer please", 60_000, "deepinfra"), fast_timeouts())
+        .await
+        .expect("stream");
+    s.set_deadline(deadline());
+    let mut tokens = 0u64;
+    let e = s
+        .drive(|p| {
+            tokens += u64::from(p.token_events);
+            std::ops::ControlFlow::Continue(())
+        })
+        .await
+        .expect_err("past the deadline");
+    assert!(matches!(e, ApiError::Timeout(TimeoutKind::Total)), "{e}");
+    assert!(tokens > 0, "it streamed before the deadline");
+    assert!(tokens < 60_000, "it ended before the answer did");
+    // Quiet: a stalled endpoint, with the idle timeout (5 s) far beyond the deadline.
+    faults(&sim, "novita", "stall=1");
+    let mut s = client
+        .chat_stream(&req("fault", 2000, "novita"), fast_timeouts())
+        .await
+        .expect("the stall comes after the headers");
+    s.set_deadline(deadline());
+    let e = s.collect().await.expect_err("past the deadline");
+    // Not `Idle`: the deadline came first.
+    assert!(matches!(e, ApiError::Timeout(TimeoutKind::Total)), "{e}");
+    sim.stop().await;
+}
+
 #[tokio::test]
 async fn slow_start_delays_the_first_token() {
     let mut cfg = SimConfig::fast_no_faults();

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::domain::Usd;
@@ -29,6 +28,7 @@ use crate::openrouter::OpenRouterClient;
 use crate::store::output::SpendEntry;
 use crate::store::writer::Writer;
 
+use super::alarm::Alarm;
 use super::endpoint::RunEndpoint;
 use super::shared::Shared;
 use super::stats::Counters;
@@ -139,14 +139,14 @@ fn shared(
         held_pico: AtomicI64::new(0),
         spent_pico: AtomicI64::new(carried.pico()),
         budget_pico: budget.pico(),
-        budget_hit: CancellationToken::new(),
+        budget_hit: Alarm::new(),
         timeouts: cfg.timeouts.stream(),
         total_timeout: cfg.timeouts.total(),
         attempts_started: AtomicU64::new(0),
         finishing_past_cap: AtomicU64::new(0),
     });
     if carried >= budget {
-        shared.budget_hit.cancel();
+        shared.budget_hit.raise();
     }
     shared
 }
