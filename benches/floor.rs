@@ -1,15 +1,16 @@
 //! The floor of the benchmark (issue #36): the least a client can do with the streams harvest
 //! opens. Same job as harvest and the Python peer (a prompt JSONL, `--concurrency` streaming chat
-//! completions at once), the same stack (reqwest over rustls, HTTP/2 by ALPN on one connection
-//! per 64 streams, as `OpenRouterClient` lays them out, on harvest's one-thread runtime with its
-//! batched wake-ups), and nothing else: each response's bytes are read and dropped. No SSE
+//! completions at once), the same stack (hyper-util's client over rustls with the platform's
+//! verifier, HTTP/2 by ALPN on one connection per 64 streams, as `OpenRouterClient` lays them
+//! out, on harvest's one-thread runtime with its batched wake-ups), and nothing else: each
+//! response's bytes are read and dropped. No SSE
 //! framing, no JSON, no accounting; only the usage chunk's `"completion_tokens":` is looked for
 //! in the last bytes of each response, so that the harness counts the same tokens.
 //!
 //! Its CPU per output token is what this machine and stack cost before any of harvest's own
 //! work; `scripts/bench.sh --tls --floor` runs it beside harvest and states harvest's figure as
-//! a multiple of it. Over HTTPS and HTTP/2 only: there harvest carries chat requests on
-//! reqwest as the floor does (plain HTTP/1.1 goes through harvest's own hyper client).
+//! a multiple of it. Over HTTPS and HTTP/2 only, as harvest carries chat requests there with
+//! no proxy set.
 //!
 //! ```text
 //! cargo bench --bench floor -- --base-url https://127.0.0.1:PORT/api/v1 --prompts P.jsonl \
@@ -22,8 +23,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use clap::Parser;
-use futures::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+type Lane = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 #[derive(Parser)]
 #[command(about = "The benchmark's floor client: read the streams, drop the bytes")]
@@ -124,28 +133,38 @@ async fn run(
     key: &str,
     bodies: Vec<(String, Vec<u8>)>,
 ) -> Result<Read, Box<dyn std::error::Error>> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))?;
-    auth.set_sensitive(true);
-    headers.insert(reqwest::header::AUTHORIZATION, auth);
-    headers.insert(
-        reqwest::header::CONTENT_TYPE,
-        reqwest::header::HeaderValue::from_static("application/json"),
-    );
-    let roots = match &a.ca_cert {
-        Some(p) => reqwest::Certificate::from_pem_bundle(&std::fs::read(p)?)?,
-        None => Vec::new(),
-    };
+    let mut roots = Vec::new();
+    if let Some(p) = &a.ca_cert {
+        for c in CertificateDer::pem_slice_iter(&std::fs::read(p)?) {
+            roots.push(c?);
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier =
+        rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider.clone())?;
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+        .with_no_client_auth();
+    let auth = format!("Bearer {key}");
     let lanes = a.concurrency.div_ceil(STREAMS_PER_CONNECTION).max(1);
-    let clients = (0..lanes)
+    let clients: Vec<Lane> = (0..lanes)
         .map(|_| {
-            reqwest::Client::builder()
-                .tls_certs_merge(roots.clone())
-                .default_headers(headers.clone())
-                .tcp_nodelay(true)
-                .build()
+            let mut tcp = HttpConnector::new();
+            tcp.enforce_http(false);
+            tcp.set_nodelay(true);
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(tcp);
+            Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .build(connector)
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     let url = format!("{}/chat/completions", a.base_url.trim_end_matches('/'));
     // As harvest's lanes do (`transport::Lane`): each connection's first request goes alone,
     // and the others of its lane wait for its response to begin (2 s at most), so that the
@@ -157,7 +176,7 @@ async fn run(
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for w in 0..a.concurrency.min(bodies.len()) {
-        let (client, url) = (clients[w % lanes].clone(), url.clone());
+        let (client, url, auth) = (clients[w % lanes].clone(), url.clone(), auth.clone());
         let (bodies, next) = (bodies.clone(), next.clone());
         let (tx, mut rx) = (opened[w % lanes].0.clone(), opened[w % lanes].1.clone());
         let opener = w < lanes;
@@ -173,7 +192,7 @@ async fn run(
                 let Some((id, body)) = bodies.get(i) else {
                     return (done, failed);
                 };
-                match one(&client, &url, body.clone(), first.take()).await {
+                match one(&client, &url, &auth, body.clone(), first.take()).await {
                     Ok(tokens) => done.push((id.clone(), tokens)),
                     Err(e) => {
                         let f = failed.get_or_insert((0, e));
@@ -197,12 +216,18 @@ async fn run(
 /// One stream read to its end and dropped; its completion tokens, from the usage chunk, or
 /// what went wrong.
 async fn one(
-    client: &reqwest::Client,
+    client: &Lane,
     url: &str,
+    auth: &str,
     body: Vec<u8>,
     opened: Option<tokio::sync::watch::Sender<bool>>,
 ) -> Result<u64, String> {
-    let resp = client.post(url).body(body).send().await;
+    let req = hyper::Request::post(url)
+        .header(hyper::header::AUTHORIZATION, auth)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| format!("request: {e}"))?;
+    let resp = client.request(req).await;
     if let Some(tx) = opened {
         // Its lane's connection is up (or failed: the others try their own).
         let _ = tx.send(true);
@@ -211,10 +236,13 @@ async fn one(
     if !resp.status().is_success() {
         return Err(format!("HTTP {}", resp.status()));
     }
-    let mut stream = resp.bytes_stream();
+    let mut stream = resp.into_body();
     let mut tail: Vec<u8> = Vec::with_capacity(2 * TAIL);
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| format!("body: {e}"))?;
+    while let Some(frame) = stream.frame().await {
+        let frame = frame.map_err(|e| format!("body: {e}"))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
         // Only the last bytes are kept: the usage chunk is among them at the end.
         if chunk.len() >= TAIL {
             tail.clear();

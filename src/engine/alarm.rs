@@ -183,6 +183,6 @@ mod tests {
         };
         tokio::task::yield_now().await;
         alarm.raise();
-        waiting.await.unwrap();
+        waiting.await.expect("the waiting task ends");
     }
 }

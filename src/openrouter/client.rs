@@ -121,7 +121,11 @@ impl OpenRouterClient {
         let pool_idle_timeout = Duration::from_secs(60);
         let builder = || {
             let b = reqwest::Client::builder()
-                .tls_certs_merge(roots.clone())
+                .tls_certs_merge(
+                    roots
+                        .iter()
+                        .filter_map(|c| reqwest::Certificate::from_der(c).ok()),
+                )
                 .default_headers(headers.clone())
                 .connect_timeout(opts.connect_timeout)
                 .pool_idle_timeout(pool_idle_timeout)
@@ -140,12 +144,20 @@ impl OpenRouterClient {
             )));
         }
         let http = build(builder())?;
-        let chat = if ChatTransport::wants_http1(&base, transport::http_proxy_set()) {
-            ChatTransport::http1(transport::Http1Settings {
-                headers: headers.clone(),
-                connect_timeout: opts.connect_timeout,
-                pool_idle_timeout,
-            })
+        let chat = if ChatTransport::goes_direct(&base, transport::proxy_set_for(&base)) {
+            let direct = transport::DirectClients::new(
+                transport::DirectSettings {
+                    headers: headers.clone(),
+                    connect_timeout: opts.connect_timeout,
+                    pool_idle_timeout,
+                    extra_roots: roots,
+                    http2: opts.http2,
+                    lanes: opts.h2_connections,
+                },
+                base.starts_with("https://"),
+            )
+            .map_err(ApiError::Invalid)?;
+            ChatTransport::Direct(Box::new(direct))
         } else {
             let fresh = build(builder().pool_max_idle_per_host(0))?;
             // HTTP/2 is negotiated by ALPN: over plain HTTP every stream has its own connection.

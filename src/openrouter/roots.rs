@@ -5,6 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
 /// The environment variable naming a PEM bundle to trust.
 pub(crate) const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
 
@@ -16,14 +19,15 @@ pub(crate) fn from_env() -> Option<PathBuf> {
 }
 
 /// The certificates of a PEM bundle; an error names the file and what is wrong with it.
-pub(crate) fn read(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
+pub(crate) fn read(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let bytes = std::fs::read(path).map_err(|e| {
         format!(
             "cannot read the CA certificate file {}: {e}",
             path.display()
         )
     })?;
-    let certs = reqwest::Certificate::from_pem_bundle(&bytes)
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{} is not a PEM certificate bundle: {e}", path.display()))?;
     if certs.is_empty() {
         return Err(format!(

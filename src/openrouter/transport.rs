@@ -1,36 +1,68 @@
 //! How chat requests travel, and the one shape their responses and failures take whichever
 //! client carried them.
 //!
-//! Over HTTPS, and whenever a proxy variable is set, reqwest carries them (rustls, the system's
-//! and configured roots, HTTP/2 spread over lanes, proxies). Over plain HTTP/1.1 (an own vLLM,
-//! SGLang or llama.cpp server) hyper's client carries them directly, because that is where the
-//! read buffer can be capped: reqwest leaves hyper's adaptive buffer free to grow to 408 KB per
-//! connection, and a server that sends faster than harvest parses grows it on every
-//! connection (1,201 MB at 2,000 streams, BENCHMARKS.md). Capped, such a server is held back by
-//! TCP instead of by harvest's memory. Over HTTPS, HTTP/2's flow-control window is the bound.
+//! With no proxy in the way, hyper's own client carries them ([`direct`]): plain HTTP/1.1 with
+//! its read buffer capped, and HTTPS with HTTP/2 chosen by ALPN and spread over lanes, a
+//! stream's body read as hyper hands it over. Behind a proxy variable, or with
+//! `user:password@` in the URL, reqwest carries them (it honours the proxy and turns the
+//! credentials into Basic auth). Either way the caller sees one [`Response`] and [`Body`].
 
+pub(super) mod direct;
+pub(super) mod lane;
+
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::body::{Frame, Incoming, SizeHint};
 use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
 
-/// The most hyper buffers from one plain-HTTP/1.1 connection: a read asks for at most this
-/// much. 16 KiB holds ~100 streamed events, so a fast stream still moves in large reads, and
-/// 2,000 connections hold at most 32 MB. (Response headers must fit in it too: hyper closes a
-/// connection whose headers outgrow it; servers send well under 1 KB.)
-pub(super) const HTTP1_READ_BUFFER: usize = 16 * 1024;
+pub(super) use direct::{DirectClients, DirectSettings};
+pub(super) use lane::Lane;
 
 pub(super) const USER_AGENT_VALUE: &str = concat!("harvest/", env!("CARGO_PKG_VERSION"));
 
-/// A response's body, whichever client read it.
-pub(super) type Body = BoxBody<Bytes, Failure>;
+/// A response's body, whichever client read it: hyper's own, polled with nothing between
+/// (every wake-up of every stream polls it), or reqwest's, boxed.
+pub(super) enum Body {
+    Direct(Incoming),
+    Boxed(BoxBody<Bytes, Failure>),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Failure;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failure>>> {
+        match self.get_mut() {
+            Body::Direct(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(Failure::from))),
+            Body::Boxed(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Body::Direct(b) => b.is_end_stream(),
+            Body::Boxed(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Direct(b) => b.size_hint(),
+            Body::Boxed(b) => b.size_hint(),
+        }
+    }
+}
 
 /// A chat response whose status may be anything; the caller reads an error body.
 pub(super) struct Response {
@@ -116,185 +148,28 @@ pub(super) async fn read_all(body: Body) -> Result<Bytes, Failure> {
 
 /// The clients chat requests go through.
 pub(super) enum ChatTransport {
+    /// Behind a proxy, or with credentials in the URL.
     Reqwest {
         /// The client of each connection, taken in turn: one over HTTP/1.1 (its pool opens
         /// a connection per stream), one per lane over HTTP/2.
-        lanes: Vec<Lane>,
+        lanes: Vec<Lane<reqwest::Client>>,
         next_lane: AtomicUsize,
         /// Same settings, no idle pool: to resend on a new connection.
         fresh: reqwest::Client,
     },
-    Http1(Box<Http1Clients>),
-}
-
-/// hyper's clients for plain HTTP/1.1 (boxed: they are much larger than reqwest's handles).
-pub(super) struct Http1Clients {
-    pooled: HyperClient<TimedConnector, Full<Bytes>>,
-    /// No idle pool: to resend on a new connection.
-    fresh: HyperClient<TimedConnector, Full<Bytes>>,
-    /// reqwest's default headers plus what reqwest adds and hyper does not (user agent,
-    /// content type, `Accept`).
-    headers: HeaderMap,
-}
-
-/// One reqwest client and, over HTTP/2, the gate that lets its first request go alone.
-pub(super) struct Lane {
-    client: reqwest::Client,
-    /// Over HTTP/2, held by the request that opens the lane's connection. Until TLS has
-    /// chosen the protocol (ALPN), reqwest's pool does not know the connection will be shared,
-    /// and a burst of requests each opens its own: 205 TLS handshakes for 300 streams that
-    /// then share 5 connections (tests/it/tls.rs). The others wait for the first one's response
-    /// headers, or [`OPEN_ALONE`] at most, and then share its connection. `None` over HTTP/1.1.
-    opening: Option<tokio::sync::RwLock<()>>,
-    opened: std::sync::atomic::AtomicBool,
-}
-
-/// The longest a lane's first request holds the others back. The connection is pooled once
-/// its handshake is done, well before this on any working network; a server slow to send
-/// headers (or not answering at all) must not hold a lane's streams behind one request, so
-/// past this the rest go as they would without the gate.
-const OPEN_ALONE: Duration = Duration::from_secs(2);
-
-impl Lane {
-    /// A lane for `client`; `gated` when it may speak HTTP/2.
-    pub(super) fn new(client: reqwest::Client, gated: bool) -> Lane {
-        Lane {
-            client,
-            opening: gated.then(|| tokio::sync::RwLock::new(())),
-            opened: std::sync::atomic::AtomicBool::new(!gated),
-        }
-    }
-
-    /// Sends a request on this lane; the lane's first goes alone (see [`Lane::opening`]).
-    /// The others wait on the gate's read side, so they all go at once when it opens. If the
-    /// first fails or is dropped, one of them opens the lane instead; a failed request closes
-    /// the gate again, since its connection may be gone and the next burst would otherwise
-    /// open one per stream again.
-    async fn send(
-        &self,
-        request: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, reqwest::Error> {
-        let Some(gate) = &self.opening else {
-            return request(&self.client).send().await;
-        };
-        while !self.opened.load(Ordering::Acquire) {
-            let Ok(held) = gate.try_write() else {
-                // Another request is opening the lane: wait for it, then look again.
-                drop(gate.read().await);
-                continue;
-            };
-            if self.opened.load(Ordering::Acquire) {
-                break;
-            }
-            let send = request(&self.client).send();
-            tokio::pin!(send);
-            let r = match tokio::time::timeout(OPEN_ALONE, &mut send).await {
-                Ok(r) => r,
-                Err(_) => {
-                    self.opened.store(true, Ordering::Release);
-                    drop(held);
-                    send.await
-                }
-            };
-            self.opened.store(r.is_ok(), Ordering::Release);
-            return r;
-        }
-        let r = request(&self.client).send().await;
-        if r.is_err() {
-            self.opened.store(false, Ordering::Release);
-        }
-        r
-    }
-}
-
-/// `HttpConnector` with the connect timeout over name resolution too, as reqwest has it
-/// (`HttpConnector`'s own bounds each TCP attempt only).
-#[derive(Clone)]
-pub(super) struct TimedConnector {
-    inner: HttpConnector,
-    timeout: Duration,
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower_service::Service<hyper::Uri> for TimedConnector {
-    type Response = <HttpConnector as tower_service::Service<hyper::Uri>>::Response;
-    type Error = BoxError;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
-        let connect = self.inner.call(uri);
-        let timeout = self.timeout;
-        Box::pin(async move {
-            match tokio::time::timeout(timeout, connect).await {
-                Ok(r) => r.map_err(Into::into),
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out (name resolution included)",
-                )
-                .into()),
-            }
-        })
-    }
-}
-
-/// What [`ChatTransport::http1`] needs from the client's options.
-pub(super) struct Http1Settings {
-    pub headers: HeaderMap,
-    pub connect_timeout: Duration,
-    pub pool_idle_timeout: Duration,
+    /// hyper's own clients (boxed: they are much larger than reqwest's handles).
+    Direct(Box<DirectClients>),
 }
 
 impl ChatTransport {
-    /// hyper's client over plain TCP, with the read buffer capped at [`HTTP1_READ_BUFFER`] and
-    /// reqwest 0.13's socket defaults (no Nagle; keep-alive probes after 15 s idle, every 15 s,
-    /// 3 of them; on Linux unacknowledged data gives up after 30 s).
-    pub(super) fn http1(s: Http1Settings) -> ChatTransport {
-        let build = |max_idle: usize| {
-            let mut connector = HttpConnector::new();
-            connector.set_nodelay(true);
-            connector.set_connect_timeout(Some(s.connect_timeout));
-            connector.set_keepalive(Some(Duration::from_secs(15)));
-            connector.set_keepalive_interval(Some(Duration::from_secs(15)));
-            connector.set_keepalive_retries(Some(3));
-            #[cfg(target_os = "linux")]
-            connector.set_tcp_user_timeout(Some(Duration::from_secs(30)));
-            let connector = TimedConnector {
-                inner: connector,
-                timeout: s.connect_timeout,
-            };
-            HyperClient::builder(TokioExecutor::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(s.pool_idle_timeout)
-                .pool_max_idle_per_host(max_idle)
-                .http1_max_buf_size(HTTP1_READ_BUFFER)
-                .build(connector)
-        };
-        let mut headers = s.headers;
-        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
-        ChatTransport::Http1(Box::new(Http1Clients {
-            pooled: build(usize::MAX),
-            fresh: build(0),
-            headers,
-        }))
-    }
-
-    /// Whether chat requests to `base_url` go over the capped HTTP/1.1 client: plain HTTP
-    /// (HTTP/2 is only negotiated over TLS) with no proxy variable that reqwest would honour,
-    /// and no `user:password@` in the URL (reqwest turns that into Basic auth).
-    pub(super) fn wants_http1(base_url: &str, proxy_set: bool) -> bool {
-        let Some(rest) = base_url.strip_prefix("http://") else {
+    /// Whether chat requests to `base_url` go over hyper's own client: no proxy variable that
+    /// reqwest would honour for its scheme (`proxy_set`), and no `user:password@` in the URL
+    /// (reqwest turns that into Basic auth).
+    pub(super) fn goes_direct(base_url: &str, proxy_set: bool) -> bool {
+        let Some(rest) = base_url
+            .strip_prefix("http://")
+            .or_else(|| base_url.strip_prefix("https://"))
+        else {
             return false;
         };
         let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
@@ -324,7 +199,7 @@ impl ChatTransport {
                         .header(CONTENT_TYPE, "application/json")
                         .body(body.clone())
                 };
-                let resp = match lane.send(request).await {
+                let resp = match lane.send(|c| request(c).send()).await {
                     Ok(r) => r,
                     Err(e) if !e.is_connect() && !e.is_timeout() && died_before_response(&e) => {
                         stale.fetch_add(1, Ordering::Relaxed);
@@ -338,46 +213,18 @@ impl ChatTransport {
                 Ok(Response {
                     status: parts.status,
                     headers: parts.headers,
-                    body: body.map_err(Failure::from).boxed(),
+                    body: Body::Boxed(body.map_err(Failure::from).boxed()),
                 })
             }
-            ChatTransport::Http1(clients) => {
-                let Http1Clients {
-                    pooled,
-                    fresh,
-                    headers,
-                } = &**clients;
-                let request = || -> Result<hyper::Request<Full<Bytes>>, Failure> {
-                    let mut req = hyper::Request::post(url)
-                        .body(Full::new(body.clone()))
-                        .map_err(|e| Failure {
-                            kind: FailureKind::Invalid,
-                            message: e.to_string(),
-                        })?;
-                    *req.headers_mut() = headers.clone();
-                    Ok(req)
-                };
-                let resp = match pooled.request(request()?).await {
-                    Ok(r) => r,
-                    Err(e) if !e.is_connect() && died_before_response(&e) => {
-                        stale.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!("pooled connection was dead; resending on a new one");
-                        fresh.request(request()?).await?
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                let (parts, body) = resp.into_parts();
-                Ok(Response {
-                    status: parts.status,
-                    headers: parts.headers,
-                    body: body.map_err(Failure::from).boxed(),
-                })
-            }
+            ChatTransport::Direct(clients) => clients.post(url, body, stale).await,
         }
     }
 
     /// The reqwest transport over `lanes` (at least one), taken in turn.
-    pub(super) fn reqwest(lanes: Vec<Lane>, fresh: reqwest::Client) -> ChatTransport {
+    pub(super) fn reqwest(
+        lanes: Vec<Lane<reqwest::Client>>,
+        fresh: reqwest::Client,
+    ) -> ChatTransport {
         assert!(!lanes.is_empty(), "a transport needs a lane");
         ChatTransport::Reqwest {
             lanes,
@@ -387,11 +234,15 @@ impl ChatTransport {
     }
 }
 
-/// Whether a proxy variable is set that reqwest would honour for plain HTTP (it then decides
-/// with `NO_PROXY`; harvest leaves that to it).
-pub(super) fn http_proxy_set() -> bool {
-    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
-        .iter()
+/// Whether a proxy variable is set that reqwest would honour for `base_url`'s scheme (it then
+/// decides with `NO_PROXY`; harvest leaves that to it).
+pub(super) fn proxy_set_for(base_url: &str) -> bool {
+    let vars: &[&str] = if base_url.starts_with("https://") {
+        &["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+    } else {
+        &["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+    };
+    vars.iter()
         .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
 }
 
@@ -450,22 +301,26 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::direct::HTTP1_READ_BUFFER;
     use super::*;
+    use std::time::Duration;
 
     #[test]
-    fn plain_http_without_a_proxy_takes_the_capped_client() {
+    fn without_a_proxy_or_credentials_in_the_url_hyper_carries_the_requests() {
         let cases = [
             ("http://127.0.0.1:8000/v1", false, true),
             ("http://gpu-box:30000/v1", false, true),
             ("http://127.0.0.1:8000/v1", true, false),
             ("http://user:secret@gpu-box:8000/v1", false, false),
             ("http://gpu-box:8000/v1?user=a@b", false, true),
-            ("https://openrouter.ai/api/v1", false, false),
+            ("https://openrouter.ai/api/v1", false, true),
             ("https://openrouter.ai/api/v1", true, false),
+            ("https://user:secret@proxy.example/api/v1", false, false),
+            ("ftp://openrouter.ai/api/v1", false, false),
         ];
         for (url, proxy, want) in cases {
             assert_eq!(
-                ChatTransport::wants_http1(url, proxy),
+                ChatTransport::goes_direct(url, proxy),
                 want,
                 "{url} proxy={proxy}"
             );
@@ -496,11 +351,20 @@ mod tests {
             sock.write_all(head.as_bytes()).await.expect("write");
             sock.write_all(&vec![b'x'; body_len]).await.expect("write");
         });
-        let t = ChatTransport::http1(Http1Settings {
-            headers: HeaderMap::new(),
-            connect_timeout: Duration::from_secs(5),
-            pool_idle_timeout: Duration::from_secs(5),
-        });
+        let t = ChatTransport::Direct(Box::new(
+            DirectClients::new(
+                DirectSettings {
+                    headers: HeaderMap::new(),
+                    connect_timeout: Duration::from_secs(5),
+                    pool_idle_timeout: Duration::from_secs(5),
+                    extra_roots: Vec::new(),
+                    http2: true,
+                    lanes: 1,
+                },
+                false,
+            )
+            .expect("clients"),
+        ));
         let stale = AtomicU64::new(0);
         let resp = t
             .post(

@@ -335,7 +335,10 @@ async fn a_stream_past_its_deadline_ends_with_the_total_timeout_streaming_or_qui
     let deadline = || tokio::time::Instant::now() + Duration::from_millis(300);
     // Streaming: tokens keep coming, so no idle timeout ends it; only the deadline can.
     let mut s = client
-        .chat_stream(&req("a long answer please", 60_000, "deepinfra"), fast_timeouts())
+        .chat_stream(
+            &req("a long answer please", 60_000, "deepinfra"),
+            fast_timeouts(),
+        )
         .await
         .expect("stream");
     s.set_deadline(deadline());

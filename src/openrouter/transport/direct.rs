@@ -1,0 +1,215 @@
+//! hyper's own client for chat requests when no proxy is in the way: plain HTTP/1.1 (an own
+//! vLLM, SGLang or llama.cpp server) and HTTPS, where ALPN picks HTTP/2 (OpenRouter).
+//!
+//! Why not reqwest here. Over HTTP/1.1 reqwest leaves hyper's adaptive read buffer free to grow
+//! to 408 KB a connection, and a server that sends faster than harvest parses grows it on every
+//! connection (1,201 MB at 2,000 streams, BENCHMARKS.md); here it is capped at
+//! [`HTTP1_READ_BUFFER`], and such a server is held back by TCP instead of by harvest's memory.
+//! Over HTTPS a stream's body is hyper's `Incoming` itself: reqwest hands it over inside five
+//! boxed layers, each polled on every wake-up of every stream, which at real provider pace
+//! (a token or two a wake-up) was ~5% of harvest's CPU (#36). TLS is rustls with the platform's
+//! verifier and the configured extra roots, as reqwest verifies; HTTP/2 keeps hyper's windows
+//! (2 MB a stream, 5 MB a connection), as reqwest does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use rustls::pki_types::CertificateDer;
+
+use super::lane::Lane;
+use super::{Body, Failure, FailureKind, Response, USER_AGENT_VALUE, died_before_response};
+
+/// The most hyper buffers from one plain-HTTP/1.1 connection: a read asks for at most this
+/// much. 16 KiB holds ~100 streamed events, so a fast stream still moves in large reads, and
+/// 2,000 connections hold at most 32 MB. (Response headers must fit in it too: hyper closes a
+/// connection whose headers outgrow it; servers send well under 1 KB.)
+pub(in crate::openrouter) const HTTP1_READ_BUFFER: usize = 16 * 1024;
+
+type Connector = hyper_rustls::HttpsConnector<TimedConnector>;
+type Client = HyperClient<Connector, Full<Bytes>>;
+
+/// hyper's clients: one per lane (over HTTP/2 each lane is one connection), and one without an
+/// idle pool to resend on a new connection.
+pub(in crate::openrouter) struct DirectClients {
+    lanes: Vec<Lane<Client>>,
+    next_lane: AtomicUsize,
+    fresh: Client,
+    /// reqwest's default headers plus what reqwest adds and hyper does not (user agent,
+    /// content type, `Accept`).
+    headers: HeaderMap,
+}
+
+/// What [`DirectClients::new`] needs from the client's options.
+pub(in crate::openrouter) struct DirectSettings {
+    pub headers: HeaderMap,
+    pub connect_timeout: Duration,
+    pub pool_idle_timeout: Duration,
+    /// Certificate authorities to trust besides the platform's.
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Offer HTTP/2 over TLS (ALPN); plain HTTP is HTTP/1.1 whatever this says.
+    pub http2: bool,
+    /// Over HTTP/2, how many connections (lanes) streams are spread over.
+    pub lanes: usize,
+}
+
+impl DirectClients {
+    /// hyper's clients with reqwest 0.13's socket defaults (no Nagle; keep-alive probes after
+    /// 15 s idle, every 15 s, 3 of them; on Linux unacknowledged data gives up after 30 s) and,
+    /// over HTTP/1.1, the read buffer capped at [`HTTP1_READ_BUFFER`].
+    pub(in crate::openrouter) fn new(
+        s: DirectSettings,
+        https: bool,
+    ) -> Result<DirectClients, String> {
+        let tls = tls_config(s.extra_roots)?;
+        let h2 = s.http2 && https;
+        let build = |max_idle: usize| {
+            let mut tcp = HttpConnector::new();
+            // The TLS connector below hands it https URLs too.
+            tcp.enforce_http(false);
+            tcp.set_nodelay(true);
+            tcp.set_connect_timeout(Some(s.connect_timeout));
+            tcp.set_keepalive(Some(Duration::from_secs(15)));
+            tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
+            tcp.set_keepalive_retries(Some(3));
+            #[cfg(target_os = "linux")]
+            tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
+            let timed = TimedConnector {
+                inner: tcp,
+                timeout: s.connect_timeout,
+            };
+            let tls = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_http1();
+            let connector = if h2 {
+                tls.enable_http2().wrap_connector(timed)
+            } else {
+                tls.wrap_connector(timed)
+            };
+            HyperClient::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .pool_idle_timeout(s.pool_idle_timeout)
+                .pool_max_idle_per_host(max_idle)
+                .http1_max_buf_size(HTTP1_READ_BUFFER)
+                .build(connector)
+        };
+        let lanes = if h2 { s.lanes.max(1) } else { 1 };
+        let mut headers = s.headers;
+        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        Ok(DirectClients {
+            lanes: (0..lanes)
+                .map(|_| Lane::new(build(usize::MAX), h2))
+                .collect(),
+            next_lane: AtomicUsize::new(0),
+            fresh: build(0),
+            headers,
+        })
+    }
+
+    /// Posts `body` on the next lane; a pooled connection found dead before any response byte
+    /// is replaced at once (see [`super::ChatTransport::post`]).
+    pub(super) async fn post(
+        &self,
+        url: &str,
+        body: Bytes,
+        stale: &AtomicU64,
+    ) -> Result<Response, Failure> {
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| Failure {
+                kind: FailureKind::Invalid,
+                message: e.to_string(),
+            })?;
+        let request = || {
+            let mut req = hyper::Request::new(Full::new(body.clone()));
+            *req.method_mut() = hyper::Method::POST;
+            *req.uri_mut() = uri.clone();
+            *req.headers_mut() = self.headers.clone();
+            req
+        };
+        let lane = &self.lanes[self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len()];
+        let resp = match lane.send(|c: &Client| c.request(request())).await {
+            Ok(r) => r,
+            Err(e) if !e.is_connect() && died_before_response(&e) => {
+                stale.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("pooled connection was dead; resending on a new one");
+                self.fresh.request(request()).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (parts, body) = resp.into_parts();
+        Ok(Response {
+            status: parts.status,
+            headers: parts.headers,
+            body: Body::Direct(body),
+        })
+    }
+}
+
+/// rustls as reqwest sets it up: TLS 1.2 and 1.3 on aws-lc-rs, the platform's verifier with
+/// `extra_roots` beside the system's (ALPN is the connector's).
+fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = if extra_roots.is_empty() {
+        rustls_platform_verifier::Verifier::new(provider.clone())
+    } else {
+        rustls_platform_verifier::Verifier::new_with_extra_roots(extra_roots, provider.clone())
+    }
+    .map_err(|e| format!("could not set up TLS certificate verification: {e}"))?;
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("could not set up TLS: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth())
+}
+
+/// `HttpConnector` with the connect timeout over name resolution too, as reqwest has it
+/// (`HttpConnector`'s own bounds each TCP attempt only).
+#[derive(Clone)]
+pub(in crate::openrouter) struct TimedConnector {
+    inner: HttpConnector,
+    timeout: Duration,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<hyper::Uri> for TimedConnector {
+    type Response = <HttpConnector as tower_service::Service<hyper::Uri>>::Response;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        let connect = self.inner.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connect).await {
+                Ok(r) => r.map_err(Into::into),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out (name resolution included)",
+                )
+                .into()),
+            }
+        })
+    }
+}
