@@ -211,16 +211,12 @@ impl ChatStream {
     fn drain_events(&mut self) -> Result<Progress, ApiError> {
         let mut progress = Progress::default();
         while !self.ended {
-            let Some(ev) = self.sse.next_event() else {
+            let Some(data) = self.sse.next_event_bytes() else {
                 break;
             };
-            let data = ev.map_err(|e| ApiError::Decode {
-                what: "stream",
-                detail: e.to_string(),
-            })?;
             let p = self
                 .acc
-                .feed(data)
+                .feed_bytes(data)
                 .map_err(|e| super::scrub::api_error(self.key.as_ref().map(ApiKey::expose), e))?;
             if self.acc.saw_done() {
                 self.ended = true;
