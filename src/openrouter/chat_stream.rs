@@ -173,8 +173,8 @@ impl ChatStream {
                     let Ok(chunk) = frame.into_data() else {
                         continue;
                     };
+                    self.sse.push(&chunk);
                     read += chunk.len();
-                    self.sse.push_bytes(chunk);
                     if read >= READ_AHEAD {
                         return Read {
                             any: true,

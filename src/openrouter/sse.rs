@@ -3,9 +3,7 @@
 //!
 //! Written for the hot path of thousands of streams: lines are found with `memchr`, an event
 //! with one `data:` line (every OpenRouter chunk) is handed out as a slice of the read buffer
-//! with no copy, and consumed bytes are dropped in bulk, not per line. A read that starts on an
-//! event's start ([`SseDecoder::push_bytes`], as each token's HTTP/2 frame does at real pace)
-//! is read where it lies, not copied into the buffer: only an event cut across reads is. Measured against
+//! with no copy, and consumed bytes are dropped in bulk, not per line. Measured against
 //! eventsource-stream, which re-splits its buffer on every line: see BENCHMARKS.md.
 //!
 //! Framing follows the WHATWG rules: lines end in LF, CRLF or CR; a line starting with `:` is a
@@ -24,10 +22,7 @@ pub struct SseError(pub std::str::Utf8Error);
 #[derive(Debug, Default)]
 pub struct SseDecoder {
     buf: Vec<u8>,
-    /// A read taken as it came, while nothing was buffered; read in place of `buf` until a
-    /// later read needs what is left of it in `buf`.
-    read: Option<bytes::Bytes>,
-    /// Start of the first unconsumed line (of `read` when it is set, else of `buf`).
+    /// Start of the first unconsumed line.
     pos: usize,
     /// The current event's only data line so far, as a range of `buf` (no copy yet).
     single: Option<(usize, usize)>,
@@ -43,25 +38,8 @@ impl SseDecoder {
         Self::default()
     }
 
-    /// Takes a read from the stream. With nothing left unconsumed it keeps the read as it is
-    /// (no copy); otherwise it appends it as [`SseDecoder::push`] does.
-    pub fn push_bytes(&mut self, chunk: bytes::Bytes) {
-        let consumed = match &self.read {
-            Some(r) => self.pos == r.len(),
-            None => self.pos == self.buf.len(),
-        };
-        if consumed && self.single.is_none() {
-            self.buf.clear();
-            self.pos = 0;
-            self.read = Some(chunk);
-        } else {
-            self.push(&chunk);
-        }
-    }
-
     /// Appends bytes read from the stream.
     pub fn push(&mut self, chunk: &[u8]) {
-        self.buffer_the_read();
         // Drop consumed bytes, unless the current event still points into them.
         let keep_from = self.single.map_or(self.pos, |(s, _)| s.min(self.pos));
         if keep_from > 0 && (keep_from == self.buf.len() || keep_from >= self.buf.len() / 2) {
@@ -75,31 +53,11 @@ impl SseDecoder {
         self.buf.extend_from_slice(chunk);
     }
 
-    /// Moves what is left of a read kept in place to the buffer, with the current event's
-    /// range, and lets the read go.
-    fn buffer_the_read(&mut self) {
-        let Some(read) = self.read.take() else {
-            return;
-        };
-        let keep_from = self.single.map_or(self.pos, |(s, _)| s.min(self.pos));
-        self.buf.clear();
-        self.buf.extend_from_slice(&read[keep_from..]);
-        self.pos -= keep_from;
-        if let Some((s, e)) = self.single.as_mut() {
-            *s -= keep_from;
-            *e -= keep_from;
-        }
-    }
-
     /// Gives back a large buffer once everything in it is consumed. Call it before waiting
     /// for the next read: a fast server can hand over hundreds of kilobytes at once, and
-    /// thousands of idle streams must not each keep such a buffer, nor a piece of their
-    /// connection's.
+    /// thousands of idle streams must not each keep such a buffer.
     pub fn release_idle(&mut self) {
         const KEEP: usize = 16 * 1024;
-        // A read kept in place is a piece of the connection's own read buffer: held while the
-        // stream waits, it would keep that whole buffer from being reused.
-        self.buffer_the_read();
         if self.pos == self.buf.len() && self.single.is_none() && self.buf.capacity() > KEEP {
             self.buf = Vec::new();
             self.pos = 0;
@@ -111,7 +69,7 @@ impl SseDecoder {
 
     /// Bytes buffered and not yet consumed (for memory accounting and tests).
     pub fn buffered(&self) -> usize {
-        self.read.as_ref().map_or(self.buf.len(), |r| r.len()) - self.pos
+        self.buf.len() - self.pos
     }
 
     /// The data of the next complete event, if one is buffered.
@@ -128,11 +86,7 @@ impl SseDecoder {
             self.handed_joined = false;
         }
         loop {
-            let src: &[u8] = match &self.read {
-                Some(r) => r,
-                None => &self.buf,
-            };
-            let rest = &src[self.pos..];
+            let rest = &self.buf[self.pos..];
             let i = memchr::memchr2(b'\n', b'\r', rest)?;
             let (line_end, next) = if rest[i] == b'\r' {
                 match rest.get(i + 1) {
@@ -156,11 +110,11 @@ impl SseDecoder {
                     return Some(&self.joined);
                 }
                 if let Some((s, e)) = self.single.take() {
-                    return Some(&src[s..e]);
+                    return Some(&self.buf[s..e]);
                 }
                 continue;
             }
-            let line = &src[start..end];
+            let line = &self.buf[start..end];
             if line[0] == b':' {
                 continue;
             }
@@ -177,13 +131,13 @@ impl SseDecoder {
             let (vs, ve) = (start + value_at.min(line.len()), end);
             if self.multi {
                 self.joined.push(b'\n');
-                self.joined.extend_from_slice(&src[vs..ve]);
+                self.joined.extend_from_slice(&self.buf[vs..ve]);
             } else if let Some((s, e)) = self.single.take() {
                 self.multi = true;
                 self.joined.clear();
-                self.joined.extend_from_slice(&src[s..e]);
+                self.joined.extend_from_slice(&self.buf[s..e]);
                 self.joined.push(b'\n');
-                self.joined.extend_from_slice(&src[vs..ve]);
+                self.joined.extend_from_slice(&self.buf[vs..ve]);
             } else {
                 self.single = Some((vs, ve));
             }
@@ -195,29 +149,16 @@ impl SseDecoder {
 mod tests {
     use super::*;
 
-    /// The events of `chunks` pushed by copy, and the same pushed as reads kept in place,
-    /// with the stream waiting (`release_idle`) between reads: both must agree.
     fn all(chunks: &[&[u8]]) -> Vec<String> {
-        let mut copied = SseDecoder::new();
-        let mut kept = SseDecoder::new();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for (i, c) in chunks.iter().enumerate() {
-            copied.push(c);
-            while let Some(ev) = copied.next_event() {
-                a.push(ev.expect("utf-8").to_string());
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            d.push(c);
+            while let Some(ev) = d.next_event() {
+                out.push(ev.expect("utf-8").to_string());
             }
-            kept.push_bytes(bytes::Bytes::copy_from_slice(c));
-            while let Some(ev) = kept.next_event() {
-                b.push(ev.expect("utf-8").to_string());
-            }
-            if i % 2 == 1 {
-                kept.release_idle();
-                assert!(kept.read.is_none(), "a waiting stream keeps no read");
-            }
-            assert_eq!(kept.buffered(), copied.buffered(), "after read {i}");
         }
-        assert_eq!(a, b, "copied and kept in place");
-        a
+        out
     }
 
     #[test]
