@@ -211,12 +211,16 @@ impl ChatStream {
     fn drain_events(&mut self) -> Result<Progress, ApiError> {
         let mut progress = Progress::default();
         while !self.ended {
-            let Some(data) = self.sse.next_event_bytes() else {
+            let Some(ev) = self.sse.next_event() else {
                 break;
             };
+            let data = ev.map_err(|e| ApiError::Decode {
+                what: "stream",
+                detail: e.to_string(),
+            })?;
             let p = self
                 .acc
-                .feed_bytes(data)
+                .feed(data)
                 .map_err(|e| super::scrub::api_error(self.key.as_ref().map(ApiKey::expose), e))?;
             if self.acc.saw_done() {
                 self.ended = true;

@@ -7,13 +7,6 @@
 //! usage, an error, a second choice, whitespace, an unknown field after the delta) goes to the
 //! full parse, which decides exactly as it did before. Measured: `cargo bench --bench
 //! stream_parse` (BENCHMARKS.md).
-//!
-//! The learnt prefix is kept as its length and a 128-bit XXH3 hash under a seed drawn at start,
-//! not as its bytes: a chunk's prefix is hashed where it has just been read, while the stored
-//! bytes (~180 of them, three cache lines) would be read from memory 500 streams' worth of
-//! other work has gone through since the stream's last token; that comparison was 3% of
-//! harvest's CPU at real pace (#36). Two different prefixes hash alike with a chance of 2^-128,
-//! and the seed keeps a server from choosing one that does.
 
 use memchr::memmem;
 
@@ -22,10 +15,8 @@ use super::response::Delta;
 /// Where a stream's chunks reach their delta, learnt from a chunk parsed in full.
 #[derive(Debug)]
 pub(super) struct ChunkPrefix {
-    /// How many bytes the chunk has up to and including `"delta":`.
-    len: usize,
-    /// Their hash ([`prefix_hash`]).
-    hash: u128,
+    /// The chunk's bytes up to and including `"delta":`.
+    bytes: Box<str>,
     /// The prefix has a top-level `usage` key: a `"usage":null` after the choices would then
     /// be a duplicate, which the full parse refuses.
     has_usage: bool,
@@ -46,52 +37,29 @@ const CHOICE_NULLS: [&str; 4] = [
 /// Top-level fields after the choices that may be `null` (SGLang sends `"usage":null`).
 const TOP_NULLS: [&str; 2] = ["usage", "system_fingerprint"];
 
-/// The seed of [`prefix_hash`], drawn once a process.
-static SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-    use std::hash::{BuildHasher, Hasher};
-    std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish()
-});
-
-/// A prefix's 128-bit XXH3 hash under this process's seed.
-fn prefix_hash(bytes: &[u8]) -> u128 {
-    twox_hash::XxHash3_128::oneshot_with_seed(*SEED, bytes)
-}
-
 impl ChunkPrefix {
     /// The prefix of `data`, a chunk the full parse read as one choice with a delta and no
     /// usage or error (so its bytes up to the delta say nothing but the id, model and
     /// provider). `None` when the chunk has no such prefix.
     pub(super) fn learn(data: &str) -> Option<ChunkPrefix> {
         let at = memmem::find(data.as_bytes(), TO_DELTA.as_bytes())?;
-        let bytes = &data.as_bytes()[..at + TO_DELTA.len()];
-        let has_usage = memmem::find(bytes, b"\"usage\":").is_some();
-        Some(ChunkPrefix {
-            len: bytes.len(),
-            hash: prefix_hash(bytes),
-            has_usage,
-        })
+        let bytes: Box<str> = data[..at + TO_DELTA.len()].into();
+        let has_usage = memmem::find(bytes.as_bytes(), b"\"usage\":").is_some();
+        Some(ChunkPrefix { bytes, has_usage })
     }
 
     /// `data` starts with this prefix.
-    pub(super) fn starts(&self, data: &[u8]) -> bool {
-        data.get(..self.len)
-            .is_some_and(|p| prefix_hash(p) == self.hash)
+    pub(super) fn starts(&self, data: &str) -> bool {
+        data.starts_with(&*self.bytes)
     }
 
     /// The delta of `data` when it is a chunk of the fast path: this prefix, a delta, then
-    /// only `null` fields to its end. Bytes not yet checked as UTF-8: the prefix is the learnt
-    /// one (checked when it was learnt), the delta's strings are checked as they are parsed,
-    /// and the end must be ASCII to fit.
-    pub(super) fn delta<'a>(&self, data: &'a [u8]) -> Option<Delta<'a>> {
-        if !self.starts(data) {
-            return None;
-        }
-        let rest = &data[self.len..];
-        let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Delta<'a>>();
+    /// only `null` fields to its end.
+    pub(super) fn delta<'a>(&self, data: &'a str) -> Option<Delta<'a>> {
+        let rest = data.strip_prefix(&*self.bytes)?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Delta<'a>>();
         let delta = values.next()?.ok()?;
-        let tail = &rest[values.byte_offset()..];
+        let tail = &rest.as_bytes()[values.byte_offset()..];
         self.only_nulls(tail).then_some(delta)
     }
 
@@ -147,7 +115,7 @@ mod tests {
     #[test]
     fn the_common_chunk_is_read_from_its_delta_and_anything_else_is_not() {
         let p = ChunkPrefix::learn(FIRST).expect("a prefix");
-        let ok = |delta: &str, tail: &str| p.delta(chunk(delta, tail).as_bytes()).is_some();
+        let ok = |delta: &str, tail: &str| p.delta(&chunk(delta, tail)).is_some();
         let content = r#"{"content":" there"}"#;
         let cases: [(&str, &str, &str, bool); 14] = [
             ("content", content, r#","finish_reason":null}]}"#, true),
@@ -193,18 +161,9 @@ mod tests {
         for (name, delta, tail, want) in cases {
             assert_eq!(ok(delta, tail), want, "{name}");
         }
-        // Bytes that are not UTF-8, in the delta's text or in its end: never the fast path.
-        let mut bad = chunk(r#"{"content":"ab"}"#, "}]}").into_bytes();
-        let at = bad.len() - 6;
-        bad[at] = 0xff;
-        assert!(p.delta(&bad).is_none(), "in the text");
-        let mut bad = chunk(content, r#","logprobs":null}]}"#).into_bytes();
-        let at = bad.len() - 8;
-        bad[at] = 0xff;
-        assert!(p.delta(&bad).is_none(), "in the end");
         // Another provider's bytes before the delta: the full parse reads them.
         assert!(
-            p.delta(chunk(content, "}]}").replace("Chutes", "Kimi").as_bytes())
+            p.delta(&chunk(content, "}]}").replace("Chutes", "Kimi"))
                 .is_none()
         );
     }
@@ -217,12 +176,12 @@ mod tests {
             r#""finish_reason":null,"native_finish_reason":null,"logprobs":null}]}"#,
             r#""finish_reason":null}],"usage":null}"#,
         );
-        assert!(p.delta(next.as_bytes()).is_none(), "usage twice");
+        assert!(p.delta(&next).is_none(), "usage twice");
         let plain = with_usage.replace(
             r#","finish_reason":null,"native_finish_reason":null,"logprobs":null}]}"#,
             "}]}",
         );
-        assert!(p.delta(plain.as_bytes()).is_some());
+        assert!(p.delta(&plain).is_some());
     }
 
     #[test]
@@ -240,7 +199,7 @@ mod tests {
             let before = acc
                 .prefix
                 .as_ref()
-                .and_then(|p| p.delta(e.trim().as_bytes()))
+                .and_then(|p| p.delta(e.trim()))
                 .is_some();
             fast_reads += usize::from(before);
             results.push(format!("{:?}", acc.feed(e)));

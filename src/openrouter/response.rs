@@ -281,36 +281,19 @@ impl StreamAccumulator {
 
     /// Feeds the `data` of one SSE event. An error chunk ends the stream with an error.
     pub fn feed(&mut self, data: &str) -> Result<Progress, ApiError> {
-        self.feed_bytes(data.as_bytes())
-    }
-
-    /// [`StreamAccumulator::feed`] on the event's bytes as read: a chunk of the fast path
-    /// checks as UTF-8 only the strings of its delta; any other is checked whole, as the SSE
-    /// framing would have (the same error).
-    pub fn feed_bytes(&mut self, data: &[u8]) -> Result<Progress, ApiError> {
-        let bytes = data.trim_ascii();
-        if bytes == b"[DONE]" {
-            self.saw_done = true;
-            return Ok(Progress::default());
-        }
-        if let Some(delta) = self.prefix.as_ref().and_then(|p| p.delta(bytes)) {
-            self.fast_misses = 0;
-            let progress = self.take_delta(delta)?;
-            self.events += u64::from(progress.token_events);
-            return Ok(progress);
-        }
-        let data = std::str::from_utf8(data)
-            .map_err(|e| ApiError::Decode {
-                what: "stream",
-                detail: super::sse::SseError(e).to_string(),
-            })?
-            .trim();
+        let data = data.trim();
         if data.is_empty() {
             return Ok(Progress::default());
         }
         if data == "[DONE]" {
             self.saw_done = true;
             return Ok(Progress::default());
+        }
+        if let Some(delta) = self.prefix.as_ref().and_then(|p| p.delta(data)) {
+            self.fast_misses = 0;
+            let progress = self.take_delta(delta)?;
+            self.events += u64::from(progress.token_events);
+            return Ok(progress);
         }
         let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| ApiError::Decode {
             what: "stream chunk",
@@ -327,11 +310,7 @@ impl StreamAccumulator {
                 self.fast_misses += 1;
             }
             // The same prefix again (the end did not fit): nothing new to learn.
-            if !self
-                .prefix
-                .as_ref()
-                .is_some_and(|p| p.starts(data.as_bytes()))
-            {
+            if !self.prefix.as_ref().is_some_and(|p| p.starts(data)) {
                 self.prefix = ChunkPrefix::learn(data);
             }
             if self.fast_misses >= FAST_PATH_GIVES_UP {
@@ -525,26 +504,6 @@ mod tests {
             acc.feed(e)?;
         }
         acc.finish(None, Duration::from_millis(5))
-    }
-
-    /// An event that is not UTF-8 fails the stream as the SSE framing's check did, whether
-    /// or not the stream's chunks take the fast path.
-    #[test]
-    fn an_event_that_is_not_utf8_is_a_decode_error_on_either_path() {
-        let first =
-            r#"{"id":"g","provider":"Chutes","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
-        let mut acc = StreamAccumulator::new(true);
-        acc.feed(first).expect("the first chunk");
-        assert!(acc.prefix.is_some(), "it learnt the prefix");
-        let mut bad = first.replace("Hi", "H?").into_bytes();
-        let at = bad.iter().position(|&b| b == b'?').expect("the mark");
-        bad[at] = 0xff;
-        let e = acc.feed_bytes(&bad).expect_err("not UTF-8");
-        assert!(
-            matches!(&e, ApiError::Decode { what: "stream", detail } if detail.contains("UTF-8")),
-            "{e:?}"
-        );
-        assert_eq!(acc.events(), 1, "nothing of it counted");
     }
 
     #[test]

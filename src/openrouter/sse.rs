@@ -9,8 +9,7 @@
 //! Framing follows the WHATWG rules: lines end in LF, CRLF or CR; a line starting with `:` is a
 //! comment (OpenRouter's `: OPENROUTER PROCESSING` keep-alives); `data:` lines of one event are
 //! joined with LF; a blank line ends the event; an unfinished event at the end of the stream is
-//! dropped. Bytes are checked as UTF-8 per event (or, through `next_event_bytes`, by the reader
-//! as it parses them), so a character split across reads is fine.
+//! dropped. Bytes are checked as UTF-8 per event, so a character split across reads is fine.
 
 /// What a data event failed on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -74,13 +73,6 @@ impl SseDecoder {
 
     /// The data of the next complete event, if one is buffered.
     pub fn next_event(&mut self) -> Option<Result<&str, SseError>> {
-        self.next_event_bytes()
-            .map(|b| std::str::from_utf8(b).map_err(SseError))
-    }
-
-    /// The data of the next complete event as bytes, not yet checked as UTF-8: for a reader
-    /// that checks only what it parses ([`super::StreamAccumulator::feed_bytes`]).
-    pub fn next_event_bytes(&mut self) -> Option<&[u8]> {
         if self.handed_joined {
             self.joined.clear();
             self.handed_joined = false;
@@ -107,10 +99,10 @@ impl SseDecoder {
                     self.multi = false;
                     self.single = None;
                     self.handed_joined = true;
-                    return Some(&self.joined);
+                    return Some(std::str::from_utf8(&self.joined).map_err(SseError));
                 }
                 if let Some((s, e)) = self.single.take() {
-                    return Some(&self.buf[s..e]);
+                    return Some(std::str::from_utf8(&self.buf[s..e]).map_err(SseError));
                 }
                 continue;
             }
