@@ -1,7 +1,7 @@
 //! The floor of the benchmark (issue #36): the least a client can do with the streams harvest
 //! opens. Same job as harvest and the Python peer (a prompt JSONL, `--concurrency` streaming chat
 //! completions at once), the same stack (hyper-util's client over rustls with the platform's
-//! verifier, HTTP/2 by ALPN on one connection per 64 streams, as `OpenRouterClient` lays them
+//! verifier, its connections read ahead as harvest's are, HTTP/2 by ALPN on one connection per 64 streams, as `OpenRouterClient` lays them
 //! out, on harvest's one-thread runtime with its batched wake-ups), and nothing else: each
 //! response's bytes are read and dropped. No SSE
 //! framing, no JSON, no accounting; only the usage chunk's `"completion_tokens":` is looked for
@@ -32,7 +32,41 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-type Lane = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Lane = Client<hyper_rustls::HttpsConnector<ReadingAhead>, Full<Bytes>>;
+
+/// `HttpConnector` whose connections are read ahead for rustls, as harvest's are
+/// (`harvest::openrouter::ReadAhead`).
+#[derive(Clone)]
+struct ReadingAhead(HttpConnector);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<hyper::Uri> for ReadingAhead {
+    type Response = harvest::openrouter::ReadAhead<
+        <HttpConnector as tower_service::Service<hyper::Uri>>::Response,
+    >;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        let connect = self.0.call(uri);
+        Box::pin(async move {
+            connect
+                .await
+                .map(harvest::openrouter::ReadAhead::new)
+                .map_err(Into::into)
+        })
+    }
+}
 
 #[derive(Parser)]
 #[command(about = "The benchmark's floor client: read the streams, drop the bytes")]
@@ -159,7 +193,7 @@ async fn run(
                 .https_or_http()
                 .enable_http1()
                 .enable_http2()
-                .wrap_connector(tcp);
+                .wrap_connector(ReadingAhead(tcp));
             Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .build(connector)

@@ -28,3 +28,4 @@ pub use request::{
     Reasoning,
 };
 pub use response::{Completion, CostDetails, Progress, StreamAccumulator, Usage, UsageSource};
+pub use transport::read_ahead::ReadAhead;

@@ -9,6 +9,7 @@
 
 pub(super) mod direct;
 pub(super) mod lane;
+pub(crate) mod read_ahead;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

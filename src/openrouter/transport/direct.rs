@@ -24,6 +24,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use rustls::pki_types::CertificateDer;
 
 use super::lane::Lane;
+use super::read_ahead::ReadAhead;
 use super::{Body, Failure, FailureKind, Response, USER_AGENT_VALUE, died_before_response};
 
 /// The most hyper buffers from one plain-HTTP/1.1 connection: a read asks for at most this
@@ -175,7 +176,8 @@ fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::Clien
 }
 
 /// `HttpConnector` with the connect timeout over name resolution too, as reqwest has it
-/// (`HttpConnector`'s own bounds each TCP attempt only).
+/// (`HttpConnector`'s own bounds each TCP attempt only), its TLS connections read ahead
+/// ([`ReadAhead`]).
 #[derive(Clone)]
 pub(in crate::openrouter) struct TimedConnector {
     inner: HttpConnector,
@@ -185,7 +187,7 @@ pub(in crate::openrouter) struct TimedConnector {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower_service::Service<hyper::Uri> for TimedConnector {
-    type Response = <HttpConnector as tower_service::Service<hyper::Uri>>::Response;
+    type Response = ReadAhead<<HttpConnector as tower_service::Service<hyper::Uri>>::Response>;
     type Error = BoxError;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
@@ -199,11 +201,17 @@ impl tower_service::Service<hyper::Uri> for TimedConnector {
     }
 
     fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        // Read ahead only under TLS: plain HTTP/1.1 keeps hyper's own capped buffer alone.
+        let wrap = if uri.scheme_str() == Some("https") {
+            ReadAhead::new
+        } else {
+            ReadAhead::direct
+        };
         let connect = self.inner.call(uri);
         let timeout = self.timeout;
         Box::pin(async move {
             match tokio::time::timeout(timeout, connect).await {
-                Ok(r) => r.map_err(Into::into),
+                Ok(r) => r.map(wrap).map_err(Into::into),
                 Err(_) => Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "connect timed out (name resolution included)",
