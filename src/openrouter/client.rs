@@ -77,9 +77,8 @@ impl ClientOptions {
 /// A client for one base URL.
 #[derive(Clone)]
 pub struct OpenRouterClient {
-    /// Catalog, key and generation calls (few, small).
-    http: reqwest::Client,
-    /// Chat requests (thousands at once): see [`ChatTransport`] for which client carries them.
+    /// Chat requests (thousands at once), and the catalog, key and generation calls on its first
+    /// lane: see [`ChatTransport`] for which client carries them.
     chat: Arc<ChatTransport>,
     /// Requests resent on a new connection after a pooled one died before any response byte.
     stale_retries: Arc<AtomicU64>,
@@ -143,7 +142,6 @@ impl OpenRouterClient {
                 "base URL must start with http:// or https://, got {base:?}"
             )));
         }
-        let http = build(builder())?;
         let chat = if ChatTransport::goes_direct(&base, transport::proxy_set_for(&base)) {
             let direct = transport::DirectClients::new(
                 transport::DirectSettings {
@@ -162,7 +160,7 @@ impl OpenRouterClient {
             let fresh = build(builder().pool_max_idle_per_host(0))?;
             // HTTP/2 is negotiated by ALPN: over plain HTTP every stream has its own connection.
             let h2 = opts.http2 && base.starts_with("https://");
-            let mut lanes = vec![transport::Lane::new(http.clone(), h2)];
+            let mut lanes = vec![transport::Lane::new(build(builder())?, h2)];
             if h2 {
                 for _ in 1..opts.h2_connections {
                     lanes.push(transport::Lane::new(build(builder())?, true));
@@ -171,7 +169,6 @@ impl OpenRouterClient {
             ChatTransport::reqwest(lanes, fresh)
         };
         Ok(OpenRouterClient {
-            http,
             chat: Arc::new(chat),
             stale_retries: Arc::new(AtomicU64::new(0)),
             base,
@@ -220,31 +217,27 @@ impl OpenRouterClient {
         self.scrub(err)
     }
 
-    async fn error_from_response(&self, resp: reqwest::Response) -> ApiError {
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(Failure::from);
-        self.error_from_parts(status, &headers, body)
-    }
-
     /// What a server said, safe to show (see [`scrub::api_error`]).
     pub(super) fn scrub(&self, err: ApiError) -> ApiError {
         scrub::api_error(self.key.as_ref().map(ApiKey::expose), err)
     }
 
     async fn get_bytes(&self, path: &str) -> Result<bytes::Bytes, ApiError> {
+        self.get_url(&self.url(path)).await
+    }
+
+    /// `GET url`'s body, or the error its status stands for.
+    async fn get_url(&self, url: &str) -> Result<bytes::Bytes, ApiError> {
         let resp = self
-            .http
-            .get(self.url(path))
-            .send()
+            .chat
+            .get(url)
             .await
-            .map_err(|e| self.transport_error(e.into()))?;
-        if !resp.status().is_success() {
-            return Err(self.error_from_response(resp).await);
+            .map_err(|e| self.transport_error(e))?;
+        let body = transport::read_all(resp.body).await;
+        if !resp.status.is_success() {
+            return Err(self.error_from_parts(resp.status.as_u16(), &resp.headers, body));
         }
-        resp.bytes()
-            .await
-            .map_err(|e| self.transport_error(e.into()))
+        body.map_err(|e| self.transport_error(e))
     }
 
     /// `GET /models`.
@@ -303,20 +296,12 @@ impl OpenRouterClient {
     /// `GET /generation?id=`: what a generation cost, cancelled ones included. Answers 404 for
     /// a moment after a generation ends; the caller retries.
     pub async fn generation(&self, id: &str) -> Result<GenerationInfo, ApiError> {
-        let resp = self
-            .http
-            .get(self.url("generation"))
-            .query(&[("id", id)])
-            .send()
-            .await
-            .map_err(|e| self.transport_error(e.into()))?;
-        if !resp.status().is_success() {
-            return Err(self.error_from_response(resp).await);
-        }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(e.into()))?;
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("id", id)
+            .finish();
+        let body = self
+            .get_url(&format!("{}?{query}", self.url("generation")))
+            .await?;
         let env: DataEnvelope<GenerationInfo> =
             serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
                 what: "generation response",

@@ -221,6 +221,24 @@ impl ChatTransport {
         }
     }
 
+    /// `GET url` on the first lane: the catalog, `/key` and `/generation` share the chat
+    /// requests' first connection (over HTTP/2 they open it, alone) instead of one of their own.
+    pub(super) async fn get(&self, url: &str) -> Result<Response, Failure> {
+        match self {
+            ChatTransport::Reqwest { lanes, .. } => {
+                let resp = lanes[0].send(|c| c.get(url).send()).await?;
+                let resp = hyper::Response::from(resp);
+                let (parts, body) = resp.into_parts();
+                Ok(Response {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body: Body::Boxed(body.map_err(Failure::from).boxed()),
+                })
+            }
+            ChatTransport::Direct(clients) => clients.get(url).await,
+        }
+    }
+
     /// The reqwest transport over `lanes` (at least one), taken in turn.
     pub(super) fn reqwest(
         lanes: Vec<Lane<reqwest::Client>>,

@@ -157,6 +157,35 @@ impl DirectClients {
     }
 }
 
+impl DirectClients {
+    /// `GET url` on the first lane (see [`super::ChatTransport::get`]).
+    pub(super) async fn get(&self, url: &str) -> Result<Response, Failure> {
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| Failure {
+                kind: FailureKind::Invalid,
+                message: e.to_string(),
+            })?;
+        let mut headers = self.headers.clone();
+        headers.remove(CONTENT_TYPE);
+        let request = || {
+            let mut req = hyper::Request::new(Full::new(Bytes::new()));
+            *req.uri_mut() = uri.clone();
+            *req.headers_mut() = headers.clone();
+            req
+        };
+        let resp = self.lanes[0]
+            .send(|c: &Client| c.request(request()))
+            .await?;
+        let (parts, body) = resp.into_parts();
+        Ok(Response {
+            status: parts.status,
+            headers: parts.headers,
+            body: Body::Direct(body),
+        })
+    }
+}
+
 /// rustls as reqwest sets it up: TLS 1.2 and 1.3 on aws-lc-rs, the platform's verifier with
 /// `extra_roots` beside the system's (ALPN is the connector's).
 fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::ClientConfig, String> {
