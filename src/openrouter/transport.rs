@@ -72,6 +72,18 @@ pub(super) struct Response {
     pub body: Body,
 }
 
+impl Response {
+    /// reqwest's response in the transport's one shape, its body boxed.
+    fn from_reqwest(resp: reqwest::Response) -> Response {
+        let (parts, body) = hyper::Response::from(resp).into_parts();
+        Response {
+            status: parts.status,
+            headers: parts.headers,
+            body: Body::Boxed(body.map_err(Failure::from).boxed()),
+        }
+    }
+}
+
 /// A transport failure, classified once where it is met.
 #[derive(Debug)]
 pub(super) struct Failure {
@@ -209,13 +221,7 @@ impl ChatTransport {
                     }
                     Err(e) => return Err(e.into()),
                 };
-                let resp = hyper::Response::from(resp);
-                let (parts, body) = resp.into_parts();
-                Ok(Response {
-                    status: parts.status,
-                    headers: parts.headers,
-                    body: Body::Boxed(body.map_err(Failure::from).boxed()),
-                })
+                Ok(Response::from_reqwest(resp))
             }
             ChatTransport::Direct(clients) => clients.post(url, body, stale).await,
         }
@@ -227,13 +233,7 @@ impl ChatTransport {
         match self {
             ChatTransport::Reqwest { lanes, .. } => {
                 let resp = lanes[0].send(|c| c.get(url).send()).await?;
-                let resp = hyper::Response::from(resp);
-                let (parts, body) = resp.into_parts();
-                Ok(Response {
-                    status: parts.status,
-                    headers: parts.headers,
-                    body: Body::Boxed(body.map_err(Failure::from).boxed()),
-                })
+                Ok(Response::from_reqwest(resp))
             }
             ChatTransport::Direct(clients) => clients.get(url).await,
         }

@@ -125,12 +125,7 @@ impl DirectClients {
         body: Bytes,
         stale: &AtomicU64,
     ) -> Result<Response, Failure> {
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e: hyper::http::uri::InvalidUri| Failure {
-                kind: FailureKind::Invalid,
-                message: e.to_string(),
-            })?;
+        let uri = parse_uri(url)?;
         let request = || {
             let mut req = hyper::Request::new(Full::new(body.clone()));
             *req.method_mut() = hyper::Method::POST;
@@ -148,24 +143,12 @@ impl DirectClients {
             }
             Err(e) => return Err(e.into()),
         };
-        let (parts, body) = resp.into_parts();
-        Ok(Response {
-            status: parts.status,
-            headers: parts.headers,
-            body: Body::Direct(body),
-        })
+        Ok(response(resp))
     }
-}
 
-impl DirectClients {
     /// `GET url` on the first lane (see [`super::ChatTransport::get`]).
     pub(super) async fn get(&self, url: &str) -> Result<Response, Failure> {
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e: hyper::http::uri::InvalidUri| Failure {
-                kind: FailureKind::Invalid,
-                message: e.to_string(),
-            })?;
+        let uri = parse_uri(url)?;
         let mut headers = self.headers.clone();
         headers.remove(CONTENT_TYPE);
         let request = || {
@@ -177,12 +160,26 @@ impl DirectClients {
         let resp = self.lanes[0]
             .send(|c: &Client| c.request(request()))
             .await?;
-        let (parts, body) = resp.into_parts();
-        Ok(Response {
-            status: parts.status,
-            headers: parts.headers,
-            body: Body::Direct(body),
+        Ok(response(resp))
+    }
+}
+
+/// `url` as hyper takes it; a URL it refuses is an invalid request.
+fn parse_uri(url: &str) -> Result<hyper::Uri, Failure> {
+    url.parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| Failure {
+            kind: FailureKind::Invalid,
+            message: e.to_string(),
         })
+}
+
+/// hyper's response in the transport's one shape, its body read as it comes.
+fn response(resp: hyper::Response<hyper::body::Incoming>) -> Response {
+    let (parts, body) = resp.into_parts();
+    Response {
+        status: parts.status,
+        headers: parts.headers,
+        body: Body::Direct(body),
     }
 }
 
