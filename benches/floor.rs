@@ -15,7 +15,7 @@
 //! ```text
 //! cargo bench --bench floor -- --base-url https://127.0.0.1:PORT/api/v1 --prompts P.jsonl \
 //!   --out OUT.jsonl --model M --max-tokens 16384 --concurrency 1000 --api-key-env KEY \
-//!   --ca-cert CA.pem [--read-batch-ms 50]
+//!   --ca-cert CA.pem [--read-batch-ms 100]
 //! ```
 
 use std::io::{BufRead, Write};
@@ -87,9 +87,10 @@ struct Args {
     api_key_env: String,
     #[arg(long)]
     ca_cert: Option<std::path::PathBuf>,
-    /// harvest's pause before a busy park (its `--read-batch-ms`, read from the same
-    /// environment variable); 0 turns it off.
-    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 50)]
+    /// harvest's longest pause before a busy park (its `--read-batch-ms`, read from the same
+    /// environment variable, on the same gate: the floor reports no reads, so its pause grows
+    /// to the longest as harvest's does at real pace); 0 turns it off.
+    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 100)]
     read_batch_ms: u64,
     /// Accepted for the harness's sake (it passes the same flags to every client).
     #[arg(long, default_value_t = 10)]

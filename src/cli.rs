@@ -428,11 +428,14 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 30.0)]
     pub drain_grace_s: f64,
     /// When the engine's thread is busy (work was already waiting at its last sleep), it
-    /// pauses this many milliseconds before sleeping again, so that the tokens of many streams
-    /// pile up and are read in one wake-up instead of one each: at real pace over HTTPS this
-    /// halves the CPU per token (BENCHMARKS.md). A token is then seen up to this much later
-    /// (TTFT and keys in the TUI too); a quiet run never pauses. 0 turns it off.
-    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 50)]
+    /// pauses up to this many milliseconds before sleeping again, so that the tokens of many
+    /// streams pile up and are read in one wake-up instead of one each: at real pace over
+    /// HTTPS this halves the CPU per token (BENCHMARKS.md). The pause starts at 10 ms and
+    /// follows what the reads find: no stream may pile up more than 16 tokens unread (half of
+    /// what the dollar cap allows in transit), so fast streams shorten it. A token is seen up
+    /// to the pause later (TTFT and keys in the TUI too); a quiet run never pauses. 0 turns
+    /// it off.
+    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 100)]
     pub read_batch_ms: u64,
     /// Check the config, the key and the output directory as a foreground run does (same
     /// messages, same exit codes), then leave the run going in the background (its own

@@ -58,6 +58,8 @@ pub struct ChatStream {
     pub(super) failed: Option<Failure>,
     /// For scrubbing what the stream says.
     pub(super) key: Option<ApiKey>,
+    /// Its decode pace, reported to the runtime's read pause.
+    pub(super) pace: super::pace::Pace,
 }
 
 /// How much one wake-up reads from a stream before it hands the events over: enough to take
@@ -129,6 +131,9 @@ impl ChatStream {
                 }
                 if self.total.is_some_and(|t| now >= t) {
                     return Poll::Ready(Err(ApiError::Timeout(TimeoutKind::Total)));
+                }
+                if let Some(pace) = self.pace.read(progress.token_events, now) {
+                    crate::runtime::STREAM_PACE.report(pace);
                 }
                 if on_tokens(progress).is_break() {
                     return Poll::Ready(Ok(false));

@@ -381,6 +381,7 @@ impl OpenRouterClient {
             eof: false,
             failed: None,
             key: self.key.clone(),
+            pace: Default::default(),
         })
     }
 }

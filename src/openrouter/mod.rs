@@ -8,6 +8,7 @@ mod chunk_prefix;
 pub(crate) mod client;
 pub(crate) mod error;
 pub(crate) mod key;
+mod pace;
 pub(crate) mod request;
 pub mod response;
 pub(crate) mod roots;

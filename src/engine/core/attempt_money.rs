@@ -64,6 +64,10 @@ pub(crate) fn cap_reached(spent: i64, accrued: i64, held: i64, budget: i64) -> b
 /// read, +0.87% of $2); at the real pace a fifth of that.
 pub(crate) const TRANSIT_TOKENS: i64 = 32;
 
+// The read pause lets the fastest stream pile up about this many tokens unread (runtime.rs):
+// no more than half the allowance, the rest being the network's and the wake-up's own work.
+const _: () = assert!(2 * crate::runtime::PILE_UP_TOKENS as i64 <= TRANSIT_TOKENS);
+
 /// What a stream the cap would close holds against the cap while it streams, at its completion
 /// price a token: its tokens in transit ([`TRANSIT_TOKENS`]), so that the cap trips that much
 /// early and closing every such stream still ends within the budget.
