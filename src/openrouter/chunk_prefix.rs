@@ -10,7 +10,7 @@
 
 use memchr::memmem;
 
-use super::response::Delta;
+use super::chunk::Delta;
 
 /// Where a stream's chunks reach their delta, learnt from a chunk parsed in full.
 #[derive(Debug)]

@@ -4,6 +4,7 @@
 pub(crate) mod catalog;
 mod cause;
 mod chat_stream;
+mod chunk;
 mod chunk_prefix;
 pub(crate) mod client;
 pub(crate) mod error;

@@ -1,44 +1,16 @@
-//! Chat completion responses: the SSE chunk shapes (parsed with borrowed strings, only the
-//! fields we use), the accumulator that turns a stream of chunks into one [`Completion`] or one
-//! [`ApiError`], and the non-streaming response.
+//! Chat completion responses: the usage the API reports, the accumulator that turns a stream
+//! of chunks (their shapes are in `chunk.rs`) into one [`Completion`] or one [`ApiError`], and
+//! the non-streaming response.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::value::RawValue;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::Usd;
 
+use super::chunk::{Chunk, Delta, ReasoningDetail};
 use super::chunk_prefix::ChunkPrefix;
-use super::error::{ApiError, ErrorBody};
-
-/// A string that borrows from the event text when it has no escapes. `Option<Cow<str>>` through
-/// serde's default path always allocates (research/rust-client-cpu.md), hence this newtype.
-#[derive(Debug, Default)]
-pub struct Text<'a>(pub Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
+use super::error::ApiError;
 
 /// Token counts and cost as the API reports them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -119,65 +91,6 @@ impl Usage {
         self.cost
             .map(|c| Usd::from_f64(c) + Usd::from_f64(upstream))
     }
-}
-
-/// One entry of `reasoning_details`: we read the text of text and summary entries.
-#[derive(Debug, Deserialize)]
-struct ReasoningDetail<'a> {
-    #[serde(default, borrow, rename = "type")]
-    kind: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    text: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    summary: Option<Text<'a>>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct Delta<'a> {
-    #[serde(default, borrow)]
-    content: Option<Text<'a>>,
-    /// OpenRouter's reasoning delta.
-    #[serde(default, borrow)]
-    reasoning: Option<Text<'a>>,
-    /// vLLM / SGLang / DeepSeek dialect.
-    #[serde(default, borrow)]
-    reasoning_content: Option<Text<'a>>,
-    /// Read only when neither field above has the text: OpenRouter sends it again here in
-    /// every reasoning chunk, and parsing it twice was a third of the chunk's cost.
-    #[serde(default, borrow)]
-    reasoning_details: Option<&'a RawValue>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ChunkChoice<'a> {
-    #[serde(default, borrow)]
-    delta: Option<Delta<'a>>,
-    /// Non-streaming responses carry `message` instead of `delta`; same shape for our purposes.
-    #[serde(default, borrow)]
-    message: Option<Delta<'a>>,
-    #[serde(default, borrow)]
-    finish_reason: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    native_finish_reason: Option<Text<'a>>,
-    #[serde(default)]
-    error: Option<ErrorBody>,
-}
-
-/// An SSE data chunk or a whole non-streaming body.
-#[derive(Debug, Deserialize)]
-struct Chunk<'a> {
-    #[serde(default, borrow)]
-    id: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    provider: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    model: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    choices: Vec<ChunkChoice<'a>>,
-    #[serde(default)]
-    usage: Option<Usage>,
-    #[serde(default)]
-    error: Option<ErrorBody>,
 }
 
 /// Where the token counts of a completion came from.
@@ -504,22 +417,6 @@ mod tests {
             acc.feed(e)?;
         }
         acc.finish(None, Duration::from_millis(5))
-    }
-
-    #[test]
-    fn text_borrows_when_unescaped() {
-        let c: Chunk<'_> = serde_json::from_str(
-            r#"{"provider":"DeepInfra","choices":[{"delta":{"content":"a\nb"}}]}"#,
-        )
-        .expect("chunk");
-        assert!(matches!(c.provider.expect("p").0, Cow::Borrowed(_)));
-        let d = c
-            .choices
-            .into_iter()
-            .next()
-            .and_then(|c| c.delta)
-            .expect("delta");
-        assert_eq!(&*d.content.expect("c").0, "a\nb");
     }
 
     #[test]
