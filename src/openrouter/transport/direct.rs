@@ -84,6 +84,7 @@ impl DirectClients {
             let timed = TimedConnector {
                 inner: tcp,
                 timeout: s.connect_timeout,
+                read_ahead: h2,
             };
             let tls = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config(tls.clone())
@@ -203,11 +204,15 @@ fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::Clien
 
 /// `HttpConnector` with the connect timeout over name resolution too, as reqwest has it
 /// (`HttpConnector`'s own bounds each TCP attempt only), its TLS connections read ahead
-/// ([`ReadAhead`]).
+/// ([`ReadAhead`]) where they may carry HTTP/2.
 #[derive(Clone)]
 pub(in crate::openrouter) struct TimedConnector {
     inner: HttpConnector,
     timeout: Duration,
+    /// TLS connections are read ahead: HTTP/2 is offered, so a connection carries up to 64
+    /// streams and a wake-up finds tens of kilobytes on it. A connection that can only speak
+    /// HTTP/1.1 carries one stream, and 32 KiB for each of 2,000 of them would be 64 MB.
+    read_ahead: bool,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -228,7 +233,7 @@ impl tower_service::Service<hyper::Uri> for TimedConnector {
 
     fn call(&mut self, uri: hyper::Uri) -> Self::Future {
         // Read ahead only under TLS: plain HTTP/1.1 keeps hyper's own capped buffer alone.
-        let wrap = if uri.scheme_str() == Some("https") {
+        let wrap = if self.read_ahead && uri.scheme_str() == Some("https") {
             ReadAhead::new
         } else {
             ReadAhead::direct

@@ -6,8 +6,10 @@
 //! so every wake-up cost one `recv` call per 4 KiB and a last one to hear `EAGAIN`. Below
 //! rustls, this reads up to [`READ_SIZE`] at once and hands rustls its 4 KiB from memory.
 //! A reader that asks for as much or more reads straight from the connection; a connection
-//! with no TLS above it (plain HTTP/1.1, where hyper's own read buffer is capped) is never read
-//! ahead ([`ReadAhead::direct`]), and no buffer is ever made for either.
+//! with no TLS above it (plain HTTP/1.1, where hyper's own read buffer is capped), or one that
+//! can only speak HTTP/1.1 (`http2 = false`: one stream a connection, a token or two a
+//! wake-up), is never read ahead ([`ReadAhead::direct`]), and no buffer is ever made for
+//! either.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
