@@ -35,13 +35,8 @@ fi
 SIMBIN="${SIMBIN:-$BIN}"
 WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
-python3 - "$WORK/prompts.jsonl" "$N" <<'PY'
-import json, sys
-with open(sys.argv[1], "w") as f:
-    for i in range(int(sys.argv[2])):
-        f.write(json.dumps({"id": f"p{i}", "prompt": f"Explain idea number {i} step by step."}) + "\n")
-PY
 . "$HERE/scripts/sim-lib.sh"
+write_prompts "$WORK/prompts.jsonl" "$N" "Explain idea number {i} step by step."
 sim_args=(--seed 7 --speed-scale 0 --no-faults --billing-log "$WORK/bill.jsonl")
 [ -n "$FAULTS" ] && sim_args+=(--faults "$FAULTS")
 start_sim "$SIMBIN" "$WORK/sim.log" "${sim_args[@]}"

@@ -36,13 +36,8 @@ if [ -z "$BIN" ]; then
 fi
 WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
-python3 - "$WORK/prompts.jsonl" "$N" <<'PY'
-import json, sys
-with open(sys.argv[1], "w") as f:
-    for i in range(int(sys.argv[2])):
-        f.write(json.dumps({"id": f"p{i}", "prompt": f"Explain idea number {i} step by step."}) + "\n")
-PY
 . "$HERE/scripts/sim-lib.sh"
+write_prompts "$WORK/prompts.jsonl" "$N" "Explain idea number {i} step by step."
 start_sim "$BIN" "$WORK/sim.log" --seed 7 --speed-scale "$SPEED" --no-faults \
   --billing-log "$WORK/bill.jsonl"
 # Every endpoint stops its bill at a close (the simulator then bills what it sent, and every

@@ -46,12 +46,7 @@ fi
 . "$HERE/scripts/sim-lib.sh"
 WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
-python3 - "$WORK/prompts.jsonl" "$N" <<'PY'
-import json, sys
-with open(sys.argv[1], "w") as f:
-    for i in range(int(sys.argv[2])):
-        f.write(json.dumps({"id": f"p{i}", "prompt": f"Work through problem {i} and explain each step."}) + "\n")
-PY
+write_prompts "$WORK/prompts.jsonl" "$N" "Work through problem {i} and explain each step."
 for MODE in $MODES; do
   RUN="$WORK/$MODE"
   rm -rf "$RUN"

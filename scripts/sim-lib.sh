@@ -1,6 +1,7 @@
 # Sourced by the measurement scripts: starts `harvest sim` on a free loopback port and waits
 # until it listens. `start_sim BIN LOG ARGS...` sets PORT and SIM (its pid), and kills it on
-# exit.
+# exit. `write_prompts FILE N TEXT` writes N prompts with ids p0.., TEXT with `{i}` for the
+# prompt's number.
 start_sim() {
   local bin="$1" log="$2"
   shift 2
@@ -14,4 +15,13 @@ start_sim() {
   done
   echo "the simulator did not listen on 127.0.0.1:$PORT (see $log)" >&2
   return 1
+}
+
+write_prompts() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(json.dumps({"id": f"p{i}", "prompt": sys.argv[3].replace("{i}", str(i))}) + "\n")
+PY
 }
