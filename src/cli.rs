@@ -431,10 +431,10 @@ pub struct RunArgs {
     /// pauses up to this many milliseconds before sleeping again, so that the tokens of many
     /// streams pile up and are read in one wake-up instead of one each: at real pace over
     /// HTTPS this halves the CPU per token (BENCHMARKS.md). The pause starts at 10 ms and
-    /// follows what the reads find: no stream may pile up more than 16 tokens unread (half of
-    /// what the dollar cap allows in transit), so fast streams shorten it. A token is seen up
-    /// to the pause later (TTFT and keys in the TUI too); a quiet run never pauses. 0 turns
-    /// it off.
+    /// follows the streams' pace: short enough that the fastest stream piles up about 12
+    /// tokens between two reads (the dollar cap holds 32 a stream for tokens in transit), so
+    /// fast streams shorten it. A token is seen up to the pause later (TTFT and keys in the TUI
+    /// too); a quiet run never pauses. 0 turns it off.
     #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 100)]
     pub read_batch_ms: u64,
     /// Check the config, the key and the output directory as a foreground run does (same

@@ -25,42 +25,42 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// The shortest pause the gate adapts down to, and where it starts: below this the pause is no
 /// longer what keeps tokens unread (the wake-up's own work and the network are).
-pub const SHORTEST_PAUSE: Duration = Duration::from_millis(10);
+pub(crate) const SHORTEST_PAUSE: Duration = Duration::from_millis(10);
 
 /// What a pause lets the fastest stream pile up unread: at most half the dollar cap's transit
 /// allowance (`engine::core::attempt_money::TRANSIT_TOKENS`, which asserts it), the rest being
 /// the network's and the wake-up's own work.
-pub const PILE_UP_TOKENS: u32 = 12;
+pub(crate) const PILE_UP_TOKENS: u32 = 12;
 
 /// Task polls between two looks at the I/O driver while the thread has work, when it pauses
 /// (tokio's default is 61): a batch's streams are all read before the connections are read
 /// again, where a look mid-batch finds a token or two more for streams already read, and
 /// wakes them again for it. Above the streams of the largest runs (2,000 and their
 /// connections); the driver is looked at anyway whenever the queue runs dry.
-pub const BATCH_EVENT_INTERVAL: u32 = 8192;
+pub(crate) const BATCH_EVENT_INTERVAL: u32 = 8192;
 
 /// How often the pause is adjusted to the streams' pace.
-pub const ADJUST_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const ADJUST_EVERY: Duration = Duration::from_millis(200);
 
 /// The fastest decode pace a stream reported since the gate last looked, in tokens a second:
 /// streams report as they are read (`openrouter::ChatStream`), the gate takes it. One per
 /// process, as the runtime's thread is.
-pub static STREAM_PACE: StreamPace = StreamPace::new();
+pub(crate) static STREAM_PACE: StreamPace = StreamPace::new();
 
 /// See [`STREAM_PACE`].
-pub struct StreamPace {
+pub(crate) struct StreamPace {
     fastest: AtomicU32,
 }
 
 impl StreamPace {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         StreamPace {
             fastest: AtomicU32::new(0),
         }
     }
 
     /// A stream is decoding at `tokens_per_s`.
-    pub fn report(&self, tokens_per_s: u32) {
+    pub(crate) fn report(&self, tokens_per_s: u32) {
         // A load first: most reports are no new maximum and write nothing.
         if tokens_per_s > self.fastest.load(Ordering::Relaxed) {
             self.fastest.fetch_max(tokens_per_s, Ordering::Relaxed);
@@ -70,12 +70,6 @@ impl StreamPace {
     /// The fastest reported since the last take, and a fresh start.
     fn take(&self) -> u32 {
         self.fastest.swap(0, Ordering::Relaxed)
-    }
-}
-
-impl Default for StreamPace {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -124,7 +118,7 @@ pub fn pause_before_park(previous_park: Option<Duration>, pause: Duration) -> Op
 /// A fast stream shortens the pause at once; once it is gone the pause grows back by a
 /// quarter an adjustment (the learnt pace fades), so a quiet moment between a fast
 /// endpoint's reports does not open it wide.
-pub fn next_pause(learnt: u32, reported: u32, longest: Duration) -> (u32, Duration) {
+pub(crate) fn next_pause(learnt: u32, reported: u32, longest: Duration) -> (u32, Duration) {
     let pace = reported.max(learnt - learnt / 5);
     let pause = match pace {
         0 => longest,
