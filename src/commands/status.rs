@@ -12,6 +12,8 @@ use crate::engine::{Snapshot, state_path};
 use crate::headless;
 use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
 use crate::report::Report;
+use crate::store::kept_booking::{book_kept_answers, kept_answers_note};
+use crate::store::output::SpendEntry;
 
 use super::BadInput;
 
@@ -51,17 +53,27 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         .map_err(|e| BadInput(format!("{}: not a harvest state file: {e}", path.display())))?;
     let live = live_engine(&dir).await;
     let mut snap = snap;
+    let mut kept = Vec::new();
     if live.is_none() && crate::store::lock::live_holder(&dir).is_none() {
         // No engine: what the ledger says is the truth (a crash's requests in flight are in
         // no state file, and `--reconcile` books after the last state was written).
-        if let Some((open, spent)) = open_in_ledger(&dir) {
-            snap.open_look_ups = open;
-            snap.spent = spent;
+        if let Some(l) = in_ledger(&dir) {
+            snap.open_look_ups = l.open;
+            snap.spent = l.spent;
+            kept = l.kept;
         }
     }
     if args.json {
         let mut doc = serde_json::to_value(&snap)?;
         if let Some(o) = doc.as_object_mut() {
+            // Kept answers a crash left without their ledger line: the next start books them.
+            o.insert(
+                "kept_to_book".into(),
+                serde_json::json!({
+                    "count": kept.len(),
+                    "usd": kept.iter().map(|e| e.usd).sum::<Usd>(),
+                }),
+            );
             o.insert(
                 "engine".into(),
                 match &live {
@@ -78,6 +90,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         out!("{}", crate::printable::printable(&headless::summary(&snap)));
+        if !kept.is_empty() {
+            let note = kept_answers_note(&dir, &kept, "a run would book");
+            outln!("{}", crate::printable::printable(&note));
+        }
         outln!(
             "{}",
             crate::printable::printable(&engine_line(
@@ -125,12 +141,23 @@ fn job(shards: &[PathBuf], args: &StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The generations the ledger of `dir` leaves open (sent and never settled, answer not among
-/// the outputs; or closed and not confirmed) and what they may still cost, and the ledger's
-/// total; `None` if the directory cannot be read.
-fn open_in_ledger(dir: &Path) -> Option<(crate::engine::snapshot::OpenLookUps, Usd)> {
+/// What the ledger of `dir` says when no engine runs there.
+struct InLedger {
+    /// The generations it leaves open (sent and never settled, answer not among the outputs;
+    /// or closed and not confirmed) and what they may still cost.
+    open: crate::engine::snapshot::OpenLookUps,
+    /// Its total.
+    spent: Usd,
+    /// The lines the next start books for kept answers whose `complete` line a crash cut
+    /// (`run --check` says the same).
+    kept: Vec<SpendEntry>,
+}
+
+/// What the ledger of `dir` says; `None` if the directory cannot be read.
+fn in_ledger(dir: &Path) -> Option<InLedger> {
     let names = crate::report::dataset_names(dir).ok()?;
     let scan = crate::store::scan::scan_dir(dir, &names).ok()?;
+    let kept = book_kept_answers(dir, &scan).ok()?;
     let orphans = scan.orphans();
     let closed = &scan.ledger.closed_unconfirmed;
     // A closed stream's look-up may add what the provider went on to generate: at most its
@@ -140,7 +167,11 @@ fn open_in_ledger(dir: &Path) -> Option<(crate::engine::snapshot::OpenLookUps, U
         count: (orphans.len() + closed.len()) as u64,
         expected: orphans.iter().filter_map(|e| e.expected_usd).sum::<Usd>() + closed_more,
     };
-    Some((open, scan.carried()))
+    Some(InLedger {
+        open,
+        spent: scan.carried(),
+        kept,
+    })
 }
 
 /// The engine of `dir`, when one answers on its control socket within 3 s.
@@ -316,4 +347,59 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     }
     outln!("{}", crate::printable::printable(&said));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::output::{SpendKind, ledger_path, output_path, tests::rec};
+
+    fn line(kind: SpendKind, attempt: &str, id: &str, generation: &str) -> String {
+        serde_json::to_string(&SpendEntry {
+            attempt: Some(attempt.into()),
+            generation_id: Some(generation.into()),
+            ..SpendEntry::new(kind, "2026-12-05T00:00:00.000Z".into(), id, "d")
+        })
+        .expect("json")
+            + "\n"
+    }
+
+    /// With no engine, status reads what the ledger says, and what the next start books of the
+    /// answers a kill kept without their `complete` line (`run --check` says the same).
+    #[test]
+    fn status_says_what_the_next_start_books_of_kept_answers() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        // Answer `a` was written, then the kill came before its `complete` line; `b` was in
+        // flight with nothing kept: left to the look-ups.
+        let ledger = [
+            line(SpendKind::Dispatched, "r-1", "a", "g1"),
+            line(SpendKind::Started, "r-1", "a", "g1"),
+            line(SpendKind::Dispatched, "r-2", "b", "g2"),
+            line(SpendKind::Started, "r-2", "b", "g2"),
+        ]
+        .concat();
+        std::fs::write(ledger_path(d), ledger).expect("ledger");
+        let mut row = rec("a", 3_000_000);
+        row.generation_id = Some("g1".into());
+        std::fs::write(
+            output_path(d, "d"),
+            serde_json::to_string(&row).expect("json") + "\n",
+        )
+        .expect("row");
+        let l = in_ledger(d).expect("a readable directory");
+        assert_eq!(l.open.count, 1, "b is looked up");
+        assert_eq!(l.kept.len(), 1);
+        assert_eq!(
+            l.kept[0].usd,
+            Usd::from_pico(3_000_000),
+            "at the record's cost"
+        );
+        assert!(
+            kept_answers_note(d, &l.kept, "a run would book")
+                .contains("a run would book 1 kept answer ($0.000003)"),
+            "{}",
+            kept_answers_note(d, &l.kept, "a run would book")
+        );
+    }
 }
