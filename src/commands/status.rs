@@ -352,17 +352,8 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::output::{SpendKind, ledger_path, output_path, tests::rec};
-
-    fn line(kind: SpendKind, attempt: &str, id: &str, generation: &str) -> String {
-        serde_json::to_string(&SpendEntry {
-            attempt: Some(attempt.into()),
-            generation_id: Some(generation.into()),
-            ..SpendEntry::new(kind, "2026-12-05T00:00:00.000Z".into(), id, "d")
-        })
-        .expect("json")
-            + "\n"
-    }
+    use crate::store::output::tests::{ledger_line, rec};
+    use crate::store::output::{SpendKind, ledger_path, output_path};
 
     /// With no engine, status reads what the ledger says, and what the next start books of the
     /// answers a kill kept without their `complete` line (`run --check` says the same).
@@ -373,10 +364,10 @@ mod tests {
         // Answer `a` was written, then the kill came before its `complete` line; `b` was in
         // flight with nothing kept: left to the look-ups.
         let ledger = [
-            line(SpendKind::Dispatched, "r-1", "a", "g1"),
-            line(SpendKind::Started, "r-1", "a", "g1"),
-            line(SpendKind::Dispatched, "r-2", "b", "g2"),
-            line(SpendKind::Started, "r-2", "b", "g2"),
+            ledger_line(SpendKind::Dispatched, "r-1", "a", Some("g1")),
+            ledger_line(SpendKind::Started, "r-1", "a", Some("g1")),
+            ledger_line(SpendKind::Dispatched, "r-2", "b", Some("g2")),
+            ledger_line(SpendKind::Started, "r-2", "b", Some("g2")),
         ]
         .concat();
         std::fs::write(ledger_path(d), ledger).expect("ledger");

@@ -103,23 +103,8 @@ fn kept_line(
 mod tests {
     use super::*;
     use crate::store::output::output_path;
+    use crate::store::output::tests::ledger_line;
     use crate::store::repair::{REBUILT, prepare};
-
-    /// A ledger line of prompt `id` of dataset `d` (a `complete` line at 1 microdollar).
-    fn ledger_line(kind: SpendKind, attempt: &str, id: &str, generation: Option<&str>) -> String {
-        serde_json::to_string(&SpendEntry {
-            attempt: Some(attempt.into()),
-            generation_id: generation.map(str::to_string),
-            usd: if kind == SpendKind::Complete {
-                Usd::from_pico(1_000_000)
-            } else {
-                Usd::ZERO
-            },
-            ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
-        })
-        .expect("json")
-            + "\n"
-    }
 
     /// A kill between an answer's row (or turn) and its `complete` line: the next start books
     /// the answer from its record, under its open attempt, once; a second start books nothing.

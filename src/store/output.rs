@@ -323,6 +323,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub(crate) mod tests {
     use super::*;
 
+    /// A ledger line of prompt `id` of dataset `d` (a `complete` line at 1 microdollar; also for
+    /// other modules' tests).
+    pub(crate) fn ledger_line(
+        kind: SpendKind,
+        attempt: &str,
+        id: &str,
+        generation: Option<&str>,
+    ) -> String {
+        serde_json::to_string(&SpendEntry {
+            attempt: Some(attempt.into()),
+            generation_id: generation.map(str::to_string),
+            usd: if kind == SpendKind::Complete {
+                Usd::from_pico(1_000_000)
+            } else {
+                Usd::ZERO
+            },
+            ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
+        })
+        .expect("json")
+            + "\n"
+    }
+
     /// A kept answer of prompt `id` that cost `cost` picodollars (also for other modules' tests).
     pub(crate) fn rec(id: &str, cost: i64) -> OutputRecord {
         OutputRecord {
