@@ -1,9 +1,9 @@
 //! The floor of the benchmark (issue #36): the least a client can do with the streams harvest
 //! opens. Same job as harvest and the Python peer (a prompt JSONL, `--concurrency` streaming chat
 //! completions at once), the same stack (hyper-util's client over rustls with the platform's
-//! verifier, its connections read ahead as harvest's are, HTTP/2 by ALPN on one connection per 64 streams, as `OpenRouterClient` lays them
-//! out, on harvest's one-thread runtime with its batched wake-ups), and nothing else: each
-//! response's bytes are read and dropped. No SSE
+//! verifier, harvest's own connector and read-ahead, HTTP/2 by ALPN on one connection per 64
+//! streams, as `OpenRouterClient` lays them out, on harvest's one-thread runtime with its
+//! batched wake-ups), and nothing else: each response's bytes are read and dropped. No SSE
 //! framing, no JSON, no accounting; only the usage chunk's `"completion_tokens":` is looked for
 //! in the last bytes of each response, so that the harness counts the same tokens.
 //!
@@ -27,46 +27,11 @@ use bytes::Bytes;
 use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-type Lane = Client<hyper_rustls::HttpsConnector<ReadingAhead>, Full<Bytes>>;
-
-/// `HttpConnector` whose connections are read ahead for rustls, as harvest's are
-/// (`harvest::openrouter::ReadAhead`).
-#[derive(Clone)]
-struct ReadingAhead(HttpConnector);
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower_service::Service<hyper::Uri> for ReadingAhead {
-    type Response = harvest::openrouter::ReadAhead<
-        <HttpConnector as tower_service::Service<hyper::Uri>>::Response,
-    >;
-    type Error = BoxError;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), BoxError>> {
-        self.0.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
-        let connect = self.0.call(uri);
-        Box::pin(async move {
-            connect
-                .await
-                .map(harvest::openrouter::ReadAhead::new)
-                .map_err(Into::into)
-        })
-    }
-}
+type Lane = Client<harvest::openrouter::Connector, Full<Bytes>>;
 
 #[derive(Parser)]
 #[command(about = "The benchmark's floor client: read the streams, drop the bytes")]
@@ -99,6 +64,9 @@ struct Args {
     #[arg(long, hide = true)]
     bench: bool,
 }
+
+/// As harvest's default `timeouts.connect_s`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Streams one HTTP/2 connection carries, as `harvest::openrouter::client` lays them out.
 const STREAMS_PER_CONNECTION: usize = 64;
@@ -174,27 +142,12 @@ async fn run(
             roots.push(c?);
         }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier =
-        rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider.clone())?;
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
-        .with_no_client_auth();
+    let tls = harvest::openrouter::tls_config(roots)?;
     let auth = format!("Bearer {key}");
     let lanes = a.concurrency.div_ceil(STREAMS_PER_CONNECTION).max(1);
     let clients: Vec<Lane> = (0..lanes)
         .map(|_| {
-            let mut tcp = HttpConnector::new();
-            tcp.enforce_http(false);
-            tcp.set_nodelay(true);
-            let connector = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls.clone())
-                .https_or_http()
-                .enable_http1()
-                .enable_http2()
-                .wrap_connector(ReadingAhead(tcp));
+            let connector = harvest::openrouter::connector(tls.clone(), CONNECT_TIMEOUT, true);
             Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .build(connector)

@@ -30,4 +30,4 @@ pub use request::{
     Reasoning,
 };
 pub use response::{Completion, CostDetails, Progress, StreamAccumulator, Usage, UsageSource};
-pub use transport::read_ahead::ReadAhead;
+pub use transport::direct::{Connector, TimedConnector, connector, tls_config};

@@ -33,7 +33,10 @@ use super::{Body, Failure, FailureKind, Response, USER_AGENT_VALUE, died_before_
 /// connection whose headers outgrow it; servers send well under 1 KB.)
 pub(in crate::openrouter) const HTTP1_READ_BUFFER: usize = 16 * 1024;
 
-type Connector = hyper_rustls::HttpsConnector<TimedConnector>;
+/// The connections harvest's chat requests travel on: TCP with reqwest's socket settings and
+/// the connect timeout, TLS by [`tls_config`], ALPN offering HTTP/2 when asked (public for the
+/// benchmark's floor client, which reads on harvest's own stack).
+pub type Connector = hyper_rustls::HttpsConnector<TimedConnector>;
 type Client = HyperClient<Connector, Full<Bytes>>;
 
 /// hyper's clients: one per lane (over HTTP/2 each lane is one connection), and one without an
@@ -71,30 +74,7 @@ impl DirectClients {
         let tls = tls_config(s.extra_roots)?;
         let h2 = s.http2 && https;
         let build = |max_idle: usize| {
-            let mut tcp = HttpConnector::new();
-            // The TLS connector below hands it https URLs too.
-            tcp.enforce_http(false);
-            tcp.set_nodelay(true);
-            tcp.set_connect_timeout(Some(s.connect_timeout));
-            tcp.set_keepalive(Some(Duration::from_secs(15)));
-            tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
-            tcp.set_keepalive_retries(Some(3));
-            #[cfg(target_os = "linux")]
-            tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
-            let timed = TimedConnector {
-                inner: tcp,
-                timeout: s.connect_timeout,
-                read_ahead: h2,
-            };
-            let tls = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls.clone())
-                .https_or_http()
-                .enable_http1();
-            let connector = if h2 {
-                tls.enable_http2().wrap_connector(timed)
-            } else {
-                tls.wrap_connector(timed)
-            };
+            let connector = connector(tls.clone(), s.connect_timeout, h2);
             HyperClient::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .timer(TokioTimer::new())
@@ -184,9 +164,42 @@ fn response(resp: hyper::Response<hyper::body::Incoming>) -> Response {
     }
 }
 
+/// A [`Connector`]: reqwest 0.13's socket defaults (no Nagle; keep-alive probes after 15 s
+/// idle, every 15 s, 3 of them; on Linux unacknowledged data gives up after 30 s), the connect
+/// timeout over name resolution too, `tls`, and ALPN h2 and http/1.1 when `h2` (http/1.1 alone
+/// otherwise); TLS connections read ahead where they may carry HTTP/2.
+pub fn connector(tls: rustls::ClientConfig, connect_timeout: Duration, h2: bool) -> Connector {
+    let mut tcp = HttpConnector::new();
+    // The TLS connector below hands it https URLs too.
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(connect_timeout));
+    tcp.set_keepalive(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_retries(Some(3));
+    #[cfg(target_os = "linux")]
+    tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
+    let timed = TimedConnector {
+        inner: tcp,
+        timeout: connect_timeout,
+        read_ahead: h2,
+    };
+    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1();
+    if h2 {
+        tls.enable_http2().wrap_connector(timed)
+    } else {
+        tls.wrap_connector(timed)
+    }
+}
+
 /// rustls as reqwest sets it up: TLS 1.2 and 1.3 on aws-lc-rs, the platform's verifier with
 /// `extra_roots` beside the system's (ALPN is the connector's).
-fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::ClientConfig, String> {
+pub fn tls_config(
+    extra_roots: Vec<CertificateDer<'static>>,
+) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let verifier = if extra_roots.is_empty() {
         rustls_platform_verifier::Verifier::new(provider.clone())
@@ -206,7 +219,7 @@ fn tls_config(extra_roots: Vec<CertificateDer<'static>>) -> Result<rustls::Clien
 /// (`HttpConnector`'s own bounds each TCP attempt only), its TLS connections read ahead
 /// ([`ReadAhead`]) where they may carry HTTP/2.
 #[derive(Clone)]
-pub(in crate::openrouter) struct TimedConnector {
+pub struct TimedConnector {
     inner: HttpConnector,
     timeout: Duration,
     /// TLS connections are read ahead: HTTP/2 is offered, so a connection carries up to 64

@@ -21,8 +21,8 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 /// real pace, a fraction of what the connection's HTTP/2 window lets the server send.
 pub(crate) const READ_SIZE: usize = 32 * 1024;
 
-/// A connection whose small reads are served from one large read (public for the benchmark's
-/// floor client, which reads on harvest's stack).
+/// A connection whose small reads are served from one large read (public as the connection
+/// type of the public [`super::direct::Connector`]).
 pub struct ReadAhead<T> {
     io: T,
     /// Small reads are served from `buf`; when not, every read goes to `io`.
