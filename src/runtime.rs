@@ -120,11 +120,17 @@ pub fn pause_before_park(previous_park: Option<Duration>, pause: Duration) -> Op
 /// endpoint's reports does not open it wide.
 pub(crate) fn next_pause(learnt: u32, reported: u32, longest: Duration) -> (u32, Duration) {
     let pace = reported.max(learnt - learnt / 5);
+    (pace, pause_at(pace, longest))
+}
+
+/// The pause that lets a stream at `pace` pile up [`PILE_UP_TOKENS`], within [`SHORTEST_PAUSE`]
+/// (or `longest`, if shorter) and `longest`.
+fn pause_at(pace: u32, longest: Duration) -> Duration {
     let pause = match pace {
         0 => longest,
         p => Duration::from_secs(u64::from(PILE_UP_TOKENS)) / p,
     };
-    (pace, pause.min(longest).max(SHORTEST_PAUSE.min(longest)))
+    pause.min(longest).max(SHORTEST_PAUSE.min(longest))
 }
 
 /// The pace the gate starts from: as if a stream were fast enough for the shortest pause, so
@@ -141,8 +147,6 @@ struct ParkGate {
     base: Instant,
     /// The pace the pause is set for ([`next_pause`]), in tokens a second.
     pace: AtomicU32,
-    /// The pause taken now, in ns.
-    pause: AtomicU64,
     /// When the pause was last adjusted, in ns since `base`.
     adjusted_at: AtomicU64,
     /// When the thread last went to sleep in the kernel, in ns since `base`.
@@ -158,7 +162,6 @@ impl ParkGate {
             reports,
             base: Instant::now(),
             pace: AtomicU32::new(starting_pace()),
-            pause: AtomicU64::new(SHORTEST_PAUSE.min(longest).as_nanos() as u64),
             adjusted_at: AtomicU64::new(0),
             parked_at: AtomicU64::new(0),
             parked_for: AtomicU64::new(u64::MAX),
@@ -175,12 +178,11 @@ impl ParkGate {
         let since = now.saturating_sub(self.adjusted_at.load(Ordering::Relaxed));
         if since >= ADJUST_EVERY.as_nanos() as u64 {
             let learnt = self.pace.load(Ordering::Relaxed);
-            let (pace, pause) = next_pause(learnt, self.reports.take(), self.longest);
+            let (pace, _) = next_pause(learnt, self.reports.take(), self.longest);
             self.pace.store(pace, Ordering::Relaxed);
-            self.pause.store(pause.as_nanos() as u64, Ordering::Relaxed);
             self.adjusted_at.store(now, Ordering::Relaxed);
         }
-        Duration::from_nanos(self.pause.load(Ordering::Relaxed))
+        pause_at(self.pace.load(Ordering::Relaxed), self.longest)
     }
 
     /// The pause to take at `now` (ns since `base`), if any; marks the park's start after it.

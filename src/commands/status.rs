@@ -227,7 +227,7 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     use crate::engine::reconcile::{LookedUp, Settle, Until, look_up, settle};
     /// Every open id is asked, and those unknown asked again, for at most this long.
     const RECONCILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
-    use crate::store::output::{SpendEntry, SpendKind};
+    use crate::store::output::SpendKind;
     use futures::StreamExt;
 
     if !dir.is_dir() {
