@@ -55,7 +55,7 @@ struct Args {
     /// harvest's longest pause before a busy park (its `--read-batch-ms`, read from the same
     /// environment variable, on the same gate: the floor reports no reads, so its pause grows
     /// to the longest as harvest's does at real pace); 0 turns it off.
-    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 100)]
+    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = harvest::runtime::DEFAULT_READ_BATCH_MS)]
     read_batch_ms: u64,
     /// Accepted for the harness's sake (it passes the same flags to every client).
     #[arg(long, default_value_t = 10)]

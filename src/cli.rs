@@ -433,9 +433,11 @@ pub struct RunArgs {
     /// HTTPS this halves the CPU per token (BENCHMARKS.md). The pause starts at 10 ms and
     /// follows the streams' pace: short enough that the fastest stream piles up about 12
     /// tokens between two reads (the dollar cap holds 32 a stream for tokens in transit), so
-    /// fast streams shorten it. A token is seen up to the pause later (TTFT and keys in the TUI
-    /// too); a quiet run never pauses. 0 turns it off.
-    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = 100)]
+    /// fast streams shorten it (at real pace, 30 to 90 tokens a second, it is 133 to 200 ms).
+    /// A token is seen up to the pause later (TTFT too), and so is a command from the TUI or
+    /// `harvest stop`; the TUI itself answers a key at once (it has a thread of its own). A
+    /// quiet run never pauses. 0 turns it off.
+    #[arg(long, env = "HARVEST_READ_BATCH_MS", default_value_t = crate::runtime::DEFAULT_READ_BATCH_MS)]
     pub read_batch_ms: u64,
     /// Check the config, the key and the output directory as a foreground run does (same
     /// messages, same exit codes), then leave the run going in the background (its own

@@ -20,6 +20,12 @@ use std::time::{Duration, Instant};
 /// A park shorter than this means work was already waiting: the thread is busy.
 pub const BUSY_PARK: Duration = Duration::from_millis(1);
 
+/// The longest pause a busy thread takes by default (`harvest run --read-batch-ms`, and the
+/// floor client's): the streams' pace shortens it (at real pace the fastest stream, 90 tokens
+/// a second, sets it at 133 ms). A token, a timer, a command and a snapshot are seen up to the
+/// pause late; the TUI's keys are not (it has its own thread, `tui::thread`).
+pub const DEFAULT_READ_BATCH_MS: u64 = 200;
+
 /// The longest pause accepted (a typo of 5000 must not freeze the run for seconds).
 pub const MAX_PAUSE: Duration = Duration::from_secs(1);
 

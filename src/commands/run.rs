@@ -366,23 +366,24 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
     let mut stopper = Stopper::default();
     let mut signals = Signals::new();
     let commands = handle.commands.clone();
-    // The TUI runs until the run ends or the operator quits; signals meanwhile. Its future
-    // (and the terminal reader in it) is dropped as soon as the block ends.
-    let exit = {
-        let tui = crate::tui::run_tui(commands.clone(), handle.snapshots.clone(), None);
-        tokio::pin!(tui);
-        loop {
+    // The TUI runs on its own thread (tui::thread: a key never waits for this thread's read
+    // pause) until the run ends or the operator quits; signals meanwhile. On SIGHUP it is
+    // stopped, and waited for: its terminal is given back before anything prints.
+    let exit = match crate::tui::spawn_tui(commands.clone(), handle.snapshots.clone()) {
+        Err(e) => Err(e),
+        Ok(mut tui) => loop {
             tokio::select! {
-                exit = &mut tui => break exit,
+                exit = tui.ended() => break tui_result(exit, &handle),
                 sig = signals.recv() => {
                     // Ctrl-C is a key in raw mode; a SIGINT from elsewhere drains like SIGTERM.
                     stopper.on_signal(sig, &commands, w).await;
                     if sig == Sig::Hangup {
+                        let _ = tui.stop().await;
                         break Ok(crate::tui::TuiExit::lost(handle.snapshots.borrow().clone(), "SIGHUP"));
                     }
                 }
             }
-        }
+        },
     };
     let mut out = Out::default();
     let requested = match exit {
@@ -406,6 +407,23 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
     close_control(control).await;
     out.write(&summary_text(&summary));
     Ok(exit_code(&summary, requested || stopper.interrupted))
+}
+
+/// What the TUI's thread ended with, as the TUI's own result: a panic on it is a terminal
+/// that failed (the run drains without a screen).
+fn tui_result(
+    ended: Result<Option<std::io::Result<crate::tui::TuiExit>>, crate::tui::thread::Panicked>,
+    handle: &engine::EngineHandle,
+) -> std::io::Result<crate::tui::TuiExit> {
+    match ended {
+        Ok(Some(exit)) => exit,
+        // Only a stop ends it without a result, and only SIGHUP stops it.
+        Ok(None) => Ok(crate::tui::TuiExit::lost(
+            handle.snapshots.borrow().clone(),
+            "stopped",
+        )),
+        Err(e) => Err(std::io::Error::other(format!("the TUI failed: {e}"))),
+    }
 }
 
 /// Serves the run's control socket (`harvest attach`, `stop`, `status` from other shells). A
