@@ -1,11 +1,12 @@
 //! The floor of the benchmark (issue #36): the least a client can do with the streams harvest
 //! opens. Same job as harvest and the Python peer (a prompt JSONL, `--concurrency` streaming chat
 //! completions at once), the same stack (hyper-util's client over rustls with the platform's
-//! verifier, harvest's own connector and read-ahead, HTTP/2 by ALPN on one connection per 64
-//! streams, as `OpenRouterClient` lays them out, on harvest's one-thread runtime with its
-//! batched wake-ups), and nothing else: each response's bytes are read and dropped. No SSE
-//! framing, no JSON, no accounting; only the usage chunk's `"completion_tokens":` is looked for
-//! in the last bytes of each response, so that the harness counts the same tokens.
+//! verifier, harvest's own connector, read-ahead and HTTP/2 windows, HTTP/2 by ALPN on one
+//! connection per 64 streams, as `OpenRouterClient` lays them out, on harvest's one-thread
+//! runtime with its batched wake-ups), and nothing else: each response's bytes are read and
+//! dropped. No SSE framing, no JSON, no accounting; only the usage chunk's
+//! `"completion_tokens":` is looked for in the last bytes of each response, so that the
+//! harness counts the same tokens.
 //!
 //! Its CPU per output token is what this machine and stack cost before any of harvest's own
 //! work; `scripts/bench.sh --tls --floor` runs it beside harvest and states harvest's figure as
@@ -148,7 +149,7 @@ async fn run(
     let clients: Vec<Lane> = (0..lanes)
         .map(|_| {
             let connector = harvest::openrouter::connector(tls.clone(), CONNECT_TIMEOUT, true);
-            Client::builder(TokioExecutor::new())
+            harvest::openrouter::h2_windows(&mut Client::builder(TokioExecutor::new()))
                 .pool_timer(TokioTimer::new())
                 .build(connector)
         })

@@ -30,4 +30,4 @@ pub use request::{
     Reasoning,
 };
 pub use response::{Completion, CostDetails, Progress, StreamAccumulator, Usage, UsageSource};
-pub use transport::direct::{Connector, TimedConnector, connector, tls_config};
+pub use transport::direct::{Connector, TimedConnector, connector, h2_windows, tls_config};

@@ -8,8 +8,9 @@
 //! Over HTTPS a stream's body is hyper's `Incoming` itself: reqwest hands it over inside five
 //! boxed layers, each polled on every wake-up of every stream, which at real provider pace
 //! (a token or two a wake-up) was ~5% of harvest's CPU (#36). TLS is rustls with the platform's
-//! verifier and the configured extra roots, as reqwest verifies; HTTP/2 keeps hyper's windows
-//! (2 MB a stream, 5 MB a connection), as reqwest does.
+//! verifier and the configured extra roots, as reqwest verifies. HTTP/2's windows are
+//! [`h2_windows`]: smaller than hyper's (2 MB a stream, 5 MB a connection), which let a fast
+//! server park up to 5 MB unread on each connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -32,6 +33,29 @@ use super::{Body, Failure, FailureKind, Response, USER_AGENT_VALUE, died_before_
 /// 2,000 connections hold at most 32 MB. (Response headers must fit in it too: hyper closes a
 /// connection whose headers outgrow it; servers send well under 1 KB.)
 pub(in crate::openrouter) const HTTP1_READ_BUFFER: usize = 16 * 1024;
+
+/// How much a server may send on one HTTP/2 connection that harvest has not read yet. This
+/// bounds what a server faster than harvest parks in memory (2,000 streams on 32 connections
+/// hold at most 64 MiB; with hyper's 5 MB a full-speed run's peak RSS reached 252 MB on a slow
+/// host, BENCHMARKS.md), and is still several times what a connection carries in a read pause and a
+/// round trip at real pace (64 streams of ~400-byte events at 90 tokens a second is 2.3 MB/s;
+/// 200 ms of pause and 100 ms of round trip are 0.7 MB). WINDOW_UPDATEs stay rare: one per
+/// megabyte read.
+const H2_CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+
+/// How much a server may send on one HTTP/2 stream that harvest has not read yet: half a
+/// minute or more of a real-pace stream, so a long answer needs a few updates at most.
+const H2_STREAM_WINDOW: u32 = 1024 * 1024;
+
+/// HTTP/2's flow-control windows on a client builder ([`H2_CONNECTION_WINDOW`],
+/// [`H2_STREAM_WINDOW`]); public for the benchmark's floor client, which reads on harvest's
+/// own stack.
+pub fn h2_windows(
+    b: &mut hyper_util::client::legacy::Builder,
+) -> &mut hyper_util::client::legacy::Builder {
+    b.http2_initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .http2_initial_stream_window_size(H2_STREAM_WINDOW)
+}
 
 /// The connections harvest's chat requests travel on: TCP with reqwest's socket settings and
 /// the connect timeout, TLS by [`tls_config`], ALPN offering HTTP/2 when asked (public for the
@@ -75,7 +99,7 @@ impl DirectClients {
         let h2 = s.http2 && https;
         let build = |max_idle: usize| {
             let connector = connector(tls.clone(), s.connect_timeout, h2);
-            HyperClient::builder(TokioExecutor::new())
+            h2_windows(&mut HyperClient::builder(TokioExecutor::new()))
                 .pool_timer(TokioTimer::new())
                 .timer(TokioTimer::new())
                 .pool_idle_timeout(s.pool_idle_timeout)
