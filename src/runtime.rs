@@ -11,8 +11,9 @@
 //! stream may pile up about [`PILE_UP_TOKENS`] between two reads, well inside what the dollar
 //! cap allows a closed stream in transit, so a longer pause never costs the budget. At real
 //! pace (30 to 90 tokens a second a stream) that is 133 ms to the longest pause (200 ms by
-//! default); a fast provider, or the simulator sped up, shortens it. Nothing a person waits on
-//! runs on this thread: a run's TUI has its own (`tui::thread`).
+//! default); a fast provider, or the simulator sped up, shortens it. A run's TUI answers keys
+//! on a thread of its own (`tui::thread`); what reaches this thread (a command, a signal, the
+//! control socket) waits at most one pause.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

@@ -369,25 +369,29 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
     // The TUI runs on its own thread (tui::thread: a key never waits for this thread's read
     // pause) until the run ends or the operator quits; signals meanwhile. On SIGHUP it is
     // stopped, and waited for: its terminal is given back before anything prints.
-    let exit = match crate::tui::spawn_tui(commands.clone(), handle.snapshots.clone()) {
-        Err(e) => Err(e),
+    let end = match crate::tui::spawn_tui(commands.clone(), handle.snapshots.clone()) {
+        Err(e) => TuiEnd::Exit(Err(e)),
         Ok(mut tui) => loop {
             tokio::select! {
-                exit = tui.ended() => break tui_result(exit, &handle),
+                ended = tui.ended() => break tui_end(ended, &handle),
                 sig = signals.recv() => {
                     // Ctrl-C is a key in raw mode; a SIGINT from elsewhere drains like SIGTERM.
                     stopper.on_signal(sig, &commands, w).await;
                     if sig == Sig::Hangup {
                         let _ = tui.stop().await;
-                        break Ok(crate::tui::TuiExit::lost(handle.snapshots.borrow().clone(), "SIGHUP"));
+                        break TuiEnd::Exit(Ok(crate::tui::TuiExit::lost(
+                            handle.snapshots.borrow().clone(),
+                            "SIGHUP",
+                        )));
                     }
                 }
             }
         },
     };
     let mut out = Out::default();
-    let requested = match exit {
-        Ok(e) => {
+    let mut progress = false;
+    let requested = match end {
+        TuiEnd::Exit(Ok(e)) => {
             if let Some(why) = &e.lost {
                 tracing::warn!("the terminal went away ({why}): draining without a screen");
                 stopper.lost(&commands).await;
@@ -395,34 +399,52 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
             }
             e.requested.is_some()
         }
-        Err(e) => {
+        TuiEnd::Exit(Err(e)) => {
             tracing::error!("the terminal failed ({e}): draining without a screen");
             stopper.lost(&commands).await;
             out.lost = true;
             false
         }
+        TuiEnd::Panicked => {
+            // The panic hook gave the terminal back and printed why; the terminal works, so the
+            // run goes on as a headless one does, with progress lines and signals.
+            tracing::error!("the TUI panicked: the run goes on with progress lines");
+            eprintln_quiet(
+                "harvest: the TUI failed (a bug: the message above and harvest.log say where); \
+                 the run goes on here with progress lines (Ctrl-C drains it)",
+            );
+            progress = true;
+            false
+        }
     };
-    let _ = follow(&handle, w, &mut out, false, &mut stopper, &mut signals).await;
+    let _ = follow(&handle, w, &mut out, progress, &mut stopper, &mut signals).await;
     let summary = handle.finish().await.map_err(engine_error)?;
     close_control(control).await;
     out.write(&summary_text(&summary));
     Ok(exit_code(&summary, requested || stopper.interrupted))
 }
 
-/// What the TUI's thread ended with, as the TUI's own result: a panic on it is a terminal
-/// that failed (the run drains without a screen).
-fn tui_result(
+/// How a run's TUI ended.
+enum TuiEnd {
+    /// It returned (or could not start): see [`crate::tui::TuiExit`].
+    Exit(std::io::Result<crate::tui::TuiExit>),
+    /// Its thread panicked; the panic hook restored the terminal.
+    Panicked,
+}
+
+/// What the TUI's thread ended with.
+fn tui_end(
     ended: Result<Option<std::io::Result<crate::tui::TuiExit>>, crate::tui::thread::Panicked>,
     handle: &engine::EngineHandle,
-) -> std::io::Result<crate::tui::TuiExit> {
+) -> TuiEnd {
     match ended {
-        Ok(Some(exit)) => exit,
+        Ok(Some(exit)) => TuiEnd::Exit(exit),
         // Only a stop ends it without a result, and only SIGHUP stops it.
-        Ok(None) => Ok(crate::tui::TuiExit::lost(
+        Ok(None) => TuiEnd::Exit(Ok(crate::tui::TuiExit::lost(
             handle.snapshots.borrow().clone(),
             "stopped",
-        )),
-        Err(e) => Err(std::io::Error::other(format!("the TUI failed: {e}"))),
+        ))),
+        Err(crate::tui::thread::Panicked) => TuiEnd::Panicked,
     }
 }
 

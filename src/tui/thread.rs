@@ -29,9 +29,22 @@ pub(crate) fn spawn_tui(
 /// too, without waiting.
 pub(crate) struct OwnThread<T> {
     /// What the future returned; `None` when it was stopped. Closed without a value when the
-    /// thread panicked.
-    result: oneshot::Receiver<Option<T>>,
+    /// thread panicked. Taken once it has answered.
+    result: Option<oneshot::Receiver<Option<T>>>,
     stop: Option<oneshot::Sender<()>>,
+}
+
+/// The thread's runtime, shut down without waiting wherever it is dropped: if the thread
+/// cannot be started, it is dropped on the caller's thread, inside the caller's runtime, where
+/// a plain drop would panic (tokio does not block in an async context).
+struct Background(Option<tokio::runtime::Runtime>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl<T: Send + 'static> OwnThread<T> {
@@ -42,13 +55,14 @@ impl<T: Send + 'static> OwnThread<T> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = T>,
     {
-        let rt = crate::runtime::current_thread(None)?;
+        let rt = Background(Some(crate::runtime::current_thread(None)?));
         let (done, result) = oneshot::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                let out = rt.block_on(async move {
+                let Some(runtime) = &rt.0 else { return };
+                let out = runtime.block_on(async move {
                     let fut = make();
                     tokio::select! {
                         t = fut => Some(t),
@@ -61,19 +75,24 @@ impl<T: Send + 'static> OwnThread<T> {
                 let _ = done.send(out);
             })?;
         Ok(OwnThread {
-            result,
+            result: Some(result),
             stop: Some(stop),
         })
     }
 
     /// What the future returned, once it ends; cancel-safe (for a `select!` loop). An error
-    /// says the thread panicked.
+    /// says the thread panicked. Once it has answered, it answers `None` at once.
     pub(crate) async fn ended(&mut self) -> Result<Option<T>, Panicked> {
-        (&mut self.result).await.map_err(|_| Panicked)
+        let Some(result) = self.result.as_mut() else {
+            return Ok(None);
+        };
+        let answer = result.await.map_err(|_| Panicked);
+        self.result = None;
+        answer
     }
 
     /// Stops the future and waits until it is dropped: `None`, or what it returned if it had
-    /// ended already.
+    /// ended and [`OwnThread::ended`] has not taken it.
     pub(crate) async fn stop(mut self) -> Result<Option<T>, Panicked> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -106,6 +125,14 @@ mod tests {
     async fn what_the_future_returns_comes_back() {
         let mut t = OwnThread::spawn("test", || async { 7 }).expect("spawned");
         assert_eq!(t.ended().await.expect("no panic"), Some(7));
+    }
+
+    #[tokio::test]
+    async fn once_it_has_answered_it_answers_none() {
+        let mut t = OwnThread::spawn("test", || async { 7 }).expect("spawned");
+        assert_eq!(t.ended().await.expect("no panic"), Some(7));
+        assert_eq!(t.ended().await.expect("no panic"), None);
+        assert_eq!(t.stop().await.expect("no panic"), None);
     }
 
     #[tokio::test]

@@ -9,8 +9,8 @@
 //! boxed layers, each polled on every wake-up of every stream, which at real provider pace
 //! (a token or two a wake-up) was ~5% of harvest's CPU (#36). TLS is rustls with the platform's
 //! verifier and the configured extra roots, as reqwest verifies. HTTP/2's windows are
-//! [`h2_windows`]: smaller than hyper's (2 MB a stream, 5 MB a connection), which let a fast
-//! server park up to 5 MB unread on each connection.
+//! [`h2_windows`]: smaller than hyper's (2 MiB a stream, 5 MiB a connection), which let a fast
+//! server park up to 5 MiB unread on each connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,16 +36,18 @@ pub(in crate::openrouter) const HTTP1_READ_BUFFER: usize = 16 * 1024;
 
 /// How much a server may send on one HTTP/2 connection that harvest has not read yet. This
 /// bounds what a server faster than harvest parks in memory (2,000 streams on 32 connections
-/// hold at most 64 MiB; with hyper's 5 MB a full-speed run's peak RSS reached 252 MB on a slow
-/// host, BENCHMARKS.md), and is still several times what a connection carries in a read pause and a
-/// round trip at real pace (64 streams of ~400-byte events at 90 tokens a second is 2.3 MB/s;
-/// 200 ms of pause and 100 ms of round trip are 0.7 MB). WINDOW_UPDATEs stay rare: one per
-/// megabyte read.
+/// hold at most 64 MiB; with hyper's 5 MiB a full-speed run's peak RSS reached 252 MB on a slow
+/// host, BENCHMARKS.md), and is still several times what a connection carries in a read pause
+/// and a round trip at real pace (64 streams of ~400-byte events at 90 tokens a second is
+/// 2.3 MB/s; 200 ms of pause and 100 ms of round trip are 0.7 MB). h2 sends a WINDOW_UPDATE
+/// when what was read reaches half of what is left open: about every 0.7 MiB on a connection.
 const H2_CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
 
-/// How much a server may send on one HTTP/2 stream that harvest has not read yet: half a
-/// minute or more of a real-pace stream, so a long answer needs a few updates at most.
-const H2_STREAM_WINDOW: u32 = 1024 * 1024;
+/// How much a server may send on one HTTP/2 stream that harvest has not read yet: an eighth of
+/// the connection's, so that streams not being read (a worker waiting for its first write)
+/// cannot hold the connection's window between them; still 7 s of a stream at 90 tokens a
+/// second, its WINDOW_UPDATE every ~85 KiB (about 200 tokens) a tiny share of the frames.
+const H2_STREAM_WINDOW: u32 = 256 * 1024;
 
 /// HTTP/2's flow-control windows on a client builder ([`H2_CONNECTION_WINDOW`],
 /// [`H2_STREAM_WINDOW`]); public for the benchmark's floor client, which reads on harvest's
