@@ -10,6 +10,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod account;
+pub(crate) mod booked_cost;
 pub mod cli;
 pub mod commands;
 pub mod config;

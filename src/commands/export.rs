@@ -23,7 +23,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if let Some(job) = &job {
         refuse_mixed_job(job)?;
     }
-    let (names, prompts) = match &args.config {
+    let (names, prompts, prompt_files) = match &args.config {
         Some(path) => {
             let cfg = Config::load(path).map_err(|e| BadInput(e.to_string()))?;
             let mut prompts = HashMap::new();
@@ -36,10 +36,12 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             (
                 cfg.datasets.iter().map(|d| d.name.clone()).collect(),
                 prompts,
+                cfg.datasets.iter().map(|d| d.prompts.clone()).collect(),
             )
         }
-        None => (dataset_names(&dirs)?, HashMap::new()),
+        None => (dataset_names(&dirs)?, HashMap::new(), Vec::new()),
     };
+    refuse_overwriting_inputs(&args.to, &names, &prompt_files)?;
     let opts = Options {
         format: args.format,
         with_provenance: args.with_provenance,
@@ -197,6 +199,53 @@ fn refuse_output_dir(dir: &Path, to: &Path) -> Result<(), BadInput> {
     }
 }
 
+/// Refuses a `--to` where an export would replace a file it did not write
+/// (reliability-probe-5 P4: `--to data` renamed 26 training rows over the dataset's 30-prompt
+/// file `data/a.jsonl`, and nothing noticed). A dataset's file there may be replaced only when
+/// it is an earlier export's: the three files an export writes together
+/// ([`file_names`]) are all there. A configured prompt file is never replaced, whatever lies
+/// beside it.
+fn refuse_overwriting_inputs(
+    to: &Path,
+    names: &[String],
+    prompt_files: &[PathBuf],
+) -> Result<(), BadInput> {
+    let prompts: Vec<PathBuf> = (prompt_files.iter())
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    for name in names {
+        let files = file_names(name).map(|f| to.join(f));
+        for path in &files {
+            let Ok(real) = path.canonicalize() else {
+                continue;
+            };
+            if prompts.contains(&real) {
+                return Err(BadInput(format!(
+                    "--to {}: {} is a prompt file of the config; the export would replace it \
+                     with training rows. Export into another directory, e.g. --to {}",
+                    to.display(),
+                    path.display(),
+                    to.join("train").display()
+                )));
+            }
+        }
+        let [rows, errors, skipped] = &files;
+        let exported_before = errors.is_file() && skipped.is_file();
+        if rows.exists() && !exported_before {
+            return Err(BadInput(format!(
+                "--to {}: {} exists and is not an earlier export's (no {} and {} beside it); \
+                 the export would replace it. Export into another directory, or move the file \
+                 away first",
+                to.display(),
+                rows.display(),
+                file_names(name)[1],
+                file_names(name)[2]
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `--json`: the accounting, and the samples when `--show` asked for them.
 fn json_report(e: &Exported) -> serde_json::Value {
     #[derive(serde::Serialize)]
@@ -254,6 +303,50 @@ fn stale_files(to: &Path, names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// reliability-probe-5 P4: an export never replaces a prompt file, nor any
+    /// `<dataset>.jsonl` an earlier export did not write; an earlier export's files it does.
+    #[test]
+    fn an_export_replaces_only_its_own_earlier_files() {
+        let root = tempfile::tempdir().expect("tmp");
+        let data = root.path().join("data");
+        std::fs::create_dir(&data).expect("data");
+        let names = ["a".to_string()];
+        // Nothing there yet: fine.
+        refuse_overwriting_inputs(&data, &names, &[]).expect("an empty directory");
+        // The dataset's prompt file, named by the config: refused, even beside an export's
+        // other two files.
+        let prompts = data.join("a.jsonl");
+        std::fs::write(&prompts, "{\"prompt\": \"q\"}\n").expect("prompts");
+        let err = refuse_overwriting_inputs(&data, &names, std::slice::from_ref(&prompts))
+            .expect_err("the prompt file");
+        assert!(
+            err.0.contains("is a prompt file of the config"),
+            "{}",
+            err.0
+        );
+        // Without the config: a file an export did not write is refused all the same.
+        let err = refuse_overwriting_inputs(&data, &names, &[]).expect_err("not an export's");
+        assert!(err.0.contains("is not an earlier export's"), "{}", err.0);
+        // Another directory's path to the same file (a symlink) is the same file.
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&data, &link).expect("link");
+        assert!(refuse_overwriting_inputs(&link, &names, std::slice::from_ref(&prompts)).is_err());
+        // An earlier export's three files are replaced.
+        let train = root.path().join("train");
+        std::fs::create_dir(&train).expect("train");
+        for f in file_names("a") {
+            std::fs::write(train.join(f), "").expect("file");
+        }
+        refuse_overwriting_inputs(&train, &names, std::slice::from_ref(&prompts))
+            .expect("an earlier export");
+        std::fs::write(data.join("a.error.ndjson"), "").expect("e");
+        std::fs::write(data.join("a.skipped.ndjson"), "").expect("s");
+        assert!(
+            refuse_overwriting_inputs(&data, &names, std::slice::from_ref(&prompts)).is_err(),
+            "a prompt file stays refused beside an export's files"
+        );
+    }
 
     /// Only harvest's own marks make a directory a run's: a project's unrelated manifest.json
     /// does not.

@@ -116,10 +116,17 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         report.cancel = probe::cancel::measure(&targets, &cancel_settings).await;
         spend.extend(probe::cancel::spend_lines(
             &report.cancel,
+            &targets,
+            &cancel_settings,
             &report.created_at,
         ));
         report.cost += report.cancel.iter().map(|f| f.cost).sum();
-        stops = Some(probe::cancel::stops_list(&report.cancel, &targets));
+        let existing = cfg.as_ref().and_then(|c| c.cancel_stops_billing.as_deref());
+        stops = Some(probe::cancel::stops_list(
+            &report.cancel,
+            &targets,
+            existing,
+        ));
     }
 
     let path = args
@@ -127,12 +134,10 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| dir.join(probe::FILE_NAME));
     report.save(&path, &dir, &spend)?;
-    if let (Some(list), Some(path)) = (&stops, args.config.as_ref().filter(|_| args.write_config)) {
-        let note = format!(
-            "measured by harvest probe --cancel on {} (closing a stream stopped the bill)",
-            &report.created_at[..10.min(report.created_at.len())]
-        );
-        crate::config::set_cancel_stops_billing(path, list, &note)
+    if let (Some(stops), Some(path)) = (&stops, args.config.as_ref().filter(|_| args.write_config))
+    {
+        let note = stops.note(&report.created_at[..10.min(report.created_at.len())]);
+        crate::config::set_cancel_stops_billing(path, &stops.list, &note)
             .map_err(|e| BadInput(e.to_string()))?;
         eprintln!("wrote cancel_stops_billing into {}", path.display());
     }
@@ -141,7 +146,8 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     out!("{}", crate::printable::printable(&report.render()));
-    if let Some(list) = &stops {
+    if let Some(stops) = &stops {
+        let list = &stops.list;
         out!(
             "{}",
             crate::printable::printable(&probe::cancel::render(&report.cancel))
@@ -156,6 +162,16 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
                 ": --write-config writes it"
             }
         );
+        for (tag, why) in &stops.not_measured {
+            outln!(
+                "{}",
+                crate::printable::printable(&format!(
+                    "  left out, not measured: {tag} ({why}); taken to bill a close in full \
+                     (the hard budget reserves its streams' worst case): probe it again, or \
+                     drop the list to let the run check it for itself"
+                ))
+            );
+        }
     }
     outln!(
         "saved to {}; spend booked in {}",

@@ -53,7 +53,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         .map_err(|e| BadInput(format!("{}: not a harvest state file: {e}", path.display())))?;
     let live = live_engine(&dir).await;
     let mut snap = snap;
-    let mut kept = Vec::new();
+    let mut kept = crate::store::kept_booking::KeptBooking::default();
     if live.is_none() && crate::store::lock::live_holder(&dir).is_none() {
         // No engine: what the ledger says is the truth (a crash's requests in flight are in
         // no state file, and `--reconcile` books after the last state was written).
@@ -70,8 +70,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             o.insert(
                 "kept_to_book".into(),
                 serde_json::json!({
-                    "count": kept.len(),
-                    "usd": kept.iter().map(|e| e.usd).sum::<Usd>(),
+                    "count": kept.lines.len(),
+                    "usd": kept.lines.iter().map(|e| e.usd).sum::<Usd>(),
+                    "refused": kept.refused.len(),
                 }),
             );
             o.insert(
@@ -90,8 +91,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         out!("{}", crate::printable::printable(&headless::summary(&snap)));
-        if !kept.is_empty() {
-            let note = kept_answers_note(&dir, &kept, "a run would book");
+        for note in kept_answers_note(&dir, &kept, "a run would book") {
             outln!("{}", crate::printable::printable(&note));
         }
         outln!(
@@ -149,8 +149,8 @@ struct InLedger {
     /// Its total.
     spent: Usd,
     /// The lines the next start books for kept answers whose `complete` line a crash cut
-    /// (`run --check` says the same).
-    kept: Vec<SpendEntry>,
+    /// (`run --check` says the same), and those whose record's cost it refuses.
+    kept: crate::store::kept_booking::KeptBooking,
 }
 
 /// What the ledger of `dir` says; `None` if the directory cannot be read.
@@ -258,6 +258,7 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
         usd,
         estimated,
         expected_usd: None,
+        worst_usd: None,
         error: None,
         ..open
     };
@@ -268,6 +269,8 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     // at nothing (reliability-probe-3 D3: +136% and +350% against the bill). The next run
     // books them and trues the ledger up against the key's usage.
     let (mut left, mut left_usd) = (0u64, Usd::ZERO);
+    // `/generation` figures that cannot be bills (`booked_cost`), named below.
+    let mut refused: Vec<String> = Vec::new();
     let (mut confirmed, mut confirmed_delta) = (0u64, Usd::ZERO);
     let items = (orphans.into_iter().chain(closed))
         .filter_map(|e| Some((e.generation_id.clone()?, e)))
@@ -281,13 +284,23 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
             // A stream a run closed: the API's cost is an adjustment of its estimate (a line
             // even when it was right, marking it confirmed); unknown for good, it stays as
             // booked, confirmed; unknown but recent, ask again later.
-            let actual = match (cost, settle(&entry, cost, now)) {
-                (Some(c), _) => Usd::from_f64(c),
-                (None, Settle::Wait) => {
+            // Only the API's own figure is booked here: what a close unknown for good costs
+            // depends on the run's budget mode and what it learnt of the endpoint, so the
+            // next run books it.
+            let actual = match settle(&entry, cost, now) {
+                Settle::Found(c) => c,
+                Settle::Refused(why) => {
+                    refused.push(format!(
+                        "{}: {why}",
+                        entry.generation_id.as_deref().unwrap_or("?")
+                    ));
                     waiting += 1;
                     continue;
                 }
-                (None, _) => entry.usd,
+                Settle::Wait | Settle::Lost => {
+                    waiting += 1;
+                    continue;
+                }
             };
             confirmed += 1;
             confirmed_delta += actual - entry.usd;
@@ -307,11 +320,18 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
                 total += usd;
                 lines.push(close(entry, SpendKind::Recovered, usd, false));
             }
-            Settle::Lost(usd) => {
+            Settle::Lost => {
                 left += 1;
-                left_usd += usd;
+                left_usd += entry.expected_usd.unwrap_or_default();
             }
             Settle::Wait => waiting += 1,
+            Settle::Refused(why) => {
+                refused.push(format!(
+                    "{}: {why}",
+                    entry.generation_id.as_deref().unwrap_or("?")
+                ));
+                waiting += 1;
+            }
         }
     }
     for e in &scan.ledger.unknown {
@@ -343,6 +363,13 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     if waiting > 0 {
         said.push_str(&format!(
             "; {waiting} still unknown and too recent to give up on: ask again later"
+        ));
+    }
+    if !refused.is_empty() {
+        said.push_str(&format!(
+            "; {} figures from /generation refused as damage and not booked (left open): {}",
+            refused.len(),
+            refused.join(", ")
         ));
     }
     outln!("{}", crate::printable::printable(&said));
@@ -380,17 +407,16 @@ mod tests {
         .expect("row");
         let l = in_ledger(d).expect("a readable directory");
         assert_eq!(l.open.count, 1, "b is looked up");
-        assert_eq!(l.kept.len(), 1);
+        assert_eq!(l.kept.lines.len(), 1);
         assert_eq!(
-            l.kept[0].usd,
+            l.kept.lines[0].usd,
             Usd::from_pico(3_000_000),
             "at the record's cost"
         );
+        let notes = kept_answers_note(d, &l.kept, "a run would book");
         assert!(
-            kept_answers_note(d, &l.kept, "a run would book")
-                .contains("a run would book 1 kept answer ($0.000003)"),
-            "{}",
-            kept_answers_note(d, &l.kept, "a run would book")
+            notes[0].contains("a run would book 1 kept answer ($0.000003)"),
+            "{notes:?}"
         );
     }
 }

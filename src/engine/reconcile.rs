@@ -28,34 +28,44 @@ pub(crate) const CLOSED_DEADLINE: Duration = Duration::from_secs(8);
 
 /// A generation the API still does not know this long after it started is taken to be lost
 /// (a provider finishes or drops a generation within minutes; the API records it when it
-/// ends): booked once at its expected cost, marked estimated, and closed. Younger ones stay
-/// open for the next start or `harvest status DIR --reconcile`.
+/// ends): booked once, marked estimated, and closed, at what the core says a lost attempt
+/// costs (`Core::lost_cost`: its worst case where a close did not stop the bill under the
+/// hard budget, its expectation elsewhere). Younger ones stay open for the next start or
+/// `harvest status DIR --reconcile`.
 pub(crate) const UNKNOWN_AFTER: Duration = Duration::from_secs(15 * 60);
 
-/// How a generation a crash left open is closed, given what the look-up found.
+/// How a generation a crash left open (or a stream a run closed) is settled, given what the
+/// look-up found.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Settle {
-    /// The API reports its cost.
+    /// The API reports its cost, and it can be a bill ([`crate::booked_cost`]).
     Found(crate::domain::Usd),
-    /// Unknown to the API past [`UNKNOWN_AFTER`]: booked at its expected cost.
-    Lost(crate::domain::Usd),
+    /// Unknown to the API (or its figure refused) past [`UNKNOWN_AFTER`]: booked at what the
+    /// core says a lost attempt costs.
+    Lost,
     /// Unknown, but recent: left open.
     Wait,
+    /// The API's figure cannot be a bill (below zero, not a number, above the attempt's worst
+    /// case): not booked; left open as an unknown one is, and named.
+    Refused(crate::booked_cost::CostRefused),
 }
 
-/// Decides how to close `entry` (a `started` line left open) at `now`, given the look-up.
+/// Decides how to close `entry` (a `started` line left open, or a closed stream) at `now`,
+/// given the look-up's `total_cost`.
 pub(crate) fn settle(
     entry: &SpendEntry,
     cost: Option<f64>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Settle {
-    if let Some(c) = cost {
-        return Settle::Found(crate::domain::Usd::from_f64(c));
-    }
+    let refused = match cost.map(|c| crate::booked_cost::check(c, entry.worst_usd)) {
+        Some(Ok(usd)) => return Settle::Found(usd),
+        Some(Err(why)) => Some(why),
+        None => None,
+    };
     if age(entry, now) >= UNKNOWN_AFTER {
-        Settle::Lost(entry.expected_usd.unwrap_or_default())
+        Settle::Lost
     } else {
-        Settle::Wait
+        refused.map_or(Settle::Wait, Settle::Refused)
     }
 }
 
@@ -335,68 +345,72 @@ mod tests {
             generation_id: Some("gen-1".into()),
             attempt: Some("run-1".into()),
             expected_usd: expected.map(Usd::from_f64),
+            worst_usd: Some(Usd::from_f64(0.05)),
             ..SpendEntry::new(SpendKind::Started, at.into(), "p1", "D")
         }
     }
 
+    /// Found, waited for, lost; and what `/generation` says checked before it is booked
+    /// (reliability-probe-5 P3: a gateway's `total_cost: -1` booked −$64).
     #[test]
     fn open_generations_are_found_waited_for_or_booked_as_lost() {
+        use crate::booked_cost::CostRefused;
         let now = chrono::DateTime::parse_from_rfc3339("2026-12-01T12:00:00Z")
             .expect("time")
             .to_utc();
+        let recent = "2026-12-01T11:50:00Z";
+        let old = "2026-11-30T12:00:00Z";
         let cases = [
             (
                 "found",
                 "2026-12-01T11:59:00Z",
                 Some(0.012),
-                Some(0.004),
                 Settle::Found(Usd::from_f64(0.012)),
             ),
             (
                 "found long ago",
-                "2026-11-30T12:00:00Z",
+                old,
                 Some(0.012),
-                Some(0.004),
                 Settle::Found(Usd::from_f64(0.012)),
             ),
-            (
-                "unknown, recent",
-                "2026-12-01T11:50:00Z",
-                None,
-                Some(0.004),
-                Settle::Wait,
-            ),
+            ("unknown, recent", recent, None, Settle::Wait),
             (
                 "unknown, just past the limit",
                 "2026-12-01T11:45:00Z",
                 None,
-                Some(0.004),
-                Settle::Lost(Usd::from_f64(0.004)),
+                Settle::Lost,
+            ),
+            ("unknown, a day old", old, None, Settle::Lost),
+            ("unreadable time: waits", "yesterday", None, Settle::Wait),
+            (
+                "a negative cost, recent: refused, left open",
+                recent,
+                Some(-1.0),
+                Settle::Refused(CostRefused::Negative(-1.0)),
             ),
             (
-                "unknown, a day old",
-                "2026-11-30T12:00:00Z",
-                None,
-                Some(0.004),
-                Settle::Lost(Usd::from_f64(0.004)),
+                "above the worst case: refused",
+                recent,
+                Some(64.0),
+                Settle::Refused(CostRefused::AboveWorstCase {
+                    usd: 64.0,
+                    worst: Usd::from_f64(0.05),
+                }),
             ),
             (
-                "unknown, no expectation",
-                "2026-11-30T12:00:00Z",
-                None,
-                None,
-                Settle::Lost(Usd::ZERO),
+                "not a number: refused",
+                recent,
+                Some(f64::NAN),
+                Settle::Refused(CostRefused::NotANumber),
             ),
-            (
-                "unreadable time: waits",
-                "yesterday",
-                None,
-                Some(0.004),
-                Settle::Wait,
-            ),
+            ("refused and old: lost", old, Some(-1.0), Settle::Lost),
         ];
-        for (name, at, cost, expected, want) in cases {
-            assert_eq!(settle(&open_line(at, expected), cost, now), want, "{name}");
+        for (name, at, cost, want) in cases {
+            assert_eq!(
+                settle(&open_line(at, Some(0.004)), cost, now),
+                want,
+                "{name}"
+            );
         }
     }
 

@@ -82,14 +82,16 @@ impl Usage {
     }
     /// What the request cost the user: `cost`, and on their own provider key (BYOK), where
     /// `cost` is only OpenRouter's fee, the provider's charge too
-    /// (`cost_details.upstream_inference_cost`, usage-accounting docs).
+    /// (`cost_details.upstream_inference_cost`, usage-accounting docs). None when the server
+    /// sent none, or a figure that cannot be a bill (negative, not a number: a hostile or
+    /// buggy gateway, reliability-probe-5 P3): the answer is then priced from its tokens.
     pub fn cost_usd(&self) -> Option<Usd> {
         let upstream = match (self.is_byok, &self.cost_details) {
             (Some(true), Some(d)) => d.upstream_inference_cost.unwrap_or(0.0),
             _ => 0.0,
         };
-        self.cost
-            .map(|c| Usd::from_f64(c) + Usd::from_f64(upstream))
+        let cost = crate::booked_cost::check(self.cost?, None).ok()?;
+        Some(cost + crate::booked_cost::check(upstream, None).ok()?)
     }
 }
 

@@ -128,6 +128,16 @@ async fn close_one(t: &Target, s: &CancelSettings) -> CancelFinding {
         f.generation_id = Some(id);
         return f;
     };
+    // The API's figure is checked as every booked cost is: one that cannot be a bill leaves
+    // the close unread, and its look-up to the next start.
+    let cost = match crate::booked_cost::check(g.total_cost.unwrap_or(0.0), Some(worst_of(t, s))) {
+        Ok(c) => c,
+        Err(why) => {
+            let mut f = not_measured(t, received, format!("/generation answered {why}"));
+            f.generation_id = Some(id);
+            return f;
+        }
+    };
     let billed = g
         .native_tokens_completion
         .or(g.tokens_completion)
@@ -147,48 +157,145 @@ async fn close_one(t: &Target, s: &CancelSettings) -> CancelFinding {
         received,
         billed: Some(billed),
         verdict,
-        cost: Usd::from_f64(g.total_cost.unwrap_or(0.0)),
+        cost,
         generation_id: Some(id),
         note: ended.then(|| "the answer ended before the close".to_string()),
     }
 }
 
-/// The ledger's lines for the closes (what they cost, as `/generation` says).
-pub fn spend_lines(findings: &[CancelFinding], now: &str) -> Vec<SpendEntry> {
+/// The most one close at `t` can be billed: the prompt and `max_tokens` at its prices.
+fn worst_of(t: &Target, s: &CancelSettings) -> Usd {
+    t.price_in.cost(PROMPT_TOKENS_BOUND) + t.price_out.cost(u64::from(s.max_tokens))
+}
+
+/// [`LONG_PROMPT`]'s tokens at most, with the chat template's markers.
+const PROMPT_TOKENS_BOUND: u64 = 64;
+
+/// The ledger's lines for the closes: what each cost, as `/generation` says; a close it did
+/// not find (yet) is booked as a closed stream is, at its received tokens' price and marked
+/// estimated, so that the next start looks it up and books what it really cost
+/// (reliability-probe-5 P13: booked at $0 as a line nothing looked up again).
+pub fn spend_lines(
+    findings: &[CancelFinding],
+    targets: &[Target],
+    s: &CancelSettings,
+    now: &str,
+) -> Vec<SpendEntry> {
     findings
         .iter()
         .filter(|f| f.generation_id.is_some())
-        .map(|f| SpendEntry {
-            endpoint: Some(f.tag.clone()),
-            usd: f.cost,
-            completion_tokens: f.billed.unwrap_or(0),
-            estimated: f.billed.is_none(),
-            generation_id: f.generation_id.clone(),
-            ..SpendEntry::new(SpendKind::Other, now.to_string(), "probe-cancel", "probe")
+        .map(|f| {
+            let line = SpendEntry {
+                endpoint: Some(f.tag.clone()),
+                usd: f.cost,
+                completion_tokens: f.billed.unwrap_or(0),
+                generation_id: f.generation_id.clone(),
+                ..SpendEntry::new(SpendKind::Other, now.to_string(), "probe-cancel", "probe")
+            };
+            let target = targets.iter().find(|t| t.tag == f.tag);
+            match (f.billed, target) {
+                (Some(_), _) | (None, None) => line,
+                (None, Some(t)) => SpendEntry {
+                    kind: SpendKind::Cancelled,
+                    usd: t.price_in.cost(PROMPT_TOKENS_BOUND) + t.price_out.cost(f.received),
+                    completion_tokens: f.received,
+                    estimated: true,
+                    attempt: Some(format!("probe-{now}-{}", f.tag)),
+                    worst_usd: Some(worst_of(t, s)),
+                    ..line
+                },
+            }
         })
         .collect()
 }
 
-/// The `cancel_stops_billing` list the findings make: the endpoints seen to stop the bill, and
-/// those not measured that OpenRouter documents as stopping it (their documented word stands).
-/// Only names made of the characters tags are made of: the list is written into a config.
-pub fn stops_list(findings: &[CancelFinding], targets: &[Target]) -> Vec<String> {
-    let mut list: Vec<String> = targets
-        .iter()
-        .filter(|t| {
-            match findings.iter().find(|f| f.tag == t.tag).map(|f| f.verdict) {
-                Some(CancelVerdict::Stops) => true,
-                Some(CancelVerdict::BillsPast) => false,
-                // No clear reading: the documented word.
-                _ => crate::engine::endpoint::stops_billing_on_cancel(None, &t.tag, &t.provider),
+/// The `cancel_stops_billing` list the findings make, and why each endpoint is in it or not.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StopsList {
+    /// The list: the endpoints seen to stop the bill, and the entries of the config's own list
+    /// that the probe did not measure (the operator's word stands where nothing was learnt).
+    pub list: Vec<String>,
+    /// Endpoints seen to stop the bill at a close.
+    pub measured: Vec<String>,
+    /// Endpoints probed without a clear reading, and why, left out of the list unless the
+    /// config already named them: a list turns the hard budget's own checks off, so an
+    /// endpoint that was not measured must not be in it on the probe's word
+    /// (reliability-probe-5 P1: one 429 at Chutes, written as measured, led to +36.6% on a
+    /// hard budget). Left out, such an endpoint is taken to bill a close in full: the hard
+    /// budget reserves its streams' worst case.
+    pub not_measured: Vec<(String, String)>,
+    /// Entries of the config's list kept without a reading (not probed, or no clear reading).
+    pub kept: Vec<String>,
+}
+
+impl StopsList {
+    /// The comment lines written above the list in the config.
+    pub fn note(&self, date: &str) -> Vec<String> {
+        let mut lines = vec![format!(
+            "written {date}: closing a stream stopped the bill at {}",
+            if self.measured.is_empty() {
+                "no endpoint".to_string()
+            } else {
+                self.measured.join(", ")
             }
-        })
-        .map(|t| t.tag.clone())
+        )];
+        if !self.kept.is_empty() {
+            lines.push(format!(
+                "kept from this list, not measured: {}",
+                self.kept.join(", ")
+            ));
+        }
+        for (tag, why) in &self.not_measured {
+            lines.push(format!(
+                "not measured, left out (its streams reserve their worst case): {tag} ({why})"
+            ));
+        }
+        lines
+    }
+}
+
+/// The list the findings make, merged with the config's own (`existing`): the endpoints seen
+/// to stop the bill; those seen billed past the close never; an entry the config already has
+/// stays where the probe learnt nothing of it. Only names made of the characters tags are
+/// made of: the list is written into a config.
+pub fn stops_list(
+    findings: &[CancelFinding],
+    targets: &[Target],
+    existing: Option<&[String]>,
+) -> StopsList {
+    let existing = existing.unwrap_or_default();
+    let had = |tag: &str| existing.iter().any(|e| e == tag);
+    let mut out = StopsList::default();
+    for t in targets {
+        let Some(f) = findings.iter().find(|f| f.tag == t.tag) else {
+            continue;
+        };
+        match f.verdict {
+            CancelVerdict::Stops => out.measured.push(t.tag.clone()),
+            CancelVerdict::BillsPast => {}
+            CancelVerdict::Unclear | CancelVerdict::NotMeasured if had(&t.tag) => {
+                out.kept.push(t.tag.clone());
+            }
+            CancelVerdict::Unclear | CancelVerdict::NotMeasured => {
+                let why = f.note.clone().unwrap_or_else(|| match f.verdict {
+                    CancelVerdict::Unclear => "the bill said nothing clear".into(),
+                    _ => "no reading".into(),
+                });
+                out.not_measured.push((t.tag.clone(), why));
+            }
+        }
+    }
+    // The config's entries the probe did not reach (`--only`, an own server) stay.
+    let probed = |tag: &str| findings.iter().any(|f| f.tag == tag);
+    out.kept
+        .extend(existing.iter().filter(|e| !probed(e)).cloned());
+    out.list = (out.measured.iter().chain(&out.kept))
         .filter(|tag| EndpointTag::is_plain(tag))
+        .cloned()
         .collect();
-    list.sort();
-    list.dedup();
-    list
+    out.list.sort();
+    out.list.dedup();
+    out
 }
 
 /// The findings as lines for the report.

@@ -7,24 +7,62 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use crate::booked_cost::CostRefused;
 use crate::domain::Usd;
 use crate::engine::core::verdict::Shape;
 use crate::openrouter::ErrorKind;
 
-use super::output::{SpendEntry, SpendKind, TurnLine, TurnRecord, ledger_path, turns_path};
+use super::output::{
+    SpendEntry, SpendKind, TurnLine, TurnRecord, ledger_path, output_path, turns_path,
+};
 use super::repair::RepairError;
 use super::scan::{self, DirScan};
 
-/// What the start books (or would book) of the kept answers a crash left without their line.
-pub(crate) fn kept_answers_note(dir: &Path, booked: &[SpendEntry], verb: &str) -> String {
-    let usd: Usd = booked.iter().map(|e| e.usd).sum();
-    let n = booked.len();
-    format!(
-        "{}: {verb} {n} kept answer{} ({usd}) whose `complete` line a crash cut, at each \
-         record's own cost",
-        ledger_path(dir).display(),
-        if n == 1 { "" } else { "s" },
-    )
+/// What the start books of the kept answers a crash left without their line, and what it
+/// refused to take from their records.
+#[derive(Debug, Default)]
+pub(crate) struct KeptBooking {
+    /// The `complete` lines to append.
+    pub(crate) lines: Vec<SpendEntry>,
+    /// Kept answers whose record's cost may not be booked (`booked_cost`): their attempts stay
+    /// open and are looked up at `/generation` as a crash's leftovers are.
+    pub(crate) refused: Vec<RefusedKept>,
+}
+
+/// A kept answer whose record's cost was refused.
+#[derive(Debug)]
+pub(crate) struct RefusedKept {
+    pub(crate) dataset: String,
+    pub(crate) id: String,
+    pub(crate) why: CostRefused,
+}
+
+/// What the start books (or would book) of the kept answers a crash left without their line,
+/// and the records whose cost it would not take (each named).
+pub(crate) fn kept_answers_note(dir: &Path, booking: &KeptBooking, verb: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let booked = &booking.lines;
+    if !booked.is_empty() {
+        let usd: Usd = booked.iter().map(|e| e.usd).sum();
+        let n = booked.len();
+        notes.push(format!(
+            "{}: {verb} {n} kept answer{} ({usd}) whose `complete` line a crash cut, at each \
+             record's own cost",
+            ledger_path(dir).display(),
+            if n == 1 { "" } else { "s" },
+        ));
+    }
+    for r in &booking.refused {
+        notes.push(format!(
+            "{}: the kept answer of id {:?} records {}: not booked from its record (damage, or \
+             an edit after a crash); its generation is looked up at /generation instead, \
+             holding its worst case until then",
+            output_path(dir, &r.dataset).display(),
+            r.id,
+            r.why
+        ));
+    }
+    notes
 }
 
 /// Kept answers whose `complete` line a crash cut: the writer puts an answer's row or turn on
@@ -34,21 +72,24 @@ pub(crate) fn kept_answers_note(dir: &Path, booked: &[SpendEntry], verb: &str) -
 /// nothing counted twice (a kept answer closes at most one open attempt). The rows' come from
 /// the scan's pass ([`DirScan::kept_open`]); the turns file is read here. Returns the lines to
 /// append.
-pub(crate) fn book_kept_answers(
-    dir: &Path,
-    scan: &DirScan,
-) -> Result<Vec<SpendEntry>, RepairError> {
+pub(crate) fn book_kept_answers(dir: &Path, scan: &DirScan) -> Result<KeptBooking, RepairError> {
     let ledger = &scan.ledger;
-    let mut lines: Vec<SpendEntry> = (scan.kept_open.iter())
-        .map(|k| {
-            kept_line(
+    let mut booking = KeptBooking::default();
+    for k in &scan.kept_open {
+        match k.cost() {
+            Ok(_) => booking.lines.push(kept_line(
                 &k.attempt,
                 &k.record,
                 (&k.content, k.reasoning.as_deref()),
                 &k.at,
-            )
-        })
-        .collect();
+            )),
+            Err(why) => booking.refused.push(RefusedKept {
+                dataset: k.attempt.dataset.clone(),
+                id: k.attempt.id.clone(),
+                why,
+            }),
+        }
+    }
     // What the rows left open, by generation, for the turns of rows still in progress.
     let booked: HashSet<&str> = (scan.kept_open.iter())
         .filter_map(|k| k.record.generation_id.as_deref())
@@ -61,13 +102,23 @@ pub(crate) fn book_kept_answers(
         let start = chrono::Utc::now().to_rfc3339();
         scan::read_file(&turns_path(dir), |t: TurnLine| {
             let attempt = (t.record.generation_id.as_deref()).and_then(|g| open.remove(g));
-            if let Some(e) = attempt {
-                let text = (t.content.as_str(), t.reasoning_content.as_deref());
-                lines.push(kept_line(e, &t.record, text, &start));
+            let Some(e) = attempt else { return };
+            match crate::booked_cost::check_usd(t.record.cost_usd, e.worst_usd) {
+                Ok(_) => {
+                    let text = (t.content.as_str(), t.reasoning_content.as_deref());
+                    booking.lines.push(kept_line(e, &t.record, text, &start));
+                }
+                // The turn's attempt stays open: its generation is not among the outputs, so
+                // the start looks it up.
+                Err(why) => booking.refused.push(RefusedKept {
+                    dataset: t.dataset.clone(),
+                    id: t.id.clone(),
+                    why,
+                }),
             }
         })?;
     }
-    Ok(lines)
+    Ok(booking)
 }
 
 /// The `complete` line of a kept answer, under its open attempt's name.
@@ -214,6 +265,76 @@ mod tests {
         let again = prepare(d, &names, false, true).expect("prepare");
         assert!(again.notes.is_empty(), "{:?}", again.notes);
         assert_eq!(again.scan.carried(), Usd::from_pico(5_000_000));
+    }
+
+    /// reliability-probe-5 P3: a kept answer's record is text anyone with the directory can
+    /// edit. A cost below zero or above what its attempt could be billed (its `dispatched`
+    /// line's `worst_usd`) is not booked: the attempt stays open and becomes a look-up (its
+    /// generation is no longer counted as answered), and the run's carried spend does not
+    /// count what the row says. A plausible cost is booked as before.
+    #[test]
+    fn a_kept_answers_cost_is_booked_only_when_it_can_be_a_bill() {
+        use crate::store::output::tests::rec;
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        let worst = Usd::from_f64(0.07);
+        let mut ledger = String::new();
+        for (attempt, id, g) in [("r-1", "a", "g1"), ("r-2", "b", "g2"), ("r-3", "c", "g3")] {
+            for kind in [SpendKind::Dispatched, SpendKind::Started] {
+                let line = SpendEntry {
+                    attempt: Some(attempt.into()),
+                    generation_id: (kind == SpendKind::Started).then(|| g.to_string()),
+                    worst_usd: (kind == SpendKind::Dispatched).then_some(worst),
+                    ..SpendEntry::new(kind, "2026-12-04T00:00:00.000Z".into(), id, "d")
+                };
+                ledger += &(serde_json::to_string(&line).expect("json") + "\n");
+            }
+        }
+        std::fs::write(ledger_path(d), ledger).expect("ledger");
+        let rows: String = [("a", "g1", -0.25), ("b", "g2", 100.0), ("c", "g3", 0.03)]
+            .iter()
+            .map(|(id, g, usd)| {
+                let mut r = rec(id, 0);
+                r.cost_usd = Usd::from_f64(*usd);
+                r.generation_id = Some(g.to_string());
+                serde_json::to_string(&r).expect("json") + "\n"
+            })
+            .collect();
+        std::fs::write(output_path(d, "d"), rows).expect("rows");
+        let names = ["d".to_string()];
+        let check = prepare(d, &names, false, false).expect("check");
+        assert!(
+            (check.notes.iter()).any(|n| n.contains("a run would book 1 kept answer ($0.03)")),
+            "{:?}",
+            check.notes
+        );
+        let p = prepare(d, &names, false, true).expect("prepare");
+        for (id, why) in [
+            ("a", "a negative cost (-0.250000 USD)"),
+            ("b", "above the attempt's worst case"),
+        ] {
+            assert!(
+                (p.notes.iter()).any(|n| n.contains(&format!("id {id:?} records"))
+                    && n.contains(why)
+                    && n.contains("d.jsonl")),
+                "{id}: {:?}",
+                p.notes
+            );
+        }
+        let mut orphans: Vec<String> = (p.scan.orphans().into_iter())
+            .filter_map(|e| e.generation_id)
+            .collect();
+        orphans.sort();
+        assert_eq!(orphans, ["g1", "g2"], "the refused ones are looked up");
+        assert_eq!(
+            p.scan.carried(),
+            Usd::from_f64(0.03),
+            "only the plausible record counted"
+        );
+        let generations = p.scan.output_generations();
+        assert!(
+            generations.contains(&"g3".to_string()) && !generations.contains(&"g1".to_string())
+        );
     }
 
     /// What else the ledger may say of a kept answer: a line rebuilt by `--repair` booked it

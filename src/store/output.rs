@@ -210,6 +210,11 @@ pub struct SpendEntry {
     /// On `dispatched` lines: the cost the request is expected to have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_usd: Option<Usd>,
+    /// On `dispatched` lines: the most the request can cost (its prompt and `max_tokens` at the
+    /// dearest price it could go to), the bound a cost from outside is checked against before
+    /// it is booked (`booked_cost`). Absent from ledgers written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_usd: Option<Usd>,
     /// On `failed` lines and streams closed on a timeout: the kind of error (`rate_limited`,
     /// `timeout`, `truncated`, ...), as in the rejects file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -267,6 +272,7 @@ impl SpendEntry {
             generation_id: None,
             attempt: None,
             expected_usd: None,
+            worst_usd: None,
             error: None,
             checkpoint: None,
             note: None,

@@ -257,10 +257,8 @@ pub(crate) fn prepare(
                 ));
             }
         }
-        let booked = book_kept_answers(dir, &scan)?;
-        if !booked.is_empty() {
-            notes.push(kept_answers_note(dir, &booked, "a run would book"));
-        }
+        let booking = book_kept_answers(dir, &scan)?;
+        notes.extend(kept_answers_note(dir, &booking, "a run would book"));
         if repair && !problems.is_empty() {
             notes.push(format!(
                 "--repair would move the damaged lines aside: {}",
@@ -289,11 +287,11 @@ pub(crate) fn prepare(
             ));
         }
     }
-    let booked = book_kept_answers(dir, &scan)?;
-    if !booked.is_empty() {
-        append_spend(dir, &booked).map_err(io(&ledger_path(dir)))?;
-        notes.push(kept_answers_note(dir, &booked, "booked"));
+    let booking = book_kept_answers(dir, &scan)?;
+    if !booking.lines.is_empty() {
+        append_spend(dir, &booking.lines).map_err(io(&ledger_path(dir)))?;
     }
+    notes.extend(kept_answers_note(dir, &booking, "booked"));
     if repair {
         let ledger = ledger_path(dir);
         let mut damaged = vec![(ledger.clone(), scan.ledger.file.damaged)];

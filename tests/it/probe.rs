@@ -265,3 +265,83 @@ async fn probe_cancel_measures_who_stops_the_bill_and_writes_it_into_the_config(
     assert_eq!(booked, sim.state.billed_total());
     assert_eq!(ledger.iter().filter(|e| e.id == "probe-cancel").count(), 3);
 }
+
+/// reliability-probe-5 P1: an endpoint the probe could not measure (here a 429 on its only
+/// try, at Chutes, which bills a close in full) is left out of the list it writes, named as not
+/// measured with why: a list turns the hard budget's own checks off, and an endpoint left out
+/// of it is taken to bill a close in full (its streams reserve their worst case). An entry of
+/// the operator's own list that the probe did not reach (`--only`) stays, with its comment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_cancel_writes_only_what_it_measured() {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let mut patch = HashMap::new();
+    patch.insert(
+        "chutes/int4".to_string(),
+        sim::EndpointPatch {
+            cancel_stops_billing: Some(false),
+            faults_spec: Some("rate_limit=1".into()),
+            ..Default::default()
+        },
+    );
+    sim.state
+        .control(&sim::ControlRequest {
+            output_tokens_mean: Some(3000.0),
+            endpoints: patch,
+            ..Default::default()
+        })
+        .expect("control");
+    set_speed(&sim, 0.25);
+    let s = setup();
+    let prompts = write_prompts(&s.dir, "p", 4);
+    let cfg = s.dir.join("harvest.toml");
+    let text = format!(
+        "base_url = \"{}\"\napi_key_env = \"HARVEST_PROBE_TEST_KEY\"\noutput_dir = \"out\"\n\
+         budget_usd = 5.0\n# fireworks: checked by hand last week\n\
+         cancel_stops_billing = [\"fireworks\"]\n[[dataset]]\nname = \"P\"\nprompts = \"{}\"\n",
+        sim.base_url(),
+        prompts.display()
+    );
+    std::fs::write(&cfg, &text).expect("config");
+    let out = harvest()
+        .args(["probe", "-c"])
+        .arg(&cfg)
+        .args(["--prompts", "1", "--cancel", "--write-config"])
+        .args(["--only", "chutes/int4,deepinfra"])
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.lines()
+            .any(|l| l.contains("left out, not measured: chutes/int4")),
+        "{said}"
+    );
+    let written = std::fs::read_to_string(&cfg).expect("config");
+    let cfg_now = harvest::config::Config::load(&cfg).expect("the config loads");
+    assert_eq!(
+        cfg_now.cancel_stops_billing,
+        Some(vec!["fireworks".to_string(), "deepinfra".to_string()]),
+        "the operator's entry in its place, the measured one added: {written}"
+    );
+    assert!(
+        written.contains("# fireworks: checked by hand last week\n"),
+        "{written}"
+    );
+    assert!(
+        written.contains("closing a stream stopped the bill at deepinfra\n"),
+        "{written}"
+    );
+    assert!(
+        written.contains("kept from this list, not measured: fireworks\n"),
+        "{written}"
+    );
+    assert!(
+        (written.lines()).any(|l| l
+            .starts_with("# harvest probe --cancel: not measured, left out")
+            && l.contains("chutes/int4")),
+        "{written}"
+    );
+}

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::config::BudgetMode;
 use crate::domain::Usd;
 use crate::store::output::SpendKind;
 
@@ -197,6 +198,26 @@ impl Core {
         let worst = (price_in.cost(e.prompt_tokens) + price_out.cost(max_tokens)).pico();
         let expected = e.expected_usd.map_or(worst, |u| u.pico());
         super::reserve::crash_hold(self.cfg.budget_mode, billed, expected, worst)
+    }
+
+    /// What an attempt costs that the API still does not know after
+    /// [`UNKNOWN_AFTER`](crate::engine::reconcile::UNKNOWN_AFTER): what it held until then.
+    /// Under the hard budget, where a close did not stop its bill, that is its worst case: a
+    /// crash's leftovers are the long answers (the short ones finished first), and one the
+    /// provider went on generating is billed in full (reliability-probe-5 P2: 14 such
+    /// booked at their expectation, $0.0328, were billed $0.110, +6.8% past the budget). A
+    /// stream a run closed keeps its booking, or that worst case where the close was billed.
+    pub(crate) fn lost_cost(&self, e: &crate::store::output::SpendEntry) -> Usd {
+        let hold = Usd::from_pico(self.crash_hold_of(e));
+        match e.kind {
+            SpendKind::Cancelled
+                if self.open_terms(e).2 && self.cfg.budget_mode == BudgetMode::Hard =>
+            {
+                hold.max(e.usd)
+            }
+            SpendKind::Cancelled => e.usd,
+            _ => hold,
+        }
     }
 
     /// Whether an attempt a crash left open was likely billed past the crash (its endpoint,

@@ -278,6 +278,7 @@ impl Core {
             usd,
             estimated,
             expected_usd: None,
+            worst_usd: None,
             error: None,
             ..open
         });

@@ -292,6 +292,14 @@ impl Core {
         if let Some(p) = params.as_object_mut() {
             p.remove("messages");
         }
+        // The most this attempt can be billed, the bound a cost from outside is checked against
+        // (`booked_cost`): `money.worst` with the prompt counted at its UTF-8 bytes and the
+        // parameters' (tools declared) too, an upper bound on a byte-level tokenizer's count
+        // where the reservation's estimate (four characters a token) undercounts text such as
+        // CJK.
+        let prompt_bound = prompt_token_bound(&req.messages) + params.to_string().len() as u64;
+        let max_tokens = u64::from(self.admission.datasets[d].params.max_tokens);
+        let bill_bound = route.price_in.cost(prompt_bound) + route.price_out.cost(max_tokens) + fee;
         let openrouter = pinned.is_none_or(|e| self.fleet.endpoints[e].custom.is_none());
         if openrouter {
             self.budget.or_in_flight += 1;
@@ -305,6 +313,7 @@ impl Core {
             estimated: true,
             attempt: Some(attempt.clone()),
             expected_usd: Some(expected),
+            worst_usd: Some(bill_bound.max(money.worst)),
             ..SpendEntry::new(
                 SpendKind::Dispatched,
                 now.rfc3339(),
@@ -368,6 +377,15 @@ pub(super) fn estimate_prompt_tokens(messages: &[Message]) -> u64 {
     messages
         .iter()
         .map(|m| (m.content.chars().count() as u64).div_ceil(4) + 4)
+        .sum::<u64>()
+        .max(1)
+}
+
+/// The most tokens `messages` can be as a byte-level tokenizer counts them: one a byte, and a
+/// chat template's markers for each message.
+fn prompt_token_bound(messages: &[Message]) -> u64 {
+    (messages.iter())
+        .map(|m| m.content.len() as u64 + 16)
         .sum::<u64>()
         .max(1)
 }

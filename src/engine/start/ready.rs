@@ -115,8 +115,9 @@ pub(super) async fn ready(
     }
     // Outputs whose ledger line was lost in a crash still cost money.
     let carried = prepared.carried();
+    let output_generations: HashSet<String> =
+        (prepared.output_generations().into_iter().cloned()).collect();
     let ledger = prepared.ledger;
-    let mut output_generations = HashSet::new();
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
     let mut sizes = (0u64, 0u64);
@@ -128,7 +129,6 @@ pub(super) async fn ready(
     let progress = opts.scan_progress.clone().unwrap_or_default();
     let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
     for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {
-        output_generations.extend(found.existing.generation_ids.iter().cloned());
         let counted = counted.map_err(|e| EngineError::Input(e.to_string()))?;
         datasets.push(ready_dataset(
             &cfg, opts, d, found, counted, &mut notes, &mut sizes,

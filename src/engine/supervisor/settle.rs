@@ -212,7 +212,11 @@ impl Supervisor {
     /// starts); unknown, it stays as it was and the next start asks again.
     async fn confirm_rebuilt(&mut self, rec: &mut Recovery, entry: SpendEntry, cost: Option<f64>) {
         let Some(c) = cost else { return };
-        let delta = Usd::from_f64(c) - entry.usd;
+        let c = match crate::booked_cost::check(c, entry.worst_usd) {
+            Ok(c) => c,
+            Err(why) => return self.refused_cost(&entry, why).await,
+        };
+        let delta = c - entry.usd;
         rec.confirmed += 1;
         rec.confirmed_delta += delta;
         self.shared
@@ -244,13 +248,20 @@ impl Supervisor {
         completion_tokens: Option<u64>,
     ) {
         use super::super::reconcile::{Settle, settle};
-        let actual = match (cost, settle(&entry, cost, chrono::Utc::now())) {
-            (Some(c), _) => Usd::from_f64(c),
-            (None, Settle::Wait) => {
+        let actual = match settle(&entry, cost, chrono::Utc::now()) {
+            Settle::Found(c) => c,
+            Settle::Wait => {
                 self.unsettled += 1;
                 return self.step(Event::Unsettled(entry)).await;
             }
-            (None, _) => entry.usd,
+            Settle::Refused(why) => {
+                self.refused_cost(&entry, why).await;
+                self.unsettled += 1;
+                return self.step(Event::Unsettled(entry)).await;
+            }
+            // Unknown for good: what the core says a lost close costs (its booking, or its
+            // worst case where the close did not stop the bill under the hard budget).
+            Settle::Lost => self.core.lost_cost(&entry),
         };
         rec.settled(&entry);
         rec.closed_confirmed += 1;
@@ -336,7 +347,8 @@ impl Supervisor {
                 self.book_carried(entry, SpendKind::Recovered, usd, false)
                     .await;
             }
-            Settle::Lost(usd) => {
+            Settle::Lost => {
+                let usd = self.core.lost_cost(&entry);
                 rec.settled(&entry);
                 rec.lost += 1;
                 rec.total += usd;
@@ -348,7 +360,31 @@ impl Supervisor {
                 self.unsettled += 1;
                 self.step(Event::Unsettled(entry)).await;
             }
+            Settle::Refused(why) => {
+                self.refused_cost(&entry, why).await;
+                self.unsettled += 1;
+                self.step(Event::Unsettled(entry)).await;
+            }
         }
+    }
+
+    /// `/generation` gave a figure that cannot be a bill: not booked, named (the attempt
+    /// stays open and holds its money; the next ask, or its age, settles it).
+    async fn refused_cost(&mut self, entry: &SpendEntry, why: crate::booked_cost::CostRefused) {
+        tracing::warn!(
+            "/generation {} (prompt {:?} of {}): {why}; not booked",
+            entry.generation_id.as_deref().unwrap_or("?"),
+            entry.id,
+            entry.dataset
+        );
+        self.say(format!(
+            "/generation answered {why} for generation {} (prompt {:?} of {}): not booked, \
+             its money held until the API says what it cost",
+            entry.generation_id.as_deref().unwrap_or("?"),
+            entry.id,
+            entry.dataset
+        ))
+        .await;
     }
 
     /// The run ended with look-ups of a crash's leftovers still running: they are left open

@@ -23,6 +23,15 @@ pub struct KeptOpen {
     pub at: String,
 }
 
+impl KeptOpen {
+    /// The record's cost, if it may be booked: a row is text anyone with the directory can
+    /// edit, so a cost below zero or above what the attempt could be billed is not taken
+    /// (the attempt is looked up at `/generation` instead, as a crash's leftover is).
+    pub(crate) fn cost(&self) -> Result<crate::domain::Usd, crate::booked_cost::CostRefused> {
+        crate::booked_cost::check_usd(self.record.cost_usd, self.attempt.worst_usd)
+    }
+}
+
 /// Matches records against the ledger's open attempts as the scan reads them.
 pub(super) struct KeptMatcher<'a> {
     /// Open attempts by the generation they started (a rebuilt line already booked its

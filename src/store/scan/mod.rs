@@ -285,7 +285,8 @@ pub fn scan_dataset(
         ex.prompt_tokens += r.usage.prompt_tokens;
         ex.cost += r.cost_usd;
         if !completes.contains(&r.id) {
-            unbooked += r.cost_usd;
+            // A negative cost is damage, not money back (reliability-probe-5 P3).
+            unbooked += r.cost_usd.max(Usd::ZERO);
         }
         if let Some(g) = r.generation_id {
             ex.generation_ids.insert(g);
@@ -416,9 +417,8 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
                     // Out of order: the start came first; keep what the request was expected
                     // to cost.
                     Some(s) => {
-                        if s.expected_usd.is_none() {
-                            s.expected_usd = e.expected_usd;
-                        }
+                        s.expected_usd = s.expected_usd.or(e.expected_usd);
+                        s.worst_usd = s.worst_usd.or(e.worst_usd);
                     }
                     None => {
                         dispatched.insert(a, e);
@@ -430,10 +430,9 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
                     return;
                 }
                 let mut e = e;
-                if let Some(d) = dispatched.remove(&a)
-                    && e.expected_usd.is_none()
-                {
-                    e.expected_usd = d.expected_usd;
+                if let Some(d) = dispatched.remove(&a) {
+                    e.expected_usd = e.expected_usd.or(d.expected_usd);
+                    e.worst_usd = e.worst_usd.or(d.worst_usd);
                 }
                 started.insert(a, e);
             }
@@ -442,12 +441,14 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             | SpendKind::Failed
             | SpendKind::Recovered
             | SpendKind::Unknown => {
-                let expected = (dispatched.remove(&a).map(|d| d.expected_usd))
-                    .or(started.remove(&a).map(|s| s.expected_usd));
-                let was_open = expected.is_some();
+                let open = (dispatched.remove(&a).map(|d| (d.expected_usd, d.worst_usd)))
+                    .or(started.remove(&a).map(|s| (s.expected_usd, s.worst_usd)));
+                let was_open = open.is_some();
                 if e.kind == SpendKind::Cancelled && e.estimated && e.generation_id.is_some() {
                     let mut e = e;
-                    e.expected_usd = e.expected_usd.or(expected.flatten());
+                    let (expected, worst) = open.unwrap_or_default();
+                    e.expected_usd = e.expected_usd.or(expected);
+                    e.worst_usd = e.worst_usd.or(worst);
                     unconfirmed.insert(a.clone(), e);
                 }
                 // A close with nothing open before it (out of order, or a second close):
@@ -511,11 +512,7 @@ impl DirScan {
     /// Generations a crash left open (`started`, never closed) whose answer is not among the
     /// outputs: what they cost must be asked of the API.
     pub fn orphans(&self) -> Vec<SpendEntry> {
-        let answered: HashSet<&String> = self
-            .datasets
-            .iter()
-            .flat_map(|d| d.existing.generation_ids.iter())
-            .collect();
+        let answered = self.output_generations();
         self.ledger
             .open
             .iter()
@@ -563,9 +560,33 @@ impl DirScan {
 
     /// What earlier runs spent: the ledger, plus outputs it has not booked.
     pub fn carried(&self) -> Usd {
-        self.datasets
-            .iter()
-            .fold(self.ledger.total, |t, d| t + d.unbooked)
+        let kept = self.datasets.iter().map(|d| d.unbooked).sum::<Usd>();
+        // A kept answer whose record's cost was refused is looked up (it is an orphan), not
+        // counted at what its row says.
+        let refused = (self.refused_kept())
+            .filter(|k| !self.ledger.completes.contains(&k.attempt.id))
+            .map(|k| k.record.cost_usd.max(Usd::ZERO))
+            .sum::<Usd>();
+        self.ledger.total + kept - refused
+    }
+
+    /// Kept answers whose attempt is open and whose record's cost may not be booked
+    /// ([`KeptOpen::cost`]): left to their look-up.
+    pub fn refused_kept(&self) -> impl Iterator<Item = &KeptOpen> {
+        self.kept_open.iter().filter(|k| k.cost().is_err())
+    }
+
+    /// The generations whose answers are kept in the outputs (booked, or to be booked from
+    /// their records at the start), less those whose record's cost was refused: an open
+    /// attempt among them needs no look-up.
+    pub fn output_generations(&self) -> HashSet<&String> {
+        let refused: HashSet<&String> = (self.refused_kept())
+            .filter_map(|k| k.record.generation_id.as_ref())
+            .collect();
+        (self.datasets.iter())
+            .flat_map(|d| d.existing.generation_ids.iter())
+            .filter(|g| !refused.contains(g))
+            .collect()
     }
 }
 

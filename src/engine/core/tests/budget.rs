@@ -426,6 +426,67 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
 }
 
+/// reliability-probe-5 P2: an attempt still unknown to `/generation` after `UNKNOWN_AFTER`
+/// costs what it held: under the hard budget, where a close does not stop the bill (Moonshot),
+/// its worst case (a crash's leftovers are the long answers; 14 booked at their expectation,
+/// $0.0328, were billed $0.110); where a close stops it (Chutes), its expectation. A stream a
+/// run closed keeps its booking where the close stopped the bill, and is raised to its worst
+/// case where it did not. The expected budget mode books expectations, as before.
+#[test]
+fn an_attempt_lost_to_the_api_costs_what_it_held() {
+    use crate::store::output::{SpendEntry, SpendKind};
+    let line = |kind: SpendKind, at: &str| SpendEntry {
+        endpoint: Some(at.into()),
+        prompt_tokens: 10,
+        usd: Usd::from_f64(if kind == SpendKind::Cancelled {
+            0.0003
+        } else {
+            0.0
+        }),
+        expected_usd: Some(Usd::from_f64(0.004)),
+        generation_id: Some("g".into()),
+        attempt: Some("old-1".into()),
+        ..SpendEntry::new(kind, "t".into(), "x", "d0")
+    };
+    let h = moonshot_on_six_cents();
+    let worst = h.core.lost_cost(&line(SpendKind::Started, "moonshotai"));
+    // $3/M x 8,192 and the prompt.
+    assert!(
+        worst > Usd::from_f64(0.0245) && worst < Usd::from_f64(0.025),
+        "the worst case: {worst}"
+    );
+    assert_eq!(
+        h.core.lost_cost(&line(SpendKind::Started, "chutes/int4")),
+        Usd::from_f64(0.004),
+        "where a close stops the bill: its expectation"
+    );
+    assert_eq!(
+        h.core.lost_cost(&line(SpendKind::Cancelled, "chutes/int4")),
+        Usd::from_f64(0.0003),
+        "a close that stopped the bill keeps its booking"
+    );
+    assert_eq!(
+        h.core.lost_cost(&line(SpendKind::Cancelled, "moonshotai")),
+        worst,
+        "a close billed in full: its worst case"
+    );
+    let expected_mode = H::new(
+        config(
+            "budget_usd = 0.06\nbudget_mode = \"expected\"\nconcurrency = 50\nrouting = \"pinned\"\n\
+             [request]\nmax_tokens = 8192\n[policy]\nexclude = [\"chutes\", \"together\"]",
+        ),
+        kimi(),
+        &[&["p0"]],
+    );
+    assert_eq!(
+        expected_mode
+            .core
+            .lost_cost(&line(SpendKind::Started, "moonshotai")),
+        Usd::from_f64(0.004),
+        "the expected mode books the expectation"
+    );
+}
+
 /// Streams an earlier run closed that no look-up confirmed (its end did not hear from
 /// `/generation` in time) hold money at the next start where closing does not stop the bill
 /// (the provider may have gone on to `max_tokens`): their worst case less what they were booked
