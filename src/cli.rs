@@ -286,6 +286,10 @@ pub struct SimArgs {
     /// Remove every fault of the table first (then --faults applies).
     #[arg(long)]
     pub no_faults: bool,
+    /// Tokens one streamed event carries at every endpoint: N (every event), or mean:M (drawn
+    /// per event, bursts included); by default each endpoint's from the provider table.
+    #[arg(long, value_name = "N|mean:M")]
+    pub tokens_per_event: Option<crate::sim::TokensPerEvent>,
     /// Append every billed generation to this JSONL file.
     #[arg(long, value_name = "FILE")]
     pub billing_log: Option<PathBuf>,

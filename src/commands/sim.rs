@@ -61,6 +61,11 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
         cfg.apply_faults_to_all(spec)
             .map_err(|e| BadInput(format!("--faults: {e}")))?;
     }
+    if let Some(t) = args.tokens_per_event {
+        for e in &mut cfg.table.endpoints {
+            e.behaviour.tokens_per_event = t;
+        }
+    }
     Ok(cfg)
 }
 

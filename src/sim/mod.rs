@@ -41,7 +41,7 @@ pub use account::{ForcedError, InFlightBudget};
 pub use billing::{BillingEntry, EndpointTotals, Outcome, RequestEntry};
 pub use faults::FaultMix;
 pub use state::{ControlRequest, EndpointPatch, SimState};
-pub use table::{ProviderTable, SimBehaviour};
+pub use table::{ProviderTable, SimBehaviour, TokensPerEvent};
 
 /// How to run a simulator.
 #[derive(Clone, Debug)]

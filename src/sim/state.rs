@@ -74,6 +74,7 @@ pub struct EndpointPatch {
     pub divergence: Option<f64>,
     pub reasoning_format: Option<super::table::ReasoningFormat>,
     pub down: Option<bool>,
+    pub tokens_per_event: Option<super::table::TokensPerEvent>,
 }
 
 /// Body of `POST /sim/control`.
@@ -130,6 +131,14 @@ impl EndpointPatch {
         }
         if let Some(v) = self.down {
             b.down = v;
+        }
+        if let Some(v) = self.tokens_per_event {
+            // Through the same checks as the command line's.
+            b.tokens_per_event = match v {
+                super::table::TokensPerEvent::Fixed(n) => n.to_string(),
+                super::table::TokensPerEvent::Mean(m) => format!("mean:{m}"),
+            }
+            .parse()?;
         }
         Ok(())
     }

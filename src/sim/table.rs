@@ -78,6 +78,81 @@ pub struct SimBehaviour {
     /// kind `zdr: true` routes to.
     #[serde(default)]
     pub zdr: bool,
+    /// How many tokens one SSE event carries (see [`TokensPerEvent`]).
+    #[serde(default)]
+    pub tokens_per_event: TokensPerEvent,
+}
+
+/// How many tokens one streamed event (one SSE `data:` chunk) carries. OpenRouter's docs show
+/// one delta a chunk and leave its size to the provider (api-reference/streaming); in 518
+/// recorded real OpenRouter streams with usage (public test cassettes: pydantic-ai,
+/// charmbracelet/fantasy, llm-openrouter; issue #51) the median stream carries 2.7 tokens a
+/// content event, Kimi K2.5's providers (Chutes, Together, Novita, Moonshot) 4.1 to 4.4 over a
+/// whole stream, single events up to 50: providers that decode speculatively emit the tokens a
+/// step accepted together.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokensPerEvent {
+    /// Every event carries exactly this many.
+    Fixed(u32),
+    /// Each event's count drawn from a geometric distribution of this mean (at least one, with
+    /// the long tail of a burst), at most [`TokensPerEvent::MOST`].
+    Mean(f64),
+}
+
+impl TokensPerEvent {
+    /// The most one event carries (the recorded maximum was 50).
+    pub const MOST: u32 = 64;
+
+    /// One event's count.
+    pub fn draw(self, rng: &mut impl rand::Rng) -> u32 {
+        match self {
+            TokensPerEvent::Fixed(n) => n.clamp(1, Self::MOST),
+            TokensPerEvent::Mean(m) if m <= 1.0 || !m.is_finite() => 1,
+            TokensPerEvent::Mean(m) => {
+                // Geometric on 1, 2, ...: P(k) = (1 - q)^(k - 1) q with q = 1 / m.
+                let q = 1.0 / m;
+                let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+                let k = (u.ln() / (1.0 - q).ln()).floor() as u64 + 1;
+                k.min(u64::from(Self::MOST)) as u32
+            }
+        }
+    }
+}
+
+impl Default for TokensPerEvent {
+    fn default() -> Self {
+        TokensPerEvent::Fixed(1)
+    }
+}
+
+impl std::str::FromStr for TokensPerEvent {
+    type Err = String;
+    /// `8` (every event 8 tokens) or `mean:4.2` (drawn, bursts included).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "{s:?}: a whole number from 1 to {} (every event), or mean:M with M >= 1 (drawn)",
+                Self::MOST
+            )
+        };
+        match s.strip_prefix("mean:") {
+            Some(m) => {
+                let m: f64 = m.trim().parse().map_err(|_| bad())?;
+                if !(m.is_finite() && m >= 1.0) {
+                    return Err(bad());
+                }
+                Ok(TokensPerEvent::Mean(m))
+            }
+            None => {
+                let n: u32 = s.trim().parse().map_err(|_| bad())?;
+                if !(1..=Self::MOST).contains(&n) {
+                    return Err(bad());
+                }
+                Ok(TokensPerEvent::Fixed(n))
+            }
+        }
+    }
 }
 
 /// See [`SimBehaviour::reasoning_format`].
@@ -110,6 +185,7 @@ impl Default for SimBehaviour {
             reasoning_format: ReasoningFormat::Separate,
             collects_data: false,
             zdr: false,
+            tokens_per_event: TokensPerEvent::default(),
         }
     }
 }

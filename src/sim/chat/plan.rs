@@ -46,6 +46,8 @@ pub(crate) struct Plan {
     pub(crate) cancel_stops_billing: bool,
     /// A forced mid-stream error replaces the provider's.
     pub(crate) forced: Option<crate::sim::account::ForcedError>,
+    /// How many tokens each streamed event carries.
+    pub(crate) tokens_per_event: crate::sim::table::TokensPerEvent,
 }
 
 impl Plan {
@@ -175,6 +177,7 @@ pub(crate) fn make_plan(
         at: crate::pricing::hhmm(&chrono::Utc::now()),
         cancel_stops_billing: b.cancel_stops_billing,
         forced: None,
+        tokens_per_event: b.tokens_per_event,
     }
 }
 

@@ -120,6 +120,7 @@ pub(crate) async fn produce(
         writer: ChunkWriter::new(&plan.id, plan.created, &plan.model, &plan.provider),
         stopping: state.stopping.clone(),
         text: Text::default(),
+        event: Event::default(),
     };
     let sent = match p.wait_first_token(&mut out, first_at).await {
         Ok(()) => p.stream_tokens(&mut out, first_at, hidden).await,
@@ -154,6 +155,19 @@ struct Producer<'a> {
     writer: ChunkWriter,
     stopping: tokio_util::sync::CancellationToken,
     text: Text,
+    event: Event,
+}
+
+/// The streamed event being filled: tokens of one kind until it holds its drawn count
+/// ([`crate::sim::table::TokensPerEvent`]).
+#[derive(Default)]
+struct Event {
+    /// Escaped text so far.
+    text: String,
+    reasoning: bool,
+    tokens: u32,
+    /// The count this event goes out at.
+    holds: u32,
 }
 
 impl Producer<'_> {
@@ -232,10 +246,14 @@ impl Producer<'_> {
             let mut buf = String::with_capacity(((end - i) as usize) * 220);
             for j in i..end {
                 if j == keepalive_at && self.plan.stream {
+                    self.flush(&mut buf);
                     buf.push_str(KEEPALIVE);
                 }
-                self.word(j, &mut buf);
+                self.word(j, &mut buf, &mut out.rng);
             }
+            // What is due goes out now, a part-filled event too: a provider flushes what it
+            // has decoded.
+            self.flush(&mut buf);
             if !buf.is_empty() && !out.send(buf).await {
                 return Err(Gone::Client(end));
             }
@@ -247,8 +265,39 @@ impl Producer<'_> {
         Ok(i)
     }
 
-    /// Token `j`: as a chunk into `buf` (streaming) or onto the text (a whole body).
-    fn word(&mut self, j: u64, buf: &mut String) {
+    /// Token `j` joins the event being filled: one of the other kind, or a full one, goes out
+    /// into `buf` first.
+    fn push(&mut self, escaped: &str, reasoning: bool, buf: &mut String, rng: &mut SmallRng) {
+        if self.event.tokens > 0 && self.event.reasoning != reasoning {
+            self.flush(buf);
+        }
+        if self.event.tokens == 0 {
+            self.event.reasoning = reasoning;
+            self.event.holds = self.plan.tokens_per_event.draw(rng);
+        }
+        self.event.text.push_str(escaped);
+        self.event.tokens += 1;
+        if self.event.tokens >= self.event.holds {
+            self.flush(buf);
+        }
+    }
+
+    /// The event being filled, as one SSE chunk into `buf`.
+    fn flush(&mut self, buf: &mut String) {
+        if self.event.tokens == 0 {
+            return;
+        }
+        if self.event.reasoning {
+            self.writer.reasoning(&self.event.text, buf);
+        } else {
+            self.writer.content(&self.event.text, buf);
+        }
+        self.event.text.clear();
+        self.event.tokens = 0;
+    }
+
+    /// Token `j`: into the streamed event being filled, or onto the text (a whole body).
+    fn word(&mut self, j: u64, buf: &mut String, rng: &mut SmallRng) {
         use crate::sim::table::ReasoningFormat as RF;
         let (plan, state) = (self.plan, self.state);
         let w = plan.text.word(j, state.vocab.len());
@@ -266,20 +315,20 @@ impl Producer<'_> {
             if plan.stream {
                 let mut escaped = String::new();
                 crate::sim::generate::json_escape(&word, &mut escaped);
-                self.writer.content(&escaped, buf);
+                self.push(&escaped, false, buf, rng);
             } else {
                 self.text.content.push_str(&word);
             }
         } else if thinking {
             if plan.reasoning_visible {
                 if plan.stream {
-                    self.writer.reasoning(state.vocab.escaped(w), buf);
+                    self.push(state.vocab.escaped(w), true, buf, rng);
                 } else {
                     self.text.reasoning.push_str(state.vocab.raw(w));
                 }
             }
         } else if plan.stream {
-            self.writer.content(state.vocab.escaped(w), buf);
+            self.push(state.vocab.escaped(w), false, buf, rng);
         } else {
             self.text.content.push_str(state.vocab.raw(w));
         }
