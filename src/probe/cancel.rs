@@ -146,7 +146,8 @@ async fn close_one(t: &Target, s: &CancelSettings) -> CancelFinding {
         // The answer ended before the close: nothing was closed.
         CancelVerdict::Unclear
     } else {
-        match read_close(received, billed) {
+        // One stream per endpoint teaches no rate: only what the widest range allows is read.
+        match read_close(received, billed, crate::engine::core::wire_rate::PRIOR) {
             Close::Stopped => CancelVerdict::Stops,
             Close::BilledPast => CancelVerdict::BillsPast,
             Close::Unclear => CancelVerdict::Unclear,

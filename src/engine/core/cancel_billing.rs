@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::attempt_money::TRANSIT_TOKENS;
+use super::wire_rate::{self, Range};
 use super::{Clock, Core, Effect, reserve};
 
 /// Closes seen to stop the bill before an endpoint is trusted to stop it.
@@ -46,10 +47,10 @@ impl Evidence {
         }
     }
 
-    /// One closed stream: `received` stream events reached harvest, `billed` tokens were
-    /// billed. A close that says neither is left out.
-    pub(crate) fn add(&mut self, received: u64, billed: u64) {
-        match read_close(received, billed) {
+    /// One closed stream: `received` stream events reached harvest, each carrying tokens in
+    /// `per_event`, and `billed` tokens were billed. A close that says neither is left out.
+    pub(crate) fn add(&mut self, received: u64, billed: u64, per_event: Range) {
+        match read_close(received, billed, per_event) {
             Close::BilledPast => self.billed_past += 1,
             Close::Stopped => self.stopped += 1,
             Close::Unclear => {}
@@ -86,31 +87,37 @@ impl Evidence {
 /// What one close's bill says.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Close {
-    /// Billed no more than what was received and the tokens in transit: the bill stopped.
+    /// Billed no more than the fewest tokens harvest can have received and those in transit:
+    /// the bill stopped.
     Stopped,
-    /// Billed well past what was received: the provider went on generating.
+    /// Billed past the most tokens harvest can have received, those in transit and
+    /// [`SLACK_TOKENS`]: the provider went on generating.
     BilledPast,
-    /// In between: the two counts differ in unit (harvest counts stream events, the bill the
-    /// provider's tokens, and an event may carry several), so it says nothing.
+    /// In between: what was received is known only within the endpoint's range of tokens an
+    /// event, so it says nothing (and is never counted against the endpoint).
     Unclear,
 }
 
-/// Reads one close: `received` stream events against `billed` tokens. Billed past only
-/// beyond [`TOKENS_PER_EVENT`] tokens an event plus [`SLACK_TOKENS`] (tokens in transit, a
-/// reasoning not streamed); stopped only within [`TRANSIT_TOKENS`] of one token an event.
-pub(crate) fn read_close(received: u64, billed: u64) -> Close {
-    if billed > received.saturating_mul(TOKENS_PER_EVENT) + SLACK_TOKENS {
+/// Reads one close: `received` stream events, each carrying tokens within `per_event` (the
+/// endpoint's learned rate, or [`wire_rate::PRIOR`]), against `billed` tokens. Tokens in
+/// transit are [`TRANSIT_TOKENS`] events' worth (the pile-up between two reads, counted in
+/// events as harvest reads them). With one token an event known, a close of 64 events reads
+/// stopped up to 96 tokens billed; with eight an event (a provider that sends accepted
+/// speculative tokens together), up to about 690 where it would once have read billed past.
+pub(crate) fn read_close(received: u64, billed: u64, per_event: Range) -> Close {
+    let events = (received + TRANSIT_TOKENS.unsigned_abs()) as f64;
+    let billed_f = billed as f64;
+    if billed_f > events * per_event.hi + SLACK_TOKENS as f64 {
         Close::BilledPast
-    } else if billed <= received + TRANSIT_TOKENS.unsigned_abs() {
+    } else if billed_f <= events * per_event.lo {
         Close::Stopped
     } else {
         Close::Unclear
     }
 }
 
-/// The most tokens a stream event is taken to carry.
-const TOKENS_PER_EVENT: u64 = 4;
-/// Tokens a bill may pass what was received by for other reasons than going on generating.
+/// Tokens a bill may pass the most that was received by for other reasons than going on
+/// generating (reasoning not streamed, a provider's own accounting).
 const SLACK_TOKENS: u64 = 256;
 
 impl Core {
@@ -128,8 +135,9 @@ impl Core {
             return;
         };
         let was = self.fleet.endpoints[i].cancel_stops_billing;
+        let per_event = (self.fleet.wire.get(tag)).map_or(wire_rate::PRIOR, |w| w.range());
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
-        ev.add(received, billed);
+        ev.add(received, billed, per_event);
         let now_believed = ev.believed();
         let (stopped, past) = (ev.stopped, ev.billed_past);
         if now_believed == was {
@@ -198,21 +206,33 @@ mod tests {
     #[test]
     fn a_close_billed_past_what_was_received_is_told_from_one_that_stopped() {
         use Close::*;
+        let one = Range { lo: 1.0, hi: 1.1 };
+        let eight = Range { lo: 7.2, hi: 8.8 };
+        let prior = wire_rate::PRIOR;
+        #[rustfmt::skip]
         let cases = [
-            (0, 0, Stopped),
-            (0, 32, Stopped),
-            (0, 33, Unclear),
-            (0, 256, Unclear),
-            (0, 257, BilledPast),
-            (100, 132, Stopped),
-            (100, 656, Unclear),
-            (100, 657, BilledPast),
-            // A close near the end of a long answer says little.
-            (1_000, 4_256, Unclear),
-            (120, 2_048, BilledPast),
+            // (what, events received, tokens billed, tokens an event, reading)
+            ("nothing received, nothing billed", 0, 0, one, Stopped),
+            ("one an event: within transit", 0, 32, one, Stopped),
+            ("one an event: past transit", 0, 33, one, Unclear),
+            ("one an event: past the slack", 0, 292, one, BilledPast),
+            ("100 events, one each, transit", 100, 132, one, Stopped),
+            ("100 events, one each, unclear", 100, 400, one, Unclear),
+            ("100 events, one each, billed past", 100, 402, one, BilledPast),
+            // A provider sending eight tokens an event (issue #51: the hard budget's checks
+            // read 505-528 billed tokens for 64 events as billed past and never trusted it).
+            ("64 events of eight, billed what was sent", 64, 528, eight, Stopped),
+            ("64 events of eight, billed the whole answer", 64, 3_000, eight, BilledPast),
+            ("64 events of eight, near the slack", 64, 1_000, eight, Unclear),
+            // Before the endpoint's rate is learned, only the clear cases count.
+            ("prior: what one an event allows", 64, 96, prior, Stopped),
+            ("prior: eight an event's worth", 64, 528, prior, Unclear),
+            ("prior: far past eight an event", 64, 1_025, prior, BilledPast),
+            ("prior: a close near a long answer's end", 1_000, 4_256, prior, Unclear),
+            ("prior: a long answer billed", 120, 2_048, prior, BilledPast),
         ];
-        for (received, billed, want) in cases {
-            assert_eq!(read_close(received, billed), want, "{received} {billed}");
+        for (what, received, billed, per_event, want) in cases {
+            assert_eq!(read_close(received, billed, per_event), want, "{what}");
         }
     }
 
@@ -238,7 +258,7 @@ mod tests {
             // One bill past among many stops: still trusted; an unclear close counts for nothing.
             (
                 true,
-                &[(1, 1), (1, 1), (1, 1), (1, 1), (1, 1), (10, 400), (10, 100)],
+                &[(1, 1), (1, 1), (1, 1), (1, 1), (1, 1), (10, 700), (10, 100)],
                 &[true, true, true, true, true, true, true],
             ),
         ];
@@ -247,7 +267,7 @@ mod tests {
             let got: Vec<bool> = closes
                 .iter()
                 .map(|&(r, b)| {
-                    ev.add(r, b);
+                    ev.add(r, b, wire_rate::PRIOR);
                     ev.believed()
                 })
                 .collect();

@@ -213,26 +213,27 @@ mod tests {
 
     #[test]
     fn under_the_hard_budget_five_closes_that_stop_the_bill_prove_the_documents_word() {
+        use crate::engine::core::wire_rate::PRIOR;
         let mut ev = Evidence::new(true);
         ev.trust_documented = false;
         assert!(!ev.believed(), "not taken on the document's word");
         for _ in 0..4 {
-            ev.add(64, 70);
+            ev.add(64, 70, PRIOR);
         }
         assert!(
             !ev.believed(),
             "four closes that stopped the bill are not yet enough"
         );
-        ev.add(64, 66);
+        ev.add(64, 66, PRIOR);
         assert!(ev.believed(), "five are");
         for _ in 0..20 {
-            ev.add(64, 64);
+            ev.add(64, 64, PRIOR);
         }
-        ev.add(64, 1_900);
+        ev.add(64, 1_900, PRIOR);
         assert!(!ev.believed(), "one billed past in 26: not any more");
         let mut undocumented = Evidence::new(false);
         undocumented.trust_documented = false;
-        (0..10).for_each(|_| undocumented.add(64, 64));
+        (0..10).for_each(|_| undocumented.add(64, 64, PRIOR));
         assert!(
             !undocumented.believed(),
             "no stop is learned where none is documented"

@@ -36,6 +36,7 @@ mod tests;
 pub(crate) mod think;
 pub(crate) mod turns;
 pub(crate) mod verdict;
+pub(crate) mod wire_rate;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -308,6 +309,7 @@ impl Core {
                 probe: HashMap::new(),
                 cancel: HashMap::new(),
                 checks: HashMap::new(),
+                wire: HashMap::new(),
                 ep_in_flight: vec![0; n],
                 sole: vec![0; n],
             },

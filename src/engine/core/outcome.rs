@@ -156,6 +156,27 @@ impl Core {
         }
     }
 
+    /// A completed stream's usage against the events harvest counted: how many tokens an
+    /// event carries at its endpoint (`wire_rate`). Reasoning the endpoint did not stream is
+    /// not in the events, so not in the count either.
+    fn learn_wire_rate(
+        &mut self,
+        ep: &Option<super::super::endpoint::RunEndpoint>,
+        c: &Completion,
+    ) {
+        let Some(e) = ep else { return };
+        if c.usage_source != crate::openrouter::UsageSource::Reported {
+            return;
+        }
+        let unstreamed = if c.reasoning.as_deref().is_none_or(str::is_empty) {
+            c.usage.reasoning_tokens()
+        } else {
+            0
+        };
+        let streamed = c.usage.completion_tokens.saturating_sub(unstreamed);
+        (self.fleet.wire.entry(e.tag.clone()).or_default()).add(streamed, c.events);
+    }
+
     /// An answer: paid for whatever happens to its text; kept, or (cut at `max_tokens`)
     /// retried or rejected per `retry.on_length`.
     #[allow(clippy::too_many_arguments)]
@@ -171,6 +192,7 @@ impl Core {
     ) {
         let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
+        self.learn_wire_rate(&ep, &c);
         // Paid for; now, is it an answer to keep? (Its text moves to the row.)
         let (text, thought) = (std::mem::take(&mut c.content), c.reasoning.take());
         let (content, reasoning, split) = match self.cfg.split_think {

@@ -36,6 +36,9 @@ pub(super) struct Fleet {
     pub(super) cancel: HashMap<String, super::cancel_billing::Evidence>,
     /// The checks asked of each endpoint's close, by tag (see `cancel_check`).
     pub(super) checks: HashMap<String, super::cancel_check::Checks>,
+    /// Tokens an event carries at each endpoint, by tag, learned from its completed streams
+    /// (see `wire_rate`): how a closed stream's events read as tokens.
+    pub(super) wire: HashMap<String, super::wire_rate::TokensPerEvent>,
     /// In-flight counts per endpoint as of the last [`super::Live`] reading, plus this
     /// dispatch round's pinned requests.
     pub(super) ep_in_flight: Vec<u64>,

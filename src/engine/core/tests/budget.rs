@@ -611,11 +611,12 @@ fn a_close_billed_past_what_was_received_is_learned_at_once() {
     });
     assert!(h.take_repriced().is_empty());
     assert_eq!(h.core.reserved_pico(), reserved_before);
-    // Billed past the close: learned at once.
+    // Billed past the most 100 events can carry before Chutes' rate is learned (eight
+    // tokens each, `wire_rate::PRIOR`): learned at once.
     h.handle(Event::Adjusted {
         entry: close(100),
-        actual: Usd::from_f64(0.002),
-        completion_tokens: Some(900),
+        actual: Usd::from_f64(0.004),
+        completion_tokens: Some(2_000),
     });
     let repriced = h.take_repriced();
     assert_eq!(repriced.len(), 1);
