@@ -55,9 +55,11 @@ fn a_run_goes_to_its_full_width_before_the_dollar_cap() {
         // On $2 the hard budget's first seconds, before its checks have shown that closing a
         // stream stops Chutes' bill, hold worst cases: the width comes a little later, and
         // then the money holds it (each stream keeps a mean answer past its expectation; with
-        // the simulator's log-normal lengths 1,627 at once).
+        // the simulator's log-normal lengths 1,627 at once when requests waited for the
+        // checks; 1,487 since they go beside them at their worst case, which then holds its
+        // room while it streams: the price of never emptying the run while look-ups lag).
         let width = if mode == BudgetMode::Hard && budget < 10.0 {
-            1600
+            1400
         } else {
             2000
         };
