@@ -11,6 +11,12 @@
 
 use serde_json::Value;
 
+/// The roles a training row's messages may have, by the gate below: `system` (before the first
+/// `user`), `user` and `assistant`. The prompt loader (`store/prompts/format.rs`) refuses a turn
+/// of any other role (`tool`, `developer`) as a bad line, from this same list, so that no prompt
+/// is paid for whose row export would then refuse (reliability-probe-5 P15).
+pub(crate) const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
 /// The validator's flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Rules {
@@ -50,7 +56,8 @@ pub(crate) fn validate_conversation(messages: &Value) -> Result<(), String> {
             continue;
         }
         match role {
-            Some(r @ ("user" | "assistant")) => {
+            // A system turn only before the first user turn (above); the others alternate.
+            Some(r) if r != "system" && ROLES.contains(&r) => {
                 if r != expected {
                     return Err(format!("message {i} expected role '{expected}', got '{r}'"));
                 }

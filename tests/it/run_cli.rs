@@ -105,7 +105,14 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
     write(
         &d,
         "bad.jsonl",
-        "{\"prompt\": \"fine\"}\n{\"prompt\": \"fine too\"}\n{\"promt\": \"typo\"}\n",
+        concat!(
+            "{\"prompt\": \"fine\"}\n{\"prompt\": \"fine too\"}\n{\"promt\": \"typo\"}\n",
+            // Roles export refuses (reliability-probe-5 P15): rejected unsent, not paid for.
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"}, ",
+            "{\"role\": \"tool\", \"content\": \"21\"}, {\"role\": \"user\", \"content\": \"so?\"}]}\n",
+            "{\"messages\": [{\"role\": \"developer\", \"content\": \"terse\"}, ",
+            "{\"role\": \"user\", \"content\": \"hi\"}]}\n",
+        ),
     );
     write(&d, "empty.jsonl", "\n\n");
     // ~300k tokens: longer than Kimi's 262k context.
@@ -157,6 +164,18 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
         rej.contains("\"line\":3") && rej.contains("needs one of"),
         "{rej}"
     );
+    let rejects: Vec<harvest::store::output::RejectRecord> =
+        crate::common::read_jsonl(&d.join("out/A.rejects.jsonl"));
+    for (line, role) in [(4, "tool"), (5, "developer")] {
+        let r = (rejects.iter())
+            .find(|r| r.line == Some(line))
+            .unwrap_or_else(|| panic!("line {line} rejected: {rej}"));
+        assert!(
+            r.error.contains(&format!("role \"{role}\" is not one of")),
+            "{r:?}"
+        );
+        assert_eq!((r.error_kind.as_str(), r.attempts), ("input", 0), "{r:?}");
+    }
 
     write(
         &d,

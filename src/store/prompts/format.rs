@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::export::validate::ROLES;
 use crate::openrouter::Message;
 
 /// A dataset's names for the fields of its rows, where they are not harvest's own. Recorded in
@@ -145,8 +146,6 @@ fn prompt_text(
     Ok(text)
 }
 
-pub(super) const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
-
 /// An OpenAI-style turn `{role, content}`; `at` names it in errors (`messages[2]`).
 pub(super) fn parse_role_content(turn: &Value, at: &str) -> Result<Message, String> {
     let Value::Object(obj) = turn else {
@@ -156,9 +155,11 @@ pub(super) fn parse_role_content(turn: &Value, at: &str) -> Result<Message, Stri
     };
     let role = match obj.get("role") {
         Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
+        // `tool` and `developer` too: sent and paid for, their rows would be refused by export.
         Some(Value::String(r)) => {
             return Err(format!(
-                "{at}.role \"{r}\" is not one of {}",
+                "{at}.role \"{r}\" is not one of {}: a training row holds no other role, and \
+                 export refuses the row",
                 ROLES.join(", ")
             ));
         }
@@ -206,10 +207,11 @@ pub(super) fn parse_sharegpt(turn: &Value, at: &str) -> Result<Message, String> 
         Some("human" | "user") => "user",
         Some("gpt" | "assistant" | "model") => "assistant",
         Some("system") => "system",
-        Some("tool") => "tool",
+        // No `tool`: see `ROLES`.
         Some(other) => {
             return Err(format!(
-                "{at}.from \"{other}\" is not one of human, user, gpt, assistant, model, system, tool"
+                "{at}.from \"{other}\" is not one of human, user, gpt, assistant, model, system: \
+                 a training row holds no other role, and export refuses the row"
             ));
         }
         None => return Err(format!("{at}.from must be a string")),

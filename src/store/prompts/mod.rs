@@ -7,7 +7,10 @@
 //! - `messages`: an OpenAI chat list of `{role, content}`, where `content` is a string or a list of
 //!   parts `{"type": "text", "text": …}` whose texts are joined with `"\n"`;
 //! - `conversations`: ShareGPT turns, either `{from, value}` (`human`/`user` → user,
-//!   `gpt`/`assistant`/`model` → assistant, `system`, `tool`) or `{role, content}` as in `messages`.
+//!   `gpt`/`assistant`/`model` → assistant, `system`) or `{role, content}` as in `messages`.
+//!
+//! A turn's role is `system`, `user` or `assistant`, the roles export's gate takes
+//! (`export::validate::ROLES`); a `tool` or `developer` turn makes the line bad.
 //!
 //! A dataset may name these fields otherwise ([`PromptFields`]: `prompt_field`,
 //! `messages_field`, `system_field`, `id_field` in its config).

@@ -65,12 +65,11 @@ fn formats_multi_turn() {
     ];
     assert_eq!(p.messages, msgs(&want));
     assert_eq!(p.id, "a");
-    let p = one(r#"{"conversations":[{"from":"system","value":"s"},{"from":"user","value":"u"},{"from":"model","value":"m"},{"from":"tool","value":"t"},{"from":"human","value":"h"}]}"#).expect("ok");
+    let p = one(r#"{"conversations":[{"from":"system","value":"s"},{"from":"user","value":"u"},{"from":"model","value":"m"},{"from":"human","value":"h"}]}"#).expect("ok");
     let want = [
         ("system", "s"),
         ("user", "u"),
         ("assistant", "m"),
-        ("tool", "t"),
         ("user", "h"),
     ];
     assert_eq!(p.messages, msgs(&want));
@@ -104,11 +103,15 @@ x => not valid JSON: expected value at column 1
 {"messages":{}} => "messages" must be a list
 {"messages":[]} => "messages" is empty
 {"conversations":[]} => "conversations" is empty
-{"conversations":[{"from":"human","value":"a"},{"from":"gpt","value":"b"},{"from":"robot","value":"c"}]} => conversations[2].from "robot" is not one of human, user, gpt, assistant, model, system, tool
+{"conversations":[{"from":"human","value":"a"},{"from":"gpt","value":"b"},{"from":"robot","value":"c"}]} => conversations[2].from "robot" is not one of human, user, gpt, assistant, model, system: a training row holds no other role, and export refuses the row
+{"conversations":[{"from":"human","value":"a"},{"from":"tool","value":"t"},{"from":"human","value":"b"}]} => conversations[1].from "tool" is not one of human, user, gpt, assistant, model, system: a training row holds no other role, and export refuses the row
 {"conversations":[{"text":"a"}]} => conversations[0] needs "from" and "value" (or "role" and "content")
 {"conversations":[{"from":"human"}]} => conversations[0] has no "value"
 {"conversations":[{"from":1,"value":"a"}]} => conversations[0].from must be a string
-{"messages":[{"role":"robot","content":"a"}]} => messages[0].role "robot" is not one of system, developer, user, assistant, tool
+{"messages":[{"role":"robot","content":"a"}]} => messages[0].role "robot" is not one of system, user, assistant: a training row holds no other role, and export refuses the row
+{"messages":[{"role":"user","content":"q"},{"role":"tool","content":"t"},{"role":"user","content":"r"}]} => messages[1].role "tool" is not one of system, user, assistant: a training row holds no other role, and export refuses the row
+{"messages":[{"role":"developer","content":"d"},{"role":"user","content":"q"}]} => messages[0].role "developer" is not one of system, user, assistant: a training row holds no other role, and export refuses the row
+{"conversations":[{"role":"developer","content":"d"},{"from":"human","value":"q"}]} => conversations[0].role "developer" is not one of system, user, assistant: a training row holds no other role, and export refuses the row
 {"messages":["hi"]} => messages[0] must be an object with "role" and "content"
 {"messages":[{"role":"user"}]} => messages[0] has no "content"
 {"messages":[{"role":"user","content":null}]} => messages[0].content must be a string or a list of parts
