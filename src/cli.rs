@@ -519,7 +519,8 @@ pub struct ExportArgs {
     pub system_prompt: Option<String>,
     /// One success row per assistant turn of a multi-turn row (`<id>#<k>`), each ending at
     /// its turn with its reasoning, earlier answers without theirs; train them with
-    /// SpecForge's train_only_last_turn, so every turn is a target.
+    /// SpecForge's train_only_last_turn, so every turn is a target. Each `#` of a prompt's own
+    /// id is doubled (`a#b` is written `a##b`, `a##b#1`, ...), so that no two rows share an id.
     #[arg(long)]
     pub explode_turns: bool,
     /// Rows whose prompt carried assistant turns the model did not write (turns = "last"):

@@ -57,17 +57,19 @@ pub(super) fn foreign_turns(r: &OutputRecord) -> Vec<usize> {
 /// ends at its answer, which keeps its reasoning; the answers before it keep their visible
 /// content only (`reasoning_content` empty), as the model saw them when it wrote the turn.
 /// Assistant turns at `foreign` (the prompt file's) are context, never a row's end. A row of
-/// one answer stays as it is.
+/// one answer stays as it is but for its id; every id is written by [`exploded_id`].
 pub(super) fn exploded(sf: &Value, foreign: &[usize]) -> Vec<Value> {
     let empty = Vec::new();
     let conv = sf["conversations"].as_array().unwrap_or(&empty);
     let at: Vec<usize> = (0..conv.len())
         .filter(|&i| conv[i]["role"] == "assistant" && !foreign.contains(&i))
         .collect();
-    if at.len() < 2 {
-        return vec![sf.clone()];
-    }
     let id = sf["id"].as_str().unwrap_or_default();
+    if at.len() < 2 {
+        let mut one = sf.clone();
+        one["id"] = json!(exploded_id(id, None));
+        return vec![one];
+    }
     at.iter()
         .enumerate()
         .map(|(k, &end)| {
@@ -82,9 +84,26 @@ pub(super) fn exploded(sf: &Value, foreign: &[usize]) -> Vec<Value> {
                     t
                 })
                 .collect();
-            json!({"id": format!("{id}#{}", k + 1), "conversations": turns, "status": "success"})
+            json!({"id": exploded_id(id, Some(k + 1)), "conversations": turns, "status": "success"})
         })
         .collect()
+}
+
+/// The id of a row of an exploded export: the prompt's id with each `#` doubled, then `#k` for
+/// the k-th (from 1) of several answers. A bare `<id>#<k>` made prompt `c`'s second answer and
+/// prompt `c#2` one id (reliability-probe-5 P11), and ids are how a trainer joins a row back
+/// to its prompt, so the mapping is one to one: in a written id every `#` of the prompt's id
+/// comes in a pair, and an unpaired `#` can only be the one before `k`. Escaped rather than
+/// refused: refusing would leave prompts whose ids hold `#` (URLs with a fragment) no exploded
+/// export short of renaming them and paying again; and ids without `#`, nearly all, are
+/// written as they were. docs/export-and-trainers.md gives the reverse mapping.
+pub(super) fn exploded_id(id: &str, k: Option<usize>) -> String {
+    let mut out = id.replace('#', "##");
+    if let Some(k) = k {
+        out.push('#');
+        out.push_str(&k.to_string());
+    }
+    out
 }
 
 /// The messages of a row as the trainer's parser reads them from the file, for rendering

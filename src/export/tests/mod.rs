@@ -298,6 +298,69 @@ fn exploded_turns_end_at_each_answer_with_only_its_own_reasoning() {
     }
 }
 
+/// Prompt ids that hold `#` beside an exploded row's (reliability-probe-5 P11): prompt `c` of
+/// two answers and prompts `c#1` and `c#2` were written as `c#1, c#2, c#1, c#2`. Each `#` of a
+/// prompt's id is doubled in an exploded export, so every row's id is its own and reads back
+/// (the reverse mapping docs/export-and-trainers.md gives) to its prompt and answer; ids
+/// without `#` are written as before, and an export that does not explode keeps every id.
+#[test]
+fn exploded_ids_never_collide_with_prompt_ids_that_hold_a_hash() {
+    /// The documented reverse: an unpaired `#` (the last, odd run) is the one before `k`.
+    fn prompt_of(written: &str) -> (String, Option<usize>) {
+        let run_end = written.rfind('#').map_or(0, |i| i + 1);
+        let run = written[..run_end].len() - written[..run_end].trim_end_matches('#').len();
+        let (id, k) = match written[run_end..].parse::<usize>() {
+            Ok(k) if run % 2 == 1 => (&written[..run_end - 1], Some(k)),
+            _ => (written, None),
+        };
+        (id.replace("##", "#"), k)
+    }
+    let (dir, out) = scratch();
+    let answer = |id: &str| rec(id, "answer", Some("r"), false);
+    write_lines(
+        &out.join("A.jsonl"),
+        &[
+            two_answers("c"),
+            answer("c#1"),
+            answer("c#2"),
+            two_answers("c#"),
+            answer("#"),
+            answer("plain"),
+        ],
+    );
+    let to = dir.path().join("export");
+    let mut o = SF;
+    o.explode_turns = true;
+    export(&out, &["A".into()], &HashMap::new(), &to, &o, None).expect("export");
+    let rows = read(&to.join("A.jsonl"));
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().expect("id")).collect();
+    assert_eq!(
+        ids,
+        [
+            "c#1", "c#2", "c##1", "c##2", "c###1", "c###2", "##", "plain"
+        ]
+    );
+    let back: Vec<(String, Option<usize>)> = ids.iter().map(|id| prompt_of(id)).collect();
+    let want = [
+        ("c", Some(1)),
+        ("c", Some(2)),
+        ("c#1", None),
+        ("c#2", None),
+        ("c#", Some(1)),
+        ("c#", Some(2)),
+        ("#", None),
+        ("plain", None),
+    ];
+    let want: Vec<(String, Option<usize>)> =
+        want.iter().map(|(id, k)| (id.to_string(), *k)).collect();
+    assert_eq!(back, want);
+    // Not exploded: every id as the prompt file has it.
+    export(&out, &["A".into()], &HashMap::new(), &to, &SF, None).expect("export");
+    let rows = read(&to.join("A.jsonl"));
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().expect("id")).collect();
+    assert_eq!(ids, ["c", "c#1", "c#2", "c#", "#", "plain"]);
+}
+
 #[test]
 fn a_system_turn_for_rows_without_one() {
     let (dir, out) = scratch();
