@@ -407,7 +407,9 @@ pub struct RunArgs {
     /// The shard's output directory, instead of `output_dir/shard-K-of-N`.
     #[arg(long, value_name = "DIR", requires = "shard")]
     pub shard_dir: Option<PathBuf>,
-    /// Resume into an output directory even if it was started with other parameters.
+    /// Resume into an output directory even if it was started with other parameters, or
+    /// with a prompt file whose lines an earlier run counted have changed since (appended
+    /// lines need no --force): the rows of both then mix in one dataset.
     #[arg(long)]
     pub force: bool,
     /// Instead of refusing to start on a damaged output directory: move each damaged line to

@@ -420,6 +420,7 @@ mod tests {
                 harvest_version: String::new(),
                 shard: shard.map(Into::into),
                 fields: None,
+                prompt_files: None,
             }),
             snapshot: Some(snapshot),
             spent: Usd::from_f64(usd),

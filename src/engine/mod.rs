@@ -100,7 +100,16 @@ pub struct Manifest {
     /// Absent in manifests written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<HashMap<String, crate::store::prompts::PromptFields>>,
+    /// Each dataset's prompt file as the last start counted it (its lines as one hash): a
+    /// later start refuses a file whose counted lines changed, unless `--force`
+    /// (reliability-probe-5 P10; `start/marks.rs`). Absent in manifests written before it was
+    /// recorded; the next start records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_files: Option<PromptMarks>,
 }
+
+/// The prompt files' marks of a manifest, by dataset.
+pub type PromptMarks = std::collections::BTreeMap<String, crate::store::prompts::PromptMark>;
 
 pub fn manifest_path(dir: &Path) -> PathBuf {
     dir.join("manifest.json")
@@ -176,16 +185,18 @@ impl EngineHandle {
 
 /// `max_tokens_may_change`: `--retry-truncated` sends cut answers again with the config's
 /// `max_tokens`, so that one parameter may differ (the manifest then records the new one).
-/// `write`: record this run's settings (a check only compares).
+/// `write`: record this run's settings (a check only compares). Returns the prompt files'
+/// marks the manifest holds, which the start checks once it has counted the files.
 fn check_manifest(
     dir: &Path,
     cfg: &Config,
     (force, max_tokens_may_change): (bool, bool),
     shard: Option<(u32, u32)>,
     write: bool,
-) -> Result<(), EngineError> {
+) -> Result<PromptMarks, EngineError> {
     let path = manifest_path(dir);
-    let mine = Manifest {
+    let mut marks = PromptMarks::new();
+    let mut mine = Manifest {
         model: cfg.model.clone(),
         params: cfg
             .datasets
@@ -201,11 +212,15 @@ fn check_manifest(
                 .map(|d| (d.name.clone(), d.fields()))
                 .collect(),
         ),
+        prompt_files: None,
     };
     if let Ok(text) = std::fs::read_to_string(&path) {
         let old: Manifest = serde_json::from_str(&text).map_err(|e| {
             EngineError::Input(format!("{}: not a harvest manifest: {e}", path.display()))
         })?;
+        // Kept whatever else is written: the start records this run's once it has counted.
+        mine.prompt_files.clone_from(&old.prompt_files);
+        marks = old.prompt_files.clone().unwrap_or_default();
         // A shard's directory holds that shard's rows alone. A whole job's directory may take
         // a run of one of its shards (a retry of that part, `--shard-dir`): its rows are the
         // job's own, and its manifest stays the whole job's.
@@ -265,15 +280,21 @@ fn check_manifest(
         }
         if (diffs.is_empty() && old.params == mine.params && old.fields == mine.fields)
             || old.shard != mine.shard
+            || !write
         {
-            return Ok(());
+            return Ok(marks);
         }
     }
-    if !write {
-        return Ok(());
+    if write {
+        write_manifest(dir, &mine)?;
     }
-    let bytes =
-        serde_json::to_vec_pretty(&mine).map_err(|e| EngineError::Startup(e.to_string()))?;
+    Ok(marks)
+}
+
+/// Writes `dir`'s manifest (replacing it whole).
+fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), EngineError> {
+    let path = manifest_path(dir);
+    let bytes = serde_json::to_vec_pretty(m).map_err(|e| EngineError::Startup(e.to_string()))?;
     output::write_atomic(&path, &bytes)
         .map_err(|e| EngineError::Input(format!("cannot write {}: {e}", path.display())))
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::prompts::{PromptCount, PromptError, PromptFields, count_prompts_reporting};
+use super::prompts::{PromptCount, PromptError, PromptFields, count_prompts_checking};
 
 /// How far the pass is: read by the scanning threads, shown by whoever watches.
 #[derive(Debug, Default)]
@@ -27,16 +27,23 @@ impl ScanProgress {
     }
 }
 
+/// A file to count: its path, its rows' field names, and the length an earlier run's count
+/// read of it (from the manifest), at which its hash is kept too.
+pub(crate) type ToCount = (PathBuf, PromptFields, Option<u64>);
+
 /// Counts every file, as many at once as there are cores (at most one thread a file). The
 /// results are in the order of `paths`, each file's own error in its place.
 pub(crate) fn count_all(
-    paths: &[(PathBuf, PromptFields)],
+    paths: &[ToCount],
     shard: Option<(u32, u32)>,
     progress: &ScanProgress,
 ) -> Vec<Result<PromptCount, PromptError>> {
+    let count = |(p, f, earlier): &ToCount| {
+        count_prompts_checking(p, f, shard, &progress.read_bytes, *earlier)
+    };
     let total: u64 = paths
         .iter()
-        .filter_map(|(p, _)| std::fs::metadata(p).ok())
+        .filter_map(|(p, _, _)| std::fs::metadata(p).ok())
         .map(|m| m.len())
         .sum();
     progress.total_bytes.store(total, Ordering::Relaxed);
@@ -47,8 +54,8 @@ pub(crate) fn count_all(
     if threads <= 1 {
         return paths
             .iter()
-            .map(|(p, f)| {
-                let r = count_prompts_reporting(p, f, shard, &progress.read_bytes);
+            .map(|one| {
+                let r = count(one);
                 progress.files_done.fetch_add(1, Ordering::Relaxed);
                 r
             })
@@ -65,11 +72,8 @@ pub(crate) fn count_all(
                     let mut mine = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((p, f)) = paths.get(i) else { break };
-                        mine.push((
-                            i,
-                            count_prompts_reporting(p, f, shard, &progress.read_bytes),
-                        ));
+                        let Some(one) = paths.get(i) else { break };
+                        mine.push((i, count(one)));
                         progress.files_done.fetch_add(1, Ordering::Relaxed);
                     }
                     mine
@@ -89,9 +93,7 @@ pub(crate) fn count_all(
     results
         .into_iter()
         .zip(paths)
-        .map(|(r, (p, f))| {
-            r.unwrap_or_else(|| count_prompts_reporting(p, f, shard, &progress.read_bytes))
-        })
+        .map(|(r, one)| r.unwrap_or_else(|| count(one)))
         .collect()
 }
 
@@ -114,13 +116,17 @@ mod tests {
                 body.push_str("{\"id\": \"1-0\", \"prompt\": \"other\"}\nnot json\n");
             }
             std::fs::write(&p, body).expect("write");
-            paths.push((p, PromptFields::default()));
+            paths.push((p, PromptFields::default(), None));
         }
-        paths.push((dir.path().join("missing.jsonl"), PromptFields::default()));
+        paths.push((
+            dir.path().join("missing.jsonl"),
+            PromptFields::default(),
+            None,
+        ));
         let progress = ScanProgress::default();
         let all = count_all(&paths, Some((1, 3)), &progress);
         assert_eq!(all.len(), 5);
-        for ((p, f), r) in paths.iter().zip(&all).take(4) {
+        for ((p, f, _), r) in paths.iter().zip(&all).take(4) {
             let one = count_prompts_in_shard(p, f, Some((1, 3))).expect("alone");
             let r = r.as_ref().expect("counted");
             assert_eq!(
@@ -147,7 +153,7 @@ mod tests {
         let (read, total) = progress.bytes();
         let on_disk: u64 = paths
             .iter()
-            .filter_map(|(p, _)| std::fs::metadata(p).ok())
+            .filter_map(|(p, _, _)| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum();
         assert_eq!((read, total), (on_disk, on_disk));

@@ -474,6 +474,126 @@ async fn prompt_file_rewritten_during_the_run(regenerate: bool) {
     sim.stop().await;
 }
 
+/// `harvest run --headless -c CFG ARGS...` off the async runtime: its exit code and what it
+/// said.
+async fn headless_with(cfg: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let (cfg, args) = (
+        cfg.to_path_buf(),
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .args(["run", "--headless", "-c"])
+            .arg(cfg)
+            .args(args)
+            .env("HARVEST_PF_KEY", KEY)
+            .output()
+            .expect("runs")
+    })
+    .await
+    .expect("join");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), said)
+}
+
+/// A prompt file changed between two runs (reliability-probe-5 P10): the manifest records
+/// the lines each start counted, and the next start refuses a file whose counted lines are
+/// not its first lines any more (exit 2, naming the dataset, the file and what changed,
+/// nothing sent), where it took the file and mixed the answers to both under one id set.
+/// Lines appended are the next run's, as before; `--force` takes the file as it is; a
+/// manifest written before the mark was recorded loads, and gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_file_changed_between_runs_is_refused_unless_only_appended_to() {
+    let sim = paced_sim(0.0, 20.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let lines = |text: &str, ids: std::ops::Range<usize>| -> String {
+        ids.map(|i| format!("{{\"id\": \"q{i}\", \"prompt\": \"{text} {i}\"}}\n"))
+            .collect()
+    };
+    let prompts = d.join("p.jsonl");
+    std::fs::write(&prompts, lines("original", 0..10)).expect("prompts");
+    let cfg = d.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PF_KEY\"\nbudget_usd = 1.0\n\
+             [[dataset]]\nname = \"P\"\nprompts = \"p.jsonl\"\n",
+            sim.base_url()
+        ),
+    )
+    .expect("config");
+    let (code, said) = headless_with(&cfg, &[]).await;
+    assert_eq!(code, Some(0), "{said}");
+    let rows = || -> Vec<harvest::store::output::OutputRecord> {
+        crate::common::read_jsonl(&d.join("out/P.jsonl"))
+    };
+    assert_eq!(rows().len(), 10);
+    let manifest = d.join("out/manifest.json");
+    let read_manifest = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&manifest).expect("manifest")).expect("json")
+    };
+    assert_eq!(read_manifest()["prompt_files"]["P"]["lines"], 10);
+
+    // A manifest from before the mark: loads, and the next start records it.
+    let mut old = read_manifest();
+    old.as_object_mut().expect("object").remove("prompt_files");
+    std::fs::write(&manifest, old.to_string()).expect("manifest");
+    let (code, said) = headless_with(&cfg, &[]).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(read_manifest()["prompt_files"]["P"]["lines"], 10);
+
+    // Same ids, new text: refused, by `run --check` too, and nothing is sent.
+    let sent = sim.state.requests_since(0).len();
+    std::fs::write(&prompts, lines("rewritten", 0..10)).expect("rewrite");
+    for args in [&["--check"][..], &[]] {
+        let (code, said) = headless_with(&cfg, args).await;
+        assert_eq!(code, Some(2), "{args:?}: {said}");
+        assert!(
+            said.contains("dataset P:")
+                && said.contains("p.jsonl changed since an earlier run")
+                && said.contains("the 10 lines")
+                && said.contains("are not its first lines now")
+                && said.contains("--force"),
+            "{said}"
+        );
+    }
+    assert_eq!(sim.state.requests_since(0).len(), sent, "nothing sent");
+    // Cut short: refused too.
+    std::fs::write(&prompts, lines("original", 0..5)).expect("cut");
+    let (code, said) = headless_with(&cfg, &[]).await;
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("it is shorter than the 10 lines"), "{said}");
+
+    // The same lines and two appended: taken, the two sent.
+    std::fs::write(&prompts, lines("original", 0..12)).expect("append");
+    let (code, said) = headless_with(&cfg, &[]).await;
+    assert_eq!(code, Some(0), "{said}");
+    let done = rows();
+    assert_eq!(done.len(), 12);
+    assert!(
+        done.iter()
+            .all(|r| r.conversations[0].content.starts_with("original")),
+        "no rewritten prompt answered"
+    );
+    assert_eq!(read_manifest()["prompt_files"]["P"]["lines"], 12);
+
+    // Rewritten, with --force: taken as it is (its ids are done: nothing to send), and its
+    // mark is the file's from then on.
+    std::fs::write(&prompts, lines("rewritten", 0..12)).expect("rewrite");
+    let (code, said) = headless_with(&cfg, &["--force"]).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("taken as it is now (--force)"), "{said}");
+    let (code, said) = headless_with(&cfg, &[]).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(rows().len(), 12);
+    sim.stop().await;
+}
+
 /// Parquet strings written as plain BYTE_ARRAY (reliability-probe-4 N7): read as their text,
 /// not sent base64-encoded; a value that is not UTF-8 is a bad row naming its row and field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

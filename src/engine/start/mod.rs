@@ -4,11 +4,13 @@
 //! the shared state the workers and the supervisor use. Then the supervisor is spawned.
 //!
 //! `ready.rs` reads and checks (shared with `run --check`, `check.rs`); `datasets.rs` readies
-//! each dataset; `second_chance.rs` does `--retry-*`'s moves; `preflight.rs` says what the
+//! each dataset; `marks.rs` checks and records the prompt files' marks in the manifest;
+//! `second_chance.rs` does `--retry-*`'s moves; `preflight.rs` says what the
 //! policy, the account and the endpoints make of the run; this file starts it.
 
 mod check;
 mod datasets;
+mod marks;
 mod preflight;
 mod ready;
 mod second_chance;

@@ -88,7 +88,7 @@ pub(super) async fn ready(
     // only makes sure no other run holds it).
     let lock = take_dir(&dir, mode)?;
     let write = mode == Mode::Run;
-    super::super::check_manifest(
+    let earlier = super::super::check_manifest(
         &dir,
         &cfg,
         (opts.force, opts.retry_truncated),
@@ -121,18 +121,38 @@ pub(super) async fn ready(
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
     let mut sizes = (0u64, 0u64);
+    // Each file also hashed at the length an earlier start counted (`marks.rs`).
     let paths: Vec<_> = cfg
         .datasets
         .iter()
-        .map(|d| (d.prompts.clone(), d.fields()))
+        .map(|d| {
+            let earlier = earlier.get(&d.name).map(|m| m.bytes);
+            (d.prompts.clone(), d.fields(), earlier)
+        })
         .collect();
     let progress = opts.scan_progress.clone().unwrap_or_default();
     let counts = crate::store::prescan::count_all(&paths, opts.shard, &progress);
+    let mut marks_now = super::super::PromptMarks::new();
     for ((d, found), counted) in cfg.datasets.iter().zip(prepared.datasets).zip(counts) {
         let counted = counted.map_err(|e| EngineError::Input(e.to_string()))?;
+        let shown = d.prompts.display().to_string();
+        notes.extend(marks::check(
+            &dir,
+            d,
+            earlier.get(&d.name),
+            &counted,
+            opts.force,
+        )?);
+        marks_now.insert(
+            d.name.clone(),
+            crate::store::prompts::PromptMark::of(&shown, &counted.prefix),
+        );
         datasets.push(ready_dataset(
             &cfg, opts, d, found, counted, &mut notes, &mut sizes,
         )?);
+    }
+    if write {
+        marks::record(&dir, marks_now)?;
     }
     resume_rows(&dir, &mut datasets, &mut notes, write)?;
 

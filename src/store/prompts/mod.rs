@@ -29,6 +29,7 @@ mod line;
 mod line_runs;
 mod parquet_lines;
 mod parquet_pages;
+mod prefix;
 mod reader;
 mod source;
 #[cfg(test)]
@@ -41,6 +42,7 @@ pub use format::PromptFields;
 use format::*;
 pub use ids::*;
 pub use line_runs::LineRuns;
+pub use prefix::{AtEarlier, MarkCheck, PrefixRead, PromptMark};
 pub use reader::*;
 pub use source::{FileKind, first_row};
 
@@ -113,6 +115,9 @@ pub struct PromptCount {
     pub without_system: u64,
     /// The lines the count read, hashed in blocks: the run checks the file is still them.
     pub fingerprint: Fingerprint,
+    /// The lines the count read as one stable hash, for the manifest (and at an earlier run's
+    /// length, when asked): the next run checks the file still starts with them.
+    pub prefix: PrefixRead,
     /// Valid prompts that carry an assistant turn of their own (text the model did not write,
     /// unless `turns = "all"` has it regenerate them).
     pub with_assistant_turns: u64,

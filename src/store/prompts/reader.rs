@@ -51,6 +51,9 @@ pub struct PromptReader {
     /// (`counted`, set by [`PromptReader::open_prescanned`]).
     blocks: super::fingerprint::Blocks,
     counted: Option<super::Fingerprint>,
+    /// The lines read so far as one stable hash, for the manifest (and checked at an earlier
+    /// run's length).
+    prefix: super::prefix::Prefix,
 }
 
 impl PromptReader {
@@ -102,6 +105,7 @@ impl PromptReader {
             done: false,
             blocks: Default::default(),
             counted: None,
+            prefix: Default::default(),
         }
     }
 
@@ -326,6 +330,7 @@ impl Iterator for PromptReader {
                 }
                 Ok((n, true)) => {
                     self.bytes += n as u64;
+                    self.prefix.line(&self.buf, n as u64);
                     if let Some(at) = self.blocks.line(&self.buf, self.counted.as_ref()) {
                         return Some(Err(self.rewritten(at)));
                     }
@@ -337,6 +342,7 @@ impl Iterator for PromptReader {
                 }
                 Ok((n, false)) => {
                     self.bytes += n as u64;
+                    self.prefix.line(&self.buf, n as u64);
                     if let Some(at) = self.blocks.line(&self.buf, self.counted.as_ref()) {
                         return Some(Err(self.rewritten(at)));
                     }
@@ -430,8 +436,21 @@ pub fn count_prompts_reporting(
     shard: Option<(u32, u32)>,
     read: &std::sync::atomic::AtomicU64,
 ) -> Result<PromptCount, PromptError> {
+    count_prompts_checking(path, fields, shard, read, None)
+}
+
+/// [`count_prompts_reporting`], also keeping the hash of the lines at `earlier` bytes (the
+/// length an earlier run's count read, from the manifest: [`PromptMark::check`]).
+pub fn count_prompts_checking(
+    path: &Path,
+    fields: &PromptFields,
+    shard: Option<(u32, u32)>,
+    read: &std::sync::atomic::AtomicU64,
+    earlier: Option<u64>,
+) -> Result<PromptCount, PromptError> {
     use std::sync::atomic::Ordering;
     let mut reader = PromptReader::open_as(path, fields)?;
+    reader.prefix = super::prefix::Prefix::checking(earlier);
     let mut count = PromptCount::default();
     let mut reported = 0u64;
     let mut report = |reader: &PromptReader| {
@@ -473,5 +492,6 @@ pub fn count_prompts_reporting(
     count.differing = reader.differing;
     count.bytes = reader.bytes;
     count.fingerprint = std::mem::take(&mut reader.blocks).fingerprint();
+    count.prefix = reader.prefix.finish();
     Ok(count)
 }
