@@ -110,6 +110,10 @@ pub(crate) struct Around {
 ///   buy every prompt again with a fresh budget: refused;
 /// - a shard of N beside shards of another N splits the ids another way, and sends again
 ///   what the others answered: refused;
+/// - a shard into its own directory under a `parent` that holds a run's records (a run
+///   without `--shard`, the other direction, reliability-probe-5 P5) sends again what that
+///   run answered, which its directory does not see: refused (a shard run into `parent`
+///   itself, `--shard-dir`, sees them and is not);
 /// - the other shards' ledgers are counted, for the job's budget.
 pub(crate) fn check_run_into(
     parent: &Path,
@@ -144,12 +148,37 @@ pub(crate) fn check_run_into(
     let Some((k, n)) = shard else {
         return Ok(around);
     };
-    let Some(dirs) = shard_dirs(&[parent.to_path_buf()]) else {
-        return Ok(around);
-    };
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
+    };
+    if !same(parent, own)
+        && let Some((theirs, files)) = run_records(parent)
+    {
+        let (whose, instead) = match theirs {
+            None => (
+                "a run without --shard".to_string(),
+                format!(
+                    "Run the job there without --shard (it resumes where it stopped; \
+                     --shard {k}/{n} --shard-dir {} runs this shard's ids in it)",
+                    parent.display()
+                ),
+            ),
+            Some(s) => (
+                format!("a run of shard {s}"),
+                format!("Run shard {s} there"),
+            ),
+        };
+        return Err(format!(
+            "{} holds the records of {whose} ({files}): --shard {k}/{n} into {} would send \
+             again the ids that run answered, with a budget of its own, and neither run would \
+             see the other's spend. {instead}, or give another output_dir for a new job",
+            parent.display(),
+            own.display(),
+        ));
+    }
+    let Some(dirs) = shard_dirs(&[parent.to_path_buf()]) else {
+        return Ok(around);
     };
     for f in read(&dirs)? {
         let Some((sk, sn)) = f
@@ -174,6 +203,33 @@ pub(crate) fn check_run_into(
         }
     }
     Ok(around)
+}
+
+/// Which files show that a run wrote in `dir`, with the shard its manifest names (`None`: a
+/// run without `--shard`): a non-empty ledger, or a non-empty answers or rejects file of a
+/// dataset its manifest names. A manifest alone (a start refused before any request) holds
+/// nothing to buy again.
+fn run_records(dir: &Path) -> Option<(Option<String>, String)> {
+    use crate::store::output::{ledger_path, output_path, rejects_path};
+    let written = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+    let manifest: Option<Manifest> = std::fs::read_to_string(manifest_path(dir))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let mut files: Vec<PathBuf> = vec![ledger_path(dir)];
+    let mut datasets: Vec<&String> = manifest.iter().flat_map(|m| m.params.keys()).collect();
+    datasets.sort();
+    for d in datasets {
+        files.extend([output_path(dir, d), rejects_path(dir, d)]);
+    }
+    let files: Vec<String> = (files.iter())
+        .filter(|p| written(p))
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
+    let shard = manifest.and_then(|m| m.shard);
+    Some((shard, files.join(", ")))
 }
 
 /// Reads each directory's manifest, state and ledger.
@@ -475,6 +531,50 @@ mod tests {
                 .expect("fresh")
                 .siblings,
             0
+        );
+    }
+
+    /// The other direction of N6 (reliability-probe-5 P5): a shard into its own directory
+    /// under a directory that holds a run's records would buy that run's ids again, unseen by
+    /// it; refused, naming the files. The directory itself (`--shard-dir`) sees them and may
+    /// take the shard; a manifest alone, or nothing, is no run.
+    #[test]
+    fn a_shard_under_a_directory_that_holds_a_run_is_refused() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let out = tmp.path().join("out");
+        std::fs::create_dir_all(&out).expect("dir");
+        let shard = out.join("shard-0-of-3");
+        let write_manifest = |shard: Option<&str>| {
+            let m = found("", shard, "m", 0, 0.0).manifest;
+            std::fs::write(
+                manifest_path(&out),
+                serde_json::to_string(&m).expect("json"),
+            )
+            .expect("manifest");
+        };
+        write_manifest(None);
+        assert!(
+            check_run_into(&out, &shard, Some((0, 3))).is_ok(),
+            "a manifest alone holds nothing to buy again"
+        );
+        std::fs::write(crate::store::output::ledger_path(&out), "{}\n").expect("ledger");
+        let e = check_run_into(&out, &shard, Some((0, 3))).expect_err("beside a whole run");
+        assert!(
+            e.contains("holds the records of a run without --shard (spend.jsonl): --shard 0/3")
+                && e.contains("--shard 0/3 --shard-dir"),
+            "{e}"
+        );
+        // Elsewhere (--shard-dir) too: the ids are the same.
+        let away = tmp.path().join("away");
+        assert!(check_run_into(&out, &away, Some((0, 3))).is_err());
+        // Into the run's own directory: it sees what that run did.
+        assert!(check_run_into(&out, &out, Some((0, 3))).is_ok());
+        write_manifest(Some("1/3"));
+        let e = check_run_into(&out, &shard, Some((0, 3))).expect_err("beside a shard's run");
+        assert!(
+            e.contains("holds the records of a run of shard 1/3")
+                && e.contains("Run shard 1/3 there"),
+            "{e}"
         );
     }
 

@@ -344,3 +344,52 @@ async fn the_deploy_files_run_the_documented_shard_command() {
     assert_eq!(value_after("completionMode:"), "Indexed");
     sim.stop().await;
 }
+
+/// A shard into the directory of a finished run without `--shard` (reliability-probe-5 P5,
+/// N6's other direction): `output_dir/shard-0-of-3` does not see that run's answers, and
+/// bought its ids again (212 of 600 in the probe). Refused before any request, naming the
+/// run's files; the shard run into the run's own directory (`--shard-dir`) sees them and
+/// sends nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_beside_a_finished_whole_run_is_refused_before_any_request() {
+    const VAR: &str = "SHARD_P5_KEY";
+    const KEY: &str = "sk-or-v1-shard-p5-000000000000";
+    let sim = crate::common::fast_sim(40.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    crate::common::write_job(
+        d,
+        30,
+        &sim.base_url(),
+        VAR,
+        "budget_usd = 5.0\noutput_dir = \"job2\"",
+        "A",
+    );
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &[]).await;
+    assert_eq!(code, 0, "{text}");
+    let sent = sim.state.requests_since(0).len();
+    assert!(sent >= 30, "{sent}");
+
+    let (code, text) = crate::common::run_headless(d, VAR, KEY, &["--shard", "0/3"]).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("job2 holds the records of a run without --shard (spend.jsonl, A.jsonl)")
+            && text.contains("--shard 0/3 into")
+            && text.contains("would send again the ids that run answered"),
+        "{text}"
+    );
+    assert!(!d.join("job2/shard-0-of-3").exists(), "no directory made");
+    assert_eq!(sim.state.requests_since(0).len(), sent, "nothing sent");
+
+    let own = d.join("job2");
+    let own = own.to_str().expect("path");
+    let (code, text) =
+        crate::common::run_headless(d, VAR, KEY, &["--shard", "0/3", "--shard-dir", own]).await;
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        sim.state.requests_since(0).len(),
+        sent,
+        "its ids were answered: nothing bought again"
+    );
+    sim.stop().await;
+}
