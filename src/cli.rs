@@ -571,16 +571,23 @@ pub struct StatusArgs {
     #[arg(long)]
     pub report: bool,
     /// Settle what a crashed run left open, without starting a run: looks up its open
-    /// generations at `GET /generation` and books those the API knows at their cost. Requests
-    /// caught before any answer, and generations unknown for 15 minutes, stay open with their
-    /// expected cost said: the next run books them and trues up against the key's usage.
-    /// Refused while a run holds the directory.
+    /// generations at `GET /generation` of the run's own API (with its key variable, both
+    /// recorded in the directory's manifest) and books those the API knows at their cost.
+    /// Requests caught before any answer, and generations unknown for 15 minutes, stay open
+    /// with their expected cost said: the next run books them and trues up against the key's
+    /// usage. Refused while a run holds the directory.
     #[arg(long, conflicts_with = "report")]
     pub reconcile: bool,
-    /// With --reconcile: the API's base URL.
-    #[arg(long, default_value = crate::openrouter::DEFAULT_BASE_URL)]
-    pub base_url: String,
-    /// With --reconcile: the environment variable holding the API key.
-    #[arg(long, default_value = "OPENROUTER_API_KEY")]
-    pub api_key_env: String,
+    /// With --reconcile: the API's base URL (default: the run's, recorded in its manifest,
+    /// else the config's, else OpenRouter's).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// With --reconcile: the environment variable holding the API key (default: the run's,
+    /// else the config's, else OPENROUTER_API_KEY).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// With --reconcile: the run's config: its base URL and key variable where the output
+    /// directory's manifest names none (written before they were recorded), and its ca_cert.
+    #[arg(short = 'c', long, value_name = "FILE", requires = "reconcile")]
+    pub config: Option<PathBuf>,
 }

@@ -477,6 +477,8 @@ mod tests {
                 shard: shard.map(Into::into),
                 fields: None,
                 prompt_files: None,
+                base_url: None,
+                api_key_env: None,
             }),
             snapshot: Some(snapshot),
             spent: Usd::from_f64(usd),

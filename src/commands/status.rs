@@ -1,14 +1,15 @@
 //! `harvest status [DIR]`: the state file of a running or finished run, for a second shell,
 //! and whether its engine is live (asked on its control socket: pid, viewers attached);
 //! `--report`: the end-of-run report built from the output directory; `--reconcile`: settles
-//! what a crashed run left open in it.
+//! what a crashed run left open in it, at the run's own API (its manifest's, unless told).
 
 use super::stdout::{out, outln};
 use std::path::{Path, PathBuf};
 
 use crate::cli::StatusArgs;
+use crate::config::Config;
 use crate::domain::Usd;
-use crate::engine::{Snapshot, state_path};
+use crate::engine::{Manifest, Snapshot, manifest_path, state_path};
 use crate::headless;
 use crate::openrouter::{ApiKey, ClientOptions, OpenRouterClient};
 use crate::report::Report;
@@ -240,16 +241,28 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     if let Some(p) = scan.problems().first() {
         return Err(BadInput(format!("{p}; `harvest run --repair` deals with it first")).into());
     }
-    let client = OpenRouterClient::new(ClientOptions::new(
-        args.base_url.clone(),
-        ApiKey::from_env(&args.api_key_env),
-    ))
-    .map_err(|e| BadInput(e.to_string()))?;
+    let api = api_for(dir, args)?;
+    let (key_env, key_from) = (api.key_env.0.as_str(), api.key_env.1);
+    let mut opts = ClientOptions::new(api.base_url.0.clone(), ApiKey::from_env(key_env));
+    opts.ca_certs.extend(api.ca_cert);
+    let client = OpenRouterClient::new(opts).map_err(|e| BadInput(e.to_string()))?;
+    // As shown to people (a password in it is `***`).
+    let url = client.base_url().into_owned();
     let orphans = scan.orphans();
     let closed = scan.ledger.closed_unconfirmed.clone();
     let nothing_open = orphans.is_empty() && closed.is_empty();
+    if !nothing_open && [api.base_url.1, key_from].iter().any(|s| s.is_the_runs()) {
+        // Not what the flags say: the operator sees which API is asked, and with which key.
+        eprintln!(
+            "harvest: asking {} ({}) with the key in {} ({})",
+            crate::printable::printable(&url),
+            api.base_url.1.said(),
+            crate::printable::printable(key_env),
+            key_from.said()
+        );
+    }
     if !nothing_open && !client.has_key() {
-        return Err(BadInput(crate::engine::missing_key(&args.api_key_env)).into());
+        return Err(BadInput(crate::engine::missing_key(key_env)).into());
     }
     let now = chrono::Utc::now();
     let close = |open: SpendEntry, kind: SpendKind, usd: Usd, estimated: bool| SpendEntry {
@@ -376,11 +389,210 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where a setting of `--reconcile` came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The command line.
+    Flag,
+    /// The output directory's manifest: what the run itself used.
+    Manifest,
+    /// `-c FILE`, for a directory whose manifest predates the recording.
+    Config,
+    /// OpenRouter's, with the key in OPENROUTER_API_KEY.
+    Default,
+}
+
+impl Source {
+    /// Taken from the run rather than from the command line: said on stderr.
+    fn is_the_runs(self) -> bool {
+        matches!(self, Source::Manifest | Source::Config)
+    }
+
+    fn said(self) -> &'static str {
+        match self {
+            Source::Flag => "given on the command line",
+            Source::Manifest => "the run's, from its manifest",
+            Source::Config => "the config's",
+            Source::Default => "the default",
+        }
+    }
+}
+
+/// The first of the flag's, the manifest's and the config's values that is set, else the
+/// default, and where it came from: a run is asked about at its own API unless the operator
+/// names another.
+fn first_set<'a>(
+    flag: Option<&'a str>,
+    manifest: Option<&'a str>,
+    config: Option<&'a str>,
+    default: &'a str,
+) -> (&'a str, Source) {
+    [
+        (flag, Source::Flag),
+        (manifest, Source::Manifest),
+        (config, Source::Config),
+    ]
+    .into_iter()
+    .find_map(|(v, from)| Some((v?, from)))
+    .unwrap_or((default, Source::Default))
+}
+
+/// The API `--reconcile` asks.
+struct Api {
+    base_url: (String, Source),
+    /// The name of the variable the key is read from.
+    key_env: (String, Source),
+    /// The config's `ca_cert`, when one is given.
+    ca_cert: Option<PathBuf>,
+}
+
+/// The API and key variable for `dir`: the flags', else those the run recorded in its
+/// manifest, else `-c`'s config's, else OpenRouter's.
+fn api_for(dir: &Path, args: &StatusArgs) -> Result<Api, BadInput> {
+    let manifest = if args.base_url.is_some() && args.api_key_env.is_some() {
+        None
+    } else {
+        let path = manifest_path(dir);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Some(serde_json::from_str::<Manifest>(&text).map_err(|e| {
+                BadInput(format!("{}: not a harvest manifest: {e}", path.display()))
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(BadInput(format!("cannot read {}: {e}", path.display()))),
+        }
+    };
+    let config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| BadInput(format!("cannot read {}: {e}", path.display())))?;
+            // Its prompt files are not needed here (they may have moved since).
+            Some(Config::parse_unchecked(&text, path).map_err(|e| BadInput(e.to_string()))?)
+        }
+        None => None,
+    };
+    let m = manifest.as_ref();
+    let c = config.as_ref();
+    let pick = |flag: &Option<String>, from_m: Option<&str>, from_c: Option<&str>, default| {
+        let (v, from) = first_set(flag.as_deref(), from_m, from_c, default);
+        (v.to_string(), from)
+    };
+    Ok(Api {
+        base_url: pick(
+            &args.base_url,
+            m.and_then(|m| m.base_url.as_deref()),
+            c.map(|c| c.base_url.as_str()),
+            crate::openrouter::DEFAULT_BASE_URL,
+        ),
+        key_env: pick(
+            &args.api_key_env,
+            m.and_then(|m| m.api_key_env.as_deref()),
+            c.map(|c| c.api_key_env.as_str()),
+            "OPENROUTER_API_KEY",
+        ),
+        ca_cert: c.and_then(|c| c.ca_cert.clone()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::output::tests::{ledger_line, rec};
     use crate::store::output::{SpendKind, ledger_path, output_path};
+
+    /// `--reconcile` asks the flags' API first, then the one the run recorded, then the
+    /// config's, then OpenRouter's; each setting on its own.
+    #[test]
+    fn reconcile_asks_the_flags_then_the_runs_then_the_configs_api() {
+        use Source::*;
+        let d = "https://openrouter.ai/api/v1";
+        let (f, m, c) = (Some("flag"), Some("manifest"), Some("config"));
+        let cases = [
+            ((f, m, c), ("flag", Flag)),
+            ((f, None, None), ("flag", Flag)),
+            ((None, m, c), ("manifest", Manifest)),
+            ((None, m, None), ("manifest", Manifest)),
+            ((None, None, c), ("config", Config)),
+            ((f, None, c), ("flag", Flag)),
+            ((None, None, None), (d, Default)),
+        ];
+        for ((flag, manifest, config), want) in cases {
+            assert_eq!(
+                first_set(flag, manifest, config, d),
+                want,
+                "{flag:?} {manifest:?} {config:?}"
+            );
+        }
+        assert!(Manifest.is_the_runs() && Config.is_the_runs());
+        assert!(!Flag.is_the_runs() && !Default.is_the_runs());
+    }
+
+    /// The manifest's API and key variable are used where no flag names them (one flag given
+    /// keeps the other from the manifest); `-c` fills in for a manifest without them.
+    #[test]
+    fn reconcile_reads_the_api_from_the_manifest_then_the_config() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        let args = |base: Option<&str>, config: Option<PathBuf>| StatusArgs {
+            dirs: vec![d.to_path_buf()],
+            json: false,
+            report: false,
+            reconcile: true,
+            base_url: base.map(Into::into),
+            api_key_env: None,
+            config,
+        };
+        let got = |a: &StatusArgs| {
+            let api = api_for(d, a).expect("api");
+            (api.base_url, api.key_env)
+        };
+        let s = |v: &str, from| (v.to_string(), from);
+        // No manifest, no config: OpenRouter's, as before.
+        assert_eq!(
+            got(&args(None, None)),
+            (
+                s(crate::openrouter::DEFAULT_BASE_URL, Source::Default),
+                s("OPENROUTER_API_KEY", Source::Default)
+            )
+        );
+        let config = d.join("harvest.toml");
+        std::fs::write(
+            &config,
+            "base_url = \"http://127.0.0.1:7/api/v1\"\napi_key_env = \"CONFIG_KEY\"\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"gone.jsonl\"\n",
+        )
+        .expect("config");
+        assert_eq!(
+            got(&args(None, Some(config.clone()))),
+            (
+                s("http://127.0.0.1:7/api/v1", Source::Config),
+                s("CONFIG_KEY", Source::Config)
+            )
+        );
+        std::fs::write(
+            manifest_path(d),
+            r#"{"model": "m", "params": {}, "created_at": "", "harvest_version": "",
+                "base_url": "http://127.0.0.1:8/api/v1", "api_key_env": "RUN_KEY"}"#,
+        )
+        .expect("manifest");
+        assert_eq!(
+            got(&args(None, Some(config))),
+            (
+                s("http://127.0.0.1:8/api/v1", Source::Manifest),
+                s("RUN_KEY", Source::Manifest)
+            )
+        );
+        assert_eq!(
+            got(&args(Some("http://127.0.0.1:9/api/v1"), None)),
+            (
+                s("http://127.0.0.1:9/api/v1", Source::Flag),
+                s("RUN_KEY", Source::Manifest)
+            )
+        );
+        // A damaged manifest is said, not passed over for OpenRouter's API.
+        std::fs::write(manifest_path(d), "{\"model\": ").expect("damaged");
+        let err = api_for(d, &args(None, None)).err().expect("refused");
+        assert!(err.0.contains("not a harvest manifest"), "{}", err.0);
+    }
 
     /// With no engine, status reads what the ledger says, and what the next start books of the
     /// answers a kill kept without their `complete` line (`run --check` says the same).

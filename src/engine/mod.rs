@@ -106,6 +106,13 @@ pub struct Manifest {
     /// recorded; the next start records it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_files: Option<PromptMarks>,
+    /// The API the latest run asked, where `status --reconcile` asks about what it left open.
+    /// Not recorded when the URL carries a user or password (a secret stays in the config).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The name of the environment variable the latest run read its key from (never the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
 }
 
 /// The prompt files' marks of a manifest, by dataset.
@@ -213,6 +220,9 @@ fn check_manifest(
                 .collect(),
         ),
         prompt_files: None,
+        base_url: Some(cfg.base_url.clone())
+            .filter(|u| crate::openrouter::client::shown_url(u) == u.as_str()),
+        api_key_env: Some(cfg.api_key_env.clone()),
     };
     if let Ok(text) = std::fs::read_to_string(&path) {
         let old: Manifest = serde_json::from_str(&text).map_err(|e| {
@@ -282,7 +292,7 @@ fn check_manifest(
             || old.shard != mine.shard
             || !write
         {
-            return Ok(marks);
+            return record_api(&path, old, &mine, write).map(|()| marks);
         }
     }
     if write {
@@ -296,6 +306,24 @@ fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), EngineError> {
     let path = manifest_path(dir);
     let bytes = serde_json::to_vec_pretty(m).map_err(|e| EngineError::Startup(e.to_string()))?;
     output::write_atomic(&path, &bytes)
+        .map_err(|e| EngineError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+/// A manifest kept as it is but for the API it names: this run's (`mine`'s), if another (or
+/// none, in a manifest written before it was recorded), so that `status --reconcile` asks
+/// where the generations this run leaves open are.
+fn record_api(path: &Path, old: Manifest, mine: &Manifest, write: bool) -> Result<(), EngineError> {
+    if !write || (old.base_url == mine.base_url && old.api_key_env == mine.api_key_env) {
+        return Ok(());
+    }
+    let kept = Manifest {
+        base_url: mine.base_url.clone(),
+        api_key_env: mine.api_key_env.clone(),
+        ..old
+    };
+    let bytes =
+        serde_json::to_vec_pretty(&kept).map_err(|e| EngineError::Startup(e.to_string()))?;
+    output::write_atomic(path, &bytes)
         .map_err(|e| EngineError::Input(format!("cannot write {}: {e}", path.display())))
 }
 
@@ -389,4 +417,62 @@ pub fn recorded_spend(dir: &Path, datasets: &[String]) -> Result<Usd, EngineErro
     scan::scan_dir(dir, datasets)
         .map(|s| s.carried())
         .map_err(|e| EngineError::Input(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(base_url: &str, key_var: &str) -> Config {
+        let text = format!(
+            "base_url = \"{base_url}\"\napi_key_env = \"{key_var}\"\n\
+             [[dataset]]\nname = \"A\"\nprompts = \"a.jsonl\"\n"
+        );
+        Config::parse_unchecked(&text, Path::new("harvest.toml")).expect("config")
+    }
+
+    fn read(dir: &Path) -> Manifest {
+        let text = std::fs::read_to_string(manifest_path(dir)).expect("manifest");
+        serde_json::from_str(&text).expect("a manifest")
+    }
+
+    /// The manifest names the API and the key's variable of the latest run (for `status
+    /// --reconcile`), never a URL's password; one written before they were recorded loads,
+    /// and the next run adds them without changing the rest.
+    #[test]
+    fn the_manifest_names_the_runs_api_and_key_variable() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        let (url, var) = ("http://127.0.0.1:9/api/v1", "MY_RUN_KEY");
+        check_manifest(d, &cfg(url, var), (false, false), None, true).expect("first run");
+        let m = read(d);
+        assert_eq!(
+            (m.base_url.as_deref(), m.api_key_env.as_deref()),
+            (Some(url), Some(var))
+        );
+        // Written before these fields: they are absent from the file, and it still loads.
+        let mut old = serde_json::to_value(&m).expect("json");
+        let o = old.as_object_mut().expect("object");
+        o.remove("base_url");
+        o.remove("api_key_env");
+        o.insert("created_at".into(), "2025-01-01T00:00:00Z".into());
+        std::fs::write(manifest_path(d), old.to_string()).expect("old manifest");
+        assert_eq!(read(d).base_url, None);
+        // A check compares only; a run records them and keeps the rest as it was.
+        check_manifest(d, &cfg(url, var), (false, false), None, false).expect("check");
+        assert_eq!(read(d).api_key_env, None);
+        check_manifest(d, &cfg(url, var), (false, false), None, true).expect("resume");
+        let m = read(d);
+        assert_eq!(m.created_at, "2025-01-01T00:00:00Z");
+        assert_eq!(
+            (m.base_url.as_deref(), m.api_key_env.as_deref()),
+            (Some(url), Some(var))
+        );
+        // A URL with a password in it is not copied out of the config.
+        let secret = "http://user:s3cret@127.0.0.1:9/api/v1";
+        check_manifest(d, &cfg(secret, var), (false, false), None, true).expect("resume");
+        let text = std::fs::read_to_string(manifest_path(d)).expect("manifest");
+        assert!(!text.contains("s3cret"), "{text}");
+        assert_eq!(read(d).base_url, None);
+    }
 }
