@@ -572,10 +572,11 @@ pub struct StatusArgs {
     pub report: bool,
     /// Settle what a crashed run left open, without starting a run: looks up its open
     /// generations at `GET /generation` of the run's own API (with its key variable, both
-    /// recorded in the directory's manifest) and books those the API knows at their cost.
-    /// Requests caught before any answer, and generations unknown for 15 minutes, stay open
-    /// with their expected cost said: the next run books them and trues up against the key's
-    /// usage. Refused while a run holds the directory.
+    /// recorded in the directory's manifest) and books those the API knows at their cost; an
+    /// API that cannot be reached is an error (exit 1). Requests caught before any answer, and
+    /// generations unknown for 15 minutes, stay open with their expected cost said: the next
+    /// run books them and trues up against the key's usage. Refused while a run holds the
+    /// directory.
     #[arg(long, conflicts_with = "report")]
     pub reconcile: bool,
     /// With --reconcile: the API's base URL (default: the run's, recorded in its manifest,

@@ -246,7 +246,7 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     let mut opts = ClientOptions::new(api.base_url.0.clone(), ApiKey::from_env(key_env));
     opts.ca_certs.extend(api.ca_cert);
     let client = OpenRouterClient::new(opts).map_err(|e| BadInput(e.to_string()))?;
-    // As shown to people (a password in it is `***`).
+    // As shown to people (a password in it is `***`): the client moves into the look-ups.
     let url = client.base_url().into_owned();
     let orphans = scan.orphans();
     let closed = scan.ledger.closed_unconfirmed.clone();
@@ -285,14 +285,28 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
     // `/generation` figures that cannot be bills (`booked_cost`), named below.
     let mut refused: Vec<String> = Vec::new();
     let (mut confirmed, mut confirmed_delta) = (0u64, Usd::ZERO);
+    // Ids no ask of which reached the API (refused, DNS, TLS, timed out), and the last reason:
+    // not "too recent", which only an API that answered can say.
+    let (mut unreached, mut unreached_why) = (0u64, String::new());
     let items = (orphans.into_iter().chain(closed))
         .filter_map(|e| Some((e.generation_id.clone()?, e)))
         .collect();
     let mut answers = std::pin::pin!(look_up(client, items, Until::Deadline(RECONCILE_DEADLINE)));
     while let Some(answer) = answers.next().await {
-        let LookedUp::Done { entry, cost, .. } = answer else {
+        let LookedUp::Done {
+            entry,
+            cost,
+            unreached: not_reached,
+            ..
+        } = answer
+        else {
             continue;
         };
+        if let Some(why) = not_reached {
+            unreached += 1;
+            unreached_why = why;
+            continue;
+        }
         if entry.kind == SpendKind::Cancelled {
             // A stream a run closed: the API's cost is an adjustment of its estimate (a line
             // even when it was right, marking it confirmed); unknown for good, it stays as
@@ -385,7 +399,18 @@ async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<()> {
             refused.join(", ")
         ));
     }
-    outln!("{}", crate::printable::printable(&said));
+    let said_something = found + confirmed + left + waiting > 0 || !refused.is_empty();
+    if unreached == 0 || said_something {
+        outln!("{}", crate::printable::printable(&said));
+    }
+    if unreached > 0 {
+        return Err(anyhow::anyhow!(
+            "the API at {url} ({}) could not be reached: {unreached_why}. {unreached} open \
+             generations were not looked up and stay open: check the URL and the network (or \
+             name the API with --base-url), then ask again",
+            api.base_url.1.said()
+        ));
+    }
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 
-use crate::openrouter::OpenRouterClient;
+use crate::openrouter::{ApiError, OpenRouterClient};
 use crate::store::output::SpendEntry;
 
 /// Look-ups in flight at once.
@@ -43,8 +43,12 @@ pub(crate) enum Answer {
     Cost(f64, Option<u64>),
     /// 404: not recorded yet (or never).
     NotYet,
-    /// A 5xx, a dropped connection, no answer in time: asked again next pass.
+    /// A 5xx, or a body that does not parse: asked again next pass.
     Retry,
+    /// No answer from the API at all (refused, DNS, TLS, a connection lost, no answer in
+    /// [`ONE_ASK`]), and why: asked again next pass, as [`Answer::Retry`]; told apart so that
+    /// an API that cannot be reached is not taken for one that does not know the id yet.
+    Unreached(String),
     /// 429: every look-up waits this long (or [`RATE_PAUSE`]) and this one is asked again.
     RateLimited(Option<Duration>),
     /// Anything else (a refused key, a body that is not a generation): asked no more.
@@ -62,6 +66,9 @@ pub(crate) enum LookedUp {
         /// The completion tokens billed, when found.
         completion_tokens: Option<u64>,
         said_before: bool,
+        /// Asked, and every ask failed before the API answered: the last failure (its cost is
+        /// unknown because the API could not be asked, not because it does not know it yet).
+        unreached: Option<String>,
     },
     /// Not known on its first ask: still asked in later passes (the caller stops waiting for
     /// it, and keeps its hold).
@@ -78,6 +85,10 @@ pub(crate) struct Item {
     asked: u32,
     /// A `NotOnFirstPass` was handed on for it.
     said: bool,
+    /// Some ask of it got an answer from the API (whatever the answer).
+    answered: bool,
+    /// Why its last ask got none, while none has.
+    unreached: Option<String>,
 }
 
 impl Item {
@@ -89,6 +100,7 @@ impl Item {
         LookedUp::Done {
             completion_tokens,
             said_before: self.said,
+            unreached: if self.answered { None } else { self.unreached },
             entry: self.entry,
             cost,
         }
@@ -122,6 +134,8 @@ impl Plan {
                     age,
                     asked: 0,
                     said: false,
+                    answered: false,
+                    unreached: None,
                 })
                 .collect(),
             again: Vec::new(),
@@ -161,6 +175,10 @@ impl Plan {
     ) -> Vec<LookedUp> {
         self.running -= 1;
         let mut out = Vec::new();
+        match &answer {
+            Answer::Unreached(why) => item.unreached = Some(why.clone()),
+            _ => item.answered = true,
+        }
         match answer {
             Answer::Cost(c, tokens) => out.push(item.found(Some(c), tokens)),
             Answer::Refused => out.push(item.done(None)),
@@ -176,7 +194,7 @@ impl Plan {
                     self.queue.push_front(item);
                 }
             }
-            Answer::NotYet | Answer::Retry => {
+            Answer::NotYet | Answer::Retry | Answer::Unreached(_) => {
                 let aged = item.age + now >= super::reconcile::UNKNOWN_AFTER;
                 if aged && self.until == Until::AgedOut {
                     out.push(item.done(None));
@@ -245,7 +263,7 @@ impl Plan {
 }
 
 /// What the API's answer to one look-up means for its pacing.
-fn answer_of(r: Result<crate::openrouter::GenerationInfo, crate::openrouter::ApiError>) -> Answer {
+fn answer_of(r: Result<crate::openrouter::GenerationInfo, ApiError>) -> Answer {
     match r {
         Ok(g) => match g.cost_to_user() {
             Some(c) => Answer::Cost(c, g.native_tokens_completion.or(g.tokens_completion)),
@@ -253,6 +271,12 @@ fn answer_of(r: Result<crate::openrouter::GenerationInfo, crate::openrouter::Api
         },
         Err(e) if e.status() == Some(429) => Answer::RateLimited(e.retry_after()),
         Err(e) if e.status() == Some(404) => Answer::NotYet,
+        Err(
+            e @ (ApiError::Connect(_)
+            | ApiError::Connection(_)
+            | ApiError::Timeout(_)
+            | ApiError::Invalid(_)),
+        ) => Answer::Unreached(e.to_string()),
         Err(e) if e.status().is_none() || e.is_retryable() => Answer::Retry,
         Err(_) => Answer::Refused,
     }
@@ -276,7 +300,7 @@ pub(crate) fn look_up(
         let r = tokio::time::timeout(ONE_ASK, client.generation(&item.id)).await;
         let answer = match r {
             Ok(r) => answer_of(r),
-            Err(_) => Answer::Retry,
+            Err(_) => Answer::Unreached(format!("no answer in {} s", ONE_ASK.as_secs())),
         };
         (item, answer)
     };
@@ -462,6 +486,48 @@ mod tests {
         assert!(
             matches!(out.as_slice(), [LookedUp::Done { cost: None, .. }]),
             "{out:?}"
+        );
+        assert!(plan.is_done());
+    }
+
+    #[test]
+    fn an_api_never_reached_is_told_from_one_that_does_not_know_the_id_yet() {
+        let mut plan = Plan::new(items(2), Until::Deadline(3 * S));
+        let refused = || Answer::Unreached("could not connect: connection refused".into());
+        let (_, out) = round(&mut plan, Duration::ZERO, |_| refused());
+        // Each is said once as not known on its first ask, as after a 404, and asked again.
+        assert!(
+            out.iter().all(|x| matches!(x, LookedUp::NotOnFirstPass(_))),
+            "{out:?}"
+        );
+        // gen-1 reaches the API on the second pass (404: not known yet); gen-0 never does.
+        let (asked, _) = round(&mut plan, S, |i| {
+            if i.id == "gen-1" {
+                Answer::NotYet
+            } else {
+                Answer::Unreached("no answer in 10 s".into())
+            }
+        });
+        assert_eq!(asked.len(), 2);
+        let mut out = plan.expire(3 * S);
+        out.sort_by_key(|x| format!("{x:?}"));
+        let unreached: Vec<_> = (out.iter())
+            .map(|x| match x {
+                LookedUp::Done {
+                    cost: None,
+                    unreached,
+                    entry,
+                    ..
+                } => (entry.id.clone(), unreached.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            unreached,
+            [
+                ("p0".to_string(), Some("no answer in 10 s".to_string())),
+                ("p1".to_string(), None),
+            ]
         );
         assert!(plan.is_done());
     }

@@ -404,6 +404,146 @@ async fn status_reconcile_settles_a_crash_without_a_run() {
     sim.stop().await;
 }
 
+/// Copies the regular files of `from` (not the control socket) into a new `to`.
+fn copy_files(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("dir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        if e.file_type().expect("type").is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+        }
+    }
+}
+
+/// `harvest status OUT --reconcile` with no `--base-url`, no `--api-key-env` and no
+/// OPENROUTER_API_KEY asks the run's own API with the run's own key variable, both read from
+/// its manifest (issue #51: it refused for want of OPENROUTER_API_KEY, and without a key
+/// flag asked openrouter.ai): a kill leaves every stream open, and the reconcile brings the
+/// ledger to the simulator's bill. A copy of the killed directory asked once the simulator
+/// is gone fails with exit 1 naming the URL, instead of calling the generations too recent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reconcile_asks_the_runs_own_api_and_says_when_it_cannot() {
+    const VAR: &str = "HARVEST_OWN_RECONCILE_KEY";
+    let sim = paced_sim(1.0, 3000.0).await;
+    sim.state
+        .control(&harvest::sim::ControlRequest {
+            // Every answer long: none ends before the kill.
+            output_tokens_sigma: Some(0.0),
+            // A close is billed at once (not when the provider would have finished).
+            all: Some(harvest::sim::EndpointPatch {
+                cancel_stops_billing: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .expect("control");
+    let base = sim.base_url();
+    let dir = tempfile::tempdir().expect("tmp");
+    let n = 20;
+    let config = write_job(
+        dir.path(),
+        n,
+        &base,
+        VAR,
+        "concurrency = 20\n[request]\nmax_tokens = 4000",
+        "O",
+    );
+    let out_dir = dir.path().join("out");
+    let scan = |d: &Path| harvest::store::scan::scan_dir(d, &["O".to_string()]).expect("scan");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    run.args(["run", "--headless", "-c"])
+        .arg(&config)
+        .env(VAR, KEY)
+        .env_remove("OPENROUTER_API_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = run.spawn().expect("spawn");
+    // Every request answered with its headers (a generation id to look up), none ended.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scan(&out_dir).ledger.open.len() < n {
+        assert!(Instant::now() < deadline, "headers too slow");
+        assert!(child.try_wait().expect("wait").is_none(), "ended early");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let killed = scan(&out_dir);
+    assert_eq!(
+        (killed.orphans().len(), killed.ledger.unknown.len()),
+        (n, 0),
+        "every generation left open, each with its id"
+    );
+    let copy = dir.path().join("copy");
+    copy_files(&out_dir, &copy);
+
+    let reconcile = |d: std::path::PathBuf| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_harvest"));
+        c.args(["status", "--reconcile"])
+            .arg(d)
+            .env(VAR, KEY)
+            .env_remove("OPENROUTER_API_KEY");
+        c
+    };
+    let mut c = reconcile(out_dir.clone());
+    let first = tokio::task::spawn_blocking(move || c.output().expect("status runs"))
+        .await
+        .expect("join");
+    let (said, told) = (
+        String::from_utf8_lossy(&first.stdout).to_string(),
+        String::from_utf8_lossy(&first.stderr).to_string(),
+    );
+    assert!(first.status.success(), "{said}{told}");
+    assert!(
+        told.contains(&format!(
+            "asking {base} (the run's, from its manifest) with the key in {VAR} (the run's, \
+             from its manifest)"
+        )),
+        "{told}"
+    );
+    // The look-ups wait for the simulator to record each close: all are found.
+    assert!(
+        said.contains(&format!("{n} generations found at the API")),
+        "{said}"
+    );
+    let after = scan(&out_dir);
+    assert!(after.orphans().is_empty(), "{said}");
+    assert_eq!(
+        after.ledger.total,
+        sim.state.billed_total(),
+        "the ledger is the bill: {said}"
+    );
+
+    sim.stop().await;
+    let mut c = reconcile(copy.clone());
+    let gone = tokio::task::spawn_blocking(move || c.output().expect("status runs"))
+        .await
+        .expect("join");
+    let (said, told) = (
+        String::from_utf8_lossy(&gone.stdout).to_string(),
+        String::from_utf8_lossy(&gone.stderr).to_string(),
+    );
+    assert_eq!(gone.status.code(), Some(1), "{said}{told}");
+    assert!(
+        told.contains(&format!(
+            "the API at {base} (the run's, from its manifest) could not be reached"
+        )),
+        "{told}"
+    );
+    assert!(
+        told.contains(&format!("{n} open generations were not looked up")),
+        "{told}"
+    );
+    assert!(
+        !(said.clone() + &told).contains("too recent"),
+        "{said}{told}"
+    );
+    assert_eq!(
+        scan(&copy).orphans().len(),
+        n,
+        "nothing booked, everything still open"
+    );
+}
+
 /// The crash campaign: several `kill -9` at random points with hundreds of requests in flight,
 /// many of them before their first token, then a resume. One row per id, and with a key that
 /// serves only this job the ledger ends within 0.5% of what the simulator billed: estimates of

@@ -322,6 +322,7 @@ impl Supervisor {
                 cost,
                 said_before,
                 completion_tokens,
+                ..
             } => {
                 if !said_before {
                     rec.first_answers += 1;
