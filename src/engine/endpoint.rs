@@ -26,6 +26,10 @@ pub(crate) struct RunEndpoint {
     /// Closing the connection stops billing here (OpenRouter documents DeepInfra, Together,
     /// Novita, Fireworks and Chutes); elsewhere a cancelled generation is billed in full.
     pub cancel_stops_billing: bool,
+    /// Tokens one streamed event carries here, as the run learned it from the endpoint's
+    /// completed streams (`core::wire_rate`; one until it has): the workers accrue a stream's
+    /// cost and count its tokens in transit by it.
+    pub tokens_per_event: f64,
     /// A server of the operator's own (`[[endpoint]]`), reached directly rather than through
     /// OpenRouter.
     pub custom: Option<CustomTarget>,

@@ -32,6 +32,7 @@ pub(crate) fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoin
         status: e.status,
         uptime_30m: e.uptime_last_30m,
         context_length: e.context_length,
+        tokens_per_event: 1.0,
         cancel_stops_billing: stops_billing_on_cancel(
             cancel_list,
             e.tag.as_str(),
@@ -75,6 +76,7 @@ fn own(c: &EndpointConfig) -> RunEndpoint {
         uptime_30m: None,
         context_length: None,
         // Aborting a request on one's own server stops the generation.
+        tokens_per_event: 1.0,
         cancel_stops_billing: true,
         custom: Some(CustomTarget {
             model: c.model.clone(),

@@ -49,6 +49,8 @@ pub(crate) async fn run_attempt(
         endpoint: spec.d.pinned,
         price_out: spec.d.price_out.pico_per_token(),
         streamed: 0,
+        per_event: 1.0,
+        tokens: 0.0,
         generation_id: None,
         transit: 0,
     };
@@ -69,7 +71,13 @@ struct Track {
     endpoint: Option<usize>,
     /// The completion price accrued per token, in picodollars.
     price_out: i64,
+    /// Stream events received (what a close is read by: `core::cancel_billing::read_close`).
     streamed: u64,
+    /// Tokens an event carries at its endpoint, as the run has learned it
+    /// (`RunEndpoint::tokens_per_event`), and the tokens received so far by that measure:
+    /// what its cost accrues by.
+    per_event: f64,
+    tokens: f64,
     generation_id: Option<String>,
     /// Its tokens in transit, held against the cap while it streams (a stream the cap closes).
     transit: i64,
@@ -130,7 +138,9 @@ async fn stream_answer(
                 .map_err(by_deadline)?;
             if spec.held_worst_pico() == 0 {
                 // A stream the cap closes: its tokens in transit count against the cap.
-                track.transit = attempt_money::transit_hold(track.price_out);
+                // Events in transit, each carrying what this endpoint's do.
+                let per_event_pico = (track.price_out as f64 * track.per_event) as i64;
+                track.transit = attempt_money::transit_hold(per_event_pico);
                 shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
             }
             // The rest of the stream in one loop per wake-up (`ChatStream::drive`).
@@ -163,8 +173,12 @@ fn count_tokens(
     track: &mut Track,
     p: Progress,
 ) -> ControlFlow<()> {
-    let n = u64::from(p.token_events);
-    track.streamed += n;
+    let events = u64::from(p.token_events);
+    track.streamed += events;
+    // Whole tokens by the endpoint's rate, the fractions carried to the next wake-up.
+    let before = track.tokens as u64;
+    track.tokens += events as f64 * track.per_event;
+    let n = track.tokens as u64 - before;
     accrue(shared, spec, track.price_out * n as i64);
     shared
         .totals
@@ -214,6 +228,7 @@ async fn on_first_chunk(
             .rates(spec.d.prompt_tokens, at)
             .completion
             .pico_per_token();
+        track.per_event = shared.endpoints()[e].tokens_per_event.max(1.0);
         known.store(e, Ordering::Relaxed);
         if spec.d.pinned.is_none() {
             // Routed by OpenRouter: in flight at the endpoint it named, from now.

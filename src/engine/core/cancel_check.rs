@@ -23,9 +23,9 @@ use super::cancel_billing::{self, Evidence};
 use super::journal::Once;
 use super::{Clock, Core, InFlight, Job, RECONCILE_CAPACITY};
 
-/// Tokens a checked stream receives before it is closed: enough that a bill of the whole
-/// answer reads as billed past the close ([`cancel_billing::read_close`]), few enough to cost
-/// little.
+/// Stream events (a token each at least) a checked stream receives before it is closed:
+/// enough that a bill of the whole answer reads as billed past the close
+/// ([`cancel_billing::read_close`]), few enough to cost little.
 pub(crate) const CHECK_AFTER_TOKENS: u64 = 64;
 
 /// The checks of one endpoint.

@@ -158,13 +158,10 @@ impl Core {
 
     /// A completed stream's usage against the events harvest counted: how many tokens an
     /// event carries at its endpoint (`wire_rate`). Reasoning the endpoint did not stream is
-    /// not in the events, so not in the count either.
-    fn learn_wire_rate(
-        &mut self,
-        ep: &Option<super::super::endpoint::RunEndpoint>,
-        c: &Completion,
-    ) {
-        let Some(e) = ep else { return };
+    /// not in the events, so not in the count either. Once learned, and whenever it moves by
+    /// more than a tenth, the workers' pool hears it: they accrue streams' costs by it.
+    fn learn_wire_rate(&mut self, endpoint: Option<usize>, c: &Completion) {
+        let Some(i) = endpoint else { return };
         if c.usage_source != crate::openrouter::UsageSource::Reported {
             return;
         }
@@ -174,7 +171,21 @@ impl Core {
             0
         };
         let streamed = c.usage.completion_tokens.saturating_sub(unstreamed);
-        (self.fleet.wire.entry(e.tag.clone()).or_default()).add(streamed, c.events);
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let rate = self.fleet.wire.entry(tag).or_default();
+        rate.add(streamed, c.events);
+        let Some(k) = rate.estimate() else { return };
+        let was = self.fleet.endpoints[i].tokens_per_event;
+        if (k - was).abs() <= 0.1 * was {
+            return;
+        }
+        let mut pool = self.fleet.endpoints.as_ref().clone();
+        pool[i].tokens_per_event = k;
+        self.effects.push(super::Effect::Repriced {
+            index: i,
+            endpoint: Box::new(pool[i].clone()),
+        });
+        self.fleet.set_endpoints(std::sync::Arc::new(pool));
     }
 
     /// An answer: paid for whatever happens to its text; kept, or (cut at `max_tokens`)
@@ -192,7 +203,7 @@ impl Core {
     ) {
         let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
-        self.learn_wire_rate(&ep, &c);
+        self.learn_wire_rate(endpoint, &c);
         // Paid for; now, is it an answer to keep? (Its text moves to the row.)
         let (text, thought) = (std::mem::take(&mut c.content), c.reasoning.take());
         let (content, reasoning, split) = match self.cfg.split_think {

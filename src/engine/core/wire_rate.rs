@@ -60,6 +60,17 @@ impl TokensPerEvent {
         self.recent.len() >= STREAMS_NEEDED
     }
 
+    /// The best single figure for what one event carries (the recent streams' median), once
+    /// learned: what a stream's cost accrues by.
+    pub(crate) fn estimate(&self) -> Option<f64> {
+        if !self.learned() {
+            return None;
+        }
+        let mut v: Vec<f64> = self.recent.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        Some(v[v.len() / 2])
+    }
+
     /// What one event carries: the least and the most the recent streams showed, with a
     /// little room; [`PRIOR`] until [`STREAMS_NEEDED`] streams completed.
     pub(crate) fn range(&self) -> Range {
@@ -83,6 +94,7 @@ mod tests {
     fn an_endpoints_rate_is_learned_from_its_completed_streams() {
         let mut t = TokensPerEvent::default();
         assert_eq!(t.range(), PRIOR, "nothing completed yet");
+        assert_eq!(t.estimate(), None);
         for _ in 0..STREAMS_NEEDED - 1 {
             t.add(800, 100);
         }

@@ -4,6 +4,7 @@
 use super::super::Event;
 use super::*;
 use crate::engine::Command;
+use crate::engine::core::wire_rate;
 use crate::engine::reason::StopReason;
 
 const NEARLY: &str = "dollar budget nearly committed";
@@ -424,6 +425,61 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     let before = h.core.committed_pico(&h.live.clone());
     h.handle(Event::Unsettled(open("g2")));
     assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
+}
+
+/// Issue #51: an endpoint that sends eight tokens an event is learned from its completed
+/// streams (their usage against their events): from the eighth on, the workers' pool hears it
+/// (they accrue a stream's cost by it), and a check of 64 events billed 528 tokens there reads
+/// stopped where, read as one token an event, it read billed past and doubted the endpoint for
+/// good.
+#[test]
+fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
+    use crate::engine::core::cancel_billing::{Close, read_close};
+    let cfg = config(
+        "budget_usd = 100\nconcurrency = 20\nrouting = \"pinned\"\n\
+         [policy]\nexclude = [\"chutes\", \"together\", \"novita\", \"baseten\"]",
+    );
+    let ids: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(cfg, kimi(), &[&refs]);
+    let moonshot = h.index("moonshotai");
+    let sent: Vec<Dispatch> = h.dispatch();
+    let at_moonshot: Vec<u64> = (sent.iter())
+        .filter(|d| d.pinned == Some(moonshot))
+        .map(|d| d.key)
+        .collect();
+    assert!(
+        at_moonshot.len() >= wire_rate::STREAMS_NEEDED,
+        "{}",
+        at_moonshot.len()
+    );
+    for (n, &key) in at_moonshot
+        .iter()
+        .take(wire_rate::STREAMS_NEEDED)
+        .enumerate()
+    {
+        let mut r = done(key, Some(moonshot), 800, 0.001, "stop");
+        if let AttemptOutcome::Done(c) = &mut r.outcome {
+            c.events = 100;
+        }
+        h.result(r);
+        h.live.spent_pico += Usd::from_f64(0.001).pico();
+        let repriced = h.take_repriced();
+        let heard = repriced.iter().find(|(i, _)| *i == moonshot);
+        if n + 1 < wire_rate::STREAMS_NEEDED {
+            assert!(
+                heard.is_none(),
+                "not before {} streams",
+                wire_rate::STREAMS_NEEDED
+            );
+        } else {
+            assert_eq!(heard.map(|(_, e)| e.tokens_per_event), Some(8.0));
+        }
+    }
+    assert_eq!(h.core.endpoints()[moonshot].tokens_per_event, 8.0);
+    let learned = h.core.fleet.wire["moonshotai"].range();
+    assert_eq!(read_close(64, 528, learned), Close::Stopped);
+    assert_eq!(read_close(64, 528, wire_rate::PRIOR), Close::Unclear);
 }
 
 /// reliability-probe-5 P2: an attempt still unknown to `/generation` after `UNKNOWN_AFTER`

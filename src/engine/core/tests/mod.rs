@@ -88,6 +88,7 @@ pub(super) fn ep(
         status: Some(0),
         uptime_30m: Some(99.0),
         context_length: Some(262_144),
+        tokens_per_event: 1.0,
         cancel_stops_billing: super::super::endpoint::stops_billing_on_cancel(None, tag, provider),
         custom: None,
     }
