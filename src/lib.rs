@@ -18,6 +18,7 @@ pub mod domain;
 pub mod engine;
 pub mod estimate;
 pub mod export;
+pub mod hardening;
 pub(crate) mod headless;
 pub mod logging;
 pub mod openrouter;

@@ -9,6 +9,11 @@ use harvest::cli::{Cli, Command};
 use harvest::commands::{self, exit};
 
 fn main() -> ExitCode {
+    // Before anything reads the key (the environment, a config): a crash must not write it to
+    // a core file (reliability-probe-5 P6).
+    for failed in harvest::hardening::no_core_dumps() {
+        eprintln!("harvest: warning: {failed}");
+    }
     let cli = Cli::parse();
     // `run` (and `attach`, whose TUI owns the screen) log to a file in the output directory;
     // the others to stderr.

@@ -17,6 +17,7 @@ mod engine_run;
 mod estimate;
 mod export;
 mod hangup;
+mod hardening;
 mod init;
 mod integrity;
 mod key_redaction;
