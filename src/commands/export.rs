@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::ExportArgs;
 use crate::config::Config;
-use crate::export::template::ChatTemplate;
+use crate::export::template::{ChatTemplate, Keys};
 use crate::export::{Counts, Exported, Options, Sample, export_all, file_names, render};
 
 use super::BadInput;
+
+/// The key variable of a run whose config does not name one (`api_key_env`'s default).
+const DEFAULT_KEY_VAR: &str = "OPENROUTER_API_KEY";
 use super::run::Out;
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
@@ -23,9 +26,14 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     if let Some(job) = &job {
         refuse_mixed_job(job)?;
     }
+    // The key variables a template may not render: the run's (the config's, its endpoints'),
+    // and the default one, which an export without the config cannot tell from the run's.
+    let mut key_vars = vec![DEFAULT_KEY_VAR.to_string()];
     let (names, prompts, prompt_files) = match &args.config {
         Some(path) => {
             let cfg = Config::load(path).map_err(|e| BadInput(e.to_string()))?;
+            key_vars.push(cfg.api_key_env.clone());
+            key_vars.extend(cfg.endpoints.iter().filter_map(|e| e.api_key_env.clone()));
             let mut prompts = HashMap::new();
             for d in &cfg.datasets {
                 let counted =
@@ -60,6 +68,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         Some(path) => Some(
             ChatTemplate::load(path)
                 .and_then(|t| t.with_kwargs(&args.template_kwarg))
+                .and_then(|t| t.refusing_keys(Keys::from_env(&key_vars)))
                 .map_err(|e| BadInput(e.to_string()))?,
         ),
         None => None,
@@ -70,7 +79,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             // The template is what the user gave: a bad input, as a template that does not
             // compile is.
             e @ (crate::export::ExportError::TemplateFailsEveryRow { .. }
-            | crate::export::ExportError::TemplateRunsAway { .. }) => {
+            | crate::export::ExportError::TemplateRunsAway { .. }
+            | crate::export::ExportError::Template(_)) => {
                 anyhow::Error::from(BadInput(e.to_string()))
             }
             e => e.into(),

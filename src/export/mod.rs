@@ -416,6 +416,10 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
                     })
                 });
             let mut a = answer_rows(job, name, r, room);
+            if let Some(e) = a.template_failure.take_if(|e| e.renders_key()) {
+                stopped = Some(ExportError::Template(e));
+                return;
+            }
             if firsts.note(a.rendered, a.template_failure.take()) {
                 stopped = Some(match firsts.first_runaway.take() {
                     Some(first) if firsts.runaways >= RUNAWAY_ROWS => {

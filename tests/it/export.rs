@@ -803,3 +803,57 @@ async fn the_tools_a_run_offered_are_in_the_training_text() {
         assert_eq!(tools[0]["function"]["name"], "get_weather", "{r}");
     }
 }
+
+/// Hostile `--chat-template` files (reliability-probe-5 P7): a link to `/proc/self/environ`
+/// (as a cloned model repository may plant one: git keeps symlinks) and a saved copy of the
+/// environment, run with the key set. Each is refused with exit 2, naming the file and why,
+/// and no exported file, message or output holds the key. Before, both exited 0 with the
+/// environment, key included, in every row's `text`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_would_carry_the_key_into_rows_is_refused() {
+    const KEY: &str = "sk-or-v1-hostile-template-key-0123456789abcdef";
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let out = multi_turn_run(d).await;
+    let link = d.join("chat_template.jinja");
+    std::os::unix::fs::symlink("/proc/self/environ", &link).expect("symlink");
+    let copy = d.join("environ.jinja");
+    std::fs::write(&copy, format!("HOME=/root\nOPENROUTER_API_KEY={KEY}\n")).expect("copy");
+    for (template, why) in [
+        (&link, "it resolves to /proc/"),
+        (
+            &copy,
+            "it holds the value of OPENROUTER_API_KEY, the API key",
+        ),
+    ] {
+        let to = d.join(format!(
+            "to-{}",
+            template.file_name().expect("name").display()
+        ));
+        let done = Command::new(env!("CARGO_BIN_EXE_harvest"))
+            .arg("export")
+            .arg(&out)
+            .arg("--to")
+            .arg(&to)
+            .args(["--format", "text", "--chat-template"])
+            .arg(template)
+            .env("OPENROUTER_API_KEY", KEY)
+            .output()
+            .expect("export");
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{}: {err}", template.display());
+        assert!(err.contains(&template.display().to_string()), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(!err.contains(KEY) && !done.stdout.windows(KEY.len()).any(|w| w == KEY.as_bytes()));
+        // Refused before anything is written; whatever is there holds no key.
+        if !to.exists() {
+            continue;
+        }
+        for (name, bytes) in files(&to) {
+            assert!(
+                !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+                "{name}"
+            );
+        }
+    }
+}

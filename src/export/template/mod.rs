@@ -7,9 +7,12 @@
 //! own `tojson`; maps keep their keys in the order the row has them, as Python's dicts do.
 
 pub(crate) mod builtin;
+mod file;
+mod keys;
 mod pystr;
 mod tojson;
 
+pub use keys::Keys;
 pub(crate) use pystr::python_trim;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +44,22 @@ pub enum TemplateError {
         /// (half a second of CPU) before it failed.
         runaway: bool,
     },
+    /// The template's text (or its tokens, or a `--template-kwarg`) holds an API key.
+    #[error(
+        "{path}: it holds the value of {var}, the API key: refused, so that no training row \
+         carries the key (is it a copy of the environment, or a link to one?)"
+    )]
+    HoldsKey { path: PathBuf, var: String },
+    /// A rendering wrote an API key: the export stops, whatever the other rows do.
+    #[error(
+        "{path}: rendering row {id} wrote the value of {var}, the API key: the export is \
+         stopped, so that no training row carries the key"
+    )]
+    RendersKey {
+        path: PathBuf,
+        id: String,
+        var: String,
+    },
 }
 
 impl TemplateError {
@@ -56,6 +75,11 @@ impl TemplateError {
     pub fn is_runaway(&self) -> bool {
         matches!(self, TemplateError::Render { runaway: true, .. })
     }
+
+    /// The rendering wrote an API key: no row of the export may be written after it.
+    pub fn renders_key(&self) -> bool {
+        matches!(self, TemplateError::RendersKey { .. })
+    }
 }
 
 /// A compiled chat template with the special tokens its file gave.
@@ -66,6 +90,8 @@ pub struct ChatTemplate {
     eos_token: String,
     /// Extra variables, as `apply_chat_template(..., **kwargs)` passes them (`thinking`).
     kwargs: serde_json::Map<String, Value>,
+    /// Keys no rendering may write (see `keys`).
+    keys: Keys,
 }
 
 /// Variables the renderer sets itself; a template keyword argument may not name them.
@@ -163,41 +189,22 @@ impl ChatTemplate {
     /// Reads and compiles the template in `path`, or the built-in template of that name when
     /// no such file exists.
     pub fn load(path: &Path) -> Result<ChatTemplate, TemplateError> {
-        // A FIFO, a device or a socket would block the open or never end (reliability-probe-4
-        // N11): a template is a file.
-        if let Ok(m) = std::fs::metadata(path)
-            && !m.is_file()
-        {
-            return Err(TemplateError::Read {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "not a regular file (a FIFO, a device, a socket or a directory): give the \
-                     template's file",
-                ),
-            });
-        }
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(source) => {
+        let text = match file::read(path)? {
+            file::Found::Text(text) => text,
+            file::Found::Missing(source) => {
                 let name = path.to_str().unwrap_or_default();
                 if let Some(b) = builtin::find(name) {
                     return Self::compile(path, b.text.to_string(), String::new(), String::new());
                 }
-                let source = if source.kind() == std::io::ErrorKind::NotFound {
-                    std::io::Error::new(
+                return Err(TemplateError::Read {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::new(
                         source.kind(),
                         format!(
                             "{source} (and no built-in template has that name: {})",
                             builtin::names()
                         ),
-                    )
-                } else {
-                    source
-                };
-                return Err(TemplateError::Read {
-                    path: path.to_path_buf(),
-                    source,
+                    ),
                 });
             }
         };
@@ -241,6 +248,7 @@ impl ChatTemplate {
             bos_token,
             eos_token,
             kwargs: serde_json::Map::new(),
+            keys: Keys::default(),
         })
     }
 
@@ -267,6 +275,26 @@ impl ChatTemplate {
             })?;
             self.kwargs.insert(key.to_string(), value);
         }
+        Ok(self)
+    }
+
+    /// Refuses the template when its text, its special tokens or its options hold one of
+    /// `keys`, and makes a rendering that writes one fail with [`TemplateError::RendersKey`]
+    /// (see `keys` for why refused rather than scrubbed).
+    pub fn refusing_keys(mut self, keys: Keys) -> Result<ChatTemplate, TemplateError> {
+        let source = (self.env.get_template(NAME))
+            .map(|t| t.source().to_string())
+            .unwrap_or_default();
+        let kwargs = Value::Object(self.kwargs.clone()).to_string();
+        for text in [&source, &self.bos_token, &self.eos_token, &kwargs] {
+            if let Some(var) = keys.found_in(text) {
+                return Err(TemplateError::HoldsKey {
+                    path: self.path.clone(),
+                    var: var.to_string(),
+                });
+            }
+        }
+        self.keys = keys;
         Ok(self)
     }
 
@@ -321,6 +349,15 @@ impl ChatTemplate {
                 ),
                 cause: "wrote more than a chat template may".to_string(),
                 runaway: true,
+            });
+        }
+        // Its text holds none (`refusing_keys`): a row brought it, or the template built it
+        // from pieces. Either way, not into training.
+        if let Some(var) = self.keys.found_in(&text) {
+            return Err(TemplateError::RendersKey {
+                path: self.path.clone(),
+                id: id.to_string(),
+                var: var.to_string(),
             });
         }
         Ok(text)
@@ -462,6 +499,69 @@ mod tests {
             .render("r", &json!([{"role": "user", "content": long}]))
             .expect("a long row renders");
         assert!(text.len() > 1 << 20);
+    }
+
+    /// A template that holds the key (the probe's `/proc/self/environ`, copied to a file as
+    /// `env > chat_template.jinja` would) is refused, naming the file and the variable; one
+    /// that renders the key from a row fails that rendering. Neither message holds the key.
+    #[test]
+    fn a_template_that_would_render_the_key_is_refused() {
+        const KEY: &str = "sk-or-v1-0123456789abcdef0123456789abcdef";
+        let dir = tempfile::tempdir().expect("tmp");
+        let keys = || {
+            let env = [("OR_TEST_KEY", KEY), ("PATH", "/usr/bin:/bin")];
+            Keys::from_vars(
+                &["OR_TEST_KEY".into()],
+                env.map(|(n, v)| (n.into(), v.into())),
+            )
+        };
+        let environ = write(
+            dir.path(),
+            "chat_template.jinja",
+            &format!("HOME=/root\nOR_TEST_KEY={KEY}\nPATH=/usr/bin:/bin\n"),
+        );
+        let err = ChatTemplate::load(&environ)
+            .expect("a static text compiles")
+            .refusing_keys(keys())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("chat_template.jinja"), "{err}");
+        assert!(
+            err.contains("the value of OR_TEST_KEY, the API key"),
+            "{err}"
+        );
+        assert!(!err.contains(KEY), "{err}");
+        // In a tokenizer_config.json's special token, or an option given on the command line.
+        let cfg = write(
+            dir.path(),
+            "tokenizer_config.json",
+            &json!({"chat_template": "{{ bos_token }}", "bos_token": KEY}).to_string(),
+        );
+        let t = ChatTemplate::load(&cfg).expect("loads");
+        assert!(t.refusing_keys(keys()).is_err());
+        let plain = write(dir.path(), "plain.jinja", "{{ messages[0].content }}");
+        let kwarg = format!("k=\"{KEY}\"");
+        let t = ChatTemplate::load(&plain).expect("loads");
+        let t = t.with_kwargs(&[kwarg]).expect("kwarg");
+        assert!(t.refusing_keys(keys()).is_err());
+        // A rendering that writes the key, from a row, fails as the export's stopper.
+        let t = ChatTemplate::load(&plain)
+            .expect("loads")
+            .refusing_keys(keys())
+            .expect("holds no key");
+        let row = json!([{"role": "user", "content": format!("my key is {KEY}")}]);
+        let err = t.render("row-3", &row).expect_err("refused");
+        assert!(err.renders_key(), "{err}");
+        let said = err.to_string();
+        assert!(
+            said.contains("rendering row row-3 wrote the value of OR_TEST_KEY"),
+            "{said}"
+        );
+        assert!(!said.contains(KEY), "{said}");
+        // Other rows render.
+        let ok = t.render("row-4", &json!([{"role": "user", "content": "hi"}]));
+        assert_eq!(ok.expect("renders"), "hi");
     }
 
     /// Templates that would never end, or would take all memory, stop with an error.

@@ -484,6 +484,44 @@ fn a_template_that_fails_every_row_stops_the_export_after_its_first_rows() {
     );
 }
 
+/// A row whose rendering writes the key stops the export at once, whatever the rows before
+/// did, and no file of the export is written (reliability-probe-5 P7).
+#[test]
+fn a_rendering_that_writes_the_key_stops_the_export() {
+    const KEY: &str = "sk-or-v1-fedcba9876543210fedcba9876543210";
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let rows = [
+        rec("r0", "answer", Some("r"), false),
+        rec("r1", &format!("the key is {KEY}"), Some("r"), false),
+        rec("r2", "answer", Some("r"), false),
+    ];
+    write_lines(&out.join("A.jsonl"), &rows);
+    let p = dir.path().join("t.jinja");
+    std::fs::write(&p, "{% for m in messages %}{{ m.content }}{% endfor %}").expect("template");
+    let keys = template::Keys::from_vars(&["K".into()], [("K".into(), KEY.into())]);
+    let t = template::ChatTemplate::load(&p)
+        .expect("compiles")
+        .refusing_keys(keys)
+        .expect("holds no key");
+    let mut o = SF;
+    o.format = Format::Text;
+    o.require_reasoning = false;
+    let to = dir.path().join("e");
+    let err = export(&out, &["A".into()], &HashMap::new(), &to, &o, Some(&t)).expect_err("stopped");
+    assert!(
+        matches!(err, ExportError::Template(ref e) if e.renders_key()),
+        "{err}"
+    );
+    assert!(err.to_string().contains("rendering row r1"), "{err}");
+    let written: Vec<_> = (std::fs::read_dir(&to).expect("to"))
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| !n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+}
+
 /// The fail-fast rule alone: a row's renderings (how many succeeded, the failure's cause) in,
 /// whether to stop out.
 #[test]
