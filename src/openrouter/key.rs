@@ -47,12 +47,12 @@ fn key_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
 }
 
-/// The length of the longest prefix of `text` that occurs anywhere in `key`.
-fn longest_fragment(text: &[u8], key: &[u8]) -> usize {
-    (0..key.len())
+/// The length of the longest prefix of `text` that occurs anywhere in `form`.
+fn longest_fragment(text: &[u8], form: &[u8]) -> usize {
+    (0..form.len())
         .map(|s| {
             text.iter()
-                .zip(&key[s..])
+                .zip(&form[s..])
                 .take_while(|(a, b)| a == b)
                 .count()
         })
@@ -90,19 +90,99 @@ fn base64_forms(key: &[u8]) -> Vec<Vec<u8>> {
     forms
 }
 
-/// Redacts from `text` anything shaped like an OpenRouter key (`sk-or-` and the key characters
-/// after it) and, given the key, every fragment of it of [`MIN_FRAGMENT`] characters or more
-/// (the whole key when shorter, from 4 characters), and every fragment of its base64 forms of
-/// [`MIN_B64_FRAGMENT`] or more (a server that echoes the `Authorization` header encoded).
+/// One way the key may be written in server text, and how much of it is redacted.
+struct Form {
+    /// Lower-cased when `any_case`.
+    text: Vec<u8>,
+    /// A match this long or longer is redacted.
+    min: usize,
+    /// Letters match in either case (a key upper-cased, hex in either case): matched against
+    /// the lower-cased text.
+    any_case: bool,
+    /// Every `min` bytes of `text`: a position of the text whose next `min` bytes are none of
+    /// these starts no match, which is most positions, found by one look-up instead of a walk
+    /// over the whole form (the forms are about 30 times the key; walking them all made a
+    /// 64 KiB body five times slower to scrub).
+    starts: std::collections::HashSet<Vec<u8>>,
+}
+
+impl Form {
+    fn new(text: Vec<u8>, min: usize, any_case: bool) -> Form {
+        let text = if any_case {
+            text.to_ascii_lowercase()
+        } else {
+            text
+        };
+        let starts = text.windows(min).map(<[u8]>::to_vec).collect();
+        Form {
+            text,
+            min,
+            any_case,
+            starts,
+        }
+    }
+
+    /// How many bytes of `text` from its start are a fragment of this form long enough to be
+    /// redacted (`lower`: the same text lower-cased), or 0.
+    fn matched(&self, text: &[u8], lower: &[u8]) -> usize {
+        let t = if self.any_case { lower } else { text };
+        match t.get(..self.min) {
+            Some(start) if self.starts.contains(start) => longest_fragment(t, &self.text),
+            _ => 0,
+        }
+    }
+}
+
+/// Every form of the key a server echoing it may write (reliability-probe-5 P14): as it is
+/// and reversed, in hex, `%XX`-escaped and `\u00XX`-escaped (also with the backslash itself
+/// escaped, as that text is inside a JSON string), each in any letter case and cut to any
+/// fragment of [`MIN_FRAGMENT`] key bytes; and base64 (see [`base64_forms`]), whose case
+/// carries the bytes.
+fn forms(key: &[u8]) -> Vec<Form> {
+    let min = key.len().min(MIN_FRAGMENT);
+    let per_byte = |each: &dyn Fn(u8) -> String| -> Vec<u8> {
+        key.iter().flat_map(|&b| each(b).into_bytes()).collect()
+    };
+    let mut forms = vec![
+        Form::new(key.to_vec(), min, true),
+        Form::new(key.iter().rev().copied().collect(), min, true),
+        Form::new(per_byte(&|b| format!("{b:02x}")), 2 * min, true),
+        Form::new(per_byte(&|b| format!("%{b:02x}")), 3 * min, true),
+    ];
+    // `\u` escapes stand for characters, not bytes: only an ASCII key is one escape a byte.
+    if key.is_ascii() {
+        forms.push(Form::new(
+            per_byte(&|b| format!("\\u{b:04x}")),
+            6 * min,
+            true,
+        ));
+        forms.push(Form::new(
+            per_byte(&|b| format!("\\\\u{b:04x}")),
+            7 * min,
+            true,
+        ));
+    }
+    forms.extend(
+        (base64_forms(key).into_iter()).map(|text| Form::new(text, MIN_B64_FRAGMENT, false)),
+    );
+    forms
+}
+
+/// Redacts from `text` anything shaped like an OpenRouter key (`sk-or-` in any case and the
+/// key characters after it) and, given the key, every fragment of one of its [`forms`] as long
+/// as that form's minimum: [`MIN_FRAGMENT`] characters of it (the whole key when shorter, from
+/// 4 characters) as written, reversed, hex-, `%`- or `\u`-escaped, in any case, and
+/// [`MIN_B64_FRAGMENT`] of its base64 forms (a server that echoes the `Authorization` header
+/// encoded).
 pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
     let key = key.map(str::as_bytes).filter(|k| k.len() >= 4);
-    let min = key.map_or(usize::MAX, |k| k.len().min(MIN_FRAGMENT));
-    let encoded = key.map(base64_forms).unwrap_or_default();
+    let forms = key.map(forms).unwrap_or_default();
     let t = text.as_bytes();
+    let lower = t.to_ascii_lowercase();
     let mut out = Vec::with_capacity(t.len());
     let mut i = 0;
     while i < t.len() {
-        if t[i..].starts_with(KEY_PREFIX) {
+        if (t.get(i..i + KEY_PREFIX.len())).is_some_and(|p| p.eq_ignore_ascii_case(KEY_PREFIX)) {
             let end = i + KEY_PREFIX.len();
             let n = t[end..].iter().take_while(|b| key_char(**b)).count();
             if n > 0 {
@@ -111,21 +191,13 @@ pub(crate) fn redact(text: &str, key: Option<&str>) -> String {
                 continue;
             }
         }
-        if let Some(k) = key {
-            let n = longest_fragment(&t[i..], k);
-            if n >= min {
-                out.extend_from_slice(MARK);
-                i += n;
-                continue;
-            }
-        }
-        let b64 = (encoded.iter())
-            .map(|form| longest_fragment(&t[i..], form))
+        let n = (forms.iter())
+            .map(|f| f.matched(&t[i..], &lower[i..]))
             .max()
             .unwrap_or(0);
-        if b64 >= MIN_B64_FRAGMENT {
+        if n > 0 {
             out.extend_from_slice(MARK);
-            i += b64;
+            i += n;
             continue;
         }
         out.push(t[i]);
