@@ -1,6 +1,6 @@
 //! The `harvest` binary: parse the command line, run a command, map errors to exit codes
-//! (0 done, 1 runtime failure, 2 bad config or input, 129 terminal or output lost, 130
-//! interrupted).
+//! (0 done, 1 runtime failure or standard output unwritable, 2 bad config or input, 129
+//! terminal or output lost, 130 interrupted).
 
 use std::process::ExitCode;
 
@@ -62,14 +62,29 @@ fn main() -> ExitCode {
             Command::Man(a) => commands::man(a.dir.as_deref()).map(|()| exit::OK),
         }
     });
-    match result {
-        Ok(code) => ExitCode::from(code),
+    let code = match result {
+        Ok(code) => code,
         Err(e) => {
             eprintln!(
                 "harvest: {}",
                 harvest::printable::printable(&commands::error_text(&e))
             );
-            ExitCode::from(commands::exit_code(&e))
+            commands::exit_code(&e)
         }
+    };
+    // What was printed is incomplete (a full disk, `> /dev/full`): a command that did its work
+    // still fails, so that `harvest template print X > X.jinja && ...` stops there. A closed
+    // pipe is the reader's choice and is not counted (commands/stdout.rs).
+    match commands::stdout_failure() {
+        Some(why) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "harvest: {why}");
+            ExitCode::from(if code == exit::OK {
+                exit::FAILURE
+            } else {
+                code
+            })
+        }
+        None => ExitCode::from(code),
     }
 }

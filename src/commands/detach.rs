@@ -79,6 +79,8 @@ pub async fn spawn(args: &RunArgs) -> anyhow::Result<u8> {
             notes,
             no_control,
         }) => {
+            // Not through `stdout`: a write error here does not fail the command, since the
+            // run is started and its exit code must say so (a retry would meet its lock).
             let mut out = std::io::stdout().lock();
             for note in notes {
                 let _ = writeln!(std::io::stderr(), "harvest: {note}");

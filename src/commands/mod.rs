@@ -16,6 +16,8 @@ mod shard;
 pub mod sim;
 pub mod status;
 pub(crate) mod stdout;
+
+pub use stdout::failure as stdout_failure;
 pub mod stop;
 pub mod template;
 

@@ -190,14 +190,17 @@ impl Out {
         let mut out = std::io::stdout().lock();
         // Server text (errors, provider names) is in these lines: no escape sequences.
         let text = crate::printable::printable(text);
-        if out
-            .write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             self.lost = true;
+            // A full disk, unlike a closed pipe, fails the command (`stdout::failure`), and
+            // main.rs says so on stderr: logged at info (a run's log file), not warn (stderr).
+            super::stdout::note_failure(&e);
             // Only a run drains on it (see `Stopper::lost`); `stop` and `attach` merely go quiet.
-            tracing::warn!("standard output is gone: nothing more is printed there");
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                tracing::warn!("standard output is gone: nothing more is printed there");
+            } else {
+                tracing::info!("standard output failed ({e}): nothing more is printed there");
+            }
         }
         !self.lost
     }

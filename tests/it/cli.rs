@@ -319,62 +319,104 @@ fn man_pages_cover_every_command() {
     assert!(pages >= 12, "{pages} pages");
 }
 
+/// Every command that prints a result, with what it needs: a finished run's directory and
+/// config in `d` (its key in `HARVEST_PIPE_KEY`), the simulator at `base`; `export` writes
+/// into `d/export-<tag>`.
+fn printing_commands(d: &std::path::Path, base: &str, tag: &str) -> Vec<Vec<String>> {
+    let out = d.join("out").display().to_string();
+    let cfg = d.join("harvest.toml").display().to_string();
+    let to = d.join(format!("export-{tag}")).display().to_string();
+    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    vec![
+        argv(&["status", &out]),
+        argv(&["status", "--json", &out]),
+        argv(&["status", "--report", &out]),
+        argv(&[
+            "providers",
+            "moonshotai/kimi-k2.5",
+            "--json",
+            "--base-url",
+            base,
+        ]),
+        argv(&["providers", "moonshotai/kimi-k2.5", "--base-url", base]),
+        argv(&["estimate", "--json", "-c", &cfg]),
+        argv(&["estimate", "-c", &cfg]),
+        argv(&["template", "print", "kimi-k2.5-final-turn"]),
+        argv(&["template", "list"]),
+        argv(&["completions", "bash"]),
+        argv(&["man"]),
+        argv(&["export", &out, "--to", &to, "--json"]),
+    ]
+}
+
+/// A finished run of 5 prompts against a fresh simulator in `d`, for [`printing_commands`].
+async fn finished_run(d: &std::path::Path) -> sim::SimHandle {
+    let s = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    crate::common::write_job_with_ids(d, &s.base_url(), "HARVEST_PIPE_KEY", 5, "");
+    let (code, text) =
+        crate::common::run_headless(d, "HARVEST_PIPE_KEY", "sk-or-v1-pipe", &[]).await;
+    assert_eq!(code, 0, "{text}");
+    s
+}
+
+/// Runs `args` with standard output on `stdout`; the exit code and stderr.
+async fn printing_into(args: Vec<String>, stdout: Stdio) -> (i32, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = harvest()
+            .env("HARVEST_PIPE_KEY", "sk-or-v1-pipe")
+            .args(&args)
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("runs");
+        (
+            out.status.code().unwrap_or(-1),
+            format!("{args:?}: {}", String::from_utf8_lossy(&out.stderr)),
+        )
+    })
+    .await
+    .expect("join")
+}
+
 /// A reader that closes the pipe before harvest writes (`| head -c 1` at its worst): every
 /// command that prints a result ends as it would have, exit 0, with no panic and no backtrace.
 /// The read end is closed before the process starts, so every write meets the broken pipe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_pipe_ends_printing_quietly() {
-    let s = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
     let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path().to_path_buf();
-    crate::common::write_job_with_ids(&d, &s.base_url(), "HARVEST_PIPE_KEY", 5, "");
-    let (code, text) =
-        crate::common::run_headless(&d, "HARVEST_PIPE_KEY", "sk-or-v1-pipe", &[]).await;
-    assert_eq!(code, 0, "{text}");
-    let base = s.base_url();
-    let out = d.join("out").display().to_string();
-    let cfg = d.join("harvest.toml").display().to_string();
-    let commands: Vec<Vec<String>> = vec![
-        vec!["status".into(), out.clone()],
-        vec!["status".into(), "--json".into(), out.clone()],
-        vec!["status".into(), "--report".into(), out],
-        vec![
-            "providers".into(),
-            "moonshotai/kimi-k2.5".into(),
-            "--json".into(),
-            "--base-url".into(),
-            base.clone(),
-        ],
-        vec![
-            "providers".into(),
-            "moonshotai/kimi-k2.5".into(),
-            "--base-url".into(),
-            base,
-        ],
-        vec!["estimate".into(), "--json".into(), "-c".into(), cfg.clone()],
-        vec!["estimate".into(), "-c".into(), cfg],
-    ];
-    for args in commands {
-        let (code, err) = tokio::task::spawn_blocking(move || {
-            let (reader, writer) = std::io::pipe().expect("pipe");
-            drop(reader);
-            let out = harvest()
-                .env("HARVEST_PIPE_KEY", "sk-or-v1-pipe")
-                .args(&args)
-                .stdout(writer)
-                .stderr(Stdio::piped())
-                .output()
-                .expect("runs");
-            (
-                out.status.code().unwrap_or(-1),
-                format!("{args:?}: {}", String::from_utf8_lossy(&out.stderr)),
-            )
-        })
-        .await
-        .expect("join");
+    let s = finished_run(dir.path()).await;
+    for args in printing_commands(dir.path(), &s.base_url(), "pipe") {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let (code, err) = printing_into(args, writer.into()).await;
         assert_eq!(code, 0, "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!err.contains("cannot write"), "{err}");
+    }
+    s.stop().await;
+}
+
+/// Standard output that cannot be written for another reason than a closed pipe (a full disk:
+/// `/dev/full` fails every write with ENOSPC) fails every command that prints, exit 1, saying
+/// so (reliability-probe-5 P12: `template print X > /dev/full` exited 0, so a script went on
+/// with an empty template file). Before, each of these exited 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_every_printing_command() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let s = finished_run(dir.path()).await;
+    for args in printing_commands(dir.path(), &s.base_url(), "full") {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full (Linux)");
+        let (code, err) = printing_into(args, full.into()).await;
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("harvest: cannot write standard output: No space left on device"),
+            "{err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
     s.stop().await;
