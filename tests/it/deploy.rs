@@ -49,9 +49,11 @@ fn drain_grace_of(command_line: &str) -> u64 {
 #[test]
 fn a_clusters_stop_signal_leaves_harvest_its_whole_drain() {
     let job = repo_file("deploy/kubernetes/harvest-job.yaml");
-    let command = (job.lines())
-        .find(|l| l.trim_start().starts_with("command:"))
-        .expect("the container's command");
+    // The harvest container's (the init container copies the key), exec'd by its shell so
+    // that the pod's SIGTERM reaches harvest.
+    let command = value_of(block(&job, "containers:"), "command:");
+    assert!(command.contains("exec harvest run"), "{command}");
+    let command = command.as_str();
     let pod_grace = number_after(&job, "terminationGracePeriodSeconds:");
     let drain = drain_grace_of(command);
     assert!(
@@ -131,5 +133,220 @@ fn the_images_build_context_is_the_sources() {
     assert!(
         dockerfile.contains("COPY . ."),
         "the Dockerfile's context is the repository"
+    );
+}
+
+/// The part of `text` from the line that is `start` (after indentation) to the next line as
+/// indented or less.
+fn block<'a>(text: &'a str, start: &str) -> &'a str {
+    let at = (text.lines())
+        .find(|l| l.trim_start() == start)
+        .unwrap_or_else(|| panic!("no {start:?}"));
+    let indent = at.len() - at.trim_start().len();
+    let from = text.find(at).expect("found");
+    let rest = &text[from + at.len()..];
+    let end = (rest.lines())
+        .filter(|l| !l.trim().is_empty())
+        .find(|l| l.len() - l.trim_start().len() <= indent)
+        .and_then(|l| rest.find(l))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// The container's command in `section` (`command: [...]`, a JSON array as the file writes it).
+fn command_of(section: &str) -> Vec<String> {
+    let line = value_of(section, "command:");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// A `harvest` that says what it was given: `ulimit -c`, its environment, its arguments.
+fn stub_harvest(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let stub = dir.join("harvest");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\necho \"CORE $(ulimit -c)\"\nenv\necho \"ARGS $*\"\n",
+    )
+    .expect("stub");
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    stub
+}
+
+/// A Kubernetes secret's file holds the value with no newline, as `--from-env-file` stores it.
+fn write_keys(dir: &Path, keys: &[&str]) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("keys dir");
+    for (k, key) in keys.iter().enumerate() {
+        let f = dir.join(format!("OPENROUTER_API_KEY_{k}"));
+        std::fs::write(&f, key).expect("key");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+}
+
+const KEYS: [&str; 4] = [
+    "sk-or-v1-shard-zero",
+    "sk-or-v1-shard-one",
+    "sk-or-v1-shard-two",
+    "sk-or-v1-shard-three",
+];
+
+/// reliability-probe-5 P18: each pod held every shard's key (`envFrom` the whole secret). Now
+/// only the init container mounts the secret, and copies the index's key alone; the harvest
+/// container mounts that copy. Both commands are run here with `sh` on files laid out as the
+/// pod's, the secret's paths moved into a scratch directory: pod 1 gets key 1 and no other, in
+/// the variable its config names; an index with no key fails with exit 2 (its index fails).
+#[test]
+fn each_pod_holds_only_its_own_shards_key() {
+    let job = repo_file("deploy/kubernetes/harvest-job.yaml");
+    for never in ["envFrom:", "secretRef:", "secretKeyRef:", "--from-literal"] {
+        assert!(!job.contains(never), "{never} in the Job");
+    }
+    assert!(
+        job.contains("--from-env-file="),
+        "the secret is made from a file"
+    );
+    let init = block(&job, "initContainers:");
+    let main = block(&job, "containers:");
+    let secret_volume = block(block(&job, "volumes:"), "- name: all-keys");
+    assert!(
+        secret_volume.contains("secretName: harvest-keys"),
+        "{secret_volume}"
+    );
+    assert!(
+        init.contains("name: all-keys"),
+        "the init container mounts the secret"
+    );
+    assert!(
+        !main.contains("all-keys"),
+        "the harvest container does not: {main}"
+    );
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let (secret, own) = (dir.path().join("secret"), dir.path().join("own"));
+    write_keys(&secret, &KEYS);
+    std::fs::create_dir_all(&own).expect("own");
+    stub_harvest(dir.path());
+    let moved = |cmd: Vec<String>| -> Vec<String> {
+        (cmd.into_iter())
+            .map(|a| {
+                a.replace("/etc/harvest-keys", &secret.display().to_string())
+                    .replace("/run/harvest-key", &own.display().to_string())
+            })
+            .collect()
+    };
+    let sh = |cmd: &[String], index: &str| {
+        std::process::Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+            .env("JOB_COMPLETION_INDEX", index)
+            .output()
+            .expect("sh runs")
+    };
+    let copy = moved(command_of(init));
+    let done = sh(&copy, "1");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(own.join("key")).expect("copied"),
+        KEYS[1]
+    );
+    let run = sh(&moved(command_of(main)), "1");
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        said.contains(&format!("OPENROUTER_API_KEY_1={}\n", KEYS[1])),
+        "{said}"
+    );
+    for (k, key) in KEYS.iter().enumerate().filter(|(k, _)| *k != 1) {
+        assert!(!said.contains(key), "key {k} in pod 1: {said}");
+    }
+    assert!(said.contains("ARGS run --headless --shard auto"), "{said}");
+    // No key for the index: exit 2, which the podFailurePolicy fails at once.
+    let none = sh(&copy, "7");
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("OPENROUTER_API_KEY_7"));
+}
+
+/// The Slurm task reads its own key from its own file, and whatever key variables the
+/// environment still has are gone before harvest starts (`--export` passes none; a task started
+/// otherwise may have them). Run with bash as Slurm would, for task 2 of an array 1-3 (shard 1),
+/// with a stub harvest. A key file others may read is refused with exit 2. Core files are off.
+#[test]
+fn a_slurm_task_holds_only_its_own_shards_key() {
+    let sbatch = repo_file("deploy/slurm/harvest-array.sbatch");
+    let export = value_of(&sbatch, "#SBATCH --export=");
+    assert!(
+        !export.starts_with("ALL") && !export.contains("OPENROUTER"),
+        "--export passes only what harvest needs: {export}"
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let keys = dir.path().join("keys");
+    write_keys(&keys, &KEYS[..3]);
+    let stub = stub_harvest(dir.path());
+    let task = || {
+        std::process::Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/slurm/harvest-array.sbatch"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir.path())
+            .env("SLURM_ARRAY_TASK_ID", "2")
+            .env("SLURM_ARRAY_TASK_MIN", "1")
+            .env("SLURM_ARRAY_TASK_COUNT", "3")
+            .env("HARVEST", &stub)
+            .env("HARVEST_KEY_DIR", &keys)
+            // What an `--export=ALL` submit environment would have passed.
+            .env("OPENROUTER_API_KEY_0", KEYS[0])
+            .env("OPENROUTER_API_KEY_2", KEYS[2])
+            .env("OPENROUTER_API_KEY", KEYS[3])
+            .output()
+            .expect("bash runs")
+    };
+    let done = task();
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        said.contains(&format!("OPENROUTER_API_KEY_1={}\n", KEYS[1])),
+        "{said}"
+    );
+    for (k, key) in KEYS.iter().enumerate().filter(|(k, _)| *k != 1) {
+        assert!(!said.contains(key), "key {k} in shard 1's task: {said}");
+    }
+    assert!(said.contains("CORE 0\n"), "{said}");
+    assert!(said.contains("ARGS run --headless --shard auto"), "{said}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let f = keys.join("OPENROUTER_API_KEY_1");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let open = task();
+    assert_eq!(open.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&open.stderr).contains("may be read by others"));
+}
+
+/// The image and the pods run as one non-root user (probe 5 P18: root 0600 files on the
+/// shared volume), numeric so that runAsNonRoot can check it, with a group the trainer can
+/// share; the Job says how (group_readable).
+#[test]
+fn the_image_and_the_pods_run_as_a_user_the_trainer_can_share_a_group_with() {
+    let dockerfile = repo_file("deploy/Dockerfile");
+    let user = value_of(&dockerfile, "USER ");
+    let (uid, gid) = user.split_once(':').expect("USER uid:gid");
+    let (uid, gid): (u32, u32) = (uid.parse().expect("numeric"), gid.parse().expect("numeric"));
+    assert!(uid != 0 && gid != 0, "{user}");
+    let job = repo_file("deploy/kubernetes/harvest-job.yaml");
+    let pod = block(&job, "securityContext:");
+    assert_eq!(value_of(pod, "runAsNonRoot:"), "true");
+    assert_eq!(number_after(pod, "runAsUser:"), u64::from(uid));
+    assert_eq!(number_after(pod, "fsGroup:"), u64::from(gid));
+    assert!(
+        job.contains("group_readable = true"),
+        "the Job says how a trainer reads"
     );
 }
