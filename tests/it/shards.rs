@@ -256,7 +256,8 @@ async fn the_job_stays_one_job(d: &std::path::Path, sim: &harvest::sim::SimHandl
 }
 
 /// The `deploy/` files run the commands README documents: the Slurm array script, run as
-/// Slurm runs each task (its environment, bash), completes its shards against the simulator;
+/// Slurm runs each task (its environment, bash), completes its shards against the simulator,
+/// each with its own key read from its own file;
 /// the Kubernetes Job runs the same `harvest run` and tells it as many shards as it has
 /// completions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,19 +271,28 @@ async fn the_deploy_files_run_the_documented_shard_command() {
     std::fs::write(
         d.join("harvest.toml"),
         format!(
-            "base_url = \"{}\"\napi_key_env = \"DEPLOY_KEY\"\nbudget_usd = 4.0\n\
-             [[dataset]]\nname = \"A\"\nprompts = \"p.prompts.jsonl\"\n",
+            "base_url = \"{}\"\napi_key_env = \"OPENROUTER_API_KEY_{{shard}}\"\n\
+             budget_usd = 4.0\n[[dataset]]\nname = \"A\"\nprompts = \"p.prompts.jsonl\"\n",
             sim.base_url()
         ),
     )
     .expect("config");
+    // Each task's own key, in its own file only the user may read (the script's way).
+    let keys = d.join("keys");
+    std::fs::create_dir_all(&keys).expect("keys");
+    for k in [0, 1] {
+        use std::os::unix::fs::PermissionsExt;
+        let f = keys.join(format!("OPENROUTER_API_KEY_{k}"));
+        std::fs::write(&f, format!("sk-or-v1-deploy-{k}\n")).expect("key");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
     // An array that starts at 1, as `--array=1-2` makes it.
     for id in [1, 2] {
         let mut c = Command::new("bash");
         c.arg(&script)
             .current_dir(&d)
             .env("HARVEST", env!("CARGO_BIN_EXE_harvest"))
-            .env("DEPLOY_KEY", "sk-or-v1-deploy-000000000000")
+            .env("HARVEST_KEY_DIR", &keys)
             .env("SLURM_ARRAY_TASK_ID", id.to_string())
             .env("SLURM_ARRAY_TASK_MIN", "1")
             .env("SLURM_ARRAY_TASK_COUNT", "2");
@@ -313,7 +323,9 @@ async fn the_deploy_files_run_the_documented_shard_command() {
         "exec \"$HARVEST\" run --headless --shard auto --drain-grace-s 30 -c \"$CONFIG\""
     ));
     assert!(
-        job.contains(r#"command: ["harvest", "run", "--headless", "--shard", "auto", "--drain-grace-s", "30", "-c", "/data/harvest.toml"]"#),
+        job.contains(
+            "exec harvest run --headless --shard auto --drain-grace-s 30 -c /data/harvest.toml\"]"
+        ),
         "{job}"
     );
     let value_after = |key: &str| -> String {
