@@ -9,6 +9,7 @@
 //! reading are in `store::probe_file`) that `harvest providers` shows as a column and the
 //! policy can use (`min_probe_agreement`).
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -86,6 +87,11 @@ struct Sample {
     estimated_cost: bool,
     generation_id: Option<String>,
     prompt_tokens: u64,
+    /// Attempts that failed once a generation had begun (a stall, a cut stream) before the
+    /// one that answered: the provider may bill them, so each is booked as a closed stream
+    /// (its generation id and the events received), for the next start to look up
+    /// (reliability-probe-5 P13: a stalled canary's cost was in no ledger line).
+    abandoned: Vec<(String, u64)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +144,7 @@ fn request(t: &Target, prompt: &str, s: &ProbeSettings) -> ChatRequest {
 async fn ask(t: &Target, prompt: &str, s: &ProbeSettings) -> Sample {
     let req = request(t, prompt, s);
     let mut last: Option<ApiError> = None;
+    let mut abandoned = Vec::new();
     for attempt in 0..s.attempts.max(1) {
         if attempt > 0 {
             let wait = last
@@ -149,7 +156,15 @@ async fn ask(t: &Target, prompt: &str, s: &ProbeSettings) -> Sample {
         }
         let result: Result<Completion, ApiError> =
             match t.client.chat_stream(&req, StreamTimeouts::default()).await {
-                Ok(stream) => stream.collect().await,
+                Ok(mut stream) => match stream.drive(|_| ControlFlow::Continue(())).await {
+                    Ok(_) => stream.finish(),
+                    Err(e) => {
+                        if let Some(g) = stream.generation_id() {
+                            abandoned.push((g.to_string(), stream.events()));
+                        }
+                        Err(e)
+                    }
+                },
                 Err(e) => Err(e),
             };
         match result {
@@ -173,11 +188,13 @@ async fn ask(t: &Target, prompt: &str, s: &ProbeSettings) -> Sample {
                     estimated_cost: estimated,
                     generation_id: c.id.clone(),
                     prompt_tokens: c.usage.prompt_tokens,
+                    abandoned,
                 };
             }
             Err(ApiError::Empty { .. }) => {
                 return Sample {
                     text: Some(String::new()),
+                    abandoned,
                     ..Default::default()
                 };
             }
@@ -192,6 +209,7 @@ async fn ask(t: &Target, prompt: &str, s: &ProbeSettings) -> Sample {
     }
     Sample {
         error: last.map(|e| e.to_string()),
+        abandoned,
         ..Default::default()
     }
 }
@@ -262,7 +280,7 @@ pub async fn run(
         .zip(&grid)
         .enumerate()
         .map(|(i, (t, row))| {
-            spend.extend(spend_lines(t, row, &now));
+            spend.extend(spend_lines(t, row, s, &now));
             score(t, row, &expected, Some(i) == reference_idx)
         })
         .collect();
@@ -337,9 +355,38 @@ fn expected_answers(
         .collect()
 }
 
-/// The ledger lines of one target's samples: each that cost something or named a generation.
-fn spend_lines(t: &Target, row: &[Sample], now: &str) -> Vec<SpendEntry> {
-    row.iter()
+/// The ledger lines of one target's samples: each that cost something or named a generation,
+/// and each attempt abandoned after its generation began (booked as a closed stream at what
+/// it had streamed, estimated, for the next start to look up).
+fn spend_lines(t: &Target, row: &[Sample], s: &ProbeSettings, now: &str) -> Vec<SpendEntry> {
+    let abandoned = (row.iter().enumerate()).flat_map(|(p, sample)| {
+        (sample.abandoned.iter().enumerate()).map(move |(k, (g, events))| {
+            let prompt = prompt_tokens_estimate(PROMPTS[p % PROMPTS.len()]);
+            SpendEntry {
+                endpoint: Some(t.tag.clone()),
+                usd: t.price_in.cost(prompt) + t.price_out.cost(*events),
+                prompt_tokens: prompt,
+                completion_tokens: *events,
+                estimated: true,
+                generation_id: Some(g.clone()),
+                attempt: Some(format!("probe-{now}-{}-{p}-{k}", t.tag)),
+                // Prompt tokens at most a byte each, and the chat template's markers.
+                worst_usd: Some(
+                    t.price_in
+                        .cost(PROMPTS[p % PROMPTS.len()].len() as u64 + 64)
+                        + t.price_out.cost(u64::from(s.max_tokens)),
+                ),
+                ..SpendEntry::new(
+                    SpendKind::Cancelled,
+                    now.to_string(),
+                    format!("probe-{p}"),
+                    "probe",
+                )
+            }
+        })
+    });
+    let answered = row
+        .iter()
         .enumerate()
         .filter(|(_, sample)| sample.cost != Usd::ZERO || sample.generation_id.is_some())
         .map(|(p, sample)| SpendEntry {
@@ -355,8 +402,8 @@ fn spend_lines(t: &Target, row: &[Sample], now: &str) -> Vec<SpendEntry> {
                 format!("probe-{p}"),
                 "probe",
             )
-        })
-        .collect()
+        });
+    answered.chain(abandoned).collect()
 }
 
 /// How one target's answers compare with the expected ones.

@@ -345,3 +345,72 @@ async fn probe_cancel_writes_only_what_it_measured() {
         "{written}"
     );
 }
+
+/// reliability-probe-5 P13: a canary cut after its generation began (here every attempt at one
+/// endpoint is reset mid-answer, which OpenRouter bills: no error finish reason, so no zero
+/// completion insurance) is booked as a closed stream, estimated, under its generation id;
+/// `status --reconcile` then asks `/generation` and the ledger equals the bill. Before, only
+/// answers were booked and each cut attempt's cost was in no line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_cut_after_its_generation_began_is_booked_and_settled() {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let mut patch = HashMap::new();
+    patch.insert(
+        "deepinfra".to_string(),
+        sim::EndpointPatch {
+            faults_spec: Some("reset=1".into()),
+            ..Default::default()
+        },
+    );
+    sim.state
+        .control(&sim::ControlRequest {
+            endpoints: patch,
+            ..Default::default()
+        })
+        .expect("control");
+    let s = setup();
+    let prompts = write_prompts(&s.dir, "p", 4);
+    let cfg = s.dir.join("harvest.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "base_url = \"{}\"\napi_key_env = \"HARVEST_PROBE_TEST_KEY\"\noutput_dir = \"out\"\n\
+             budget_usd = 5.0\n[[dataset]]\nname = \"P\"\nprompts = \"{}\"\n",
+            sim.base_url(),
+            prompts.display()
+        ),
+    )
+    .expect("config");
+    let out = harvest()
+        .args(["probe", "-c"])
+        .arg(&cfg)
+        .args(["--prompts", "2", "--only", "deepinfra,chutes/int4"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    let ledger: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));
+    let cut: Vec<&SpendEntry> = (ledger.iter())
+        .filter(|e| e.kind == SpendKind::Cancelled)
+        .collect();
+    assert!(!cut.is_empty(), "{ledger:?}");
+    assert!(cut.iter().all(|e| e.estimated
+        && e.endpoint.as_deref() == Some("deepinfra")
+        && e.generation_id.is_some()
+        && e.attempt.is_some()));
+    let billed = sim.state.billed_total();
+    assert!(billed.pico() > 0);
+    let out = harvest()
+        .args(["status"])
+        .arg(&s.out)
+        .args(["--reconcile", "--base-url", &sim.base_url()])
+        .args(["--api-key-env", "HARVEST_PROBE_TEST_KEY"])
+        .output()
+        .expect("reconcile");
+    assert!(out.status.success(), "{out:?}");
+    let ledger: Vec<SpendEntry> = read_jsonl(&s.out.join("spend.jsonl"));
+    let booked: harvest::domain::Usd = ledger.iter().map(|e| e.usd).sum();
+    assert_eq!(booked, sim.state.billed_total(), "{ledger:#?}");
+    sim.stop().await;
+}
