@@ -1,6 +1,6 @@
 """mitmproxy add-on that injects network faults in front of an OpenAI-compatible server.
 
-Used by harvest's tests (tests/it/llama_server.rs). One fault can be forced per request with the
+Used by harvest's tests (tests/it/peers/llama_server.rs). One fault can be forced per request with the
 header `x-fault` (delay:MS, reset, status:CODE, abort:BYTES, trunc:BYTES, hang), taken in turn
 from the comma-separated list `fault_cycle` (request i gets entry i mod len; `ok` = no fault),
 or drawn at random with the fault_* percentages below. `fault_log` names a file that gets one

@@ -129,7 +129,7 @@ async fn seed_like_run(learn: bool) -> Figures {
 /// goes on, no 402 rejects a prompt) is checked in virtual time by
 /// src/engine/core/tests/simulation/scenarios.rs (the test of the same name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1 --skip peers::)"]
 async fn a_learned_ceiling_settles_under_the_inflight_budget_instead_of_a_storm() {
     let learned = seed_like_run(true).await;
     let storm = seed_like_run(false).await;

@@ -12,7 +12,7 @@ use harvest::store::output::{SpendEntry, SpendKind};
 /// checked in virtual time by src/engine/core/tests/simulation/scenarios.rs
 /// (`a_run_goes_to_its_full_width_before_the_dollar_cap`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1 --skip peers::)"]
 async fn dollar_budget_is_a_hard_cap_at_2000_streams() {
     assert!(harvest::raise_open_files_limit() >= 4500);
     let s = setup();

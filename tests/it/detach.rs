@@ -313,13 +313,16 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
 }
 
 /// Another local user is refused by the peer-uid check, even with the socket's mode opened
-/// up. Needs root to act as another user; elsewhere the mode check above and the unit test of
-/// the check stand for it.
+/// up. Needs root to act as another user (uid 65534), and a temporary directory that user can
+/// reach: under CI and `.ci/run` either missing is a failure; elsewhere the test says SKIPPED on
+/// the terminal, and the mode check above and the unit test of the check stand for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_user_is_refused_on_the_control_socket() {
     use std::os::unix::process::CommandExt;
     if harvest::remote::own_uid() != 0 {
-        eprintln!("SKIPPED: not root, cannot connect as another user");
+        crate::common::cannot_check(
+            "not root, so no client can connect as another user: the peer-uid refusal was not checked",
+        );
         return;
     }
     let sim = paced_sim(1.0, 150.0).await;
@@ -359,14 +362,21 @@ async fn another_user_is_refused_on_the_control_socket() {
     let raw = match raw {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("SKIPPED: cannot run a client as uid 65534 here: {e}");
+            crate::common::cannot_check(&format!(
+                "cannot run a client as uid 65534 here ({e}): the peer-uid refusal was not checked"
+            ));
             return;
         }
     };
     let said =
         String::from_utf8_lossy(&raw.stdout).to_string() + &String::from_utf8_lossy(&raw.stderr);
     if said.contains("PermissionError") {
-        eprintln!("SKIPPED: uid 65534 cannot reach the socket here: {said}");
+        crate::common::cannot_check(&format!(
+            "uid 65534 cannot reach the socket under {} ({}): the peer-uid refusal was not \
+             checked",
+            dir.path().display(),
+            said.trim()
+        ));
         return;
     }
     assert!(

@@ -218,33 +218,13 @@ async fn inline_thinking_is_split_and_reasoning_only_answers_are_rejected() {
     sim.stop().await;
 }
 
-/// The peers' Python with Jinja2 (scripts/peers.sh), or `None` (see `crate::common::peers_missing`).
-fn peer_python() -> Option<std::path::PathBuf> {
-    let python = crate::common::peer_env()
-        .remove("HARVEST_PEER_PYTHON")
-        .filter(|p| p.is_file())
-        .filter(|p| {
-            Command::new(p)
-                .args(["-c", "import jinja2"])
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-    if python.is_none() {
-        crate::common::peers_missing(
-            "chat template test: the peers' Python with jinja2 is not installed; run \
-             scripts/peers.sh install",
-        );
-    }
-    python
-}
-
-fn fixture(name: &str) -> std::path::PathBuf {
+pub(crate) fn fixture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
 }
 
 /// Moonshot's templates, Qwen3's, harvest's two built-in final-turn variants and harvest's own
 /// test template, as `--chat-template` takes them, with the file Python reads.
-const TEMPLATES: [(&str, &str); 6] = [
+pub(crate) const TEMPLATES: [(&str, &str); 6] = [
     (
         "tests/fixtures/chat_templates/moonshotai-Kimi-K2-Thinking.jinja",
         "tests/fixtures/chat_templates/moonshotai-Kimi-K2-Thinking.jinja",
@@ -271,44 +251,10 @@ const TEMPLATES: [(&str, &str); 6] = [
     ),
 ];
 
-/// The texts Python's Jinja2 renders for `rows` (`{messages, tools?}`) under transformers'
-/// setup (tests/fixtures/chat_templates/render_like_transformers.py), or `None` without the
-/// peers' Python.
-fn python_renders(
-    template_file: &Path,
-    rows: &[serde_json::Value],
-    kwargs: serde_json::Value,
-) -> Option<Vec<serde_json::Value>> {
-    let python = peer_python()?;
-    let job = serde_json::json!({
-        "template": std::fs::read_to_string(template_file).expect("template"),
-        "rows": rows,
-        "kwargs": kwargs,
-    });
-    let mut child = Command::new(&python)
-        .arg(fixture(
-            "tests/fixtures/chat_templates/render_like_transformers.py",
-        ))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(job.to_string().as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("python runs");
-    assert!(out.status.success(), "{}", template_file.display());
-    Some(serde_json::from_slice(&out.stdout).expect("a JSON list"))
-}
-
 /// A multi-turn job against the simulator: six conversations of two user turns (the first
 /// answer the model's own, `turns = "all"`), half with a system turn. Returns the output
 /// directory.
-async fn multi_turn_run(d: &Path) -> std::path::PathBuf {
+pub(crate) async fn multi_turn_run(d: &Path) -> std::path::PathBuf {
     let sim = fast_sim(30.0).await;
     let prompts: String = (0..6)
         .map(|i| {
@@ -427,9 +373,10 @@ fn wanted(out: &Path) -> BTreeMap<String, String> {
 /// The thinking reaches the trainer. Through Moonshot's own Kimi templates no row keeps its
 /// reasoning, and the export says so and names the rows; `--format text --explode-turns`
 /// through the built-in final-turn variants gives SpecForge's pre-formatted path
-/// `<think>{reasoning}</think>{answer}<|im_end|>` for every answer. Every rendering is
-/// Python's, byte for byte, and the rows a speculators-style reader fans out are the answers,
-/// each once.
+/// `<think>{reasoning}</think>{answer}<|im_end|>` for every answer. The rows a
+/// speculators-style reader fans out are the answers, each once, and every row renders through
+/// every template (byte for byte as Python's Jinja2 does: `peers::templates`, which needs the
+/// peers' Python).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -532,104 +479,50 @@ async fn the_drafter_trains_on_the_thinking_through_the_final_turn_templates() {
         "README warns: do not explode for speculators"
     );
 
-    // Every row as written, through every template, byte for byte as Python renders it.
-    for (arg, file) in TEMPLATES {
-        for explode in [false, true] {
-            let to = d.join("py");
-            let mut args = vec!["--chat-template", arg, "--show", "100"];
-            if explode {
-                args.push("--explode-turns");
-            }
-            let (_, samples) = export_json(&out, &to, &args);
-            assert_eq!(samples.len(), if explode { 12 } else { 6 });
-            let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
-            let jobs: Vec<serde_json::Value> = rows
-                .iter()
-                .map(|r| serde_json::json!({"messages": r["conversations"]}))
-                .collect();
-            let Some(python) = python_renders(&fixture(file), &jobs, serde_json::json!({})) else {
-                return;
-            };
-            for ((s, r), py) in samples.iter().zip(&rows).zip(&python) {
-                assert_eq!(s["id"], r["id"]);
-                assert_eq!(&s["text"], py, "{arg} {}", r["id"]);
-            }
+    // Every row as written, through every template: one sample per row, in the rows' order
+    // (peers::templates compares each with Python's rendering, byte for byte).
+    for r in renderings(&out, &d.join("py")) {
+        let n = if r.explode { 12 } else { 6 };
+        assert_eq!((r.samples.len(), r.rows.len()), (n, n), "{}", r.template);
+        for (s, row) in r.samples.iter().zip(&r.rows) {
+            assert_eq!(s["id"], row["id"]);
+            assert!(s["text"].as_str().is_some_and(|t| !t.is_empty()), "{s}");
         }
     }
 }
 
-/// Rows no run writes yet, through the real templates, byte for byte as Python renders them:
-/// tools and tool calls (`tojson` with `separators`, key order, no HTML escaping), a tool
-/// result, characters Python strips (U+001C..U+001F), template options.
-#[test]
-fn the_renderer_matches_python_on_tools_and_edge_characters() {
-    let tools = serde_json::json!([{"type": "function", "function": {
-        "name": "get_weather", "description": "Weather <now> & 'here', é",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                       "required": ["city"]}}}]);
-    let tool_row = serde_json::json!([
-        {"role": "system", "content": "Use tools."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "reasoning_content": "I need the weather.",
-         "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
-                         "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]},
-        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp\": 21}"},
-        {"role": "assistant", "content": "21 degrees.", "reasoning_content": "It said 21."}
-    ]);
-    let ctrl_row = serde_json::json!([
-        {"role": "user", "content": "\u{1c}question with file/group separators\u{1f}"},
-        {"role": "assistant", "content": "answer\u{1e}", "reasoning_content": "thinking\u{1d}"}
-    ]);
-    let plain_row = serde_json::json!([
-        {"role": "user", "content": "<q> & 'x' {{ not a tag }} \u{1f600}"},
-        {"role": "assistant", "content": "a", "reasoning_content": ""}
-    ]);
-    let cases = [
-        (&tool_row, &tools),
-        (&tool_row, &serde_json::Value::Null),
-        (&ctrl_row, &serde_json::Value::Null),
-        (&plain_row, &serde_json::Value::Null),
-    ];
-    for (arg, file) in TEMPLATES {
-        for kwargs in [
-            serde_json::json!({}),
-            serde_json::json!({"thinking": false}),
-        ] {
-            let pairs: Vec<String> = kwargs
-                .as_object()
-                .expect("map")
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let t = harvest::export::template::ChatTemplate::load(Path::new(arg))
-                .or_else(|_| harvest::export::template::ChatTemplate::load(&fixture(arg)))
-                .expect("loads")
-                .with_kwargs(&pairs)
-                .expect("kwargs");
-            let ours: Vec<serde_json::Value> = cases
-                .iter()
-                .map(|(m, tools)| match t.render_with_tools("x", m, tools) {
-                    Ok(text) => serde_json::json!(text),
-                    Err(e) => serde_json::json!({"error": e.to_string()}),
-                })
-                .collect();
-            let jobs: Vec<serde_json::Value> = cases
-                .iter()
-                .map(|(m, tools)| serde_json::json!({"messages": m, "tools": tools}))
-                .collect();
-            let Some(python) = python_renders(&fixture(file), &jobs, kwargs.clone()) else {
-                return;
-            };
-            for (i, (a, b)) in ours.iter().zip(&python).enumerate() {
-                if b.get("error").is_some() {
-                    // The template refuses the row in Python: so must harvest.
-                    assert!(a.get("error").is_some(), "{arg} case {i}: {a}");
-                } else {
-                    assert_eq!(a, b, "{arg} {kwargs} case {i}");
-                }
+/// One export of a run's rows through one of [`TEMPLATES`]: the rows `--show` printed
+/// (`{id, text, ...}`) and the rows written, in the same order.
+pub(crate) struct Rendering {
+    pub template: &'static str,
+    pub file: &'static str,
+    pub explode: bool,
+    pub samples: Vec<serde_json::Value>,
+    pub rows: Vec<serde_json::Value>,
+}
+
+/// Every row of dataset A in `out` through every template of [`TEMPLATES`], as written and
+/// exploded (each export into `to`, `--show 100`).
+pub(crate) fn renderings(out: &Path, to: &Path) -> Vec<Rendering> {
+    let mut all = Vec::new();
+    for (template, file) in TEMPLATES {
+        for explode in [false, true] {
+            let mut args = vec!["--chat-template", template, "--show", "100"];
+            if explode {
+                args.push("--explode-turns");
             }
+            let (_, samples) = export_json(out, to, &args);
+            let rows = crate::common::read_jsonl(&to.join("A.jsonl"));
+            all.push(Rendering {
+                template,
+                file,
+                explode,
+                samples,
+                rows,
+            });
         }
     }
+    all
 }
 
 /// `export --show N | head -1`: the reader goes away; the files are written and the export
@@ -727,16 +620,17 @@ async fn the_show_into_a_pipe_is_the_text_file_byte_for_byte() {
     }
 }
 
-/// A run whose requests offered tools (`[request] extra = { tools = [...] }`): the export
-/// renders each row with the tool declaration the model was conditioned on, through the built-in
-/// K2.5 template byte for byte as Python's Jinja2 renders it (when the peers' Python is here),
-/// and `--format specforge` writes the `tools` column SpecForge and speculators read (the
-/// trainer issue: 234 characters of the prefix were missing).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tools_a_run_offered_are_in_the_training_text() {
+/// A run of four prompts whose requests offered a `get_weather` tool (`[request] extra = {
+/// tools = [...] }`), exported with `--format text --chat-template kimi-k2.5-final-turn` into
+/// `d/text`: the output directory, the text rows, and the run's answers.
+pub(crate) async fn tools_run(
+    d: &Path,
+) -> (
+    std::path::PathBuf,
+    Vec<serde_json::Value>,
+    Vec<harvest::store::output::OutputRecord>,
+) {
     let sim = fast_sim(30.0).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let d = dir.path();
     let prompts: String = (0..4)
         .map(|i| format!("{{\"id\": \"w{i}\", \"prompt\": \"weather in city {i}?\"}}\n"))
         .collect();
@@ -757,42 +651,27 @@ async fn the_tools_a_run_offered_are_in_the_training_text() {
         ],
     );
     assert_eq!(counts["success"].as_u64(), Some(4), "{counts}");
-    let rows: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
-    let answers: Vec<harvest::store::output::OutputRecord> =
-        crate::common::read_jsonl(&out.join("A.jsonl"));
+    let rows = crate::common::read_jsonl(&to.join("A.jsonl"));
+    let answers = crate::common::read_jsonl(&out.join("A.jsonl"));
+    (out, rows, answers)
+}
+
+/// A run whose requests offered tools: the export renders each row with the tool declaration
+/// the model was conditioned on, through the built-in K2.5 template (byte for byte as Python's
+/// Jinja2 renders it: `peers::templates`), and `--format specforge` writes the `tools` column
+/// SpecForge and speculators read (the trainer issue: 234 characters of the prefix were
+/// missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_a_run_offered_are_in_the_training_text() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let (out, rows, _) = tools_run(d).await;
     for r in &rows {
         let text = r["text"].as_str().expect("text");
         assert!(
             text.contains("get_weather") && text.contains("The weather of a city"),
             "{text}"
         );
-    }
-    // Byte for byte as Python renders the same rows with their tools.
-    let jobs: Vec<serde_json::Value> = answers
-        .iter()
-        .map(|a| {
-            let messages: Vec<serde_json::Value> = (a.conversations.iter())
-                .map(|t| match t.role.as_str() {
-                    "assistant" => serde_json::json!({"role": "assistant", "content": t.content,
-                        "reasoning_content": t.reasoning_content.clone().unwrap_or_default()}),
-                    _ => serde_json::json!({"role": t.role, "content": t.content}),
-                })
-                .collect();
-            serde_json::json!({"messages": messages, "tools": a.params["tools"]})
-        })
-        .collect();
-    if let Some(python) = python_renders(
-        &fixture("templates/kimi-k2.5-final-turn.jinja"),
-        &jobs,
-        serde_json::json!({}),
-    ) {
-        for (a, p) in answers.iter().zip(&python) {
-            let ours = rows
-                .iter()
-                .find(|r| r["id"] == a.id.as_str())
-                .expect("exported");
-            assert_eq!(&ours["text"], p, "{}", a.id);
-        }
     }
     let to = d.join("conversations");
     export_json(&out, &to, &[]);

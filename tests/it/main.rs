@@ -1,7 +1,8 @@
 //! The integration tests, in one binary (the crate is linked once, and tests of every file run
 //! side by side): the binary and the engine against the simulator over loopback, failure
-//! modes included, recorded real responses, the TUI in tmux, real llama-server and mitmproxy
-//! peers. Shared helpers are in `common/`.
+//! modes included, recorded real responses, the TUI in tmux, and (in `peers/`, ignored unless
+//! asked for) real llama-server, mitmproxy and Python Jinja2 peers. Shared helpers are in
+//! `common/`.
 
 mod common;
 
@@ -21,7 +22,7 @@ mod hardening;
 mod init;
 mod integrity;
 mod key_redaction;
-mod llama_server;
+mod peers;
 mod pricing;
 mod probe;
 mod prompt_files;

@@ -580,7 +580,7 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
 /// `a_run_goes_to_its_full_width_before_the_dollar_cap` in
 /// src/engine/core/tests/simulation/scenarios.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1 --skip peers::)"]
 async fn thousands_of_concurrent_streams() {
     // Bounded: 2,000 short streams at once against one simulator, all complete.
     assert!(

