@@ -552,13 +552,8 @@ pub async fn check(args: &RunArgs) -> anyhow::Result<()> {
     for note in &r.notes {
         out.line(&format!("harvest: {note}"));
     }
-    for (name, total, finished) in &r.datasets {
-        out.line(&format!(
-            "dataset {name}: {} prompts, {} to send ({} finished or rejected by earlier runs)",
-            crate::domain::group_thousands(*total),
-            crate::domain::group_thousands(total.saturating_sub(*finished)),
-            crate::domain::group_thousands(*finished),
-        ));
+    for d in &r.datasets {
+        out.line(&check_dataset_line(d));
     }
     let (allowed, listed) = r.endpoints;
     out.line(&format!(
@@ -575,6 +570,32 @@ pub async fn check(args: &RunArgs) -> anyhow::Result<()> {
         dir.display()
     ));
     Ok(())
+}
+
+/// What `run --check` says of one dataset. A bad line skip mode rejects is not a prompt to
+/// send: it is said apart (reliability-probe-5 P17).
+fn check_dataset_line(d: &engine::CheckDataset) -> String {
+    let n = crate::domain::group_thousands;
+    let mut line = format!(
+        "dataset {}: {} prompts, {} to send ({} finished or rejected by earlier runs)",
+        d.name,
+        n(d.prompts),
+        n(d.to_send),
+        n(d.finished),
+    );
+    if d.bad_lines > 0 {
+        line.push_str(&format!(
+            "; {} bad line{} rejected as input, never sent (on_bad_line = \"skip\"{})",
+            n(d.bad_lines),
+            if d.bad_lines == 1 { "" } else { "s" },
+            if d.bad_lines_rejected > 0 {
+                format!(", {} of them by earlier runs", n(d.bad_lines_rejected))
+            } else {
+                String::new()
+            }
+        ));
+    }
+    line
 }
 
 /// Runs the job in the foreground (`--detach` is `detach.rs`'s); returns the exit code.

@@ -42,7 +42,7 @@ use crate::store::writer::WriterThread;
 pub use control::{Command, ShutdownMode};
 pub use reason::{OffReason, StopReason};
 pub use snapshot::{RunState, Snapshot};
-pub use start::{CheckReport, check, start};
+pub use start::{CheckDataset, CheckReport, check, start};
 pub use supervisor::RunSummary;
 
 /// Options of one run that are not in the config file.

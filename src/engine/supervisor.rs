@@ -44,6 +44,9 @@ pub(super) use super::publish::write_state;
 pub(super) struct DatasetRun {
     pub book: DatasetBook,
     pub reader: Option<PromptReader>,
+    /// The bad lines of its prompt file that become input rejects (`on_bad_line = "skip"`,
+    /// shard 0 only), counted in `book.total`: never sent.
+    pub bad_lines: u64,
 }
 
 /// The prompt readers of the run, one per dataset.

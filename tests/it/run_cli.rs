@@ -150,8 +150,30 @@ async fn bad_prompt_lines_empty_datasets_and_long_prompts() {
             "on_bad_line = \"skip\"\n[[dataset]]\nname = \"A\"\nprompts = \"bad.jsonl\"\n",
         ),
     );
+    // `run --check` says the bad lines apart: they are input rejects, not prompts to send
+    // (reliability-probe-5 P17: the 3 bad lines were counted "to send").
+    let check = || {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || run(harvest().args(["run", "--check", "-c"]).arg(&cfg)))
+    };
+    let (code, out, err) = check().await.expect("join");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "dataset A: 2 prompts, 2 to send (0 finished or rejected by earlier runs); \
+             3 bad lines rejected as input, never sent"
+        ),
+        "{out}"
+    );
     let (code, out, err) = run_config(&cfg).await;
     assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = check().await.expect("join");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("dataset A: 2 prompts, 0 to send (2 finished")
+            && out.contains("3 of them by earlier runs"),
+        "{out}"
+    );
     assert_eq!(
         std::fs::read_to_string(d.join("out/A.jsonl"))
             .expect("out")

@@ -2,6 +2,7 @@
 
 use crate::config::Config;
 
+use super::super::supervisor::DatasetRun;
 use super::super::{EngineError, RunOptions};
 use super::*;
 
@@ -10,13 +11,48 @@ use super::*;
 pub struct CheckReport {
     /// What a run's start would say (the same notes).
     pub notes: Vec<String>,
-    /// Per dataset: its name, the prompts of its file (this shard's), those earlier runs
-    /// finished or rejected.
-    pub datasets: Vec<(String, u64, u64)>,
+    /// Per dataset: what its prompt file holds and what the run would send.
+    pub datasets: Vec<CheckDataset>,
     /// The endpoints the policy allows now, of those listed (own servers included).
     pub endpoints: (usize, usize),
     /// The key's usage and limit, when the key could be read.
     pub key: Option<crate::openrouter::KeyInfo>,
+}
+
+/// One dataset as `harvest run --check` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckDataset {
+    pub name: String,
+    /// The prompts of its file (this shard's), bad lines not included.
+    pub prompts: u64,
+    /// Those earlier runs finished or rejected.
+    pub finished: u64,
+    /// The prompts the run would send: `prompts` less `finished`.
+    pub to_send: u64,
+    /// The file's bad lines (`on_bad_line = "skip"`): input rejects, never sent.
+    pub bad_lines: u64,
+    /// Of those, the ones earlier runs rejected already.
+    pub bad_lines_rejected: u64,
+}
+
+impl CheckDataset {
+    /// Splits a dataset's book: its total counts the bad lines that skip mode rejects, and its
+    /// finished ids the bad lines earlier runs rejected (`@line:N`); neither is work to send.
+    fn of(d: &DatasetRun) -> CheckDataset {
+        let bad_done = (d.book.done_ids.iter())
+            .filter(|id| id.starts_with(crate::store::prompts::BAD_LINE_ID))
+            .count() as u64;
+        let prompts = d.book.total.saturating_sub(d.bad_lines);
+        let finished = (d.book.done_ids.len() as u64).saturating_sub(bad_done);
+        CheckDataset {
+            name: d.book.name.clone(),
+            prompts,
+            finished,
+            to_send: prompts.saturating_sub(finished),
+            bad_lines: d.bad_lines,
+            bad_lines_rejected: bad_done.min(d.bad_lines),
+        }
+    }
 }
 
 /// `harvest run --check`: everything a run's start checks (the config, the prompt files, the
@@ -49,15 +85,7 @@ pub async fn check(cfg: Config, opts: RunOptions) -> Result<CheckReport, EngineE
         .count();
     Ok(CheckReport {
         notes: r.notes,
-        datasets: (r.datasets.iter())
-            .map(|d| {
-                (
-                    d.book.name.clone(),
-                    d.book.total,
-                    d.book.done_ids.len() as u64,
-                )
-            })
-            .collect(),
+        datasets: r.datasets.iter().map(CheckDataset::of).collect(),
         endpoints: (allowed, r.endpoints.len()),
         key: r.key,
     })

@@ -98,7 +98,7 @@ pub(super) fn ready_dataset(
         cfg.request_for(d),
         reader,
         found.existing,
-        (total, opts.shard),
+        (total, bad, opts.shard),
         counted.duplicates,
     ))
 }
@@ -224,7 +224,7 @@ pub(super) fn dataset_run(
     params: RequestParams,
     reader: PromptReader,
     existing: ExistingDataset,
-    (total, shard): (u64, Option<(u32, u32)>),
+    (total, bad_lines, shard): (u64, u64, Option<(u32, u32)>),
     duplicates: u64,
 ) -> DatasetRun {
     let (done, rejected) = existing.ended_in(shard);
@@ -246,5 +246,6 @@ pub(super) fn dataset_run(
             ..DatasetBook::default()
         },
         reader: Some(reader),
+        bad_lines,
     }
 }

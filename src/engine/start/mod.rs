@@ -36,7 +36,7 @@ use super::shared::Shared;
 use super::stats::Counters;
 use super::{EngineError, EngineHandle, RunOptions, supervisor};
 
-pub use check::{CheckReport, check};
+pub use check::{CheckDataset, CheckReport, check};
 use datasets::*;
 use preflight::*;
 use ready::*;
