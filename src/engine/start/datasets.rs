@@ -19,7 +19,8 @@ pub(crate) fn foreign_turns_note(d: &DatasetConfig, counted: &PromptCount) -> Op
     let n = counted.with_assistant_turns;
     (n > 0 && d.turns == crate::config::Turns::Last).then(|| {
         format!(
-            "dataset {}: {} of {} prompts carry assistant turns the model does not write              (turns = \"last\"): a trainer supervises every assistant turn of a row, so export \
+            "dataset {}: {} of {} prompts carry assistant turns the model does not write \
+             (turns = \"last\"): a trainer supervises every assistant turn of a row, so export \
              leaves those rows out; set turns = \"all\" to have the model write every turn (one \
              request per turn)",
             d.name,

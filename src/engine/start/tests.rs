@@ -29,3 +29,24 @@ fn a_run_needs_three_files_per_dataset_within_the_limit() {
         }
     }
 }
+
+#[test]
+fn the_foreign_turns_note_is_one_line_with_single_spaces() {
+    // reliability-probe-5 P17: a line break in the source left a run of 14 spaces.
+    let d: crate::config::DatasetConfig =
+        toml::from_str("name = \"d\"\nprompts = \"p.jsonl\"\n").expect("dataset");
+    let counted = crate::store::prompts::PromptCount {
+        valid: 2_000,
+        with_assistant_turns: 198,
+        ..Default::default()
+    };
+    let note = super::datasets::foreign_turns_note(&d, &counted).expect("a note");
+    assert!(
+        note.starts_with(
+            "dataset d: 198 of 2,000 prompts carry assistant turns the model does not write \
+             (turns = \"last\"): "
+        ),
+        "{note}"
+    );
+    assert!(!note.contains("  ") && !note.contains('\n'), "{note}");
+}
