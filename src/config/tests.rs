@@ -196,6 +196,46 @@ fn bad_configs_name_file_line_and_key() {
 }
 
 #[test]
+fn a_top_level_key_under_a_table_says_it_is_top_level() {
+    // reliability-probe-5 P17: `on_bad_line` under [[dataset]] said "unknown key" alone.
+    let cases = [
+        (
+            "[[dataset]]\nname = \"a\"\nprompts = \"a\"\non_bad_line = \"skip\"\n",
+            "harvest.toml:4: unknown key `on_bad_line` in dataset[0] (expected one of",
+            Some(
+                "; `on_bad_line` is a top-level key: put it above the first [table] or \
+                  [[dataset]] header, not in dataset[0]",
+            ),
+        ),
+        (
+            "dataset = [{ name = \"a\", prompts = \"a\" }]\n[request]\nbudget_usd = 3\n",
+            "harvest.toml:3: unknown key `budget_usd` in [request]",
+            Some("; `budget_usd` is a top-level key"),
+        ),
+        // Not a top-level key anywhere: no hint.
+        (
+            "[[dataset]]\nname = \"a\"\nprompts = \"a\"\nbudget = 3\n",
+            "harvest.toml:4: unknown key `budget` in dataset[0]",
+            None,
+        ),
+        // At the top level already: no hint.
+        (
+            "budget = 1\ndataset = [{ name = \"a\", prompts = \"a\" }]\n",
+            "unknown key `budget` in the top level",
+            None,
+        ),
+    ];
+    for (text, want, hint) in cases {
+        let err = parse(text).expect_err(text).to_string();
+        assert!(err.contains(want), "{err}\nwanted: {want}");
+        match hint {
+            Some(h) => assert!(err.contains(h), "{err}\nwanted: {h}"),
+            None => assert!(!err.contains("top-level key"), "{err}"),
+        }
+    }
+}
+
+#[test]
 fn a_budget_beyond_the_dollar_counters_is_refused_with_the_limit() {
     let err = parse("budget_usd = 1e300\ndataset = [{ name = \"a\", prompts = \"a\" }]\n")
         .expect_err("too big")

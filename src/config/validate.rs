@@ -333,12 +333,24 @@ impl Check<'_> {
             } else {
                 format!("[{table}]")
             };
+            // A top-level key put under a table (reliability-probe-5 P17: `on_bad_line` under
+            // [[dataset]]): say where it goes, as TOML gives every key after a table header to
+            // that table.
+            let hint = if table != "the top level" && top_level_keys().iter().any(|k| k == name) {
+                format!(
+                    "; `{name}` is a top-level key: put it above the first [table] or \
+                     [[dataset]] header, not in {table}"
+                )
+            } else {
+                String::new()
+            };
             return ConfigError::UnknownKey {
                 path: self.file.to_path_buf(),
                 line,
                 name: name.to_string(),
                 table,
                 expected: expected.to_string(),
+                hint,
             };
         }
         let (key, message) = match msg.strip_prefix("missing field `") {
@@ -360,4 +372,18 @@ impl Check<'_> {
             message,
         }
     }
+}
+
+/// The keys of the file's top level, as serde lists them when it meets one it does not know.
+fn top_level_keys() -> Vec<String> {
+    let Err(e) = toml::from_str::<super::Config>("\"@not a key\" = 0") else {
+        return Vec::new();
+    };
+    let msg = e.message();
+    let Some(expected) = msg.split_once("expected one of ").map(|(_, l)| l) else {
+        return Vec::new();
+    };
+    (expected.split(", "))
+        .map(|k| k.trim_matches('`').to_string())
+        .collect()
 }
