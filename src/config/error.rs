@@ -15,20 +15,16 @@ pub enum ConfigError {
         line: Option<usize>,
         message: String,
     },
-    #[error(
-        "{}: unknown key `{name}` in {table} ({expected}){hint}",
-        loc(path, line)
-    )]
+    #[error("{}: unknown key `{name}` in {table} ({expected})", loc(path, line))]
     UnknownKey {
         path: PathBuf,
         line: Option<usize>,
         name: String,
         /// Where it was found: `the top level`, `[request]`, `dataset[1].request`.
         table: String,
+        /// The keys the table takes, and where this one belongs when it is a top-level key
+        /// (`…; on_bad_line is a top-level key: …`).
         expected: String,
-        /// Where the key belongs when it is one of another table (`; on_bad_line is a
-        /// top-level key: …`), else empty.
-        hint: String,
     },
     /// A wrong type or value, a missing required key, or a failed check after parsing.
     #[error("{}: {key}: {message}", loc(path, line))]

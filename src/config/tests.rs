@@ -204,7 +204,7 @@ fn a_top_level_key_under_a_table_says_it_is_top_level() {
             "harvest.toml:4: unknown key `on_bad_line` in dataset[0] (expected one of",
             Some(
                 "; `on_bad_line` is a top-level key: put it above the first [table] or \
-                  [[dataset]] header, not in dataset[0]",
+                  [[dataset]] header, not in dataset[0])",
             ),
         ),
         (

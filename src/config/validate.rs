@@ -349,8 +349,7 @@ impl Check<'_> {
                 line,
                 name: name.to_string(),
                 table,
-                expected: expected.to_string(),
-                hint,
+                expected: format!("{expected}{hint}"),
             };
         }
         let (key, message) = match msg.strip_prefix("missing field `") {
