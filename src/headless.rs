@@ -91,6 +91,12 @@ pub(crate) fn drain_progress(s: &Snapshot) -> Option<String> {
 
 /// The end-of-run (or `harvest status`) summary.
 pub(crate) fn summary(s: &Snapshot) -> String {
+    summary_of(s, false)
+}
+
+/// The summary; `live` when the run's engine answered on its control socket: it settles the
+/// open look-ups itself, as the API answers them (`harvest status` of a live run).
+pub(crate) fn summary_of(s: &Snapshot, live: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{}  {}  {} after {}{}\n",
@@ -131,9 +137,14 @@ pub(crate) fn summary(s: &Snapshot) -> String {
         out.push_str(&format!(
             "open look-ups: {} requests an earlier run left in flight or closed unconfirmed, \
              expected {:.4} USD more than the ledger holds until the API says what they cost: \
-             the next `harvest run` or `harvest status DIR --reconcile` settles them\n",
+             {}\n",
             group_thousands(s.open_look_ups.count),
-            s.open_look_ups.expected.as_f64()
+            s.open_look_ups.expected.as_f64(),
+            if live {
+                "the live run is settling them as the API answers"
+            } else {
+                "the next `harvest run` or `harvest status DIR --reconcile` settles them"
+            }
         ));
     }
     if let Some(last) = s.last_stretch_s {
@@ -262,6 +273,36 @@ mod tests {
         let mut s = crate::tui::testkit::kimi_snapshot();
         s.state = crate::engine::snapshot::RunState::Running;
         assert_eq!(drain_progress(&s), None, "not draining");
+    }
+
+    #[test]
+    fn open_look_ups_of_a_live_run_are_the_live_runs_to_settle() {
+        // reliability-probe-5 P17: `status` of a live run sent the operator to `harvest run`
+        // or `--reconcile` while the run was settling them.
+        let line = |live: bool| {
+            let mut s = crate::tui::testkit::kimi_snapshot();
+            s.open_look_ups.count = 122;
+            s.open_look_ups.expected = crate::domain::Usd::from_f64(0.5);
+            summary_of(&s, live)
+                .lines()
+                .find(|l| l.starts_with("open look-ups:"))
+                .expect("an open look-ups line")
+                .to_string()
+        };
+        let ended = line(false);
+        assert!(
+            ended.ends_with(
+                "the next `harvest run` or `harvest status DIR --reconcile` settles them"
+            ),
+            "{ended}"
+        );
+        let live = line(true);
+        assert!(
+            live.starts_with("open look-ups: 122 requests")
+                && live.ends_with("the live run is settling them as the API answers"),
+            "{live}"
+        );
+        assert!(!live.contains("--reconcile"), "{live}");
     }
 
     #[test]

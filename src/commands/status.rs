@@ -91,7 +91,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         }
         outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        out!("{}", crate::printable::printable(&headless::summary(&snap)));
+        out!(
+            "{}",
+            crate::printable::printable(&headless::summary_of(&snap, live.is_some()))
+        );
         for note in kept_answers_note(&dir, &kept, "a run would book") {
             outln!("{}", crate::printable::printable(&note));
         }
