@@ -112,6 +112,7 @@ impl Core {
             // model): never the prompt's failure, nor the account's as a whole (issue #35).
             // They leave routing until the listing shows them again, and the prompt goes
             // wider; when the wide request meets the same 404, that one is systematic.
+            self.note_narrowed_restriction(&err, gone.len());
             for e in gone {
                 let tag = self.fleet.endpoints[e].tag.clone();
                 self.fleet.listed[e].present = false;

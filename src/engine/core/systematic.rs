@@ -27,6 +27,10 @@ pub(super) struct Streak {
     /// Its failure says the account's settings leave no endpoint (privacy, constraints,
     /// region): a failure of the account, never of a prompt.
     account_wide: bool,
+    /// The last account-settings 404 (`privacy_restricted`, …) to a request harvest narrowed,
+    /// which took its endpoints out of routing (issue #35), and how many it took out in all:
+    /// a stop later on another 404 names the settings too (reliability-probe-5 P17).
+    narrowed_restriction: Option<(String, usize)>,
 }
 
 #[derive(Debug)]
@@ -100,13 +104,42 @@ impl Core {
         }
     }
 
+    /// A 404 of the account's settings to a narrowed request took `taken_out` endpoints out
+    /// of routing.
+    pub(super) fn note_narrowed_restriction(&mut self, err: &ApiError, taken_out: usize) {
+        if err.is_account_restriction() && taken_out > 0 {
+            let before = self
+                .streak
+                .narrowed_restriction
+                .take()
+                .map_or(0, |(_, n)| n);
+            self.streak.narrowed_restriction = Some((err.signature(), before + taken_out));
+        }
+    }
+
     /// The held failures repeat for every prompt: the run stops with their prompts pending.
     fn stop_systematic(&mut self, now: &Clock) {
         let count = self.streak.held.len() as u32;
         let signature = std::mem::take(&mut self.streak.signature);
         self.requeue_held(now);
+        let mut advice = advice(&signature).to_string();
+        // Another 404 stops the run after the account's settings took endpoints out one
+        // narrowed request at a time: the settings are the likelier cause (a proxy's or a
+        // provider's 404 to what was left), and the stop says so.
+        if signature.starts_with("404")
+            && !signature.contains("privacy_restricted")
+            && !signature.contains("constraint_filtered")
+            && let Some((earlier, n)) = &self.streak.narrowed_restriction
+        {
+            advice.push_str(&format!(
+                "; and the account's privacy and provider settings \
+                 (openrouter.ai/settings/privacy): {earlier} took {n} endpoint{} out of routing \
+                 earlier",
+                if *n == 1 { "" } else { "s" }
+            ));
+        }
         let reason = StopReason::Systematic {
-            advice: advice(&signature).to_string(),
+            advice,
             signature,
             count,
             sample: std::mem::take(&mut self.streak.sample),

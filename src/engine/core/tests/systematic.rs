@@ -356,3 +356,61 @@ fn a_retry_away_from_its_last_failure_and_a_retryable_404_take_nothing_out() {
         "Chutes stays in routing"
     );
 }
+
+/// The proxy case of reliability-probe-5 (P17): the account's privacy settings answer narrowed
+/// requests with `privacy_restricted` (each takes its endpoints out of routing, issue #35),
+/// then the endpoints left answer with another 404 (`no_endpoints`) until the run stops. The
+/// stop names the privacy settings beside the model id; without the earlier privacy 404s it
+/// names the model id alone.
+#[test]
+fn a_404_stop_after_privacy_404s_to_narrowed_requests_names_the_privacy_settings() {
+    let no_endpoints = || {
+        let body = serde_json::json!({"error": {"code": 404, "message": "No endpoints found",
+            "error_type": "not_found", "availability": {"code": "no_endpoints", "retryable": false}}});
+        ApiError::from_response_body(404, None, body.to_string().as_bytes())
+    };
+    for (narrowed_first, names_privacy) in [(true, true), (false, false)] {
+        let mut h = run_with("concurrency = 30\n[retry]\nstop_after_same_error = 20", 60);
+        let chutes = h.index("chutes/int4");
+        if narrowed_first {
+            let now = h.now;
+            for i in 0..h.core.endpoints().len() {
+                if i != chutes {
+                    h.core.fleet.health[i].on_rate_limited(now.mono, Duration::from_secs(30));
+                }
+            }
+            let sent = h.dispatch();
+            assert!(
+                sent.iter().all(|d| d.over == vec![chutes]),
+                "to Chutes alone"
+            );
+            let effects = answer(&mut h, &sent, |_| Some(privacy_404()));
+            assert!(h.core.stopping().is_none(), "{effects:?}");
+            assert_eq!(h.core.off_reason(chutes, &now), Some(OffReason::Gone));
+            h.at(31.0);
+        }
+        let wide = h.dispatch();
+        assert!(wide.len() >= 20, "{}", wide.len());
+        let effects = answer(&mut h, &wide, |_| Some(no_endpoints()));
+        assert!(rejects(&effects).is_empty(), "{:?}", rejects(&effects));
+        let Some(StopReason::Systematic {
+            signature, advice, ..
+        }) = h.core.stopping()
+        else {
+            panic!("a systematic stop: {:?}", h.core.stopping());
+        };
+        assert_eq!(signature, "404 no_endpoints");
+        assert!(advice.starts_with("the model id"), "{advice}");
+        assert_eq!(
+            advice.contains("openrouter.ai/settings/privacy"),
+            names_privacy,
+            "narrowed first: {narrowed_first}: {advice}"
+        );
+        if names_privacy {
+            assert!(
+                advice.contains("404 privacy_restricted took 1 endpoint out of routing"),
+                "{advice}"
+            );
+        }
+    }
+}
