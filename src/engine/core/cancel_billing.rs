@@ -20,7 +20,7 @@ pub(crate) const STOPS_NEEDED: u32 = 3;
 pub(crate) const STOPS_NEEDED_HARD: u32 = 5;
 
 /// What the closed streams of one endpoint showed.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Evidence {
     /// What the run started with (the documented list or the config).
     pub documented: bool,
@@ -35,6 +35,11 @@ pub(crate) struct Evidence {
     /// whatever the endpoint does (the seeded simulation's seed 232 trusted a provider that
     /// bills closes on three such and passed the budget by 4%).
     pub trust_documented: bool,
+    /// Closes that said nothing clear while the endpoint's tokens an event were not yet
+    /// learned (events received, tokens billed): read again once they are. The hard budget's
+    /// checks go out as its last stretch begins, often before any stream there has completed,
+    /// and at several tokens an event the prior's range reads them all unclear.
+    pub unread: Vec<(u64, u64)>,
 }
 
 impl Evidence {
@@ -44,16 +49,26 @@ impl Evidence {
             stopped: 0,
             billed_past: 0,
             trust_documented: true,
+            unread: Vec::new(),
         }
     }
 
     /// One closed stream: `received` stream events reached harvest, each carrying tokens in
-    /// `per_event`, and `billed` tokens were billed. A close that says neither is left out.
-    pub(crate) fn add(&mut self, received: u64, billed: u64, per_event: Range) {
+    /// `per_event` (`learned`, or the prior's), and `billed` tokens were billed. A close that
+    /// says neither is left out; under the prior it is kept to be read again.
+    pub(crate) fn add(&mut self, received: u64, billed: u64, per_event: Range, learned: bool) {
         match read_close(received, billed, per_event) {
             Close::BilledPast => self.billed_past += 1,
             Close::Stopped => self.stopped += 1,
+            Close::Unclear if !learned => self.unread.push((received, billed)),
             Close::Unclear => {}
+        }
+    }
+
+    /// The closes kept unread, read by the endpoint's rate now learned.
+    pub(crate) fn reread(&mut self, per_event: Range) {
+        for (received, billed) in std::mem::take(&mut self.unread) {
+            self.add(received, billed, per_event, true);
         }
     }
 
@@ -135,9 +150,44 @@ impl Core {
             return;
         };
         let was = self.fleet.endpoints[i].cancel_stops_billing;
-        let per_event = (self.fleet.wire.get(tag)).map_or(wire_rate::PRIOR, |w| w.range());
+        let rate = self.fleet.wire.get(tag);
+        let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
+        let per_event = rate.map_or(wire_rate::PRIOR, wire_rate::TokensPerEvent::range);
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
-        ev.add(received, billed, per_event);
+        ev.add(received, billed, per_event, learned);
+        self.settle_cancel_belief(i, (received, billed), now);
+    }
+
+    /// Endpoint `i`'s tokens an event are now learned: the closes that said nothing under the
+    /// prior are read by them.
+    pub(super) fn reread_closes(&mut self, i: usize, now: &Clock) {
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let Some(per_event) = self
+            .fleet
+            .wire
+            .get(&tag)
+            .map(wire_rate::TokensPerEvent::range)
+        else {
+            return;
+        };
+        let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
+            return;
+        };
+        let Some(&last) = ev.unread.last() else {
+            return;
+        };
+        ev.reread(per_event);
+        self.settle_cancel_belief(i, last, now);
+    }
+
+    /// What endpoint `i`'s closes now say, if it changed the run's belief: the workers' pool
+    /// and the event log hear it (`last`: the latest close, events received and tokens billed).
+    fn settle_cancel_belief(&mut self, i: usize, (received, billed): (u64, u64), now: &Clock) {
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let was = self.fleet.endpoints[i].cancel_stops_billing;
+        let Some(ev) = self.fleet.cancel.get(&tag) else {
+            return;
+        };
         let now_believed = ev.believed();
         let (stopped, past) = (ev.stopped, ev.billed_past);
         if now_believed == was {
@@ -237,6 +287,36 @@ mod tests {
         }
     }
 
+    /// The hard budget's checks go out as its last stretch begins, often before a stream at
+    /// the endpoint has completed: at several tokens an event the prior's range reads their
+    /// closes unclear. They are kept, and read again once the endpoint's rate is learned
+    /// (seed-shape at a drawn 4.2 tokens an event: ten checks read unclear and the run never
+    /// sent a request where a close stops the bill).
+    #[test]
+    fn closes_read_unclear_under_the_prior_are_read_again_once_the_rate_is_learned() {
+        let learned = Range { lo: 2.1, hi: 4.2 };
+        let mut ev = Evidence::new(true);
+        ev.trust_documented = false;
+        (0..5).for_each(|_| ev.add(64, 180, wire_rate::PRIOR, false));
+        assert!(!ev.believed());
+        assert_eq!(ev.unread.len(), 5);
+        ev.reread(learned);
+        assert!(ev.believed(), "five stops once read by the learned rate");
+        assert!(ev.unread.is_empty());
+        // A close billed past stays billed past when read again, and doubts it for good.
+        let mut ev = Evidence::new(true);
+        ev.trust_documented = false;
+        (0..5).for_each(|_| ev.add(64, 180, wire_rate::PRIOR, false));
+        ev.add(64, 1_000, wire_rate::PRIOR, false);
+        ev.reread(learned);
+        assert_eq!((ev.stopped, ev.billed_past), (5, 1));
+        assert!(!ev.believed());
+        // Read under a learned rate, an unclear close is not kept.
+        let mut ev = Evidence::new(true);
+        ev.add(64, 300, learned, true);
+        assert!(ev.unread.is_empty());
+    }
+
     #[test]
     fn billing_past_a_close_is_believed_at_once_stopping_it_after_three() {
         // (documented, closes as (received, billed), believed after each)
@@ -268,7 +348,7 @@ mod tests {
             let got: Vec<bool> = closes
                 .iter()
                 .map(|&(r, b)| {
-                    ev.add(r, b, wire_rate::PRIOR);
+                    ev.add(r, b, wire_rate::PRIOR, false);
                     ev.believed()
                 })
                 .collect();

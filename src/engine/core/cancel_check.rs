@@ -178,6 +178,7 @@ mod tests {
             stopped,
             billed_past,
             trust_documented: false,
+            unread: Vec::new(),
         };
         let checks = |asked, pending| Checks {
             asked,
@@ -213,22 +214,22 @@ mod tests {
         ev.trust_documented = false;
         assert!(!ev.believed(), "not taken on the document's word");
         for _ in 0..4 {
-            ev.add(64, 70, PRIOR);
+            ev.add(64, 70, PRIOR, false);
         }
         assert!(
             !ev.believed(),
             "four closes that stopped the bill are not yet enough"
         );
-        ev.add(64, 66, PRIOR);
+        ev.add(64, 66, PRIOR, false);
         assert!(ev.believed(), "five are");
         for _ in 0..20 {
-            ev.add(64, 64, PRIOR);
+            ev.add(64, 64, PRIOR, false);
         }
-        ev.add(64, 1_900, PRIOR);
+        ev.add(64, 1_900, PRIOR, false);
         assert!(!ev.believed(), "one billed past in 26: not any more");
         let mut undocumented = Evidence::new(false);
         undocumented.trust_documented = false;
-        (0..10).for_each(|_| undocumented.add(64, 64, PRIOR));
+        (0..10).for_each(|_| undocumented.add(64, 64, PRIOR, false));
         assert!(
             !undocumented.believed(),
             "no stop is learned where none is documented"

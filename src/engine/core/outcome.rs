@@ -160,7 +160,7 @@ impl Core {
     /// event carries at its endpoint (`wire_rate`). Reasoning the endpoint did not stream is
     /// not in the events, so not in the count either. Once learned, and whenever it moves by
     /// more than a tenth, the workers' pool hears it: they accrue streams' costs by it.
-    fn learn_wire_rate(&mut self, endpoint: Option<usize>, c: &Completion) {
+    fn learn_wire_rate(&mut self, endpoint: Option<usize>, c: &Completion, now: &Clock) {
         let Some(i) = endpoint else { return };
         if c.usage_source != crate::openrouter::UsageSource::Reported {
             return;
@@ -173,19 +173,22 @@ impl Core {
         let streamed = c.usage.completion_tokens.saturating_sub(unstreamed);
         let tag = self.fleet.endpoints[i].tag.clone();
         let rate = self.fleet.wire.entry(tag).or_default();
+        let was_learned = rate.learned();
         rate.add(streamed, c.events);
         let Some(k) = rate.estimate() else { return };
         let was = self.fleet.endpoints[i].tokens_per_event;
-        if (k - was).abs() <= 0.1 * was {
-            return;
+        if (k - was).abs() > 0.1 * was {
+            let mut pool = self.fleet.endpoints.as_ref().clone();
+            pool[i].tokens_per_event = k;
+            self.effects.push(super::Effect::Repriced {
+                index: i,
+                endpoint: Box::new(pool[i].clone()),
+            });
+            self.fleet.set_endpoints(std::sync::Arc::new(pool));
         }
-        let mut pool = self.fleet.endpoints.as_ref().clone();
-        pool[i].tokens_per_event = k;
-        self.effects.push(super::Effect::Repriced {
-            index: i,
-            endpoint: Box::new(pool[i].clone()),
-        });
-        self.fleet.set_endpoints(std::sync::Arc::new(pool));
+        if !was_learned {
+            self.reread_closes(i, now);
+        }
     }
 
     /// An answer: paid for whatever happens to its text; kept, or (cut at `max_tokens`)
@@ -203,7 +206,7 @@ impl Core {
     ) {
         let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
-        self.learn_wire_rate(endpoint, &c);
+        self.learn_wire_rate(endpoint, &c, now);
         // Paid for; now, is it an answer to keep? (Its text moves to the row.)
         let (text, thought) = (std::mem::take(&mut c.content), c.reasoning.take());
         let (content, reasoning, split) = match self.cfg.split_think {

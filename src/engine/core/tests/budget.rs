@@ -453,6 +453,21 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         "{}",
         at_moonshot.len()
     );
+    // Three closes there before any stream completed: unclear under the prior's range, kept.
+    use crate::store::output::{SpendEntry, SpendKind};
+    for k in 0..3 {
+        h.handle(Event::Adjusted {
+            entry: SpendEntry {
+                endpoint: Some("moonshotai".into()),
+                completion_tokens: 64,
+                generation_id: Some(format!("gen-close-{k}")),
+                ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
+            },
+            actual: Usd::from_f64(0.001),
+            completion_tokens: Some(528),
+        });
+    }
+    assert_eq!(h.core.fleet.cancel["moonshotai"].unread.len(), 3);
     for (n, &key) in at_moonshot
         .iter()
         .take(wire_rate::STREAMS_NEEDED)
@@ -477,6 +492,12 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         }
     }
     assert_eq!(h.core.endpoints()[moonshot].tokens_per_event, 8.0);
+    let ev = &h.core.fleet.cancel["moonshotai"];
+    assert_eq!(
+        (ev.stopped, ev.unread.len()),
+        (3, 0),
+        "read again by the learned rate"
+    );
     let learned = h.core.fleet.wire["moonshotai"].range();
     assert_eq!(read_close(64, 528, learned), Close::Stopped);
     assert_eq!(read_close(64, 528, wire_rate::PRIOR), Close::Unclear);
