@@ -22,7 +22,16 @@ fn the_binary_starts_with_core_dumps_off() {
     let me = rustix::process::getuid().as_raw();
     // As root, run it as nobody: root's /proc/PID is root's whether dumpable or not.
     let uid = if me == 0 { NOBODY } else { me };
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_harvest"));
+    // A copy nobody may run: the build's directory may be private to root (CI's target
+    // directory is under /root).
+    let dir = tempfile::tempdir().expect("tmp");
+    let bin = dir.path().join("harvest");
+    std::fs::copy(env!("CARGO_BIN_EXE_harvest"), &bin).expect("copy the binary");
+    for (path, mode) in [(dir.path(), 0o755), (bin.as_path(), 0o755)] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("chmod");
+    }
+    let mut cmd = Command::new(&bin);
     cmd.args(["sim", "--port", "0", "--speed-scale", "0"])
         .env_remove("OPENROUTER_API_KEY")
         .stdout(Stdio::piped())
