@@ -18,6 +18,28 @@ fn harvest() -> Command {
     c
 }
 
+/// The simulator with each endpoint's behaviour patched as given, and answers of
+/// `output_tokens_mean` tokens on average when set.
+async fn patched_sim(
+    output_tokens_mean: Option<f64>,
+    patches: Vec<(&str, sim::EndpointPatch)>,
+) -> sim::SimHandle {
+    let sim = sim::start(SimConfig::fast_no_faults(), 0)
+        .await
+        .expect("sim");
+    let endpoints: HashMap<String, sim::EndpointPatch> = (patches.into_iter())
+        .map(|(tag, p)| (tag.to_string(), p))
+        .collect();
+    sim.state
+        .control(&sim::ControlRequest {
+            output_tokens_mean,
+            endpoints,
+            ..Default::default()
+        })
+        .expect("control");
+    sim
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_ranks_requantized_endpoints_below_faithful_ones_and_books_its_spend() {
     let sim = sim::start(SimConfig::fast_no_faults(), 0)
@@ -188,31 +210,26 @@ async fn probe_ranks_requantized_endpoints_below_faithful_ones_and_books_its_spe
 /// (#34 item 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_cancel_measures_who_stops_the_bill_and_writes_it_into_the_config() {
-    let sim = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    let mut patch = HashMap::new();
-    patch.insert(
-        "chutes/int4".to_string(),
-        sim::EndpointPatch {
-            cancel_stops_billing: Some(false),
-            ..Default::default()
-        },
-    );
-    patch.insert(
-        "moonshotai/int4".to_string(),
-        sim::EndpointPatch {
-            cancel_stops_billing: Some(true),
-            ..Default::default()
-        },
-    );
-    sim.state
-        .control(&sim::ControlRequest {
-            output_tokens_mean: Some(3000.0),
-            endpoints: patch,
-            ..Default::default()
-        })
-        .expect("control");
+    let sim = patched_sim(
+        Some(3000.0),
+        vec![
+            (
+                "chutes/int4",
+                sim::EndpointPatch {
+                    cancel_stops_billing: Some(false),
+                    ..Default::default()
+                },
+            ),
+            (
+                "moonshotai/int4",
+                sim::EndpointPatch {
+                    cancel_stops_billing: Some(true),
+                    ..Default::default()
+                },
+            ),
+        ],
+    )
+    .await;
     // Four times the providers' own pace: a close reaches the provider within a few tokens, as it
     // does at real pace (at full speed the whole answer is in the socket before it).
     set_speed(&sim, 0.25);
@@ -273,25 +290,18 @@ async fn probe_cancel_measures_who_stops_the_bill_and_writes_it_into_the_config(
 /// the operator's own list that the probe did not reach (`--only`) stays, with its comment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_cancel_writes_only_what_it_measured() {
-    let sim = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    let mut patch = HashMap::new();
-    patch.insert(
-        "chutes/int4".to_string(),
-        sim::EndpointPatch {
-            cancel_stops_billing: Some(false),
-            faults_spec: Some("rate_limit=1".into()),
-            ..Default::default()
-        },
-    );
-    sim.state
-        .control(&sim::ControlRequest {
-            output_tokens_mean: Some(3000.0),
-            endpoints: patch,
-            ..Default::default()
-        })
-        .expect("control");
+    let sim = patched_sim(
+        Some(3000.0),
+        vec![(
+            "chutes/int4",
+            sim::EndpointPatch {
+                cancel_stops_billing: Some(false),
+                faults_spec: Some("rate_limit=1".into()),
+                ..Default::default()
+            },
+        )],
+    )
+    .await;
     set_speed(&sim, 0.25);
     let s = setup();
     let prompts = write_prompts(&s.dir, "p", 4);
@@ -353,23 +363,17 @@ async fn probe_cancel_writes_only_what_it_measured() {
 /// answers were booked and each cut attempt's cost was in no line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_cut_after_its_generation_began_is_booked_and_settled() {
-    let sim = sim::start(SimConfig::fast_no_faults(), 0)
-        .await
-        .expect("sim");
-    let mut patch = HashMap::new();
-    patch.insert(
-        "deepinfra".to_string(),
-        sim::EndpointPatch {
-            faults_spec: Some("reset=1".into()),
-            ..Default::default()
-        },
-    );
-    sim.state
-        .control(&sim::ControlRequest {
-            endpoints: patch,
-            ..Default::default()
-        })
-        .expect("control");
+    let sim = patched_sim(
+        None,
+        vec![(
+            "deepinfra",
+            sim::EndpointPatch {
+                faults_spec: Some("reset=1".into()),
+                ..Default::default()
+            },
+        )],
+    )
+    .await;
     let s = setup();
     let prompts = write_prompts(&s.dir, "p", 4);
     let cfg = s.dir.join("harvest.toml");
