@@ -280,6 +280,24 @@ impl SpendEntry {
     }
 }
 
+impl SpendEntry {
+    /// The line that closes the attempt `self` (its `dispatched` or `started` line) as `kind`
+    /// at `usd`, written `at`: what only an open line carries (its expectation, its worst
+    /// case) and any error go.
+    pub(crate) fn closed_as(self, kind: SpendKind, usd: Usd, estimated: bool, at: String) -> Self {
+        SpendEntry {
+            at,
+            kind,
+            usd,
+            estimated,
+            expected_usd: None,
+            worst_usd: None,
+            error: None,
+            ..self
+        }
+    }
+}
+
 /// The files of one dataset.
 pub fn output_path(dir: &Path, dataset: &str) -> PathBuf {
     dir.join(format!("{dataset}.jsonl"))

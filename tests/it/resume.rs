@@ -457,16 +457,9 @@ async fn status_reconcile_asks_the_runs_own_api_and_says_when_it_cannot() {
         .env_remove("OPENROUTER_API_KEY")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = run.spawn().expect("spawn");
-    // Every request answered with its headers (a generation id to look up), none ended.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while scan(&out_dir).ledger.open.len() < n {
-        assert!(Instant::now() < deadline, "headers too slow");
-        assert!(child.try_wait().expect("wait").is_none(), "ended early");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    // Killed once every request has its headers (a generation id to look up), none ended.
+    let open = || scan(&out_dir).ledger.open.len();
+    kill_when(run, n, open, Instant::now() + Duration::from_secs(60)).await;
     let killed = scan(&out_dir);
     assert_eq!(
         (killed.orphans().len(), killed.ledger.unknown.len()),

@@ -55,15 +55,8 @@ pub(super) async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<(
         return Err(BadInput(crate::engine::missing_key(key_env)).into());
     }
     let now = chrono::Utc::now();
-    let close = |open: SpendEntry, kind: SpendKind, usd: Usd, estimated: bool| SpendEntry {
-        at: crate::domain::rfc3339(now),
-        kind,
-        usd,
-        estimated,
-        expected_usd: None,
-        worst_usd: None,
-        error: None,
-        ..open
+    let close = |open: SpendEntry, kind: SpendKind, usd: Usd, estimated: bool| {
+        open.closed_as(kind, usd, estimated, crate::domain::rfc3339(now))
     };
     let mut lines = Vec::new();
     let (mut found, mut waiting, mut total) = (0u64, 0u64, Usd::ZERO);

@@ -272,16 +272,7 @@ impl Core {
         now: &Clock,
     ) {
         self.budget.carried_over += usd;
-        self.ledger(SpendEntry {
-            at: now.rfc3339(),
-            kind,
-            usd,
-            estimated,
-            expected_usd: None,
-            worst_usd: None,
-            error: None,
-            ..open
-        });
+        self.ledger(open.closed_as(kind, usd, estimated, now.rfc3339()));
     }
 
     /// Books the difference between what a closed stream was booked at and what the API says
