@@ -143,8 +143,9 @@ pub(crate) async fn generation(
     let Some(id) = q.id else {
         return error_response(400, "Missing id", None);
     };
+    let lag = state.live().generation_visible_after;
     match state.billing.generation(&id) {
-        Some((e, age)) if age >= state.cfg.generation_visible_after => axum::Json(json!({"data": {
+        Some((e, age)) if age >= lag => axum::Json(json!({"data": {
             "id": e.id, "created_at": e.at, "model": state.cfg.table.model_id,
             "provider_name": e.provider, "streamed": e.streamed,
             "cancelled": e.outcome == Outcome::Cancelled,
@@ -184,6 +185,7 @@ pub(crate) async fn sim_state(State(state): State<Arc<SimState>>) -> Response {
     axum::Json(json!({
         "speed_scale": live.speed_scale, "output_tokens_mean": live.output_mean,
         "output_tokens_sigma": live.output_sigma,
+        "generation_lag_ms": live.generation_visible_after.as_millis() as u64,
         "billed_usd": state.billed_total(), "endpoints": eps,
         "chat_requests_by_http_version": {
             "http1": state.http1_requests.load(Ordering::Relaxed),

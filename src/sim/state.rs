@@ -30,7 +30,15 @@ pub(crate) struct Live {
     pub(crate) generation_header: bool,
     pub(crate) output_mean: f64,
     pub(crate) output_sigma: f64,
+    /// `GET /generation` answers 404 for this long after a generation ends (see
+    /// [`SimConfig::generation_visible_after`]).
+    #[serde(serialize_with = "ms")]
+    pub(crate) generation_visible_after: Duration,
     pub(crate) behaviours: Vec<SimBehaviour>,
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
 }
 
 /// Everything the handlers share.
@@ -75,6 +83,7 @@ pub struct EndpointPatch {
     pub reasoning_format: Option<super::table::ReasoningFormat>,
     pub down: Option<bool>,
     pub tokens_per_event: Option<super::table::TokensPerEvent>,
+    pub close_notice_ms: Option<f64>,
 }
 
 /// Body of `POST /sim/control`.
@@ -86,6 +95,11 @@ pub struct ControlRequest {
     pub generation_header: Option<bool>,
     pub output_tokens_mean: Option<f64>,
     pub output_tokens_sigma: Option<f64>,
+    /// How long `GET /generation` answers 404 after a generation ends, in milliseconds: the
+    /// real API "often returns 404 briefly after completion" (openrouter.ai/docs, the
+    /// generation endpoint; ../shared/research/openrouter-api.md §8), and a probe saw it lag
+    /// for minutes; a crash's look-ups are tested against a long lag.
+    pub generation_lag_ms: Option<u64>,
     /// Applied to every endpoint.
     pub all: Option<EndpointPatch>,
     /// Per endpoint tag.
@@ -140,6 +154,12 @@ impl EndpointPatch {
             }
             .parse()?;
         }
+        if let Some(v) = self.close_notice_ms {
+            if !v.is_finite() || v < 0.0 {
+                return Err("close_notice_ms must be a number >= 0".into());
+            }
+            b.close_notice_ms = v;
+        }
         Ok(())
     }
 }
@@ -158,6 +178,7 @@ impl SimState {
             generation_header: cfg.generation_header,
             output_mean: cfg.table.output_tokens.mean,
             output_sigma: cfg.table.output_tokens.sigma,
+            generation_visible_after: cfg.generation_visible_after,
             behaviours: cfg
                 .table
                 .endpoints
@@ -213,6 +234,9 @@ impl SimState {
         }
         if let Some(s) = req.output_tokens_sigma {
             next.output_sigma = s.clamp(0.0, 3.0);
+        }
+        if let Some(ms) = req.generation_lag_ms {
+            next.generation_visible_after = Duration::from_millis(ms);
         }
         if let Some(all) = &req.all {
             for b in &mut next.behaviours {

@@ -81,6 +81,14 @@ pub struct SimBehaviour {
     /// How many tokens one SSE event carries (see [`TokensPerEvent`]).
     #[serde(default)]
     pub tokens_per_event: TokensPerEvent,
+    /// How long, at the endpoint's own pace, the provider goes on generating after the client
+    /// closes the stream before it notices, where a close stops the bill: the tokens decoded
+    /// meanwhile are billed (OpenRouter passes the close on to the provider, docs:
+    /// api-reference/streaming "Stream Cancellation"; how fast a provider stops is not
+    /// documented). In tokens-worth of the endpoint's decode speed, so it is the same share of
+    /// a stream at every speed scale. 0: the close stops the bill at once.
+    #[serde(default)]
+    pub close_notice_ms: f64,
 }
 
 /// How many tokens one streamed event (one SSE `data:` chunk) carries. OpenRouter's docs show
@@ -186,6 +194,7 @@ impl Default for SimBehaviour {
             collects_data: false,
             zdr: false,
             tokens_per_event: TokensPerEvent::default(),
+            close_notice_ms: 0.0,
         }
     }
 }

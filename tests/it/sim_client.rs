@@ -521,6 +521,16 @@ async fn key_and_generation_report_what_was_billed() {
     let v: serde_json::Value = get().await.expect("get").json().await.expect("json");
     assert_eq!(v["data"]["provider_name"], "DeepInfra");
     assert_eq!(v["data"]["cancelled"], false);
+    // The lag is a live setting: a long one hides the generation again, as a lagging
+    // `/generation` does after a crash; none shows it at once.
+    let lag = |ms| ControlRequest {
+        generation_lag_ms: Some(ms),
+        ..Default::default()
+    };
+    sim.state.control(&lag(3_600_000)).expect("control");
+    assert_eq!(get().await.expect("get").status().as_u16(), 404);
+    sim.state.control(&lag(0)).expect("control");
+    assert_eq!(get().await.expect("get").status().as_u16(), 200);
     sim.stop().await;
 }
 
@@ -572,6 +582,61 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
     assert_eq!(s.outcome, Outcome::Cancelled);
     assert!(got_sf < 1000);
     assert_eq!(s.completion_tokens, 20_000, "billed in full");
+    sim.stop().await;
+}
+
+/// A provider that notices a close late decodes on meanwhile, and where a close stops the bill
+/// those tokens are billed: `close_notice_ms` at the endpoint's own speed, the same number of
+/// tokens at every speed scale.
+#[tokio::test]
+async fn a_close_noticed_late_bills_what_was_decoded_meanwhile() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.05;
+    let (sim, client) = start(cfg).await;
+    let tps = sim
+        .state
+        .table()
+        .endpoints
+        .iter()
+        .find(|e| e.tag.as_str() == "chutes/int4")
+        .expect("chutes")
+        .behaviour
+        .tokens_per_s;
+    // 500 tokens' worth of the endpoint's decode time.
+    let mut patch = HashMap::new();
+    patch.insert(
+        "chutes/int4".to_string(),
+        EndpointPatch {
+            close_notice_ms: Some(500.0 / tps * 1000.0),
+            ..Default::default()
+        },
+    );
+    sim.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(20_000.0),
+            output_tokens_sigma: Some(0.0),
+            endpoints: patch,
+            ..Default::default()
+        })
+        .expect("control");
+    let got = read_then_cancel(&client, "chutes/int4", 200).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let billed = loop {
+        let b = sim.state.billing_entries();
+        if !b.is_empty() || tokio::time::Instant::now() > deadline {
+            break b;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(billed.len(), 1, "the close is billed once it is noticed");
+    let c = &billed[0];
+    assert_eq!(c.outcome, Outcome::Cancelled);
+    assert!(
+        c.completion_tokens >= got + 500 && c.completion_tokens < got + 700,
+        "billed {} after we read {got}: the 500 decoded before the close was noticed, plus \
+         what was on its way",
+        c.completion_tokens
+    );
     sim.stop().await;
 }
 

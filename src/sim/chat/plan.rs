@@ -48,6 +48,9 @@ pub(crate) struct Plan {
     pub(crate) forced: Option<crate::sim::account::ForcedError>,
     /// How many tokens each streamed event carries.
     pub(crate) tokens_per_event: crate::sim::table::TokensPerEvent,
+    /// Tokens the provider decodes after a close before it notices, where a close stops the
+    /// bill ([`crate::sim::table::SimBehaviour::close_notice_ms`] at its decode speed).
+    pub(crate) close_notice_tokens: u64,
 }
 
 impl Plan {
@@ -178,6 +181,7 @@ pub(crate) fn make_plan(
         cancel_stops_billing: b.cancel_stops_billing,
         forced: None,
         tokens_per_event: b.tokens_per_event,
+        close_notice_tokens: (b.close_notice_ms / 1000.0 * b.tokens_per_s).round() as u64,
     }
 }
 

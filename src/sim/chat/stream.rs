@@ -128,7 +128,7 @@ pub(crate) async fn produce(
     };
     match sent {
         Ok(sent) => p.end(&mut out, sent, started).await,
-        Err(Gone::Client(sent)) => cancelled(&state, &plan, sent, started),
+        Err(Gone::Client(sent)) => closed_by_client(&state, &plan, sent, started),
         Err(Gone::Stopping) => {}
     }
 }
@@ -519,6 +519,17 @@ fn bill_ending_in(
 /// tokens is neither, so it is billed as a cancel (the tokens sent where cancelling stops the
 /// bill, the whole generation elsewhere). One with no token yet is free.
 pub(crate) fn cancelled(state: &SimState, plan: &Plan, sent: u64, started: Instant) {
+    ended_early(state, plan, sent, 0, started);
+}
+
+/// The client closed the stream while tokens were being decoded: [`cancelled`], with the
+/// tokens decoded before the provider noticed billed where a close stops the bill.
+fn closed_by_client(state: &SimState, plan: &Plan, sent: u64, started: Instant) {
+    ended_early(state, plan, sent, plan.close_notice_tokens, started);
+}
+
+/// See [`cancelled`]: `late` tokens more are decoded (and billed) before the end is noticed.
+fn ended_early(state: &SimState, plan: &Plan, sent: u64, late: u64, started: Instant) {
     if matches!(plan.fault, Fault::MidStream | Fault::Empty) {
         // An error finish reason, or nothing at all: covered by the insurance.
         return;
@@ -527,7 +538,17 @@ pub(crate) fn cancelled(state: &SimState, plan: &Plan, sent: u64, started: Insta
         return;
     }
     if plan.cancel_stops_billing {
-        bill(state, plan, sent, Outcome::Cancelled, started);
+        // The provider notices the close after a while, decoding on meanwhile; the bill stops
+        // there (never past the answer's planned end).
+        let noticed = (sent + late).min(plan.completion_tokens.max(sent));
+        if noticed == sent {
+            bill(state, plan, sent, Outcome::Cancelled, started);
+        } else {
+            let ends_in = plan
+                .per_token
+                .saturating_mul(u32::try_from(noticed - sent).unwrap_or(u32::MAX));
+            bill_ending_in(state, plan, noticed, Outcome::Cancelled, started, ends_in);
+        }
     } else {
         // The provider goes on to the end, and the whole answer is billed (docs:
         // api-reference/streaming, "Stream Cancellation"); `/generation` records it when it
