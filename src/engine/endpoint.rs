@@ -30,6 +30,10 @@ pub(crate) struct RunEndpoint {
     /// completed streams (`core::wire_rate`; one until it has): the workers accrue a stream's
     /// cost and count its tokens in transit by it.
     pub tokens_per_event: f64,
+    /// Tokens a stream here may be billed past what was read when the dollar cap closes it,
+    /// as the run learned it (`core::close_transit`; its prior until it has): the cap holds
+    /// that much for each such stream.
+    pub transit_tokens: f64,
     /// A server of the operator's own (`[[endpoint]]`), reached directly rather than through
     /// OpenRouter.
     pub custom: Option<CustomTarget>,

@@ -33,6 +33,7 @@ pub(crate) fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoin
         uptime_30m: e.uptime_last_30m,
         context_length: e.context_length,
         tokens_per_event: 1.0,
+        transit_tokens: crate::engine::core::close_transit::prior(1.0, None),
         cancel_stops_billing: stops_billing_on_cancel(
             cancel_list,
             e.tag.as_str(),
@@ -77,6 +78,7 @@ fn own(c: &EndpointConfig) -> RunEndpoint {
         context_length: None,
         // Aborting a request on one's own server stops the generation.
         tokens_per_event: 1.0,
+        transit_tokens: crate::engine::core::close_transit::prior(1.0, None),
         cancel_stops_billing: true,
         custom: Some(CustomTarget {
             model: c.model.clone(),

@@ -51,6 +51,10 @@ pub(crate) async fn run_attempt(
         streamed: 0,
         per_event: 1.0,
         tokens: 0.0,
+        // Until the serving endpoint is known: the most any it may reach allows.
+        transit_tokens: (spec.d.over.iter())
+            .filter_map(|&j| shared.endpoints().get(j).map(|e| e.transit_tokens))
+            .fold(attempt_money::TRANSIT_TOKENS as f64, f64::max),
         generation_id: None,
         transit: 0,
     };
@@ -78,6 +82,9 @@ struct Track {
     /// what its cost accrues by.
     per_event: f64,
     tokens: f64,
+    /// Tokens it may be billed past what was read when the cap closes it, at its endpoint
+    /// (`RunEndpoint::transit_tokens`).
+    transit_tokens: f64,
     generation_id: Option<String>,
     /// Its tokens in transit, held against the cap while it streams (a stream the cap closes).
     transit: i64,
@@ -137,10 +144,9 @@ async fn stream_answer(
                 .await
                 .map_err(by_deadline)?;
             if spec.held_worst_pico() == 0 {
-                // A stream the cap closes: its tokens in transit count against the cap.
-                // Events in transit, each carrying what this endpoint's do.
-                let per_event_pico = (track.price_out as f64 * track.per_event) as i64;
-                track.transit = attempt_money::transit_hold(per_event_pico);
+                // A stream the cap closes: its tokens in transit count against the cap, as
+                // many as its endpoint's closes are billed past what was read.
+                track.transit = attempt_money::transit_hold(track.price_out, track.transit_tokens);
                 shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
             }
             // The rest of the stream in one loop per wake-up (`ChatStream::drive`).
@@ -229,6 +235,7 @@ async fn on_first_chunk(
             .completion
             .pico_per_token();
         track.per_event = shared.endpoints()[e].tokens_per_event.max(1.0);
+        track.transit_tokens = shared.endpoints()[e].transit_tokens;
         known.store(e, Ordering::Relaxed);
         if spec.d.pinned.is_none() {
             // Routed by OpenRouter: in flight at the endpoint it named, from now.

@@ -59,7 +59,8 @@ pub(crate) fn cap_reached(spent: i64, accrued: i64, held: i64, budget: i64) -> b
 }
 
 /// Tokens a stream the cap closes may still be billed for past what harvest has read: those in
-/// transit between the provider and the socket when the close lands. Measured on the demo at
+/// transit between the provider and the socket when the close lands. Counted in events by the
+/// prior (`core::close_transit::prior`), which an endpoint's pace and closes replace. Measured on the demo at
 /// five times the real pace: about 26 a stream (300 closed at once billed $0.017 more than
 /// read, +0.87% of $2); at the real pace a fifth of that.
 pub(crate) const TRANSIT_TOKENS: i64 = 32;
@@ -69,10 +70,11 @@ pub(crate) const TRANSIT_TOKENS: i64 = 32;
 const _: () = assert!(2 * crate::runtime::PILE_UP_TOKENS as i64 <= TRANSIT_TOKENS);
 
 /// What a stream the cap would close holds against the cap while it streams, at its completion
-/// price a token: its tokens in transit ([`TRANSIT_TOKENS`]), so that the cap trips that much
-/// early and closing every such stream still ends within the budget.
-pub(crate) fn transit_hold(price_out_pico_per_token: i64) -> i64 {
-    TRANSIT_TOKENS * price_out_pico_per_token.max(0)
+/// price a token: its `tokens` in transit (what its endpoint's closes are billed past what was
+/// read, `core::close_transit`), so that the cap trips that much early and closing every such
+/// stream still ends within the budget.
+pub(crate) fn transit_hold(price_out_pico_per_token: i64, tokens: f64) -> i64 {
+    (tokens.max(0.0) * price_out_pico_per_token.max(0) as f64).ceil() as i64
 }
 
 /// Failures that end a stream early without an error finish reason: once tokens were sent,

@@ -55,21 +55,34 @@ impl Evidence {
 
     /// One closed stream: `received` stream events reached harvest, each carrying tokens in
     /// `per_event` (`learned`, or the prior's), and `billed` tokens were billed. A close that
-    /// says neither is left out; under the prior it is kept to be read again.
-    pub(crate) fn add(&mut self, received: u64, billed: u64, per_event: Range, learned: bool) {
-        match read_close(received, billed, per_event) {
+    /// says neither is left out; under the prior it is kept to be read again. Returns how it
+    /// read.
+    pub(crate) fn add(
+        &mut self,
+        received: u64,
+        billed: u64,
+        per_event: Range,
+        learned: bool,
+    ) -> Close {
+        let close = read_close(received, billed, per_event);
+        match close {
             Close::BilledPast => self.billed_past += 1,
             Close::Stopped => self.stopped += 1,
             Close::Unclear if !learned => self.unread.push((received, billed)),
             Close::Unclear => {}
         }
+        close
     }
 
-    /// The closes kept unread, read by the endpoint's rate now learned.
-    pub(crate) fn reread(&mut self, per_event: Range) {
-        for (received, billed) in std::mem::take(&mut self.unread) {
-            self.add(received, billed, per_event, true);
-        }
+    /// The closes kept unread, read by the endpoint's rate now learned; returns those that
+    /// read stopped (events received, tokens billed).
+    pub(crate) fn reread(&mut self, per_event: Range) -> Vec<(u64, u64)> {
+        let unread = std::mem::take(&mut self.unread);
+        (unread.into_iter())
+            .filter(|&(received, billed)| {
+                self.add(received, billed, per_event, true) == Close::Stopped
+            })
+            .collect()
     }
 
     /// Whether closing a stream there stops its bill, as far as the run can tell. Under the
@@ -153,8 +166,13 @@ impl Core {
         let rate = self.fleet.wire.get(tag);
         let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
         let per_event = rate.map_or(wire_rate::PRIOR, wire_rate::TokensPerEvent::range);
+        let estimate = rate.and_then(wire_rate::TokensPerEvent::estimate);
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
-        ev.add(received, billed, per_event, learned);
+        if ev.add(received, billed, per_event, learned) == Close::Stopped
+            && let Some(k) = estimate
+        {
+            self.learn_transit(i, &[(received, billed)], k);
+        }
         self.settle_cancel_belief(i, (received, billed), now);
     }
 
@@ -162,22 +180,36 @@ impl Core {
     /// prior are read by them.
     pub(super) fn reread_closes(&mut self, i: usize, now: &Clock) {
         let tag = self.fleet.endpoints[i].tag.clone();
-        let Some(per_event) = self
-            .fleet
-            .wire
-            .get(&tag)
-            .map(wire_rate::TokensPerEvent::range)
-        else {
+        let Some(rate) = self.fleet.wire.get(&tag) else {
             return;
         };
+        let (per_event, estimate) = (rate.range(), rate.estimate());
         let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
             return;
         };
         let Some(&last) = ev.unread.last() else {
             return;
         };
-        ev.reread(per_event);
+        let stopped = ev.reread(per_event);
+        if let Some(k) = estimate {
+            self.learn_transit(i, &stopped, k);
+        }
         self.settle_cancel_belief(i, last, now);
+    }
+
+    /// Closes at endpoint `i` that stopped the bill (events received, tokens billed), its
+    /// events carrying `per_event` tokens: how far past what was received each billed is what
+    /// the cap's closes there may be billed past (`close_transit`).
+    fn learn_transit(&mut self, i: usize, stopped: &[(u64, u64)], per_event: f64) {
+        if stopped.is_empty() {
+            return;
+        }
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let transit = self.fleet.transit.entry(tag).or_default();
+        for &(received, billed) in stopped {
+            transit.add_close(billed as f64 - received as f64 * per_event);
+        }
+        self.publish_wire(i);
     }
 
     /// What endpoint `i`'s closes now say, if it changed the run's belief: the workers' pool
@@ -297,7 +329,9 @@ mod tests {
         let learned = Range { lo: 2.1, hi: 4.2 };
         let mut ev = Evidence::new(true);
         ev.trust_documented = false;
-        (0..5).for_each(|_| ev.add(64, 180, wire_rate::PRIOR, false));
+        for _ in 0..5 {
+            ev.add(64, 180, wire_rate::PRIOR, false);
+        }
         assert!(!ev.believed());
         assert_eq!(ev.unread.len(), 5);
         ev.reread(learned);
@@ -306,7 +340,9 @@ mod tests {
         // A close billed past stays billed past when read again, and doubts it for good.
         let mut ev = Evidence::new(true);
         ev.trust_documented = false;
-        (0..5).for_each(|_| ev.add(64, 180, wire_rate::PRIOR, false));
+        for _ in 0..5 {
+            ev.add(64, 180, wire_rate::PRIOR, false);
+        }
         ev.add(64, 1_000, wire_rate::PRIOR, false);
         ev.reread(learned);
         assert_eq!((ev.stopped, ev.billed_past), (5, 1));

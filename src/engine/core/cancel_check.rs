@@ -229,7 +229,9 @@ mod tests {
         assert!(!ev.believed(), "one billed past in 26: not any more");
         let mut undocumented = Evidence::new(false);
         undocumented.trust_documented = false;
-        (0..10).for_each(|_| undocumented.add(64, 64, PRIOR, false));
+        for _ in 0..10 {
+            undocumented.add(64, 64, PRIOR, false);
+        }
         assert!(
             !undocumented.believed(),
             "no stop is learned where none is documented"

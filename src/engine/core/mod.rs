@@ -17,6 +17,7 @@ pub(crate) mod attribution;
 mod budget;
 pub(crate) mod cancel_billing;
 pub(crate) mod cancel_check;
+pub(crate) mod close_transit;
 mod context;
 mod control;
 pub(crate) mod cut_watch;
@@ -310,6 +311,7 @@ impl Core {
                 cancel: HashMap::new(),
                 checks: HashMap::new(),
                 wire: HashMap::new(),
+                transit: HashMap::new(),
                 ep_in_flight: vec![0; n],
                 sole: vec![0; n],
             },

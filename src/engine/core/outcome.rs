@@ -172,23 +172,43 @@ impl Core {
         };
         let streamed = c.usage.completion_tokens.saturating_sub(unstreamed);
         let tag = self.fleet.endpoints[i].tag.clone();
+        if let Some(ttft) = c.ttft {
+            (self.fleet.transit.entry(tag.clone()).or_default())
+                .add_stream(streamed, c.latency.saturating_sub(ttft));
+        }
         let rate = self.fleet.wire.entry(tag).or_default();
         let was_learned = rate.learned();
         rate.add(streamed, c.events);
-        let Some(k) = rate.estimate() else { return };
-        let was = self.fleet.endpoints[i].tokens_per_event;
-        if (k - was).abs() > 0.1 * was {
-            let mut pool = self.fleet.endpoints.as_ref().clone();
-            pool[i].tokens_per_event = k;
-            self.effects.push(super::Effect::Repriced {
-                index: i,
-                endpoint: Box::new(pool[i].clone()),
-            });
-            self.fleet.set_endpoints(std::sync::Arc::new(pool));
-        }
-        if !was_learned {
+        let learned_now = !was_learned && rate.learned();
+        self.publish_wire(i);
+        if learned_now {
             self.reread_closes(i, now);
         }
+    }
+
+    /// What the run knows of endpoint `i`'s wire, for the workers: the tokens an event carries
+    /// (once learned) and the tokens in transit the cap holds for a stream it would close.
+    /// Published when either moves by more than a tenth.
+    pub(super) fn publish_wire(&mut self, i: usize) {
+        let tag = &self.fleet.endpoints[i].tag;
+        let per_event = self.fleet.wire.get(tag).and_then(|r| r.estimate());
+        let transit = (self.fleet.transit.get(tag)).map(|t| t.allowance(per_event.unwrap_or(1.0)));
+        let e = &self.fleet.endpoints[i];
+        let moved = |now: Option<f64>, was: f64| now.is_some_and(|k| (k - was).abs() > 0.1 * was);
+        if !moved(per_event, e.tokens_per_event) && !moved(transit, e.transit_tokens) {
+            return;
+        }
+        let mut pool = self.fleet.endpoints.as_ref().clone();
+        if let Some(k) = per_event {
+            pool[i].tokens_per_event = k;
+        }
+        pool[i].transit_tokens =
+            transit.unwrap_or(super::close_transit::prior(pool[i].tokens_per_event, None));
+        self.effects.push(super::Effect::Repriced {
+            index: i,
+            endpoint: Box::new(pool[i].clone()),
+        });
+        self.fleet.set_endpoints(std::sync::Arc::new(pool));
     }
 
     /// An answer: paid for whatever happens to its text; kept, or (cut at `max_tokens`)

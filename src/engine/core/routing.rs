@@ -39,6 +39,9 @@ pub(super) struct Fleet {
     /// Tokens an event carries at each endpoint, by tag, learned from its completed streams
     /// (see `wire_rate`): how a closed stream's events read as tokens.
     pub(super) wire: HashMap<String, super::wire_rate::TokensPerEvent>,
+    /// Each endpoint's decode pace and what its closes were billed past what was received, by
+    /// tag (see `close_transit`): the tokens in transit the dollar cap holds for its streams.
+    pub(super) transit: HashMap<String, super::close_transit::Transit>,
     /// In-flight counts per endpoint as of the last [`super::Live`] reading, plus this
     /// dispatch round's pinned requests.
     pub(super) ep_in_flight: Vec<u64>,

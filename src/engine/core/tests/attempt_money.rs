@@ -85,6 +85,8 @@ fn the_hold_gives_way_to_what_streams_and_the_cap_counts_it() {
     }
     // A stream the cap closes holds its tokens in transit: 32 at its price a token.
     use super::super::attempt_money::transit_hold;
-    assert_eq!(transit_hold(2_200_000), 70_400_000);
-    assert_eq!(transit_hold(0), 0);
+    assert_eq!(transit_hold(2_200_000, 32.0), 70_400_000);
+    assert_eq!(transit_hold(2_200_000, 125.0), 275_000_000);
+    assert_eq!(transit_hold(0, 32.0), 0);
+    assert_eq!(transit_hold(2_200_000, -1.0), 0);
 }

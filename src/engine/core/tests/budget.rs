@@ -482,11 +482,18 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         let repriced = h.take_repriced();
         let heard = repriced.iter().find(|(i, _)| *i == moonshot);
         if n + 1 < wire_rate::STREAMS_NEEDED {
+            // Its pace (800 tokens in 1.7 s) is known from the fourth stream on: the tokens
+            // in transit the cap holds for it rise to half a second of it; its tokens an event
+            // are not learned before eight.
             assert!(
-                heard.is_none(),
+                heard.is_none_or(|(_, e)| e.tokens_per_event == 1.0),
                 "not before {} streams",
                 wire_rate::STREAMS_NEEDED
             );
+            if n + 1 == 4 {
+                let transit = heard.map(|(_, e)| e.transit_tokens.round());
+                assert_eq!(transit, Some((800.0_f64 / 1.7 * 0.5).round()));
+            }
         } else {
             assert_eq!(heard.map(|(_, e)| e.tokens_per_event), Some(8.0));
         }
@@ -501,6 +508,12 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
     let learned = h.core.fleet.wire["moonshotai"].range();
     assert_eq!(read_close(64, 528, learned), Close::Stopped);
     assert_eq!(read_close(64, 528, wire_rate::PRIOR), Close::Unclear);
+    // Read as stopped, the three closes also say how far past what was received the endpoint
+    // bills a close (528 for 64 events of eight: 16): the cap holds that for its streams there
+    // (with a margin, and never under the read pause's floor of 24), not the prior's 32 events
+    // of eight.
+    let transit = h.core.endpoints()[moonshot].transit_tokens;
+    assert!((transit - 24.0).abs() < 1e-9, "{transit}");
 }
 
 /// reliability-probe-5 P2: an attempt still unknown to `/generation` after `UNKNOWN_AFTER`

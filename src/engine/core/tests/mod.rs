@@ -89,6 +89,7 @@ pub(super) fn ep(
         uptime_30m: Some(99.0),
         context_length: Some(262_144),
         tokens_per_event: 1.0,
+        transit_tokens: crate::engine::core::close_transit::prior(1.0, None),
         cancel_stops_billing: super::super::endpoint::stops_billing_on_cancel(None, tag, provider),
         custom: None,
     }
