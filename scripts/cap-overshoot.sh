@@ -8,13 +8,18 @@
 #   scripts/cap-overshoot.sh [--bin PATH] [--speed-scale 1] [--concurrency 1000]
 #                            [--budget 1.5] [--prompts 3000] [--max-tokens 2000]
 #                            [--budget-mode hard|expected] [--keep DIR]
+#                            [--tokens-per-s N] [--close-notice-ms MS]
+#
+# --tokens-per-s sets every endpoint's decode speed (at speed scale 1); --close-notice-ms how
+# long a provider goes on decoding after a close before it notices (billed where a close stops
+# the bill): at 500 tokens a second and 200 ms, 100 tokens past what was read.
 #
 # --speed-scale 0.2 is five times the real pace (streams at 150 to 450 tokens a second), where
 # the pause must shorten to keep a stream's unread tokens within the cap's transit allowance.
 # Loopback only (127.0.0.1); bounded: the run stops at its budget or after --deadline-s (600).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="" SPEED=1 CONC=1000 BUDGET=1.5 N=3000 MAXTOK=2000 MODE=hard KEEP="" DEADLINE=600
+BIN="" SPEED=1 CONC=1000 BUDGET=1.5 N=3000 MAXTOK=2000 MODE=hard KEEP="" DEADLINE=600 TPS="" NOTICE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN="$2"; shift 2 ;;
@@ -26,7 +31,9 @@ while [ $# -gt 0 ]; do
     --budget-mode) MODE="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
     --deadline-s) DEADLINE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    --tokens-per-s) TPS="$2"; shift 2 ;;
+    --close-notice-ms) NOTICE="$2"; shift 2 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "cap-overshoot.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -43,10 +50,13 @@ start_sim "$BIN" "$WORK/sim.log" --seed 7 --speed-scale "$SPEED" --no-faults \
 # Every endpoint stops its bill at a close (the simulator then bills what it sent, and every
 # stream is one the cap closes) and takes every stream sent (no 429s: the run goes to its full
 # width); answers long enough that the cap lands mid-stream.
-python3 - "$PORT" "$MAXTOK" <<'PY'
+python3 - "$PORT" "$MAXTOK" "$TPS" "$NOTICE" <<'PY'
 import json, sys, urllib.request
+patch = {"cancel_stops_billing": True, "capacity": 100000, "close_notice_ms": float(sys.argv[4])}
+if sys.argv[3]:
+    patch["tokens_per_s"] = float(sys.argv[3])
 req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/sim/control",
-    data=json.dumps({"all": {"cancel_stops_billing": True, "capacity": 100000},
+    data=json.dumps({"all": patch,
                      "output_tokens_mean": int(sys.argv[2]) * 0.75}).encode(),
     headers={"content-type": "application/json"})
 urllib.request.urlopen(req, timeout=10).read()

@@ -61,10 +61,10 @@ impl Evidence {
         &mut self,
         received: u64,
         billed: u64,
-        per_event: Range,
+        wire: impl Into<Wire>,
         learned: bool,
     ) -> Close {
-        let close = read_close(received, billed, per_event);
+        let close = read_close(received, billed, wire);
         match close {
             Close::BilledPast => self.billed_past += 1,
             Close::Stopped => self.stopped += 1,
@@ -76,12 +76,11 @@ impl Evidence {
 
     /// The closes kept unread, read by the endpoint's rate now learned; returns those that
     /// read stopped (events received, tokens billed).
-    pub(crate) fn reread(&mut self, per_event: Range) -> Vec<(u64, u64)> {
+    pub(crate) fn reread(&mut self, wire: impl Into<Wire>) -> Vec<(u64, u64)> {
+        let wire = wire.into();
         let unread = std::mem::take(&mut self.unread);
         (unread.into_iter())
-            .filter(|&(received, billed)| {
-                self.add(received, billed, per_event, true) == Close::Stopped
-            })
+            .filter(|&(received, billed)| self.add(received, billed, wire, true) == Close::Stopped)
             .collect()
     }
 
@@ -126,18 +125,61 @@ pub(crate) enum Close {
     Unclear,
 }
 
-/// Reads one close: `received` stream events, each carrying tokens within `per_event` (the
-/// endpoint's learned rate, or [`wire_rate::PRIOR`]), against `billed` tokens. Tokens in
+/// What a close is read by: the tokens an endpoint's events carry, and how many it may decode
+/// after a close before it notices (its pace for [`NOTICE_S`]; none while its pace is unknown).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Wire {
+    pub(crate) per_event: Range,
+    pub(crate) notice_tokens: f64,
+}
+
+impl From<Range> for Wire {
+    fn from(per_event: Range) -> Wire {
+        Wire {
+            per_event,
+            notice_tokens: 0.0,
+        }
+    }
+}
+
+impl Wire {
+    /// An endpoint's wire as the run knows it: its tokens an event, and its decode pace
+    /// (tokens a second) when known.
+    pub(crate) fn at(per_event: Range, pace: Option<f64>) -> Wire {
+        Wire {
+            per_event,
+            notice_tokens: pace.unwrap_or(0.0).max(0.0) * NOTICE_S,
+        }
+    }
+}
+
+/// How long a provider that stops the bill at a close may go on decoding before it notices,
+/// for reading a close: at 250 tokens a second, 500 tokens past what was received still read
+/// as a close that stopped (issue #51). A bound for telling the two kinds of endpoint apart, not
+/// what the cap holds (that is learned, `close_transit`); a provider that bills a close in full
+/// bills the rest of a natural answer, most often far more.
+pub(crate) const NOTICE_S: f64 = 2.0;
+
+/// Reads one close: `received` stream events, each carrying tokens within `wire.per_event`
+/// (the endpoint's learned rate, or [`wire_rate::PRIOR`]), against `billed` tokens. Tokens in
 /// transit are [`TRANSIT_TOKENS`] events' worth (the pile-up between two reads, counted in
-/// events as harvest reads them). With one token an event known, a close of 64 events reads
-/// stopped up to 96 tokens billed; with eight an event (a provider that sends accepted
-/// speculative tokens together, learned), up to 576 where it would once have read billed past.
-pub(crate) fn read_close(received: u64, billed: u64, per_event: Range) -> Close {
-    let events = (received + TRANSIT_TOKENS.unsigned_abs()) as f64;
+/// events as harvest reads them), or what the endpoint decodes in [`NOTICE_S`] at its pace when
+/// that is more. With one token an event known, a close of 64 events reads stopped up to 96
+/// tokens billed; with eight an event (a provider that sends accepted speculative tokens
+/// together, learned), up to 576 where it would once have read billed past.
+pub(crate) fn read_close(received: u64, billed: u64, wire: impl Into<Wire>) -> Close {
+    let Wire {
+        per_event,
+        notice_tokens,
+    } = wire.into();
+    let events = received as f64;
+    let transit = TRANSIT_TOKENS as f64;
     let billed_f = billed as f64;
-    if billed_f > events * per_event.hi + SLACK_TOKENS as f64 {
+    let most = events * per_event.hi + (transit * per_event.hi).max(notice_tokens);
+    let least = events * per_event.lo + (transit * per_event.lo).max(notice_tokens);
+    if billed_f > most + SLACK_TOKENS as f64 {
         Close::BilledPast
-    } else if billed_f <= events * per_event.lo {
+    } else if billed_f <= least {
         Close::Stopped
     } else {
         Close::Unclear
@@ -167,8 +209,9 @@ impl Core {
         let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
         let per_event = rate.map_or(wire_rate::PRIOR, wire_rate::TokensPerEvent::range);
         let estimate = rate.and_then(wire_rate::TokensPerEvent::estimate);
+        let pace = self.fleet.transit.get(tag).and_then(|t| t.pace());
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
-        if ev.add(received, billed, per_event, learned) == Close::Stopped
+        if ev.add(received, billed, Wire::at(per_event, pace), learned) == Close::Stopped
             && let Some(k) = estimate
         {
             self.learn_transit(i, &[(received, billed)], k);
@@ -184,13 +227,14 @@ impl Core {
             return;
         };
         let (per_event, estimate) = (rate.range(), rate.estimate());
+        let pace = self.fleet.transit.get(&tag).and_then(|t| t.pace());
         let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
             return;
         };
         let Some(&last) = ev.unread.last() else {
             return;
         };
-        let stopped = ev.reread(per_event);
+        let stopped = ev.reread(Wire::at(per_event, pace));
         if let Some(k) = estimate {
             self.learn_transit(i, &stopped, k);
         }
@@ -316,6 +360,24 @@ mod tests {
         ];
         for (what, received, billed, per_event, want) in cases {
             assert_eq!(read_close(received, billed, per_event), want, "{what}");
+        }
+        // A provider that notices a close late decodes on meanwhile: at its measured pace, up
+        // to NOTICE_S of decoding past what was received still reads as stopped (issue #51:
+        // eight events of eight tokens at 250 a second, 500 billed), and the rest of a natural
+        // answer still reads billed past.
+        let at_250 = Wire::at(eight, Some(250.0));
+        #[rustfmt::skip]
+        let paced = [
+            ("8 events of eight at 250/s, 500 billed", 8, 500, at_250, Stopped),
+            ("8 events of eight at 250/s, the whole answer", 8, 3_000, at_250, BilledPast),
+            ("8 events of eight at 250/s, between", 8, 700, at_250, Unclear),
+            ("the same close, pace not known yet", 8, 500, Wire::from(eight), Unclear),
+            ("one an event at 10/s: the events' transit is more", 64, 96, Wire::at(one, Some(10.0)), Stopped),
+            ("one an event at 500/s, 100 decoded after the close", 64, 164, Wire::at(one, Some(500.0)), Stopped),
+            ("one an event at 500/s, a long answer billed", 64, 4_000, Wire::at(one, Some(500.0)), BilledPast),
+        ];
+        for (what, received, billed, wire, want) in paced {
+            assert_eq!(read_close(received, billed, wire), want, "{what}");
         }
     }
 
