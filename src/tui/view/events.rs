@@ -12,7 +12,7 @@ use crate::engine::snapshot::EventLine;
 
 use super::super::state::UiState;
 use super::super::theme::Theme;
-use super::text::truncate;
+use super::text::clean_cut;
 
 fn event_line(e: &EventLine, w: u16, t: &Theme) -> Line<'static> {
     let stamp = clock(e.at_s);
@@ -20,7 +20,8 @@ fn event_line(e: &EventLine, w: u16, t: &Theme) -> Line<'static> {
     Line::from(vec![
         Span::styled(stamp, t.dim),
         Span::raw("  "),
-        Span::raw(truncate(&e.text, room)),
+        // Events quote tags and servers' errors.
+        Span::raw(clean_cut(&e.text, room)),
     ])
 }
 

@@ -17,7 +17,9 @@ use crate::policy::{Exclusion, Fidelity};
 use super::super::state::{Pane, SortColumn, UiState, included};
 use super::super::theme::Theme;
 use super::grid::{self, Row};
-use super::text::{ColSpec, MUST, count, fit, money, rate, shown, truncate, width};
+use super::text::{
+    ColSpec, MUST, clean, clean_cut, count, fit, money, rate, shown, truncate, width,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Col {
@@ -135,14 +137,30 @@ impl Col {
     }
 }
 
-/// The text of a cell before it is fitted (also what its width is measured on).
-fn text(c: Col, e: &EndpointSnap, quant_w: usize) -> String {
+/// The widest a column of listing text grows, however long what the server wrote (a real
+/// provider name, tag or quantization is well inside): a 10,000-character name would
+/// otherwise take the table's whole width from every other column.
+const PROVIDER_MAX: u16 = 24;
+const TAG_MAX: u16 = 32;
+const QUANT_MAX: u16 = 10;
+const WHY_MAX: u16 = 80;
+
+/// The endpoint's quantization as listed, cleaned and cut, padded to `quant_w` cells.
+fn quant(e: &EndpointSnap, quant_w: u16) -> String {
+    let q = clean_cut(&e.quantization, QUANT_MAX);
+    let pad = usize::from(quant_w.saturating_sub(width(&q)));
+    format!("{q}{}", " ".repeat(pad))
+}
+
+/// The text of a cell before it is fitted (also what its width is measured on). What the
+/// listing wrote is [`clean`]ed and cut to its column's widest.
+fn text(c: Col, e: &EndpointSnap, quant_w: u16) -> String {
     let dash = || "-".to_string();
     match c {
         Col::Mark => format!("  {}", if included(e) { "[x]" } else { "[ ]" }),
-        Col::Provider => e.provider.clone(),
-        Col::Tag => e.tag.clone(),
-        Col::Quant => format!("{:<quant_w$} {}", e.quantization, e.fidelity.mark()),
+        Col::Provider => clean_cut(&e.provider, PROVIDER_MAX),
+        Col::Tag => clean_cut(&e.tag, TAG_MAX),
+        Col::Quant => format!("{} {}", quant(e, quant_w), e.fidelity.mark()),
         Col::PriceIn => format!("{:.2}", e.price_in_per_m),
         Col::PriceOut => format!("{:.2}", e.price_out_per_m),
         Col::Api => match e.status {
@@ -169,7 +187,12 @@ fn text(c: Col, e: &EndpointSnap, quant_w: usize) -> String {
             .truncation_rate
             .map_or_else(dash, |t| format!("{:.1}%", t * 100.0)),
         Col::Spent => money(e.spent),
-        Col::Why => e.off.as_ref().map(ToString::to_string).unwrap_or_default(),
+        // A re-quantization's reason quotes the listing.
+        Col::Why => e
+            .off
+            .as_ref()
+            .map(|o| clean_cut(&o.to_string(), WHY_MAX))
+            .unwrap_or_default(),
     }
 }
 
@@ -205,7 +228,7 @@ fn cell(
     e: &EndpointSnap,
     raw: String,
     w: u16,
-    quant_w: usize,
+    quant_w: u16,
     selected: bool,
     t: &Theme,
 ) -> Line<'static> {
@@ -221,7 +244,7 @@ fn cell(
         }
         Col::Quant => {
             let mark_style = t.fidelity(e.fidelity);
-            let q = format!("{:<quant_w$} ", e.quantization);
+            let q = format!("{} ", quant(e, quant_w));
             let q_style = match e.fidelity {
                 Fidelity::Requantized | Fidelity::Unknown => mark_style,
                 _ => t.text,
@@ -280,7 +303,7 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model:
 
     let quant_w = order
         .iter()
-        .map(|e| e.quantization.chars().count())
+        .map(|e| width(&clean_cut(&e.quantization, QUANT_MAX)))
         .max()
         .unwrap_or(4);
     // Each cell's text, formatted once: measured for the widths, then drawn.
@@ -356,9 +379,15 @@ fn title(state: &UiState, with_model: bool, room: usize) -> Line<'static> {
         s.endpoints
             .iter()
             .find(|e| e.fidelity == Fidelity::Native)
-            .map(|e| Span::styled(format!(" native {} ", e.quantization), t.dim))
+            .map(|e| {
+                let q = clean_cut(&e.quantization, QUANT_MAX);
+                Span::styled(format!(" native {q} "), t.dim)
+            })
     } else {
-        Some(Span::styled(format!(" policy: {} ", s.policy), t.dim))
+        Some(Span::styled(
+            format!(" policy: {} ", clean(&s.policy)),
+            t.dim,
+        ))
     };
     let sort = Span::styled(
         format!(
@@ -371,7 +400,7 @@ fn title(state: &UiState, with_model: bool, room: usize) -> Line<'static> {
     let title = |with_native: bool, with_sort: bool| {
         let mut v = vec![Span::styled(" Providers ", t.title)];
         if with_model {
-            v.push(Span::styled(format!(" {} ", s.model), t.bold));
+            v.push(Span::styled(format!(" {} ", clean(&s.model)), t.bold));
         }
         v.push(Span::raw(format!(
             " {} of {} allowed ",

@@ -1,6 +1,8 @@
 //! Small text helpers shared by the views: fitting columns to a width, truncating with `…`,
 //! and the number formats of the tables.
 
+use std::borrow::Cow;
+
 use ratatui::style::Style;
 use ratatui::text::Span;
 
@@ -14,6 +16,71 @@ pub(crate) fn width(s: &str) -> u16 {
 fn char_width(c: char) -> usize {
     let mut b = [0; 4];
     Span::raw(&*c.encode_utf8(&mut b)).width()
+}
+
+/// Characters that change how a terminal lays out what follows, or that it may draw at
+/// another width than the buffer counts: bidi embeddings, overrides and isolates (U+202E
+/// reverses the rest of the line), zero-width spaces and joiners (a terminal that does not
+/// join a ZWJ sequence draws each emoji, 6 cells where the buffer counts 2), the soft hyphen,
+/// variation selectors, the byte-order mark, tags. Unicode's format characters, mostly.
+fn format_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{AD}'
+            | '\u{34F}'
+            | '\u{61C}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
+}
+
+/// Combining marks kept on one character: enough for any script's accents, not a pile of
+/// hundreds drawn into one cell.
+const MARKS_KEPT: usize = 2;
+
+/// Text a server wrote (a listing's names and quantization, an error) as a cell may show it:
+/// controls and line separators (tabs, backspaces, escapes) as spaces, [`format_char`]s
+/// dropped, at most [`MARKS_KEPT`] combining marks on a character and none on nothing. Then
+/// each character is as wide as the buffer counts it, in any terminal.
+pub(crate) fn clean(s: &str) -> Cow<'_, str> {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    // Marks on the last character; `None` before the first.
+    let mut marks: Option<usize> = None;
+    for c in s.chars() {
+        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+            out.push(' ');
+            marks = Some(0);
+        } else if format_char(c) {
+            // Dropped.
+        } else if char_width(c) == 0 {
+            if let Some(n) = marks.as_mut()
+                && *n < MARKS_KEPT
+            {
+                out.push(c);
+                *n += 1;
+            }
+        } else {
+            out.push(c);
+            marks = Some(0);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`clean`], cut to `w` cells.
+pub(crate) fn clean_cut(s: &str, w: u16) -> String {
+    truncate(&clean(s), w)
 }
 
 /// `s` cut to `w` cells, ending in `…` when cut.
@@ -249,6 +316,27 @@ mod tests {
         assert_eq!(tokens(1_234), "1.2k");
         assert_eq!(rate(9840.4), "9,840");
         assert_eq!(rate(0.0), "-");
+    }
+
+    #[test]
+    fn clean_leaves_what_moves_the_line_or_misleads_its_width_out() {
+        let cases = [
+            ("Chutes", "Chutes"),
+            ("tab\there\u{8}bs\u{1b}[2J", "tab here bs [2J"),
+            ("a\u{202E}live\u{2066}x\u{2069}", "alivex"),
+            ("z\u{200B}w\u{FEFF}s\u{AD}p", "zwsp"),
+            ("\u{1F468}\u{200D}\u{1F469}", "\u{1F468}\u{1F469}"),
+            ("\u{2764}\u{FE0F}", "\u{2764}"),
+            ("e\u{301}\u{301}\u{301}\u{301}x", "e\u{301}\u{301}x"),
+            ("\u{301}lone", "lone"),
+            ("ls\u{2028}ps", "ls ps"),
+            ("深度 é", "深度 é"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(clean(raw), shown, "{raw:?}");
+        }
+        assert!(matches!(clean("plain ascii"), Cow::Borrowed(_)));
+        assert_eq!(clean_cut(&"A".repeat(10_000), 5), "AAAA…");
     }
 
     #[test]
