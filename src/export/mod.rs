@@ -168,6 +168,10 @@ pub struct Counts {
     pub prompts: Option<u64>,
     /// Lines of the output directory that could not be read (damage): not exported.
     pub unreadable: u64,
+    /// The prompt file's bad lines a run rejected (`on_bad_line = "skip"`, ids `@line:N`):
+    /// error rows, but no prompts, so not in `error` (which, with the others, adds up to the
+    /// prompt count).
+    pub bad_lines: u64,
     /// Success rows rendered through the chat template (all of them, when one is given).
     pub rendered: u64,
     /// Of those, rows whose last answer has reasoning the rendered text does not hold: the
@@ -295,6 +299,8 @@ impl Sink {
 const SUCCESS: usize = 0;
 const ERROR: usize = 1;
 const SKIPPED: usize = 2;
+/// The reject of a prompt file's bad line: an error row, counted apart.
+const BAD_LINE: usize = 3;
 
 /// Exports the datasets `names` of `dir` into `to`; `prompts` gives each dataset's prompt
 /// count when known. With a chat template, every success row is rendered through it as
@@ -376,10 +382,12 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
                 c.success_rows += rows.len() as u64;
             }
             ERROR => c.error += 1,
+            BAD_LINE => c.bad_lines += 1,
             _ => c.skipped += 1,
         }
+        let file = if which == BAD_LINE { ERROR } else { which };
         for row in rows {
-            if let Err(e) = sink.write(which, row) {
+            if let Err(e) = sink.write(file, row) {
                 failed = Some(e);
                 return;
             }
@@ -459,7 +467,9 @@ fn export_dataset(job: &Job, name: &str, samples: &mut Vec<Sample>) -> Result<Co
         })?;
         let rejects = scan::read_file(&rejects_path(dir, name), |r: RejectRecord| {
             if first_time(&r.id, &mut c) {
-                keep(&mut sink, ERROR, &[reject_row(&r)], &mut c);
+                let bad_line = r.id.starts_with(crate::store::prompts::BAD_LINE_ID);
+                let which = if bad_line { BAD_LINE } else { ERROR };
+                keep(&mut sink, which, &[reject_row(&r)], &mut c);
             }
         })?;
         c.unreadable += outputs.damaged + rejects.damaged;

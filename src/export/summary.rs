@@ -1,7 +1,7 @@
 //! The export's printed summary: one line per dataset (success, error, skipped, not yet run,
 //! prompts), then what a trainer should know of each: duplicates across directories,
 //! exploded rows, foreign turns, reasoning a template drops, rows' lengths, missing system
-//! turns, damaged lines.
+//! turns, the prompt file's bad lines, damaged lines.
 
 use std::path::Path;
 
@@ -98,6 +98,16 @@ pub fn render(counts: &[Counts], to: &Path) -> String {
                  the rows so all three agree\n",
                 c.dataset,
                 g(c.without_system)
+            ));
+        }
+        if c.bad_lines > 0 {
+            out.push_str(&format!(
+                "  {}: {} bad line(s) of the prompt file, rejected by the run (on_bad_line = \
+                 \"skip\"), are error rows too, in {}.error.ndjson; they are no prompts, so the \
+                 columns above leave them out\n",
+                c.dataset,
+                g(c.bad_lines),
+                c.dataset
             ));
         }
         if c.unreadable > 0 {

@@ -555,3 +555,65 @@ fn the_first_renderings_decide_whether_a_template_fails_every_row() {
 }
 
 mod trainer;
+
+/// A prompt file's bad lines, rejected by a run with `on_bad_line = "skip"`, are error rows
+/// but no prompts: the table's four columns still add up to the prompt count, and a note
+/// says where the bad lines went (reliability-probe-5 P17: 14 prompts, 24 counted).
+#[test]
+fn bad_lines_are_error_rows_counted_apart_from_the_prompts() {
+    let (dir, out) = scratch();
+    let rows = vec![
+        rec("a", "answer", Some("r"), false),
+        rec("b", "answer", Some("r"), false),
+    ];
+    write_lines(&out.join("A.jsonl"), &rows);
+    let reject = |id: &str, kind: &str| RejectRecord {
+        id: id.into(),
+        line: Some(3),
+        error: "rejected".into(),
+        error_kind: kind.into(),
+        attempts: 1,
+        created_at: "2026-12-01T00:00:00Z".into(),
+        cause: Default::default(),
+    };
+    write_lines(
+        &out.join("A.rejects.jsonl"),
+        &[
+            reject("@line:3", "input"),
+            reject("c", "policy"),
+            reject("@line:7", "input"),
+        ],
+    );
+    let to = dir.path().join("export");
+    // Four prompts (the count leaves bad lines out): a and b answered, c rejected, one not run.
+    let prompts = HashMap::from([("A".to_string(), 4u64)]);
+    let counts = export(&out, &["A".into()], &prompts, &to, &SF, None)
+        .expect("export")
+        .counts;
+    let c = &counts[0];
+    assert_eq!(
+        (c.success, c.error, c.skipped, c.not_run, c.bad_lines),
+        (2, 1, 0, Some(1), 2)
+    );
+    assert_eq!(
+        c.success + c.error + c.skipped + c.not_run.unwrap_or(0),
+        4,
+        "the four add up to the prompt count"
+    );
+    let errors: Vec<Value> = read(&to.join("A.error.ndjson"));
+    let ids: Vec<&str> = errors.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(
+        ids,
+        ["@line:3", "c", "@line:7"],
+        "every reject is an error row"
+    );
+    let table = render(&counts, &to);
+    assert!(
+        table.contains("A                        2         1         0           1         4"),
+        "{table}"
+    );
+    assert!(
+        table.contains("A: 2 bad line(s) of the prompt file") && table.contains("A.error.ndjson"),
+        "{table}"
+    );
+}
