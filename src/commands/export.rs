@@ -135,6 +135,12 @@ fn refuse_mixed_job(dirs: &[PathBuf]) -> Result<(), BadInput> {
         .iter()
         .map(|(dir, why)| format!("{dir}: {why}"))
         .collect();
+    why.extend(view.damaged.iter().map(|d| {
+        format!(
+            "{}: a damaged manifest, so whether its rows are of this job is unknown",
+            d.said()
+        )
+    }));
     why.extend(view.duplicated.iter().map(|s| {
         format!("shard {s} is in more than one directory: its rows would be written twice")
     }));
@@ -313,6 +319,23 @@ fn stale_files(to: &Path, names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// reliability-probe-5 P17: a job with a shard whose manifest is damaged is refused with
+    /// the manifest's path and the parse error, not "cannot be read (below)" with nothing below.
+    #[test]
+    fn a_job_with_a_damaged_manifest_is_refused_naming_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dirs = super::super::job::tests::job_with_a_damaged_manifest(tmp.path());
+        let e = refuse_mixed_job(&dirs)
+            .expect_err("a shard of unknown config")
+            .0;
+        let path = crate::engine::manifest_path(&dirs[1]).display().to_string();
+        assert!(
+            e.contains(&format!("{path}: expected value at line 1 column 1")),
+            "{e}"
+        );
+        assert!(!e.contains("(below)"), "{e}");
+    }
 
     /// reliability-probe-5 P4: an export never replaces a prompt file, nor any
     /// `<dataset>.jsonl` an earlier export did not write; an earlier export's files it does.

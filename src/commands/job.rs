@@ -17,11 +17,13 @@ use crate::engine::{Manifest, RunState, Snapshot, manifest_path, state_path};
 pub(crate) struct Found {
     pub(crate) dir: PathBuf,
     pub(crate) manifest: Option<Manifest>,
+    /// Why the manifest that is there could not be read (the parse or read error).
+    pub(crate) manifest_error: Option<String>,
     pub(crate) snapshot: Option<Snapshot>,
     /// The ledger's total: what the shard was billed.
     pub(crate) spent: Usd,
-    /// What could not be read: a manifest or state file that is there but damaged, ledger
-    /// lines that are not counted (reliability-probe-4 N12: these were silent).
+    /// What could not be read: a state file that is there but damaged, ledger lines that are
+    /// not counted (reliability-probe-4 N12: these were silent).
     pub(crate) unreadable: Vec<String>,
 }
 
@@ -54,10 +56,42 @@ pub(crate) struct JobView {
     pub(crate) other_config: Vec<(String, String)>,
     /// Directories whose records could not all be read, each with what.
     pub(crate) unreadable: Vec<(String, String)>,
+    /// Directories whose manifest is there but cannot be read: which shard they hold, of
+    /// which model and parameters, is unknown.
+    pub(crate) damaged: Vec<DamagedManifest>,
     pub(crate) done: u64,
     pub(crate) rejected: u64,
     pub(crate) total: u64,
     pub(crate) spent: Usd,
+}
+
+/// A shard directory's manifest that is there but cannot be read.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct DamagedManifest {
+    pub(crate) dir: String,
+    /// The manifest's path.
+    pub(crate) path: String,
+    /// The parse or read error.
+    pub(crate) error: String,
+    /// `K/N`, from a directory named as `--shard` names it (`shard-K-of-N`).
+    pub(crate) named: Option<String>,
+}
+
+impl DamagedManifest {
+    /// What status says of it: the file, the error, what is (not) known.
+    pub(crate) fn said(&self) -> String {
+        let named = match &self.named {
+            Some(s) => {
+                let (k, n) = s.split_once('/').unwrap_or((s, "?"));
+                format!("its directory's name says shard {k} of {n}; ")
+            }
+            None => String::new(),
+        };
+        format!(
+            "{}: {} ({named}its model and parameters are unknown)",
+            self.path, self.error
+        )
+    }
 }
 
 /// The directories a status or an export reads as one job: several given, or the shard
@@ -105,10 +139,14 @@ pub(crate) fn read(dirs: &[PathBuf]) -> Result<Vec<Found>, String> {
                 return Err(format!("{} is not a directory", dir.display()));
             }
             let mut unreadable = Vec::new();
-            let manifest: Option<Manifest> =
-                read_json(&manifest_path(dir), "manifest.json", &mut unreadable);
-            let snapshot: Option<Snapshot> =
-                read_json(&state_path(dir), "state.json", &mut unreadable);
+            let (manifest, manifest_error) = match read_json(&manifest_path(dir)) {
+                Ok(m) => (m, None),
+                Err(e) => (None, Some(e)),
+            };
+            let snapshot: Option<Snapshot> = read_json(&state_path(dir)).unwrap_or_else(|e| {
+                unreadable.push(format!("state.json cannot be read: {e}"));
+                None
+            });
             if snapshot.is_none() && !state_path(dir).exists() {
                 unreadable.push(
                     "no state.json (not started, or stopped before its first save): its counts \
@@ -128,6 +166,7 @@ pub(crate) fn read(dirs: &[PathBuf]) -> Result<Vec<Found>, String> {
             Ok(Found {
                 dir: dir.clone(),
                 manifest,
+                manifest_error,
                 snapshot,
                 spent: ledger.total,
                 unreadable,
@@ -136,28 +175,24 @@ pub(crate) fn read(dirs: &[PathBuf]) -> Result<Vec<Found>, String> {
         .collect()
 }
 
-/// A JSON file of a shard's directory; `None` when it is absent, or (said in `unreadable`)
-/// cannot be read or parsed: a damaged file is not an absent one.
-fn read_json<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    what: &str,
-    unreadable: &mut Vec<String>,
-) -> Option<T> {
+/// A JSON file of a shard's directory; `None` when it is absent, an error when it cannot be
+/// read or parsed: a damaged file is not an absent one.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            unreadable.push(format!("{what}: {e}"));
-            return None;
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
     };
-    match serde_json::from_str(&text) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            unreadable.push(format!("{what} is damaged: {e}"));
-            None
-        }
-    }
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// `K/N` of a directory named as `--shard` names it: `shard-K-of-N`.
+fn named_shard(dir: &Path) -> Option<(u32, u32)> {
+    let name = dir.file_name()?.to_str()?.strip_prefix("shard-")?;
+    let (k, n) = name.split_once("-of-")?;
+    parse(&format!("{k}/{n}"))
 }
 
 /// `K/N` as numbers.
@@ -189,6 +224,7 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
         duplicated: Vec::new(),
         other_config: Vec::new(),
         unreadable: Vec::new(),
+        damaged: Vec::new(),
         done: 0,
         rejected: 0,
         total: 0,
@@ -198,10 +234,17 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
     for f in found {
         let shown = f.dir.display().to_string();
         let shard = shard_of(f);
+        if let Some(error) = &f.manifest_error {
+            view.damaged.push(DamagedManifest {
+                dir: shown.clone(),
+                path: manifest_path(&f.dir).display().to_string(),
+                error: error.clone(),
+                named: named_shard(&f.dir).map(|(k, n)| format!("{k}/{n}")),
+            });
+        }
         let why = match (&f.manifest, shard.as_deref().and_then(parse), first) {
-            (None, ..) if manifest_path(&f.dir).exists() => {
-                Some("its manifest cannot be read (below)".to_string())
-            }
+            // Said as damaged (above).
+            (None, ..) if f.manifest_error.is_some() => None,
             (None, ..) => Some("no manifest: not a harvest output directory".to_string()),
             (Some(_), None, _) => Some("not a shard (run without --shard)".to_string()),
             (Some(_), Some((_, n)), _) if Some(n) != of => {
@@ -252,10 +295,16 @@ pub(crate) fn assemble(found: &[Found]) -> JobView {
         .map(|(s, _)| s)
         .collect();
     if let Some(n) = of {
+        // A directory whose manifest is damaged is there: its name says which shard.
         let present: Vec<u32> = view
             .shards
             .iter()
             .filter_map(|r| r.shard.as_deref().and_then(parse))
+            .chain(
+                view.damaged
+                    .iter()
+                    .filter_map(|d| d.named.as_deref().and_then(parse)),
+            )
             .filter(|s| s.1 == n)
             .map(|s| s.0)
             .collect();
@@ -315,6 +364,9 @@ pub(crate) fn render(v: &JobView) -> String {
     for (dir, why) in &v.other_config {
         t.push_str(&format!("other config: {dir}: {why}\n"));
     }
+    for d in &v.damaged {
+        t.push_str(&format!("damaged manifest: {}\n", d.said()));
+    }
     for (dir, what) in &v.unreadable {
         t.push_str(&format!("unreadable: {dir}: {what}\n"));
     }
@@ -322,4 +374,4 @@ pub(crate) fn render(v: &JobView) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

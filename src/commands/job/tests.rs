@@ -3,6 +3,7 @@
 
 use super::*;
 use std::collections::HashMap;
+use std::path::Path;
 
 fn found(dir: &str, shard: Option<&str>, model: &str, done: u64, usd: f64) -> Found {
     let mut snapshot = crate::tui::testkit::kimi_snapshot();
@@ -23,6 +24,7 @@ fn found(dir: &str, shard: Option<&str>, model: &str, done: u64, usd: f64) -> Fo
             base_url: None,
             api_key_env: None,
         }),
+        manifest_error: None,
         snapshot: Some(snapshot),
         spent: Usd::from_f64(usd),
         unreadable: Vec::new(),
@@ -149,12 +151,9 @@ fn a_shard_whose_records_cannot_all_be_read_is_named() {
     .expect("ledger");
     let v = assemble(&read(&dirs).expect("read"));
     let text = render(&v);
+    let path = manifest_path(&dirs[0]).display().to_string();
     assert!(
-        text.contains("shard-0-of-2: its manifest cannot be read (below)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("shard-0-of-2: manifest.json is damaged"),
+        text.contains(&format!("damaged manifest: {path}: EOF while parsing")),
         "{text}"
     );
     assert!(
@@ -226,4 +225,49 @@ fn the_job_names_what_is_missing_twice_or_from_another_config() {
         text.contains("duplicated: shard 0/4 in more than one directory"),
         "{text}"
     );
+}
+
+/// A job of three shards under `root/out` whose shard 1 has a manifest that is no JSON: the
+/// shard directories, in order.
+pub(crate) fn job_with_a_damaged_manifest(root: &Path) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = (0..3)
+        .map(|k| root.join(format!("out/shard-{k}-of-3")))
+        .collect();
+    for (k, d) in dirs.iter().enumerate() {
+        std::fs::create_dir_all(d).expect("dir");
+        let m = found("", Some(&format!("{k}/3")), "m", 0, 0.0).manifest;
+        let text = if k == 1 {
+            "garbage".to_string()
+        } else {
+            serde_json::to_string(&m).expect("json")
+        };
+        std::fs::write(manifest_path(d), text).expect("manifest");
+    }
+    dirs
+}
+
+/// reliability-probe-5 P17: a shard whose directory is there with a damaged manifest is not
+/// "missing (no directory)": the status names the manifest by its path with the parse error,
+/// once, and points nowhere else ("(below)").
+#[test]
+fn a_shard_with_a_damaged_manifest_is_named_not_missing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dirs = job_with_a_damaged_manifest(tmp.path());
+    let listed = shard_dirs(&[tmp.path().join("out")]).expect("a job");
+    assert_eq!(listed, dirs, "the damaged shard's directory is listed");
+    let v = assemble(&read(&listed).expect("read"));
+    assert_eq!(v.of, Some(3));
+    assert!(v.missing.is_empty(), "{:?}", v.missing);
+    let text = render(&v);
+    assert!(!text.contains("missing"), "{text}");
+    assert!(!text.contains("(below)"), "{text}");
+    let path = manifest_path(&dirs[1]).display().to_string();
+    assert!(
+        text.contains(&format!(
+            "damaged manifest: {path}: expected value at line 1 column 1 (its directory's name \
+             says shard 1 of 3; its model and parameters are unknown)\n"
+        )),
+        "{text}"
+    );
+    assert_eq!(text.matches(&path).count(), 1, "said once: {text}");
 }
