@@ -46,6 +46,12 @@ pub(crate) fn progress_line(s: &Snapshot) -> String {
         let at = if s.eta_at_budget { " (budget)" } else { "" };
         line.push_str(&format!("  ETA {}{at}", duration(eta)));
     }
+    if s.tail_streams > 0 {
+        // Every prompt sent: the ETA (or its absence, stalled) is the last streams'.
+        let n = s.tail_streams;
+        let streams = if n == 1 { "stream" } else { "streams" };
+        line.push_str(&format!("  (tail: {} {streams})", group_thousands(n)));
+    }
     if let Some(last) = s.last_stretch_s {
         line.push_str(&format!(
             "  budget last stretch {} ({})",

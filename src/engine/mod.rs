@@ -11,6 +11,7 @@ pub(crate) mod core;
 pub(crate) mod endpoint;
 pub(crate) mod health;
 mod look_ups;
+pub(crate) mod outlook;
 pub(crate) mod pool;
 mod publish;
 pub(crate) mod quality;

@@ -12,6 +12,7 @@ use crate::domain::Usd;
 use crate::openrouter::ErrorKind;
 
 use super::core::{Clock, Core, Live};
+use super::outlook::{self, time_to_budget};
 use super::shared::Shared;
 use super::snapshot::{
     DatasetSnap, DatasetState, EndpointSnap, HistoryPoint, InFlightBudgetSnap, RunState, Snapshot,
@@ -23,6 +24,17 @@ const HISTORY_CAPACITY: usize = 360;
 const HISTORY_EVERY_S: f64 = 5.0;
 /// Events a snapshot carries (the core keeps more).
 const SNAPSHOT_EVENTS: usize = 50;
+
+/// How the run ends, as each dataset's time left is bounded by it.
+struct Ends<'a> {
+    stopping: bool,
+    /// Seconds until the dollar budget stops the run, when it will.
+    to_budget: Option<f64>,
+    /// Every prompt sent: the streams in flight, all that is left.
+    tail: Option<&'a [outlook::Stream]>,
+    /// What the budget leaves of the spend.
+    room: Usd,
+}
 
 /// The view-side state of a run: rates and history.
 pub(super) struct Publisher {
@@ -71,10 +83,23 @@ impl Publisher {
         let usd_per_min = self.spend_rate.update(t, (spent + accrued).as_f64()) * 60.0;
         let stopping = core.stopping().is_some();
         let budget = Usd::from_pico(core.budget_pico());
-        let to_budget = time_to_budget(budget, spent + accrued, usd_per_min);
+        let room = budget - (spent + accrued);
+        // Every prompt sent, only streams in flight: the run ends as they do.
+        let tail_streams = core.tail_streams().filter(|_| !stopping);
+        let in_tail = (tail_streams.as_deref()).map(|s| outlook::tail(s, tok_per_s, room));
+        let to_budget = match in_tail {
+            Some(t) => t.eta_s.filter(|_| t.at_budget),
+            None => time_to_budget(budget, spent + accrued, usd_per_min),
+        };
+        let ends = Ends {
+            stopping,
+            to_budget,
+            tail: tail_streams.as_deref(),
+            room,
+        };
         let (datasets, work_etas): (Vec<DatasetSnap>, Vec<Option<f64>>) =
             (0..core.datasets().len())
-                .map(|d| self.dataset(core, sh, d, t, stopping, to_budget))
+                .map(|d| self.dataset(core, sh, d, t, &ends))
                 .unzip();
         let eps = core.endpoints();
         while self.endpoint_rates.len() < eps.len() {
@@ -91,15 +116,13 @@ impl Publisher {
         let work_eta = (work_etas.into_iter())
             .flatten()
             .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
-        let (eta_s, eta_at_budget) = run_eta(work_eta, to_budget);
+        let o = outlook::outlook(spent + accrued, budget, usd_per_min, work_eta, in_tail);
+        let (eta_s, eta_at_budget) = (o.eta_s, o.at_budget);
         let projected = if stopping {
             // No more dispatch: what is spent, accrued and still expected of in-flight requests.
             Some(Usd::from_pico(core.committed_pico(live).max(0)))
         } else {
-            eta_s.map(|eta| {
-                let p = (spent + accrued).as_f64() + usd_per_min / 60.0 * eta;
-                Usd::from_f64(p.min(budget.as_f64()))
-            })
+            o.projected
         };
         let state = run_state(core, done, t);
         let cfg = core.config();
@@ -137,6 +160,7 @@ impl Publisher {
             usd_per_min,
             eta_s: if stopping { None } else { eta_s },
             eta_at_budget: eta_at_budget && !stopping,
+            tail_streams: tail_streams.as_ref().map_or(0, |s| s.len() as u64),
             drain_left_s: if stopping {
                 drain_left_s(core, sh, now)
             } else {
@@ -185,9 +209,9 @@ impl Publisher {
         sh: &Shared,
         d: usize,
         t: f64,
-        stopping: bool,
-        to_budget: Option<f64>,
+        ends: &Ends,
     ) -> (DatasetSnap, Option<f64>) {
+        let stopping = ends.stopping;
         let finished = core.dataset_finished(d);
         let ds = &core.datasets()[d];
         let rate = self.dataset_rates[d].update(
@@ -209,6 +233,15 @@ impl Publisher {
             DatasetState::Queued
         };
         let eta_s = match ds.budget {
+            // Its prompts all sent: when its own streams of the tail end, at its own rate.
+            _ if ends.tail.is_some() => {
+                let tail = ends.tail.unwrap_or_default();
+                let mine: Vec<outlook::Stream> =
+                    (tail.iter()).filter(|s| s.dataset == d).copied().collect();
+                (!mine.is_empty())
+                    .then(|| outlook::tail(&mine, rate, ends.room).eta_s)
+                    .flatten()
+            }
             Some(b) if rate > 0.0 => Some(b.saturating_sub(ds.output_tokens) as f64 / rate),
             _ if ds.rows_here > 0 && rate > 0.0 => {
                 let mean = ds.output_tokens_here as f64 / ds.rows_here as f64;
@@ -220,7 +253,7 @@ impl Publisher {
         .filter(|_| !matches!(state, DatasetState::Done | DatasetState::Draining));
         let work_eta = eta_s;
         // No dataset runs past the run's dollar budget.
-        let eta_s = eta_s.map(|e| to_budget.map_or(e, |b| e.min(b)));
+        let eta_s = eta_s.map(|e| ends.to_budget.map_or(e, |b| e.min(b)));
         (
             DatasetSnap {
                 name: ds.name.clone(),
@@ -403,49 +436,4 @@ fn drain_left_s(core: &Core, sh: &Shared, now: &Clock) -> Option<f64> {
 /// How long until a drain's grace closes what is still in flight, while one runs.
 fn drain_grace_left(core: &Core, now: &Clock) -> Option<std::time::Duration> {
     (core.drain_deadline()).map(|d| d.saturating_duration_since(now.mono))
-}
-
-/// Seconds until the spend reaches `budget` at the present rate (USD a minute, spend and
-/// accrual), when it is spending.
-fn time_to_budget(budget: Usd, spent: Usd, usd_per_min: f64) -> Option<f64> {
-    (usd_per_min > 0.0).then(|| (budget - spent).as_f64().max(0.0) / (usd_per_min / 60.0))
-}
-
-/// The run's ETA: the work's or the budget's, whichever comes first, and whether it is the
-/// budget's (a run that will stop at its budget says when). Unknown while the work's is.
-fn run_eta(work: Option<f64>, to_budget: Option<f64>) -> (Option<f64>, bool) {
-    match (work, to_budget) {
-        (Some(w), Some(b)) if b < w => (Some(b), true),
-        (w, _) => (w, false),
-    }
-}
-
-#[cfg(test)]
-mod eta_tests {
-    use super::*;
-
-    #[test]
-    fn the_eta_is_the_works_or_the_budgets_whichever_comes_first() {
-        let usd = Usd::from_f64;
-        // $10 budget, $4 spent, $2 a minute: three minutes to the budget.
-        let b = time_to_budget(usd(10.0), usd(4.0), 2.0);
-        assert_eq!(b, Some(180.0));
-        assert_eq!(
-            time_to_budget(usd(10.0), usd(4.0), 0.0),
-            None,
-            "not spending"
-        );
-        assert_eq!(time_to_budget(usd(10.0), usd(10.5), 2.0), Some(0.0));
-        let cases = [
-            ((Some(600.0), Some(180.0)), (Some(180.0), true)),
-            ((Some(120.0), Some(180.0)), (Some(120.0), false)),
-            ((None, Some(180.0)), (None, false)),
-            ((Some(120.0), None), (Some(120.0), false)),
-            // The seed's last stretch: a trickle of work, the budget minutes away.
-            ((Some(47_692_800.0), Some(240.0)), (Some(240.0), true)),
-        ];
-        for ((work, budget), want) in cases {
-            assert_eq!(run_eta(work, budget), want, "{work:?} {budget:?}");
-        }
-    }
 }

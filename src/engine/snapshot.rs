@@ -188,7 +188,9 @@ pub struct Snapshot {
     pub carried_over: Usd,
     /// Cost of tokens streamed by requests still in flight.
     pub accrued: Usd,
-    /// Where spend will end if the remaining work runs at the current rate (capped at budget).
+    /// Where spend will end if the remaining work runs at the current rate (capped at budget);
+    /// in the tail ([`Snapshot::tail_streams`]), what the streams in flight are expected to add
+    /// to it (`engine/outlook.rs`).
     pub projected: Option<Usd>,
     pub done: u64,
     pub rejected: u64,
@@ -198,11 +200,16 @@ pub struct Snapshot {
     pub prompt_tokens: u64,
     pub tok_per_s: f64,
     pub usd_per_min: f64,
-    /// Seconds until the run ends: its work's, or its dollar budget's when that comes first.
+    /// Seconds until the run ends: its work's, or its dollar budget's when that comes first;
+    /// in the tail, its last streams'.
     pub eta_s: Option<f64>,
     /// The ETA is when the dollar budget runs out, before the work is done.
     #[serde(default)]
     pub eta_at_budget: bool,
+    /// Every prompt is sent and only these streams are left in flight (0 before): the ETA is
+    /// when they end, the projection what they add.
+    #[serde(default)]
+    pub tail_streams: u64,
     /// While the run stops: how long its requests in flight are expected to take still (the
     /// longest of them, from their ages and their datasets' usual request times), when known.
     #[serde(default)]

@@ -227,6 +227,7 @@ pub fn kimi_snapshot() -> Snapshot {
         usd_per_min: 3.91,
         eta_s: Some(1_200.0),
         eta_at_budget: false,
+        tail_streams: 0,
         drain_left_s: None,
         drain_grace_left_s: None,
         cut_thinking_share: None,

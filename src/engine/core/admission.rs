@@ -83,6 +83,33 @@ impl Admission {
 }
 
 impl Core {
+    /// The run's tail: every dataset sends nothing more (its file read to the end, or its
+    /// cap or token budget reached by what is done and in flight; no retry or later turn
+    /// waiting), and streams are in flight: each, with what it is expected to stream still
+    /// (as of the last tick). `None` while there is more to send, or nothing in flight.
+    pub(crate) fn tail_streams(&self) -> Option<Vec<crate::engine::outlook::Stream>> {
+        let a = &self.admission;
+        let sending =
+            (0..a.datasets.len()).any(|d| a.datasets[d].retries_pending > 0 || a.admitting(d));
+        if sending || self.in_flight.is_empty() {
+            return None;
+        }
+        Some(
+            self.in_flight
+                .values()
+                .map(|f| {
+                    let d = f.job.dataset;
+                    crate::engine::outlook::Stream::new(
+                        d,
+                        a.expected_output_tokens(d),
+                        f.accrued_pico,
+                        f.price_out.pico_per_token(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
     /// Reads the next fresh prompt of dataset `d`: skips other shards and ids finished by
     /// earlier runs, adds the dataset's system prompt, and (in skip mode: the start refused bad
     /// lines in error mode) turns a bad line into a reject.

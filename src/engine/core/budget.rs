@@ -303,10 +303,11 @@ impl Core {
                 }
             };
             f.expected_pico = f.fixed_pico + out;
+            f.accrued_pico = port.accrued_pico(key);
             let x = Exposure {
                 expected: f.expected_pico,
                 worst: f.worst_pico,
-                accrued: port.accrued_pico(key),
+                accrued: f.accrued_pico,
                 tail: out / 2,
             };
             f.reserved_pico = reservation(mode, f.billed_if_closed, x);

@@ -356,6 +356,7 @@ impl Core {
                 fixed_pico: (route.price_in.cost(prompt_tokens) + fee).pico(),
                 reserved_pico: money.reserve.pico(),
                 worst_pico: money.worst.pico(),
+                accrued_pico: 0,
                 billed_if_closed: money.billed_if_closed,
                 price_in: route.price_in,
                 price_out: route.price_out,

@@ -178,6 +178,8 @@ struct InFlight {
     reserved_pico: i64,
     /// Its worst case (prompt, fee, `max_tokens`), picodollars.
     worst_pico: i64,
+    /// What it had streamed at the last tick, at its price (the tail's estimate reads it).
+    accrued_pico: i64,
     /// It may be served where closing the stream does not stop the bill (pinned there, or
     /// routed by OpenRouter over a set that includes such an endpoint).
     billed_if_closed: bool,

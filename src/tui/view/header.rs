@@ -202,7 +202,7 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         }
     }
     spans.push(sep());
-    spans.extend(time_left(state));
+    spans.extend(time_left(state, o.long_fly));
     if o.health {
         // Tells a slow provider from a slow client: how late the engine's own loop runs.
         spans.push(sep());
@@ -244,8 +244,9 @@ fn budget_gauge(state: &UiState, width: u16) -> Vec<Span<'static>> {
 }
 
 /// The time left: the drain's own progress (when the last request in flight is expected to
-/// end), or the run's ETA.
-fn time_left(state: &UiState) -> [Span<'static>; 2] {
+/// end), or the run's ETA (in the tail, said to be the last streams': `(tail: 4 streams)`, or
+/// `(tail 4)` short).
+fn time_left(state: &UiState, long: bool) -> [Span<'static>; 2] {
     let (s, t) = (&state.snapshot, &state.theme);
     if s.state == RunState::Draining {
         let left = match s.drain_left_s {
@@ -260,10 +261,20 @@ fn time_left(state: &UiState) -> [Span<'static>; 2] {
         };
         return [Span::styled("drain ", t.dim), Span::raw(left)];
     }
-    let eta = match s.eta_s {
+    let mut eta = match s.eta_s {
         Some(e) if !state.finished() && s.eta_at_budget => format!("{} (budget)", duration(e)),
         Some(e) if !state.finished() => duration(e),
         _ => "-".into(),
     };
+    if s.tail_streams > 0 && !state.finished() {
+        // Every prompt sent: the time is the last streams' (slow ones make it long).
+        let n = s.tail_streams;
+        let streams = if n == 1 { "stream" } else { "streams" };
+        eta.push_str(&if long {
+            format!(" (tail: {} {streams})", count(n))
+        } else {
+            format!(" (tail {})", count(n))
+        });
+    }
     [Span::styled("ETA ", t.dim), Span::raw(eta)]
 }

@@ -447,3 +447,30 @@ fn the_header_says_when_the_budget_will_stop_the_run() {
     let header = s.lines().next().unwrap_or_default();
     assert!(header.contains("ETA 4m00s (budget)"), "{header}");
 }
+
+/// In the tail (every prompt sent), the header says the ETA is the last streams', and says so
+/// when they stall and no ETA can be reckoned; at 80 columns too.
+#[test]
+fn the_header_says_when_the_last_streams_are_the_tail() {
+    for (eta, n, long, short) in [
+        (
+            Some(425.0),
+            4,
+            "ETA 7m05s (tail: 4 streams)",
+            "ETA 7m05s (tail 4)",
+        ),
+        (None, 1, "ETA - (tail: 1 stream)", "ETA - (tail 1)"),
+    ] {
+        let mut snap = kimi_snapshot();
+        snap.in_flight = n;
+        snap.eta_s = eta;
+        snap.tail_streams = n;
+        snap.projected = Some(crate::domain::Usd::from_f64(41.28));
+        for (w, want) in [(80, short), (160, long)] {
+            let s = text(&draw(&state_with(snap.clone()), w, 30));
+            let header = s.lines().next().unwrap_or_default();
+            assert!(header.contains(want), "{w}: {want:?} not in {header}");
+            assert!(header.contains("proj $41.28"), "{w}: {header}");
+        }
+    }
+}

@@ -556,3 +556,38 @@ fn reaching_a_budget_is_said_once() {
         assert!(h.core.datasets()[0].budget_reached, "{name}");
     }
 }
+
+/// The tail (reliability-probe-5 P17): while a prompt is left to send there is none; once
+/// every prompt is sent, the streams in flight are, each with what it is expected to stream
+/// still as of the last tick (never under half an expected answer).
+#[test]
+fn the_tail_is_the_streams_in_flight_once_every_prompt_is_sent() {
+    let routing = "routing = \"pinned\"\n[request]\nmax_tokens = 4000";
+    let mut more = one(&format!("concurrency = 2\n{routing}"), &many(3), |_| {});
+    assert_eq!(more.dispatch().len(), 2);
+    assert!(
+        more.core.tail_streams().is_none(),
+        "a prompt is left to send"
+    );
+
+    let mut h = one(&format!("concurrency = 4\n{routing}"), &many(3), |_| {});
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 3);
+    let per_token = sent[0].price_out.pico_per_token();
+    // One stream 600 tokens along, one 1,900 along, one fresh; 2,048 expected of each (the
+    // prior: nothing has finished).
+    h.accrued.insert(sent[0].key, 600 * per_token);
+    h.accrued.insert(sent[1].key, 1_900 * per_token);
+    h.tick();
+    let mut left: Vec<f64> = (h.core.tail_streams().expect("every prompt sent"))
+        .iter()
+        .map(|s| s.tokens_left)
+        .collect();
+    left.sort_by(f64::total_cmp);
+    assert_eq!(left, [1_024.0, 1_448.0, 2_048.0]);
+    // Nothing in flight: no tail, the run is over.
+    for d in &sent {
+        h.result(done(d.key, d.pinned, 100, 0.001, "stop"));
+    }
+    assert!(h.core.tail_streams().is_none());
+}
