@@ -138,7 +138,7 @@ impl Core {
             }
             let check = check.map(|(e, _)| e);
             if let Some(e) = check {
-                self.check_sent(e);
+                self.check_sent(e, now);
             }
             self.spawn(job, messages, priced, (prompt_tokens, check), now);
         }

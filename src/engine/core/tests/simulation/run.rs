@@ -659,7 +659,7 @@ impl Run {
             return;
         };
         let accrued = f.accrued(self.t);
-        let stops = self.world.truth[f.serving].stops_billing;
+        let stops = self.world.truth[f.serving].stops_billing_at(self.t);
         let billed = f.billed_if_closed(self.t, stops);
         self.out.bill_pico += billed;
         self.spent += accrued;
@@ -775,12 +775,12 @@ impl Run {
         };
         let billed = match f.fate {
             Fate::Reset { .. } => {
-                f.billed_if_closed(f.end, self.world.truth[f.serving].stops_billing)
+                f.billed_if_closed(f.end, self.world.truth[f.serving].stops_billing_at(f.end))
             }
             _ => booked,
         };
         if matches!(f.fate, Fate::Reset { .. }) {
-            let stops = self.world.truth[f.serving].stops_billing;
+            let stops = self.world.truth[f.serving].stops_billing_at(f.end);
             self.billed
                 .insert(format!("gen-{key}"), f.bill_if_closed(f.end, stops));
         }

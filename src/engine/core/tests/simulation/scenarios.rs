@@ -212,3 +212,32 @@ fn requests_per_second_spaces_requests() {
     }
     assert!(t[t.len() - 1] - t[0] >= (300.0 - 20.0) / 20.0 - 0.05);
 }
+
+/// reliability-probe-5 P16: an endpoint that stopped the bill at every check, then bills its
+/// closes in full (toggled after the checks). The hard budget must doubt it before the cap's
+/// closes there pass the budget: the bill stays within half a percent of it.
+#[test]
+fn an_endpoint_that_starts_billing_closes_after_its_checks_is_doubted_in_time() {
+    let mut w = world(BudgetMode::Hard, 300, 3000, 0.5, "openrouter");
+    // The probe's job: long answers, max_tokens 8,192.
+    (w.max_tokens, w.mean_len) = (8192, 1700.0);
+    let chutes = w.index("chutes/int4");
+    w.truth[chutes].stops_billing = true;
+    w.truth[chutes].bills_closes_from = Some(3.0);
+    let o = run(&w);
+    ok(&o);
+    let budget = Usd::from_f64(0.5).pico() as f64;
+    eprintln!(
+        "bill {:.4} of the budget; {:?} sent {:?} to_budget {} end {}",
+        o.bill_pico as f64 / budget,
+        o.seen,
+        o.sent_to,
+        o.to_budget_s,
+        o.end_s
+    );
+    assert!(
+        o.bill_pico as f64 <= budget * 1.005,
+        "bill {:.4} of the budget",
+        o.bill_pico as f64 / budget
+    );
+}

@@ -21,10 +21,20 @@ pub(super) struct Behaviour {
     pub(super) p_empty: f64,
     /// Closing a stream stops the bill here (the truth, which may differ from the docs).
     pub(super) stops_billing: bool,
+    /// From this time on, closes are billed in full after all (a provider that changed after
+    /// the run checked it: reliability-probe-5 P16), if it does in this world.
+    pub(super) bills_closes_from: Option<f64>,
     /// Streams it takes at once before it answers 429 (the simulator table's capacity); under
     /// OpenRouter's routing a request falls through to the next candidate first, as
     /// `harvest sim` does.
     pub(super) capacity: Option<u32>,
+}
+
+impl Behaviour {
+    /// Whether a close at time `t` stops the bill.
+    pub(super) fn stops_billing_at(&self, t: f64) -> bool {
+        self.stops_billing && self.bills_closes_from.is_none_or(|from| t < from)
+    }
 }
 
 /// One seeded world and the job run in it.
@@ -97,6 +107,7 @@ impl World {
                 // One world in five, an endpoint documented to stop the bill at a close
                 // bills it in full all the same (its listing still says it stops).
                 stops_billing: e.behaviour.cancel_stops_billing && !r2.random_bool(0.2),
+                bills_closes_from: None,
                 capacity: e.behaviour.capacity,
             });
         }
