@@ -442,7 +442,7 @@ impl Supervisor {
         }
         self.say(
             format!(
-                "looked up {} requests an earlier run left in flight: {} found at the API, {} unknown for {} min and booked at their expected cost, {:.6} USD in all{}",
+                "looked up {} requests an earlier run left in flight: {} found at the API, {} unknown for {} min and booked at what each held against the budget (under the hard budget, its worst case where a close is billed in full; the key's true-up at the end of a run with nothing open corrects it), {:.6} USD in all{}",
                 rec.asked,
                 rec.booked,
                 rec.lost,
