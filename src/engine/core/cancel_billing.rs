@@ -264,7 +264,9 @@ impl Core {
         let Some(ev) = self.fleet.cancel.get(&tag) else {
             return;
         };
-        let now_believed = ev.believed();
+        // A check not found in time suspends the trust its earlier checks earned.
+        let overdue = self.fleet.checks.get(&tag).is_some_and(|c| c.overdue);
+        let now_believed = ev.believed() && !overdue;
         let (stopped, past) = (ev.stopped, ev.billed_past);
         if now_believed == was {
             return;

@@ -17,6 +17,8 @@
 //! A check costs a prompt and 64 tokens where the close stops the bill, one answer where it does not. The expected budget
 //! mode takes the documented word.
 
+use std::time::{Duration, Instant};
+
 use crate::config::BudgetMode;
 
 use super::cancel_billing::{self, Evidence};
@@ -35,11 +37,29 @@ pub(crate) struct Checks {
     pub asked: u32,
     /// Checks sent and not yet answered: in flight, or closed and looked up.
     pub pending: u32,
-    /// The generation ids of the checked streams whose look-ups are out.
-    pub looking_up: Vec<String>,
+    /// The checked streams whose look-ups are out: their generation ids, and when each was
+    /// closed.
+    pub looking_up: Vec<(String, Instant)>,
     /// When the last check left.
-    pub last_sent: Option<std::time::Instant>,
+    pub last_sent: Option<Instant>,
+    /// The longest a check here took to be found at `/generation` after its close.
+    pub found_within: Option<Duration>,
+    /// A check of an endpoint the run trusts is not found in time (see [`overdue_after`]):
+    /// the endpoint is not trusted until it is.
+    pub overdue: bool,
 }
+
+/// How long a check's look-up may stay unanswered before the endpoint's trust is suspended:
+/// three times the longest its earlier checks took, and at least [`OVERDUE_FLOOR`]. A close that
+/// stopped the bill shows at `/generation` within the API's lag; one billed in full only once
+/// the provider has finished the whole answer (the real API's records appear when a generation
+/// ends; `harvest sim` does the same), often a minute later: its absence is the first sign.
+pub(crate) fn overdue_after(found_within: Option<Duration>) -> Duration {
+    found_within.map_or(OVERDUE_FLOOR, |d| (3 * d).max(OVERDUE_FLOOR))
+}
+
+/// See [`overdue_after`]: below this a look-up's own retry pace decides, not the endpoint.
+const OVERDUE_FLOOR: Duration = Duration::from_secs(10);
 
 /// How often an endpoint trusted by its checks is checked again while the budget's last
 /// stretch sends requests there at their expectation: a provider that starts billing closes
@@ -166,7 +186,7 @@ impl Core {
             let tag = self.fleet.endpoints[e].tag.clone();
             let checks = self.fleet.checks.entry(tag).or_default();
             match r.generation_id.clone().filter(|_| looked_up) {
-                Some(g) => checks.looking_up.push(g),
+                Some(g) => checks.looking_up.push((g, now.mono)),
                 None => checks.pending = checks.pending.saturating_sub(1),
             }
         }
@@ -174,14 +194,59 @@ impl Core {
         self.requeue_front(job, now);
     }
 
-    /// A look-up landed: if it was a check's, the check is answered.
-    pub(super) fn check_looked_up(&mut self, generation_id: Option<&str>) {
+    /// A look-up landed: if it was a check's, the check is answered (and how long it took
+    /// is kept; an overdue check found lifts the suspension, the bill then says the rest).
+    pub(super) fn check_looked_up(&mut self, generation_id: Option<&str>, now: &Clock) {
         let Some(g) = generation_id else { return };
         for checks in self.fleet.checks.values_mut() {
-            if let Some(at) = checks.looking_up.iter().position(|x| x == g) {
-                checks.looking_up.swap_remove(at);
+            if let Some(at) = checks.looking_up.iter().position(|(x, _)| x == g) {
+                let (_, closed) = checks.looking_up.swap_remove(at);
                 checks.pending = checks.pending.saturating_sub(1);
+                let took = now.mono.saturating_duration_since(closed);
+                checks.found_within = Some(checks.found_within.map_or(took, |d| d.max(took)));
+                let limit = overdue_after(checks.found_within);
+                checks.overdue = (checks.looking_up.iter())
+                    .any(|&(_, c)| now.mono.saturating_duration_since(c) >= limit);
             }
+        }
+    }
+
+    /// Each tick: an endpoint the run trusts whose check is not found at `/generation` in
+    /// time ([`overdue_after`]) is not trusted until it is: its streams reserve their worst
+    /// case from now on (a provider that began billing closes in full after its checks:
+    /// reliability-probe-5 P16).
+    pub(super) fn suspend_overdue_trust(&mut self, now: &Clock) {
+        for i in 0..self.fleet.endpoints.len() {
+            let tag = self.fleet.endpoints[i].tag.clone();
+            if !self.fleet.endpoints[i].cancel_stops_billing {
+                continue;
+            }
+            let Some(checks) = self.fleet.checks.get_mut(&tag) else {
+                continue;
+            };
+            let limit = overdue_after(checks.found_within);
+            let late = (checks.looking_up.iter())
+                .map(|&(_, c)| now.mono.saturating_duration_since(c))
+                .max()
+                .filter(|&d| d >= limit);
+            let Some(late) = late.filter(|_| !checks.overdue) else {
+                continue;
+            };
+            checks.overdue = true;
+            let earlier = checks.found_within.map_or(String::new(), |d| {
+                format!(
+                    ", where its earlier checks were found within {:.1}s",
+                    d.as_secs_f64()
+                )
+            });
+            self.set_cancel_belief(i, false);
+            let text = format!(
+                "a check of {tag}'s close is not found at /generation {:.0}s after the close{earlier}: \
+                 a close there may now be billed in full (the record shows once the provider \
+                 has finished the answer); its streams reserve their worst case until it is found",
+                late.as_secs_f64()
+            );
+            self.event(now, text);
         }
     }
 }
@@ -202,8 +267,7 @@ mod tests {
         let checks = |asked, pending| Checks {
             asked,
             pending,
-            looking_up: Vec::new(),
-            last_sent: None,
+            ..Checks::default()
         };
         use BudgetMode::{Expected, Hard};
         let s = std::time::Duration::from_secs;
@@ -239,6 +303,24 @@ mod tests {
                 want,
                 "case {i}"
             );
+        }
+    }
+
+    #[test]
+    fn a_check_is_overdue_at_three_times_the_longest_its_earlier_ones_took() {
+        let s = Duration::from_secs;
+        #[rustfmt::skip]
+        let cases = [
+            // (the longest an earlier check took to be found, overdue after)
+            (None, s(10)),
+            (Some(Duration::from_millis(300)), s(10)),
+            (Some(s(3)), s(10)),
+            (Some(s(5)), s(15)),
+            // `/generation` lagging 20 s (reliability-probe-5 P9): a minute.
+            (Some(s(20)), s(60)),
+        ];
+        for (found_within, want) in cases {
+            assert_eq!(overdue_after(found_within), want, "{found_within:?}");
         }
     }
 

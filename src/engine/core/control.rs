@@ -142,6 +142,7 @@ impl Core {
     /// The periodic tick: reservations follow the observed mean, datasets their budgets.
     pub(super) fn tick(&mut self, port: &dyn Port, now: &Clock) {
         self.drain_grace_over(now);
+        self.suspend_overdue_trust(now);
         self.recompute_reserved(port);
         self.update_datasets(now);
         if let Some(change) = self.budget.account.tick(self.concurrency, now.mono) {
@@ -285,7 +286,7 @@ impl Core {
         now: &Clock,
     ) {
         self.release_open_bill(&entry);
-        self.check_looked_up(entry.generation_id.as_deref());
+        self.check_looked_up(entry.generation_id.as_deref(), now);
         // A stream harvest closed: what it was billed says whether closing stopped the bill.
         if entry.kind == SpendKind::Cancelled
             && let (Some(tag), Some(billed)) = (entry.endpoint.as_deref(), completion_tokens)
