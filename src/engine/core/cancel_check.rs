@@ -50,12 +50,12 @@ pub(crate) struct Checks {
 }
 
 /// How long a check's look-up may stay unanswered before the endpoint's trust is suspended:
-/// three times the longest its earlier checks took, and at least [`OVERDUE_FLOOR`]. A close that
+/// twice the longest its earlier checks took, and at least [`OVERDUE_FLOOR`]. A close that
 /// stopped the bill shows at `/generation` within the API's lag; one billed in full only once
 /// the provider has finished the whole answer (the real API's records appear when a generation
 /// ends; `harvest sim` does the same), often a minute later: its absence is the first sign.
 pub(crate) fn overdue_after(found_within: Option<Duration>) -> Duration {
-    found_within.map_or(OVERDUE_FLOOR, |d| (3 * d).max(OVERDUE_FLOOR))
+    found_within.map_or(OVERDUE_FLOOR, |d| (2 * d).max(OVERDUE_FLOOR))
 }
 
 /// See [`overdue_after`]: below this a look-up's own retry pace decides, not the endpoint.
@@ -90,8 +90,9 @@ pub(crate) fn checks_wanted(
     }
     let needed = evidence.map_or(cancel_billing::STOPS_NEEDED_HARD, Evidence::stops_needed);
     if stopped >= needed {
-        let due = since_last.is_none_or(|d| d >= RECHECK_EVERY);
-        return u32::from(checks.pending == 0 && due);
+        // Whatever else is still out: the checks that made it trusted may still be looked up
+        // (an unclear one, one more than needed), and a recheck must not wait for them.
+        return u32::from(since_last.is_none_or(|d| d >= RECHECK_EVERY));
     }
     let short = needed.saturating_sub(stopped + checks.pending);
     short.min(MOST_CHECKS.saturating_sub(checks.asked))
@@ -281,8 +282,8 @@ mod tests {
             (Hard, true, Some(ev(3, 0)), checks(10, 0), Some(s(1)), 0),
             (Hard, false, None, checks(0, 0), None, 0),
             (Expected, true, None, checks(0, 0), None, 0),
-            // Trusted: checked again every RECHECK_EVERY, one at a time (P16), however many
-            // were asked before.
+            // Trusted: checked again every RECHECK_EVERY (P16), however many were asked
+            // before or are still out.
             (Hard, true, Some(ev(5, 0)), checks(5, 0), Some(s(1)), 0),
             (
                 Hard,
@@ -292,7 +293,7 @@ mod tests {
                 Some(RECHECK_EVERY),
                 1,
             ),
-            (Hard, true, Some(ev(5, 0)), checks(12, 1), Some(s(60)), 0),
+            (Hard, true, Some(ev(5, 0)), checks(12, 3), Some(s(60)), 1),
             (Hard, true, Some(ev(9, 0)), checks(40, 0), Some(s(60)), 1),
             // Doubted by a recheck: for good.
             (Hard, true, Some(ev(9, 1)), checks(41, 0), Some(s(60)), 0),
@@ -307,17 +308,17 @@ mod tests {
     }
 
     #[test]
-    fn a_check_is_overdue_at_three_times_the_longest_its_earlier_ones_took() {
+    fn a_check_is_overdue_at_twice_the_longest_its_earlier_ones_took() {
         let s = Duration::from_secs;
         #[rustfmt::skip]
         let cases = [
             // (the longest an earlier check took to be found, overdue after)
             (None, s(10)),
             (Some(Duration::from_millis(300)), s(10)),
-            (Some(s(3)), s(10)),
-            (Some(s(5)), s(15)),
-            // `/generation` lagging 20 s (reliability-probe-5 P9): a minute.
-            (Some(s(20)), s(60)),
+            (Some(s(5)), s(10)),
+            (Some(s(8)), s(16)),
+            // `/generation` lagging 20 s (reliability-probe-5 P9): 40 s.
+            (Some(s(20)), s(40)),
         ];
         for (found_within, want) in cases {
             assert_eq!(overdue_after(found_within), want, "{found_within:?}");
