@@ -45,16 +45,8 @@ mkdir -p "$WORK"
 write_prompts "$WORK/prompts.jsonl" "$N" "Work through problem {i} and explain each step."
 start_sim "$BIN" "$WORK/sim.log" --seed 7 --speed-scale "$SPEED" --no-faults \
   --billing-log "$WORK/bill.jsonl"
-control() {
-  python3 - "$PORT" "$1" <<'PY'
-import sys, urllib.request
-req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/sim/control",
-    data=sys.argv[2].encode(), headers={"content-type": "application/json"}, method="POST")
-urllib.request.urlopen(req, timeout=5).read()
-PY
-}
 # Every endpoint bills a close in full; answers long enough that the budget closes streams.
-control "{\"all\": {\"cancel_stops_billing\": false}, \"generation_lag_ms\": $((LAG * 1000)),
+sim_control "{\"all\": {\"cancel_stops_billing\": false}, \"generation_lag_ms\": $((LAG * 1000)),
   \"output_tokens_mean\": $((MAXTOK / 2)), \"output_tokens_sigma\": 1.1}"
 cat >"$WORK/harvest.toml" <<TOML
 model = "moonshotai/kimi-k2.5"
@@ -87,7 +79,7 @@ sleep "$WAIT"
 echo "--- restart after ${WAIT}s ---" >>"$WORK/run.log"
 run
 RC=$?
-control '{"generation_lag_ms": 0}'
+sim_control '{"generation_lag_ms": 0}'
 sleep 2
 (cd "$WORK" && CRASH_RESTART_KEY=sim "$BIN" status out --reconcile >"$WORK/reconcile.log" 2>&1)
 set -e
