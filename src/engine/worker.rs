@@ -143,9 +143,13 @@ async fn stream_answer(
             tokio::time::timeout_at(deadline, named)
                 .await
                 .map_err(by_deadline)?;
-            if spec.held_worst_pico() == 0 {
-                // A stream the cap closes: its tokens in transit count against the cap, as
-                // many as its endpoint's closes are billed past what was read.
+            let e = known.load(Ordering::Relaxed);
+            let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
+            if spec.held_worst_pico() == 0 && attempt_money::close_at_cap(stops) {
+                // A stream the cap closes (`race_the_cap`'s rule): its tokens in transit count
+                // against the cap, as many as its endpoint's closes are billed past what was
+                // read. One that runs to its end at the cap holds none: nothing is in transit
+                // past a close that does not come.
                 track.transit = attempt_money::transit_hold(track.price_out, track.transit_tokens);
                 shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
             }
