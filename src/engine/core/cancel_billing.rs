@@ -198,11 +198,13 @@ impl Core {
     /// A stream harvest closed was found at `/generation`: `billed` completion tokens where it
     /// received `received`, at endpoint `tag`. A changed belief goes to the workers' pool and
     /// the event log.
+    /// (`check`: the close was a check's, whose reading may suspend or restore the trust its
+    /// endpoint's earlier checks earned, `cancel_check::Checks::suspended`.)
     pub(super) fn learn_cancel_billing(
         &mut self,
         tag: &str,
-        received: u64,
-        billed: u64,
+        (received, billed): (u64, u64),
+        check: bool,
         now: &Clock,
     ) {
         let Some(i) = self.fleet.endpoints.iter().position(|e| e.tag == tag) else {
@@ -215,10 +217,14 @@ impl Core {
         let estimate = rate.and_then(wire_rate::TokensPerEvent::estimate);
         let pace = self.fleet.transit.get(tag).and_then(|t| t.pace());
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
-        if ev.add(received, billed, Wire::at(per_event, pace), learned) == Close::Stopped
+        let close = ev.add(received, billed, Wire::at(per_event, pace), learned);
+        if close == Close::Stopped
             && let Some(k) = estimate
         {
             self.learn_transit(i, &[(received, billed)], k);
+        }
+        if check {
+            self.checked(i, close, now);
         }
         self.settle_cancel_belief(i, (received, billed), now);
     }
@@ -268,9 +274,10 @@ impl Core {
         let Some(ev) = self.fleet.cancel.get(&tag) else {
             return;
         };
-        // A check not found in time suspends the trust its earlier checks earned.
-        let overdue = self.fleet.checks.get(&tag).is_some_and(|c| c.overdue);
-        let now_believed = ev.believed() && !overdue;
+        // A check not found in time, or one whose bill said nothing clear, suspends the trust
+        // the endpoint's earlier checks earned.
+        let suspended = self.fleet.checks.get(&tag).is_some_and(|c| c.suspended);
+        let now_believed = ev.believed() && !suspended;
         let (stopped, past) = (ev.stopped, ev.billed_past);
         if now_believed == was {
             return;
@@ -280,6 +287,12 @@ impl Core {
             format!(
                 "{tag} stopped the bill at the close of {stopped} streams harvest closed: its \
                  streams may be closed at the budget and reserve their expectation"
+            )
+        } else if past == 0 && suspended {
+            format!(
+                "a check of {tag}'s close said nothing clear ({billed} tokens billed, {received} \
+                 events received): a close there may now be billed in full; its streams reserve \
+                 their worst case until a check reads stopped again"
             )
         } else {
             format!(

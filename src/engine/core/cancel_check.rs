@@ -44,9 +44,10 @@ pub(crate) struct Checks {
     pub last_sent: Option<Instant>,
     /// The longest a check here took to be found at `/generation` after its close.
     pub found_within: Option<Duration>,
-    /// A check of an endpoint the run trusts is not found in time (see [`overdue_after`]):
-    /// the endpoint is not trusted until it is.
-    pub overdue: bool,
+    /// The endpoint's trust is suspended: a check was not found in time (see
+    /// [`overdue_after`]), or its bill said nothing clear. A later check that reads stopped,
+    /// with none overdue, lifts it.
+    pub suspended: bool,
 }
 
 /// How long a check's look-up may stay unanswered before the endpoint's trust is suspended:
@@ -195,20 +196,40 @@ impl Core {
         self.requeue_front(job, now);
     }
 
-    /// A look-up landed: if it was a check's, the check is answered (and how long it took
-    /// is kept; an overdue check found lifts the suspension, the bill then says the rest).
-    pub(super) fn check_looked_up(&mut self, generation_id: Option<&str>, now: &Clock) {
-        let Some(g) = generation_id else { return };
+    /// A look-up landed: whether it was a check's. The check is answered, and how long it
+    /// took is kept.
+    pub(super) fn check_looked_up(&mut self, generation_id: Option<&str>, now: &Clock) -> bool {
+        let Some(g) = generation_id else { return false };
+        let mut was = false;
         for checks in self.fleet.checks.values_mut() {
             if let Some(at) = checks.looking_up.iter().position(|(x, _)| x == g) {
                 let (_, closed) = checks.looking_up.swap_remove(at);
                 checks.pending = checks.pending.saturating_sub(1);
                 let took = now.mono.saturating_duration_since(closed);
                 checks.found_within = Some(checks.found_within.map_or(took, |d| d.max(took)));
-                let limit = overdue_after(checks.found_within);
-                checks.overdue = (checks.looking_up.iter())
-                    .any(|&(_, c)| now.mono.saturating_duration_since(c) >= limit);
+                was = true;
             }
+        }
+        was
+    }
+
+    /// A check at endpoint `i` read `close`: under the hard budget, a trusted endpoint's check
+    /// that says nothing clear suspends its trust (a short answer billed in full reads so: its
+    /// bill is no proof the close stopped it); one that reads stopped, with no other check
+    /// overdue, lifts the suspension. The caller settles the belief.
+    pub(super) fn checked(&mut self, i: usize, close: super::cancel_billing::Close, now: &Clock) {
+        use super::cancel_billing::Close;
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let Some(checks) = self.fleet.checks.get_mut(&tag) else {
+            return;
+        };
+        let limit = overdue_after(checks.found_within);
+        let overdue = (checks.looking_up.iter())
+            .any(|&(_, c)| now.mono.saturating_duration_since(c) >= limit);
+        match close {
+            Close::Stopped => checks.suspended = overdue,
+            Close::Unclear => checks.suspended = true,
+            Close::BilledPast => {}
         }
     }
 
@@ -230,10 +251,10 @@ impl Core {
                 .map(|&(_, c)| now.mono.saturating_duration_since(c))
                 .max()
                 .filter(|&d| d >= limit);
-            let Some(late) = late.filter(|_| !checks.overdue) else {
+            let Some(late) = late.filter(|_| !checks.suspended) else {
                 continue;
             };
-            checks.overdue = true;
+            checks.suspended = true;
             let earlier = checks.found_within.map_or(String::new(), |d| {
                 format!(
                     ", where its earlier checks were found within {:.1}s",

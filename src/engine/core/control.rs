@@ -286,12 +286,12 @@ impl Core {
         now: &Clock,
     ) {
         self.release_open_bill(&entry);
-        self.check_looked_up(entry.generation_id.as_deref(), now);
+        let check = self.check_looked_up(entry.generation_id.as_deref(), now);
         // A stream harvest closed: what it was billed says whether closing stopped the bill.
         if entry.kind == SpendKind::Cancelled
             && let (Some(tag), Some(billed)) = (entry.endpoint.as_deref(), completion_tokens)
         {
-            self.learn_cancel_billing(tag, entry.completion_tokens, billed, now);
+            self.learn_cancel_billing(tag, (entry.completion_tokens, billed), check, now);
         }
         let delta = actual - entry.usd;
         // A closed stream's line is written even when its estimate was right: it marks the
