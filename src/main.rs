@@ -1,6 +1,7 @@
 //! The `harvest` binary: parse the command line, run a command, map errors to exit codes
-//! (0 done, 1 runtime failure or standard output unwritable, 2 bad config or input, 129
-//! terminal or output lost, 130 interrupted).
+//! (0 done, 1 runtime failure or standard output unwritable, 2 bad config or input, 75 stopped
+//! by a scheduler's SIGTERM and resumable, 129 terminal or output lost, 130 interrupted by the
+//! operator).
 
 use std::process::ExitCode;
 

@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::cli::RunArgs;
 use crate::engine;
 
-use super::run::{Signals, Started, Stopper, close_control, engine_error, follow};
+use super::run::{Started, close_control, engine_error, follow};
+use super::signals::{Signals, Stopper};
 use super::{BadInput, exit};
 
 /// The background process's one line to the foreground one.
@@ -188,5 +189,5 @@ pub async fn background(args: &RunArgs) -> anyhow::Result<u8> {
         "detached run ended:\n{}",
         super::run::summary_text(&summary)
     );
-    Ok(super::run::exit_code(&summary, stopper.interrupted))
+    Ok(super::signals::exit_code(&summary, stopper.by))
 }

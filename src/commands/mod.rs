@@ -13,6 +13,7 @@ pub mod providers;
 pub mod run;
 mod scan_line;
 mod shard;
+mod signals;
 pub mod sim;
 pub mod status;
 pub(crate) mod stdout;
@@ -31,8 +32,14 @@ pub mod exit {
     pub const OK: u8 = 0;
     pub const FAILURE: u8 = 1;
     pub const BAD_INPUT: u8 = 2;
+    /// A scheduler's SIGTERM stopped the run before it was done (Slurm's `--time`, a
+    /// preemption, Kubernetes deleting the pod): it drained and resumes when run again. 75 is
+    /// sysexits.h's EX_TEMPFAIL ("try again later"); the shipped sbatch script requeues on it
+    /// and the Job's podFailurePolicy retries it without counting (deploy/).
+    pub const RESUMABLE: u8 = 75;
     /// The terminal or the output went away (SIGHUP, a closed pipe): the run drained.
     pub const HANGUP: u8 = 129;
+    /// The operator stopped the run (Ctrl-C, `q`, `harvest stop`).
     pub const INTERRUPTED: u8 = 130;
 }
 

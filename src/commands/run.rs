@@ -10,14 +10,13 @@ use crate::cli::RunArgs;
 use crate::config::Config;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
-use crate::engine::{
-    self, Command, EngineError, RunOptions, RunState, ShutdownMode, Snapshot, StopReason,
-};
+use crate::engine::{self, EngineError, RunOptions, RunState, Snapshot};
 use crate::headless;
 
-use super::{BadInput, exit};
+use super::BadInput;
+use super::signals::{Interruption, Sig, Signals, Stopper, eprintln_quiet, exit_code};
 
 /// Loads the config and the options of a run, as bad input when they are wrong.
 pub fn load(args: &RunArgs) -> anyhow::Result<(Config, RunOptions)> {
@@ -88,86 +87,6 @@ pub fn engine_error(e: EngineError) -> anyhow::Error {
     }
 }
 
-/// A signal the run acts on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sig {
-    /// SIGINT (Ctrl-C): drain, a second one stops now.
-    Interrupt,
-    /// SIGTERM: drain, as Ctrl-C.
-    Terminate,
-    /// SIGHUP: the terminal went away; drain and exit 129.
-    Hangup,
-}
-
-/// The run's signal listeners, created once for its whole life: a signal that arrives between
-/// two turns of the watching loop is queued, never missed.
-pub(super) struct Signals {
-    #[cfg(unix)]
-    listeners: Option<[tokio::signal::unix::Signal; 3]>,
-    /// A detached run has no terminal to lose: SIGHUP is logged and ignored.
-    ignore_hangup: bool,
-}
-
-impl Signals {
-    pub(super) fn detached() -> Signals {
-        Signals {
-            ignore_hangup: true,
-            ..Signals::new()
-        }
-    }
-
-    fn new() -> Signals {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let listeners = (|| {
-                Some([
-                    signal(SignalKind::interrupt()).ok()?,
-                    signal(SignalKind::terminate()).ok()?,
-                    signal(SignalKind::hangup()).ok()?,
-                ])
-            })();
-            if listeners.is_none() {
-                tracing::warn!("cannot listen for signals: Ctrl-C ends the process at once");
-            }
-            Signals {
-                listeners,
-                ignore_hangup: false,
-            }
-        }
-        #[cfg(not(unix))]
-        Signals {
-            ignore_hangup: false,
-        }
-    }
-
-    async fn recv(&mut self) -> Sig {
-        #[cfg(unix)]
-        {
-            let Some([int, term, hup]) = self.listeners.as_mut() else {
-                return std::future::pending().await;
-            };
-            loop {
-                tokio::select! {
-                    _ = int.recv() => return Sig::Interrupt,
-                    _ = term.recv() => return Sig::Terminate,
-                    _ = hup.recv() => {
-                        if !self.ignore_hangup {
-                            return Sig::Hangup;
-                        }
-                        tracing::info!("SIGHUP ignored: a detached run has no terminal to lose");
-                    }
-                }
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            Sig::Interrupt
-        }
-    }
-}
-
 /// Standard output that may go away (a pipe into `head`, a closed terminal): a failed write
 /// marks it lost instead of panicking, and nothing more is written to it.
 #[derive(Default)]
@@ -221,54 +140,6 @@ pub struct Watch {
     pub drain_grace: Duration,
 }
 
-/// What the watcher did to the run, for the exit code. The drain's grace is the engine's
-/// (every drain is bounded by it, whoever asked): the watcher only asks.
-#[derive(Default)]
-pub(super) struct Stopper {
-    pub(super) interrupted: bool,
-    now_sent: bool,
-}
-
-impl Stopper {
-    /// A drain (or, asked twice, a stop now) for `sig`.
-    async fn on_signal(&mut self, sig: Sig, commands: &mpsc::Sender<Command>, w: Watch) {
-        match sig {
-            Sig::Hangup => self.lost(commands).await,
-            Sig::Interrupt | Sig::Terminate if self.interrupted => {
-                eprintln_quiet("harvest: second signal: stopping now");
-                self.stop_now(commands).await;
-            }
-            Sig::Interrupt | Sig::Terminate => {
-                self.interrupted = true;
-                eprintln_quiet(&format!(
-                    "harvest: interrupted: finishing in-flight requests (up to {}s; again to stop now)",
-                    w.drain_grace.as_secs()
-                ));
-                let _ = commands.send(Command::Shutdown(ShutdownMode::Drain)).await;
-            }
-        }
-    }
-
-    /// The terminal or the output went away: drain within the grace period.
-    async fn lost(&mut self, commands: &mpsc::Sender<Command>) {
-        tracing::warn!("the terminal or the output went away: draining the run");
-        let _ = commands.send(Command::OutputLost).await;
-    }
-
-    async fn stop_now(&mut self, commands: &mpsc::Sender<Command>) {
-        if !self.now_sent {
-            self.now_sent = true;
-            let _ = commands.send(Command::Shutdown(ShutdownMode::Now)).await;
-        }
-    }
-}
-
-/// A line on stderr, unless stderr is gone too.
-fn eprintln_quiet(text: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{text}");
-}
-
 fn is_over(snaps: &watch::Receiver<Arc<Snapshot>>) -> bool {
     matches!(snaps.borrow().state, RunState::Done | RunState::Stopped)
 }
@@ -300,7 +171,7 @@ pub(super) async fn follow(
                     stopper.lost(&commands).await;
                 }
             }
-            sig = signals.recv() => stopper.on_signal(sig, &commands, w).await,
+            sig = signals.recv() => stopper.on_signal(sig, &commands, w.drain_grace).await,
             r = snaps.changed() => if r.is_err() { break },
         }
     }
@@ -323,7 +194,7 @@ pub async fn drive_headless(handle: engine::EngineHandle, w: Watch) -> anyhow::R
         out.line(&e);
     }
     out.write(&summary_text(&summary));
-    Ok(exit_code(&summary, stopper.interrupted))
+    Ok(exit_code(&summary, stopper.by))
 }
 
 /// The end-of-run summary and report, as printed on the normal screen.
@@ -347,19 +218,6 @@ pub fn summary_text(summary: &engine::RunSummary) -> String {
     text
 }
 
-/// 1 when the API or harvest stopped the run (bad key, no credit, a failed write), 129 when
-/// the terminal or the output went away, 130 when the operator stopped it, else 0.
-pub fn exit_code(summary: &engine::RunSummary, interrupted: bool) -> u8 {
-    match &summary.reason {
-        Some(r) if r.is_input() => exit::BAD_INPUT,
-        _ if summary.failed => exit::FAILURE,
-        Some(StopReason::OutputLost) => exit::HANGUP,
-        Some(r) if r.is_operator() => exit::INTERRUPTED,
-        _ if interrupted => exit::INTERRUPTED,
-        _ => exit::OK,
-    }
-}
-
 /// Watches a started engine in the TUI; SIGTERM drains and SIGHUP drains as a lost terminal.
 /// When the terminal goes away (SIGHUP, or reading or drawing fails) the run drains to its end
 /// without a screen. Prints the summary on the normal screen after the TUI has given the
@@ -379,7 +237,7 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
                 ended = tui.ended() => break tui_end(ended, &handle),
                 sig = signals.recv() => {
                     // Ctrl-C is a key in raw mode; a SIGINT from elsewhere drains like SIGTERM.
-                    stopper.on_signal(sig, &commands, w).await;
+                    stopper.on_signal(sig, &commands, w.drain_grace).await;
                     if sig == Sig::Hangup {
                         let _ = tui.stop().await;
                         break TuiEnd::Exit(Ok(crate::tui::TuiExit::lost(
@@ -424,7 +282,8 @@ pub async fn drive_tui(handle: engine::EngineHandle, w: Watch) -> anyhow::Result
     let summary = handle.finish().await.map_err(engine_error)?;
     close_control(control).await;
     out.write(&summary_text(&summary));
-    Ok(exit_code(&summary, requested || stopper.interrupted))
+    let by = (stopper.by).or(requested.then_some(Interruption::Operator));
+    Ok(exit_code(&summary, by))
 }
 
 /// How a run's TUI ended.

@@ -53,6 +53,9 @@ pub enum Command {
     /// The terminal or the output stream went away (SIGHUP, a closed pipe, a vanished pty):
     /// drain, as for an operator's drain, but say why.
     OutputLost,
+    /// SIGTERM, from the scheduler whose job this is (or from `kill`): drain, as for an
+    /// operator's drain, but say whose stop it is; the run exits 75 to be run again.
+    SchedulerStop(super::reason::Scheduler),
     /// A command from a viewer on the control socket: the event log names who gave it. Only
     /// the engine's socket server wraps commands so (a viewer cannot send one itself).
     By(Viewer, Box<Command>),
@@ -69,8 +72,11 @@ impl Command {
     }
 
     /// Whether a viewer on the control socket may send it: not `OutputLost` (the engine's own
-    /// terminal) nor `By` (the server attributes, a viewer cannot claim to be another).
+    /// terminal) nor `SchedulerStop` (its own process's signal) nor `By` (the server attributes, a viewer cannot claim to be another).
     pub fn from_viewer_allowed(&self) -> bool {
-        !matches!(self, Command::OutputLost | Command::By(..))
+        !matches!(
+            self,
+            Command::OutputLost | Command::SchedulerStop(_) | Command::By(..)
+        )
     }
 }

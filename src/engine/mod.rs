@@ -41,7 +41,7 @@ use crate::store::scan;
 use crate::store::writer::WriterThread;
 
 pub use control::{Command, ShutdownMode};
-pub use reason::{OffReason, StopReason};
+pub use reason::{OffReason, Scheduler, StopReason};
 pub use snapshot::{RunState, Snapshot};
 pub use start::{CheckDataset, CheckReport, check, start};
 pub use supervisor::RunSummary;

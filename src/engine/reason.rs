@@ -57,13 +57,17 @@ impl fmt::Display for OffReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StopReason {
-    /// The operator asked to drain (first Ctrl-C, `q` then `d`, SIGTERM, SIGHUP).
+    /// The operator asked to drain (first Ctrl-C, `q` then `d`, `harvest stop`).
     OperatorDrain,
     /// The operator asked to stop now (second Ctrl-C, `q` then `s`).
     OperatorStopNow,
     /// The terminal or the output stream went away (SIGHUP, a closed pipe, a vanished pty):
     /// the run drained; exit code 129.
     OutputLost,
+    /// SIGTERM: the scheduler whose job this is stops it (Slurm before `--time` runs out, a
+    /// preemption or `scancel`; Kubernetes before it kills a pod; or `kill`): the run drained
+    /// and resumes when it is run again; exit code 75.
+    SchedulerStop { by: Scheduler },
     /// Spent + accrued (+ what in-flight requests are expected to cost) reached `budget_usd`.
     DollarBudget,
     /// The API refused the key (HTTP 401).
@@ -92,6 +96,32 @@ pub enum StopReason {
     InputChanged { detail: String },
 }
 
+/// The scheduler a run is a job of, as the variables it sets in its jobs' environment say:
+/// whom a SIGTERM comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduler {
+    Slurm,
+    Kubernetes,
+    /// None that harvest knows: `kill`, systemd, `docker stop`, another scheduler.
+    Unknown,
+}
+
+impl Scheduler {
+    /// Slurm sets `SLURM_JOB_ID` in every job, whatever its `--export`; Kubernetes sets
+    /// `KUBERNETES_SERVICE_HOST` in every container.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Scheduler {
+        let set = |v: &str| env(v).is_some_and(|s| !s.is_empty());
+        if set("SLURM_JOB_ID") {
+            Scheduler::Slurm
+        } else if set("KUBERNETES_SERVICE_HOST") {
+            Scheduler::Kubernetes
+        } else {
+            Scheduler::Unknown
+        }
+    }
+}
+
 impl StopReason {
     /// The API or harvest stopped the run, not the operator and not a budget: exit code 1.
     pub fn is_failure(&self) -> bool {
@@ -110,6 +140,11 @@ impl StopReason {
         matches!(self, StopReason::InputChanged { .. })
     }
 
+    /// A scheduler stopped the run before it was done: exit code 75, run it again to resume.
+    pub fn is_scheduler(&self) -> bool {
+        matches!(self, StopReason::SchedulerStop { .. })
+    }
+
     /// The operator stopped the run: exit code 130.
     pub fn is_operator(&self) -> bool {
         matches!(
@@ -125,6 +160,13 @@ impl fmt::Display for StopReason {
             StopReason::OperatorDrain => f.write_str("operator: drain"),
             StopReason::OperatorStopNow => f.write_str("operator: stop now"),
             StopReason::OutputLost => f.write_str("terminal or output lost: drained"),
+            StopReason::SchedulerStop { by } => f.write_str(match by {
+                Scheduler::Slurm => "scheduler stop: SIGTERM from Slurm, resumes when resubmitted",
+                Scheduler::Kubernetes => {
+                    "scheduler stop: SIGTERM from Kubernetes, resumes when the Job retries the pod"
+                }
+                Scheduler::Unknown => "scheduler stop: SIGTERM, resumes when run again",
+            }),
             StopReason::DollarBudget => f.write_str("dollar budget reached"),
             StopReason::KeyRefused { variable, detail } => {
                 write!(f, "the API key was refused ({detail}): check {variable}")
@@ -254,7 +296,37 @@ mod tests {
             assert_eq!(r.to_string(), text);
             assert_eq!(r.is_failure(), failure, "{text}");
             assert_eq!(r.is_operator(), operator, "{text}");
+            assert!(!r.is_scheduler(), "{text}");
         }
+        // SIGTERM: the scheduler's stop, neither the operator's nor a failure.
+        for (by, text) in [
+            (
+                Scheduler::Slurm,
+                "scheduler stop: SIGTERM from Slurm, resumes when resubmitted",
+            ),
+            (
+                Scheduler::Kubernetes,
+                "scheduler stop: SIGTERM from Kubernetes, resumes when the Job retries the pod",
+            ),
+            (
+                Scheduler::Unknown,
+                "scheduler stop: SIGTERM, resumes when run again",
+            ),
+        ] {
+            let r = StopReason::SchedulerStop { by };
+            assert_eq!(r.to_string(), text);
+            assert!(
+                r.is_scheduler() && !r.is_operator() && !r.is_failure(),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(StopReason::SchedulerStop {
+                by: Scheduler::Slurm
+            })
+            .expect("serialises"),
+            serde_json::json!({"kind": "scheduler_stop", "by": "slurm"})
+        );
         assert_eq!(
             serde_json::to_value(StopReason::OperatorDrain).expect("serialises"),
             serde_json::json!({"kind": "operator_drain"})

@@ -32,6 +32,7 @@ mod routing;
 mod run_cli;
 mod second_chance;
 mod shards;
+mod sigterm;
 mod sim_client;
 mod stream_fixtures;
 mod systematic;

@@ -79,6 +79,10 @@ impl Core {
                 self.begin_stop(now, StopReason::OutputLost);
                 self.start_grace(now);
             }
+            Command::SchedulerStop(by) => {
+                self.begin_stop(now, StopReason::SchedulerStop { by });
+                self.start_grace(now);
+            }
             Command::Shutdown(ShutdownMode::Now) => {
                 if let Some(v) = by {
                     self.event(now, format!("{v} asked to stop now"));

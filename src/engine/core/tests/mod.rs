@@ -11,6 +11,7 @@ mod outcome;
 mod purity;
 mod reserve;
 mod routing;
+mod scheduler;
 mod simulation;
 mod systematic;
 mod turns;
