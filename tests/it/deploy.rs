@@ -63,11 +63,12 @@ fn a_clusters_stop_signal_leaves_harvest_its_whole_drain() {
     );
 
     let sbatch = repo_file("deploy/slurm/harvest-array.sbatch");
-    let exec = (sbatch.lines())
-        .find(|l| l.starts_with("exec "))
-        .expect("the script execs harvest (so that the batch shell's signal reaches it)");
-    let warned = number_after(&sbatch, "#SBATCH --signal=B:TERM@");
-    let drain = drain_grace_of(exec);
+    let run = (sbatch.lines())
+        .find(|l| l.starts_with("\"$HARVEST\" run "))
+        .expect("the script runs harvest");
+    // The batch shell takes the warning and passes it on as SIGTERM (tested below).
+    let warned = number_after(&sbatch, "#SBATCH --signal=B:USR1@");
+    let drain = drain_grace_of(run);
     assert!(
         warned >= drain + END_TAIL_S,
         "Slurm's warning ({warned} s before --time) must cover harvest's drain ({drain} s) and \
@@ -76,7 +77,7 @@ fn a_clusters_stop_signal_leaves_harvest_its_whole_drain() {
 }
 
 #[test]
-fn a_wrong_input_is_not_retried_and_an_eviction_is_not_counted() {
+fn a_wrong_input_is_not_retried_and_a_schedulers_stop_or_an_eviction_is_not_counted() {
     let job = repo_file("deploy/kubernetes/harvest-job.yaml");
     let policy = &job[job.find("podFailurePolicy:").expect("a podFailurePolicy")..];
     let rules: Vec<&str> = policy.split("- action:").skip(1).collect();
@@ -94,6 +95,14 @@ fn a_wrong_input_is_not_retried_and_an_eviction_is_not_counted() {
         (rules.iter())
             .any(|r| r.trim_start().starts_with("Ignore") && r.contains("DisruptionTarget")),
         "an evicted or preempted pod is retried without counting: {policy}"
+    );
+    // harvest's exit after a SIGTERM that stopped it before done (tests/it/sigterm.rs).
+    let resumable = harvest::commands::exit::RESUMABLE;
+    assert!(
+        rules.iter().any(|r| r.trim_start().starts_with("Ignore")
+            && r.contains("containerName: harvest")
+            && r.contains(&format!("values: [{resumable}]"))),
+        "a pod that drained on SIGTERM is retried without counting: {policy}"
     );
     assert!(
         job.contains("backoffLimitPerIndex:"),
@@ -320,6 +329,10 @@ fn a_slurm_task_holds_only_its_own_shards_key() {
     }
     assert!(said.contains("CORE 0\n"), "{said}");
     assert!(said.contains("ARGS run --headless --shard auto"), "{said}");
+    assert!(
+        sbatch.contains("#SBATCH --requeue") && sbatch.contains("#SBATCH --open-mode=append"),
+        "a task may requeue itself, and its log is kept across tries"
+    );
     {
         use std::os::unix::fs::PermissionsExt;
         let f = keys.join("OPENROUTER_API_KEY_1");
@@ -349,4 +362,133 @@ fn the_image_and_the_pods_run_as_a_user_the_trainer_can_share_a_group_with() {
         job.contains("group_readable = true"),
         "the Job says how a trainer reads"
     );
+}
+
+/// A harvest that stands in for the real one in the Slurm script: it says it started, then
+/// runs until SIGTERM and exits `STUB_ON_TERM` (or exits `STUB_EXIT` at once).
+fn stub_harvest_waiting(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let stub = dir.join("harvest");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\ntrap 'echo TERM >> \"$STUB_SAID\"; exit \"$STUB_ON_TERM\"' TERM\n\
+         echo started >> \"$STUB_SAID\"\n\
+         if [ -n \"$STUB_EXIT\" ]; then exit \"$STUB_EXIT\"; fi\n\
+         while :; do sleep 0.05; done\n",
+    )
+    .expect("stub");
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    stub
+}
+
+/// What the Slurm script does with Slurm's signals and harvest's exit, run with bash as Slurm
+/// would for task 2 of array job 7, with a stub harvest and a stub `scontrol` that records
+/// what it is asked: Slurm's time-limit warning (USR1) reaches harvest as SIGTERM, and a
+/// harvest that exits 75 (stopped before done) has its task requeued by its own id; a SIGTERM
+/// (scancel) drains and is not requeued; a harvest done or failing is never requeued.
+#[test]
+fn a_slurm_task_requeues_itself_when_its_time_is_up_and_harvest_stopped_before_done() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("tmp");
+    let keys = dir.path().join("keys");
+    write_keys(&keys, &KEYS[..3]);
+    let stub = stub_harvest_waiting(dir.path());
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let scontrol = bin.join("scontrol");
+    // (signal to the script, harvest's exit on SIGTERM or at once, scontrol's own exit,
+    //  the script's exit, the requeue asked)
+    type Case = (
+        Option<&'static str>,
+        (&'static str, &'static str),
+        u8,
+        i32,
+        Option<&'static str>,
+    );
+    let cases: [Case; 6] = [
+        (Some("-USR1"), ("75", ""), 0, 0, Some("requeue 7_2")),
+        (Some("-TERM"), ("75", ""), 0, 75, None),
+        // Done within the drain: nothing to resume.
+        (Some("-USR1"), ("0", ""), 0, 0, None),
+        (Some("-USR1"), ("1", ""), 0, 1, None),
+        // The requeue refused: the task ends with 75 and says to resubmit.
+        (Some("-USR1"), ("75", ""), 1, 75, Some("requeue 7_2")),
+        (None, ("75", "2"), 0, 2, None),
+    ];
+    for (sig, (on_term, exit_at_once), scontrol_exit, want, requeue) in cases {
+        let said = dir.path().join("said");
+        let asked = dir.path().join("asked");
+        let _ = std::fs::remove_file(&said);
+        let _ = std::fs::remove_file(&asked);
+        std::fs::write(
+            &scontrol,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{}'\nexit {scontrol_exit}\n",
+                asked.display()
+            ),
+        )
+        .expect("scontrol");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        let mut task = std::process::Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/slurm/harvest-array.sbatch"))
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", dir.path())
+            .env("SLURM_JOB_ID", "9")
+            .env("SLURM_ARRAY_JOB_ID", "7")
+            .env("SLURM_ARRAY_TASK_ID", "2")
+            .env("SLURM_ARRAY_TASK_COUNT", "3")
+            .env("HARVEST", &stub)
+            .env("HARVEST_KEY_DIR", &keys)
+            .env("STUB_SAID", &said)
+            .env("STUB_ON_TERM", on_term)
+            .env("STUB_EXIT", exit_at_once)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("bash runs");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&said).is_ok_and(|s| s.contains("started")) {
+            assert!(Instant::now() < deadline, "the stub did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(sig) = sig {
+            let sent = std::process::Command::new("kill")
+                .args([sig, &task.id().to_string()])
+                .status()
+                .expect("kill");
+            assert!(sent.success());
+        }
+        let out = {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if task.try_wait().expect("wait").is_some() {
+                    break task.wait_with_output().expect("output");
+                }
+                assert!(Instant::now() < deadline, "the task did not end: {sig:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        let case = format!("{sig:?}, harvest {on_term}/{exit_at_once:?}, scontrol {scontrol_exit}");
+        assert_eq!(out.status.code(), Some(want), "{case}: {err}");
+        let stub_said = std::fs::read_to_string(&said).unwrap_or_default();
+        assert_eq!(
+            stub_said.contains("TERM"),
+            sig.is_some(),
+            "{case}: harvest got SIGTERM for the script's signal: {stub_said}"
+        );
+        let asked = std::fs::read_to_string(&asked).unwrap_or_default();
+        assert_eq!(asked.trim(), requeue.unwrap_or(""), "{case}: {err}");
+        if scontrol_exit != 0 {
+            assert!(
+                err.contains("sbatch the array again to resume"),
+                "{case}: {err}"
+            );
+        }
+    }
 }
