@@ -34,6 +34,7 @@ mod second_chance;
 mod shards;
 mod sigterm;
 mod sim_client;
+mod slurm;
 mod stream_fixtures;
 mod systematic;
 mod tls;
