@@ -49,22 +49,23 @@ start_munge() {
   munge -n | unmunge >/dev/null || die "munged does not answer"
 }
 
-# The node as slurmd sees it (CPUs, sockets, cores, threads, memory), under this host's name,
-# reached on the loopback whatever the name resolves to.
-write_conf() {
-  if [ -e "$CONF" ] && ! head -1 "$CONF" | grep -qF "$MARK"; then
-    die "$CONF exists and is not this script's: start that Slurm, or move it away"
-  fi
+ours() { [ -e "$CONF" ] && head -1 "$CONF" | grep -qF "$MARK"; }
+
+# The slurm.conf: the node as slurmd sees it (CPUs, sockets, cores, threads, memory), under this
+# host's name, reached on the loopback whatever the name resolves to.
+render_conf() {
   local host node
   host="$(hostname -s)"
   node="$(slurmd -C | head -1 | sed "s/^NodeName=[^ ]*/NodeName=$host NodeAddr=127.0.0.1/")"
-  mkdir -p /etc/slurm "$LOGS" /var/spool/slurmctld /var/spool/slurmd
-  cat >"$CONF" <<EOF
+  cat <<EOF
 $MARK: a one-node Slurm for its tests.
 ClusterName=harvest
 SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
+# A job credential lives 20 s (Slurm's default, 120 s, is also how long a requeued job waits
+# before it may start again: a test requeues its tasks).
+AuthInfo=cred_expire=20
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=/run/slurmctld.pid
@@ -89,12 +90,25 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 EOF
 }
 
+write_conf() {
+  if [ -e "$CONF" ] && ! ours; then
+    die "$CONF exists and is not this script's: start that Slurm, or move it away"
+  fi
+  mkdir -p /etc/slurm "$LOGS" /var/spool/slurmctld /var/spool/slurmd
+  render_conf >"$CONF"
+}
+
 up() {
   [ "$(id -u)" = 0 ] || die "needs root (apt, /etc/slurm, the daemons)"
   if command -v scontrol >/dev/null && answers; then
-    log "a Slurm already answers here: left as it is"
-    sinfo >&2
-    return
+    if ours && [ "$(render_conf)" != "$(cat "$CONF")" ]; then
+      log "restarting this script's Slurm with its new slurm.conf"
+      down
+    else
+      log "a Slurm already answers here: left as it is"
+      sinfo >&2
+      return
+    fi
   fi
   install_packages
   start_munge
