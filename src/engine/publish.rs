@@ -124,6 +124,7 @@ impl Publisher {
         } else {
             o.projected
         };
+        let books = core.books();
         let state = run_state(core, done, t);
         let cfg = core.config();
         let events = core.events();
@@ -149,6 +150,9 @@ impl Publisher {
             spent,
             carried_over: core.carried_over(),
             accrued,
+            booked: books.total(),
+            booked_no_endpoint: books.no_endpoint(),
+            booked_no_dataset: books.no_dataset(),
             projected,
             done,
             rejected,
@@ -324,7 +328,7 @@ impl Publisher {
                 let empty = c.errors[ErrorKind::Empty.index()].load(Ordering::Relaxed);
                 (answers + empty > 0).then(|| empty as f64 / (answers + empty) as f64)
             },
-            spent: Usd::from_pico(c.spent_pico.load(Ordering::Relaxed)),
+            spent: core.books().at(i),
         }
     }
 }

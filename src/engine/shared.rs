@@ -155,8 +155,9 @@ impl Shared {
         }
     }
 
-    /// An attempt came back: no longer in flight; an answer's cost, tokens, truncation and
-    /// timings, or a failure's kind, at the totals, its dataset and the endpoint that served.
+    /// An attempt came back: no longer in flight; an answer's tokens, truncation and timings,
+    /// or a failure's kind, at the totals, its dataset and the endpoint that served. (What it
+    /// cost goes where its ledger line says: `core::books`.)
     pub(crate) fn count_result(
         &self,
         r: &super::core::attempt::AttemptResult,
@@ -178,7 +179,6 @@ impl Shared {
             AttemptOutcome::Done(c) => {
                 let shape = Shape::of_completion(c);
                 for k in counters.into_iter().flatten() {
-                    k.spent_pico.fetch_add(r.booked_pico, Ordering::Relaxed);
                     k.prompt_tokens
                         .fetch_add(c.usage.prompt_tokens, Ordering::Relaxed);
                     k.output_tokens

@@ -188,6 +188,20 @@ pub struct Snapshot {
     pub carried_over: Usd,
     /// Cost of tokens streamed by requests still in flight.
     pub accrued: Usd,
+    /// What the ledger holds (`spend.jsonl`, earlier runs' lines included): answers, closed
+    /// and failed streams, look-ups' adjustments. The endpoints' `spent` and
+    /// [`Snapshot::booked_no_endpoint`] sum to it; the datasets' and
+    /// [`Snapshot::booked_no_dataset`] too. `spent + accrued - booked` is still streaming
+    /// ([`Snapshot::streaming`]).
+    #[serde(default)]
+    pub booked: Usd,
+    /// Booked on lines that name no endpoint of the table (a stream that ended before it named
+    /// one, a crash's estimates, the key's true-up; earlier runs' at endpoints not listed now).
+    #[serde(default)]
+    pub booked_no_endpoint: Usd,
+    /// Booked on lines that name no dataset of the run (the key's true-up).
+    #[serde(default)]
+    pub booked_no_dataset: Usd,
     /// Where spend will end if the remaining work runs at the current rate (capped at budget);
     /// in the tail ([`Snapshot::tail_streams`]), what the streams in flight are expected to add
     /// to it (`engine/outlook.rs`).
@@ -264,5 +278,11 @@ impl Snapshot {
     /// Total spend including what in-flight requests have accrued.
     pub fn spent_with_accrued(&self) -> Usd {
         self.spent + self.accrued
+    }
+
+    /// What is spent but not in the ledger yet: streamed by requests in flight, or by ones
+    /// just ended whose line is on its way.
+    pub fn streaming(&self) -> Usd {
+        (self.spent_with_accrued() - self.booked).max(Usd::ZERO)
     }
 }

@@ -4,7 +4,7 @@
 //! per-request vectors.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hdrhistogram::Histogram;
 
@@ -30,8 +30,6 @@ pub(crate) struct Counters {
     pub truncated: AtomicU64,
     /// Answers cut at `max_tokens` before any content (the model still thinking).
     pub cut_thinking: AtomicU64,
-    /// Confirmed spend (finished and cancelled requests), picodollars.
-    pub spent_pico: AtomicI64,
     ttft_ms: Mutex<Histogram<u64>>,
     latency_ms: Mutex<Histogram<u64>>,
 }
@@ -54,7 +52,6 @@ impl Default for Counters {
             answers: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
             cut_thinking: AtomicU64::new(0),
-            spent_pico: AtomicI64::new(0),
             ttft_ms: Mutex::new(histogram()),
             latency_ms: Mutex::new(histogram()),
         }

@@ -155,8 +155,10 @@ pub(super) struct Launch {
     pub shared: Arc<Shared>,
     pub writer: Writer,
     pub datasets: Vec<DatasetRun>,
-    /// What earlier runs of the output directory spent.
+    /// What earlier runs of the output directory spent, and of it what their lines named at
+    /// each endpoint tag.
     pub carried_over: Usd,
+    pub carried_by_endpoint: HashMap<String, Usd>,
     /// `GET /key` usage at the start, and the base a key true-up counts from.
     pub key_usage_start: Option<f64>,
     pub key_base: Option<KeyBase>,
@@ -192,7 +194,8 @@ impl Supervisor {
             run_id,
             &now,
         )
-        .with_drain_grace(l.drain_grace);
+        .with_drain_grace(l.drain_grace)
+        .with_carried_by_endpoint(&l.carried_by_endpoint);
         Supervisor {
             core,
             publisher: Publisher::new(&now, n, l.key_usage_start),

@@ -124,7 +124,7 @@ pub fn kimi_endpoints() -> Vec<EndpointSnap> {
         observed(silicon, 398, 2_987, 3, Some(("5xx", 3)), 9_120.0, 1_100, 1_688.0, 0.009, 11.40),
         observed(atlas, 350, 1_510, 0, None, 5_600.0, 1_000, 1_690.0, 0.011, 6.47),
         parasail,
-        observed(moonshot, 523, 560, 2, Some(("timeout", 2)), 4_300.0, 800, 1_710.0, 0.015, 2.56),
+        observed(moonshot, 523, 560, 2, Some(("timeout", 2)), 4_300.0, 800, 1_710.0, 0.015, 2.19),
         off(baseten, fp4, None),
         off(together, unknown(), None),
         off(novita, unknown(), None),
@@ -151,7 +151,8 @@ pub fn dataset(name: &str, done: u64, total: u64, out: u64, state: DatasetState)
     }
 }
 
-/// The whole run, at 00:12:41.
+/// The whole run, at 00:12:41: $40.90 booked (the endpoints' spent and the datasets' sum to
+/// it) and $0.37 streaming.
 pub fn kimi_snapshot() -> Snapshot {
     let mut b3 = dataset("B3", 6_210, 6_666, 9_100_000, DatasetState::Running);
     b3.rejected = 12;
@@ -162,7 +163,7 @@ pub fn kimi_snapshot() -> Snapshot {
     let mut b4 = dataset("B4", 4_002, 7_100, 5_600_000, DatasetState::Running);
     b4.in_flight = 884;
     b4.tok_per_s = 7_990.0;
-    b4.spent = Usd::from_f64(12.40);
+    b4.spent = Usd::from_f64(20.80);
     b4.eta_s = Some(550.0);
     let b5 = dataset("B5", 0, 6_800, 0, DatasetState::Queued);
     // A ramp to ~28k tok/s over the first minutes, then a plateau with a dip.
@@ -216,6 +217,10 @@ pub fn kimi_snapshot() -> Snapshot {
         spent: Usd::from_f64(40.90),
         carried_over: Usd::ZERO,
         accrued: Usd::from_f64(0.37),
+        // The ledger: the endpoints' spent sum to it, as the datasets' do.
+        booked: Usd::from_f64(40.90),
+        booked_no_endpoint: Usd::ZERO,
+        booked_no_dataset: Usd::ZERO,
         projected: Some(Usd::from_f64(86.10)),
         done: 10_212,
         rejected: 12,

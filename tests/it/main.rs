@@ -22,6 +22,7 @@ mod hardening;
 mod init;
 mod integrity;
 mod key_redaction;
+mod money;
 mod peers;
 mod pricing;
 mod probe;

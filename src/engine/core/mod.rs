@@ -14,6 +14,7 @@ mod admission;
 pub(crate) mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
+mod books;
 mod budget;
 pub(crate) mod cancel_billing;
 pub(crate) mod cancel_check;
@@ -226,6 +227,8 @@ pub(crate) struct Core {
     cut_watch: cut_watch::CutWatch,
     /// Streams we closed and asked the driver to look up (see [`Effect::Reconcile`]).
     reconcile_asked: usize,
+    /// Where the ledger's money went, by endpoint.
+    books: books::Books,
     effects: Vec<Effect>,
 }
 
@@ -281,7 +284,9 @@ impl Core {
                 present: true,
             })
             .collect();
+        let in_datasets = datasets.iter().map(|d| d.spent).sum();
         let mut core = Core {
+            books: books::Books::new(carried_over, in_datasets),
             concurrency: cfg.concurrency,
             budget: budget::Budget {
                 budget_pico: cfg.budget().pico(),
@@ -352,17 +357,25 @@ impl Core {
         self.journal.elapsed_s(now)
     }
 
-    /// A ledger line to write; the dataset's spend follows it.
+    /// A ledger line to write; the spend of its dataset and of its endpoint follows it.
     fn ledger(&mut self, entry: SpendEntry) {
-        if let Some(d) = self
-            .admission
-            .datasets
-            .iter_mut()
-            .find(|d| d.name == entry.dataset)
-        {
+        let dataset = (self.admission.datasets.iter_mut()).find(|d| d.name == entry.dataset);
+        let in_dataset = dataset.is_some();
+        if let Some(d) = dataset {
             d.spent += entry.usd;
         }
+        let endpoint = (entry.endpoint.as_deref())
+            .and_then(|t| self.fleet.endpoints.iter().position(|e| e.tag == t));
+        self.books.book(endpoint, in_dataset, entry.usd);
         self.effects.push(Effect::Ledger(entry));
+    }
+
+    /// Earlier runs' spend by endpoint tag (their ledger's lines), for the providers' `spent`.
+    pub(crate) fn with_carried_by_endpoint(mut self, by_tag: &HashMap<String, Usd>) -> Self {
+        let eps = self.fleet.endpoints.clone();
+        self.books
+            .carry_by_tag(eps.iter().map(|e| e.tag.as_str()), by_tag);
+        self
     }
 
     /// Asks the driver to look up at the end of the run what a stream really cost.
@@ -549,6 +562,10 @@ impl Core {
     #[cfg(test)]
     pub(crate) fn retry_queue_empty(&self) -> bool {
         self.admission.retry.is_empty()
+    }
+    /// Where the ledger's money went.
+    pub(crate) fn books(&self) -> &books::Books {
+        &self.books
     }
     pub(crate) fn carried_over(&self) -> Usd {
         self.budget.carried_over

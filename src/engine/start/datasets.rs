@@ -240,7 +240,8 @@ pub(super) fn dataset_run(
             done,
             rejected,
             output_tokens: existing.output_tokens,
-            spent: existing.cost,
+            // From the ledger's lines of the dataset (`ready.rs`), not its answers' alone.
+            spent: crate::domain::Usd::ZERO,
             budget: d.output_token_budget,
             max_samples: d.max_samples,
             duplicates,

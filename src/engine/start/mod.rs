@@ -78,6 +78,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         writer,
         datasets: r.datasets,
         carried_over: r.carried,
+        carried_by_endpoint: r.ledger.by_endpoint,
         key_usage_start,
         key_base: r.ledger.key_base,
         shard: opts.shard,

@@ -151,6 +151,11 @@ pub(super) async fn ready(
             &cfg, opts, d, found, counted, &mut notes, &mut sizes,
         )?);
     }
+    // Each dataset's spend starts from its ledger lines, closed and failed streams' with its
+    // answers', as the providers' does: both tables sum to what the ledger holds.
+    for d in &mut datasets {
+        d.book.spent = (ledger.by_dataset.get(&d.book.name).copied()).unwrap_or_default();
+    }
     if write {
         marks::record(&dir, marks_now)?;
     }

@@ -336,6 +336,10 @@ pub struct LedgerScan {
     /// provider may have gone on generating. The next start holds money for them and asks
     /// again; each carries its `dispatched` line's expected cost.
     pub closed_unconfirmed: Vec<SpendEntry>,
+    /// The dollars of the lines naming each endpoint tag, and each dataset: where the money
+    /// went, so that a run's tables start from what its ledger holds.
+    pub by_endpoint: HashMap<String, Usd>,
+    pub by_dataset: HashMap<String, Usd>,
 }
 
 /// The base of a key true-up: the last moment key and ledger were both known to be settled.
@@ -367,6 +371,12 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         each(&e);
         scan.total += e.usd;
         scan.entries += 1;
+        if e.usd != Usd::ZERO {
+            if let Some(t) = &e.endpoint {
+                *scan.by_endpoint.entry(t.clone()).or_default() += e.usd;
+            }
+            *scan.by_dataset.entry(e.dataset.clone()).or_default() += e.usd;
+        }
         match (e.kind, e.checkpoint) {
             (SpendKind::KeyUsage, Some(c)) if c.quiet => {
                 scan.key_base = Some(KeyBase {

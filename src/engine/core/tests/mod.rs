@@ -5,6 +5,7 @@ mod account;
 mod admission;
 mod answers;
 mod attempt_money;
+mod books;
 mod budget;
 mod control;
 mod outcome;

@@ -2,7 +2,7 @@
 //! workers, clients or shared atomics). Checked on the source, so a change that slips I/O, a
 //! clock read or a driver's handle into a decision fails here.
 
-const SOURCES: [(&str, &str); 28] = [
+const SOURCES: [(&str, &str); 29] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("failure.rs", include_str!("../failure.rs")),
     ("row.rs", include_str!("../row.rs")),
@@ -31,6 +31,7 @@ const SOURCES: [(&str, &str); 28] = [
     ("attempt_money.rs", include_str!("../attempt_money.rs")),
     ("context.rs", include_str!("../context.rs")),
     ("params.rs", include_str!("../params.rs")),
+    ("books.rs", include_str!("../books.rs")),
 ];
 
 /// I/O, clocks and waiting; and what belongs to the driver (the workers, their clients, the

@@ -1,0 +1,142 @@
+//! Where the ledger's money goes: an endpoint's spend is every line booked there (its answers,
+//! the streams closed there, the failures after tokens, the look-ups' adjustments), and the
+//! endpoints with what names none sum to the ledger's total, as the datasets do with what
+//! names none of them.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::openrouter::ApiError;
+use crate::store::output::{SpendEntry, SpendKind};
+
+fn usd(x: f64) -> Usd {
+    Usd::from_f64(x)
+}
+
+/// The endpoints' spend and what names none; the datasets' and what names none.
+fn sums(h: &H) -> (Usd, Usd) {
+    let b = h.core.books();
+    let endpoints: Usd = (0..h.core.endpoints().len()).map(|i| b.at(i)).sum();
+    let datasets: Usd = h.core.datasets().iter().map(|d| d.spent).sum();
+    (endpoints + b.no_endpoint(), datasets + b.no_dataset())
+}
+
+#[test]
+fn an_endpoints_spend_is_every_line_booked_there_and_they_sum_to_the_ledger() {
+    let mut h = H::new(config(""), kimi(), &[&["a", "b"], &["c", "d"]]);
+    let (chutes, together, moonshot) = (
+        h.index("chutes/int4"),
+        h.index("together/int4"),
+        h.index("moonshotai"),
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 4);
+    let key = |id: &str| sent.iter().find(|d| d.prompt_id == id).expect("sent").key;
+    let mut lines: Vec<(SpendKind, Usd)> = Vec::new();
+    // An answer at Chutes.
+    lines.extend(ledger(&h.result(done(
+        key("a"),
+        Some(chutes),
+        10,
+        0.003,
+        "stop",
+    ))));
+    // A stream closed at Together (stop-now, the dollar cap): booked at our estimate.
+    lines.extend(ledger(&h.result(cancelled(
+        key("b"),
+        Some(together),
+        40,
+        0.0004,
+    ))));
+    // A stream cut after 120 tokens at Moonshot: billed like a close.
+    let mut reset = failed(
+        key("c"),
+        Some(moonshot),
+        ApiError::Connection("reset".into()),
+    );
+    reset.streamed_tokens = 120;
+    reset.booked_pico = usd(0.0003).pico();
+    reset.generation_id = Some("gen-c".into());
+    lines.extend(ledger(&h.result(reset)));
+    // A routed stream closed before it named its endpoint.
+    lines.extend(ledger(&h.result(cancelled(key("d"), None, 3, 0.0001))));
+    assert_eq!(
+        lines.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        [
+            SpendKind::Complete,
+            SpendKind::Cancelled,
+            SpendKind::Cancelled,
+            SpendKind::Cancelled
+        ]
+    );
+    // Together's look-up says the close cost more than its estimate: the adjustment is
+    // Together's too.
+    let asked = h.take_reconcile();
+    let (_, closed) = (asked.iter())
+        .find(|(_, e)| e.endpoint.as_deref() == Some("together/int4"))
+        .expect("the close at Together is looked up")
+        .clone();
+    lines.extend(ledger(&h.handle(Event::Adjusted {
+        entry: closed,
+        actual: usd(0.0009),
+        completion_tokens: Some(90),
+    })));
+    // The key's true-up names neither an endpoint nor a dataset.
+    let true_up = SpendEntry {
+        usd: usd(-0.0002),
+        ..SpendEntry::new(SpendKind::Adjustment, String::new(), "key-true-up", "")
+    };
+    lines.extend(ledger(&h.handle(Event::Line(true_up))));
+
+    let b = h.core.books();
+    let at = |i: usize| b.at(i);
+    assert_eq!(at(chutes), usd(0.003), "its answer");
+    assert_eq!(at(together), usd(0.0009), "its close, as looked up");
+    assert_eq!(at(moonshot), usd(0.0003), "its stream cut after tokens");
+    assert_eq!(b.no_endpoint(), usd(0.0001 - 0.0002));
+    assert_eq!(b.no_dataset(), usd(-0.0002));
+    let ledger_total: Usd = lines.iter().map(|(_, u)| *u).sum();
+    assert_eq!(b.total(), ledger_total);
+    assert_eq!(sums(&h), (ledger_total, ledger_total));
+}
+
+/// A resumed run's tables start from its ledger: what earlier runs booked at each endpoint
+/// still listed, and the rest (an endpoint gone from the listing, lines naming none) beside.
+#[test]
+fn earlier_runs_spend_starts_each_endpoint_and_the_rest_names_none() {
+    let cfg = config("");
+    // The datasets' books start with 1.20 of the 2.00 carried (the rest named no dataset).
+    let mut d0 = book("d0", &cfg);
+    d0.spent = usd(1.2);
+    let by_tag: HashMap<String, Usd> = [
+        ("together/int4".to_string(), usd(0.9)),
+        ("gone/fp8".to_string(), usd(0.5)),
+    ]
+    .into();
+    let mut h = H::with_books(cfg.clone(), kimi(), vec![], Source::ids(&[&["a"]]));
+    h.core = Core::new(
+        cfg,
+        vec![d0],
+        Arc::new(kimi()),
+        usd(2.0),
+        None,
+        "run".into(),
+        &h.t0,
+    )
+    .with_carried_by_endpoint(&by_tag);
+    let together = h.index("together/int4");
+    let b = h.core.books();
+    assert_eq!(b.at(together), usd(0.9));
+    assert_eq!(
+        b.no_endpoint(),
+        usd(1.1),
+        "the gone endpoint's and the unnamed"
+    );
+    assert_eq!(b.no_dataset(), usd(0.8));
+    assert_eq!(sums(&h), (usd(2.0), usd(2.0)));
+    // New work adds to them.
+    let sent = h.dispatch();
+    h.result(done(sent[0].key, Some(together), 10, 0.05, "stop"));
+    assert_eq!(h.core.books().at(together), usd(0.95));
+    assert_eq!(sums(&h), (usd(2.05), usd(2.05)));
+}
