@@ -42,6 +42,9 @@ pub(crate) fn progress_line(s: &Snapshot) -> String {
     if let Some(p) = s.projected {
         line.push_str(&format!(" (proj {:.2})", p.as_f64()));
     }
+    if let Some(w) = s.worst_case {
+        line.push_str(&format!(" (worst {:.2})", w.as_f64()));
+    }
     if let Some(eta) = s.eta_s {
         let at = if s.eta_at_budget { " (budget)" } else { "" };
         line.push_str(&format!("  ETA {}{at}", duration(eta)));

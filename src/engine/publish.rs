@@ -119,11 +119,16 @@ impl Publisher {
         let o = outlook::outlook(spent + accrued, budget, usd_per_min, work_eta, in_tail);
         let (eta_s, eta_at_budget) = (o.eta_s, o.at_budget);
         let projected = if stopping {
-            // No more dispatch: what is spent, accrued and still expected of in-flight requests.
-            Some(Usd::from_pico(core.committed_pico(live).max(0)))
+            // No more dispatch: the streams in flight are all that is left, as in the tail.
+            let adds: i64 = core.streams().iter().map(|s| s.pico_left).sum();
+            Some(spent + accrued + Usd::from_pico(adds))
         } else {
             o.projected
         };
+        // The worst case is its own figure, shown while it can bite: stopping, or in the
+        // budget's last stretch.
+        let worst_case = (stopping || core.last_stretch(now).is_some())
+            .then(|| spent + accrued + Usd::from_pico(core.worst_left_pico()));
         let books = core.books();
         let state = run_state(core, done, t);
         let cfg = core.config();
@@ -153,7 +158,9 @@ impl Publisher {
             booked: books.total(),
             booked_no_endpoint: books.no_endpoint(),
             booked_no_dataset: books.no_dataset(),
+            budget_mode: cfg.budget_mode,
             projected,
+            worst_case,
             done,
             rejected,
             total,

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::BudgetMode;
 use crate::domain::Usd;
 
 use super::health::BreakerState;
@@ -202,10 +203,19 @@ pub struct Snapshot {
     /// Booked on lines that name no dataset of the run (the key's true-up).
     #[serde(default)]
     pub booked_no_dataset: Usd,
-    /// Where spend will end if the remaining work runs at the current rate (capped at budget);
-    /// in the tail ([`Snapshot::tail_streams`]), what the streams in flight are expected to add
-    /// to it (`engine/outlook.rs`).
+    /// How the dollar budget holds against requests in flight.
+    #[serde(default)]
+    pub budget_mode: BudgetMode,
+    /// The projection: where the spend is expected to end. While prompts are left to send, at
+    /// the current rate until the work is done (capped at the budget); in the tail
+    /// ([`Snapshot::tail_streams`]) and while stopping, with what the streams in flight are
+    /// expected to add (`engine/outlook.rs`).
     pub projected: Option<Usd>,
+    /// While stopping or in the budget's last stretch: the most the spend can still come to,
+    /// each stream in flight at its worst case (`max_tokens`) and each bill not known yet at
+    /// what it holds.
+    #[serde(default)]
+    pub worst_case: Option<Usd>,
     pub done: u64,
     pub rejected: u64,
     pub total: u64,

@@ -94,20 +94,24 @@ impl Core {
         if sending || self.in_flight.is_empty() {
             return None;
         }
-        Some(
-            self.in_flight
-                .values()
-                .map(|f| {
-                    let d = f.job.dataset;
-                    crate::engine::outlook::Stream::new(
-                        d,
-                        a.expected_output_tokens(d),
-                        f.accrued_pico,
-                        f.price_out.pico_per_token(),
-                    )
-                })
-                .collect(),
-        )
+        Some(self.streams())
+    }
+
+    /// Every stream in flight, with what it is expected to stream still (as of the last
+    /// tick): a drain's projection adds them up, as the tail's does.
+    pub(crate) fn streams(&self) -> Vec<crate::engine::outlook::Stream> {
+        let a = &self.admission;
+        (self.in_flight.values())
+            .map(|f| {
+                let d = f.job.dataset;
+                crate::engine::outlook::Stream::new(
+                    d,
+                    a.expected_output_tokens(d),
+                    f.accrued_pico,
+                    f.price_out.pico_per_token(),
+                )
+            })
+            .collect()
     }
 
     /// Reads the next fresh prompt of dataset `d`: skips other shards and ids finished by

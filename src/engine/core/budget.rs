@@ -160,10 +160,21 @@ impl Core {
         }
     }
 
-    /// Spent + accrued + what in-flight requests are still expected to cost, picodollars
-    /// (the snapshot's committed spend).
+    /// Spent + accrued + what in-flight requests reserve + the holds of bills not known yet,
+    /// picodollars: what the budget counts as taken.
     pub(crate) fn committed_pico(&self, live: &Live) -> i64 {
         self.budget.committed_pico(live)
+    }
+
+    /// The most what is not booked yet can still add, picodollars: each stream in flight
+    /// running to its worst case (prompt, fee, `max_tokens`) from what it had streamed at the
+    /// last tick, and each bill not known yet at what it holds (a closed stream's look-up
+    /// where closing may not have stopped the bill, a crash's leftover).
+    pub(crate) fn worst_left_pico(&self) -> i64 {
+        let streams: i64 = (self.in_flight.values())
+            .map(|f| (f.worst_pico - f.accrued_pico).max(0))
+            .sum();
+        streams + self.budget.open_bills_pico.max(0)
     }
 
     /// A crash's open attempts, and the streams an earlier run closed that no look-up has

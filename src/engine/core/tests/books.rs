@@ -1,7 +1,8 @@
-//! Where the ledger's money goes: an endpoint's spend is every line booked there (its answers,
-//! the streams closed there, the failures after tokens, the look-ups' adjustments), and the
-//! endpoints with what names none sum to the ledger's total, as the datasets do with what
-//! names none of them.
+//! The money a snapshot shows. Where the ledger's money goes: an endpoint's spend is every
+//! line booked there (its answers, the streams closed there, the failures after tokens, the
+//! look-ups' adjustments), and the endpoints with what names none sum to the ledger's total,
+//! as the datasets do with what names none of them. And what is not booked yet: what the
+//! streams in flight are expected to add (the projection), and at most (the worst case).
 
 use std::collections::HashMap;
 
@@ -139,4 +140,59 @@ fn earlier_runs_spend_starts_each_endpoint_and_the_rest_names_none() {
     h.result(done(sent[0].key, Some(together), 10, 0.05, "stop"));
     assert_eq!(h.core.books().at(together), usd(0.95));
     assert_eq!(sums(&h), (usd(2.05), usd(2.05)));
+}
+
+/// While a run stops, its projection adds only what the streams in flight are expected to add
+/// (with none left, it is what is spent), and its worst case is its own figure: each stream at
+/// its `max_tokens`, and each closed stream at an endpoint that bills a close held until its
+/// look-up lands (issue 53: `proj $26.03` with nothing in flight, against a final $15.15,
+/// was that hold counted as the projection).
+#[test]
+fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_bills() {
+    use crate::engine::{Command, ShutdownMode};
+    // Pinned to Moonshot, which bills a closed stream in full.
+    let cfg = config(
+        "concurrency = 2\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
+         [policy]\nexclude = [\"chutes\", \"together\", \"baseten\", \"novita\"]",
+    );
+    let mut h = H::new(cfg, kimi(), &[&["a", "b", "c"]]);
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 2);
+    // Held whole under the hard budget, as Moonshot bills a close.
+    let worst: Vec<i64> = sent.iter().map(|d| d.held_worst.pico()).collect();
+    assert!(worst.iter().all(|&w| w > usd(0.024).pico()), "{worst:?}");
+    // What each has streamed, as the last tick read it.
+    for (d, streamed) in sent.iter().zip([usd(0.001), usd(0.002)]) {
+        h.accrued.insert(d.key, streamed.pico());
+        h.live.accrued_pico += streamed.pico();
+    }
+    h.tick();
+    h.command(Command::Shutdown(ShutdownMode::Drain));
+    assert!(h.core.stopping().is_some());
+    let streams = h.core.streams();
+    assert_eq!(streams.len(), 2);
+    assert!(streams.iter().all(|s| s.pico_left > 0));
+    assert_eq!(
+        h.core.worst_left_pico(),
+        worst[0] - usd(0.001).pico() + worst[1] - usd(0.002).pico(),
+        "each stream to its worst case"
+    );
+    // One is closed (the drain's grace), booked at what it streamed: its look-up is asked,
+    // and until it lands, what Moonshot may bill of it is held.
+    h.result(cancelled(sent[0].key, sent[0].pinned, 20, 0.001));
+    h.result(done(sent[1].key, sent[1].pinned, 500, 0.0025, "stop"));
+    assert!(
+        h.core.streams().is_empty(),
+        "nothing in flight: nothing to add"
+    );
+    let held = h.core.worst_left_pico();
+    assert_eq!(held, worst[0] - usd(0.001).pico(), "the close's worst case");
+    // The look-up lands: nothing is held any more.
+    let (_, entry) = h.take_reconcile().pop().expect("the close is looked up");
+    h.handle(Event::Adjusted {
+        entry,
+        actual: usd(0.004),
+        completion_tokens: Some(1_200),
+    });
+    assert_eq!(h.core.worst_left_pico(), 0);
 }
