@@ -128,7 +128,7 @@ impl Publisher {
         // The worst case is its own figure, shown while it can bite: stopping, or in the
         // budget's last stretch.
         let worst_case = (stopping || core.last_stretch(now).is_some())
-            .then(|| spent + accrued + Usd::from_pico(core.worst_left_pico()));
+            .then(|| Usd::from_pico(core.worst_case_pico(live)));
         let books = core.books();
         let state = run_state(core, done, t);
         let cfg = core.config();

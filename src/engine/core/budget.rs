@@ -166,15 +166,28 @@ impl Core {
         self.budget.committed_pico(live)
     }
 
-    /// The most what is not booked yet can still add, picodollars: each stream in flight
-    /// running to its worst case (prompt, fee, `max_tokens`) from what it had streamed at the
-    /// last tick, and each bill not known yet at what it holds (a closed stream's look-up
-    /// where closing may not have stopped the bill, a crash's leftover).
-    pub(crate) fn worst_left_pico(&self) -> i64 {
-        let streams: i64 = (self.in_flight.values())
-            .map(|f| (f.worst_pico - f.accrued_pico).max(0))
-            .sum();
-        streams + self.budget.open_bills_pico.max(0)
+    /// The most the spend can still come to, picodollars, from `live` (spent and accrued):
+    /// each stream that may be billed in full when closed runs to its worst case (prompt, fee,
+    /// `max_tokens`, from what it had streamed at the last tick), each bill not known yet comes
+    /// at what it holds; the streams a close stops add at most what the dollar cap leaves them
+    /// (it closes them when reached: under the hard budget the others' worst cases count
+    /// against it, under the expected one only what is spent and accrued).
+    pub(crate) fn worst_case_pico(&self, live: &Live) -> i64 {
+        let so_far = live.spent_pico + live.accrued_pico.max(0);
+        let (mut billed, mut stoppable) = (self.budget.open_bills_pico.max(0), 0);
+        for f in self.in_flight.values() {
+            let left = (f.worst_pico - f.accrued_pico).max(0);
+            if f.billed_if_closed {
+                billed += left;
+            } else {
+                stoppable += left;
+            }
+        }
+        let room = match self.cfg.budget_mode {
+            BudgetMode::Hard => self.budget.budget_pico - so_far - billed,
+            BudgetMode::Expected => self.budget.budget_pico - so_far,
+        };
+        so_far + billed + stoppable.min(room.max(0))
     }
 
     /// A crash's open attempts, and the streams an earlier run closed that no look-up has

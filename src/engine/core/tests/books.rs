@@ -143,10 +143,10 @@ fn earlier_runs_spend_starts_each_endpoint_and_the_rest_names_none() {
 }
 
 /// While a run stops, its projection adds only what the streams in flight are expected to add
-/// (with none left, it is what is spent), and its worst case is its own figure: each stream at
-/// its `max_tokens`, and each closed stream at an endpoint that bills a close held until its
-/// look-up lands (issue 53: `proj $26.03` with nothing in flight, against a final $15.15,
-/// was that hold counted as the projection).
+/// (with none left, it is what is spent), and its worst case is its own figure: each stream
+/// billed in full when closed at its `max_tokens`, and each closed stream at such an endpoint
+/// held until its look-up lands (issue 53: `proj $26.03` with nothing in flight, against a
+/// final $15.15, was that hold counted as the projection).
 #[test]
 fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_bills() {
     use crate::engine::{Command, ShutdownMode};
@@ -173,20 +173,25 @@ fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_b
     assert_eq!(streams.len(), 2);
     assert!(streams.iter().all(|s| s.pico_left > 0));
     assert_eq!(
-        h.core.worst_left_pico(),
-        worst[0] - usd(0.001).pico() + worst[1] - usd(0.002).pico(),
-        "each stream to its worst case"
+        h.core.worst_case_pico(&h.live),
+        usd(0.003).pico() + worst[0] - usd(0.001).pico() + worst[1] - usd(0.002).pico(),
+        "what is accrued, and each stream to its worst case"
     );
     // One is closed (the drain's grace), booked at what it streamed: its look-up is asked,
     // and until it lands, what Moonshot may bill of it is held.
     h.result(cancelled(sent[0].key, sent[0].pinned, 20, 0.001));
     h.result(done(sent[1].key, sent[1].pinned, 500, 0.0025, "stop"));
+    h.live.accrued_pico = 0;
+    h.live.spent_pico = usd(0.0035).pico();
     assert!(
         h.core.streams().is_empty(),
         "nothing in flight: nothing to add"
     );
-    let held = h.core.worst_left_pico();
-    assert_eq!(held, worst[0] - usd(0.001).pico(), "the close's worst case");
+    assert_eq!(
+        h.core.worst_case_pico(&h.live),
+        usd(0.0035).pico() + worst[0] - usd(0.001).pico(),
+        "what is spent, and the close's worst case"
+    );
     // The look-up lands: nothing is held any more.
     let (_, entry) = h.take_reconcile().pop().expect("the close is looked up");
     h.handle(Event::Adjusted {
@@ -194,5 +199,26 @@ fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_b
         actual: usd(0.004),
         completion_tokens: Some(1_200),
     });
-    assert_eq!(h.core.worst_left_pico(), 0);
+    h.live.spent_pico += usd(0.003).pico();
+    assert_eq!(h.core.worst_case_pico(&h.live), usd(0.0065).pico());
+}
+
+/// Streams whose close stops the bill add at most what the dollar cap leaves them: it closes
+/// them when it is reached. Here two at Chutes, each with a worst case of ~$0.016 on a $0.03
+/// budget: the worst case is the budget, not $0.035.
+#[test]
+fn streams_a_close_stops_add_to_the_worst_case_what_the_cap_leaves() {
+    let cfg = config(
+        "budget_usd = 0.03\nconcurrency = 2\nrouting = \"pinned\"\n[request]\nmax_tokens = 8192\n\
+         [policy]\nexclude = [\"moonshotai\", \"together\", \"baseten\", \"novita\"]",
+    );
+    let mut h = H::new(cfg, kimi(), &[&["a", "b", "c"]]);
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 2, "their expectations fit");
+    for d in &sent {
+        h.accrued.insert(d.key, usd(0.0015).pico());
+        h.live.accrued_pico += usd(0.0015).pico();
+    }
+    h.tick();
+    assert_eq!(h.core.worst_case_pico(&h.live), usd(0.03).pico());
 }
