@@ -272,6 +272,9 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
         .collect();
     let hidden = s.datasets.len().saturating_sub(offset + rows.len());
     let mut block = block;
+    if let Some(l) = super::text::booked_elsewhere(s.booked_no_dataset, "dataset", t.dim) {
+        block = block.title_bottom(l);
+    }
     if offset > 0 || hidden > 0 {
         block = block.title_bottom(
             Line::styled(format!(" ↑ {offset}  ↓ {hidden} more "), t.dim).right_aligned(),

@@ -1,16 +1,20 @@
-//! The header line: model, run state and elapsed time, in flight vs limit, spend vs budget with
-//! a gauge and the projected final spend, a warning while many answers are cut while thinking,
-//! overall ETA (while draining: when the last request
-//! in flight is expected to end). Parts give way as the width shrinks:
-//! the brand, then the model (the providers title takes it), then long labels and the gauge;
-//! state, spend with its projection and ETA always stay.
+//! The header line: model, run state and elapsed time, in flight vs limit, the spend split into
+//! what it is (booked in the ledger, streaming in flight) against the budget and its mode, a
+//! gauge, the projection (where the spend is expected to end) and, while stopping or in the
+//! budget's last stretch, the worst case still possible; a warning while many answers are cut
+//! while thinking; the ETA (while draining: when the last request in flight is expected to
+//! end). Parts give way as the width shrinks: the brand, then the model (the providers title
+//! takes it), long labels and the gauge, then the projection, the last stretch, the budget
+//! mode, the reason, the worst case and the clock; state, in flight, the spend and the ETA
+//! always stay.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use crate::domain::{clock, duration};
+use crate::config::BudgetMode;
+use crate::domain::{Usd, clock, duration};
 use crate::engine::snapshot::RunState;
 
 use super::super::state::UiState;
@@ -23,11 +27,20 @@ struct Opts {
     brand: bool,
     model: bool,
     reason: bool,
-    long_fly: bool,
+    /// Long labels (`in flight`, `booked`, `streaming`, `last stretch`) rather than short.
+    long: bool,
     /// Gauge cells (0: none).
     gauge: u16,
     /// Blanks between parts.
     sep: usize,
+    /// The projection, the budget's last stretch, the budget mode, the worst case, the
+    /// elapsed time: shed about in that order (the worst case late: while stopping it is the
+    /// figure that matters), so that the ETA always stays.
+    proj: bool,
+    stretch: bool,
+    worst: bool,
+    mode: bool,
+    clock: bool,
 }
 
 const FULL: Opts = Opts {
@@ -35,13 +48,38 @@ const FULL: Opts = Opts {
     brand: true,
     model: true,
     reason: true,
-    long_fly: true,
+    long: true,
     gauge: 20,
     sep: 2,
+    proj: true,
+    stretch: true,
+    worst: true,
+    mode: true,
+    clock: true,
+};
+
+/// The narrowest form that still has everything but the model, the brand and the gauge.
+const NARROW: Opts = Opts {
+    health: false,
+    brand: false,
+    model: false,
+    long: false,
+    gauge: 0,
+    sep: 1,
+    ..FULL
+};
+
+/// The narrow form without the projection, the last stretch, the budget mode and the reason.
+const BARE: Opts = Opts {
+    proj: false,
+    stretch: false,
+    mode: false,
+    reason: false,
+    ..NARROW
 };
 
 /// From the richest header to the barest.
-const TRIES: [Opts; 10] = [
+const TRIES: [Opts; 17] = [
     FULL,
     Opts {
         health: false,
@@ -49,12 +87,6 @@ const TRIES: [Opts; 10] = [
     },
     Opts {
         health: false,
-        brand: false,
-        ..FULL
-    },
-    Opts {
-        health: false,
-        brand: false,
         gauge: 12,
         ..FULL
     },
@@ -62,52 +94,59 @@ const TRIES: [Opts; 10] = [
         health: false,
         brand: false,
         gauge: 12,
-        long_fly: false,
         ..FULL
     },
+    // The labels say what each figure is: they go after the model (the providers title
+    // shows it) and after the gauge has narrowed.
     Opts {
-        health: false,
-        brand: false,
-        model: false,
+        long: true,
         gauge: 12,
-        long_fly: false,
-        ..FULL
+        sep: 2,
+        ..NARROW
     },
     Opts {
-        health: false,
-        brand: false,
-        model: false,
+        long: true,
         gauge: 8,
-        long_fly: false,
-        sep: 1,
-        ..FULL
+        ..NARROW
     },
     Opts {
-        health: false,
-        brand: false,
-        model: false,
-        gauge: 5,
-        long_fly: false,
-        sep: 1,
-        ..FULL
+        gauge: 12,
+        sep: 2,
+        ..NARROW
+    },
+    Opts { gauge: 8, ..NARROW },
+    Opts { gauge: 5, ..NARROW },
+    NARROW,
+    Opts {
+        proj: false,
+        ..NARROW
     },
     Opts {
-        health: false,
-        brand: false,
-        model: false,
-        gauge: 0,
-        long_fly: false,
-        sep: 1,
-        ..FULL
+        proj: false,
+        stretch: false,
+        ..NARROW
     },
     Opts {
-        health: false,
-        brand: false,
-        model: false,
-        reason: false,
-        gauge: 0,
-        long_fly: false,
-        sep: 1,
+        proj: false,
+        stretch: false,
+        mode: false,
+        ..NARROW
+    },
+    // The last figures: the elapsed time gives way to the worst case (while a run stops it
+    // is what matters), then the worst case to it, then both.
+    BARE,
+    Opts {
+        clock: false,
+        ..BARE
+    },
+    Opts {
+        worst: false,
+        ..BARE
+    },
+    Opts {
+        clock: false,
+        worst: false,
+        ..BARE
     },
 ];
 
@@ -140,7 +179,9 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         format!(" {} ", s.state.label()),
         t.run_state(s.state),
     ));
-    spans.push(Span::raw(format!(" {}", clock(s.elapsed_s))));
+    if o.clock {
+        spans.push(Span::raw(format!(" {}", clock(s.elapsed_s))));
+    }
     if o.reason
         && let Some(r) = &s.reason
     {
@@ -150,7 +191,7 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         && let Some(share) = s.cut_thinking_share
     {
         // max_tokens is below what the model thinks: the operator should raise it.
-        let text = if o.long_fly {
+        let text = if o.long {
             format!(
                 " cut while thinking {:.0}%: raise max_tokens",
                 share * 100.0
@@ -162,7 +203,7 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
     }
     spans.push(sep());
     spans.push(Span::styled(
-        if o.long_fly { "in flight " } else { "fly " },
+        if o.long { "in flight " } else { "fly " },
         t.dim,
     ));
     spans.push(Span::raw(format!(
@@ -175,34 +216,41 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         spans.push(Span::styled(format!(" ({b})"), t.warn));
     }
     spans.push(sep());
-    let spent = s.spent_with_accrued();
-    spans.push(Span::raw(format!("{spent}/{}", s.budget)));
+    spans.extend(money(state, o));
     if o.gauge > 0 {
         spans.push(Span::raw(" "));
         spans.extend(budget_gauge(state, o.gauge));
     }
-    if let Some(p) = s.projected {
+    if o.proj
+        && let Some(p) = s.projected
+    {
         spans.push(Span::styled(" proj ", t.dim));
-        spans.push(Span::raw(p.to_string()));
+        spans.push(Span::raw(usd(p)));
     }
-    if let Some(last) = s.last_stretch_s {
+    if o.worst
+        && let Some(w) = s.worst_case
+    {
+        // The most the spend can still come to: its own figure, not the projection's.
+        let style = if w > s.budget { t.warn } else { t.dim };
+        spans.push(Span::styled(" worst ", style));
+        spans.push(Span::raw(usd(w)));
+    }
+    if o.stretch
+        && let Some(last) = s.last_stretch_s
+    {
         // Worst-case reservations hold requests back: why the run slows near the budget.
-        let label = if o.long_fly {
-            " last stretch "
-        } else {
-            " last "
-        };
+        let label = if o.long { " last stretch " } else { " last " };
         spans.push(Span::styled(label, t.warn));
         spans.push(Span::raw(duration(last)));
         let sent = s.stretch_stoppable + s.stretch_worst;
-        if o.long_fly && sent > 0 {
+        if o.long && sent > 0 {
             // Which share went where a close stops the bill (their expectation reserved).
             let pct = s.stretch_stoppable * 100 / sent;
             spans.push(Span::styled(format!(" {pct}% stoppable"), t.dim));
         }
     }
     spans.push(sep());
-    spans.extend(time_left(state, o.long_fly));
+    spans.extend(time_left(state, o.long));
     if o.health {
         // Tells a slow provider from a slow client: how late the engine's own loop runs.
         spans.push(sep());
@@ -217,6 +265,49 @@ fn line(state: &UiState, o: Opts) -> Line<'static> {
         spans.push(Span::styled(shown, style));
     }
     Line::from(spans)
+}
+
+/// A dollar figure as the header shows it: cents (`<$0.01` for less than a cent but not
+/// nothing), thousands grouped.
+fn usd(u: Usd) -> String {
+    if u == Usd::ZERO {
+        "$0.00".into()
+    } else {
+        super::text::money(u)
+    }
+}
+
+/// The spend, split into what it is: booked (the ledger), streaming (accrued by the streams
+/// in flight, not in the ledger yet), against the budget and its mode (`hard`: never past it;
+/// `expected`: streams billed anyway may run past it). The budget reads `$100` short.
+fn money(state: &UiState, o: Opts) -> Vec<Span<'static>> {
+    let (s, t) = (&state.snapshot, &state.theme);
+    let (booked, streaming) = if o.long {
+        ("booked ", " streaming ")
+    } else {
+        ("bk ", " strm ")
+    };
+    let budget = if o.long || s.budget.pico() % Usd::from_f64(1.0).pico() != 0 {
+        usd(s.budget)
+    } else {
+        format!("${}", count(s.budget.as_f64().round() as u64))
+    };
+    let mut v = vec![
+        Span::styled(booked, t.dim),
+        Span::raw(usd(s.booked)),
+        Span::styled(streaming, t.dim),
+        Span::raw(usd(s.streaming())),
+        Span::styled(if o.long { " of " } else { " /" }, t.dim),
+        Span::raw(budget),
+    ];
+    if o.mode {
+        let mode = match s.budget_mode {
+            BudgetMode::Hard => " hard",
+            BudgetMode::Expected => " expected",
+        };
+        v.push(Span::styled(mode, t.dim));
+    }
+    v
 }
 
 /// The spend against the budget as a bar `width` cells wide, with the projection marked: red

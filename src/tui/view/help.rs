@@ -1,4 +1,5 @@
-//! The `?` overlay: every key (from the same table as the footer) and what the marks mean.
+//! The `?` overlay: every key (from the same table as the footer), what the marks mean, and
+//! the header's money.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -25,7 +26,19 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
     }
     lines.push(Line::raw(""));
     lines.push(Line::styled("Marks", t.title));
-    let legend: [(&str, &str); 5] = [
+    let legend: [(&str, &str); 8] = [
+        (
+            "booked strm",
+            "spend in the ledger + streamed by requests in flight",
+        ),
+        (
+            "proj worst",
+            "where the spend should end / the most it can still reach",
+        ),
+        (
+            "hard",
+            "budget mode (expected: streams billed anyway may pass it)",
+        ),
         ("[x] [ ]", "included / excluded (by you or by the policy)"),
         (
             "* + ! ?",

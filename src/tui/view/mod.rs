@@ -208,6 +208,8 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
+mod money_tests;
+#[cfg(test)]
 mod tests;
 
 /// The engine loop's lag as the header shows it: in 5 ms steps (the jitter below that says

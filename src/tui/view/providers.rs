@@ -352,6 +352,11 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState, with_model:
         .collect();
     let hidden = order.len().saturating_sub(offset + rows.len());
     let mut block = block;
+    // The `spent` column sums to the header's booked figure with this.
+    let elsewhere = state.snapshot.booked_no_endpoint;
+    if let Some(l) = super::text::booked_elsewhere(elsewhere, "endpoint", t.dim) {
+        block = block.title_bottom(l);
+    }
     if offset > 0 || hidden > 0 {
         let mut parts = Vec::new();
         if offset > 0 {

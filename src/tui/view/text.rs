@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use ratatui::style::Style;
-use ratatui::text::Span;
+use ratatui::text::{Line, Span};
 
 use crate::domain::{Usd, group_thousands};
 
@@ -259,6 +259,24 @@ pub(crate) fn tokens(n: u64) -> String {
     } else {
         n.to_string()
     }
+}
+
+/// Under a table whose `spent` column sums to the header's booked figure but for `usd` booked
+/// on lines naming none of its rows (`what`: endpoint, dataset): that figure, said; nothing
+/// when it is nothing.
+pub(crate) fn booked_elsewhere(usd: Usd, what: &str, style: Style) -> Option<Line<'static>> {
+    if usd == Usd::ZERO {
+        return None;
+    }
+    let (sign, abs) = if usd < Usd::ZERO {
+        ("-", Usd::ZERO - usd)
+    } else {
+        ("+", usd)
+    };
+    Some(Line::styled(
+        format!(" {sign} {} booked at no {what} ", money(abs)),
+        style,
+    ))
 }
 
 /// A text bar `width` cells wide: `█` done, `▒` expected (e.g. projected), `░` the rest.
