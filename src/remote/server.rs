@@ -248,6 +248,8 @@ fn changed(old: &Snapshot, new: &Snapshot) -> bool {
         || old.in_flight != new.in_flight
         || old.spent != new.spent
         || old.accrued != new.accrued
+        || old.booked != new.booked
+        || old.worst_case != new.worst_case
         || old.concurrency_limit != new.concurrency_limit
         || old.datasets != new.datasets
         || old.endpoints != new.endpoints
