@@ -47,7 +47,9 @@ pub enum Command {
     /// viewers flipping one row at once undo each other: the TUI sends [`Command::SetEndpoint`]
     /// with what its viewer saw; this stays for the viewers of earlier releases on the wire.
     ToggleEndpoint(String),
-    /// Switches the quantization policy and clears the operator's per-endpoint choices.
+    /// Switches the quantization policy. The operator's per-endpoint choices stay, but for
+    /// inclusions of endpoints the faithful policy excludes when switching to it (it restores
+    /// the faithful set). The TUI asks before it sends `any`.
     Preset(PolicyMode),
     Shutdown(ShutdownMode),
     /// The terminal or the output stream went away (SIGHUP, a closed pipe, a vanished pty):

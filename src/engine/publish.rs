@@ -140,6 +140,10 @@ impl Publisher {
                 Routing::Pinned => "pinned".into(),
             },
             policy: policy_label(core),
+            policy_mode: core.policy().mode,
+            any_opens: (core.opened_by_any().into_iter())
+                .map(|i| core.endpoints()[i].tag.clone())
+                .collect(),
             state,
             reason: core.stopping().cloned(),
             started_at: self.started_at.clone(),
@@ -315,6 +319,7 @@ impl Publisher {
             included: core.permitted(i),
             off,
             operator: core.operator(i),
+            policy_off: core.policy_verdict(i).cloned(),
             breaker: core.health(i).state(),
             in_flight: Counters::get(&c.in_flight),
             done,

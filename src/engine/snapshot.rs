@@ -8,7 +8,7 @@ use crate::domain::Usd;
 
 use super::health::BreakerState;
 use super::reason::{OffReason, StopReason};
-use crate::policy::Fidelity;
+use crate::policy::{Exclusion, Fidelity, PolicyMode};
 
 /// Where the run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +95,10 @@ pub struct EndpointSnap {
     pub off: Option<OffReason>,
     /// The operator's own choice, when they made one (overrides the policy).
     pub operator: Option<bool>,
+    /// Why the policy in force excludes it, the operator's choice aside: with
+    /// `operator: Some(true)`, an inclusion against the policy (lowered fidelity, marked).
+    #[serde(default)]
+    pub policy_off: Option<Exclusion>,
     pub breaker: BreakerState,
     pub in_flight: u64,
     pub done: u64,
@@ -172,6 +176,13 @@ pub struct Snapshot {
     /// The quantization policy in force: `faithful (native int4)` or `any`.
     #[serde(default)]
     pub policy: String,
+    /// The same, as a value.
+    #[serde(default)]
+    pub policy_mode: PolicyMode,
+    /// The tags of the endpoints the `any` policy would open now (not allowed now, not
+    /// excluded by the operator): what the TUI names before it lowers the fidelity.
+    #[serde(default)]
+    pub any_opens: Vec<String>,
     pub state: RunState,
     /// Why the run stopped or is draining, when it did.
     pub reason: Option<StopReason>,

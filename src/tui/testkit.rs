@@ -39,6 +39,7 @@ pub fn endpoint(
         included: true,
         off: None,
         operator: None,
+        policy_off: None,
         breaker: BreakerState::Closed,
         in_flight: 0,
         done: 0,
@@ -84,6 +85,9 @@ fn observed(
 fn off(mut e: EndpointSnap, why: OffReason, operator: Option<bool>) -> EndpointSnap {
     e.allowed = false;
     e.included = operator.unwrap_or(!why.is_choice());
+    if let OffReason::Policy { exclusion } = &why {
+        e.policy_off = Some(exclusion.clone());
+    }
     e.off = Some(why);
     e.operator = operator;
     e
@@ -91,7 +95,8 @@ fn off(mut e: EndpointSnap, why: OffReason, operator: Option<bool>) -> EndpointS
 
 /// The 11 Kimi K2.5 endpoints: five serving, Parasail resting behind an open breaker,
 /// BaseTen (fp4) and three unknown-quantization endpoints excluded by the faithful policy,
-/// Fireworks excluded by the operator, DeepInfra (unknown) included by the operator.
+/// Fireworks (unknown) excluded by the operator, DeepInfra (unknown) included by the operator
+/// against the policy. Under `any`, Together, Novita and Venice would open (BaseTen is down).
 #[rustfmt::skip] // One endpoint a line: the table reads as one.
 pub fn kimi_endpoints() -> Vec<EndpointSnap> {
     use Fidelity::{Native, Requantized, Unknown};
@@ -112,6 +117,7 @@ pub fn kimi_endpoints() -> Vec<EndpointSnap> {
     // in flight, done, errors, top error, tok/s, ttft ms, mean length, truncation, $ spent
     let mut deepinfra = observed(deepinfra, 301, 2_204, 5, Some(("mid", 5)), 7_010.0, 1_400, 1_701.0, 0.010, 8.61);
     deepinfra.operator = Some(true);
+    deepinfra.policy_off = Some(Exclusion::UnknownQuantization);
     let mut parasail = off(
         observed(parasail, 0, 41, 21, Some(("5xx", 21)), 0.0, 1_300, 1_650.0, 0.0, 0.31),
         OffReason::Breaker { secs: 38 },
@@ -128,7 +134,10 @@ pub fn kimi_endpoints() -> Vec<EndpointSnap> {
         off(baseten, fp4, None),
         off(together, unknown(), None),
         off(novita, unknown(), None),
-        off(fireworks, OffReason::Operator, Some(false)),
+        EndpointSnap {
+            policy_off: Some(Exclusion::UnknownQuantization),
+            ..off(fireworks, OffReason::Operator, Some(false))
+        },
         off(venice, unknown(), None),
     ]
 }
@@ -206,6 +215,8 @@ pub fn kimi_snapshot() -> Snapshot {
         model: "moonshotai/kimi-k2.5".into(),
         routing: "pinned".into(),
         policy: "faithful (native int4)".into(),
+        policy_mode: crate::policy::PolicyMode::Faithful,
+        any_opens: vec!["together".into(), "novita".into(), "venice".into()],
         state: RunState::Running,
         reason: None,
         started_at: "2026-01-30T12:28:00Z".into(),

@@ -57,16 +57,19 @@ impl Core {
                 }
             }
             Command::Preset(mode) => {
-                self.fleet.policy.mode = mode;
-                self.fleet.refresh_verdicts();
-                self.fleet.operator.iter_mut().for_each(|o| *o = None);
+                let undone = self.fleet.set_mode(mode);
                 let text = match mode {
                     PolicyMode::Faithful => {
                         format!("policy: faithful (native {})", self.fleet.native)
                     }
                     PolicyMode::Any => "policy: any quantization".to_string(),
                 };
-                self.event(now, format!("{text}{suffix}"));
+                let undone = match undone {
+                    0 => String::new(),
+                    1 => "; the operator's inclusion of an endpoint it excludes undone".into(),
+                    n => format!("; the operator's {n} inclusions of endpoints it excludes undone"),
+                };
+                self.event(now, format!("{text}{suffix}{undone}"));
             }
             Command::Shutdown(ShutdownMode::Drain) => {
                 if let Some(v) = by {

@@ -78,20 +78,39 @@ impl Fleet {
     /// Recomputes every endpoint's policy verdict; after a preset, a probe or a listing
     /// refresh (it only changes with those, not per request).
     pub(super) fn refresh_verdicts(&mut self) {
-        let verdicts = (self.endpoints.iter())
+        self.verdicts = self.verdicts_of(&self.policy);
+    }
+
+    /// Every endpoint's verdict under `policy`.
+    fn verdicts_of(&self, policy: &PolicyConfig) -> Vec<Option<Exclusion>> {
+        (self.endpoints.iter())
             .zip(&self.listed)
             .map(|(e, l)| {
                 // The listing's latest uptime, not the one the run started with.
                 let mut facts = e.facts();
                 facts.uptime_30m = l.uptime_30m;
-                self.policy.verdict_with_probe(
-                    &self.native,
-                    &facts,
-                    self.probe.get(&e.tag).copied(),
-                )
+                policy.verdict_with_probe(&self.native, &facts, self.probe.get(&e.tag).copied())
             })
-            .collect();
-        self.verdicts = verdicts;
+            .collect()
+    }
+
+    /// Switches the quantization policy. The operator's choices stay, but for the inclusions
+    /// of endpoints the new policy excludes when it is the faithful one: going back to it
+    /// restores the faithful set. Returns how many inclusions it undid.
+    pub(super) fn set_mode(&mut self, mode: PolicyMode) -> usize {
+        self.policy.mode = mode;
+        self.refresh_verdicts();
+        if mode != PolicyMode::Faithful {
+            return 0;
+        }
+        let mut undone = 0;
+        for (o, v) in self.operator.iter_mut().zip(&self.verdicts) {
+            if *o == Some(true) && v.is_some() {
+                *o = None;
+                undone += 1;
+            }
+        }
+        undone
     }
 
     /// Allowed by the operator and the policy (health and listing aside): the include mark.
@@ -170,6 +189,34 @@ impl Core {
     /// Allowed by the operator and the policy (the snapshot's include mark).
     pub(crate) fn permitted(&self, i: usize) -> bool {
         self.fleet.permitted(i)
+    }
+
+    /// What the policy says of endpoint `i`, the operator's choice aside: why it excludes it.
+    pub(crate) fn policy_verdict(&self, i: usize) -> Option<&Exclusion> {
+        self.fleet.verdicts.get(i).and_then(Option::as_ref)
+    }
+
+    /// The endpoints the `any` policy would let serve that are not allowed now (the operator's
+    /// exclusions stay theirs; one gone from the listing opens nothing): what `a` opens. None
+    /// under `any` already.
+    pub(crate) fn opened_by_any(&self) -> Vec<usize> {
+        let f = &self.fleet;
+        if f.policy.mode == PolicyMode::Any {
+            return Vec::new();
+        }
+        let any = PolicyConfig {
+            mode: PolicyMode::Any,
+            ..f.policy.clone()
+        };
+        (f.verdicts_of(&any).iter().enumerate())
+            .filter(|(i, v)| {
+                v.is_none()
+                    && !f.permitted(*i)
+                    && f.operator[*i] != Some(false)
+                    && f.listed[*i].present
+            })
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Why endpoint `i` takes no request now, if it does not (the snapshot's reason).

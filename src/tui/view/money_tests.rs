@@ -81,8 +81,16 @@ fn the_header_splits_the_spend_into_booked_and_streaming_with_the_budget_mode() 
     // The other mode says so.
     let mut s = kimi_snapshot();
     s.budget_mode = BudgetMode::Expected;
-    assert!(header(&s, 160).contains("of $100.00 expected"), "{}", header(&s, 160));
-    assert!(header(&s, 100).contains("/$100 expected"), "{}", header(&s, 100));
+    assert!(
+        header(&s, 160).contains("of $100.00 expected"),
+        "{}",
+        header(&s, 160)
+    );
+    assert!(
+        header(&s, 100).contains("/$100 expected"),
+        "{}",
+        header(&s, 100)
+    );
 }
 
 /// The last stretch of a $100 budget with 2,000 streams, the budget's ETA in 4m48s: at 80x24

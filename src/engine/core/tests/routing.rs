@@ -406,23 +406,48 @@ fn a_pinned_404_takes_the_endpoint_out_until_listed_again() {
     assert_eq!(h.route_tags(), tags(&["together/int4"]));
 }
 
+/// Issue 53: `any` opens what the faithful policy excluded but keeps the operator's own
+/// exclusions (it cleared them: 13 streams went where the operator had said no); `faithful`
+/// restores the faithful set, undoing the inclusions against it, and keeps the rest.
 #[test]
-fn presets_switch_the_policy_and_clear_operator_choices() {
+fn presets_switch_the_policy_and_keep_the_operators_choices() {
     let mut h = H::new(config(""), kimi(), &[&["a"]]);
     let fp4 = h.index("baseten/fp4");
+    let novita = h.index("novita");
     let chutes = h.index("chutes/int4");
-    h.command(Command::SetEndpoint {
-        tag: "chutes/int4".into(),
-        allowed: Some(false),
-    });
+    // The operator excluded Chutes (native) and included Novita (unknown) against the policy.
+    for (tag, allowed) in [("chutes/int4", false), ("novita", true)] {
+        h.command(Command::SetEndpoint {
+            tag: tag.into(),
+            allowed: Some(allowed),
+        });
+    }
+    assert!(h.core.permitted(novita));
+    assert_eq!(
+        h.core.policy_verdict(novita),
+        Some(&crate::policy::Exclusion::UnknownQuantization),
+        "the policy's word stays visible beside the operator's"
+    );
+    assert_eq!(h.core.opened_by_any(), vec![fp4], "what `a` would open");
     h.command(Command::Preset(PolicyMode::Any));
     assert!(h.core.permitted(fp4));
-    assert!(
-        h.core.permitted(chutes),
-        "the preset cleared the operator's exclusion"
-    );
+    assert!(!h.core.permitted(chutes), "the operator's exclusion stays");
+    assert_eq!(h.core.policy_verdict(novita), None);
+    assert!(h.core.opened_by_any().is_empty(), "nothing more under any");
     h.command(Command::Preset(PolicyMode::Faithful));
     assert!(!h.core.permitted(fp4));
+    assert!(
+        !h.core.permitted(novita),
+        "the inclusion against the policy is undone"
+    );
+    assert!(!h.core.permitted(chutes), "the exclusion stays");
+    assert_eq!(h.core.operator(chutes), Some(false));
+    assert_eq!(h.core.operator(novita), None);
+    let last = h.event_texts().pop().unwrap_or_default();
+    assert_eq!(
+        last,
+        "policy: faithful (native int4); the operator's inclusion of an endpoint it excludes undone"
+    );
     let _ = ShutdownMode::Drain;
 }
 
