@@ -32,6 +32,10 @@ pub(crate) enum Action {
     StopNow,
     /// In the quit dialog of an attached viewer: close this view, the run goes on.
     Detach,
+    /// While a key that lowers fidelity waits: the same key again, or `y`.
+    Confirm,
+    /// While a key that lowers fidelity waits: any other key (it does nothing else).
+    Cancel,
 }
 
 /// Which keys are live.
@@ -40,6 +44,8 @@ pub(crate) enum Mode {
     Normal,
     /// The quit dialog is open: only its own keys act.
     QuitDialog,
+    /// A key that lowers fidelity (this one) waits for its confirmation.
+    Confirm(char),
 }
 
 /// The action of a key press, if any. Releases (kitty protocol, Windows) act on nothing.
@@ -51,10 +57,17 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
     if ctrl && matches!(key.code, KeyCode::Char('c' | 'C')) {
         return Some(Action::Interrupt);
     }
+    if let Mode::Confirm(again) = mode {
+        return Some(match key.code {
+            KeyCode::Char(c) if !ctrl && (c == again || c == 'y' || c == 'Y') => Action::Confirm,
+            _ => Action::Cancel,
+        });
+    }
     if ctrl {
         return None;
     }
     match mode {
+        Mode::Confirm(_) => None,
         Mode::QuitDialog => match key.code {
             KeyCode::Char('d' | 'D') => Some(Action::Drain),
             KeyCode::Char('n' | 'N') => Some(Action::StopNow),
@@ -109,19 +122,19 @@ pub(crate) const HINTS: &[KeyHint] = &[
         keys: ["space", "space", "space"],
         labels: ["include/exclude", "incl/excl", "incl"],
         help_keys: "space",
-        help: "include/exclude the selected endpoint (next request on)",
+        help: "include/exclude the endpoint (against the policy: asks)",
     },
     KeyHint {
         keys: ["f", "f", "f/a"],
         labels: ["faithful", "faithful", "preset"],
         help_keys: "f",
-        help: "preset: native precision only; clears your choices",
+        help: "policy faithful: native precision; keeps your exclusions",
     },
     KeyHint {
         keys: ["a", "a", ""],
         labels: ["any", "any", ""],
         help_keys: "a",
-        help: "preset: any quantization; clears your choices",
+        help: "policy any quantization: names what opens, asks first",
     },
     KeyHint {
         keys: ["s", "s", "s"],
@@ -194,6 +207,54 @@ mod tests {
             (key(KeyCode::Esc), Mode::QuitDialog, Some(Action::Back)),
             // The dialog swallows everything else.
             (key(KeyCode::Char(' ')), Mode::QuitDialog, None),
+            // A key that lowers fidelity: itself again or y confirms, anything else cancels.
+            (
+                key(KeyCode::Char('a')),
+                Mode::Confirm('a'),
+                Some(Action::Confirm),
+            ),
+            (
+                key(KeyCode::Char('y')),
+                Mode::Confirm('a'),
+                Some(Action::Confirm),
+            ),
+            (
+                key(KeyCode::Char('Y')),
+                Mode::Confirm(' '),
+                Some(Action::Confirm),
+            ),
+            (
+                key(KeyCode::Char(' ')),
+                Mode::Confirm(' '),
+                Some(Action::Confirm),
+            ),
+            (
+                key(KeyCode::Char(' ')),
+                Mode::Confirm('a'),
+                Some(Action::Cancel),
+            ),
+            (
+                key(KeyCode::Char('A')),
+                Mode::Confirm('a'),
+                Some(Action::Cancel),
+            ),
+            (
+                key(KeyCode::Char('j')),
+                Mode::Confirm('a'),
+                Some(Action::Cancel),
+            ),
+            (
+                key(KeyCode::Enter),
+                Mode::Confirm('a'),
+                Some(Action::Cancel),
+            ),
+            (key(KeyCode::Esc), Mode::Confirm(' '), Some(Action::Cancel)),
+            (ctrl_c, Mode::Confirm('a'), Some(Action::Interrupt)),
+            (
+                KeyEvent::new(KeyCode::Char('a'), KeyModifiers::CONTROL),
+                Mode::Confirm('a'),
+                Some(Action::Cancel),
+            ),
             (key(KeyCode::Char('d')), Mode::Normal, None),
             (key(KeyCode::Char('x')), Mode::Normal, None),
         ];

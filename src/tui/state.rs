@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use crate::engine::control::ShutdownMode;
+use crate::engine::control::{Command, ShutdownMode};
 use crate::engine::snapshot::{EndpointSnap, RunState, Snapshot};
 
 use super::theme::Theme;
@@ -109,6 +109,20 @@ pub struct Status {
     pub ttl: u8,
 }
 
+/// A key that would lower fidelity (`a`, or space on a row the policy excludes), held until
+/// the operator confirms it: nothing is sent before.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Confirm {
+    /// The key that asked: pressed again (or `y`), it confirms; any other key cancels.
+    pub key: char,
+    /// The dialog's title.
+    pub title: &'static str,
+    /// What it opens, in words (`opens 3 endpoints of unknown quantization: ...`).
+    pub opens: String,
+    /// What is sent once confirmed.
+    pub command: Command,
+}
+
 /// Snapshots a status message stays for (about three seconds).
 pub(crate) const STATUS_TTL: u8 = 15;
 
@@ -124,6 +138,8 @@ pub struct UiState {
     pub focus: Pane,
     pub help: bool,
     pub quit_dialog: bool,
+    /// A key that lowers fidelity, waiting for its confirmation.
+    pub confirm: Option<Confirm>,
     /// The shutdown the operator asked for, once sent.
     pub shutdown: Option<ShutdownMode>,
     pub status: Option<Status>,
@@ -145,6 +161,7 @@ impl UiState {
             focus: Pane::Providers,
             help: false,
             quit_dialog: false,
+            confirm: None,
             shutdown: None,
             status: None,
             size: (0, 0),

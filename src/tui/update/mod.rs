@@ -8,10 +8,11 @@ use crossterm::event::KeyEvent;
 use crate::domain::group_thousands;
 use crate::engine::control::{Command, ShutdownMode};
 use crate::engine::snapshot::{RunState, Snapshot};
-use crate::policy::PolicyMode;
 
 use super::keymap::{self, Action, Mode};
-use super::state::{Pane, UiState, included};
+use super::state::{Pane, UiState};
+
+mod fidelity;
 
 /// What happened.
 #[derive(Clone, Debug)]
@@ -40,6 +41,10 @@ pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
         Msg::Snapshot(s) => {
             state.snapshot = s;
             state.fix_selection();
+            if state.finished() {
+                // Nothing to steer any more: a key waiting for its confirmation is dropped.
+                state.confirm = None;
+            }
             if let Some(st) = &mut state.status {
                 st.ttl = st.ttl.saturating_sub(1);
                 if st.ttl == 0 {
@@ -56,10 +61,10 @@ pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
             Vec::new()
         }
         Msg::Key(k) => {
-            let mode = if state.quit_dialog {
-                Mode::QuitDialog
-            } else {
-                Mode::Normal
+            let mode = match &state.confirm {
+                _ if state.quit_dialog => Mode::QuitDialog,
+                Some(c) => Mode::Confirm(c.key),
+                None => Mode::Normal,
             };
             match keymap::action(k, mode) {
                 Some(a) => act(state, a),
@@ -109,13 +114,19 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
             }
             Vec::new()
         }
-        Action::Toggle => toggle(state),
-        Action::PresetFaithful => preset(state, PolicyMode::Faithful),
-        Action::PresetAny => preset(state, PolicyMode::Any),
+        Action::Toggle => fidelity::toggle(state),
+        Action::PresetFaithful => fidelity::faithful(state),
+        Action::PresetAny => fidelity::ask_any(state),
+        Action::Confirm => fidelity::confirm(state),
+        Action::Cancel => fidelity::cancel(state),
         Action::PauseResume => pause_resume(state),
         Action::MoreConcurrency => concurrency(state, true),
         Action::LessConcurrency => concurrency(state, false),
-        Action::Quit | Action::Interrupt => quit(state, a == Action::Interrupt),
+        Action::Quit | Action::Interrupt => {
+            // Ctrl-C while a key waits for its confirmation: that is dropped, the dialog opens.
+            fidelity::cancel(state);
+            quit(state, a == Action::Interrupt)
+        }
         Action::Drain => shutdown(state, ShutdownMode::Drain),
         Action::StopNow => shutdown(state, ShutdownMode::Now),
         Action::Detach => {
@@ -127,19 +138,6 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
             }
         }
     }
-}
-
-/// A policy preset for the whole fleet; the operator's own choices are cleared.
-fn preset(state: &mut UiState, mode: PolicyMode) -> Vec<UiEffect> {
-    if state.finished() {
-        state.set_status("the run is over");
-        return Vec::new();
-    }
-    state.set_status(match mode {
-        PolicyMode::Faithful => "policy: faithful (native precision only); your choices cleared",
-        PolicyMode::Any => "policy: any quantization; your choices cleared",
-    });
-    vec![UiEffect::Send(Command::Preset(mode))]
 }
 
 /// Pauses a running run, resumes a paused one.
@@ -228,35 +226,6 @@ fn shutdown(state: &mut UiState, mode: ShutdownMode) -> Vec<UiEffect> {
     vec![UiEffect::Send(Command::Shutdown(mode))]
 }
 
-fn toggle(state: &mut UiState) -> Vec<UiEffect> {
-    if state.focus != Pane::Providers {
-        state.set_status("space includes/excludes providers: tab to the providers pane");
-        return Vec::new();
-    }
-    if state.finished() {
-        state.set_status("the run is over");
-        return Vec::new();
-    }
-    let Some(e) = state
-        .selected
-        .as_deref()
-        .and_then(|t| state.snapshot.endpoints.iter().find(|e| e.tag == t))
-    else {
-        return Vec::new();
-    };
-    let tag = e.tag.clone();
-    // What the viewer saw, made so: absolute, so that two viewers pressing space on one row
-    // at once both get what they asked for, not each other's undo (issue #35).
-    let allowed = Some(!included(e));
-    let verb = if included(e) {
-        "excluding"
-    } else {
-        "including"
-    };
-    state.set_status(format!("{verb} {tag} (from the next request)"));
-    vec![UiEffect::Send(Command::SetEndpoint { tag, allowed })]
-}
-
 /// Moves the selection of the focused pane by `delta` rows, clamped to the table.
 fn move_by(state: &mut UiState, delta: i64) -> Vec<UiEffect> {
     let clamp = |cur: Option<usize>, len: usize| -> Option<usize> {
@@ -321,5 +290,7 @@ fn as_shown(s: &Snapshot) -> Snapshot {
     s
 }
 
+#[cfg(test)]
+mod fidelity_tests;
 #[cfg(test)]
 mod tests;

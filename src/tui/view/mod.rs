@@ -6,6 +6,7 @@
 //! row with the chart grows, instead of the log showing rows of nothing.
 
 mod chart;
+mod confirm;
 mod datasets;
 mod events;
 mod footer;
@@ -144,6 +145,7 @@ pub fn render(frame: &mut Frame, state: &UiState) {
     let area = frame.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         too_small::render(frame, area, state);
+        confirm::render(frame, area, state);
         if state.quit_dialog {
             quit::render(frame, area, state);
         }
@@ -166,6 +168,7 @@ pub fn render(frame: &mut Frame, state: &UiState) {
     if state.help {
         help::render(frame, area, state);
     }
+    confirm::render(frame, area, state);
     if state.quit_dialog {
         quit::render(frame, area, state);
     }
@@ -205,6 +208,8 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
     }
 }
 
+#[cfg(test)]
+mod fidelity_tests;
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]

@@ -261,6 +261,15 @@ pub(crate) fn tokens(n: u64) -> String {
     }
 }
 
+/// Why the policy excludes an endpoint, as its row says it (`policy: unknown quant`, `config
+/// exclude`).
+pub(crate) fn policy_words(x: &crate::policy::Exclusion) -> String {
+    crate::engine::reason::OffReason::Policy {
+        exclusion: x.clone(),
+    }
+    .to_string()
+}
+
 /// Under a table whose `spent` column sums to the header's booked figure but for `usd` booked
 /// on lines naming none of its rows (`what`: endpoint, dataset): that figure, said; nothing
 /// when it is nothing.
