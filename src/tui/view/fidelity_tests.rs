@@ -1,5 +1,6 @@
 //! What a person sees when a key would lower fidelity: the confirmation naming what opens
-//! (nothing sent, the table unchanged behind it).
+//! (nothing sent, the table unchanged behind it), and the mark a row included against the
+//! policy keeps in its why column.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
@@ -70,4 +71,40 @@ fn space_on_a_row_the_policy_excludes_asks_naming_the_row_and_why() {
         "{s}"
     );
     assert!(line_with(&s, "space / y").contains("confirm"), "{s}");
+}
+
+/// DeepInfra (unknown quantization) serves because the operator included it: its why column
+/// says so, whole on a wide screen, shortened to the mark and the reason at 80 columns.
+#[test]
+fn a_row_included_against_the_policy_keeps_its_mark() {
+    let st = state_with(kimi_snapshot());
+    let wide = screen(&st, 160, 48);
+    assert!(
+        line_with(&wide, "DeepInfra").contains("operator: in (policy: unknown quant)"),
+        "{wide}"
+    );
+    let narrow = screen(&st, 80, 24);
+    let row = line_with(&narrow, "DeepInfra");
+    assert!(
+        row.contains("[x]") && row.contains("in: unknown qua"),
+        "{row}"
+    );
+    // Resting behind its breaker too: both said (shortened when the column is narrower).
+    let mut s = kimi_snapshot();
+    let d = (s.endpoints.iter_mut())
+        .find(|e| e.tag == "deepinfra")
+        .expect("deepinfra");
+    d.off = Some(crate::engine::reason::OffReason::Breaker { secs: 12 });
+    let st = state_with(s);
+    let widest = screen(&st, 220, 48);
+    assert!(
+        line_with(&widest, "DeepInfra")
+            .contains("breaker 12s; operator: in (policy: unknown quant)"),
+        "{widest}"
+    );
+    let wide = screen(&st, 160, 48);
+    assert!(
+        line_with(&wide, "DeepInfra").contains("breaker 12s; in (unknown quant)"),
+        "{wide}"
+    );
 }

@@ -188,16 +188,30 @@ fn text(c: Col, e: &EndpointSnap, quant_w: u16) -> String {
             .map_or_else(dash, |t| format!("{:.1}%", t * 100.0)),
         Col::Spent => money(e.spent),
         // A re-quantization's reason quotes the listing.
-        Col::Why => e
-            .off
-            .as_ref()
-            .map(|o| clean_cut(&o.to_string(), WHY_MAX))
-            .unwrap_or_default(),
+        Col::Why => clean_cut(&why(e), WHY_MAX),
     }
 }
 
+/// Why the endpoint is off, and the mark of an inclusion against the policy (it stays while
+/// the row serves: `operator: in (policy: unknown quant)`).
+fn why(e: &EndpointSnap) -> String {
+    let off = e.off.as_ref().map(ToString::to_string);
+    let over = override_of(e).map(|x| format!("operator: in ({x})"));
+    match (off, over) {
+        (Some(o), Some(v)) => format!("{o}; {v}"),
+        (o, v) => o.or(v).unwrap_or_default(),
+    }
+}
+
+/// The policy's reason, when the operator included the endpoint against it.
+fn override_of(e: &EndpointSnap) -> Option<String> {
+    let x = e.policy_off.as_ref().filter(|_| e.operator == Some(true))?;
+    Some(super::text::policy_words(x))
+}
+
 /// A reason that fits `w`: whole, else without its `policy: ` / `down: ` prefix (the rest
-/// still says what is wrong), else cut with `…`.
+/// still says what is wrong; the mark of an inclusion against the policy becomes `in (...)`),
+/// else cut with `…`.
 pub(super) fn fit_reason(reason: &str, w: u16) -> String {
     if width(reason) <= w {
         return reason.to_string();
@@ -205,8 +219,16 @@ pub(super) fn fit_reason(reason: &str, w: u16) -> String {
     let short = reason
         .strip_prefix("policy: ")
         .or_else(|| reason.strip_prefix("down: "))
-        .unwrap_or(reason);
-    truncate(short, w)
+        .unwrap_or(reason)
+        .replace("operator: in (", "in (")
+        .replace("(policy: ", "(")
+        .replace("(down: ", "(");
+    // The mark alone, one cell narrower still: `in: unknown quant`.
+    let short = match short.strip_prefix("in (").and_then(|r| r.strip_suffix(')')) {
+        Some(why) if width(&short) > w => format!("in: {why}"),
+        _ => short,
+    };
+    truncate(&short, w)
 }
 
 fn why_style(t: &Theme, why: Option<&OffReason>) -> Style {
@@ -279,7 +301,11 @@ fn cell(
             Line::styled(raw, style)
         }
         Col::Why => {
-            let style = why_style(t, e.off.as_ref());
+            let style = match e.off {
+                // Serving against the policy: the mark stands out.
+                None if override_of(e).is_some() => t.warn,
+                _ => why_style(t, e.off.as_ref()),
+            };
             Line::styled(fit_reason(&raw, w), style)
         }
         _ => Line::raw(truncate(&raw, w)),
