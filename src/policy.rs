@@ -111,6 +111,21 @@ pub enum Exclusion {
     NotZdr,
 }
 
+impl Exclusion {
+    /// Whether it is about what the endpoint serves (its precision, or answers that drift
+    /// from the reference's), so that overriding it lowers the data's fidelity; not about the
+    /// operator's list, its uptime or OpenRouter's own filters.
+    pub fn is_fidelity(&self) -> bool {
+        matches!(
+            self,
+            Exclusion::Requantized(_)
+                | Exclusion::UnknownQuantization
+                | Exclusion::Denied(_)
+                | Exclusion::Probe(_)
+        )
+    }
+}
+
 impl std::fmt::Display for Exclusion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

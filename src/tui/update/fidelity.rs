@@ -1,7 +1,7 @@
 //! Fidelity is never lowered by one key: `a` (the `any` policy) and space on a row the policy
-//! excludes ask first, naming what they open, and send nothing until the same key (or `y`)
-//! confirms; any other key cancels. Raising it (`f`, excluding a row) acts at once. Pure, as
-//! the rest of the reducer.
+//! excludes for its fidelity ask first, naming what they open, and send nothing until the
+//! same key (or `y`) confirms; any other key cancels. Raising it (`f`, excluding a row) acts
+//! at once. Pure, as the rest of the reducer.
 
 use crate::engine::control::Command;
 use crate::engine::snapshot::{EndpointSnap, Snapshot};
@@ -42,8 +42,9 @@ pub(super) fn ask_any(state: &mut UiState) -> Vec<UiEffect> {
 }
 
 /// Space on the selected row: excludes an included row at once, includes an excluded one at
-/// once when the policy allows it (the operator had excluded it), and asks first when the
-/// policy excludes it.
+/// once unless the policy excludes it for its fidelity (its precision, its probe): then it
+/// asks first. (Against the config's own exclude list or the API's uptime it acts at once:
+/// that lowers nothing; the row's mark says it is in against the policy either way.)
 pub(super) fn toggle(state: &mut UiState) -> Vec<UiEffect> {
     if state.focus != Pane::Providers {
         state.set_status("space includes/excludes providers: tab to the providers pane");
@@ -68,11 +69,11 @@ pub(super) fn toggle(state: &mut UiState) -> Vec<UiEffect> {
         allowed: Some(!included(e)),
     };
     if !included(e)
-        && let Some(x) = &e.policy_off
+        && let Some(x) = e.policy_off.as_ref().filter(|x| x.is_fidelity())
     {
         state.confirm = Some(Confirm {
             key: ' ',
-            title: " Include against the policy? ",
+            title: " Lower fidelity? ",
             opens: format!("opens {} ({})", name(&state.snapshot, e), policy_words(x)),
             command,
         });

@@ -254,10 +254,25 @@ fn nothing_to_ask_or_nothing_left_to_steer() {
     assert!(st.confirm.is_none() && st.quit_dialog);
 }
 
-/// A row the operator excluded that the policy allows comes back at once: including it lowers
-/// nothing.
+/// A row the operator excluded that the policy allows comes back at once, and so does one the
+/// policy excludes for another reason than fidelity (the config's exclude list, the API's
+/// uptime): including it lowers nothing.
 #[test]
-fn including_what_the_policy_allows_acts_at_once() {
+fn including_what_lowers_no_fidelity_acts_at_once() {
+    for x in [Exclusion::Operator, Exclusion::Down("uptime 29.8%".into())] {
+        let mut s = kimi_snapshot();
+        let chutes = (s.endpoints.iter_mut())
+            .find(|e| e.tag == "chutes/int4")
+            .expect("chutes");
+        chutes.included = false;
+        chutes.allowed = false;
+        chutes.policy_off = Some(x.clone());
+        chutes.off = Some(crate::engine::reason::OffReason::Policy { exclusion: x });
+        let mut st = state_with(s);
+        st.selected = Some("chutes/int4".into());
+        assert_eq!(update(&mut st, key(' ')), include("chutes/int4"));
+        assert!(st.confirm.is_none());
+    }
     let mut s = kimi_snapshot();
     let chutes = (s.endpoints.iter_mut())
         .find(|e| e.tag == "chutes/int4")

@@ -85,7 +85,7 @@ fn space_sets_the_endpoint_of_the_selected_row_to_the_opposite_of_what_is_seen()
             .find(|e| e.tag == *tag)
             .expect("row");
         let seen = e.included;
-        let asks = !seen && e.policy_off.is_some();
+        let asks = !seen && e.policy_off.as_ref().is_some_and(|x| x.is_fidelity());
         let mut sent = update(&mut st, key(' '));
         if asks {
             assert_eq!(sent, vec![], "row {row} asks first");

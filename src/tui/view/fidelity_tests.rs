@@ -65,7 +65,7 @@ fn space_on_a_row_the_policy_excludes_asks_naming_the_row_and_why() {
     st.selected = Some("baseten/fp4".into());
     assert_eq!(update(&mut st, key(' ')), vec![]);
     let s = screen(&st, 100, 30);
-    assert!(s.contains("Include against the policy?"), "{s}");
+    assert!(s.contains("Lower fidelity?"), "{s}");
     assert!(
         s.contains("Opens BaseTen (policy: fp4 re-quantized)."),
         "{s}"
