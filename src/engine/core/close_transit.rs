@@ -114,10 +114,14 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    /// (what, completed streams (tokens, decode time), closes' tokens past, tokens an event,
+    /// allowance)
+    type Case<'a> = (&'a str, &'a [(u64, Duration)], &'a [f64], f64, f64);
+
     #[test]
     fn the_allowance_follows_the_pace_then_the_closes() {
         #[rustfmt::skip]
-        let cases: [(&str, &[(u64, Duration)], &[f64], f64, f64); 8] = [
+        let cases: [Case<'_>; 8] = [
             // (what, completed streams (tokens, decode time), closes' tokens past, tokens an
             //  event, allowance)
             ("nothing known: 32 events", &[], &[], 1.0, 32.0),
