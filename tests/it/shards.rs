@@ -319,9 +319,13 @@ async fn the_deploy_files_run_the_documented_shard_command() {
     let job =
         std::fs::read_to_string(root.join("deploy/kubernetes/harvest-job.yaml")).expect("job");
     let script_text = std::fs::read_to_string(&script).expect("script");
-    assert!(script_text.contains(
-        "exec \"$HARVEST\" run --headless --shard auto --drain-grace-s 30 -c \"$CONFIG\""
-    ));
+    // The script runs harvest in the background (not `exec`) so that its shell can take
+    // Slurm's time-limit signal and requeue the task (deploy/slurm, issue 54).
+    assert!(
+        script_text.contains(
+            "\"$HARVEST\" run --headless --shard auto --drain-grace-s 30 -c \"$CONFIG\" &"
+        )
+    );
     assert!(
         job.contains(
             "exec harvest run --headless --shard auto --drain-grace-s 30 -c /data/harvest.toml\"]"
