@@ -59,6 +59,23 @@ pub(crate) fn overdue_after(found_within: Option<Duration>) -> Duration {
     found_within.map_or(OVERDUE_FLOOR, |d| (2 * d).max(OVERDUE_FLOOR))
 }
 
+/// Whether an endpoint's trust is suspended after one of its checks read `close` (`overdue`:
+/// another check of it is not found in time; `was`: suspended before): a check that says
+/// nothing clear suspends it, one that stops the bill lifts it unless another is overdue, and
+/// one billed past leaves it (the evidence doubts the endpoint for good anyway).
+pub(crate) fn suspended_after(
+    close: super::cancel_billing::Close,
+    overdue: bool,
+    was: bool,
+) -> bool {
+    use super::cancel_billing::Close;
+    match close {
+        Close::Stopped => overdue,
+        Close::Unclear => true,
+        Close::BilledPast => was,
+    }
+}
+
 /// See [`overdue_after`]: below this a look-up's own retry pace decides, not the endpoint.
 const OVERDUE_FLOOR: Duration = Duration::from_secs(10);
 
@@ -218,7 +235,6 @@ impl Core {
     /// bill is no proof the close stopped it); one that reads stopped, with no other check
     /// overdue, lifts the suspension. The caller settles the belief.
     pub(super) fn checked(&mut self, i: usize, close: super::cancel_billing::Close, now: &Clock) {
-        use super::cancel_billing::Close;
         let tag = self.fleet.endpoints[i].tag.clone();
         let Some(checks) = self.fleet.checks.get_mut(&tag) else {
             return;
@@ -226,11 +242,7 @@ impl Core {
         let limit = overdue_after(checks.found_within);
         let overdue = (checks.looking_up.iter())
             .any(|&(_, c)| now.mono.saturating_duration_since(c) >= limit);
-        match close {
-            Close::Stopped => checks.suspended = overdue,
-            Close::Unclear => checks.suspended = true,
-            Close::BilledPast => {}
-        }
+        checks.suspended = suspended_after(close, overdue, checks.suspended);
     }
 
     /// Each tick: an endpoint the run trusts whose check is not found at `/generation` in
@@ -324,6 +336,29 @@ mod tests {
                 checks_wanted(mode, documented, evidence.as_ref(), &c, since),
                 want,
                 "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_checks_reading_suspends_or_lifts_its_endpoints_trust() {
+        use super::super::cancel_billing::Close::{BilledPast, Stopped, Unclear};
+        #[rustfmt::skip]
+        let cases = [
+            // (the check read, another overdue, suspended before, suspended after)
+            (Stopped, false, true, false),
+            (Stopped, true, true, true),
+            (Stopped, false, false, false),
+            (Unclear, false, false, true),
+            (Unclear, false, true, true),
+            (BilledPast, false, false, false),
+            (BilledPast, false, true, true),
+        ];
+        for (close, overdue, was, want) in cases {
+            assert_eq!(
+                suspended_after(close, overdue, was),
+                want,
+                "{close:?} {overdue} {was}"
             );
         }
     }
