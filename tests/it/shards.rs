@@ -102,19 +102,7 @@ async fn three_shards_at_once_make_one_job_each_id_once_and_the_bill_summed() {
         .map(|k| c[*k].as_u64().expect(k))
         .sum::<u64>();
     assert_eq!(total, n, "{c}");
-    let ids: Vec<String> = ["A.jsonl", "A.error.ndjson", "A.skipped.ndjson"]
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(to.join(f))
-                .unwrap_or_default()
-                .lines()
-                .map(|l| {
-                    let v: serde_json::Value = serde_json::from_str(l).expect("row");
-                    v["id"].as_str().expect("id").to_string()
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let ids = crate::common::exported_ids(&to, "A");
     let unique: HashSet<&String> = ids.iter().collect();
     assert_eq!(
         (ids.len(), unique.len()),

@@ -207,18 +207,7 @@ fn one_job_each_id_once(dir: &Path, n: u64, sim: &SimHandle) -> Usd {
         "--json",
     ]);
     let c = &export["datasets"][0];
-    let ids: Vec<String> = ["A.jsonl", "A.error.ndjson", "A.skipped.ndjson"]
-        .iter()
-        .flat_map(|f| {
-            (std::fs::read_to_string(to.join(f)).unwrap_or_default())
-                .lines()
-                .map(|l| {
-                    let v: serde_json::Value = serde_json::from_str(l).expect("row");
-                    v["id"].as_str().expect("id").to_string()
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let ids = crate::common::exported_ids(&to, "A");
     let unique: HashSet<&String> = ids.iter().collect();
     assert_eq!(
         (ids.len(), unique.len()),

@@ -371,3 +371,20 @@ pub fn ledger_against_bill(out: &Path, bill: &[harvest::sim::BillingEntry]) -> S
     text += &format!("  lines with no generation: {loose:?}");
     text
 }
+
+/// The prompt ids an export of `dataset` wrote into `to`, across its rows, errors and skips (one
+/// entry per line: an id exported twice is there twice).
+pub fn exported_ids(to: &Path, dataset: &str) -> Vec<String> {
+    ["jsonl", "error.ndjson", "skipped.ndjson"]
+        .iter()
+        .flat_map(|ext| {
+            (std::fs::read_to_string(to.join(format!("{dataset}.{ext}"))).unwrap_or_default())
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).expect("row");
+                    v["id"].as_str().expect("id").to_string()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
