@@ -10,6 +10,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod account;
+pub(crate) mod answer_shape;
 pub(crate) mod booked_cost;
 pub mod cli;
 pub mod commands;
@@ -20,6 +21,7 @@ pub mod estimate;
 pub mod export;
 pub mod hardening;
 pub(crate) mod headless;
+mod layers;
 pub mod logging;
 pub mod openrouter;
 pub(crate) mod policy;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use crate::openrouter::{ErrorKind, OpenRouterClient, StreamTimeouts};
 
 use super::alarm::Alarm;
-use super::core::verdict::Shape;
 use super::endpoint::RunEndpoint;
 use super::stats::Counters;
+use crate::answer_shape::Shape;
 
 /// What every worker shares with the supervisor.
 pub(crate) struct Shared {

@@ -7,9 +7,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use crate::answer_shape::Shape;
 use crate::booked_cost::CostRefused;
 use crate::domain::Usd;
-use crate::engine::core::verdict::Shape;
 use crate::openrouter::ErrorKind;
 
 use super::output::{

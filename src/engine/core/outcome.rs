@@ -14,8 +14,9 @@ use super::super::health::HealthEvent;
 use super::attempt::{AttemptOutcome, AttemptResult};
 use super::cut_watch::CutNews;
 use super::journal::Once;
-use super::verdict::{AnswerRules, Shape, Verdict, verdict};
+use super::verdict::{AnswerRules, Verdict, verdict};
 use super::{Clock, Core, Effect, Job, row, turns};
+use crate::answer_shape::Shape;
 
 /// What an attempt sent: its ledger name and its parameters.
 struct Sent<'a> {

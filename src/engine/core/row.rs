@@ -16,7 +16,7 @@ pub(super) struct Kept {
     pub reasoning: Option<String>,
     /// Its thinking came inline and was moved to `reasoning`.
     pub split: bool,
-    pub shape: super::verdict::Shape,
+    pub shape: crate::answer_shape::Shape,
 }
 
 /// Where an answer came from and what it took: the parts of its turn record and its row.
@@ -113,7 +113,7 @@ pub(super) fn record(
         finish_reason: c.finish_reason,
         native_finish_reason: c.native_finish_reason,
         truncated: cut.is_cut(),
-        cut_thinking: matches!(cut, super::verdict::Shape::CutThinking { .. }),
+        cut_thinking: matches!(cut, crate::answer_shape::Shape::CutThinking { .. }),
         cost_estimated: turn_records.iter().any(|t| t.cost_estimated) || cost_estimated,
         usage,
         cost_usd: cost,

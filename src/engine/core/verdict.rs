@@ -10,53 +10,8 @@
 //! `retry.on_length = "reject"`), never retried; `--retry-truncated` at a larger `max_tokens` is
 //! the remedy. `on_empty` applies only to answers that *finished* with no content.
 
+use crate::answer_shape::Shape;
 use crate::config::{OnEmpty, OnLength};
-use crate::openrouter::Completion;
-
-/// What a finished response holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// Finished with content.
-    Whole,
-    /// Cut at `max_tokens` with content.
-    Cut,
-    /// Cut at `max_tokens` before any content: the model was still thinking. `reasoning` says
-    /// whether any reasoning text came (hidden or encrypted reasoning gives none).
-    CutThinking { reasoning: bool },
-    /// Finished (not cut) with no content, or only whitespace: reasoning only, a tool call
-    /// only, hidden reasoning.
-    Empty,
-    /// The provider filtered it (`finish_reason: "content_filter"`).
-    Filtered,
-}
-
-impl Shape {
-    /// The shape of an answer with this finish reason, content and reasoning.
-    pub(crate) fn of(finish_reason: &str, content: &str, reasoning: Option<&str>) -> Shape {
-        let has_content = !content.trim().is_empty();
-        let has_reasoning = reasoning.is_some_and(|r| !r.trim().is_empty());
-        match finish_reason {
-            "content_filter" => Shape::Filtered,
-            "length" if has_content => Shape::Cut,
-            "length" => Shape::CutThinking {
-                reasoning: has_reasoning,
-            },
-            _ if has_content => Shape::Whole,
-            _ => Shape::Empty,
-        }
-    }
-
-    /// The shape of a completion as it came (before thinking inline in the text is split out:
-    /// an answer with `<think>` text is not empty).
-    pub(crate) fn of_completion(c: &Completion) -> Shape {
-        Shape::of(&c.finish_reason, &c.content, c.reasoning.as_deref())
-    }
-
-    /// Cut at `max_tokens`, with or without content.
-    pub(crate) fn is_cut(self) -> bool {
-        matches!(self, Shape::Cut | Shape::CutThinking { .. })
-    }
-}
 
 /// What to do with a paid answer.
 #[derive(Clone, Debug, PartialEq, Eq)]

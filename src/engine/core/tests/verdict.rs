@@ -3,9 +3,10 @@
 //! thinking kept with its reasoning, booked once, never sent again.
 
 use super::*;
+use crate::answer_shape::Shape;
 use crate::config::{OnEmpty, OnLength};
 use crate::engine::core::attempt::AttemptOutcome;
-use crate::engine::core::verdict::{AnswerRules, CUT_THINKING, Shape, Verdict, verdict};
+use crate::engine::core::verdict::{AnswerRules, CUT_THINKING, Verdict, verdict};
 
 #[test]
 fn the_shape_of_an_answer() {
