@@ -143,7 +143,10 @@ pub(crate) async fn generation(
     let Some(id) = q.id else {
         return error_response(400, "Missing id", None);
     };
-    let lag = state.live().generation_visible_after;
+    let (lag, factor) = {
+        let live = state.live();
+        (live.generation_visible_after, live.generation_cost_factor)
+    };
     match state.billing.generation(&id) {
         Some((e, age)) if age >= lag => axum::Json(json!({"data": {
             "id": e.id, "created_at": e.at, "model": state.cfg.table.model_id,
@@ -155,7 +158,7 @@ pub(crate) async fn generation(
             "native_tokens_prompt": e.prompt_tokens,
             "native_tokens_completion": e.completion_tokens,
             "native_tokens_reasoning": e.reasoning_tokens, "native_tokens_cached": 0,
-            "total_cost": e.cost_usd.as_f64(), "usage": e.cost_usd.as_f64(),
+            "total_cost": e.cost_usd.as_f64() * factor, "usage": e.cost_usd.as_f64() * factor,
             "upstream_inference_cost": null, "cache_discount": null,
             "provider_responses": [{"provider_name": e.provider, "status": 200}]
         }}))
@@ -186,6 +189,7 @@ pub(crate) async fn sim_state(State(state): State<Arc<SimState>>) -> Response {
         "speed_scale": live.speed_scale, "output_tokens_mean": live.output_mean,
         "output_tokens_sigma": live.output_sigma,
         "generation_lag_ms": live.generation_visible_after.as_millis() as u64,
+        "generation_cost_factor": live.generation_cost_factor,
         "billed_usd": state.billed_total(), "endpoints": eps,
         "chat_requests_by_http_version": {
             "http1": state.http1_requests.load(Ordering::Relaxed),

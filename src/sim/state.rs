@@ -34,6 +34,10 @@ pub(crate) struct Live {
     /// [`SimConfig::generation_visible_after`]).
     #[serde(serialize_with = "ms")]
     pub(crate) generation_visible_after: Duration,
+    /// `GET /generation` reports each generation's `total_cost` times this (1: the bill): a
+    /// hostile or buggy gateway at `--base-url`, as the fifth probe's P3 planted one (a
+    /// negative cost, or far above what the attempt could be billed). The bill is unchanged.
+    pub(crate) generation_cost_factor: f64,
     pub(crate) behaviours: Vec<SimBehaviour>,
 }
 
@@ -100,6 +104,9 @@ pub struct ControlRequest {
     /// generation endpoint; ../shared/research/openrouter-api.md §8), and a probe saw it lag
     /// for minutes; a crash's look-ups are tested against a long lag.
     pub generation_lag_ms: Option<u64>,
+    /// `GET /generation` reports `total_cost` times this from now on (1: the bill; -1 or
+    /// 1000: a gateway that lies, as the fifth probe's P3 did). The bill is unchanged.
+    pub generation_cost_factor: Option<f64>,
     /// Applied to every endpoint.
     pub all: Option<EndpointPatch>,
     /// Per endpoint tag.
@@ -179,6 +186,7 @@ impl SimState {
             output_mean: cfg.table.output_tokens.mean,
             output_sigma: cfg.table.output_tokens.sigma,
             generation_visible_after: cfg.generation_visible_after,
+            generation_cost_factor: 1.0,
             behaviours: cfg
                 .table
                 .endpoints
@@ -237,6 +245,12 @@ impl SimState {
         }
         if let Some(ms) = req.generation_lag_ms {
             next.generation_visible_after = Duration::from_millis(ms);
+        }
+        if let Some(f) = req.generation_cost_factor {
+            if !f.is_finite() {
+                return Err("generation_cost_factor must be a number".into());
+            }
+            next.generation_cost_factor = f;
         }
         if let Some(all) = &req.all {
             for b in &mut next.behaviours {

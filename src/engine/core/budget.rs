@@ -285,21 +285,57 @@ impl Core {
     /// its expectation until its look-up says what it cost. Found by the seeded simulation
     /// (resets at a pinned endpoint that bills a close in full passed the hard budget: the
     /// freed worst case went to new requests while the provider billed the whole answer).
-    pub(super) fn hold_closed(&mut self, f: &super::InFlight, r: &super::attempt::AttemptResult) {
-        let billed = match r.endpoint {
-            Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
-            None => f.billed_if_closed,
-        };
+    pub(super) fn hold_closed(
+        &mut self,
+        f: &super::InFlight,
+        r: &super::attempt::AttemptResult,
+        expected: i64,
+    ) {
+        let billed = self.close_billed(f, r);
         let Some(g) = r.generation_id.as_ref().filter(|_| billed) else {
             return;
         };
-        let hold =
-            super::reserve::crash_hold(self.cfg.budget_mode, true, f.expected_pico, f.worst_pico);
+        let hold = super::reserve::crash_hold(self.cfg.budget_mode, true, expected, f.worst_pico);
         let hold = (hold - r.booked_pico).max(0);
         // Waited for near the cap, as a crash's: the look-up lands or gives up (`Unsettled`).
         if hold > 0 && self.budget.hold_open_bill(g.clone(), hold) {
             self.effects.push(super::Effect::Hold(hold));
         }
+    }
+
+    /// Whether a stream closed (or cut) may be billed for what its provider goes on to generate:
+    /// its endpoint bills a close in full, or OpenRouter chose among endpoints of which one
+    /// does and the stream did not say which.
+    fn close_billed(&self, f: &super::InFlight, r: &super::attempt::AttemptResult) -> bool {
+        match r.endpoint {
+            Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
+            None => f.billed_if_closed,
+        }
+    }
+
+    /// What a stream closed (or cut) is expected to be billed in all, picodollars
+    /// ([`reserve::closed_expected`](super::reserve::closed_expected)): with today's
+    /// expectation of its answer, and its endpoint's tokens in transit.
+    pub(super) fn closed_expected(
+        &self,
+        f: &super::InFlight,
+        r: &super::attempt::AttemptResult,
+    ) -> i64 {
+        let transit = r
+            .endpoint
+            .map_or(super::attempt_money::TRANSIT_TOKENS as f64, |e| {
+                self.fleet.endpoints[e].transit_tokens
+            });
+        let x = Exposure {
+            expected: f.expected_pico,
+            worst: f.worst_pico,
+            accrued: r.booked_pico,
+            // Half a mean answer at its price, as the reservation keeps.
+            tail: (f.expected_pico - f.fixed_pico).max(0) / 2,
+        };
+        let transit = f.price_out.cost(transit.ceil() as u64).pico();
+        let billed = self.close_billed(f, r);
+        super::reserve::closed_expected(billed, x, transit, f.bill_bound.pico())
     }
 
     /// What in-flight requests are still expected to cost, with today's expectations: the

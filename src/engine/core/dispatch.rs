@@ -297,6 +297,7 @@ impl Core {
         let prompt_bound = prompt_token_bound(&req.messages) + params.to_string().len() as u64;
         let max_tokens = u64::from(self.admission.datasets[d].params.max_tokens);
         let bill_bound = route.price_in.cost(prompt_bound) + route.price_out.cost(max_tokens) + fee;
+        let bound = bill_bound.max(money.worst);
         let openrouter = pinned.is_none_or(|e| self.fleet.endpoints[e].custom.is_none());
         if openrouter {
             self.budget.or_in_flight += 1;
@@ -310,7 +311,7 @@ impl Core {
             estimated: true,
             attempt: Some(attempt.clone()),
             expected_usd: Some(expected),
-            worst_usd: Some(bill_bound.max(money.worst)),
+            worst_usd: Some(bound),
             ..SpendEntry::new(
                 SpendKind::Dispatched,
                 now.rfc3339(),
@@ -356,6 +357,7 @@ impl Core {
                 fixed_pico: (route.price_in.cost(prompt_tokens) + fee).pico(),
                 reserved_pico: money.reserve.pico(),
                 worst_pico: money.worst.pico(),
+                bill_bound: bound,
                 accrued_pico: 0,
                 billed_if_closed: money.billed_if_closed,
                 price_in: route.price_in,

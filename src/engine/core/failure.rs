@@ -198,6 +198,7 @@ impl Core {
             completion_tokens: r.streamed_tokens,
             generation_id: r.generation_id.clone(),
             attempt: Some(f.attempt.clone()),
+            worst_usd: Some(f.bill_bound),
             error: Some(kind.to_string()),
             ..SpendEntry::new(
                 SpendKind::Failed,
@@ -344,14 +345,17 @@ impl Core {
         error: Option<ErrorKind>,
         now: &Clock,
     ) {
+        let expected = self.closed_expected(f, r);
         let entry = SpendEntry {
             endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
             usd: Usd::from_pico(r.booked_pico),
+            expected_usd: Some(Usd::from_pico(expected)),
             prompt_tokens: f.prompt_tokens,
             completion_tokens: r.streamed_tokens,
             estimated: true,
             generation_id: r.generation_id.clone(),
             attempt: Some(f.attempt.clone()),
+            worst_usd: Some(f.bill_bound),
             error: error.map(|k| k.to_string()),
             ..SpendEntry::new(
                 SpendKind::Cancelled,
@@ -364,7 +368,7 @@ impl Core {
             && self.reconcile_asked < RECONCILE_CAPACITY
         {
             self.look_up(g.clone(), entry.clone());
-            self.hold_closed(f, r);
+            self.hold_closed(f, r, expected);
         }
         self.ledger(entry);
     }

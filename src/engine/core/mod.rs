@@ -179,6 +179,9 @@ struct InFlight {
     reserved_pico: i64,
     /// Its worst case (prompt, fee, `max_tokens`), picodollars.
     worst_pico: i64,
+    /// The most it can be billed (its `dispatched` line's `worst_usd`): written on its closing
+    /// line too, the bound a `/generation` figure for it is checked against (`booked_cost`).
+    bill_bound: Usd,
     /// What it had streamed at the last tick, at its price (the tail's estimate reads it).
     accrued_pico: i64,
     /// It may be served where closing the stream does not stop the bill (pinned there, or

@@ -247,25 +247,37 @@ impl Supervisor {
         cost: Option<f64>,
         completion_tokens: Option<u64>,
     ) {
-        use super::super::reconcile::{Settle, settle};
-        let actual = match settle(&entry, cost, chrono::Utc::now()) {
-            Settle::Found(c) => c,
-            Settle::Wait => {
-                self.unsettled += 1;
-                return self.step(Event::Unsettled(entry)).await;
-            }
-            Settle::Refused(why) => {
-                self.refused_cost(&entry, why).await;
-                self.unsettled += 1;
-                return self.step(Event::Unsettled(entry)).await;
-            }
-            // Unknown for good: what the core says a lost close costs (its booking, or its
-            // worst case where the close did not stop the bill under the hard budget).
-            Settle::Lost => self.core.lost_cost(&entry),
+        let Some(actual) = self.closed_settles_at(&entry, cost).await else {
+            return;
         };
         rec.settled(&entry);
         rec.closed_confirmed += 1;
         rec.closed_delta += self.closed_cost(entry, actual, completion_tokens).await;
+    }
+
+    /// What a closed stream's look-up settles it at, this run's or an earlier run's: the API's
+    /// figure where it can be a bill ([`crate::booked_cost`]); where it cannot (a gateway that
+    /// answers below zero or above the attempt's worst case) or the API does not know it yet,
+    /// `None`: its hold stays, the figure is named, and a later look-up or its age settles it;
+    /// unknown for good, what the core says a lost close costs (its booking, or its worst case
+    /// where the close did not stop the bill under the hard budget).
+    async fn closed_settles_at(&mut self, entry: &SpendEntry, cost: Option<f64>) -> Option<Usd> {
+        use super::super::reconcile::{Settle, settle};
+        match settle(entry, cost, chrono::Utc::now()) {
+            Settle::Found(c) => Some(c),
+            Settle::Lost => Some(self.core.lost_cost(entry)),
+            Settle::Wait => {
+                self.unsettled += 1;
+                self.step(Event::Unsettled(entry.clone())).await;
+                None
+            }
+            Settle::Refused(why) => {
+                self.refused_cost(entry, why).await;
+                self.unsettled += 1;
+                self.step(Event::Unsettled(entry.clone())).await;
+                None
+            }
+        }
     }
 
     /// What a closed stream really cost, against what it was booked at: the difference joins
@@ -494,13 +506,13 @@ impl Supervisor {
             return;
         };
         self.closed.out = self.closed.out.saturating_sub(1);
-        let Some(actual) = cost else {
-            // Unknown for good: its hold stays, and the run stops waiting for it.
-            self.step(Event::Unsettled(entry)).await;
+        // Not known (the run stops waiting for it) or a figure that cannot be a bill: its
+        // hold stays, and the next start asks again.
+        let Some(actual) = self.closed_settles_at(&entry, cost).await else {
             return;
         };
         self.closed.fixed += 1;
-        let delta = (self.closed_cost(entry, Usd::from_f64(actual), completion_tokens)).await;
+        let delta = (self.closed_cost(entry, actual, completion_tokens)).await;
         self.closed.delta += delta;
     }
 

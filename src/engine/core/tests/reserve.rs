@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::config::BudgetMode;
-use crate::engine::core::reserve::{Exposure, reservation};
+use crate::engine::core::reserve::{Exposure, closed_expected, reservation};
 
 #[test]
 fn what_a_request_reserves() {
@@ -39,6 +39,33 @@ fn what_a_request_reserves() {
             reservation(mode, billed, x(accrued)),
             want,
             "{mode:?} billed {billed} accrued {accrued}"
+        );
+    }
+}
+
+#[test]
+fn what_a_closed_stream_is_expected_to_be_billed() {
+    let x = |booked| Exposure {
+        expected: 100,
+        worst: 1000,
+        accrued: booked,
+        tail: 30,
+    };
+    // (what, billed if closed, booked, transit, expected in all)
+    #[rustfmt::skip]
+    let cases = [
+        ("billed in full, closed early: the answer it goes on generating", true, 10, 5, 100),
+        ("billed in full, past its expectation: half a mean answer more", true, 90, 5, 120),
+        ("billed in full, far past: never above the bound", true, 980, 5, 1000),
+        ("the close stops the bill: the tokens in transit", false, 10, 5, 15),
+        ("the close stops the bill, near the bound", false, 998, 5, 1000),
+        ("booked above the bound (an old price): never below the booking", false, 1200, 5, 1200),
+    ];
+    for (what, billed, booked, transit, want) in cases {
+        assert_eq!(
+            closed_expected(billed, x(booked), transit, 1000),
+            want,
+            "{what}"
         );
     }
 }
