@@ -27,9 +27,14 @@ pub(crate) struct RunEndpoint {
     /// Novita, Fireworks and Chutes); elsewhere a cancelled generation is billed in full.
     pub cancel_stops_billing: bool,
     /// Tokens one streamed event carries here, as the run learned it from the endpoint's
-    /// completed streams (`core::wire_rate`; one until it has): the workers accrue a stream's
-    /// cost and count its tokens in transit by it.
-    pub tokens_per_event: f64,
+    /// completed streams (`core::wire_rate`; `None` until it has): the workers accrue a
+    /// stream's cost and count its tokens in transit by it, and until it is known count a
+    /// stream's tokens from its text (`bytes_per_token`).
+    pub tokens_per_event: Option<f64>,
+    /// Bytes of text a token holds, as the run learned it from all its completed streams (one
+    /// model, one tokenizer; `wire_rate::BytesPerToken`, its prior until it has): what a
+    /// stream's tokens are counted by until `tokens_per_event` is known.
+    pub bytes_per_token: f64,
     /// Tokens a stream here may be billed past what was read when the dollar cap closes it,
     /// as the run learned it (`core::close_transit`; its prior until it has): the cap holds
     /// that much for each such stream.

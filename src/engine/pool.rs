@@ -32,7 +32,8 @@ pub(crate) fn listed(cancel_list: Option<&[String]>, e: &Endpoint) -> RunEndpoin
         status: e.status,
         uptime_30m: e.uptime_last_30m,
         context_length: e.context_length,
-        tokens_per_event: 1.0,
+        tokens_per_event: None,
+        bytes_per_token: crate::engine::core::wire_rate::PRIOR_BYTES_PER_TOKEN,
         transit_tokens: crate::engine::core::close_transit::prior(1.0, None),
         cancel_stops_billing: stops_billing_on_cancel(
             cancel_list,
@@ -77,7 +78,8 @@ fn own(c: &EndpointConfig) -> RunEndpoint {
         uptime_30m: None,
         context_length: None,
         // Aborting a request on one's own server stops the generation.
-        tokens_per_event: 1.0,
+        tokens_per_event: None,
+        bytes_per_token: crate::engine::core::wire_rate::PRIOR_BYTES_PER_TOKEN,
         transit_tokens: crate::engine::core::close_transit::prior(1.0, None),
         cancel_stops_billing: true,
         custom: Some(CustomTarget {

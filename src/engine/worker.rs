@@ -16,6 +16,7 @@ use super::alarm::Alarm;
 use super::core::attempt::{AttemptOutcome, AttemptResult, Dispatch};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
 use super::core::cancel_check::CHECK_AFTER_TOKENS;
+use super::core::wire_rate;
 use super::shared::Shared;
 
 /// One dispatched attempt as the worker runs it: the core's decision itself (one value from
@@ -49,8 +50,12 @@ pub(crate) async fn run_attempt(
         endpoint: spec.d.pinned,
         price_out: spec.d.price_out.pico_per_token(),
         streamed: 0,
-        per_event: 1.0,
-        tokens: 0.0,
+        text_bytes: 0,
+        per_event: None,
+        // The run's figure: the same at every endpoint (one model's text).
+        bytes_per_token: (shared.endpoints().first())
+            .map_or(wire_rate::PRIOR_BYTES_PER_TOKEN, |e| e.bytes_per_token),
+        tokens: 0,
         // Until the serving endpoint is known: the most any it may reach allows.
         transit_tokens: (spec.d.over.iter())
             .filter_map(|&j| shared.endpoints().get(j).map(|e| e.transit_tokens))
@@ -75,13 +80,18 @@ struct Track {
     endpoint: Option<usize>,
     /// The completion price accrued per token, in picodollars.
     price_out: i64,
-    /// Stream events received (what a close is read by: `core::cancel_billing::read_close`).
+    /// Stream events received (what a close is read by: `core::cancel_billing::read_close`),
+    /// and the UTF-8 bytes of their text.
     streamed: u64,
-    /// Tokens an event carries at its endpoint, as the run has learned it
-    /// (`RunEndpoint::tokens_per_event`), and the tokens received so far by that measure:
-    /// what its cost accrues by.
-    per_event: f64,
-    tokens: f64,
+    text_bytes: u64,
+    /// Tokens an event carries at its endpoint, once the run has learned it
+    /// (`RunEndpoint::tokens_per_event`), and the whole tokens received so far
+    /// ([`tokens_received`]): what its cost accrues by.
+    per_event: Option<f64>,
+    /// Bytes of text a token holds, as the run has learned it
+    /// (`RunEndpoint::bytes_per_token`): what the tokens are counted by until `per_event` is.
+    bytes_per_token: f64,
+    tokens: u64,
     /// Tokens it may be billed past what was read when the cap closes it, at its endpoint
     /// (`RunEndpoint::transit_tokens`).
     transit_tokens: f64,
@@ -183,12 +193,15 @@ fn count_tokens(
     track: &mut Track,
     p: Progress,
 ) -> ControlFlow<()> {
-    let events = u64::from(p.token_events);
-    track.streamed += events;
-    // Whole tokens by the endpoint's rate, the fractions carried to the next wake-up.
-    let before = track.tokens as u64;
-    track.tokens += events as f64 * track.per_event;
-    let n = track.tokens as u64 - before;
+    track.streamed += u64::from(p.token_events);
+    track.text_bytes += u64::from(p.text_bytes);
+    let by = track
+        .per_event
+        .map_or(CountBy::Text(track.bytes_per_token), CountBy::Events);
+    let now = tokens_received(track.streamed, track.text_bytes, by)
+        .min(u64::from(spec.d.request.max_tokens));
+    let n = now.saturating_sub(track.tokens);
+    track.tokens = track.tokens.max(now);
     accrue(shared, spec, track.price_out * n as i64);
     shared
         .totals
@@ -206,6 +219,31 @@ fn count_tokens(
         ControlFlow::Break(())
     } else {
         ControlFlow::Continue(())
+    }
+}
+
+/// What a stream's tokens are counted by.
+#[derive(Clone, Copy, Debug)]
+enum CountBy {
+    /// Its endpoint's tokens an event, once learned.
+    Events(f64),
+    /// Until then, the run's bytes of text a token.
+    Text(f64),
+}
+
+/// The whole tokens a stream has received, from its `events` and their text's `bytes`: by its
+/// endpoint's tokens an event once learned; until then at least an event's worth each, and as
+/// many as the text holds (an endpoint that sends eight tokens an event would otherwise be
+/// counted at an eighth of its cost until eight of its streams complete). The caller keeps it
+/// at most the request's `max_tokens`: no provider bills more, and a count past it (a prior
+/// that overcounts) would trip the dollar cap, which ends the run, on money that cannot be
+/// spent.
+fn tokens_received(events: u64, bytes: u64, by: CountBy) -> u64 {
+    match by {
+        CountBy::Events(per_event) => (events as f64 * per_event) as u64,
+        CountBy::Text(bytes_per_token) => {
+            events.max((bytes as f64 / bytes_per_token).ceil() as u64)
+        }
     }
 }
 
@@ -238,7 +276,8 @@ async fn on_first_chunk(
             .rates(spec.d.prompt_tokens, at)
             .completion
             .pico_per_token();
-        track.per_event = shared.endpoints()[e].tokens_per_event.max(1.0);
+        track.per_event = shared.endpoints()[e].tokens_per_event.map(|k| k.max(1.0));
+        track.bytes_per_token = shared.endpoints()[e].bytes_per_token;
         track.transit_tokens = shared.endpoints()[e].transit_tokens;
         known.store(e, Ordering::Relaxed);
         if spec.d.pinned.is_none() {
@@ -407,4 +446,27 @@ pub(crate) fn final_cost(
     }
     c.cost()
         .unwrap_or_else(|| endpoint.map_or(crate::domain::Usd::ZERO, priced))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streams_tokens_are_counted_from_its_text_until_its_endpoints_rate_is_learned() {
+        use CountBy::{Events, Text};
+        // (what, events, bytes, counted by, tokens counted)
+        #[rustfmt::skip]
+        let cases: [(&str, u64, u64, CountBy, u64); 6] = [
+            ("learned: events by the rate", 64, 2_000, Events(8.0), 512),
+            ("learned: the text does not count", 64, 10, Events(2.5), 160),
+            ("eight tokens an event of prose, four bytes a token", 64, 2_048, Text(4.0), 512),
+            ("the prior: a byte a token", 64, 2_048, Text(1.0), 2_048),
+            ("text thinner than a token an event: the events", 64, 10, Text(4.0), 64),
+            ("nothing yet", 0, 0, Text(4.0), 0),
+        ];
+        for (what, events, bytes, by, want) in cases {
+            assert_eq!(tokens_received(events, bytes, by), want, "{what}");
+        }
+    }
 }

@@ -232,6 +232,7 @@ impl ChatStream {
             }
             progress.token_events += p.token_events;
             progress.content_events += p.content_events;
+            progress.text_bytes = progress.text_bytes.saturating_add(p.text_bytes);
             // Role-only, finish and usage chunks add nothing: keep reading.
         }
         Ok(progress)

@@ -138,6 +138,9 @@ pub struct Progress {
     /// per event).
     pub token_events: u32,
     pub content_events: u32,
+    /// UTF-8 bytes of the text (content and reasoning) these events carried: what a stream's
+    /// tokens are counted by until its endpoint's tokens an event are learned.
+    pub text_bytes: u32,
 }
 
 /// Folds stream events into a completion. Pure: no I/O and no clock, so it is tested on
@@ -285,11 +288,13 @@ impl StreamAccumulator {
             self.content.push_str(&c.0);
             progress.content_events = 1;
             progress.token_events = 1;
+            progress.text_bytes += text_bytes(&c.0);
         }
         match delta.reasoning.or(delta.reasoning_content) {
             Some(r) if !r.0.is_empty() => {
                 self.reasoning.push_str(&r.0);
                 progress.token_events = 1;
+                progress.text_bytes += text_bytes(&r.0);
             }
             _ => {
                 let details: Vec<ReasoningDetail<'_>> = match delta.reasoning_details {
@@ -308,6 +313,7 @@ impl StreamAccumulator {
                     if let Some(t) = text.filter(|t| !t.0.is_empty()) {
                         self.reasoning.push_str(&t.0);
                         progress.token_events = 1;
+                        progress.text_bytes += text_bytes(&t.0);
                     }
                 }
             }
@@ -407,6 +413,11 @@ fn snippet(s: &str) -> String {
         out.push('…');
     }
     out
+}
+
+/// A delta's UTF-8 bytes, saturating (one delta is never near 4 GiB).
+fn text_bytes(text: &str) -> u32 {
+    u32::try_from(text.len()).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -217,9 +217,11 @@ impl Core {
                 None => {}
             }
         }
-        for l in listing {
+        for mut l in listing {
             let known = eps.iter().any(|e| e.tag == l.tag);
             if !known && self.journal.first(Once::NewEndpoint(l.tag.clone())) {
+                // The run's text already says what a token of it holds, whoever serves it.
+                l.bytes_per_token = self.fleet.text.estimate();
                 self.effects.push(Effect::Join(Box::new(l)));
             }
         }

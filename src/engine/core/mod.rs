@@ -321,6 +321,7 @@ impl Core {
                 cancel: HashMap::new(),
                 checks: HashMap::new(),
                 wire: HashMap::new(),
+                text: Default::default(),
                 transit: HashMap::new(),
                 ep_in_flight: vec![0; n],
                 sole: vec![0; n],

@@ -172,6 +172,8 @@ impl Core {
             0
         };
         let streamed = c.usage.completion_tokens.saturating_sub(unstreamed);
+        let text = c.content.len() + c.reasoning.as_deref().map_or(0, str::len);
+        self.learn_text_rate(text as u64, streamed);
         let tag = self.fleet.endpoints[i].tag.clone();
         if let Some(ttft) = c.ttft {
             (self.fleet.transit.entry(tag.clone()).or_default())
@@ -187,6 +189,30 @@ impl Core {
         }
     }
 
+    /// A completed stream's text against its streamed tokens: the run's bytes a token
+    /// (`wire_rate::BytesPerToken`), which every endpoint's streams are counted by until their
+    /// own tokens an event are learned. When it moves by more than a tenth, the workers' pool
+    /// hears it, for every endpoint.
+    fn learn_text_rate(&mut self, bytes: u64, tokens: u64) {
+        self.fleet.text.add(bytes, tokens);
+        let now = self.fleet.text.estimate();
+        let Some(was) = self.fleet.endpoints.first().map(|e| e.bytes_per_token) else {
+            return;
+        };
+        if (now - was).abs() <= 0.1 * was {
+            return;
+        }
+        let mut pool = self.fleet.endpoints.as_ref().clone();
+        for (index, e) in pool.iter_mut().enumerate() {
+            e.bytes_per_token = now;
+            self.effects.push(super::Effect::Repriced {
+                index,
+                endpoint: Box::new(e.clone()),
+            });
+        }
+        self.fleet.set_endpoints(std::sync::Arc::new(pool));
+    }
+
     /// What the run knows of endpoint `i`'s wire, for the workers: the tokens an event carries
     /// (once learned) and the tokens in transit the cap holds for a stream it would close.
     /// Published when either moves by more than a tenth.
@@ -196,15 +222,21 @@ impl Core {
         let transit = (self.fleet.transit.get(tag)).map(|t| t.allowance(per_event.unwrap_or(1.0)));
         let e = &self.fleet.endpoints[i];
         let moved = |now: Option<f64>, was: f64| now.is_some_and(|k| (k - was).abs() > 0.1 * was);
-        if !moved(per_event, e.tokens_per_event) && !moved(transit, e.transit_tokens) {
+        let rate_moved = match (per_event, e.tokens_per_event) {
+            (Some(k), Some(was)) => moved(Some(k), was),
+            (now, was) => now.is_some() && was.is_none(),
+        };
+        if !rate_moved && !moved(transit, e.transit_tokens) {
             return;
         }
         let mut pool = self.fleet.endpoints.as_ref().clone();
-        if let Some(k) = per_event {
-            pool[i].tokens_per_event = k;
+        if per_event.is_some() {
+            pool[i].tokens_per_event = per_event;
         }
-        pool[i].transit_tokens =
-            transit.unwrap_or(super::close_transit::prior(pool[i].tokens_per_event, None));
+        pool[i].transit_tokens = transit.unwrap_or(super::close_transit::prior(
+            pool[i].tokens_per_event.unwrap_or(1.0),
+            None,
+        ));
         self.effects.push(super::Effect::Repriced {
             index: i,
             endpoint: Box::new(pool[i].clone()),

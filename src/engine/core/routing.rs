@@ -39,6 +39,9 @@ pub(super) struct Fleet {
     /// Tokens an event carries at each endpoint, by tag, learned from its completed streams
     /// (see `wire_rate`): how a closed stream's events read as tokens.
     pub(super) wire: HashMap<String, super::wire_rate::TokensPerEvent>,
+    /// Bytes of text a token carries over the run's completed streams (see `wire_rate`): how a
+    /// stream's text reads as tokens until its endpoint's rate is learned.
+    pub(super) text: super::wire_rate::BytesPerToken,
     /// Each endpoint's decode pace and what its closes were billed past what was received, by
     /// tag (see `close_transit`): the tokens in transit the dollar cap holds for its streams.
     pub(super) transit: HashMap<String, super::close_transit::Transit>,

@@ -15,6 +15,7 @@ mod routing;
 mod scheduler;
 mod simulation;
 mod systematic;
+mod text_rate;
 mod turns;
 mod verdict;
 
@@ -90,7 +91,8 @@ pub(super) fn ep(
         status: Some(0),
         uptime_30m: Some(99.0),
         context_length: Some(262_144),
-        tokens_per_event: 1.0,
+        tokens_per_event: None,
+        bytes_per_token: crate::engine::core::wire_rate::PRIOR_BYTES_PER_TOKEN,
         transit_tokens: crate::engine::core::close_transit::prior(1.0, None),
         cancel_stops_billing: super::super::endpoint::stops_billing_on_cancel(None, tag, provider),
         custom: None,
