@@ -13,6 +13,7 @@ pub(crate) mod account;
 pub(crate) mod answer_shape;
 pub(crate) mod booked_cost;
 pub mod cli;
+pub mod close_reading;
 pub mod commands;
 pub mod config;
 pub mod domain;

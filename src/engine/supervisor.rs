@@ -174,6 +174,8 @@ pub(super) struct Launch {
     pub closed_unconfirmed: Vec<SpendEntry>,
     /// `harvest probe`'s agreement per endpoint (empty: no probe ran).
     pub probe: HashMap<String, f64>,
+    /// What the ledger's closed streams said of each endpoint's closes, by tag.
+    pub closes_before: HashMap<String, crate::close_reading::ClosesSeen>,
     /// How long a drain may take before it becomes a stop now (`--drain-grace-s`).
     pub drain_grace: Duration,
 }
@@ -195,7 +197,8 @@ impl Supervisor {
             &now,
         )
         .with_drain_grace(l.drain_grace)
-        .with_carried_by_endpoint(&l.carried_by_endpoint);
+        .with_carried_by_endpoint(&l.carried_by_endpoint)
+        .with_closes_before(&l.closes_before, now.wall);
         Supervisor {
             core,
             publisher: Publisher::new(&now, n, l.key_usage_start),

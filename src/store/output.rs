@@ -225,6 +225,10 @@ pub struct SpendEntry {
     /// What a line corrected, in words (the key true-up's adjustment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// On a closed stream's `adjustment` line: what its bill said of the close, the evidence
+    /// a later start of the directory carries (`close_reading`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close: Option<crate::close_reading::Close>,
 }
 
 /// The turns file's name in an output directory (`turns_file.rs` reads it).
@@ -276,6 +280,7 @@ impl SpendEntry {
             error: None,
             checkpoint: None,
             note: None,
+            close: None,
         }
     }
 }

@@ -256,3 +256,86 @@ async fn documented_stoppers_that_bill_a_close_are_found_out_before_the_budget_r
     );
     sim.stop().await;
 }
+
+/// What one start read of an endpoint's closes, the next start of the directory carries (issue
+/// #51 item 6): under the hard budget, Chutes (which stops the bill at a close, as documented)
+/// is checked and trusted by the first run; the second, started in the same directory with a
+/// larger budget, trusts it from the ledger's readings without checking it again from nothing,
+/// and holds the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_carries_what_the_first_read_of_the_closes() {
+    let s = setup();
+    let sim = fast_sim(300.0).await;
+    sim.state
+        .control(&ControlRequest {
+            all: Some(EndpointPatch {
+                cancel_stops_billing: Some(true),
+                ..Default::default()
+            }),
+            speed_scale: Some(0.2),
+            output_tokens_mean: Some(1_500.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let p = write_prompts(&s.dir, "a", 3000);
+    let body = |budget: f64| {
+        format!(
+            "budget_usd = {budget}\nconcurrency = 40\nrouting = \"pinned\"\nbudget_mode = \"hard\"\n\
+             [policy]\nexclude = [\"together\", \"moonshotai\", \"baseten\", \"novita\", \"siliconflow\", \"atlas-cloud\", \"parasail\", \"venice\", \"deepinfra\", \"fireworks\"]\n\
+             [request]\nmax_tokens = 4000\n\
+             [[dataset]]\nname = \"a\"\nprompts = \"{}\"\n",
+            p.display()
+        )
+    };
+    let said = |summary: &harvest::engine::RunSummary, what: &str| -> Vec<String> {
+        (summary.snapshot.events.iter())
+            .filter(|e| e.text.contains(what))
+            .map(|e| e.text.clone())
+            .collect()
+    };
+    let bounded = std::time::Duration::from_secs(300);
+    let first = tokio::time::timeout(bounded, run(config(&s, &sim.base_url(), &body(0.20))))
+        .await
+        .expect("bounded");
+    assert!(
+        !said(&first, "checking that closing a stream stops chutes/int4").is_empty(),
+        "{:#?}",
+        first.snapshot.events
+    );
+    assert!(
+        !said(&first, "chutes/int4 stopped the bill at the close of").is_empty(),
+        "the first run's checks trust Chutes: {:#?}",
+        first.snapshot.events
+    );
+    let second = tokio::time::timeout(bounded, run(config(&s, &sim.base_url(), &body(0.40))))
+        .await
+        .expect("bounded");
+    let carried = said(&second, "chutes/int4: this directory's earlier runs read");
+    assert_eq!(carried.len(), 1, "{:#?}", second.snapshot.events);
+    assert!(
+        carried[0]
+            .contains("0 billed past it within the day: its closes are taken to stop the bill"),
+        "{}",
+        carried[0]
+    );
+    assert!(
+        said(&second, "checking that closing a stream stops chutes/int4").is_empty(),
+        "not checked again from nothing: {:#?}",
+        second.snapshot.events
+    );
+    assert_eq!(
+        second.reason,
+        Some(harvest::engine::StopReason::DollarBudget)
+    );
+    let billed = sim.state.billed_total().as_f64();
+    let ledger = ledger_total(&s.out).as_f64();
+    assert!(
+        billed <= 0.40 * 1.005,
+        "billed {billed:.6} on a hard budget of 0.40"
+    );
+    assert!(
+        (ledger - billed).abs() <= billed * 0.001,
+        "ledger {ledger} vs simulator {billed}"
+    );
+    sim.stop().await;
+}

@@ -111,19 +111,8 @@ impl Evidence {
     }
 }
 
-/// What one close's bill says.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Close {
-    /// Billed no more than the fewest tokens harvest can have received and those in transit:
-    /// the bill stopped.
-    Stopped,
-    /// Billed past the most tokens harvest can have received, those in transit and
-    /// [`SLACK_TOKENS`]: the provider went on generating.
-    BilledPast,
-    /// In between: what was received is known only within the endpoint's range of tokens an
-    /// event, so it says nothing (and is never counted against the endpoint).
-    Unclear,
-}
+/// What one close's bill says (kept on its look-up's ledger line, and carried to later starts).
+pub(crate) use crate::close_reading::Close;
 
 /// What a close is read by: the tokens an endpoint's events carry, and how many it may decode
 /// after a close before it notices (its pace for [`NOTICE_S`]; none while its pace is unknown).
@@ -197,7 +186,7 @@ const SLACK_TOKENS: u64 = 256;
 impl Core {
     /// A stream harvest closed was found at `/generation`: `billed` completion tokens where it
     /// received `received`, at endpoint `tag`. A changed belief goes to the workers' pool and
-    /// the event log.
+    /// the event log; returns what the close's bill said (`None`: not an endpoint of the run).
     /// (`check`: the close was a check's, whose reading may suspend or restore the trust its
     /// endpoint's earlier checks earned, `cancel_check::Checks::suspended`.)
     pub(super) fn learn_cancel_billing(
@@ -206,10 +195,8 @@ impl Core {
         (received, billed): (u64, u64),
         check: bool,
         now: &Clock,
-    ) {
-        let Some(i) = self.fleet.endpoints.iter().position(|e| e.tag == tag) else {
-            return;
-        };
+    ) -> Option<Close> {
+        let i = self.fleet.endpoints.iter().position(|e| e.tag == tag)?;
         let was = self.fleet.endpoints[i].cancel_stops_billing;
         let rate = self.fleet.wire.get(tag);
         let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
@@ -227,6 +214,46 @@ impl Core {
             self.checked(i, close, now);
         }
         self.settle_cancel_belief(i, (received, billed), now);
+        Some(close)
+    }
+
+    /// What earlier runs of the output directory read of endpoints' closes within the day
+    /// (`Core::with_closes_before`) joins their evidence before anything is sent: each start
+    /// checked every documented stopper again from nothing, its streams holding their worst
+    /// case meanwhile (issue #51 item 6). An endpoint trusted then is trusted now (the last
+    /// stretch's rechecks still test it); one seen to bill past a close is doubted from the
+    /// start; one short of trust is checked only for the closes it lacks.
+    pub(super) fn carry_closes(&mut self, now: &Clock) {
+        for (tag, seen) in std::mem::take(&mut self.fleet.closes_before) {
+            let Some(i) = self.fleet.endpoints.iter().position(|e| e.tag == tag) else {
+                continue;
+            };
+            let fresh = self.new_evidence(i);
+            let ev = self.fleet.cancel.entry(tag.clone()).or_insert(fresh);
+            ev.stopped += seen.stopped;
+            ev.billed_past += seen.billed_past;
+            let (believed, documented) = (ev.believed(), ev.documented);
+            let short = ev.stops_needed().saturating_sub(ev.stopped);
+            if believed != self.fleet.endpoints[i].cancel_stops_billing {
+                self.set_cancel_belief(i, believed);
+            }
+            let then = if believed {
+                "its closes are taken to stop the bill".to_string()
+            } else if seen.billed_past > 0 || !documented {
+                "a stream there is taken to cost its worst case".to_string()
+            } else {
+                format!(
+                    "{short} more closes there are checked before the hard budget relies on \
+                     them; until then its streams reserve their worst case"
+                )
+            };
+            let text = format!(
+                "{tag}: this directory's earlier runs read {} closes that stopped the bill and \
+                 {} billed past it within the day: {then}",
+                seen.stopped, seen.billed_past
+            );
+            self.event(now, text);
+        }
     }
 
     /// Endpoint `i`'s tokens an event are now learned: the closes that said nothing under the

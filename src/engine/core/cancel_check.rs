@@ -122,18 +122,13 @@ impl Core {
     /// says so once). The operator's own list (`cancel_stops_billing`, perhaps from `harvest
     /// probe`) is taken as given.
     pub(super) fn doubt_documented_closes(&mut self, now: &Clock) {
-        if self.cfg.budget_mode != BudgetMode::Hard || self.cfg.cancel_stops_billing.is_some() {
-            return;
-        }
         for i in 0..self.fleet.endpoints.len() {
             let e = &self.fleet.endpoints[i];
-            if e.custom.is_some() || self.fleet.cancel.contains_key(&e.tag) {
+            if !self.doubts_documented(i) || self.fleet.cancel.contains_key(&e.tag) {
                 continue;
             }
             let (tag, documented) = (e.tag.clone(), e.cancel_stops_billing);
-            let mut ev = Evidence::new(documented);
-            ev.trust_documented = false;
-            self.fleet.cancel.insert(tag.clone(), ev);
+            self.fleet.cancel.insert(tag.clone(), self.new_evidence(i));
             if documented {
                 self.set_cancel_belief(i, false);
                 if self.journal.first(Once::CancelCheck(tag.clone())) {
@@ -147,6 +142,23 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Whether endpoint `i`'s documented word on closes waits for the run's own: under the
+    /// hard budget, with no list of the operator's, at an endpoint reached through OpenRouter.
+    pub(super) fn doubts_documented(&self, i: usize) -> bool {
+        self.cfg.budget_mode == BudgetMode::Hard
+            && self.cfg.cancel_stops_billing.is_none()
+            && self.fleet.endpoints[i].custom.is_none()
+    }
+
+    /// Endpoint `i`'s evidence before any close there is read: its documented word (or the
+    /// operator's), taken or, where [`doubts_documented`](Self::doubts_documented), waiting
+    /// for checks.
+    pub(super) fn new_evidence(&self, i: usize) -> Evidence {
+        let mut ev = Evidence::new(self.fleet.endpoints[i].cancel_stops_billing);
+        ev.trust_documented = !self.doubts_documented(i);
+        ev
     }
 
     /// Where `job` goes to check an endpoint's close, when a check is wanted and the endpoint

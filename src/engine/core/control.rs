@@ -296,12 +296,14 @@ impl Core {
     ) {
         self.release_open_bill(&entry);
         let check = self.check_looked_up(entry.generation_id.as_deref(), now);
-        // A stream harvest closed: what it was billed says whether closing stopped the bill.
-        if entry.kind == SpendKind::Cancelled
-            && let (Some(tag), Some(billed)) = (entry.endpoint.as_deref(), completion_tokens)
-        {
-            self.learn_cancel_billing(tag, (entry.completion_tokens, billed), check, now);
-        }
+        // A stream harvest closed: what it was billed says whether closing stopped the bill,
+        // and its line keeps the reading for later starts (`close_reading`).
+        let close = match (entry.kind, entry.endpoint.as_deref(), completion_tokens) {
+            (SpendKind::Cancelled, Some(tag), Some(billed)) => {
+                self.learn_cancel_billing(tag, (entry.completion_tokens, billed), check, now)
+            }
+            _ => None,
+        };
         let delta = actual - entry.usd;
         // A closed stream's line is written even when its estimate was right: it marks the
         // stream confirmed, so that a later start does not ask again (`closed_unconfirmed`).
@@ -313,6 +315,7 @@ impl Core {
                 estimated: false,
                 // A correction, not another failed attempt (the report counts errors by line).
                 error: None,
+                close,
                 ..entry
             });
         }

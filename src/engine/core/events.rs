@@ -128,6 +128,9 @@ impl Core {
     /// Decides on `event` at `now`, then (once begun) starts what fits; returns what the
     /// driver must do. The core's only door that changes it.
     pub(crate) fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
+        if !self.fleet.closes_before.is_empty() {
+            self.carry_closes(now);
+        }
         match event {
             Event::Begin => self.life.begun = true,
             Event::Wake => {}

@@ -319,6 +319,7 @@ impl Core {
                 verdicts: Vec::new(),
                 probe: HashMap::new(),
                 cancel: HashMap::new(),
+                closes_before: Vec::new(),
                 checks: HashMap::new(),
                 wire: HashMap::new(),
                 text: Default::default(),
@@ -379,6 +380,23 @@ impl Core {
         let eps = self.fleet.endpoints.clone();
         self.books
             .carry_by_tag(eps.iter().map(|e| e.tag.as_str()), by_tag);
+        self
+    }
+
+    /// What earlier runs of the output directory's ledger read of each endpoint's closes
+    /// (`LedgerScan::closes`), carried into the evidence at the first event where read within
+    /// [`CARRIED_FOR`](crate::close_reading::CARRIED_FOR) of `now`.
+    pub(crate) fn with_closes_before(
+        mut self,
+        closes: &HashMap<String, crate::close_reading::ClosesSeen>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
+        let mut carried: Vec<_> = (closes.iter())
+            .filter(|(_, seen)| seen.carried_at(now))
+            .map(|(tag, seen)| (tag.clone(), seen.clone()))
+            .collect();
+        carried.sort_by(|a, b| a.0.cmp(&b.0));
+        self.fleet.closes_before = carried;
         self
     }
 

@@ -34,6 +34,9 @@ pub(super) struct Fleet {
     pub(super) probe: HashMap<String, f64>,
     /// What closed streams showed of each endpoint's billing of a cancel, by tag.
     pub(super) cancel: HashMap<String, super::cancel_billing::Evidence>,
+    /// What earlier runs of the output directory read of each endpoint's closes, by tag, not
+    /// yet added to `cancel` (at the first event: `cancel_billing::carry_closes`).
+    pub(super) closes_before: Vec<(String, crate::close_reading::ClosesSeen)>,
     /// The checks asked of each endpoint's close, by tag (see `cancel_check`).
     pub(super) checks: HashMap<String, super::cancel_check::Checks>,
     /// Tokens an event carries at each endpoint, by tag, learned from its completed streams

@@ -340,6 +340,9 @@ pub struct LedgerScan {
     /// went, so that a run's tables start from what its ledger holds.
     pub by_endpoint: HashMap<String, Usd>,
     pub by_dataset: HashMap<String, Usd>,
+    /// What the bills of the streams closed at each endpoint tag said of their closes (the
+    /// `close` of `adjustment` lines): what a new start carries.
+    pub closes: HashMap<String, crate::close_reading::ClosesSeen>,
 }
 
 /// The base of a key true-up: the last moment key and ledger were both known to be settled.
@@ -395,6 +398,9 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         }
         if e.kind == SpendKind::Complete {
             scan.completes.insert(e.id.clone());
+        }
+        if let (SpendKind::Adjustment, Some(c), Some(t)) = (e.kind, e.close, &e.endpoint) {
+            scan.closes.entry(t.clone()).or_default().add(c, &e.at);
         }
         if e.attempt.as_deref() == Some(REBUILT) {
             if let (SpendKind::Complete, Some(g)) = (e.kind, &e.generation_id) {

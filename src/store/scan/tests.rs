@@ -317,3 +317,87 @@ fn closed_streams_wait_for_a_confirming_adjustment() {
         assert!(scan.open.is_empty(), "{name}: the close closes the attempt");
     }
 }
+
+#[test]
+fn the_readings_of_closes_are_tallied_by_endpoint() {
+    use crate::close_reading::Close;
+    let reading = |tag: &str, close: Option<Close>, kind: SpendKind, at: &str| SpendEntry {
+        endpoint: Some(tag.into()),
+        close,
+        ..SpendEntry::new(kind, at.into(), "p", "d")
+    };
+    let lines = [
+        reading(
+            "chutes/int4",
+            Some(Close::Stopped),
+            SpendKind::Adjustment,
+            "2026-12-06T09:00:00Z",
+        ),
+        reading(
+            "chutes/int4",
+            Some(Close::Stopped),
+            SpendKind::Adjustment,
+            "2026-12-06T10:00:00Z",
+        ),
+        reading(
+            "chutes/int4",
+            Some(Close::Unclear),
+            SpendKind::Adjustment,
+            "2026-12-06T11:00:00Z",
+        ),
+        reading(
+            "novita",
+            Some(Close::BilledPast),
+            SpendKind::Adjustment,
+            "2026-12-06T08:00:00Z",
+        ),
+        // An adjustment of something else (a key true-up, a crash's open line): no reading.
+        reading(
+            "novita",
+            None,
+            SpendKind::Adjustment,
+            "2026-12-06T12:00:00Z",
+        ),
+        // A reading only counts on the look-up's own line.
+        reading(
+            "together/int4",
+            Some(Close::Stopped),
+            SpendKind::Cancelled,
+            "2026-12-06T12:00:00Z",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tmp");
+    let text: String = (lines.iter())
+        .map(|l| serde_json::to_string(l).expect("json") + "\n")
+        .collect();
+    std::fs::write(ledger_path(dir.path()), text).expect("write");
+    let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+    let mut got: Vec<(String, u32, u32, Option<String>)> = (scan.closes.iter())
+        .map(|(t, s)| {
+            (
+                t.clone(),
+                s.stopped,
+                s.billed_past,
+                s.last.map(|l| l.to_rfc3339()),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (
+                "chutes/int4".into(),
+                2,
+                0,
+                Some("2026-12-06T10:00:00+00:00".into())
+            ),
+            (
+                "novita".into(),
+                0,
+                1,
+                Some("2026-12-06T08:00:00+00:00".into())
+            ),
+        ]
+    );
+}

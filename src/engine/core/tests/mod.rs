@@ -7,6 +7,7 @@ mod answers;
 mod attempt_money;
 mod books;
 mod budget;
+mod carried_closes;
 mod control;
 mod outcome;
 mod purity;
