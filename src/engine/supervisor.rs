@@ -176,6 +176,8 @@ pub(super) struct Launch {
     pub probe: HashMap<String, f64>,
     /// What the ledger's closed streams said of each endpoint's closes, by tag.
     pub closes_before: HashMap<String, crate::close_reading::ClosesSeen>,
+    /// What the ledger's latest completed streams carried, by endpoint tag.
+    pub streams_before: HashMap<String, std::collections::VecDeque<crate::store::output::Streamed>>,
     /// How long a drain may take before it becomes a stop now (`--drain-grace-s`).
     pub drain_grace: Duration,
 }
@@ -198,7 +200,8 @@ impl Supervisor {
         )
         .with_drain_grace(l.drain_grace)
         .with_carried_by_endpoint(&l.carried_by_endpoint)
-        .with_closes_before(&l.closes_before, now.wall);
+        .with_closes_before(&l.closes_before, now.wall)
+        .with_streams_before(&l.streams_before);
         Supervisor {
             core,
             publisher: Publisher::new(&now, n, l.key_usage_start),

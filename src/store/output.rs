@@ -178,6 +178,18 @@ pub enum SpendKind {
     KeyUsage,
 }
 
+/// On `complete` lines: what the stream carried, the run's own measure of its wire that a
+/// later start of the directory learns from before its first stream completes
+/// (`engine::core::wire_rate`): its events, the UTF-8 bytes of its streamed text (content, and
+/// reasoning where it was streamed) and the tokens those were (the usage's completion tokens,
+/// less reasoning that was not streamed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Streamed {
+    pub events: u64,
+    pub text_bytes: u64,
+    pub tokens: u64,
+}
+
 /// On `key_usage` lines: what the key and the ledger said at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeyCheckpoint {
@@ -229,6 +241,9 @@ pub struct SpendEntry {
     /// a later start of the directory carries (`close_reading`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub close: Option<crate::close_reading::Close>,
+    /// On `complete` lines with the API's usage: what the stream carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streamed: Option<Streamed>,
 }
 
 /// The turns file's name in an output directory (`turns_file.rs` reads it).
@@ -281,6 +296,7 @@ impl SpendEntry {
             checkpoint: None,
             note: None,
             close: None,
+            streamed: None,
         }
     }
 }

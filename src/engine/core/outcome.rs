@@ -161,19 +161,17 @@ impl Core {
     /// event carries at its endpoint (`wire_rate`). Reasoning the endpoint did not stream is
     /// not in the events, so not in the count either. Once learned, and whenever it moves by
     /// more than a tenth, the workers' pool hears it: they accrue streams' costs by it.
-    fn learn_wire_rate(&mut self, endpoint: Option<usize>, c: &Completion, now: &Clock) {
+    fn learn_wire_rate(
+        &mut self,
+        endpoint: Option<usize>,
+        c: &Completion,
+        wire: Option<crate::store::output::Streamed>,
+        now: &Clock,
+    ) {
         let Some(i) = endpoint else { return };
-        if c.usage_source != crate::openrouter::UsageSource::Reported {
-            return;
-        }
-        let unstreamed = if c.reasoning.as_deref().is_none_or(str::is_empty) {
-            c.usage.reasoning_tokens()
-        } else {
-            0
-        };
-        let streamed = c.usage.completion_tokens.saturating_sub(unstreamed);
-        let text = c.content.len() + c.reasoning.as_deref().map_or(0, str::len);
-        self.learn_text_rate(text as u64, streamed);
+        let Some(s) = wire else { return };
+        let (text, streamed) = (s.text_bytes, s.tokens);
+        self.learn_text_rate(text, streamed);
         let tag = self.fleet.endpoints[i].tag.clone();
         if let Some(ttft) = c.ttft {
             (self.fleet.transit.entry(tag.clone()).or_default())
@@ -187,6 +185,37 @@ impl Core {
         if learned_now {
             self.reread_closes(i, now);
         }
+    }
+
+    /// What the latest completed streams of earlier runs of the output directory carried, by
+    /// endpoint tag (`LedgerScan::streamed`), learned before the run's own complete: the
+    /// text's bytes a token, and each endpoint's tokens an event. Without them a start counts
+    /// every stream at the prior's byte a token until three of its own complete, and a resumed
+    /// run with a small budget left tripped its dollar cap at a fifth of what it could spend
+    /// (the simulator's prose: five bytes a token).
+    pub(crate) fn with_streams_before(
+        mut self,
+        streams: &std::collections::HashMap<
+            String,
+            std::collections::VecDeque<crate::store::output::Streamed>,
+        >,
+    ) -> Self {
+        let mut tags: Vec<&String> = streams.keys().collect();
+        tags.sort();
+        for tag in tags {
+            let at = self.fleet.endpoints.iter().position(|e| &e.tag == tag);
+            for s in &streams[tag] {
+                self.learn_text_rate(s.text_bytes, s.tokens);
+                if at.is_some() {
+                    let rate = self.fleet.wire.entry(tag.clone()).or_default();
+                    rate.add(s.tokens, s.events);
+                }
+            }
+            if let Some(i) = at {
+                self.publish_wire(i);
+            }
+        }
+        self
     }
 
     /// A completed stream's text against its streamed tokens: the run's bytes a token
@@ -259,7 +288,9 @@ impl Core {
     ) {
         let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
-        self.learn_wire_rate(endpoint, &c, now);
+        // Read before the answer's text goes to its row: the ledger line keeps it too.
+        let wire = streamed(&c);
+        self.learn_wire_rate(endpoint, &c, wire, now);
         // Paid for; now, is it an answer to keep? (Its text moves to the row.)
         let (text, thought) = (std::mem::take(&mut c.content), c.reasoning.take());
         let (content, reasoning, split) = match self.cfg.split_think {
@@ -279,7 +310,13 @@ impl Core {
         }
         let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref());
         let mark = self.effects.len();
-        self.book_answer(&job, &c, (ep.as_ref(), cost, shape), sent.attempt, now);
+        self.book_answer(
+            &job,
+            &c,
+            (ep.as_ref(), cost, shape, wire),
+            sent.attempt,
+            now,
+        );
         let booked = self.effects.len() - mark;
         let kept = row::Kept {
             content,
@@ -353,7 +390,12 @@ impl Core {
         &mut self,
         job: &Job,
         c: &Completion,
-        (ep, cost, shape): (Option<&RunEndpoint>, Usd, Shape),
+        (ep, cost, shape, wire): (
+            Option<&RunEndpoint>,
+            Usd,
+            Shape,
+            Option<crate::store::output::Streamed>,
+        ),
         attempt: &str,
         now: &Clock,
     ) {
@@ -366,6 +408,7 @@ impl Core {
             generation_id: c.id.clone(),
             attempt: Some(attempt.to_string()),
             error: (shape == Shape::Empty).then(|| ErrorKind::Empty.to_string()),
+            streamed: wire,
             ..SpendEntry::new(
                 SpendKind::Complete,
                 now.rfc3339(),
@@ -455,4 +498,23 @@ impl Core {
             record: Box::new(record),
         });
     }
+}
+
+/// What a completed stream carried, by the API's own usage (`None` without it: an estimate
+/// says nothing of the wire). Reasoning the endpoint did not stream is in neither its events
+/// nor its text, so it is left out of its tokens too.
+fn streamed(c: &Completion) -> Option<crate::store::output::Streamed> {
+    if c.usage_source != crate::openrouter::UsageSource::Reported {
+        return None;
+    }
+    let unstreamed = if c.reasoning.as_deref().is_none_or(str::is_empty) {
+        c.usage.reasoning_tokens()
+    } else {
+        0
+    };
+    Some(crate::store::output::Streamed {
+        events: c.events,
+        text_bytes: (c.content.len() + c.reasoning.as_deref().map_or(0, str::len)) as u64,
+        tokens: c.usage.completion_tokens.saturating_sub(unstreamed),
+    })
 }

@@ -16,7 +16,7 @@ pub(crate) const STREAMS_NEEDED: usize = 8;
 const MIN_EVENTS: u64 = 16;
 
 /// The streams a rate is learned from: the most recent (a provider's batching can change).
-const KEPT: usize = 32;
+const KEPT: usize = crate::store::scan::STREAMS_KEPT;
 
 /// Before an endpoint's rate is learned: tokens an event lie between one and eight. One is the
 /// least an event with text carries; eight is above the whole-stream average of all but a few

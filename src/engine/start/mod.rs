@@ -89,6 +89,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         closed_unconfirmed: r.ledger.closed_unconfirmed,
         probe: r.probe,
         closes_before: r.ledger.closes,
+        streams_before: r.ledger.streamed,
         drain_grace: opts.drain_grace.unwrap_or(super::DRAIN_GRACE),
     });
     let (cmd_tx, cmd_rx) = mpsc::channel(256);

@@ -343,7 +343,15 @@ pub struct LedgerScan {
     /// What the bills of the streams closed at each endpoint tag said of their closes (the
     /// `close` of `adjustment` lines): what a new start carries.
     pub closes: HashMap<String, crate::close_reading::ClosesSeen>,
+    /// What the latest completed streams at each endpoint tag carried (the `streamed` of
+    /// `complete` lines), oldest first, at most [`STREAMS_KEPT`] a tag: what a new start learns
+    /// its wire from before its own streams complete.
+    pub streamed: HashMap<String, std::collections::VecDeque<crate::store::output::Streamed>>,
 }
+
+/// Completed streams kept per endpoint by the scan: as many as the run's learners of the wire
+/// keep (`engine::core::wire_rate`).
+pub const STREAMS_KEPT: usize = 32;
 
 /// The base of a key true-up: the last moment key and ledger were both known to be settled.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -398,6 +406,13 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
         }
         if e.kind == SpendKind::Complete {
             scan.completes.insert(e.id.clone());
+        }
+        if let (SpendKind::Complete, Some(w), Some(t)) = (e.kind, e.streamed, &e.endpoint) {
+            let kept = scan.streamed.entry(t.clone()).or_default();
+            if kept.len() == STREAMS_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(w);
         }
         if let (SpendKind::Adjustment, Some(c), Some(t)) = (e.kind, e.close, &e.endpoint) {
             scan.closes.entry(t.clone()).or_default().add(c, &e.at);

@@ -401,3 +401,40 @@ fn the_readings_of_closes_are_tallied_by_endpoint() {
         ]
     );
 }
+
+#[test]
+fn the_latest_streams_are_kept_by_endpoint() {
+    use crate::store::output::Streamed;
+    let line = |tag: &str, n: u64, streamed: bool| SpendEntry {
+        endpoint: Some(tag.into()),
+        streamed: streamed.then_some(Streamed {
+            events: n,
+            text_bytes: 5 * n,
+            tokens: n,
+        }),
+        ..SpendEntry::new(SpendKind::Complete, "2026-12-06T09:00:00Z".into(), "p", "d")
+    };
+    let mut lines: Vec<SpendEntry> = (0..40).map(|n| line("chutes/int4", n, true)).collect();
+    lines.push(line("novita", 7, true));
+    // A line without the API's usage says nothing of the wire.
+    lines.push(line("together/int4", 9, false));
+    let dir = tempfile::tempdir().expect("tmp");
+    let text: String = (lines.iter())
+        .map(|l| serde_json::to_string(l).expect("json") + "\n")
+        .collect();
+    std::fs::write(ledger_path(dir.path()), text).expect("write");
+    let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+    let events = |tag: &str| -> Vec<u64> {
+        scan.streamed
+            .get(tag)
+            .map(|k| k.iter().map(|s| s.events).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        events("chutes/int4"),
+        (8..40).collect::<Vec<u64>>(),
+        "the latest 32"
+    );
+    assert_eq!(events("novita"), [7]);
+    assert!(events("together/int4").is_empty());
+}

@@ -59,3 +59,89 @@ fn the_runs_bytes_a_token_reach_every_endpoint_once_three_streams_complete() {
             .all(|(_, e)| e.bytes_per_token == 5.0)
     );
 }
+
+/// A start learns from what the directory's earlier runs' streams carried (their `complete`
+/// lines' `streamed`), before any stream of its own completes: the text's bytes a token for
+/// every endpoint, and the tokens an event where an endpoint's streams say it.
+#[test]
+fn a_start_learns_the_wire_from_the_streams_its_ledger_kept() {
+    use crate::store::output::Streamed;
+    let cfg = config("budget_usd = 100\nconcurrency = 4\nrouting = \"pinned\"");
+    let mut h = H::new(cfg, kimi(), &[&["a", "b"]]);
+    let chutes = h.index("chutes/int4");
+    // Chutes' streams: 4 tokens an event, 5 bytes a token; one stream too short to count.
+    let mut kept = std::collections::VecDeque::new();
+    for _ in 0..10 {
+        kept.push_back(Streamed {
+            events: 100,
+            text_bytes: 2_000,
+            tokens: 400,
+        });
+    }
+    kept.push_back(Streamed {
+        events: 2,
+        text_bytes: 90,
+        tokens: 8,
+    });
+    let streams = HashMap::from([
+        ("chutes/int4".to_string(), kept),
+        // An endpoint no longer in the run: its text still tells the model's bytes a token.
+        (
+            "gone/fp8".to_string(),
+            std::collections::VecDeque::from([Streamed {
+                events: 50,
+                text_bytes: 1_000,
+                tokens: 200,
+            }]),
+        ),
+    ]);
+    h.core = h.core.with_streams_before(&streams);
+    h.dispatch();
+    let pool = h.core.endpoints();
+    assert!(
+        pool.iter().all(|e| e.bytes_per_token == 5.0),
+        "every endpoint"
+    );
+    assert_eq!(pool[chutes].tokens_per_event, Some(4.0));
+    let other = h.index("novita");
+    assert_eq!(
+        pool[other].tokens_per_event, None,
+        "not learned from Chutes'"
+    );
+    let heard = h.take_repriced();
+    assert!(
+        heard
+            .iter()
+            .any(|(i, e)| *i == chutes && e.tokens_per_event == Some(4.0)),
+        "the workers' pool hears it: {heard:?}"
+    );
+}
+
+/// A kept answer's `complete` line says what its stream carried, read before its text went to
+/// its row (a first cut read it after, and wrote zero bytes for every answer).
+#[test]
+fn an_answers_ledger_line_keeps_what_its_stream_carried() {
+    let cfg = config("budget_usd = 100\nconcurrency = 1\nrouting = \"pinned\"");
+    let mut h = H::new(cfg, kimi(), &[&["a"]]);
+    let sent = h.dispatch();
+    let at = sent[0].pinned.expect("pinned");
+    let mut r = done_with_text(sent[0].key, at, 100, 450);
+    if let AttemptOutcome::Done(c) = &mut r.outcome {
+        c.events = 25;
+    }
+    let fx = h.result(r);
+    let lines: Vec<_> = (fx.iter())
+        .filter_map(|e| match e {
+            Effect::BookKept(l) => l.streamed,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [crate::store::output::Streamed {
+            events: 25,
+            text_bytes: 450,
+            tokens: 100,
+        }]
+    );
+}
