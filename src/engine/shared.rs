@@ -47,9 +47,20 @@ pub(crate) struct Shared {
     pub attempts_started: AtomicU64,
     /// Streams let run past the dollar cap because closing them would not stop the bill.
     pub finishing_past_cap: AtomicU64,
+    /// The run's bytes of text a token (`RunEndpoint::bytes_per_token`, the same at every
+    /// endpoint), as `f64` bits: what a stream is counted by until its endpoint's tokens an
+    /// event are learned. Every wake-up of a stream reads it, so that one begun under the prior
+    /// is counted by the learned figure from then on (read once at its first chunk, the first
+    /// wave of a run was counted five times too high to its end, and so were its closes).
+    pub text_bytes_per_token: AtomicU64,
 }
 
 impl Shared {
+    /// The run's bytes of text a token, as the workers count by it now.
+    pub(crate) fn bytes_per_token(&self) -> f64 {
+        f64::from_bits(self.text_bytes_per_token.load(Ordering::Relaxed))
+    }
+
     /// Adds `pico` to the running cost, `released` of it taken from the held worst cases;
     /// trips the dollar cap when it is reached.
     pub(super) fn accrue(&self, pico: i64, released: i64) {
@@ -112,6 +123,7 @@ impl Shared {
             .write()
             .unwrap_or_else(|p| p.into_inner());
         if i < list.len() {
+            (self.text_bytes_per_token).store(e.bytes_per_token.to_bits(), Ordering::Relaxed);
             let mut next = list.as_ref().clone();
             next[i] = e;
             *list = Arc::new(next);

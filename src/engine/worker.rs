@@ -16,7 +16,6 @@ use super::alarm::Alarm;
 use super::core::attempt::{AttemptOutcome, AttemptResult, Dispatch};
 use super::core::attempt_money::{self, Ending, cut_after_tokens};
 use super::core::cancel_check::CHECK_AFTER_TOKENS;
-use super::core::wire_rate;
 use super::shared::Shared;
 
 /// One dispatched attempt as the worker runs it: the core's decision itself (one value from
@@ -52,9 +51,6 @@ pub(crate) async fn run_attempt(
         streamed: 0,
         text_bytes: 0,
         per_event: None,
-        // The run's figure: the same at every endpoint (one model's text).
-        bytes_per_token: (shared.endpoints().first())
-            .map_or(wire_rate::PRIOR_BYTES_PER_TOKEN, |e| e.bytes_per_token),
         tokens: 0,
         // Until the serving endpoint is known: the most any it may reach allows.
         transit_tokens: (spec.d.over.iter())
@@ -87,10 +83,9 @@ struct Track {
     /// Tokens an event carries at its endpoint, once the run has learned it
     /// (`RunEndpoint::tokens_per_event`), and the whole tokens received so far
     /// ([`tokens_received`]): what its cost accrues by.
+    /// Until `per_event` is, the run's bytes of text a token count them
+    /// ([`Shared::bytes_per_token`], read at every wake-up).
     per_event: Option<f64>,
-    /// Bytes of text a token holds, as the run has learned it
-    /// (`RunEndpoint::bytes_per_token`): what the tokens are counted by until `per_event` is.
-    bytes_per_token: f64,
     tokens: u64,
     /// Tokens it may be billed past what was read when the cap closes it, at its endpoint
     /// (`RunEndpoint::transit_tokens`).
@@ -197,7 +192,7 @@ fn count_tokens(
     track.text_bytes += u64::from(p.text_bytes);
     let by = track
         .per_event
-        .map_or(CountBy::Text(track.bytes_per_token), CountBy::Events);
+        .map_or_else(|| CountBy::Text(shared.bytes_per_token()), CountBy::Events);
     let now = tokens_received(track.streamed, track.text_bytes, by)
         .min(u64::from(spec.d.request.max_tokens));
     let n = now.saturating_sub(track.tokens);
@@ -277,7 +272,6 @@ async fn on_first_chunk(
             .completion
             .pico_per_token();
         track.per_event = shared.endpoints()[e].tokens_per_event.map(|k| k.max(1.0));
-        track.bytes_per_token = shared.endpoints()[e].bytes_per_token;
         track.transit_tokens = shared.endpoints()[e].transit_tokens;
         known.store(e, Ordering::Relaxed);
         if spec.d.pinned.is_none() {

@@ -128,6 +128,10 @@ fn shared(
     }
     let budget = cfg.budget();
     let n = endpoints.len();
+    let text_rate = (endpoints.first())
+        .map_or(super::core::wire_rate::PRIOR_BYTES_PER_TOKEN, |e| {
+            e.bytes_per_token
+        });
     let shared = Arc::new(Shared {
         writer: writer.clone(),
         client: client.clone(),
@@ -149,6 +153,7 @@ fn shared(
         total_timeout: cfg.timeouts.total(),
         attempts_started: AtomicU64::new(0),
         finishing_past_cap: AtomicU64::new(0),
+        text_bytes_per_token: AtomicU64::new(text_rate.to_bits()),
     });
     if carried >= budget {
         shared.budget_hit.raise();
