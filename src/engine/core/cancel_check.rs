@@ -131,16 +131,26 @@ impl Core {
             self.fleet.cancel.insert(tag.clone(), self.new_evidence(i));
             if documented {
                 self.set_cancel_belief(i, false);
-                if self.journal.first(Once::CancelCheck(tag.clone())) {
-                    let text = format!(
-                        "checking that closing a stream stops {tag}'s bill, as documented, \
-                         before the hard budget relies on it: a few streams sent there are \
-                         closed after {CHECK_AFTER_TOKENS} tokens and looked up (their prompts \
-                         go again); until then its streams reserve their worst case"
-                    );
-                    self.event(now, text);
+                // Said of the endpoints the run may use; one the operator includes later is
+                // named when its first check leaves (`check_sent`).
+                if self.fleet.permitted(i) {
+                    self.announce_checks(&tag, now);
                 }
             }
+        }
+    }
+
+    /// The log says once that endpoint `tag`'s documented close is checked before the hard
+    /// budget relies on it.
+    fn announce_checks(&mut self, tag: &str, now: &Clock) {
+        if self.journal.first(Once::CancelCheck(tag.to_string())) {
+            let text = format!(
+                "checking that closing a stream stops {tag}'s bill, as documented, before the \
+                 hard budget relies on it: a few streams sent there are closed after \
+                 {CHECK_AFTER_TOKENS} tokens and looked up (their prompts go again); until then \
+                 its streams reserve their worst case"
+            );
+            self.event(now, text);
         }
     }
 
@@ -187,6 +197,10 @@ impl Core {
     /// A check of endpoint `i`'s close leaves.
     pub(super) fn check_sent(&mut self, i: usize, now: &Clock) {
         let tag = self.fleet.endpoints[i].tag.clone();
+        // A recheck of a trusted endpoint is not this news.
+        if !self.fleet.endpoints[i].cancel_stops_billing {
+            self.announce_checks(&tag, now);
+        }
         let checks = self.fleet.checks.entry(tag).or_default();
         checks.asked += 1;
         checks.pending += 1;

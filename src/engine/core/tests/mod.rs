@@ -8,6 +8,7 @@ mod attempt_money;
 mod books;
 mod budget;
 mod carried_closes;
+mod checks;
 mod control;
 mod outcome;
 mod purity;
