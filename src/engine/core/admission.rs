@@ -41,6 +41,18 @@ impl Admission {
         }
     }
 
+    /// The mean answer of dataset `d`, tokens: of those finished here, or the expectation
+    /// while none has. Not floored by the prior as [`expected_output_tokens`]
+    /// (Self::expected_output_tokens) is for reservations: what a closed stream still going
+    /// on is estimated to add (`reserve::closed_expected`), an estimate and not a hold.
+    pub(super) fn mean_answer_tokens(&self, d: usize) -> u64 {
+        let ds = &self.datasets[d];
+        match ds.finished_here {
+            0 => self.expected_output_tokens(d),
+            n => (ds.output_tokens_here / n).max(1),
+        }
+    }
+
     /// Whether dataset `d` takes another fresh prompt.
     pub(super) fn admitting(&self, d: usize) -> bool {
         let ds = &self.datasets[d];

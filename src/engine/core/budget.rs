@@ -314,8 +314,9 @@ impl Core {
     }
 
     /// What a stream closed (or cut) is expected to be billed in all, picodollars
-    /// ([`reserve::closed_expected`](super::reserve::closed_expected)): with today's
-    /// expectation of its answer, and its endpoint's tokens in transit.
+    /// ([`reserve::closed_expected`](super::reserve::closed_expected)): where its endpoint
+    /// bills a close in full, a mean answer past what it streamed; else its endpoint's tokens
+    /// in transit.
     pub(super) fn closed_expected(
         &self,
         f: &super::InFlight,
@@ -326,16 +327,12 @@ impl Core {
             .map_or(super::attempt_money::TRANSIT_TOKENS as f64, |e| {
                 self.fleet.endpoints[e].transit_tokens
             });
-        let x = Exposure {
-            expected: f.expected_pico,
-            worst: f.worst_pico,
-            accrued: r.booked_pico,
-            // Half a mean answer at its price, as the reservation keeps.
-            tail: (f.expected_pico - f.fixed_pico).max(0) / 2,
-        };
+        let mean = self.admission.mean_answer_tokens(f.job.dataset);
+        let rest = f.price_out.cost(mean).pico();
         let transit = f.price_out.cost(transit.ceil() as u64).pico();
         let billed = self.close_billed(f, r);
-        super::reserve::closed_expected(billed, x, transit, f.bill_bound.pico())
+        let bound = f.bill_bound.pico();
+        super::reserve::closed_expected(billed, r.booked_pico, (rest, transit), bound)
     }
 
     /// What in-flight requests are still expected to cost, with today's expectations: the

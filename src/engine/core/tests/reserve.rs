@@ -45,25 +45,20 @@ fn what_a_request_reserves() {
 
 #[test]
 fn what_a_closed_stream_is_expected_to_be_billed() {
-    let x = |booked| Exposure {
-        expected: 100,
-        worst: 1000,
-        accrued: booked,
-        tail: 30,
-    };
-    // (what, billed if closed, booked, transit, expected in all)
+    // (what, billed if closed, booked, a mean answer, transit, expected in all)
     #[rustfmt::skip]
     let cases = [
-        ("billed in full, closed early: the answer it goes on generating", true, 10, 5, 100),
-        ("billed in full, past its expectation: half a mean answer more", true, 90, 5, 120),
-        ("billed in full, far past: never above the bound", true, 980, 5, 1000),
-        ("the close stops the bill: the tokens in transit", false, 10, 5, 15),
-        ("the close stops the bill, near the bound", false, 998, 5, 1000),
-        ("booked above the bound (an old price): never below the booking", false, 1200, 5, 1200),
+        ("billed in full, closed early: a mean answer more", true, 10, 60, 5, 70),
+        ("billed in full, closed late: a mean answer more all the same", true, 400, 60, 5, 460),
+        ("billed in full, far past: never above the bound", true, 980, 60, 5, 1000),
+        ("the close stops the bill: the tokens in transit", false, 10, 60, 5, 15),
+        ("the close stops the bill, near the bound", false, 998, 60, 5, 1000),
+        ("booked above the bound (an old price): never below the booking", false, 1200, 60, 5, 1200),
+        ("billed in full, booked above the bound: the booking", true, 1200, 60, 5, 1200),
     ];
-    for (what, billed, booked, transit, want) in cases {
+    for (what, billed, booked, rest, transit, want) in cases {
         assert_eq!(
-            closed_expected(billed, x(booked), transit, 1000),
+            closed_expected(billed, booked, (rest, transit), 1000),
             want,
             "{what}"
         );
