@@ -67,13 +67,6 @@ impl Shared {
         if pico == 0 {
             return;
         }
-        if pico < 0 {
-            // A count taken back (`worker::count_tokens`): the running cost falls before the
-            // hold returns, so that the cap's sum dips rather than spikes; it rose nowhere.
-            self.accrued_pico.fetch_add(pico, Ordering::Relaxed);
-            self.held_pico.fetch_sub(released, Ordering::Relaxed);
-            return;
-        }
         // The hold gives way first: between the two, the cap's sum dips (the next check
         // catches it) rather than spikes (which would trip the cap for good).
         let held = if released == 0 {

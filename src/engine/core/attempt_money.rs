@@ -44,11 +44,9 @@ pub(crate) fn close_at_cap(cancel_stops_billing: Option<bool>) -> bool {
 
 /// How much of an attempt's held worst case `pico` more streamed takes up: the hold is what is
 /// left of the worst case (`worst - accrued`), never below zero, so the money streamed moves
-/// from the hold into the running cost and their sum stays the worst case. A count taken back
-/// (`pico` below zero: the run learned that its text holds more bytes a token than the prior
-/// said) gives the hold back as much (a negative release).
+/// from the hold into the running cost and their sum stays the worst case.
 pub(crate) fn hold_released(worst: i64, accrued_before: i64, pico: i64) -> i64 {
-    (worst - accrued_before).max(0) - (worst - accrued_before - pico).max(0)
+    (worst - accrued_before).max(0).min(pico.max(0))
 }
 
 /// The dollar cap: spent, streamed, and the rest of the worst cases of the streams that run to
