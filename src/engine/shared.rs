@@ -67,6 +67,12 @@ impl Shared {
         if pico == 0 {
             return;
         }
+        if pico < 0 {
+            // A count taken back (`worker::count_tokens`, only of a stream that holds nothing):
+            // the cap's sum fell.
+            self.accrued_pico.fetch_add(pico, Ordering::Relaxed);
+            return;
+        }
         // The hold gives way first: between the two, the cap's sum dips (the next check
         // catches it) rather than spikes (which would trip the cap for good).
         let held = if released == 0 {

@@ -195,20 +195,33 @@ fn count_tokens(
         .map_or_else(|| CountBy::Text(shared.bytes_per_token()), CountBy::Events);
     let now = tokens_received(track.streamed, track.text_bytes, by)
         .min(u64::from(spec.d.request.max_tokens));
-    let n = now.saturating_sub(track.tokens);
-    track.tokens = track.tokens.max(now);
-    accrue(shared, spec, track.price_out * n as i64);
-    shared
-        .totals
-        .streamed_tokens
-        .fetch_add(n, Ordering::Relaxed);
-    shared.dataset_stats[spec.d.dataset]
-        .streamed_tokens
-        .fetch_add(n, Ordering::Relaxed);
-    if let Some(e) = track.endpoint {
-        shared.endpoint_stats[e]
-            .streamed_tokens
-            .fetch_add(n, Ordering::Relaxed);
+    // Taken back too when the count falls: a stream begun under the prior's byte a token is
+    // counted by the learned figure once the run has one (kept at its highest, a run's first
+    // wave stayed counted at up to five times its tokens, and its closes were booked so). Not
+    // a stream that holds its worst case: the core reads the running cost live but its
+    // reservations at each tick, so money taken back there showed as room before the hold grew
+    // back by as much, went to another worst case, and tripped the cap (`harvest demo` at $0.30
+    // stopped at $0.04).
+    let now = if spec.held_worst_pico() > 0 {
+        now.max(track.tokens)
+    } else {
+        now
+    };
+    let n = now as i64 - track.tokens as i64;
+    track.tokens = now;
+    accrue(shared, spec, track.price_out * n);
+    let counters = [
+        Some(&shared.totals),
+        Some(&shared.dataset_stats[spec.d.dataset]),
+        track.endpoint.map(|e| &shared.endpoint_stats[e]),
+    ];
+    for c in counters.into_iter().flatten() {
+        if n >= 0 {
+            c.streamed_tokens.fetch_add(n as u64, Ordering::Relaxed);
+        } else {
+            c.streamed_tokens
+                .fetch_sub(n.unsigned_abs(), Ordering::Relaxed);
+        }
     }
     if spec.d.check && track.streamed >= CHECK_AFTER_TOKENS {
         ControlFlow::Break(())
