@@ -326,52 +326,18 @@ fn the_readings_of_closes_are_tallied_by_endpoint() {
         close,
         ..SpendEntry::new(kind, at.into(), "p", "d")
     };
+    #[rustfmt::skip]
     let lines = [
-        reading(
-            "chutes/int4",
-            Some(Close::Stopped),
-            SpendKind::Adjustment,
-            "2026-12-06T09:00:00Z",
-        ),
-        reading(
-            "chutes/int4",
-            Some(Close::Stopped),
-            SpendKind::Adjustment,
-            "2026-12-06T10:00:00Z",
-        ),
-        reading(
-            "chutes/int4",
-            Some(Close::Unclear),
-            SpendKind::Adjustment,
-            "2026-12-06T11:00:00Z",
-        ),
-        reading(
-            "novita",
-            Some(Close::BilledPast),
-            SpendKind::Adjustment,
-            "2026-12-06T08:00:00Z",
-        ),
+        reading("chutes/int4", Some(Close::Stopped), SpendKind::Adjustment, "2026-12-06T09:00:00Z"),
+        reading("chutes/int4", Some(Close::Stopped), SpendKind::Adjustment, "2026-12-06T10:00:00Z"),
+        reading("chutes/int4", Some(Close::Unclear), SpendKind::Adjustment, "2026-12-06T11:00:00Z"),
+        reading("novita", Some(Close::BilledPast), SpendKind::Adjustment, "2026-12-06T08:00:00Z"),
         // An adjustment of something else (a key true-up, a crash's open line): no reading.
-        reading(
-            "novita",
-            None,
-            SpendKind::Adjustment,
-            "2026-12-06T12:00:00Z",
-        ),
+        reading("novita", None, SpendKind::Adjustment, "2026-12-06T12:00:00Z"),
         // A reading only counts on the look-up's own line.
-        reading(
-            "together/int4",
-            Some(Close::Stopped),
-            SpendKind::Cancelled,
-            "2026-12-06T12:00:00Z",
-        ),
+        reading("together/int4", Some(Close::Stopped), SpendKind::Cancelled, "2026-12-06T12:00:00Z"),
     ];
-    let dir = tempfile::tempdir().expect("tmp");
-    let text: String = (lines.iter())
-        .map(|l| serde_json::to_string(l).expect("json") + "\n")
-        .collect();
-    std::fs::write(ledger_path(dir.path()), text).expect("write");
-    let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+    let scan = scanned(&lines);
     let mut got: Vec<(String, u32, u32, Option<String>)> = (scan.closes.iter())
         .map(|(t, s)| {
             (
@@ -418,12 +384,7 @@ fn the_latest_streams_are_kept_by_endpoint() {
     lines.push(line("novita", 7, true));
     // A line without the API's usage says nothing of the wire.
     lines.push(line("together/int4", 9, false));
-    let dir = tempfile::tempdir().expect("tmp");
-    let text: String = (lines.iter())
-        .map(|l| serde_json::to_string(l).expect("json") + "\n")
-        .collect();
-    std::fs::write(ledger_path(dir.path()), text).expect("write");
-    let scan = scan_ledger(dir.path(), |_| {}).expect("scan");
+    let scan = scanned(&lines);
     let events = |tag: &str| -> Vec<u64> {
         scan.streamed
             .get(tag)
@@ -437,4 +398,14 @@ fn the_latest_streams_are_kept_by_endpoint() {
     );
     assert_eq!(events("novita"), [7]);
     assert!(events("together/int4").is_empty());
+}
+
+/// The scan of a ledger of `lines`.
+fn scanned(lines: &[SpendEntry]) -> LedgerScan {
+    let dir = tempfile::tempdir().expect("tmp");
+    let text: String = (lines.iter())
+        .map(|l| serde_json::to_string(l).expect("json") + "\n")
+        .collect();
+    std::fs::write(ledger_path(dir.path()), text).expect("write");
+    scan_ledger(dir.path(), |_| {}).expect("scan")
 }
