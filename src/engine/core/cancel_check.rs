@@ -122,6 +122,10 @@ impl Core {
     /// says so once). The operator's own list (`cancel_stops_billing`, perhaps from `harvest
     /// probe`) is taken as given.
     pub(super) fn doubt_documented_closes(&mut self, now: &Clock) {
+        // Called on every event: nothing to look at outside the hard budget's own checks.
+        if self.cfg.budget_mode != BudgetMode::Hard || self.cfg.cancel_stops_billing.is_some() {
+            return;
+        }
         for i in 0..self.fleet.endpoints.len() {
             let e = &self.fleet.endpoints[i];
             if !self.doubts_documented(i) || self.fleet.cancel.contains_key(&e.tag) {

@@ -205,7 +205,7 @@ impl Core {
         for tag in tags {
             let at = self.fleet.endpoints.iter().position(|e| &e.tag == tag);
             for s in &streams[tag] {
-                self.learn_text_rate(s.text_bytes, s.tokens);
+                self.fleet.text.add(s.text_bytes, s.tokens);
                 if at.is_some() {
                     let rate = self.fleet.wire.entry(tag.clone()).or_default();
                     rate.add(s.tokens, s.events);
@@ -215,6 +215,8 @@ impl Core {
                 self.publish_wire(i);
             }
         }
+        // Once, for all the streams read: the workers' pool hears the figure they give.
+        self.publish_text_rate();
         self
     }
 
@@ -224,6 +226,12 @@ impl Core {
     /// hears it, for every endpoint.
     fn learn_text_rate(&mut self, bytes: u64, tokens: u64) {
         self.fleet.text.add(bytes, tokens);
+        self.publish_text_rate();
+    }
+
+    /// The run's bytes a token to every endpoint's pool entry, when it moved by more than a
+    /// tenth since the workers last heard it.
+    fn publish_text_rate(&mut self) {
         let now = self.fleet.text.estimate();
         let Some(was) = self.fleet.endpoints.first().map(|e| e.bytes_per_token) else {
             return;
