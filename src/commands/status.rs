@@ -159,14 +159,13 @@ fn in_ledger(dir: &Path) -> Option<InLedger> {
     let names = crate::report::dataset_names(dir).ok()?;
     let scan = crate::store::scan::scan_dir(dir, &names).ok()?;
     let kept = book_kept_answers(dir, &scan).ok()?;
-    let orphans = scan.orphans();
-    let closed = &scan.ledger.closed_unconfirmed;
-    // A closed stream's look-up may add what the provider went on to generate: at most its
-    // expected cost past what it was booked at.
-    let closed_more: Usd = closed.iter().map(crate::engine::reconcile::open_part).sum();
+    // As a start reads them: a closed stream's look-up may add what the provider went on to
+    // generate, at most its expected cost past what it was booked at.
+    let (count, expected) =
+        crate::engine::core::settle::Leftovers::from_scan(&scan).open_look_ups();
     let open = crate::engine::snapshot::OpenLookUps {
-        count: (orphans.len() + closed.len()) as u64,
-        expected: orphans.iter().filter_map(|e| e.expected_usd).sum::<Usd>() + closed_more,
+        count: count as u64,
+        expected,
     };
     Some(InLedger {
         open,

@@ -27,6 +27,7 @@ use super::alarm::Alarm;
 use super::control::Command;
 use super::core::DatasetBook;
 use super::core::attempt::AttemptResult;
+use super::core::settle::Leftovers;
 use super::core::{Clock, Core, Effect, Event, Live, Port};
 use super::publish::Publisher;
 use super::reason::StopReason;
@@ -121,14 +122,8 @@ pub(super) struct Supervisor {
     /// Cancelled by a stop-now that came after the work was over, while look-ups ran: what
     /// is still being looked up is left as it is (see [`Supervisor::stopping_now`]).
     end_now: CancellationToken,
-    /// Generations a crash of an earlier run left open.
-    orphans: Vec<SpendEntry>,
-    /// Requests a crash of an earlier run left before any answer.
-    unknown: Vec<SpendEntry>,
-    /// Ledger lines `--repair` rebuilt from the outputs, to confirm at the API.
-    rebuilt: Vec<SpendEntry>,
-    /// Streams an earlier run closed that no look-up confirmed, to confirm at the API.
-    closed_unconfirmed: Vec<SpendEntry>,
+    /// What earlier runs left open with the API, settled at the start.
+    leftovers: Leftovers,
     /// `GET /key` usage at the start, and the base a key true-up counts from.
     key_usage_start: Option<f64>,
     key_base: Option<KeyBase>,
@@ -164,14 +159,9 @@ pub(super) struct Launch {
     pub key_base: Option<KeyBase>,
     pub shard: Option<(u32, u32)>,
     pub state_path: std::path::PathBuf,
-    /// Generations a crash of an earlier run left open.
-    pub orphans: Vec<SpendEntry>,
-    /// Requests a crash of an earlier run left before any answer.
-    pub unknown: Vec<SpendEntry>,
-    /// Ledger lines `--repair` rebuilt from the outputs and no look-up has confirmed yet.
-    pub rebuilt: Vec<SpendEntry>,
-    /// Streams an earlier run closed (booked at its estimate) that no look-up confirmed.
-    pub closed_unconfirmed: Vec<SpendEntry>,
+    /// What earlier runs left open with the API (a crash's attempts, closed streams no
+    /// look-up confirmed, rebuilt lines).
+    pub leftovers: Leftovers,
     /// `harvest probe`'s agreement per endpoint (empty: no probe ran).
     pub probe: HashMap<String, f64>,
     /// What the ledger's closed streams said of each endpoint's closes, by tag.
@@ -211,10 +201,7 @@ impl Supervisor {
             state_path: l.state_path,
             stop_now: Arc::new(Alarm::new()),
             end_now: CancellationToken::new(),
-            orphans: l.orphans,
-            unknown: l.unknown,
-            rebuilt: l.rebuilt,
-            closed_unconfirmed: l.closed_unconfirmed,
+            leftovers: l.leftovers,
             key_usage_start: l.key_usage_start,
             key_base: l.key_base,
             unsettled: 0,
@@ -405,10 +392,7 @@ impl Supervisor {
             // be after them, and no true-up could reach them (the detached-run test: a kill's
             // request booked at its $0.0009 expectation, billed $0.000003, kept for good once
             // a no-op run's start took a new base).
-            let left_open = !(self.orphans.is_empty()
-                && self.unknown.is_empty()
-                && self.rebuilt.is_empty()
-                && self.closed_unconfirmed.is_empty());
+            let left_open = !self.leftovers.is_empty();
             let waiting = (self.key_base.as_ref()).map_or(Usd::ZERO, |b| b.estimated);
             let quiet = super::reconcile::start_is_quiet(left_open, waiting);
             self.checkpoint(u, quiet, "start").await;

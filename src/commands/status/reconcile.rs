@@ -38,9 +38,8 @@ pub(super) async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<(
     let client = OpenRouterClient::new(opts).map_err(|e| BadInput(e.to_string()))?;
     // As shown to people (a password in it is `***`): the client moves into the look-ups.
     let url = client.base_url().into_owned();
-    let orphans = scan.orphans();
-    let closed = scan.ledger.closed_unconfirmed.clone();
-    let nothing_open = orphans.is_empty() && closed.is_empty();
+    let leftovers = crate::engine::core::settle::Leftovers::from_scan(&scan);
+    let nothing_open = leftovers.to_look_up().next().is_none();
     if !nothing_open && [api.base_url.1, key_from].iter().any(|s| s.is_the_runs()) {
         // Not what the flags say: the operator sees which API is asked, and with which key.
         eprintln!(
@@ -71,7 +70,7 @@ pub(super) async fn reconcile(dir: &Path, args: &StatusArgs) -> anyhow::Result<(
     // Ids no ask of which reached the API (refused, DNS, TLS, timed out), and the last reason:
     // not "too recent", which only an API that answered can say.
     let (mut unreached, mut unreached_why) = (0u64, String::new());
-    let items = (orphans.into_iter().chain(closed))
+    let items = (leftovers.to_look_up().cloned())
         .filter_map(|e| Some((e.generation_id.clone()?, e)))
         .collect();
     let mut answers = std::pin::pin!(look_up(client, items, Until::Deadline(RECONCILE_DEADLINE)));

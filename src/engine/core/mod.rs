@@ -32,6 +32,7 @@ mod port;
 mod reserve;
 mod routing;
 mod row;
+pub(crate) mod settle;
 mod systematic;
 #[cfg(test)]
 mod tests;

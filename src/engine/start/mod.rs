@@ -27,7 +27,6 @@ use tokio::sync::{mpsc, watch};
 use crate::config::Config;
 use crate::domain::Usd;
 use crate::openrouter::OpenRouterClient;
-use crate::store::output::SpendEntry;
 use crate::store::writer::Writer;
 
 use super::alarm::Alarm;
@@ -53,15 +52,6 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
     let dir_lock =
         (r.lock).ok_or_else(|| EngineError::Startup("the output directory's lock".into()))?;
     let key_usage_start = r.key.as_ref().map(|k| k.usage);
-    // Generations a crash left open (started, never closed, not among the outputs): the
-    // supervisor asks the API what they cost beside the new work.
-    let orphans: Vec<SpendEntry> = (r.ledger.open.into_iter())
-        .filter(|e| {
-            e.generation_id
-                .as_ref()
-                .is_some_and(|g| !r.output_generations.contains(g))
-        })
-        .collect();
     let (writer, writer_thread) =
         Writer::start(&r.dir, &r.names).map_err(|e| EngineError::Input(e.to_string()))?;
     let shared = shared(
@@ -83,10 +73,7 @@ pub async fn start(cfg: Config, opts: RunOptions) -> Result<EngineHandle, Engine
         key_base: r.ledger.key_base,
         shard: opts.shard,
         state_path: super::state_path(&r.dir),
-        orphans,
-        unknown: r.ledger.unknown,
-        rebuilt: r.ledger.rebuilt,
-        closed_unconfirmed: r.ledger.closed_unconfirmed,
+        leftovers: r.leftovers,
         probe: r.probe,
         closes_before: r.ledger.closes,
         streams_before: r.ledger.streamed,

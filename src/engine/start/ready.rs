@@ -11,6 +11,7 @@ use crate::openrouter::{ApiError, ApiKey, ClientOptions, ModelEndpoints, OpenRou
 use crate::store::lock;
 use crate::store::repair;
 
+use super::super::core::settle::Leftovers;
 use super::super::endpoint::RunEndpoint;
 use super::super::supervisor::DatasetRun;
 use super::super::{EngineError, RunOptions, pool};
@@ -54,7 +55,8 @@ pub(super) struct Ready {
     pub(super) datasets: Vec<DatasetRun>,
     pub(super) carried: Usd,
     pub(super) ledger: crate::store::scan::LedgerScan,
-    pub(super) output_generations: HashSet<String>,
+    /// What earlier runs left open with the API, for the start to settle.
+    pub(super) leftovers: Leftovers,
     pub(super) client: OpenRouterClient,
     pub(super) endpoints: Vec<RunEndpoint>,
     pub(super) own_clients: HashMap<String, OpenRouterClient>,
@@ -115,8 +117,7 @@ pub(super) async fn ready(
     }
     // Outputs whose ledger line was lost in a crash still cost money.
     let carried = prepared.carried();
-    let output_generations: HashSet<String> =
-        (prepared.output_generations().into_iter().cloned()).collect();
+    let leftovers = Leftovers::from_scan(&prepared);
     let ledger = prepared.ledger;
     let mut datasets = Vec::new();
     // Prompt bytes and prompts, for a typical prompt's size in the account's preflight.
@@ -197,7 +198,7 @@ pub(super) async fn ready(
         datasets,
         carried,
         ledger,
-        output_generations,
+        leftovers,
         client,
         endpoints,
         own_clients,

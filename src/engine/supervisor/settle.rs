@@ -9,6 +9,7 @@ use crate::domain::Usd;
 use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind};
 use crate::store::scan::KeyBase;
 
+use super::super::core::settle::Landing;
 use super::super::core::{Clock, Event};
 use super::super::reconcile::Recovery;
 use super::Supervisor;
@@ -129,14 +130,15 @@ impl Supervisor {
     /// Books requests an earlier run's crash left before any answer at their expected cost
     /// (the API cannot be asked about them, and the budget must not assume they were free),
     /// and starts looking up the generations it left open: those run beside the new work, and
-    /// each is booked as its answer lands (see [`Recovery`]).
+    /// each is booked as its answer lands (see [`Recovery`]). What is booked, held and asked,
+    /// in what order, the core decides ([`Core::opening`](super::super::core::Core)).
     pub(super) async fn settle_crash(&mut self) -> Recovery {
-        let unknown = std::mem::take(&mut self.unknown);
-        if !unknown.is_empty() {
-            let n = unknown.len();
+        let left = std::mem::take(&mut self.leftovers);
+        let opening = self.core.opening(left, self.shared.client.has_key());
+        if !opening.estimates.is_empty() {
+            let n = opening.estimates.len();
             let mut total = Usd::ZERO;
-            for e in unknown {
-                let usd = e.expected_usd.unwrap_or_default();
+            for (e, usd) in opening.estimates {
                 total += usd;
                 self.note_estimate(usd);
                 self.book_carried(e, SpendKind::Unknown, usd, true).await;
@@ -148,39 +150,12 @@ impl Supervisor {
                 ),
             ).await;
         }
-        let orphans = std::mem::take(&mut self.orphans);
-        let closed = std::mem::take(&mut self.closed_unconfirmed);
-        if self.shared.client.has_key() && !(orphans.is_empty() && closed.is_empty()) {
+        if !opening.held.is_empty() {
             // Until each look-up lands, its attempt holds money as a live stream does.
-            let open = orphans.iter().chain(&closed).cloned().collect();
-            self.step(Event::CrashOpen(open)).await;
+            self.step(Event::CrashOpen(opening.held)).await;
         }
-        let mut items: Vec<_> = orphans
-            .into_iter()
-            .filter_map(|e| Some((e.generation_id.clone()?, e)))
-            .collect();
-        // What was likely billed past the crash first (it is found on the first ask, and its
-        // hold is the largest), dearest first.
-        items.sort_by_key(|(_, e)| {
-            (
-                !self.core.likely_billed(e),
-                std::cmp::Reverse(e.expected_usd.unwrap_or_default()),
-            )
-        });
-        let n = items.len();
-        let rebuilt: Vec<_> = std::mem::take(&mut self.rebuilt)
-            .into_iter()
-            .filter_map(|e| Some((e.generation_id.clone()?, e)))
-            .collect();
-        let c = closed.len();
-        items.extend(
-            closed
-                .into_iter()
-                .filter_map(|e| Some((e.generation_id.clone()?, e))),
-        );
-        let r = rebuilt.len();
-        items.extend(rebuilt);
-        if items.is_empty() || !self.shared.client.has_key() {
+        let (n, c, r) = opening.kinds;
+        if opening.look_ups.is_empty() {
             return Recovery::default();
         }
         if n > 0 {
@@ -204,18 +179,13 @@ impl Supervisor {
                 ),
             ).await;
         }
-        Recovery::start(self.shared.client.clone(), items, c, r)
+        Recovery::start(self.shared.client.clone(), opening.look_ups, c, r)
     }
 
-    /// A rebuilt ledger line's look-up came back: the API's cost replaces the output's (an
-    /// adjustment line of the difference, which also marks the line confirmed for later
-    /// starts); unknown, it stays as it was and the next start asks again.
-    async fn confirm_rebuilt(&mut self, rec: &mut Recovery, entry: SpendEntry, cost: Option<f64>) {
-        let Some(c) = cost else { return };
-        let c = match crate::booked_cost::check(c, entry.worst_usd) {
-            Ok(c) => c,
-            Err(why) => return self.refused_cost(&entry, why).await,
-        };
+    /// A rebuilt ledger line's look-up came back with the API's cost: it replaces the
+    /// output's (an adjustment line of the difference, which also marks the line confirmed for
+    /// later starts).
+    async fn confirm_rebuilt(&mut self, rec: &mut Recovery, entry: SpendEntry, c: Usd) {
         let delta = c - entry.usd;
         rec.confirmed += 1;
         rec.confirmed_delta += delta;
@@ -235,48 +205,21 @@ impl Supervisor {
         .await;
     }
 
-    /// A look-up of a stream an earlier run closed came back: the API's cost is booked as an
-    /// adjustment (one line even when the estimate was right: it marks the stream confirmed),
-    /// and its hold goes. Unknown past [`UNKNOWN_AFTER`](super::super::reconcile::UNKNOWN_AFTER)
-    /// (the API will not learn of it now) it keeps its estimate, confirmed as it is; unknown
-    /// but recent, its hold stays and the next start asks again.
-    async fn confirm_closed(
+    /// A look-up that settles nothing now ([`Landing::Open`]): a refused figure is named; an
+    /// attempt that holds money keeps its hold, waited for no more, and the next start asks
+    /// again.
+    async fn left_open(
         &mut self,
-        rec: &mut Recovery,
         entry: SpendEntry,
-        cost: Option<f64>,
-        completion_tokens: Option<u64>,
+        refused: Option<crate::booked_cost::CostRefused>,
+        held: bool,
     ) {
-        let Some(actual) = self.closed_settles_at(&entry, cost).await else {
-            return;
-        };
-        rec.settled(&entry);
-        rec.closed_confirmed += 1;
-        rec.closed_delta += self.closed_cost(entry, actual, completion_tokens).await;
-    }
-
-    /// What a closed stream's look-up settles it at, this run's or an earlier run's: the API's
-    /// figure where it can be a bill ([`crate::booked_cost`]); where it cannot (a gateway that
-    /// answers below zero or above the attempt's worst case) or the API does not know it yet,
-    /// `None`: its hold stays, the figure is named, and a later look-up or its age settles it;
-    /// unknown for good, what the core says a lost close costs (its booking, or its worst case
-    /// where the close did not stop the bill under the hard budget).
-    async fn closed_settles_at(&mut self, entry: &SpendEntry, cost: Option<f64>) -> Option<Usd> {
-        use super::super::reconcile::{Settle, settle};
-        match settle(entry, cost, chrono::Utc::now()) {
-            Settle::Found(c) => Some(c),
-            Settle::Lost => Some(self.core.lost_cost(entry)),
-            Settle::Wait => {
-                self.unsettled += 1;
-                self.step(Event::Unsettled(entry.clone())).await;
-                None
-            }
-            Settle::Refused(why) => {
-                self.refused_cost(entry, why).await;
-                self.unsettled += 1;
-                self.step(Event::Unsettled(entry.clone())).await;
-                None
-            }
+        if let Some(why) = refused {
+            self.refused_cost(&entry, why).await;
+        }
+        if held {
+            self.unsettled += 1;
+            self.step(Event::Unsettled(entry)).await;
         }
     }
 
@@ -322,7 +265,7 @@ impl Supervisor {
         rec: &mut Recovery,
         looked_up: super::super::reconcile::LookedUp,
     ) {
-        use super::super::reconcile::{LookedUp, Settle, settle};
+        use super::super::reconcile::LookedUp;
         let (entry, cost, completion) = match looked_up {
             LookedUp::NotOnFirstPass(entry) => {
                 rec.first_answers += 1;
@@ -344,24 +287,15 @@ impl Supervisor {
         };
         rec.back += 1;
         rec.expected_back += super::super::reconcile::open_part(&entry);
-        if entry.kind == SpendKind::Complete
-            && entry.attempt.as_deref() == Some(crate::store::repair::REBUILT)
-        {
-            return self.confirm_rebuilt(rec, entry, cost).await;
-        }
-        if entry.kind == SpendKind::Cancelled {
-            return self.confirm_closed(rec, entry, cost, completion).await;
-        }
-        match settle(&entry, cost, chrono::Utc::now()) {
-            Settle::Found(usd) => {
+        match self.core.landing(&entry, cost, chrono::Utc::now()) {
+            Landing::Found(usd) => {
                 rec.settled(&entry);
                 rec.booked += 1;
                 rec.total += usd;
                 self.book_carried(entry, SpendKind::Recovered, usd, false)
                     .await;
             }
-            Settle::Lost => {
-                let usd = self.core.lost_cost(&entry);
+            Landing::Lost(usd) => {
                 rec.settled(&entry);
                 rec.lost += 1;
                 rec.total += usd;
@@ -369,15 +303,13 @@ impl Supervisor {
                 self.book_carried(entry, SpendKind::Unknown, usd, true)
                     .await;
             }
-            Settle::Wait => {
-                self.unsettled += 1;
-                self.step(Event::Unsettled(entry)).await;
+            Landing::Closed(actual) => {
+                rec.settled(&entry);
+                rec.closed_confirmed += 1;
+                rec.closed_delta += self.closed_cost(entry, actual, completion).await;
             }
-            Settle::Refused(why) => {
-                self.refused_cost(&entry, why).await;
-                self.unsettled += 1;
-                self.step(Event::Unsettled(entry)).await;
-            }
+            Landing::Rebuilt(usd) => self.confirm_rebuilt(rec, entry, usd).await,
+            Landing::Open { refused, held } => self.left_open(entry, refused, held).await,
         }
     }
 
@@ -508,12 +440,15 @@ impl Supervisor {
         self.closed.out = self.closed.out.saturating_sub(1);
         // Not known (the run stops waiting for it) or a figure that cannot be a bill: its
         // hold stays, and the next start asks again.
-        let Some(actual) = self.closed_settles_at(&entry, cost).await else {
-            return;
-        };
-        self.closed.fixed += 1;
-        let delta = (self.closed_cost(entry, actual, completion_tokens)).await;
-        self.closed.delta += delta;
+        match self.core.landing(&entry, cost, chrono::Utc::now()) {
+            Landing::Closed(actual) | Landing::Found(actual) | Landing::Lost(actual) => {
+                self.closed.fixed += 1;
+                let delta = (self.closed_cost(entry, actual, completion_tokens)).await;
+                self.closed.delta += delta;
+            }
+            Landing::Rebuilt(_) => {}
+            Landing::Open { refused, held } => self.left_open(entry, refused, held).await,
+        }
     }
 
     /// At the end: asks about the streams closed last and waits for the look-ups still

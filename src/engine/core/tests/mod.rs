@@ -15,6 +15,7 @@ mod purity;
 mod reserve;
 mod routing;
 mod scheduler;
+mod settle;
 mod simulation;
 mod systematic;
 mod text_rate;

@@ -1,0 +1,202 @@
+//! The settling of what an earlier run left open (`core::settle`): what a start books, holds
+//! and asks first, and how each look-up's answer is booked, decided with time passed in.
+
+use super::*;
+use crate::booked_cost::CostRefused;
+use crate::engine::core::settle::{Landing, Leftovers};
+use crate::store::output::{SpendEntry, SpendKind};
+use crate::store::scan::{DirScan, LedgerScan};
+
+fn t0_wall() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(1_796_000_000, 0).expect("fixed time")
+}
+
+/// A line of `kind` for prompt `id`, written `mins_ago` minutes before the test's time, at
+/// `endpoint` (`None`: OpenRouter chose), expected to cost `expected` of a worst case of 0.05.
+fn line(
+    kind: SpendKind,
+    id: &str,
+    endpoint: Option<&str>,
+    mins_ago: i64,
+    expected: f64,
+) -> SpendEntry {
+    let at = t0_wall() - chrono::TimeDelta::minutes(mins_ago);
+    SpendEntry {
+        endpoint: endpoint.map(Into::into),
+        generation_id: Some(format!("gen-{id}")),
+        attempt: Some(format!("r-{id}")),
+        expected_usd: Some(Usd::from_f64(expected)),
+        worst_usd: Some(Usd::from_f64(0.05)),
+        ..SpendEntry::new(kind, crate::domain::rfc3339(at), id, "a")
+    }
+}
+
+fn core_in(mode: &str) -> H {
+    let cfg = config(&format!(
+        "budget_mode = \"{mode}\"\n[request]\nmax_tokens = 4096"
+    ));
+    H::new(cfg, kimi(), &[&["p1"]])
+}
+
+#[test]
+fn each_look_up_is_booked_by_its_own_rule() {
+    let closed = |usd: f64| SpendEntry {
+        usd: Usd::from_f64(usd),
+        estimated: true,
+        ..line(SpendKind::Cancelled, "c", Some("moonshotai"), 1, 0.01)
+    };
+    let rebuilt = SpendEntry {
+        attempt: Some(crate::store::scan::REBUILT.into()),
+        usd: Usd::from_f64(0.004),
+        ..line(SpendKind::Complete, "r", Some("chutes/int4"), 1, 0.004)
+    };
+    let open_at = |e: &str, mins| line(SpendKind::Started, "o", Some(e), mins, 0.01);
+    let h = core_in("hard");
+    let lost_moonshot = h.core.lost_cost(&open_at("moonshotai", 20));
+    let lost_closed = h.core.lost_cost(&SpendEntry {
+        usd: Usd::from_f64(0.002),
+        estimated: true,
+        ..line(SpendKind::Cancelled, "c", Some("moonshotai"), 20, 0.01)
+    });
+    type Case = (&'static str, SpendEntry, Option<f64>, Landing);
+    let cases: Vec<Case> = vec![
+        (
+            "an open attempt the API knows: its cost",
+            open_at("chutes/int4", 1),
+            Some(0.0123),
+            Landing::Found(Usd::from_f64(0.0123)),
+        ),
+        (
+            "an open attempt unknown but recent: held, asked again",
+            open_at("chutes/int4", 1),
+            None,
+            Landing::Open {
+                refused: None,
+                held: true,
+            },
+        ),
+        (
+            "an open attempt unknown for 20 min where a close is billed: what the core says",
+            open_at("moonshotai", 20),
+            None,
+            Landing::Lost(lost_moonshot),
+        ),
+        (
+            "a figure below zero: refused, held",
+            open_at("chutes/int4", 1),
+            Some(-0.01),
+            Landing::Open {
+                refused: Some(CostRefused::Negative(-0.01)),
+                held: true,
+            },
+        ),
+        (
+            "a figure past the worst case, even when old: lost, not booked at it",
+            open_at("moonshotai", 20),
+            Some(3.0),
+            Landing::Lost(lost_moonshot),
+        ),
+        (
+            "a closed stream the API knows: an adjustment to its bill",
+            closed(0.002),
+            Some(0.009),
+            Landing::Closed(Usd::from_f64(0.009)),
+        ),
+        (
+            "a closed stream unknown for good where a close is billed: what a lost close costs",
+            SpendEntry {
+                usd: Usd::from_f64(0.002),
+                estimated: true,
+                ..line(SpendKind::Cancelled, "c", Some("moonshotai"), 20, 0.01)
+            },
+            None,
+            Landing::Closed(lost_closed),
+        ),
+        (
+            "a rebuilt line the API knows: its cost",
+            rebuilt.clone(),
+            Some(0.0041),
+            Landing::Rebuilt(Usd::from_f64(0.0041)),
+        ),
+        (
+            "a rebuilt line unknown: kept as it is, holding nothing",
+            rebuilt,
+            None,
+            Landing::Open {
+                refused: None,
+                held: false,
+            },
+        ),
+    ];
+    for (what, entry, cost, want) in cases {
+        assert_eq!(h.core.landing(&entry, cost, t0_wall()), want, "{what}");
+    }
+    assert!(
+        lost_moonshot >= Usd::from_f64(0.01),
+        "under the hard budget an attempt lost where a close is billed costs at least its \
+         expectation: {lost_moonshot}"
+    );
+    assert!(lost_closed > Usd::from_f64(0.002), "{lost_closed}");
+}
+
+#[test]
+fn a_start_books_the_unstarted_holds_the_open_and_asks_the_likely_billed_first() {
+    let h = core_in("hard");
+    let mut ledger = LedgerScan {
+        unknown: vec![line(SpendKind::Dispatched, "u", None, 5, 0.003)],
+        open: vec![
+            line(SpendKind::Started, "cheap", Some("chutes/int4"), 5, 0.002),
+            line(SpendKind::Started, "dear", Some("chutes/int4"), 5, 0.02),
+            line(SpendKind::Started, "billed", Some("moonshotai"), 5, 0.001),
+            line(SpendKind::Started, "kept", Some("chutes/int4"), 5, 0.01),
+        ],
+        closed_unconfirmed: vec![line(SpendKind::Cancelled, "c", Some("moonshotai"), 5, 0.01)],
+        ..LedgerScan::default()
+    };
+    ledger.rebuilt = vec![SpendEntry {
+        attempt: Some(crate::store::scan::REBUILT.into()),
+        ..line(SpendKind::Complete, "r", Some("chutes/int4"), 5, 0.004)
+    }];
+    let mut scan = DirScan {
+        ledger,
+        ..DirScan::default()
+    };
+    // The answer of "kept" is among the outputs: booked from its record, not looked up.
+    let mut kept = crate::store::scan::DatasetScan::default();
+    kept.existing.generation_ids.insert("gen-kept".into());
+    scan.datasets.push(kept);
+    let left = Leftovers::from_scan(&scan);
+    assert_eq!(
+        left.open_look_ups(),
+        (4, Usd::from_f64(0.002 + 0.02 + 0.001 + 0.01)),
+        "three open attempts and one closed stream may still add what each expected"
+    );
+    let opening = h.core.opening(left, true);
+    let ids = |v: &[(String, SpendEntry)]| v.iter().map(|(_, e)| e.id.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&opening.look_ups),
+        ["billed", "dear", "cheap", "c", "r"],
+        "billed past the crash first, then dearest; closed streams; rebuilt lines"
+    );
+    assert_eq!(opening.kinds, (3, 1, 1));
+    let held: Vec<&str> = opening.held.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        held,
+        ["cheap", "dear", "billed", "c"],
+        "rebuilt lines hold nothing"
+    );
+    assert_eq!(
+        (opening.estimates.iter())
+            .map(|(e, usd)| (e.id.as_str(), *usd))
+            .collect::<Vec<_>>(),
+        [("u", Usd::from_f64(0.003))],
+        "a request that never started is booked at its expectation"
+    );
+
+    let no_key = h.core.opening(Leftovers::from_scan(&scan), false);
+    assert_eq!(no_key.estimates.len(), 1, "booked without a key too");
+    assert!(
+        no_key.held.is_empty() && no_key.look_ups.is_empty(),
+        "nothing is held or asked that no look-up can settle"
+    );
+}
