@@ -10,7 +10,6 @@ use std::task::Poll;
 use std::time::Instant;
 
 use crate::openrouter::{ApiError, ChatStream, Completion, Progress, TimeoutKind};
-use crate::store::output::{SpendEntry, SpendKind};
 
 use super::alarm::Alarm;
 use super::core::attempt::{AttemptOutcome, AttemptResult, Dispatch};
@@ -392,21 +391,10 @@ fn settle(
 /// and asks the API what generation `g` cost. A failed write stops the run through the
 /// supervisor's own writes.
 async fn write_started(shared: &Shared, spec: &AttemptSpec, g: &str, endpoint: Option<usize>) {
-    let _ = shared
-        .writer
-        .spend(&SpendEntry {
-            endpoint: endpoint.map(|e| shared.endpoints()[e].tag.clone()),
-            prompt_tokens: spec.d.prompt_tokens,
-            estimated: true,
-            generation_id: Some(g.to_string()),
-            attempt: Some(spec.d.attempt.clone()),
-            ..SpendEntry::new(
-                SpendKind::Started,
-                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                spec.d.prompt_id.clone(),
-                spec.d.ledger.dataset.clone(),
-            )
-        })
+    let endpoint = endpoint.map(|e| shared.endpoints()[e].tag.clone());
+    let at = crate::domain::rfc3339(chrono::Utc::now());
+    let _ = (shared.writer)
+        .spend(&spec.d.started_line(g, endpoint, at))
         .await;
 }
 

@@ -36,6 +36,27 @@ pub(crate) struct Dispatch {
     pub ledger: SpendEntry,
 }
 
+impl Dispatch {
+    /// The attempt's `started` line, written when its generation `g` is known (its first
+    /// chunk), served at the endpoint tagged `endpoint` when known: a crash after it leaves the
+    /// attempt open with a generation the next start looks up.
+    pub(crate) fn started_line(&self, g: &str, endpoint: Option<String>, at: String) -> SpendEntry {
+        SpendEntry {
+            endpoint,
+            prompt_tokens: self.prompt_tokens,
+            estimated: true,
+            generation_id: Some(g.to_string()),
+            attempt: Some(self.attempt.clone()),
+            ..SpendEntry::new(
+                crate::store::output::SpendKind::Started,
+                at,
+                self.prompt_id.clone(),
+                self.ledger.dataset.clone(),
+            )
+        }
+    }
+}
+
 /// How one attempt ended.
 #[derive(Debug)]
 pub(crate) enum AttemptOutcome {

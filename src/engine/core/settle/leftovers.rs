@@ -38,11 +38,17 @@ pub(crate) struct Opening {
 impl Leftovers {
     /// What `scan` leaves open: the same for `run`, `run --check` and `status`.
     pub(crate) fn from_scan(scan: &DirScan) -> Leftovers {
+        // In the order they were written (the scan keeps them by attempt, in no order): the
+        // same directory is settled the same way every time.
+        let in_order = |mut v: Vec<SpendEntry>| {
+            v.sort_by(|a, b| (&a.at, &a.attempt, &a.id).cmp(&(&b.at, &b.attempt, &b.id)));
+            v
+        };
         Leftovers {
-            unknown: scan.ledger.unknown.clone(),
-            orphans: scan.orphans(),
-            closed: scan.ledger.closed_unconfirmed.clone(),
-            rebuilt: scan.ledger.rebuilt.clone(),
+            unknown: in_order(scan.ledger.unknown.clone()),
+            orphans: in_order(scan.orphans()),
+            closed: in_order(scan.ledger.closed_unconfirmed.clone()),
+            rebuilt: in_order(scan.ledger.rebuilt.clone()),
         }
     }
 

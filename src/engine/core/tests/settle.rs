@@ -182,8 +182,8 @@ fn a_start_books_the_unstarted_holds_the_open_and_asks_the_likely_billed_first()
     let held: Vec<&str> = opening.held.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(
         held,
-        ["cheap", "dear", "billed", "c"],
-        "rebuilt lines hold nothing"
+        ["billed", "cheap", "dear", "c"],
+        "in the order written (here by attempt); rebuilt lines hold nothing"
     );
     assert_eq!(
         (opening.estimates.iter())

@@ -12,9 +12,15 @@
 //! The money the workers keep (running cost, held worst cases, the cap) follows the same pure
 //! rules the worker calls (`attempt_money::{hold_released, cap_reached, close_at_cap}`).
 //!
+//! One world in four crashes (`crash.rs`): its first process writes a real output directory
+//! as the driver does, dies at a seeded moment, and a fresh core starts from what the store
+//! reads there, settling what the crash left through the core's own decisions; the checks then
+//! read the disk across both processes.
+//!
 //! `HARVEST_SIM_SEEDS=N` runs N worlds instead of the fixed set; `HARVEST_SIM_SEED=S` replays
 //! one (`cargo test --lib simulation -- --nocapture` prints what it did).
 
+mod crash;
 mod run;
 mod scenarios;
 mod world;
@@ -103,6 +109,16 @@ fn seeded_worlds_keep_every_promise() {
             "drain",
             "stop now",
             "dollar cap",
+            // Crash worlds (`crash.rs`): a process died, torn lines were cut, kept answers
+            // booked from their rows, what it left found at `/generation` or estimated and
+            // trued up against the key.
+            "crash",
+            "torn line",
+            "kept answer booked",
+            "crash found",
+            "crash close",
+            "crash estimate",
+            "key true-up",
         ] {
             assert!(
                 seen.get(k).copied().unwrap_or(0) > 0,

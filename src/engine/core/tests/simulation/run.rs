@@ -15,8 +15,10 @@ use super::super::super::attempt_money::{
 };
 use super::super::super::cancel_check::CHECK_AFTER_TOKENS;
 use super::super::*;
+use super::crash::{Disk, Line, Settling};
 use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
+use crate::engine::core::settle::Leftovers;
 
 /// The driver's tick, seconds (`RunOptions::tick`'s default).
 const TICK_S: f64 = 0.2;
@@ -44,6 +46,8 @@ pub(super) struct Flight {
     /// What OpenRouter's in-flight budget counts for it: prompt and `max_tokens` at the
     /// serving price.
     pub(super) estimate_pico: i64,
+    /// Its `started` line, written at its first token (crash worlds, which keep a disk).
+    pub(super) started: Option<crate::store::output::SpendEntry>,
 }
 
 impl Flight {
@@ -231,6 +235,16 @@ pub(super) struct Run {
     pub(super) op: OpState,
     /// The endpoints as the workers read them (their cancel billing, as the core learns it).
     pub(super) pool: Vec<RunEndpoint>,
+    /// Which of the world's processes this is: 1, or 2 after a crash.
+    pub(super) process: u32,
+    /// The output directory, in a crash world.
+    pub(super) disk: Option<Disk>,
+    /// The process died (a crash world's crash came).
+    pub(super) crashed: bool,
+    /// What the crash left, for the next start to settle ([`Run::open_leftovers`]), and the
+    /// look-ups it runs.
+    pub(super) leftovers: Option<(Leftovers, Option<crate::store::scan::KeyBase>)>,
+    pub(super) settling: Option<Settling>,
 }
 
 /// The operator's state as the world knows it, to check each request against.
@@ -251,7 +265,7 @@ pub(super) struct OpState {
 
 /// A time that orders (virtual seconds; never NaN).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Time(f64);
+pub(super) struct Time(pub(super) f64);
 impl Eq for Time {}
 impl PartialOrd for Time {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
@@ -321,51 +335,18 @@ pub(super) fn run(world: &World) -> Outcome {
         &t0,
     )
     .with_drain_grace(std::time::Duration::from_secs_f64(world.drain_grace_s));
-    let prompts = (0..world.prompts)
-        .map(|i| Prompt {
-            id: format!("p{i}"),
-            messages: vec![Message::user(format!(
-                "question {i} of world {}",
-                world.seed
-            ))],
-            line: i as u64 + 1,
-        })
-        .collect();
-    let mut run = Run {
-        world: world.clone(),
-        core,
-        t0,
-        t: 0.0,
-        rng: SmallRng::seed_from_u64(world.seed ^ 0x5EED),
-        prompts,
-        flights: Flights::default(),
-        due: Default::default(),
-        acc: Sums::default(),
-        per_endpoint: vec![0; world.endpoints.len()],
-        held: 0,
-        spent: 0,
-        tripped: false,
-        billed: HashMap::new(),
-        lookups: Vec::new(),
-        lookup_due: Default::default(),
-        ends: HashMap::new(),
-        out: Outcome::default(),
-        hasher: Default::default(),
-        behaviours: (world.table.endpoints.iter())
-            .map(|e| e.behaviour.clone())
-            .collect(),
-        pool: world.endpoints.clone(),
-        op: OpState {
-            next: 0,
-            paused: false,
-            concurrency: world.concurrency,
-            excluded: vec![false; world.endpoints.len()],
-            stopped: None,
-            drain_by: None,
-            closed_by_stop: Default::default(),
-        },
-    };
+    let mut run = Run::new(world, core, t0, 1);
+    if world.crash.is_some() {
+        run.disk = Some(Disk::new());
+    }
     run.go();
+    if run.crashed {
+        run.die();
+        run = run.restart();
+        run.go();
+        run.settle_at_end();
+    }
+    run.check_disk();
     run.check();
     if std::env::var("HARVEST_SIM_EVENTS").is_ok() {
         eprintln!("events of seed {} {:?}:", world.seed, world.mode);
@@ -377,11 +358,75 @@ pub(super) fn run(world: &World) -> Outcome {
 }
 
 impl Run {
+    /// Process `process` of `world`, run by `core` from time zero.
+    pub(super) fn new(world: &World, core: Core, t0: Clock, process: u32) -> Run {
+        let prompts = (0..world.prompts)
+            .map(|i| Prompt {
+                id: format!("p{i}"),
+                messages: vec![Message::user(format!(
+                    "question {i} of world {}",
+                    world.seed
+                ))],
+                line: i as u64 + 1,
+            })
+            .collect();
+        Run {
+            world: world.clone(),
+            core,
+            t0,
+            t: 0.0,
+            rng: SmallRng::seed_from_u64(world.seed ^ 0x5EED ^ u64::from(process - 1)),
+            prompts,
+            flights: Flights::default(),
+            due: Default::default(),
+            acc: Sums::default(),
+            per_endpoint: vec![0; world.endpoints.len()],
+            held: 0,
+            spent: 0,
+            tripped: false,
+            billed: HashMap::new(),
+            lookups: Vec::new(),
+            lookup_due: Default::default(),
+            ends: HashMap::new(),
+            out: Outcome::default(),
+            hasher: Default::default(),
+            behaviours: (world.table.endpoints.iter())
+                .map(|e| e.behaviour.clone())
+                .collect(),
+            pool: world.endpoints.clone(),
+            op: OpState {
+                next: 0,
+                paused: false,
+                concurrency: world.concurrency,
+                excluded: vec![false; world.endpoints.len()],
+                stopped: None,
+                drain_by: None,
+                closed_by_stop: Default::default(),
+            },
+            process,
+            disk: None,
+            crashed: false,
+            leftovers: None,
+            settling: None,
+        }
+    }
+
+    /// The generation id the world gives attempt `key` of this process.
+    pub(super) fn generation(&self, key: u64) -> String {
+        match self.process {
+            1 => format!("gen-{key}"),
+            n => format!("gen-{n}-{key}"),
+        }
+    }
+
     pub(super) fn clock(&self) -> Clock {
         self.t0.after(Duration::from_secs_f64(self.t))
     }
 
     pub(super) fn step(&mut self, event: Event) {
+        if self.crashed {
+            return;
+        }
         // The trace: when, what kind, and for a result whose attempt and what it booked (the
         // effects add what they wrote). Cheap, so it can run on every step.
         (self.t.to_bits(), std::mem::discriminant(&event)).hash(&mut self.hasher);
@@ -402,13 +447,76 @@ impl Run {
             t: self.t,
         };
         let effects = self.core.handle(event, &mut port, &now);
-        for e in effects {
+        let cut = self.crash_cut(&effects);
+        for (i, e) in effects.into_iter().enumerate() {
+            if cut == Some(i) {
+                self.tear(&e);
+                break;
+            }
             self.perform(e);
+            if self.crashed {
+                break;
+            }
+        }
+        if cut.is_some() {
+            self.crashed = true;
         }
         self.out.peak_in_flight = self.out.peak_in_flight.max(self.flights.len());
     }
 
+    /// Where the crash falls in a step of `n` effects, when it falls in this one: after that
+    /// many are performed.
+    fn crash_cut(&self, effects: &[Effect]) -> Option<usize> {
+        let c = self.world.crash.as_ref().filter(|_| self.process == 1)?;
+        let budget = Usd::from_f64(self.world.budget_usd).pico() as f64;
+        let taken = (self.out.bill_pico + self.acc.all_at(self.t)) as f64 / budget;
+        if self.t < c.at && c.near_budget.is_none_or(|share| taken < share) {
+            return None;
+        }
+        if !c.after_a_row {
+            return Some(c.cut as usize % (effects.len() + 1));
+        }
+        let row = effects
+            .iter()
+            .position(|e| matches!(e, Effect::Output { .. }))?;
+        Some(row + 1)
+    }
+
+    /// The effect the crash cut: the line it was writing reaches the disk torn, if the world
+    /// tears it (a request whose `dispatched` line was cut never left).
+    fn tear(&mut self, e: &Effect) {
+        let Some(share) = self.world.crash.as_ref().and_then(|c| c.torn) else {
+            return;
+        };
+        let Some(disk) = self.disk.as_mut() else {
+            return;
+        };
+        match e {
+            Effect::Spawn(d) => disk.write(&Line::Spend(&d.ledger), Some(share)),
+            Effect::Ledger(l) | Effect::BookKept(l) => disk.write(&Line::Spend(l), Some(share)),
+            Effect::Output { record, .. } => disk.write(&Line::Output(record), Some(share)),
+            Effect::Reject { record, .. } => disk.write(&Line::Reject(record), Some(share)),
+            _ => return,
+        }
+        *self.out.seen.entry("torn line").or_default() += 1;
+    }
+
+    /// Puts on disk what the driver's writer would for `e` (crash worlds).
+    fn write(&mut self, e: &Effect) {
+        let Some(disk) = self.disk.as_mut() else {
+            return;
+        };
+        match e {
+            Effect::Spawn(d) => disk.write(&Line::Spend(&d.ledger), None),
+            Effect::Ledger(l) | Effect::BookKept(l) => disk.write(&Line::Spend(l), None),
+            Effect::Output { record, .. } => disk.write(&Line::Output(record), None),
+            Effect::Reject { record, .. } => disk.write(&Line::Reject(record), None),
+            _ => {}
+        }
+    }
+
     pub(super) fn perform(&mut self, e: Effect) {
+        self.write(&e);
         match e {
             Effect::Spawn(d) => self.spawn(*d),
             Effect::Ledger(l) | Effect::BookKept(l) => {
@@ -448,8 +556,9 @@ impl Run {
                 generation_id,
                 entry,
             } => {
-                // Known to `GET /generation` a second after the provider ends it.
-                let at = (self.billed.get(&generation_id)).map_or(self.t, |b| b.visible_at) + 1.0;
+                // Known to `GET /generation` a moment after the provider ends it.
+                let at =
+                    (self.billed.get(&generation_id)).map_or(self.t, |b| b.visible_at) + self.lag();
                 let i = self.lookups.len();
                 self.lookups.push((generation_id, entry));
                 self.lookup_due
@@ -559,6 +668,10 @@ impl Run {
             check_at,
             prompt_id: d.prompt_id.clone(),
             estimate_pico,
+            started: self.disk.as_ref().map(|_| {
+                let tag = self.world.endpoints[serving].tag.clone();
+                d.started_line(&self.generation(d.key), Some(tag), String::new())
+            }),
         };
         self.acc.advance(self.t);
         if streams > 0 {
@@ -663,7 +776,7 @@ impl Run {
         let billed = f.billed_if_closed(self.t, stops);
         self.out.bill_pico += billed;
         self.spent += accrued;
-        let generation_id = format!("gen-{key}");
+        let generation_id = self.generation(key);
         self.billed
             .insert(generation_id.clone(), f.bill_if_closed(self.t, stops));
         let known = f.pinned || self.t >= f.t0 + f.ttft;
@@ -688,7 +801,7 @@ impl Run {
             Fate::Answer => {
                 let cost = f.whole();
                 let c = Completion {
-                    id: Some(format!("gen-{key}")),
+                    id: Some(self.generation(key)),
                     provider: Some(self.world.endpoints[f.serving].provider.clone()),
                     model: Some("moonshotai/kimi-k2.5".into()),
                     content: format!("answer {key}"),
@@ -782,15 +895,18 @@ impl Run {
         if matches!(f.fate, Fate::Reset { .. }) {
             let stops = self.world.truth[f.serving].stops_billing_at(f.end);
             self.billed
-                .insert(format!("gen-{key}"), f.bill_if_closed(f.end, stops));
+                .insert(self.generation(key), f.bill_if_closed(f.end, stops));
         }
-        if matches!(f.fate, Fate::MidStream { .. }) {
+        if matches!(f.fate, Fate::MidStream { .. } | Fate::Answer) {
+            // An answer is known to `/generation` too: a crash that cuts its result leaves its
+            // attempt open, and the next start looks it up.
+            let answer = f.fate == Fate::Answer;
             let b = Bill {
-                pico: 0,
-                tokens: 0,
+                pico: if answer { booked } else { 0 },
+                tokens: if answer { f.len } else { 0 },
                 visible_at: f.end,
             };
-            self.billed.insert(format!("gen-{key}"), b);
+            self.billed.insert(self.generation(key), b);
         }
         self.out.bill_pico += billed;
         self.spent += booked;
@@ -800,7 +916,7 @@ impl Run {
             endpoint: Some(f.serving),
             streamed_tokens: f.fate.streams(f.len),
             booked_pico: booked,
-            generation_id: Some(format!("gen-{key}")),
+            generation_id: Some(self.generation(key)),
             elapsed: Duration::from_secs_f64(f.end - f.t0),
         };
         self.step(Event::Result(Box::new(r)));
@@ -867,7 +983,7 @@ impl Run {
     }
 
     /// The look-up `i` lands: what the world billed, and the tokens it billed.
-    fn look_up(&mut self, i: usize) {
+    pub(super) fn look_up(&mut self, i: usize) {
         let (generation_id, entry) = self.lookups[i].clone();
         let b = self.billed.get(&generation_id).copied();
         let actual = Usd::from_pico(b.map_or(0, |b| b.pico));
@@ -884,11 +1000,16 @@ impl Run {
     pub(super) fn go(&mut self) {
         let budget = Usd::from_f64(self.world.budget_usd).pico();
         let near = budget - budget / 200;
+        if self.process == 1 && self.disk.is_some() {
+            // A key checkpoint at the first start, quiet: the base of the key's true-up.
+            self.key_checkpoint(0.0, true);
+        }
+        self.open_leftovers();
         self.step(Event::Begin);
-        let mut next_tick = TICK_S;
+        let mut next_tick = self.t + TICK_S;
         let mut guard = 0u32;
         let mut woke_at: Option<f64> = None;
-        while !self.core.is_over() {
+        while !self.core.is_over() && !self.crashed {
             guard += 1;
             if guard > 200_000 || self.t > 7_200.0 {
                 self.out
@@ -907,8 +1028,12 @@ impl Run {
             let next = self.due.peek().map_or(f64::MAX, |r| (r.0).0.0);
             let op_at = (self.world.ops.get(self.op.next)).map_or(f64::MAX, |(at, _)| *at);
             let look_at = (self.lookup_due.peek()).map_or(f64::MAX, |r| (r.0).0.0);
+            let settle_at = (self.settling.as_ref())
+                .and_then(|s| s.next_at(self.t))
+                .unwrap_or(f64::MAX);
             let t = next
                 .min(look_at.max(self.t))
+                .min(settle_at.max(self.t))
                 .min(next_tick)
                 .min(wake.unwrap_or(f64::MAX))
                 .min(op_at.max(self.t));
@@ -941,13 +1066,20 @@ impl Run {
                         self.finish(key);
                     }
                 } else {
-                    // Its first token: it streams from now.
+                    // Its first token: it streams from now, and its `started` line is written.
                     f.streaming = true;
+                    let started = f.started.take();
                     let (rate, open) = (f.rate(), f.held_worst == 0);
                     self.acc.advance(self.t);
                     self.acc.all_rate += rate;
                     if open {
                         self.acc.open_rate += rate;
+                    }
+                    let alive = !self.crashed;
+                    if let (Some(mut line), Some(disk), true) = (started, self.disk.as_mut(), alive)
+                    {
+                        line.at = self.t0.after(Duration::from_secs_f64(self.t)).rfc3339();
+                        disk.write(&Line::Spend(&line), None);
                     }
                 }
             }
@@ -956,6 +1088,8 @@ impl Run {
             {
                 self.lookup_due.pop();
                 self.look_up(i);
+            } else if settle_at <= self.t {
+                self.ask_leftovers();
             } else if let Some((at, op)) = self.world.ops.get(self.op.next).cloned()
                 && at <= self.t
             {
@@ -982,8 +1116,11 @@ impl Run {
         if self.out.to_budget_s == 0.0 {
             self.out.to_budget_s = self.t;
         }
-        // The end of the run: the look-ups still out land.
+        // The end of the run: the look-ups still out land (a process that died asks nothing).
         while let Some(std::cmp::Reverse((_, _, i))) = self.lookup_due.pop() {
+            if self.crashed {
+                break;
+            }
             self.look_up(i);
         }
         self.out.trace = self.hasher.finish();
@@ -1045,9 +1182,9 @@ impl Run {
         let slack = 1_000 * (self.out.requests as i64 + 1);
         if (self.out.ledger_pico - self.out.bill_pico).abs() > slack {
             broken.push(format!(
-                "ledger {} against the world's bill {}",
-                Usd::from_pico(self.out.ledger_pico),
-                Usd::from_pico(self.out.bill_pico)
+                "ledger ${:.6} against the world's bill ${:.6}",
+                Usd::from_pico(self.out.ledger_pico).as_f64(),
+                Usd::from_pico(self.out.bill_pico).as_f64()
             ));
         }
     }

@@ -75,6 +75,34 @@ pub(super) struct World {
     pub(super) table: crate::sim::ProviderTable,
     pub(super) endpoints: Vec<RunEndpoint>,
     pub(super) truth: Vec<Behaviour>,
+    /// When harvest's process dies, and how it starts again, if it does in this world.
+    pub(super) crash: Option<Crash>,
+}
+
+/// A crash of harvest's process (`kill -9`, a lost node) and the next start in the same
+/// directory: what was on disk stays, torn where a write was cut; the streams it had open
+/// are closed by their dropped connections; the next start settles what it finds.
+#[derive(Clone, Debug)]
+pub(super) struct Crash {
+    /// When the process dies, virtual seconds, or (`near_budget`) once the bill and what is
+    /// streaming come to that share of the budget, whichever comes first: where the holds of
+    /// what a crash left are all that keeps the next start inside the budget.
+    pub(super) at: f64,
+    pub(super) near_budget: Option<f64>,
+    /// Of the effects of the step it dies in, how many are performed first (modulo their
+    /// number and one): a kill between an answer's row and its ledger line, mid-drain, or
+    /// during a start's booking falls where the seed says.
+    pub(super) cut: u32,
+    /// It dies in the first step past `at` that keeps an answer, right after the answer's row
+    /// and before its `complete` line (the kill the writer's order exists for).
+    pub(super) after_a_row: bool,
+    /// The share of the bytes of the line being written when it died that reached the disk
+    /// (`None`: it died between lines).
+    pub(super) torn: Option<f64>,
+    /// Seconds from the crash to the next start.
+    pub(super) restart_after_s: f64,
+    /// Seconds from a provider's end of a generation until `GET /generation` knows it.
+    pub(super) lag_s: f64,
 }
 
 impl World {
@@ -140,6 +168,20 @@ impl World {
         // Draws added later still come from a stream of their own (see `r2`).
         let mut r3 = SmallRng::seed_from_u64(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x6EAC);
         let drain_grace_s = [2.0, 5.0, 10.0, 30.0][r3.random_range(0..4)];
+        let mut r4 = SmallRng::seed_from_u64(seed.wrapping_mul(0xA24B_AED4_963E_E407) ^ 0xC4A5);
+        // One world in four crashes; `/generation` lags up to two minutes behind the
+        // provider's end (the docs give no figure: a 404 for a moment after a generation
+        // ends, `look_ups.rs`), and the next start comes at once, minutes later, or after
+        // the look-ups' 15 minutes have passed for what the crash left.
+        let crash = r4.random_bool(0.25).then(|| Crash {
+            at: r4.random_range(0.5..30.0),
+            near_budget: r4.random_bool(0.5).then(|| r4.random_range(0.5..0.98)),
+            cut: r4.random(),
+            after_a_row: r4.random_bool(0.5),
+            torn: r4.random_bool(0.5).then(|| r4.random_range(0.05..0.95)),
+            restart_after_s: [1.0, 1.0, 10.0, 120.0, 1_200.0][r4.random_range(0..5)],
+            lag_s: [1.0, 5.0, 30.0, 120.0][r4.random_range(0..4)],
+        });
         World {
             seed,
             mode,
@@ -161,6 +203,7 @@ impl World {
             table,
             endpoints,
             truth,
+            crash,
         }
     }
 
@@ -234,6 +277,7 @@ impl World {
         w.ops.clear();
         (w.account_closes_at, w.account_usd, w.key_revoked_at) = (None, None, None);
         (w.temperature, w.repetition_penalty) = (None, None);
+        w.crash = None;
         w
     }
 

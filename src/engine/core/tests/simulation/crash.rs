@@ -1,0 +1,484 @@
+//! Crash worlds (issue #52 item 3): harvest's process dies at a seeded moment, and a fresh core
+//! starts from what the disk holds, as a real start does. The first process writes its lines as
+//! the driver and the writer do (a `dispatched` line before a request leaves, a `started` line
+//! at its first chunk, an answer's row before its `complete` line) into a real directory; the
+//! crash cuts the step it falls in after a seeded number of effects, tearing the line being
+//! written where the world says. The world closes the streams the dead process held (billed as
+//! each provider bills a dropped connection). The next start runs the store's own
+//! `repair::prepare` and scan, the core's settling ([`Leftovers`], `Core::opening`,
+//! `Core::landing`) with the real look-up pacing (`look_ups::Plan`) against a `/generation`
+//! that lags, and the key's true-up (`reconcile::key_verdict`). The checks then read the disk:
+//! every id ended once, the ledger is the bill, the hard budget held, across both processes.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use super::super::super::settle::{Landing, Leftovers};
+use super::super::*;
+use super::run::{Run, Time};
+use crate::engine::look_ups::{Answer, LookedUp, Plan, Until};
+use crate::store::output::{
+    KeyCheckpoint, OutputRecord, RejectRecord, SpendEntry, SpendKind, ledger_path, output_path,
+    rejects_path,
+};
+
+/// The dataset's name in every world.
+pub(super) const DATASET: &str = "a";
+
+/// The output directory a crash world writes, as the writer lays it out.
+pub(super) struct Disk {
+    dir: tempfile::TempDir,
+    ledger: std::fs::File,
+    outputs: std::fs::File,
+    rejects: std::fs::File,
+    /// A line was torn: the process that wrote it is dead, and nothing more is written.
+    torn: bool,
+}
+
+impl Disk {
+    pub(super) fn new() -> Disk {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let open = |p: &Path| {
+            (std::fs::OpenOptions::new().create(true).append(true))
+                .open(p)
+                .expect("a file in the temporary directory")
+        };
+        Disk {
+            ledger: open(&ledger_path(dir.path())),
+            outputs: open(&output_path(dir.path(), DATASET)),
+            rejects: open(&rejects_path(dir.path(), DATASET)),
+            torn: false,
+            dir,
+        }
+    }
+
+    /// The next start has cut the torn line: its process writes on.
+    fn reopened(mut self) -> Disk {
+        self.torn = false;
+        self
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Appends `line` to the file it goes to; `torn`: only that share of its bytes, with no
+    /// end of line (the kill came mid-write).
+    pub(super) fn write(&mut self, line: &Line, torn: Option<f64>) {
+        assert!(
+            !self.torn,
+            "a write after the torn line (the harness wrote for a dead process)"
+        );
+        self.torn = torn.is_some();
+        let (file, text) = match line {
+            Line::Spend(e) => (&mut self.ledger, serde_json::to_string(e)),
+            Line::Output(r) => (&mut self.outputs, serde_json::to_string(r)),
+            Line::Reject(r) => (&mut self.rejects, serde_json::to_string(r)),
+        };
+        let mut bytes = text.expect("a line serialises").into_bytes();
+        match torn {
+            Some(share) => bytes.truncate(((bytes.len() as f64 * share) as usize).max(1)),
+            None => bytes.push(b'\n'),
+        }
+        file.write_all(&bytes)
+            .expect("a write to the temporary directory");
+    }
+}
+
+/// A line the driver's writer puts on disk.
+pub(super) enum Line<'a> {
+    Spend(&'a SpendEntry),
+    Output(&'a OutputRecord),
+    Reject(&'a RejectRecord),
+}
+
+/// What the next start settles with the API beside its new work: the look-ups of what the
+/// crash left, paced as the driver paces them.
+pub(super) struct Settling {
+    plan: Plan,
+    /// When the look-ups began, virtual seconds.
+    began: f64,
+    /// The key's true-up base and the crash estimates booked since (`KeyBase`).
+    pub(super) key_base: Option<crate::store::scan::KeyBase>,
+    /// Look-ups that left an attempt open (the key's true-up waits for a run with none).
+    pub(super) unsettled: usize,
+}
+
+impl Settling {
+    /// When the plan may ask again, virtual seconds (`None`: nothing left to ask).
+    pub(super) fn next_at(&self, t: f64) -> Option<f64> {
+        let now = Duration::from_secs_f64((t - self.began).max(0.0));
+        (self.plan.wake(now)).map(|w| self.began + w.as_secs_f64())
+    }
+}
+
+impl Run {
+    /// The process dies now: the world closes what it had open (a dropped connection is a
+    /// close), and what it was settling with the API stays for the next start.
+    pub(super) fn die(&mut self) {
+        *self.out.seen.entry("crash").or_default() += 1;
+        for key in self.keys_in_order() {
+            let Some(f) = self.take(key) else { continue };
+            let stops = self.world.truth[f.serving].stops_billing_at(self.t);
+            self.out.bill_pico += f.billed_if_closed(self.t, stops);
+            let g = self.generation(key);
+            self.billed.insert(g, f.bill_if_closed(self.t, stops));
+        }
+        self.lookup_due.clear();
+    }
+
+    /// The next start, `restart_after_s` after the crash: the store readies the directory and
+    /// scans it as `harvest run` does, and a fresh core starts from what it holds.
+    pub(super) fn restart(mut self) -> Run {
+        let crash = self.world.crash.clone().expect("a crash world");
+        let disk = self.disk.take().expect("a crash world's disk");
+        let dir = disk.path().to_path_buf();
+        let names = [DATASET.to_string()];
+        // What the crash left before the start touches it: kept answers whose `complete` line
+        // it cut.
+        if let Ok(before) = crate::store::scan::scan_dir(&dir, &names) {
+            let kept = before.kept_open.len() as u64;
+            *self.out.seen.entry("kept answer booked").or_default() += kept;
+        }
+        let prepared = crate::store::repair::prepare(&dir, &names, false, true)
+            .unwrap_or_else(|e| panic!("seed {}: the next start refused: {e}", self.world.seed));
+        let scan = prepared.scan;
+        let t = self.t + crash.restart_after_s;
+        let cfg = self.world.config();
+        let existing = &scan.datasets[0].existing;
+        let book = DatasetBook {
+            name: DATASET.into(),
+            params: cfg.request.clone(),
+            total: self.world.prompts as u64,
+            done_ids: existing.done.keys().cloned().collect(),
+            done: existing.outputs,
+            rejected: existing.rejects,
+            output_tokens: existing.output_tokens,
+            spent: (scan.ledger.by_dataset.get(DATASET).copied()).unwrap_or_default(),
+            ..DatasetBook::default()
+        };
+        let carried = scan.carried();
+        let clock = self.t0.after(Duration::from_secs_f64(t));
+        let core = Core::new(
+            cfg,
+            vec![book],
+            Arc::new(self.world.endpoints.clone()),
+            carried,
+            None,
+            "sim2".into(),
+            &clock,
+        )
+        .with_drain_grace(Duration::from_secs_f64(self.world.drain_grace_s))
+        .with_carried_by_endpoint(&scan.ledger.by_endpoint)
+        .with_closes_before(&scan.ledger.closes, clock.wall)
+        .with_streams_before(&scan.ledger.streamed);
+        let mut next = Run::new(&self.world, core, self.t0, 2);
+        next.t = t;
+        next.disk = Some(disk.reopened());
+        next.spent = carried.pico();
+        next.billed = std::mem::take(&mut self.billed);
+        next.out = std::mem::take(&mut self.out);
+        next.hasher = std::mem::take(&mut self.hasher);
+        // The operator's actions before the restart were made to the process that died.
+        next.op.next = (self.world.ops.iter())
+            .take_while(|(at, _)| *at < t)
+            .count();
+        next.leftovers = Some((Leftovers::from_scan(&scan), scan.ledger.key_base));
+        next
+    }
+
+    /// The start's settling of what the crash left, before its first request (the driver's
+    /// `begin`): a checkpoint of the key, the estimates booked, the holds, the look-ups begun.
+    pub(super) fn open_leftovers(&mut self) {
+        let Some((left, key_base)) = self.leftovers.take() else {
+            return;
+        };
+        // As the driver's `begin`: quiet (a true-up's new base) only with nothing left open
+        // and no crash estimate waiting for a true-up.
+        let key_now = Usd::from_pico(self.out.bill_pico).as_f64();
+        let waiting = key_base.map_or(Usd::ZERO, |b| b.estimated);
+        let quiet = crate::engine::reconcile::start_is_quiet(!left.is_empty(), waiting);
+        let checkpoint = self.key_checkpoint(key_now, quiet);
+        let key_base = match quiet {
+            true => Some(crate::store::scan::KeyBase {
+                checkpoint,
+                estimated: Usd::ZERO,
+                estimated_lines: 0,
+            }),
+            false => key_base,
+        };
+        let opening = self.core.opening(left, true);
+        let mut settling = Settling {
+            plan: Plan::new(Vec::new(), Until::AgedOut),
+            began: self.t,
+            key_base,
+            unsettled: 0,
+        };
+        for (e, usd) in opening.estimates {
+            *self.out.seen.entry("crash estimate").or_default() += 1;
+            if let Some(b) = settling.key_base.as_mut() {
+                b.estimated += usd;
+                b.estimated_lines += 1;
+            }
+            self.spent += usd.pico();
+            self.step(Event::Carried {
+                open: e,
+                kind: SpendKind::Unknown,
+                usd,
+                estimated: true,
+            });
+        }
+        if !opening.held.is_empty() {
+            self.step(Event::CrashOpen(opening.held));
+        }
+        let wall = self.clock().wall;
+        let items = (opening.look_ups.into_iter())
+            .map(|(g, e)| {
+                let age = crate::engine::reconcile::age(&e, wall);
+                (g, e, age)
+            })
+            .collect();
+        settling.plan = Plan::new(items, Until::AgedOut);
+        self.settling = Some(settling);
+    }
+
+    /// Asks what the plan lets it ask now; each answer lands at once.
+    pub(super) fn ask_leftovers(&mut self) {
+        let Some(mut s) = self.settling.take() else {
+            return;
+        };
+        let now = Duration::from_secs_f64((self.t - s.began).max(0.0));
+        while let Some(item) = s.plan.next(now) {
+            let answer = match self.billed.get(&item.id) {
+                Some(b) if self.t >= b.visible_at + self.lag() => {
+                    Answer::Cost(Usd::from_pico(b.pico).as_f64(), Some(b.tokens))
+                }
+                _ => Answer::NotYet,
+            };
+            for landed in s.plan.answered(item, answer, now) {
+                self.landed(&mut s, landed);
+            }
+        }
+        self.settling = Some(s);
+    }
+
+    /// One look-up of what the crash left came back: booked as the core decides, as the
+    /// driver books it (`supervisor/settle.rs`, `recovered_one`).
+    fn landed(&mut self, s: &mut Settling, landed: LookedUp) {
+        let (entry, cost, tokens) = match landed {
+            LookedUp::NotOnFirstPass(entry) => return self.step(Event::Unsettled(entry)),
+            LookedUp::Done {
+                entry,
+                cost,
+                completion_tokens,
+                ..
+            } => (entry, cost, completion_tokens),
+        };
+        let landing = self.core.landing(&entry, cost, self.clock().wall);
+        *self.out.seen.entry(landing_kind(&landing)).or_default() += 1;
+        match landing {
+            Landing::Found(usd) | Landing::Lost(usd) => {
+                let lost = matches!(landing, Landing::Lost(_));
+                if lost && let Some(b) = s.key_base.as_mut() {
+                    b.estimated += usd;
+                    b.estimated_lines += 1;
+                }
+                self.spent += usd.pico();
+                let kind = if lost {
+                    SpendKind::Unknown
+                } else {
+                    SpendKind::Recovered
+                };
+                self.step(Event::Carried {
+                    open: entry,
+                    kind,
+                    usd,
+                    estimated: lost,
+                });
+            }
+            Landing::Closed(actual) => {
+                self.spent += (actual - entry.usd).pico();
+                self.step(Event::Adjusted {
+                    entry,
+                    actual,
+                    completion_tokens: tokens,
+                });
+            }
+            Landing::Rebuilt(_) => {
+                self.out
+                    .broken
+                    .push("a rebuilt line in a world without --repair".into());
+            }
+            Landing::Open { held, .. } => {
+                if held {
+                    s.unsettled += 1;
+                    self.step(Event::Unsettled(entry));
+                }
+            }
+        }
+    }
+
+    /// The end of the next start: its look-ups run to their end (those a real run leaves open
+    /// when its work is over, the start after it or `status --reconcile` books as these are),
+    /// then the key's true-up against the world's bill, as the driver's `settle_with_key`.
+    pub(super) fn settle_at_end(&mut self) {
+        let mut guard = 0;
+        while let Some(at) = (self.settling.as_ref()).and_then(|s| s.next_at(self.t)) {
+            guard += 1;
+            if guard > 10_000 {
+                self.out
+                    .broken
+                    .push("the look-ups of a crash never ended".into());
+                break;
+            }
+            self.t = self.t.max(at);
+            self.ask_leftovers();
+            // The look-ups of this run's own closes land too.
+            while let Some(std::cmp::Reverse((Time(at), _, i))) = self.lookup_due.peek().copied() {
+                if at > self.t {
+                    break;
+                }
+                self.lookup_due.pop();
+                self.look_up(i);
+            }
+        }
+        while let Some(std::cmp::Reverse((Time(at), _, i))) = self.lookup_due.pop() {
+            self.t = self.t.max(at);
+            self.look_up(i);
+        }
+        let Some(s) = self.settling.take() else {
+            return;
+        };
+        let key_now = Usd::from_pico(self.out.bill_pico).as_f64();
+        if let Some(base) = s.key_base.filter(|_| s.unsettled == 0) {
+            let ledger_now = Usd::from_pico(self.spent);
+            use crate::engine::reconcile::{KeyVerdict, key_verdict};
+            match key_verdict(&base, key_now, ledger_now) {
+                KeyVerdict::Agrees => {}
+                KeyVerdict::TrueUp { usd, note } => {
+                    *self.out.seen.entry("key true-up").or_default() += 1;
+                    self.spent += usd.pico();
+                    let at = self.clock().rfc3339();
+                    self.step(Event::Line(SpendEntry {
+                        usd,
+                        note: Some(note),
+                        ..SpendEntry::new(SpendKind::Adjustment, at, "key-true-up", "")
+                    }));
+                }
+                KeyVerdict::Unexplained { usd } => self.out.broken.push(format!(
+                    "the key's usage and the ledger differ by {usd}, more than the crash \
+                     estimates explain"
+                )),
+            }
+        }
+    }
+
+    /// A `key_usage` line: the key's usage (the world's bill) and the ledger now; `quiet`, a
+    /// true-up's base.
+    pub(super) fn key_checkpoint(&mut self, key_usage_usd: f64, quiet: bool) -> KeyCheckpoint {
+        let checkpoint = KeyCheckpoint {
+            key_usage_usd,
+            ledger_usd: Usd::from_pico(self.spent),
+            quiet,
+        };
+        let at = self.clock().rfc3339();
+        self.step(Event::Line(SpendEntry {
+            checkpoint: Some(checkpoint),
+            ..SpendEntry::new(SpendKind::KeyUsage, at, "start", "")
+        }));
+        checkpoint
+    }
+
+    /// The checks of a crash world, from what is on disk once both processes are done: every
+    /// id in one place, the ledger's total the world's bill.
+    pub(super) fn check_disk(&mut self) {
+        let Some(disk) = self.disk.as_ref() else {
+            return;
+        };
+        let dir = disk.path().to_path_buf();
+        let names = [DATASET.to_string()];
+        let scan = match crate::store::scan::scan_dir(&dir, &names) {
+            Ok(s) => s,
+            Err(e) => {
+                return self
+                    .out
+                    .broken
+                    .push(format!("the directory does not scan: {e}"));
+            }
+        };
+        for p in scan.problems() {
+            self.out.broken.push(format!("the directory left: {p}"));
+        }
+        let mut ends: std::collections::HashMap<String, u32> = Default::default();
+        let read = |path: &Path, ends: &mut std::collections::HashMap<String, u32>| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            for l in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).expect("a whole line");
+                let id = v["id"].as_str().unwrap_or_default().to_string();
+                *ends.entry(id).or_default() += 1;
+            }
+        };
+        read(&output_path(&dir, DATASET), &mut ends);
+        read(&rejects_path(&dir, DATASET), &mut ends);
+        self.ends = ends;
+        self.out.answered = scan.datasets[0].existing.outputs;
+        self.out.ledger_pico = scan.ledger.total.pico();
+    }
+
+    /// The world's `/generation` lag: a second, or the crash world's.
+    pub(super) fn lag(&self) -> f64 {
+        self.world.crash.as_ref().map_or(1.0, |c| c.lag_s)
+    }
+}
+
+/// A landing's name in the coverage count.
+fn landing_kind(l: &Landing) -> &'static str {
+    match l {
+        Landing::Found(_) => "crash found",
+        Landing::Lost(_) => "crash lost",
+        Landing::Closed(_) => "crash close",
+        Landing::Rebuilt(_) => "rebuilt",
+        Landing::Open { .. } => "crash open",
+    }
+}
+
+/// A crash near the hard budget with long streams open where a close is billed in full, the
+/// next start a second later and `/generation` two minutes behind (reliability-probe-5 P2's
+/// shape): the providers go on generating what the dead process opened, and the next start
+/// must hold their worst cases until their look-ups land, or its new streams take the same
+/// room and the bill passes the budget.
+#[test]
+fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
+    let mut w = super::world::World::calm(11, crate::config::BudgetMode::Hard);
+    (w.concurrency, w.prompts, w.max_tokens, w.mean_len) = (50, 600, 4096, 2000.0);
+    for b in &mut w.truth {
+        // Every provider bills a dropped stream in full, whatever its listing says, and
+        // streams last a minute or two.
+        (b.stops_billing, b.tokens_per_s, b.capacity) = (false, 25.0, None);
+    }
+    w.budget_usd = w.prompts as f64 * w.mean_len * 3e-6 * 0.5;
+    w.crash = Some(super::world::Crash {
+        at: 600.0,
+        near_budget: Some(0.85),
+        cut: 0,
+        after_a_row: false,
+        torn: None,
+        restart_after_s: 1.0,
+        lag_s: 120.0,
+    });
+    let o = super::run::run(&w);
+    eprintln!(
+        "billed {} of {}, {:?}",
+        Usd::from_pico(o.bill_pico),
+        w.budget_usd,
+        o.seen
+    );
+    assert_eq!(o.seen.get("crash"), Some(&1), "{:?}", o.seen);
+    assert!(
+        o.seen.get("crash found").copied().unwrap_or(0) > 5,
+        "the crash left streams to look up: {:?}",
+        o.seen
+    );
+    assert!(o.broken.is_empty(), "{:?}", o.broken);
+}
