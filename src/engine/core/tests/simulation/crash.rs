@@ -118,6 +118,16 @@ impl Run {
     /// close), and what it was settling with the API stays for the next start.
     pub(super) fn die(&mut self) {
         *self.out.seen.entry("crash").or_default() += 1;
+        if self.process > 1 {
+            *self
+                .out
+                .seen
+                .entry("crash in a start's booking")
+                .or_default() += 1;
+        }
+        if self.core.stopping().is_some() {
+            *self.out.seen.entry("crash while stopping").or_default() += 1;
+        }
         for key in self.keys_in_order() {
             let Some(f) = self.take(key) else { continue };
             let stops = self.world.truth[f.serving].stops_billing_at(self.t);
@@ -131,7 +141,7 @@ impl Run {
     /// The next start, `restart_after_s` after the crash: the store readies the directory and
     /// scans it as `harvest run` does, and a fresh core starts from what it holds.
     pub(super) fn restart(mut self) -> Run {
-        let crash = self.world.crash.clone().expect("a crash world");
+        let crash = self.crash().cloned().expect("a crash world");
         let disk = self.disk.take().expect("a crash world's disk");
         let dir = disk.path().to_path_buf();
         let names = [DATASET.to_string()];
@@ -166,15 +176,15 @@ impl Run {
             Arc::new(self.world.endpoints.clone()),
             carried,
             None,
-            "sim2".into(),
+            format!("sim{}", self.process + 1),
             &clock,
         )
         .with_drain_grace(Duration::from_secs_f64(self.world.drain_grace_s))
         .with_carried_by_endpoint(&scan.ledger.by_endpoint)
         .with_closes_before(&scan.ledger.closes, clock.wall)
         .with_streams_before(&scan.ledger.streamed);
-        let mut next = Run::new(&self.world, core, self.t0, 2);
-        next.t = t;
+        let mut next = Run::new(&self.world, core, self.t0, self.process + 1);
+        (next.t, next.began) = (t, t);
         next.disk = Some(disk.reopened());
         next.spent = carried.pico();
         next.billed = std::mem::take(&mut self.billed);
@@ -428,7 +438,7 @@ impl Run {
 
     /// The world's `/generation` lag: a second, or the crash world's.
     pub(super) fn lag(&self) -> f64 {
-        self.world.crash.as_ref().map_or(1.0, |c| c.lag_s)
+        self.world.crashes.first().map_or(1.0, |c| c.lag_s)
     }
 }
 
@@ -458,15 +468,16 @@ fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
         (b.stops_billing, b.tokens_per_s, b.capacity) = (false, 25.0, None);
     }
     w.budget_usd = w.prompts as f64 * w.mean_len * 3e-6 * 0.5;
-    w.crash = Some(super::world::Crash {
+    w.crashes = vec![super::world::Crash {
         at: 600.0,
         near_budget: Some(0.85),
+        in_step: None,
         cut: 0,
         after_a_row: false,
         torn: None,
         restart_after_s: 1.0,
         lag_s: 120.0,
-    });
+    }];
     let o = super::run::run(&w);
     eprintln!(
         "billed {} of {}, {:?}",

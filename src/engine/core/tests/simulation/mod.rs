@@ -113,6 +113,7 @@ fn seeded_worlds_keep_every_promise() {
             // booked from their rows, what it left found at `/generation` or estimated and
             // trued up against the key.
             "crash",
+            "crash in a start's booking",
             "torn line",
             "kept answer booked",
             "crash found",

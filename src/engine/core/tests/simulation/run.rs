@@ -235,8 +235,11 @@ pub(super) struct Run {
     pub(super) op: OpState,
     /// The endpoints as the workers read them (their cancel billing, as the core learns it).
     pub(super) pool: Vec<RunEndpoint>,
-    /// Which of the world's processes this is: 1, or 2 after a crash.
+    /// Which of the world's processes this is: 1, then 2 after a crash, and so on; when it
+    /// began (virtual seconds), and the steps it has taken.
     pub(super) process: u32,
+    pub(super) began: f64,
+    pub(super) steps: u32,
     /// The output directory, in a crash world.
     pub(super) disk: Option<Disk>,
     /// The process died (a crash world's crash came).
@@ -336,14 +339,16 @@ pub(super) fn run(world: &World) -> Outcome {
     )
     .with_drain_grace(std::time::Duration::from_secs_f64(world.drain_grace_s));
     let mut run = Run::new(world, core, t0, 1);
-    if world.crash.is_some() {
+    if !world.crashes.is_empty() {
         run.disk = Some(Disk::new());
     }
     run.go();
-    if run.crashed {
+    while run.crashed {
         run.die();
         run = run.restart();
         run.go();
+    }
+    if run.process > 1 {
         run.settle_at_end();
     }
     run.check_disk();
@@ -404,11 +409,18 @@ impl Run {
                 closed_by_stop: Default::default(),
             },
             process,
+            began: 0.0,
+            steps: 0,
             disk: None,
             crashed: false,
             leftovers: None,
             settling: None,
         }
+    }
+
+    /// How this process dies, if it does.
+    pub(super) fn crash(&self) -> Option<&super::world::Crash> {
+        self.world.crashes.get(self.process as usize - 1)
     }
 
     /// The generation id the world gives attempt `key` of this process.
@@ -427,6 +439,7 @@ impl Run {
         if self.crashed {
             return;
         }
+        self.steps += 1;
         // The trace: when, what kind, and for a result whose attempt and what it booked (the
         // effects add what they wrote). Cheap, so it can run on every step.
         (self.t.to_bits(), std::mem::discriminant(&event)).hash(&mut self.hasher);
@@ -467,10 +480,13 @@ impl Run {
     /// Where the crash falls in a step of `n` effects, when it falls in this one: after that
     /// many are performed.
     fn crash_cut(&self, effects: &[Effect]) -> Option<usize> {
-        let c = self.world.crash.as_ref().filter(|_| self.process == 1)?;
+        let c = self.crash()?;
         let budget = Usd::from_f64(self.world.budget_usd).pico() as f64;
         let taken = (self.out.bill_pico + self.acc.all_at(self.t)) as f64 / budget;
-        if self.t < c.at && c.near_budget.is_none_or(|share| taken < share) {
+        let due = self.t >= self.began + c.at
+            || c.near_budget.is_some_and(|share| taken >= share)
+            || c.in_step.is_some_and(|n| self.steps > n);
+        if !due {
             return None;
         }
         if !c.after_a_row {
@@ -485,7 +501,7 @@ impl Run {
     /// The effect the crash cut: the line it was writing reaches the disk torn, if the world
     /// tears it (a request whose `dispatched` line was cut never left).
     fn tear(&mut self, e: &Effect) {
-        let Some(share) = self.world.crash.as_ref().and_then(|c| c.torn) else {
+        let Some(share) = self.crash().and_then(|c| c.torn) else {
             return;
         };
         let Some(disk) = self.disk.as_mut() else {

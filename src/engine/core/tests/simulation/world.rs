@@ -75,8 +75,9 @@ pub(super) struct World {
     pub(super) table: crate::sim::ProviderTable,
     pub(super) endpoints: Vec<RunEndpoint>,
     pub(super) truth: Vec<Behaviour>,
-    /// When harvest's process dies, and how it starts again, if it does in this world.
-    pub(super) crash: Option<Crash>,
+    /// When each of harvest's processes dies and how the next starts, if it does in this
+    /// world: the first process dies by the first, the next start by the second.
+    pub(super) crashes: Vec<Crash>,
 }
 
 /// A crash of harvest's process (`kill -9`, a lost node) and the next start in the same
@@ -84,11 +85,14 @@ pub(super) struct World {
 /// are closed by their dropped connections; the next start settles what it finds.
 #[derive(Clone, Debug)]
 pub(super) struct Crash {
-    /// When the process dies, virtual seconds, or (`near_budget`) once the bill and what is
-    /// streaming come to that share of the budget, whichever comes first: where the holds of
-    /// what a crash left are all that keeps the next start inside the budget.
+    /// When the process dies, virtual seconds from its start, or (`near_budget`) once the bill
+    /// and what is streaming come to that share of the budget, or (`in_step`) in its n-th step
+    /// (a start's booking of what an earlier crash left is its first steps), whichever comes
+    /// first. Near the budget, the holds of what a crash left are all that keeps the next
+    /// start inside it.
     pub(super) at: f64,
     pub(super) near_budget: Option<f64>,
+    pub(super) in_step: Option<u32>,
     /// Of the effects of the step it dies in, how many are performed first (modulo their
     /// number and one): a kill between an answer's row and its ledger line, mid-drain, or
     /// during a start's booking falls where the seed says.
@@ -173,15 +177,34 @@ impl World {
         // provider's end (the docs give no figure: a 404 for a moment after a generation
         // ends, `look_ups.rs`), and the next start comes at once, minutes later, or after
         // the look-ups' 15 minutes have passed for what the crash left.
-        let crash = r4.random_bool(0.25).then(|| Crash {
-            at: r4.random_range(0.5..30.0),
-            near_budget: r4.random_bool(0.5).then(|| r4.random_range(0.5..0.98)),
-            cut: r4.random(),
-            after_a_row: r4.random_bool(0.5),
-            torn: r4.random_bool(0.5).then(|| r4.random_range(0.05..0.95)),
-            restart_after_s: [1.0, 1.0, 10.0, 120.0, 1_200.0][r4.random_range(0..5)],
-            lag_s: [1.0, 5.0, 30.0, 120.0][r4.random_range(0..4)],
-        });
+        let mut crashes = Vec::new();
+        if r4.random_bool(0.25) {
+            let lag_s = [1.0, 5.0, 30.0, 120.0][r4.random_range(0..4)];
+            crashes.push(Crash {
+                at: r4.random_range(0.5..30.0),
+                near_budget: r4.random_bool(0.5).then(|| r4.random_range(0.5..0.98)),
+                in_step: None,
+                cut: r4.random(),
+                after_a_row: r4.random_bool(0.5),
+                torn: r4.random_bool(0.5).then(|| r4.random_range(0.05..0.95)),
+                restart_after_s: [1.0, 1.0, 10.0, 120.0, 1_200.0][r4.random_range(0..5)],
+                lag_s,
+            });
+            // One in three, the next start dies too, while it books and holds what the first
+            // left (its first few steps).
+            if r4.random_bool(1.0 / 3.0) {
+                crashes.push(Crash {
+                    at: f64::MAX,
+                    near_budget: None,
+                    in_step: Some(r4.random_range(0..6)),
+                    cut: r4.random(),
+                    after_a_row: false,
+                    torn: r4.random_bool(0.5).then(|| r4.random_range(0.05..0.95)),
+                    restart_after_s: [1.0, 60.0][r4.random_range(0..2)],
+                    lag_s,
+                });
+            }
+        }
         World {
             seed,
             mode,
@@ -203,7 +226,7 @@ impl World {
             table,
             endpoints,
             truth,
-            crash,
+            crashes,
         }
     }
 
@@ -277,7 +300,7 @@ impl World {
         w.ops.clear();
         (w.account_closes_at, w.account_usd, w.key_revoked_at) = (None, None, None);
         (w.temperature, w.repetition_penalty) = (None, None);
-        w.crash = None;
+        w.crashes.clear();
         w
     }
 
