@@ -7,14 +7,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::domain::Usd;
-use crate::store::output::{OutputRecord, RejectRecord, SpendEntry, SpendKind};
+use crate::store::output::{OutputRecord, RejectRecord, SpendEntry};
 use crate::store::turns_file::TurnLine;
 
 use super::super::control::Command;
 use super::super::endpoint::RunEndpoint;
 use super::super::quality::Finding;
 use super::attempt::{AttemptResult, Dispatch};
+use super::settle::Landing;
 use super::{Clock, Core, Port};
 
 /// What happened, for the core to decide on.
@@ -54,23 +54,16 @@ pub(crate) enum Event {
     Quality(Vec<Finding>),
 
     // Settling money with the API.
-    /// What an earlier run left open, now known (or given up on): closes its open line.
-    Carried {
-        open: SpendEntry,
-        kind: SpendKind,
-        usd: Usd,
-        estimated: bool,
-    },
     /// The attempts an earlier run's crash left open, before their look-ups: each holds money
-    /// against the budget until its [`Event::Carried`] (or [`Event::Unsettled`]) comes.
+    /// against the budget until its look-up lands.
     CrashOpen(Vec<SpendEntry>),
-    /// A crash's open attempt whose look-up gave up for now (the API does not know it yet):
-    /// its money stays held, but nothing waits for it.
-    Unsettled(SpendEntry),
-    /// What a closed stream really cost (`GET /generation`), against what it was booked at.
-    Adjusted {
+    /// A look-up of `entry` at `GET /generation` landed, or what an earlier run left is given
+    /// up on: booked as [`Core::landing`] decided (the driver adds
+    /// [`Landing::live_delta`] to the live spend first). A crash's open attempt is closed, a
+    /// stream's booking adjusted to its bill, or its hold kept while nothing waits for it.
+    Landed {
         entry: SpendEntry,
-        actual: Usd,
+        landing: Landing,
         /// The completion tokens the API billed, when it says.
         completion_tokens: Option<u64>,
     },
@@ -147,27 +140,17 @@ impl Core {
                 self.fleet.refresh_verdicts();
             }
             Event::Quality(findings) => self.note_quality(findings, now),
-            Event::Carried {
-                open,
-                kind,
-                usd,
-                estimated,
-            } => {
-                self.release_open_bill(&open);
-                self.book_carried(open, kind, usd, estimated, now)
-            }
-            Event::Adjusted {
+            Event::Landed {
                 entry,
-                actual,
+                landing,
                 completion_tokens,
-            } => self.book_adjustment(entry, actual, completion_tokens, now),
+            } => self.land(entry, landing, completion_tokens, now),
             Event::CrashOpen(open) => {
                 // An endpoint's documented close is not taken before it is checked, for what
                 // an earlier run left as for new streams (that run held their worst case).
                 self.doubt_documented_closes(now);
                 self.hold_crash(open)
             }
-            Event::Unsettled(entry) => self.budget.crash_unsettled(&entry),
             Event::Line(entry) => self.ledger(entry),
         }
         if self.life.begun {

@@ -107,24 +107,26 @@ impl Supervisor {
         Some(key_now)
     }
 
-    /// Books lines of an earlier run's crash into the core, the live spend and the ledger.
-    pub(super) async fn book_carried(
+    /// Books a look-up's landing (or an estimate given up to): its money joins the live
+    /// spend the workers' dollar cap reads first, then the core books it
+    /// ([`Event::Landed`]). Returns what it added.
+    async fn land(
         &mut self,
-        e: SpendEntry,
-        kind: SpendKind,
-        usd: Usd,
-        estimated: bool,
-    ) {
+        entry: SpendEntry,
+        landing: Landing,
+        completion_tokens: Option<u64>,
+    ) -> Usd {
+        let delta = landing.live_delta(&entry);
         self.shared
             .spent_pico
-            .fetch_add(usd.pico(), Ordering::Relaxed);
-        self.step(Event::Carried {
-            open: e,
-            kind,
-            usd,
-            estimated,
+            .fetch_add(delta.pico(), Ordering::Relaxed);
+        self.step(Event::Landed {
+            entry,
+            landing,
+            completion_tokens,
         })
         .await;
+        delta
     }
 
     /// Books requests an earlier run's crash left before any answer at their expected cost
@@ -141,7 +143,8 @@ impl Supervisor {
             for (e, usd) in opening.estimates {
                 total += usd;
                 self.note_estimate(usd);
-                self.book_carried(e, SpendKind::Unknown, usd, true).await;
+                // Never started: the API cannot be asked, and it is booked as lost.
+                self.land(e, Landing::Lost(usd), None).await;
             }
             self.say(
                 format!(
@@ -182,68 +185,6 @@ impl Supervisor {
         Recovery::start(self.shared.client.clone(), opening.look_ups, c, r)
     }
 
-    /// A rebuilt ledger line's look-up came back with the API's cost: it replaces the
-    /// output's (an adjustment line of the difference, which also marks the line confirmed for
-    /// later starts).
-    async fn confirm_rebuilt(&mut self, rec: &mut Recovery, entry: SpendEntry, c: Usd) {
-        let delta = c - entry.usd;
-        rec.confirmed += 1;
-        rec.confirmed_delta += delta;
-        self.shared
-            .spent_pico
-            .fetch_add(delta.pico(), Ordering::Relaxed);
-        self.step(Event::Line(SpendEntry {
-            at: Clock::now().rfc3339(),
-            kind: SpendKind::Adjustment,
-            usd: delta,
-            estimated: false,
-            error: None,
-            checkpoint: None,
-            note: Some("a rebuilt line confirmed at /generation".into()),
-            ..entry
-        }))
-        .await;
-    }
-
-    /// A look-up that settles nothing now ([`Landing::Open`]): a refused figure is named; an
-    /// attempt that holds money keeps its hold, waited for no more, and the next start asks
-    /// again.
-    async fn left_open(
-        &mut self,
-        entry: SpendEntry,
-        refused: Option<crate::booked_cost::CostRefused>,
-        held: bool,
-    ) {
-        if let Some(why) = refused {
-            self.refused_cost(&entry, why).await;
-        }
-        if held {
-            self.unsettled += 1;
-            self.step(Event::Unsettled(entry)).await;
-        }
-    }
-
-    /// What a closed stream really cost, against what it was booked at: the difference joins
-    /// the live spend, and the core books it (an adjustment line) and releases its hold.
-    async fn closed_cost(
-        &mut self,
-        entry: SpendEntry,
-        actual: Usd,
-        completion_tokens: Option<u64>,
-    ) -> Usd {
-        let delta = actual - entry.usd;
-        self.shared
-            .spent_pico
-            .fetch_add(delta.pico(), Ordering::Relaxed);
-        self.step(Event::Adjusted {
-            entry,
-            actual,
-            completion_tokens,
-        })
-        .await;
-        delta
-    }
-
     /// One look-up of a crash's leftover came back: booked at what the API says, or counted
     /// as unknown (its line stays open for the next start). Unknown on its first ask, it is
     /// waited for no more (its hold stays) while later passes ask again.
@@ -269,7 +210,12 @@ impl Supervisor {
         let (entry, cost, completion) = match looked_up {
             LookedUp::NotOnFirstPass(entry) => {
                 rec.first_answers += 1;
-                self.step(Event::Unsettled(entry)).await;
+                // Waited for no more; its hold stays while later passes ask again.
+                let landing = Landing::Open {
+                    refused: None,
+                    held: true,
+                };
+                self.land(entry, landing, None).await;
                 return;
             }
             LookedUp::Done {
@@ -287,49 +233,35 @@ impl Supervisor {
         };
         rec.back += 1;
         rec.expected_back += super::super::reconcile::open_part(&entry);
-        match self.core.landing(&entry, cost, chrono::Utc::now()) {
-            Landing::Found(usd) => {
+        let landing = self.core.landing(&entry, cost, chrono::Utc::now());
+        match &landing {
+            Landing::Found(usd) | Landing::Lost(usd) => {
                 rec.settled(&entry);
-                rec.booked += 1;
-                rec.total += usd;
-                self.book_carried(entry, SpendKind::Recovered, usd, false)
-                    .await;
+                rec.total += *usd;
+                if matches!(landing, Landing::Lost(_)) {
+                    rec.lost += 1;
+                    self.note_estimate(*usd);
+                } else {
+                    rec.booked += 1;
+                }
             }
-            Landing::Lost(usd) => {
-                rec.settled(&entry);
-                rec.lost += 1;
-                rec.total += usd;
-                self.note_estimate(usd);
-                self.book_carried(entry, SpendKind::Unknown, usd, true)
-                    .await;
-            }
-            Landing::Closed(actual) => {
+            Landing::Closed(_) => {
                 rec.settled(&entry);
                 rec.closed_confirmed += 1;
-                rec.closed_delta += self.closed_cost(entry, actual, completion).await;
             }
-            Landing::Rebuilt(usd) => self.confirm_rebuilt(rec, entry, usd).await,
-            Landing::Open { refused, held } => self.left_open(entry, refused, held).await,
+            Landing::Rebuilt(_) => rec.confirmed += 1,
+            Landing::Open { held, .. } => self.unsettled += usize::from(*held),
         }
-    }
-
-    /// `/generation` gave a figure that cannot be a bill: not booked, named (the attempt
-    /// stays open and holds its money; the next ask, or its age, settles it).
-    async fn refused_cost(&mut self, entry: &SpendEntry, why: crate::booked_cost::CostRefused) {
-        tracing::warn!(
-            "/generation {} (prompt {:?} of {}): {why}; not booked",
-            entry.generation_id.as_deref().unwrap_or("?"),
-            entry.id,
-            entry.dataset
+        let (closed, rebuilt) = (
+            matches!(landing, Landing::Closed(_)),
+            matches!(landing, Landing::Rebuilt(_)),
         );
-        self.say(format!(
-            "/generation answered {why} for generation {} (prompt {:?} of {}): not booked, \
-             its money held until the API says what it cost",
-            entry.generation_id.as_deref().unwrap_or("?"),
-            entry.id,
-            entry.dataset
-        ))
-        .await;
+        let delta = self.land(entry, landing, completion).await;
+        if closed {
+            rec.closed_delta += delta;
+        } else if rebuilt {
+            rec.confirmed_delta += delta;
+        }
     }
 
     /// The run ended with look-ups of a crash's leftovers still running: they are left open
@@ -440,14 +372,15 @@ impl Supervisor {
         self.closed.out = self.closed.out.saturating_sub(1);
         // Not known (the run stops waiting for it) or a figure that cannot be a bill: its
         // hold stays, and the next start asks again.
-        match self.core.landing(&entry, cost, chrono::Utc::now()) {
-            Landing::Closed(actual) | Landing::Found(actual) | Landing::Lost(actual) => {
-                self.closed.fixed += 1;
-                let delta = (self.closed_cost(entry, actual, completion_tokens)).await;
-                self.closed.delta += delta;
-            }
-            Landing::Rebuilt(_) => {}
-            Landing::Open { refused, held } => self.left_open(entry, refused, held).await,
+        let landing = self.core.landing(&entry, cost, chrono::Utc::now());
+        match &landing {
+            Landing::Open { held, .. } => self.unsettled += usize::from(*held),
+            _ => self.closed.fixed += 1,
+        }
+        let settled = !matches!(landing, Landing::Open { .. });
+        let delta = self.land(entry, landing, completion_tokens).await;
+        if settled {
+            self.closed.delta += delta;
         }
     }
 

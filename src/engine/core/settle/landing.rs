@@ -8,7 +8,7 @@ use crate::engine::reconcile::{Settle, settle};
 use crate::store::output::{SpendEntry, SpendKind};
 use crate::store::scan::REBUILT;
 
-use super::super::Core;
+use super::super::{Clock, Core};
 
 /// What a look-up's answer books.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,8 +19,8 @@ pub(crate) enum Landing {
     /// [`UNKNOWN_AFTER`](crate::engine::reconcile::UNKNOWN_AFTER)): closed by an estimated
     /// `unknown` line at what the core says a lost attempt costs ([`Core::lost_cost`]).
     Lost(Usd),
-    /// A closed stream's bill, found or (unknown for good) what a lost close costs: an
-    /// adjustment from its booking to this, which releases its hold.
+    /// A closed (or cut) stream's bill, found or (unknown for good) what a lost close costs:
+    /// an adjustment from its booking to this, which releases its hold.
     Closed(Usd),
     /// A rebuilt line's cost at the API: an adjustment from the output's cost to this.
     Rebuilt(Usd),
@@ -56,7 +56,9 @@ impl Core {
                 },
             };
         }
-        let closed = entry.kind == SpendKind::Cancelled;
+        // A crash's open attempt (`started`: nothing booked yet) is closed by its look-up; any
+        // other line (a stream closed or cut, booked at an estimate) is adjusted to the bill.
+        let closed = !matches!(entry.kind, SpendKind::Started | SpendKind::Dispatched);
         match settle(entry, cost, now) {
             Settle::Found(usd) if closed => Landing::Closed(usd),
             Settle::Found(usd) => Landing::Found(usd),
@@ -70,6 +72,72 @@ impl Core {
                 refused: Some(why),
                 held: true,
             },
+        }
+    }
+}
+
+impl Landing {
+    /// What booking it adds to the live spend the workers' dollar cap reads (added before the
+    /// core books it, so that nothing dispatched meanwhile counts on money already spent).
+    pub(crate) fn live_delta(&self, entry: &SpendEntry) -> Usd {
+        match self {
+            Landing::Found(usd) | Landing::Lost(usd) => *usd,
+            Landing::Closed(actual) | Landing::Rebuilt(actual) => *actual - entry.usd,
+            Landing::Open { .. } => Usd::ZERO,
+        }
+    }
+}
+
+impl Core {
+    /// Books `landing` of `entry`'s look-up (the API billed `completion_tokens`, when it said):
+    /// its ledger line, its hold released or kept ([`super::super::Event::Landed`]).
+    pub(in crate::engine::core) fn land(
+        &mut self,
+        entry: SpendEntry,
+        landing: Landing,
+        completion_tokens: Option<u64>,
+        now: &Clock,
+    ) {
+        match landing {
+            Landing::Found(usd) => {
+                self.release_open_bill(&entry);
+                self.book_carried(entry, SpendKind::Recovered, usd, false, now);
+            }
+            Landing::Lost(usd) => {
+                self.release_open_bill(&entry);
+                self.book_carried(entry, SpendKind::Unknown, usd, true, now);
+            }
+            Landing::Closed(actual) => self.book_adjustment(entry, actual, completion_tokens, now),
+            Landing::Rebuilt(actual) => {
+                // One line even when the output's cost was right: it marks the line confirmed
+                // for later starts.
+                let delta = actual - entry.usd;
+                self.ledger(SpendEntry {
+                    at: now.rfc3339(),
+                    kind: SpendKind::Adjustment,
+                    usd: delta,
+                    estimated: false,
+                    error: None,
+                    checkpoint: None,
+                    note: Some("a rebuilt line confirmed at /generation".into()),
+                    ..entry
+                });
+            }
+            Landing::Open { refused, held } => {
+                if let Some(why) = refused {
+                    let g = entry.generation_id.as_deref().unwrap_or("?");
+                    let text = format!(
+                        "/generation answered {why} for generation {g} (prompt {:?} of {}): \
+                         not booked, its money held until the API says what it cost",
+                        entry.id, entry.dataset
+                    );
+                    tracing::warn!("{text}");
+                    self.event(now, text);
+                }
+                if held {
+                    self.budget.crash_unsettled(&entry);
+                }
+            }
         }
     }
 }

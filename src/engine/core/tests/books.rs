@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::engine::core::settle::Landing;
 use crate::openrouter::ApiError;
 use crate::store::output::{SpendEntry, SpendKind};
 
@@ -77,9 +78,9 @@ fn an_endpoints_spend_is_every_line_booked_there_and_they_sum_to_the_ledger() {
         .find(|(_, e)| e.endpoint.as_deref() == Some("together/int4"))
         .expect("the close at Together is looked up")
         .clone();
-    lines.extend(ledger(&h.handle(Event::Adjusted {
+    lines.extend(ledger(&h.handle(Event::Landed {
         entry: closed,
-        actual: usd(0.0009),
+        landing: Landing::Closed(usd(0.0009)),
         completion_tokens: Some(90),
     })));
     // The key's true-up names neither an endpoint nor a dataset.
@@ -194,9 +195,9 @@ fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_b
     );
     // The look-up lands: nothing is held any more.
     let (_, entry) = h.take_reconcile().pop().expect("the close is looked up");
-    h.handle(Event::Adjusted {
+    h.handle(Event::Landed {
         entry,
-        actual: usd(0.004),
+        landing: Landing::Closed(usd(0.004)),
         completion_tokens: Some(1_200),
     });
     h.live.spent_pico += usd(0.003).pico();

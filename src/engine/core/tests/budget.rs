@@ -4,6 +4,7 @@
 use super::super::Event;
 use super::*;
 use crate::engine::Command;
+use crate::engine::core::settle::Landing;
 use crate::engine::core::wire_rate;
 use crate::engine::reason::StopReason;
 
@@ -412,18 +413,24 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
         "it waits for the look-ups, not stops"
     );
     // One look-up lands: found at $0.002; its hold goes, and one request fits.
-    let fx = h.handle(Event::Carried {
-        open: open("g1"),
-        kind: SpendKind::Recovered,
-        usd: Usd::from_f64(0.002),
-        estimated: false,
+    let fx = h.handle(Event::Landed {
+        entry: open("g1"),
+        landing: Landing::Found(Usd::from_f64(0.002)),
+        completion_tokens: None,
     });
     assert!(fx.iter().any(|e| matches!(e, Effect::Hold(p) if *p < 0)));
     h.live.spent_pico += Usd::from_f64(0.002).pico();
     assert_eq!(h.dispatch().len(), 1, "room for one worst case again");
     // The other gives up for now: still held.
     let before = h.core.committed_pico(&h.live.clone());
-    h.handle(Event::Unsettled(open("g2")));
+    h.handle(Event::Landed {
+        entry: open("g2"),
+        landing: Landing::Open {
+            refused: None,
+            held: true,
+        },
+        completion_tokens: None,
+    });
     assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
 }
 
@@ -456,14 +463,14 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
     // Three closes there before any stream completed: unclear under the prior's range, kept.
     use crate::store::output::{SpendEntry, SpendKind};
     for k in 0..3 {
-        h.handle(Event::Adjusted {
+        h.handle(Event::Landed {
             entry: SpendEntry {
                 endpoint: Some("moonshotai".into()),
                 completion_tokens: 64,
                 generation_id: Some(format!("gen-close-{k}")),
                 ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
             },
-            actual: Usd::from_f64(0.001),
+            landing: Landing::Closed(Usd::from_f64(0.001)),
             completion_tokens: Some(528),
         });
     }
@@ -617,9 +624,9 @@ fn streams_an_earlier_run_closed_hold_until_confirmed() {
     );
     assert_eq!(h.dispatch().len(), 1, "room for one worst case beside it");
     // Its look-up finds the estimate right: the hold goes, and a zero adjustment confirms it.
-    let fx = h.handle(Event::Adjusted {
+    let fx = h.handle(Event::Landed {
         entry: closed("g1", "moonshotai"),
-        actual: Usd::from_f64(0.0003),
+        landing: Landing::Closed(Usd::from_f64(0.0003)),
         completion_tokens: Some(100),
     });
     assert_eq!(holds(&fx), -held, "the hold released");
@@ -694,18 +701,18 @@ fn a_close_billed_past_what_was_received_is_learned_at_once() {
         ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
     };
     // Billed as received (with the tokens in transit): nothing changes.
-    h.handle(Event::Adjusted {
+    h.handle(Event::Landed {
         entry: close(100),
-        actual: Usd::from_f64(0.0002),
+        landing: Landing::Closed(Usd::from_f64(0.0002)),
         completion_tokens: Some(120),
     });
     assert!(h.take_repriced().is_empty());
     assert_eq!(h.core.reserved_pico(), reserved_before);
     // Billed past the most 100 events can carry before Chutes' rate is learned (eight
     // tokens each, `wire_rate::PRIOR`): learned at once.
-    h.handle(Event::Adjusted {
+    h.handle(Event::Landed {
         entry: close(100),
-        actual: Usd::from_f64(0.004),
+        landing: Landing::Closed(Usd::from_f64(0.004)),
         completion_tokens: Some(2_000),
     });
     let repriced = h.take_repriced();
@@ -771,9 +778,9 @@ fn a_stream_cut_where_a_close_is_billed_in_full_holds_its_worst_case_until_looke
     let (g, entry) = h.take_reconcile().pop().expect("looked up");
     assert_eq!(g, format!("gen-{}", sent[0].key));
     // Found billed at $0.004: booked, the hold goes, a request fits again.
-    let fx = h.handle(Event::Adjusted {
+    let fx = h.handle(Event::Landed {
         entry,
-        actual: Usd::from_f64(0.004),
+        landing: Landing::Closed(Usd::from_f64(0.004)),
         completion_tokens: Some(1300),
     });
     assert!(
@@ -860,9 +867,9 @@ fn the_hard_budget_checks_a_documented_close_before_it_relies_on_it() {
     let looked = h.take_reconcile();
     assert_eq!(looked.len(), 5);
     for (_, entry) in looked {
-        h.handle(Event::Adjusted {
+        h.handle(Event::Landed {
             entry,
-            actual: Usd::from_f64(0.0002),
+            landing: Landing::Closed(Usd::from_f64(0.0002)),
             completion_tokens: Some(66),
         });
     }

@@ -3,6 +3,7 @@
 
 use super::super::Event;
 use super::*;
+use crate::engine::core::settle::Landing;
 use crate::engine::quality::{Deviation, Finding};
 use crate::engine::reason::{OffReason, StopReason};
 use crate::engine::{Command, ShutdownMode};
@@ -516,11 +517,14 @@ fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
     let mut total = Usd::ZERO;
     for (name, kind, usd, estimated) in cases {
         let amount = Usd::from_f64(usd);
-        let effects = h.handle(Event::Carried {
-            open: open_line("p1", "a"),
-            kind,
-            usd: amount,
-            estimated,
+        let landing = match estimated {
+            false => Landing::Found(amount),
+            true => Landing::Lost(amount),
+        };
+        let effects = h.handle(Event::Landed {
+            entry: open_line("p1", "a"),
+            landing,
+            completion_tokens: None,
         });
         total += amount;
         assert_eq!(ledger(&effects), vec![(kind, amount)], "{name}: one line");
@@ -585,9 +589,9 @@ fn an_adjustment_books_the_difference_and_confirms_a_close() {
         entry.kind = kind;
         entry.usd = Usd::from_f64(booked);
         entry.generation_id = Some("gen-1".into());
-        let effects = h.handle(Event::Adjusted {
+        let effects = h.handle(Event::Landed {
             entry,
-            actual: Usd::from_f64(actual),
+            landing: Landing::Closed(Usd::from_f64(actual)),
             completion_tokens: None,
         });
         let want_lines: Vec<(SpendKind, Usd)> = want

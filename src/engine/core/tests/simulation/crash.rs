@@ -231,13 +231,8 @@ impl Run {
                 b.estimated += usd;
                 b.estimated_lines += 1;
             }
-            self.spent += usd.pico();
-            self.step(Event::Carried {
-                open: e,
-                kind: SpendKind::Unknown,
-                usd,
-                estimated: true,
-            });
+            // Never started: the API cannot be asked, and it is booked as lost.
+            self.land(e, Landing::Lost(usd), None);
         }
         if !opening.held.is_empty() {
             self.step(Event::CrashOpen(opening.held));
@@ -277,7 +272,13 @@ impl Run {
     /// driver books it (`supervisor/settle.rs`, `recovered_one`).
     fn landed(&mut self, s: &mut Settling, landed: LookedUp) {
         let (entry, cost, tokens) = match landed {
-            LookedUp::NotOnFirstPass(entry) => return self.step(Event::Unsettled(entry)),
+            LookedUp::NotOnFirstPass(entry) => {
+                let open = Landing::Open {
+                    refused: None,
+                    held: true,
+                };
+                return self.land(entry, open, None);
+            }
             LookedUp::Done {
                 entry,
                 cost,
@@ -287,46 +288,32 @@ impl Run {
         };
         let landing = self.core.landing(&entry, cost, self.clock().wall);
         *self.out.seen.entry(landing_kind(&landing)).or_default() += 1;
-        match landing {
-            Landing::Found(usd) | Landing::Lost(usd) => {
-                let lost = matches!(landing, Landing::Lost(_));
-                if lost && let Some(b) = s.key_base.as_mut() {
-                    b.estimated += usd;
+        match &landing {
+            Landing::Lost(usd) => {
+                if let Some(b) = s.key_base.as_mut() {
+                    b.estimated += *usd;
                     b.estimated_lines += 1;
                 }
-                self.spent += usd.pico();
-                let kind = if lost {
-                    SpendKind::Unknown
-                } else {
-                    SpendKind::Recovered
-                };
-                self.step(Event::Carried {
-                    open: entry,
-                    kind,
-                    usd,
-                    estimated: lost,
-                });
-            }
-            Landing::Closed(actual) => {
-                self.spent += (actual - entry.usd).pico();
-                self.step(Event::Adjusted {
-                    entry,
-                    actual,
-                    completion_tokens: tokens,
-                });
             }
             Landing::Rebuilt(_) => {
                 self.out
                     .broken
                     .push("a rebuilt line in a world without --repair".into());
             }
-            Landing::Open { held, .. } => {
-                if held {
-                    s.unsettled += 1;
-                    self.step(Event::Unsettled(entry));
-                }
-            }
+            Landing::Open { held: true, .. } => s.unsettled += 1,
+            _ => {}
         }
+        self.land(entry, landing, tokens);
+    }
+
+    /// Books a landing as the driver does: the live spend first, then the core.
+    pub(super) fn land(&mut self, entry: SpendEntry, landing: Landing, tokens: Option<u64>) {
+        self.spent += landing.live_delta(&entry).pico();
+        self.step(Event::Landed {
+            entry,
+            landing,
+            completion_tokens: tokens,
+        });
     }
 
     /// The end of the next start: its look-ups run to their end (those a real run leaves open

@@ -445,7 +445,7 @@ impl Run {
         (self.t.to_bits(), std::mem::discriminant(&event)).hash(&mut self.hasher);
         match &event {
             Event::Result(r) => (r.key, r.booked_pico).hash(&mut self.hasher),
-            Event::Adjusted { actual, .. } => actual.pico().hash(&mut self.hasher),
+            Event::Landed { landing, .. } => format!("{landing:?}").hash(&mut self.hasher),
             _ => {}
         }
         let now = self.clock();
@@ -998,19 +998,16 @@ impl Run {
         self.step(Event::Command(command));
     }
 
-    /// The look-up `i` lands: what the world billed, and the tokens it billed.
+    /// The look-up `i` lands: what the world billed, and the tokens it billed, booked as the
+    /// core decides and the driver books it (`supervisor/settle.rs`, `closed_landed`).
     pub(super) fn look_up(&mut self, i: usize) {
         let (generation_id, entry) = self.lookups[i].clone();
         let b = self.billed.get(&generation_id).copied();
         let actual = Usd::from_pico(b.map_or(0, |b| b.pico));
-        // As the driver books it (supervisor/settle.rs `closed_landed`): the difference joins
-        // the live spend the dollar cap reads, then the core hears it.
-        self.spent += (actual - entry.usd).pico();
-        self.step(Event::Adjusted {
-            entry,
-            actual,
-            completion_tokens: b.map(|b| b.tokens),
-        });
+        let landing = self
+            .core
+            .landing(&entry, Some(actual.as_f64()), self.clock().wall);
+        self.land(entry, landing, b.map(|b| b.tokens));
     }
 
     pub(super) fn go(&mut self) {
