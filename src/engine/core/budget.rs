@@ -40,13 +40,32 @@ pub(super) struct Budget {
     /// The last dispatch round ended for want of room in the budget: a queued request waits
     /// for a result, a look-up or a tick, not for the clock (no wake of its own).
     pub(super) waiting_for_room: bool,
-    /// Bills not known yet, by generation id: what each holds until its look-up lands, and
-    /// whether the run still waits for that look-up (near the cap it waits rather than stop):
-    /// an attempt a crash left open, or a stream closed or cut where the provider may bill it
-    /// in full.
-    pub(super) open_bills: std::collections::HashMap<String, (i64, bool)>,
+    /// Bills not known yet, by generation id: an attempt a crash left open, or a stream closed
+    /// or cut where the provider may bill it in full.
+    pub(super) open_bills: std::collections::HashMap<String, OpenBill>,
     /// The sum of those holds, picodollars.
     pub(super) open_bills_pico: i64,
+}
+
+/// A bill not known yet: what it holds until its look-up lands, what it will likely come to
+/// past what is booked of it (its expectation), and where its look-up stands.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OpenBill {
+    hold: i64,
+    likely: i64,
+    look_up: LookUp,
+}
+
+/// Where the look-up of an open bill stands, for the run near the cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LookUp {
+    /// Asked, not answered yet: the run waits for it rather than stop, or spend past it.
+    First,
+    /// Unknown on its first ask, asked again in later passes (until it is found or ages out):
+    /// the run waits for it only where its settling at its expectation would make room.
+    Later,
+    /// Not asked again by this run (given up on for now, or its figure refused).
+    No,
 }
 
 /// What one more request asks of the dollar budget.
@@ -96,10 +115,15 @@ impl Budget {
         self.committed_pico(live) + self.held_for(c) + c.reserve.pico() <= self.budget_pico
     }
 
-    /// Holds `hold` for generation `g` until its look-up lands, waited for near the cap; false
-    /// when `g` was held already.
-    fn hold_open_bill(&mut self, g: String, hold: i64) -> bool {
-        if self.open_bills.insert(g, (hold, true)).is_some() {
+    /// Holds `hold` for generation `g` until its look-up lands (it will likely come to
+    /// `likely` past its booking), waited for near the cap; false when `g` was held already.
+    fn hold_open_bill(&mut self, g: String, hold: i64, likely: i64) -> bool {
+        let bill = OpenBill {
+            hold,
+            likely: likely.clamp(0, hold.max(0)),
+            look_up: LookUp::First,
+        };
+        if self.open_bills.insert(g, bill).is_some() {
             return false;
         }
         self.open_bills_pico += hold;
@@ -109,22 +133,48 @@ impl Budget {
     /// A bill not known yet is settled (found, or booked at its expectation): what it held,
     /// now released.
     fn release_open_bill(&mut self, e: &crate::store::output::SpendEntry) -> Option<i64> {
-        let (hold, _) = self.open_bills.remove(e.generation_id.as_ref()?)?;
-        self.open_bills_pico -= hold;
-        Some(hold)
+        let bill = self.open_bills.remove(e.generation_id.as_ref()?)?;
+        self.open_bills_pico -= bill.hold;
+        Some(bill.hold)
     }
 
-    /// A crash's open attempt whose look-up gave up for now: still held, waited for no more.
-    pub(super) fn crash_unsettled(&mut self, e: &crate::store::output::SpendEntry) {
-        if let Some(h) = (e.generation_id.as_ref()).and_then(|g| self.open_bills.get_mut(g)) {
-            h.1 = false;
+    /// An open bill whose look-up found nothing now: still held; `asked_again` by later
+    /// passes, or not by this run.
+    pub(super) fn unsettled(&mut self, e: &crate::store::output::SpendEntry, asked_again: bool) {
+        if let Some(b) = (e.generation_id.as_ref()).and_then(|g| self.open_bills.get_mut(g)) {
+            b.look_up = if asked_again {
+                LookUp::Later
+            } else {
+                LookUp::No
+            };
         }
     }
 
-    /// Look-ups of a crash's open attempts still running: the run waits for them near the cap
-    /// rather than stop, or spend past them.
-    fn crash_looking_up(&self) -> bool {
-        self.open_bills.values().any(|(_, running)| *running)
+    /// Whether the look-ups still out may make room for `c` (near the cap the run then waits
+    /// rather than stop): one not answered yet, or bills asked again whose settling at their
+    /// expectation would free enough of their holds. A crash's leftovers hold their worst
+    /// cases while `/generation` lags behind the providers; stopping at "budget reached"
+    /// then left a restarted run with its budget unspent (`scripts/crash-restart.sh`, 20 s
+    /// after the kill: $0.0036 of $0.50 spent, $0.48 held, the bills came to $0.12).
+    fn look_ups_may_make_room(&self, c: &Claim, live: &Live) -> bool {
+        let bills = self.open_bills.values();
+        if bills.clone().any(|b| b.look_up == LookUp::First) {
+            return true;
+        }
+        let freed: i64 = (bills.filter(|b| b.look_up == LookUp::Later))
+            .map(|b| b.hold - b.likely)
+            .sum();
+        freed > 0
+            && self.committed_pico(live) + self.held_for(c) + c.reserve.pico() - freed
+                <= self.budget_pico
+    }
+
+    /// Bills not known yet that later passes still ask about: how many, what they hold, and
+    /// what they will likely come to.
+    fn asked_later(&self) -> (usize, i64, i64) {
+        (self.open_bills.values())
+            .filter(|b| b.look_up == LookUp::Later)
+            .fold((0, 0, 0), |(n, h, l), b| (n + 1, h + b.hold, l + b.likely))
     }
 
     /// Releases what a row in progress held for one later turn (it goes out now), or for all
@@ -205,7 +255,8 @@ impl Core {
                 SpendKind::Cancelled => (self.crash_hold_of(&e) - e.usd.pico()).max(0),
                 _ => self.crash_hold_of(&e),
             };
-            if self.budget.hold_open_bill(g, hold) {
+            let likely = crate::engine::reconcile::open_part(&e).pico();
+            if self.budget.hold_open_bill(g, hold, likely) {
                 added += hold;
             }
         }
@@ -298,7 +349,8 @@ impl Core {
         let hold = super::reserve::crash_hold(self.cfg.budget_mode, true, expected, f.worst_pico);
         let hold = (hold - r.booked_pico).max(0);
         // Waited for near the cap, as a crash's: the look-up lands or gives up (`Unsettled`).
-        if hold > 0 && self.budget.hold_open_bill(g.clone(), hold) {
+        let likely = (expected - r.booked_pico).max(0);
+        if hold > 0 && self.budget.hold_open_bill(g.clone(), hold, likely) {
             self.effects.push(super::Effect::Hold(hold));
         }
     }
@@ -401,12 +453,26 @@ impl Core {
         }
         // With nothing in flight, new work still waits for a row in progress whose next turn
         // is queued: that turn goes out first, and the row's money is its own.
+        let looking_up = self.budget.look_ups_may_make_room(&c, live);
         if self.in_flight.is_empty()
-            && !self.budget.crash_looking_up()
+            && !looking_up
             && (c.continues_row || self.admission.row_waits(None).is_none())
         {
             self.begin_stop(now, StopReason::DollarBudget);
             return Fits::Never;
+        }
+        let (n, held, likely) = self.budget.asked_later();
+        if looking_up && n > 0 && self.journal.first(Once::BillsAskedLater) {
+            self.event(
+                now,
+                format!(
+                    "the budget's room is held by {n} bills /generation does not know yet \
+                     ({} held, likely {}): waiting for their look-ups, asked again until each \
+                     is found or 15 minutes old, rather than stop with the budget unspent",
+                    Usd::from_pico(held),
+                    Usd::from_pico(likely)
+                ),
+            );
         }
         if self.journal.first(Once::BudgetNearly) {
             self.event(

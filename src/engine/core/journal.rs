@@ -36,6 +36,8 @@ pub(super) enum Once {
     NoEligible(String),
     /// A close is checked at an endpoint (by tag).
     CancelCheck(String),
+    /// The run waits near the cap for bills its look-ups ask about again.
+    BillsAskedLater,
 }
 
 /// The event log and what it has said once.

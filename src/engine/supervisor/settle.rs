@@ -214,6 +214,7 @@ impl Supervisor {
                 let landing = Landing::Open {
                     refused: None,
                     held: true,
+                    asked_again: true,
                 };
                 self.land(entry, landing, None).await;
                 return;

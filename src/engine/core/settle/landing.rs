@@ -25,11 +25,12 @@ pub(crate) enum Landing {
     /// A rebuilt line's cost at the API: an adjustment from the output's cost to this.
     Rebuilt(Usd),
     /// Not settled now: unknown to the API yet, or (`refused`) a figure that cannot be a bill.
-    /// An attempt that holds money (`held`) keeps its hold, waited for no more; the next
-    /// start asks again.
+    /// An attempt that holds money (`held`) keeps its hold; `asked_again` by the look-ups'
+    /// later passes (unknown on its first ask), or not by this run (the next start asks).
     Open {
         refused: Option<CostRefused>,
         held: bool,
+        asked_again: bool,
     },
 }
 
@@ -49,10 +50,12 @@ impl Core {
                 Some(Err(why)) => Landing::Open {
                     refused: Some(why),
                     held: false,
+                    asked_again: false,
                 },
                 None => Landing::Open {
                     refused: None,
                     held: false,
+                    asked_again: false,
                 },
             };
         }
@@ -67,10 +70,12 @@ impl Core {
             Settle::Wait => Landing::Open {
                 refused: None,
                 held: true,
+                asked_again: false,
             },
             Settle::Refused(why) => Landing::Open {
                 refused: Some(why),
                 held: true,
+                asked_again: false,
             },
         }
     }
@@ -123,7 +128,11 @@ impl Core {
                     ..entry
                 });
             }
-            Landing::Open { refused, held } => {
+            Landing::Open {
+                refused,
+                held,
+                asked_again,
+            } => {
                 if let Some(why) = refused {
                     let g = entry.generation_id.as_deref().unwrap_or("?");
                     let text = format!(
@@ -135,7 +144,7 @@ impl Core {
                     self.event(now, text);
                 }
                 if held {
-                    self.budget.crash_unsettled(&entry);
+                    self.budget.unsettled(&entry, asked_again);
                 }
             }
         }

@@ -428,6 +428,7 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
         landing: Landing::Open {
             refused: None,
             held: true,
+            asked_again: false,
         },
         completion_tokens: None,
     });

@@ -276,6 +276,7 @@ impl Run {
                 let open = Landing::Open {
                     refused: None,
                     held: true,
+                    asked_again: true,
                 };
                 return self.land(entry, open, None);
             }
@@ -479,4 +480,46 @@ fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
         o.seen
     );
     assert!(o.broken.is_empty(), "{:?}", o.broken);
+}
+
+/// A crash halfway to a hard budget whose providers bill a dropped stream in full (and are
+/// known to), the next start at once and `/generation` two minutes behind
+/// (`scripts/crash-restart.sh`'s shape): the next start holds what the crash left, settles it
+/// as the bills come, and then spends the budget (over 90% of it billed, never past it).
+/// The rule that waits for bills asked again has its own table test
+/// (`settle::a_start_waits_for_bills_asked_again_only_where_they_may_make_room`).
+#[test]
+fn a_start_after_a_crash_settles_what_it_left_and_spends_the_budget() {
+    let mut w = super::world::World::calm(5, crate::config::BudgetMode::Hard);
+    (w.concurrency, w.prompts, w.max_tokens, w.mean_len) = (40, 2000, 8192, 600.0);
+    for b in &mut w.truth {
+        (b.stops_billing, b.tokens_per_s, b.capacity) = (false, 40.0, None);
+    }
+    // Known to bill a close in full (as `cancel_stops_billing = []` says): every stream holds
+    // its worst case, and nothing is sent to check a close.
+    for e in &mut w.endpoints {
+        e.cancel_stops_billing = false;
+    }
+    // Room for the crash's worst cases and a little more: about 40 worst cases of $0.025.
+    w.budget_usd = 1.2;
+    w.crashes = vec![super::world::Crash {
+        at: 600.0,
+        near_budget: Some(0.5),
+        in_step: None,
+        cut: 0,
+        after_a_row: false,
+        torn: None,
+        restart_after_s: 1.0,
+        lag_s: 120.0,
+    }];
+    let o = super::run::run(&w);
+    let share = o.bill_pico as f64 / Usd::from_f64(w.budget_usd).pico() as f64;
+    eprintln!("billed {share:.3} of the budget, {:?}", o.seen);
+    assert_eq!(o.seen.get("crash"), Some(&1), "{:?}", o.seen);
+    assert!(o.broken.is_empty(), "{:?}", o.broken);
+    assert!(
+        share > 0.9,
+        "the next start stopped with {:.0}% of the budget billed",
+        share * 100.0
+    );
 }
