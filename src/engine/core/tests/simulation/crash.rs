@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use super::super::super::settle::{Landing, Leftovers};
 use super::super::*;
-use super::run::{Run, Time};
+use super::flight::Time;
+use super::run::Run;
 use crate::engine::look_ups::{Answer, LookedUp, Plan, Until};
 use crate::store::output::{
     KeyCheckpoint, OutputRecord, RejectRecord, SpendEntry, SpendKind, ledger_path, output_path,

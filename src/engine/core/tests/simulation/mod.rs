@@ -21,6 +21,7 @@
 //! one (`cargo test --lib simulation -- --nocapture` prints what it did).
 
 mod crash;
+mod flight;
 mod run;
 mod scenarios;
 mod world;
