@@ -144,9 +144,9 @@ pub(crate) fn summary_of(s: &Snapshot, live: bool) -> String {
     out.push('\n');
     if s.open_look_ups.count > 0 {
         out.push_str(&format!(
-            "open look-ups: {} requests an earlier run left in flight or closed unconfirmed, \
-             expected {:.4} USD more than the ledger holds until the API says what they cost: \
-             {}\n",
+            "open look-ups: {} streams closed or left in flight that /generation has not \
+             confirmed, expected {:.4} USD more than the ledger holds until the API says what \
+             they cost: {}\n",
             group_thousands(s.open_look_ups.count),
             s.open_look_ups.expected.as_f64(),
             if live {
@@ -307,7 +307,7 @@ mod tests {
         );
         let live = line(true);
         assert!(
-            live.starts_with("open look-ups: 122 requests")
+            live.starts_with("open look-ups: 122 streams")
                 && live.ends_with("the live run is settling them as the API answers"),
             "{live}"
         );

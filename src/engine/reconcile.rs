@@ -210,6 +210,10 @@ pub(super) struct Closed {
     /// Found at the API, and what their costs changed against the estimates.
     pub fixed: u64,
     pub delta: crate::domain::Usd,
+    /// Asked and not confirmed yet (out, or unknown when asked): how many, and what they may
+    /// still add to the ledger ([`open_part`]: where a close is billed in full, the rest of
+    /// a mean answer).
+    pub unconfirmed: (usize, crate::domain::Usd),
 }
 
 impl Closed {
@@ -222,6 +226,7 @@ impl Closed {
             out: 0,
             fixed: 0,
             delta: crate::domain::Usd::ZERO,
+            unconfirmed: (0, crate::domain::Usd::ZERO),
         }
     }
 
@@ -238,8 +243,16 @@ impl Closed {
             return;
         }
         self.out += items.len();
+        self.unconfirmed.0 += items.len();
+        self.unconfirmed.1 += items.iter().map(|(_, e)| open_part(e)).sum();
         let tx = self.tx.clone();
         self.tasks.spawn(forward(client, items, until, tx));
+    }
+
+    /// `e`'s look-up found what it cost: confirmed.
+    pub(super) fn confirmed(&mut self, e: &SpendEntry) {
+        self.unconfirmed.0 = self.unconfirmed.0.saturating_sub(1);
+        self.unconfirmed.1 = (self.unconfirmed.1 - open_part(e)).max(crate::domain::Usd::ZERO);
     }
 
     /// Ends every look-up still running: their streams keep their estimates.

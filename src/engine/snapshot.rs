@@ -288,7 +288,8 @@ pub struct Snapshot {
     pub key_usage_now: Option<f64>,
 }
 
-/// Requests a crash left in flight whose cost the API has not told yet.
+/// Streams closed or left in flight (by this run, or a crash of an earlier one) whose cost the
+/// API has not told yet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OpenLookUps {
     pub count: u64,

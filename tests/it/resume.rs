@@ -683,7 +683,7 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
     // `status` names what the crash left open, with its expected cost.
     let said = status_text(&dir.path().join("out"));
     assert!(
-        said.contains("open look-ups: 150 requests an earlier run left in flight or closed unconfirmed, expected"),
+        said.contains("open look-ups: 150 streams closed or left in flight that /generation has not confirmed, expected"),
         "{said}"
     );
     sim.state
@@ -736,7 +736,7 @@ async fn a_run_with_nothing_to_do_after_a_crash_ends_at_once() {
     assert_eq!(done.lines().count(), 150);
     // The finished run's state keeps saying they are open.
     let said = status_text(&dir.path().join("out"));
-    assert!(said.contains("open look-ups: 150 requests"), "{said}");
+    assert!(said.contains("open look-ups: 150 streams"), "{said}");
     sim.stop().await;
 }
 
@@ -799,7 +799,7 @@ async fn a_stop_now_during_the_last_look_ups_ends_the_run_at_once() {
     eprintln!("ended {took:?} after the stop-now");
     // A stop-now takes no grace; the look-ups it ends would run up to CLOSED_DEADLINE (8 s,
     // src/engine/reconcile.rs). The ceiling is that no-grace plus 20 s for a loaded machine:
-    // it catches a hang; the event below ("(stopped now)", not "not answered within 8s")
+    // it catches a hang; the event below ("(stopped now)", not "not known within 8s")
     // shows that the stop-now, not the deadline, ended them.
     assert!(
         took < Duration::from_secs(20),
@@ -819,7 +819,8 @@ async fn a_stop_now_during_the_last_look_ups_ends_the_run_at_once() {
         .collect();
     assert!(
         texts.iter().any(|t| t.contains(
-            "closed streams not looked up (stopped now): booked at their estimates until"
+            "closed streams not confirmed at /generation (stopped now): booked at their \
+             estimates, expected"
         )),
         "{texts:#?}"
     );
@@ -935,7 +936,7 @@ async fn a_crash_with_600_in_flight_at_real_pace_settles_within_two_percent_of_t
     let left = open();
     let said = status_text(&out_dir);
     assert!(
-        said.contains(&format!("open look-ups: {left} requests")) && said.contains("expected"),
+        said.contains(&format!("open look-ups: {left} streams")) && said.contains("expected"),
         "{said}"
     );
     let output = tokio::task::spawn_blocking(move || harvest_run(&config).output())
