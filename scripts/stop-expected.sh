@@ -81,7 +81,7 @@ python3 - "$WORK" "$BEFORE" "$AFTER_RECONCILE" <<'PY'
 import json, re, sys
 work, before, after = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 status = open(f"{work}/status.log").read()
-m = re.search(r"open look-ups: ([\d,]+) requests.*?expected ([\d.]+) USD more", status, re.S)
+m = re.search(r"open look-ups: ([\d,]+) (?:requests|streams).*?expected ([\d.]+) USD more", status, re.S)
 count, expected = (m.group(1), float(m.group(2))) if m else ("0", 0.0)
 billed = sum(json.loads(l)["cost_usd"] for l in open(f"{work}/bill.jsonl") if l.strip())
 booked = after - before
