@@ -210,7 +210,8 @@ impl Supervisor {
         let (entry, cost, completion) = match looked_up {
             LookedUp::NotOnFirstPass(entry) => {
                 rec.first_answers += 1;
-                // Waited for no more; its hold stays while later passes ask again.
+                // Its hold stays while later passes ask again; near the cap the run waits for
+                // it only where its settling would make room (`Budget::look_ups_may_make_room`).
                 let landing = Landing::Open {
                     refused: None,
                     held: true,

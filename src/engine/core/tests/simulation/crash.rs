@@ -442,24 +442,24 @@ fn landing_kind(l: &Landing) -> &'static str {
     }
 }
 
-/// A crash near the hard budget with long streams open where a close is billed in full, the
-/// next start a second later and `/generation` two minutes behind (reliability-probe-5 P2's
-/// shape): the providers go on generating what the dead process opened, and the next start
-/// must hold their worst cases until their look-ups land, or its new streams take the same
-/// room and the bill passes the budget.
-#[test]
-fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
-    let mut w = super::world::World::calm(11, crate::config::BudgetMode::Hard);
-    (w.concurrency, w.prompts, w.max_tokens, w.mean_len) = (50, 600, 4096, 2000.0);
+/// A calm hard-budget world of `seed` whose providers all bill a dropped stream in full at
+/// `tokens_per_s` (whatever their listings say), with `streams` at once over `prompts` of
+/// `mean_len` tokens on average, that crashes once, near `near_budget` of the budget, and
+/// starts again a second later with `/generation` two minutes behind.
+fn billed_in_full_crash(
+    seed: u64,
+    (streams, prompts, max_tokens, mean_len): (u32, usize, u32, f64),
+    tokens_per_s: f64,
+    near_budget: f64,
+) -> super::world::World {
+    let mut w = super::world::World::calm(seed, crate::config::BudgetMode::Hard);
+    (w.concurrency, w.prompts, w.max_tokens, w.mean_len) = (streams, prompts, max_tokens, mean_len);
     for b in &mut w.truth {
-        // Every provider bills a dropped stream in full, whatever its listing says, and
-        // streams last a minute or two.
-        (b.stops_billing, b.tokens_per_s, b.capacity) = (false, 25.0, None);
+        (b.stops_billing, b.tokens_per_s, b.capacity) = (false, tokens_per_s, None);
     }
-    w.budget_usd = w.prompts as f64 * w.mean_len * 3e-6 * 0.5;
     w.crashes = vec![super::world::Crash {
-        at: 600.0,
-        near_budget: Some(0.85),
+        at: f64::MAX,
+        near_budget: Some(near_budget),
         in_step: None,
         cut: 0,
         after_a_row: false,
@@ -467,6 +467,19 @@ fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
         restart_after_s: 1.0,
         lag_s: 120.0,
     }];
+    w
+}
+
+/// A crash near the hard budget with long streams open where a close is billed in full, the
+/// next start a second later and `/generation` two minutes behind (reliability-probe-5 P2's
+/// shape): the providers go on generating what the dead process opened, and the next start
+/// must hold their worst cases until their look-ups land, or its new streams take the same
+/// room and the bill passes the budget.
+#[test]
+fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
+    // Streams last a minute or two.
+    let mut w = billed_in_full_crash(11, (50, 600, 4096, 2000.0), 25.0, 0.85);
+    w.budget_usd = w.prompts as f64 * w.mean_len * 3e-6 * 0.5;
     let o = super::run::run(&w);
     eprintln!(
         "billed {} of {}, {:?}",
@@ -491,11 +504,7 @@ fn a_crash_near_the_hard_budget_holds_what_it_left_until_the_bills_are_known() {
 /// (`settle::a_start_waits_for_bills_asked_again_only_where_they_may_make_room`).
 #[test]
 fn a_start_after_a_crash_settles_what_it_left_and_spends_the_budget() {
-    let mut w = super::world::World::calm(5, crate::config::BudgetMode::Hard);
-    (w.concurrency, w.prompts, w.max_tokens, w.mean_len) = (40, 2000, 8192, 600.0);
-    for b in &mut w.truth {
-        (b.stops_billing, b.tokens_per_s, b.capacity) = (false, 40.0, None);
-    }
+    let mut w = billed_in_full_crash(5, (40, 2000, 8192, 600.0), 40.0, 0.5);
     // Known to bill a close in full (as `cancel_stops_billing = []` says): every stream holds
     // its worst case, and nothing is sent to check a close.
     for e in &mut w.endpoints {
@@ -503,16 +512,6 @@ fn a_start_after_a_crash_settles_what_it_left_and_spends_the_budget() {
     }
     // Room for the crash's worst cases and a little more: about 40 worst cases of $0.025.
     w.budget_usd = 1.2;
-    w.crashes = vec![super::world::Crash {
-        at: 600.0,
-        near_budget: Some(0.5),
-        in_step: None,
-        cut: 0,
-        after_a_row: false,
-        torn: None,
-        restart_after_s: 1.0,
-        lag_s: 120.0,
-    }];
     let o = super::run::run(&w);
     let share = o.bill_pico as f64 / Usd::from_f64(w.budget_usd).pico() as f64;
     eprintln!("billed {share:.3} of the budget, {:?}", o.seen);
