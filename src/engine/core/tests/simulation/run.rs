@@ -177,13 +177,18 @@ pub(super) fn run(world: &World) -> Outcome {
         run.disk = Some(Disk::new());
     }
     run.go();
-    while run.crashed {
+    loop {
+        if !run.crashed && run.process > 1 {
+            // The look-ups of what a crash left land after the work; the process may die
+            // while they do, as during any other step.
+            run.settle_at_end();
+        }
+        if !run.crashed {
+            break;
+        }
         run.die();
         run = run.restart();
         run.go();
-    }
-    if run.process > 1 {
-        run.settle_at_end();
     }
     run.check_disk();
     run.check();
