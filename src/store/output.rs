@@ -317,6 +317,20 @@ impl SpendEntry {
             ..self
         }
     }
+
+    /// The `adjustment` line that books this line's difference to `actual` (what the API said
+    /// it cost), at `at`: a correction, not another attempt (no error, not an estimate).
+    pub(crate) fn adjusted_to(self, actual: Usd, at: String) -> Self {
+        SpendEntry {
+            at,
+            kind: SpendKind::Adjustment,
+            usd: actual - self.usd,
+            estimated: false,
+            error: None,
+            checkpoint: None,
+            ..self
+        }
+    }
 }
 
 /// The files of one dataset.

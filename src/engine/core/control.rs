@@ -308,15 +308,10 @@ impl Core {
         // A closed stream's line is written even when its estimate was right: it marks the
         // stream confirmed, so that a later start does not ask again (`closed_unconfirmed`).
         if delta != Usd::ZERO || entry.kind == SpendKind::Cancelled {
+            // A correction, not another failed attempt (the report counts errors by line).
             self.ledger(SpendEntry {
-                at: now.rfc3339(),
-                kind: SpendKind::Adjustment,
-                usd: delta,
-                estimated: false,
-                // A correction, not another failed attempt (the report counts errors by line).
-                error: None,
                 close,
-                ..entry
+                ..entry.adjusted_to(actual, now.rfc3339())
             });
         }
     }

@@ -116,16 +116,9 @@ impl Core {
             Landing::Rebuilt(actual) => {
                 // One line even when the output's cost was right: it marks the line confirmed
                 // for later starts.
-                let delta = actual - entry.usd;
                 self.ledger(SpendEntry {
-                    at: now.rfc3339(),
-                    kind: SpendKind::Adjustment,
-                    usd: delta,
-                    estimated: false,
-                    error: None,
-                    checkpoint: None,
                     note: Some("a rebuilt line confirmed at /generation".into()),
-                    ..entry
+                    ..entry.adjusted_to(actual, now.rfc3339())
                 });
             }
             Landing::Open {
