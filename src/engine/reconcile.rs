@@ -117,7 +117,8 @@ pub(super) struct Recovery {
     pub task: Option<tokio::task::JoinHandle<()>>,
     pub asked: usize,
     pub booked: usize,
-    /// Booked at their expected cost, unknown to the API past [`UNKNOWN_AFTER`].
+    /// Booked as lost attempts ([`Core::lost_cost`](super::core::Core)), unknown to the API
+    /// past [`UNKNOWN_AFTER`].
     pub lost: usize,
     pub total: crate::domain::Usd,
     /// What the requests looked up were expected to cost when sent, and of it, that of those

@@ -164,7 +164,7 @@ pub enum SpendKind {
     Recovered,
     /// A request was sent (zero dollars; `expected_usd` holds what it should cost). Every
     /// attempt is closed by a later line; one left open by a crash, with no generation id to
-    /// look up, is booked `unknown` at its expected cost on the next start.
+    /// look up, is booked `unknown` as a lost attempt on the next start.
     Dispatched,
     /// An attempt that failed without being billed (zero dollars).
     Failed,

@@ -129,8 +129,8 @@ impl Supervisor {
         delta
     }
 
-    /// Books requests an earlier run's crash left before any answer at their expected cost
-    /// (the API cannot be asked about them, and the budget must not assume they were free),
+    /// Books requests an earlier run's crash left before any answer as lost attempts (the API
+    /// cannot be asked about them, and the budget must not assume they were free),
     /// and starts looking up the generations it left open: those run beside the new work, and
     /// each is booked as its answer lands (see [`Recovery`]). What is booked, held and asked,
     /// in what order, the core decides ([`Core::opening`](super::super::core::Core)).
@@ -148,7 +148,7 @@ impl Supervisor {
             }
             self.say(
                 format!(
-                    "an earlier run stopped with {n} requests sent but unanswered: booked at their expected cost, {:.6} USD",
+                    "an earlier run stopped with {n} requests sent but unanswered: booked as lost attempts, {:.6} USD, until the key's true-up corrects them",
                     total.as_f64()
                 ),
             ).await;
