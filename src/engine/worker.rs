@@ -5,7 +5,7 @@
 use std::ops::ControlFlow;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Instant;
 
@@ -44,6 +44,9 @@ pub(crate) async fn run_attempt(
     shared.attempts_started.fetch_add(1, Ordering::Relaxed);
     // The serving endpoint as soon as it is known, for the decision at the dollar cap.
     let known = AtomicUsize::new(spec.d.pinned.unwrap_or(usize::MAX));
+    // Reserved as a stream the cap closes (from its first chunk): closed at the cap whatever
+    // its endpoint is believed to do by then (`attempt_money::closed_by_cap`).
+    let reserved_to_close = AtomicBool::new(false);
     let mut track = Track {
         endpoint: spec.d.pinned,
         price_out: spec.d.price_out.pico_per_token(),
@@ -58,8 +61,9 @@ pub(crate) async fn run_attempt(
         generation_id: None,
         transit: 0,
     };
-    let work = stream_answer(&shared, &spec, &mut track, &known, deadline);
-    let outcome = race_the_cap(&shared, &stop_now, &known, work).await;
+    let serving = (&known, &reserved_to_close);
+    let work = stream_answer(&shared, &spec, &mut track, serving, deadline);
+    let outcome = race_the_cap(&shared, &stop_now, serving, work).await;
     let attributed = known.load(Ordering::Relaxed);
     if spec.d.pinned.is_none() && attributed != usize::MAX {
         shared.endpoint_stats[attributed]
@@ -111,7 +115,7 @@ async fn stream_answer(
     shared: &Shared,
     spec: &AttemptSpec,
     track: &mut Track,
-    known: &AtomicUsize,
+    (known, reserved_to_close): (&AtomicUsize, &AtomicBool),
     deadline: tokio::time::Instant,
 ) -> Result<Option<Completion>, ApiError> {
     let by_deadline = |_| ApiError::Timeout(TimeoutKind::Total);
@@ -156,6 +160,7 @@ async fn stream_answer(
                 // past a close that does not come.
                 track.transit = attempt_money::transit_hold(track.price_out, track.transit_tokens);
                 shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
+                reserved_to_close.store(true, Ordering::Relaxed);
             }
             // The rest of the stream in one loop per wake-up (`ChatStream::drive`).
             count_tokens(shared, spec, track, first).is_continue()
@@ -296,13 +301,14 @@ async fn on_first_chunk(
 }
 
 /// Runs the attempt to its end, its total timeout, or a stop-now. At the dollar cap a stream
-/// is closed where that stops the bill; where the provider bills the whole generation anyway,
-/// it runs to the end so that what is paid for is kept. The stop and the cap are looked at
+/// is closed where that stops the bill, or where it was reserved as one the cap closes; where
+/// the provider bills the whole generation anyway, it runs to the end so that what is paid
+/// for is kept. The stop and the cap are looked at
 /// first on every wake-up, through [`Alarm`]s: an atomic read each while the task is the same.
 async fn race_the_cap(
     shared: &Shared,
     stop_now: &Alarm,
-    known: &AtomicUsize,
+    (known, reserved_to_close): (&AtomicUsize, &AtomicBool),
     work: impl Future<Output = Result<Option<Completion>, ApiError>>,
 ) -> AttemptOutcome {
     let mut work = pin!(work);
@@ -316,7 +322,7 @@ async fn race_the_cap(
         if !past_cap && cap.as_mut().poll(cx).is_ready() {
             let e = known.load(Ordering::Relaxed);
             let stops = (e != usize::MAX).then(|| shared.endpoints()[e].cancel_stops_billing);
-            if attempt_money::close_at_cap(stops) {
+            if attempt_money::closed_by_cap(stops, reserved_to_close.load(Ordering::Relaxed)) {
                 return Poll::Ready(AttemptOutcome::Cancelled);
             }
             past_cap = true;

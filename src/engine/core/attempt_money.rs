@@ -42,6 +42,16 @@ pub(crate) fn close_at_cap(cancel_stops_billing: Option<bool>) -> bool {
     cancel_stops_billing != Some(false)
 }
 
+/// Whether the dollar cap closes a stream now: where closing stops the bill as the run
+/// believes now, and always where the stream was reserved as one the cap closes (its
+/// expectation and its tokens in transit, `reserved_to_close`): an endpoint doubted since (a
+/// recheck whose bill said nothing clear) may still stop the bill, and a stream left to run
+/// there bills the rest of its answer past what was reserved for it (the seeded world
+/// `HARVEST_SIM_SEED=164` passed its hard budget by 1.10% so).
+pub(crate) fn closed_by_cap(believed_now: Option<bool>, reserved_to_close: bool) -> bool {
+    close_at_cap(believed_now) || reserved_to_close
+}
+
 /// How much of an attempt's held worst case `pico` more streamed takes up: the hold is what is
 /// left of the worst case (`worst - accrued`), never below zero, so the money streamed moves
 /// from the hold into the running cost and their sum stays the worst case.

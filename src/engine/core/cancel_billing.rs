@@ -40,6 +40,10 @@ pub(crate) struct Evidence {
     /// checks go out as its last stretch begins, often before any stream there has completed,
     /// and at several tokens an event the prior's range reads them all unclear.
     pub unread: Vec<(u64, u64)>,
+    /// The latest closes that said nothing clear by the learned rate (events received,
+    /// tokens billed): one by one a late notice and a short natural answer look alike, but a
+    /// run of them tells them apart ([`unclear_closes_stopped`]).
+    pub unclear: Vec<(u64, u64)>,
 }
 
 impl Evidence {
@@ -50,6 +54,7 @@ impl Evidence {
             billed_past: 0,
             trust_documented: true,
             unread: Vec::new(),
+            unclear: Vec::new(),
         }
     }
 
@@ -69,7 +74,12 @@ impl Evidence {
             Close::BilledPast => self.billed_past += 1,
             Close::Stopped => self.stopped += 1,
             Close::Unclear if !learned => self.unread.push((received, billed)),
-            Close::Unclear => {}
+            Close::Unclear => {
+                if self.unclear.len() == KEPT_UNCLEAR {
+                    self.unclear.remove(0);
+                }
+                self.unclear.push((received, billed));
+            }
         }
         close
     }
@@ -140,6 +150,57 @@ impl Wire {
             notice_tokens: pace.unwrap_or(0.0).max(0.0) * NOTICE_S,
         }
     }
+
+    /// An endpoint's wire with what its closes showed: past [`NOTICE_S`] at its pace, as far
+    /// as its closes that stopped the bill were billed past what was received (with the cap's
+    /// margin, [`Transit::allowance`](super::close_transit::Transit)), once they are enough.
+    pub(crate) fn of(per_event: Range, transit: Option<&super::close_transit::Transit>) -> Wire {
+        let w = Wire::at(per_event, transit.and_then(|t| t.pace()));
+        let past = transit.and_then(|t| t.learned_past()).unwrap_or(0.0);
+        Wire {
+            notice_tokens: w.notice_tokens.max(past),
+            ..w
+        }
+    }
+}
+
+/// Closes read unclear kept per endpoint for [`unclear_closes_stopped`].
+const KEPT_UNCLEAR: usize = 16;
+
+/// Unclear closes it takes to read them together.
+pub(crate) const CLUSTER_NEEDED: usize = 6;
+
+/// The longest notice a run of unclear closes may show and still read as stopped: a provider
+/// that took longer to stop would be billing most of a short answer anyway.
+pub(crate) const NOTICE_MOST_S: f64 = 3.0;
+
+/// Whether closes that each read unclear (`past`: tokens billed past what was received) say
+/// together that the endpoint stops the bill, late: a provider that notices a close a second
+/// or two after it bills about the same decoding past every close (its pace times its
+/// notice), where one that bills a close in full bills the rest of each natural answer, which
+/// varies as the answers do (`natural`: the coefficient of variation of the rest of the
+/// endpoint's recent natural answers past what these closes received). So: at least
+/// [`CLUSTER_NEEDED`], their spread a third of the natural one at most (and at most a
+/// quarter), and at most [`NOTICE_MOST_S`] of decoding at the endpoint's `pace`. Nothing is
+/// read this way without a pace and a natural spread to compare with (issue #51 item 2: at a
+/// provider noticing closes two seconds late, every check read unclear and the hard budget
+/// never sent a request where a close stops the bill).
+pub(crate) fn unclear_closes_stopped(
+    past: &[f64],
+    natural: Option<f64>,
+    pace: Option<f64>,
+) -> bool {
+    let (Some(natural), Some(pace)) = (natural, pace) else {
+        return false;
+    };
+    if past.len() < CLUSTER_NEEDED {
+        return false;
+    }
+    let mut sorted = past.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    median <= pace * NOTICE_MOST_S
+        && super::close_transit::spread(past) <= (natural / 3.0).min(0.25)
 }
 
 /// How long a provider that stops the bill at a close may go on decoding before it notices,
@@ -202,13 +263,19 @@ impl Core {
         let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
         let per_event = rate.map_or(wire_rate::PRIOR, wire_rate::TokensPerEvent::range);
         let estimate = rate.and_then(wire_rate::TokensPerEvent::estimate);
-        let pace = self.fleet.transit.get(tag).and_then(|t| t.pace());
+        let wire = Wire::of(per_event, self.fleet.transit.get(tag));
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
-        let close = ev.add(received, billed, Wire::at(per_event, pace), learned);
+        let mut close = ev.add(received, billed, wire, learned);
         if close == Close::Stopped
             && let Some(k) = estimate
         {
             self.learn_transit(i, &[(received, billed)], k);
+        }
+        if close == Close::Unclear
+            && let Some(k) = estimate
+            && self.unclear_closes_read_together(i, k, now)
+        {
+            close = Close::Stopped;
         }
         if check {
             self.checked(i, close, now);
@@ -264,18 +331,65 @@ impl Core {
             return;
         };
         let (per_event, estimate) = (rate.range(), rate.estimate());
-        let pace = self.fleet.transit.get(&tag).and_then(|t| t.pace());
+        let wire = Wire::of(per_event, self.fleet.transit.get(&tag));
         let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
             return;
         };
         let Some(&last) = ev.unread.last() else {
             return;
         };
-        let stopped = ev.reread(Wire::at(per_event, pace));
+        let stopped = ev.reread(wire);
         if let Some(k) = estimate {
             self.learn_transit(i, &stopped, k);
         }
         self.settle_cancel_belief(i, last, now);
+    }
+
+    /// Endpoint `i`'s closes read unclear one by one, its events carrying `per_event` tokens:
+    /// when they say together that it stops the bill ([`unclear_closes_stopped`]), and none
+    /// there was billed past, they count as stopped, and how far past each was billed is its
+    /// transit. Returns whether they did.
+    fn unclear_closes_read_together(&mut self, i: usize, per_event: f64, now: &Clock) -> bool {
+        let tag = self.fleet.endpoints[i].tag.clone();
+        let Some(ev) = self.fleet.cancel.get(&tag) else {
+            return false;
+        };
+        if ev.billed_past > 0 || ev.unclear.len() < CLUSTER_NEEDED {
+            return false;
+        }
+        let received: Vec<f64> = (ev.unclear.iter())
+            .map(|&(r, _)| r as f64 * per_event)
+            .collect();
+        let past: Vec<f64> = (ev.unclear.iter())
+            .zip(&received)
+            .map(|(&(_, b), r)| b as f64 - r)
+            .collect();
+        let mut middle = received.clone();
+        middle.sort_by(f64::total_cmp);
+        let transit = self.fleet.transit.get(&tag);
+        let natural = transit.and_then(|t| t.natural_rest_spread(middle[middle.len() / 2]));
+        let pace = transit.and_then(|t| t.pace());
+        if !unclear_closes_stopped(&past, natural, pace) {
+            return false;
+        }
+        let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
+            return false;
+        };
+        let closes = std::mem::take(&mut ev.unclear);
+        ev.stopped += closes.len() as u32;
+        self.learn_transit(i, &closes, per_event);
+        let (lo, hi) = past
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(a, b), &p| (a.min(p), b.max(p)));
+        let text = format!(
+            "{tag}: {} closes each billed {lo:.0} to {hi:.0} tokens past what was received \
+             ({:.1} s of decoding at its pace, where the rest of its natural answers varies far \
+             more): read as stopping the bill after a late notice",
+            closes.len(),
+            hi / pace.unwrap_or(1.0).max(1e-9),
+        );
+        self.event(now, text);
+        true
     }
 
     /// Closes at endpoint `i` that stopped the bill (events received, tokens billed), its
@@ -426,6 +540,55 @@ mod tests {
         ];
         for (what, received, billed, wire, want) in paced {
             assert_eq!(read_close(received, billed, wire), want, "{what}");
+        }
+        // Once the endpoint's closes are known to stop the bill two seconds late (they were
+        // billed 436 tokens past 64 received, at 250 a second), the same close reads stopped,
+        // the whole answer still reads billed past, and the cap's allowance follows the pace.
+        let mut stops_late = super::super::close_transit::Transit::default();
+        (0..4).for_each(|_| stops_late.add_stream(2_500, std::time::Duration::from_secs(10)));
+        (0..3).for_each(|_| stops_late.add_close(436.0));
+        let late = Wire::of(eight, Some(&stops_late));
+        assert_eq!(
+            read_close(8, 500, late),
+            Stopped,
+            "8 events of eight, 500 billed"
+        );
+        assert_eq!(
+            read_close(8, 3_000, late),
+            BilledPast,
+            "the whole answer billed"
+        );
+        assert_eq!(stops_late.allowance(8.0), 436.0 * 1.25);
+        assert_eq!(
+            Wire::of(eight, None),
+            Wire::from(eight),
+            "nothing known of the endpoint: the events' transit only"
+        );
+    }
+
+    /// One close two seconds late looks like a short answer billed in full; a run of them
+    /// does not: a late notice bills about the same decoding past every close, a full bill the
+    /// rest of each natural answer, which varies as the answers do.
+    #[test]
+    fn a_run_of_unclear_closes_that_agree_reads_as_a_late_stop() {
+        let tight = [110.0, 108.0, 112.0, 110.0, 109.0, 111.0];
+        let wide = [110.0, 40.0, 260.0, 180.0, 75.0, 300.0];
+        /// (what, tokens billed past what was received, natural spread, pace, stopped)
+        type Case<'a> = (&'a str, &'a [f64], Option<f64>, Option<f64>, bool);
+        #[rustfmt::skip]
+        let cases: [Case<'_>; 8] = [
+            // (what, tokens billed past what was received, natural spread, pace, stopped)
+            ("six that agree, answers that vary: a late stop", &tight, Some(0.8), Some(55.0), true),
+            ("five are not enough", &tight[..5], Some(0.8), Some(55.0), false),
+            ("six that vary as answers do", &wide, Some(0.8), Some(55.0), false),
+            ("answers that barely vary say nothing", &tight, Some(0.03), Some(55.0), false),
+            ("no natural answers to compare with", &tight, None, Some(55.0), false),
+            ("no pace known", &tight, Some(0.8), None, false),
+            ("past three seconds' decoding: not a notice", &tight, Some(0.8), Some(30.0), false),
+            ("within three seconds' decoding", &tight, Some(0.8), Some(37.0), true),
+        ];
+        for (what, past, natural, pace, want) in cases {
+            assert_eq!(unclear_closes_stopped(past, natural, pace), want, "{what}");
         }
     }
 

@@ -327,6 +327,7 @@ mod tests {
             billed_past,
             trust_documented: false,
             unread: Vec::new(),
+            unclear: Vec::new(),
         };
         let checks = |asked, pending| Checks {
             asked,

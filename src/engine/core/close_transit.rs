@@ -43,6 +43,12 @@ const MARGIN: f64 = 1.25;
 /// leave the cap's closes, all at once on a busy thread, without room.
 const FLOOR_TOKENS: f64 = 2.0 * crate::runtime::PILE_UP_TOKENS as f64;
 
+/// The recent completed streams' lengths kept: how a natural answer there varies.
+const KEPT_LENGTHS: usize = 32;
+
+/// Answers longer than a close's received tokens it takes to say how a natural rest varies.
+const LENGTHS_NEEDED: usize = 8;
+
 /// What one endpoint's streams and closes showed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Transit {
@@ -50,11 +56,19 @@ pub(crate) struct Transit {
     paces: VecDeque<f64>,
     /// Tokens recent closes that stopped the bill were billed past what was received.
     past: VecDeque<f64>,
+    /// Tokens of recent completed streams (their natural lengths).
+    lengths: VecDeque<f64>,
 }
 
 impl Transit {
     /// A completed stream: `tokens` streamed, `decode` from its first token to its last.
     pub(crate) fn add_stream(&mut self, tokens: u64, decode: Duration) {
+        if tokens > 0 {
+            if self.lengths.len() == KEPT_LENGTHS {
+                self.lengths.pop_front();
+            }
+            self.lengths.push_back(tokens as f64);
+        }
         let secs = decode.as_secs_f64();
         if tokens < 16 || secs <= 0.0 {
             // Too short, or delivered at once (a buffered answer): no pace to learn.
@@ -89,6 +103,23 @@ impl Transit {
         self.past.len() >= CLOSES_NEEDED
     }
 
+    /// How far past what was received the closes seen to stop the bill here may be billed,
+    /// once they are enough to say ([`Transit::allowance`]).
+    pub(crate) fn learned_past(&self) -> Option<f64> {
+        self.learned().then(|| self.allowance(1.0))
+    }
+
+    /// How much the rest of a natural answer varies past `received` tokens (the coefficient
+    /// of variation of `length - received` over the recent answers longer than that): what a
+    /// close billed in full would be billed past what was received varies as much.
+    pub(crate) fn natural_rest_spread(&self, received: f64) -> Option<f64> {
+        let rests: Vec<f64> = (self.lengths.iter())
+            .filter(|&&l| l > received)
+            .map(|l| l - received)
+            .collect();
+        (rests.len() >= LENGTHS_NEEDED).then(|| spread(&rests))
+    }
+
     /// Tokens a stream there may be billed past what harvest read when the cap closes it, its
     /// events carrying `per_event` tokens.
     pub(crate) fn allowance(&self, per_event: f64) -> f64 {
@@ -98,6 +129,18 @@ impl Transit {
         }
         prior(per_event, self.pace())
     }
+}
+
+/// The coefficient of variation of `v` (its standard deviation over its mean; 0 for an empty
+/// or all-zero `v`).
+pub(crate) fn spread(v: &[f64]) -> f64 {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n.max(1.0);
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.max(1.0);
+    var.sqrt() / mean
 }
 
 /// The allowance before any close is looked up: [`TRANSIT_TOKENS`] events (the pile-up between
@@ -144,6 +187,25 @@ mod tests {
             let got = t.allowance(per_event);
             assert!((got - want).abs() < 1e-9, "{what}: {got} != {want}");
         }
+    }
+
+    #[test]
+    fn the_rest_of_a_natural_answer_varies_as_the_answers_past_a_close_do() {
+        let mut t = Transit::default();
+        (0..LENGTHS_NEEDED - 1).for_each(|i| t.add_stream(100 + 100 * i as u64, S));
+        assert_eq!(t.natural_rest_spread(0.0), None, "too few answers");
+        t.add_stream(900, S);
+        // The answers (100 to 700, and 900) less the 50 received.
+        let mut rests: Vec<f64> = (1..=7).map(|k| 100.0 * k as f64 - 50.0).collect();
+        rests.push(850.0);
+        assert_eq!(t.natural_rest_spread(50.0), Some(spread(&rests)));
+        assert_eq!(
+            t.natural_rest_spread(150.0),
+            None,
+            "only longer answers count"
+        );
+        assert_eq!(spread(&[5.0; 4]), 0.0);
+        assert!((spread(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The money rules of an attempt's end: what each ending books, and which streams close at
 //! the dollar cap.
 
-use super::super::attempt_money::{Ending, booked, close_at_cap, cut_after_tokens};
+use super::super::attempt_money::{Ending, booked, close_at_cap, closed_by_cap, cut_after_tokens};
 use crate::openrouter::ErrorKind;
 
 #[test]
@@ -35,6 +35,14 @@ fn streams_close_at_the_cap_unless_closing_does_not_stop_the_bill() {
     assert!(close_at_cap(Some(true)));
     assert!(close_at_cap(None), "not known yet: closed");
     assert!(!close_at_cap(Some(false)), "billed anyway: runs to the end");
+    // A stream reserved as one the cap closes is closed at the cap even where its endpoint is
+    // doubted since: it holds no worst case, and its answer's rest was never reserved.
+    assert!(closed_by_cap(Some(false), true));
+    assert!(
+        !closed_by_cap(Some(false), false),
+        "held its worst case: paid for, kept"
+    );
+    assert!(closed_by_cap(Some(true), false));
 }
 
 #[test]

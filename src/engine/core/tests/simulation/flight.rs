@@ -30,6 +30,13 @@ pub(super) struct Flight {
     pub(super) estimate_pico: i64,
     /// Its `started` line, written at its first token (crash worlds, which keep a disk).
     pub(super) started: Option<crate::store::output::SpendEntry>,
+    /// Tokens an event carries on its endpoint's wire, and the seconds its provider goes on
+    /// decoding after a close before it notices (billed where a close stops the bill).
+    pub(super) per_event: f64,
+    pub(super) notice_s: f64,
+    /// What it holds against the cap for its tokens in transit (the worker's `transit_hold`,
+    /// from its first token, where the cap would close it).
+    pub(super) transit_pico: i64,
 }
 
 impl Flight {
@@ -44,6 +51,19 @@ impl Flight {
 
     pub(super) fn tokens(&self, t: f64) -> u64 {
         self.streamed(t) as u64
+    }
+
+    /// The stream events `tokens` arrive in, as the worker counts them.
+    pub(super) fn events_of(&self, tokens: u64) -> u64 {
+        (tokens as f64 / self.per_event.max(1.0)).ceil() as u64
+    }
+
+    /// Tokens the provider bills for a close at `t` where the close stops the bill: what it
+    /// decoded until it noticed, `notice_s` later, never past the answer's own end.
+    fn billed_tokens_at_close(&self, t: f64) -> f64 {
+        let natural = self.fate.streams(self.len) as f64;
+        let decoded = (t + self.notice_s - self.first_token()) * self.tokens_per_s;
+        decoded.clamp(0.0, natural).max(self.streamed(t))
     }
 
     pub(super) fn first_token(&self) -> f64 {
@@ -82,6 +102,7 @@ impl Flight {
             Fate::Answer | Fate::Reset { .. } if !stops_billing => {
                 (self.len, self.natural_end().max(t))
             }
+            Fate::Answer if stops_billing => (self.billed_tokens_at_close(t) as u64, t),
             _ => (self.tokens(t), t),
         };
         Bill {
@@ -95,7 +116,12 @@ impl Flight {
     /// the bill, else what it goes on to generate; an error finish is free either way.
     pub(super) fn billed_if_closed(&self, t: f64, stops_billing: bool) -> i64 {
         match self.fate {
-            Fate::Answer | Fate::Reset { .. } if stops_billing => self.accrued(t),
+            // A reset is the provider's own end: nothing goes on past it.
+            Fate::Reset { .. } if stops_billing => self.accrued(t),
+            Fate::Answer if stops_billing && self.fate.streams(self.len) > 0 => {
+                self.prompt_pico + (self.out_pico as f64 * self.billed_tokens_at_close(t)) as i64
+            }
+            Fate::Answer if stops_billing => self.accrued(t),
             Fate::Answer | Fate::Reset { .. } => self.whole(),
             _ => 0,
         }

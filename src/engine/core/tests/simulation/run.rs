@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use super::super::super::attempt::{AttemptOutcome, AttemptResult};
 use super::super::super::attempt_money::{
-    Ending, booked, cap_reached, close_at_cap, cut_after_tokens,
+    Ending, booked, cap_reached, close_at_cap, closed_by_cap, cut_after_tokens, transit_hold,
 };
 use super::super::super::cancel_check::CHECK_AFTER_TOKENS;
 use super::super::*;
@@ -497,9 +497,11 @@ impl Run {
             self.out.busy_at.push(self.t);
         }
         // A check of the endpoint's close: the worker closes it after the check's tokens.
-        let check_at = (fate == Fate::Answer && d.check && len > CHECK_AFTER_TOKENS).then(|| {
+        // (after its events: as many tokens as they carry on this wire)
+        let check_tokens = (CHECK_AFTER_TOKENS as f64 * b.tokens_per_event.max(1.0)).ceil() as u64;
+        let check_at = (fate == Fate::Answer && d.check && len > check_tokens).then(|| {
             *self.out.seen.entry("cancel check").or_default() += 1;
-            CHECK_AFTER_TOKENS
+            check_tokens
         });
         let streams = (fate.streams(len)).min(check_at.unwrap_or(u64::MAX));
         let end = if streams > 0 {
@@ -527,6 +529,9 @@ impl Run {
                 let tag = self.world.endpoints[serving].tag.clone();
                 d.started_line(&self.generation(d.key), Some(tag), String::new())
             }),
+            per_event: b.tokens_per_event,
+            notice_s: b.notice_s,
+            transit_pico: 0,
         };
         self.acc.advance(self.t);
         if streams > 0 {
@@ -604,7 +609,7 @@ impl Run {
             }
         }
         self.per_endpoint[f.serving] -= 1;
-        self.held -= f.held_worst;
+        self.held -= f.held_worst + f.transit_pico;
         Some(f)
     }
 
@@ -639,7 +644,7 @@ impl Run {
             key,
             outcome,
             endpoint: known.then_some(f.serving),
-            streamed_tokens: f.tokens(self.t),
+            streamed_tokens: f.events_of(f.tokens(self.t)),
             booked_pico: accrued,
             generation_id: Some(generation_id),
             elapsed: Duration::from_secs_f64(self.t - f.t0),
@@ -675,7 +680,7 @@ impl Run {
                         ..Usage::default()
                     },
                     usage_source: UsageSource::Reported,
-                    events: f.len,
+                    events: f.events_of(f.len),
                     ttft: Some(Duration::from_secs_f64(f.ttft)),
                     latency: Duration::from_secs_f64(f.end - f.t0),
                 };
@@ -769,7 +774,7 @@ impl Run {
             key,
             outcome,
             endpoint: Some(f.serving),
-            streamed_tokens: f.fate.streams(f.len),
+            streamed_tokens: f.events_of(f.fate.streams(f.len)),
             booked_pico: booked,
             generation_id: Some(self.generation(key)),
             elapsed: Duration::from_secs_f64(f.end - f.t0),
@@ -795,7 +800,8 @@ impl Run {
             };
             let known = (f.pinned || self.t >= f.t0 + f.ttft)
                 .then(|| self.pool[f.serving].cancel_stops_billing);
-            if close_at_cap(known) {
+            // (a stream reserved as one the cap closes holds its transit: `closed_by_cap`)
+            if closed_by_cap(known, f.transit_pico > 0) {
                 self.close(k, AttemptOutcome::Cancelled);
             }
         }
@@ -922,6 +928,14 @@ impl Run {
                     f.streaming = true;
                     let started = f.started.take();
                     let (rate, open) = (f.rate(), f.held_worst == 0);
+                    // As the worker: a stream the cap would close holds its tokens in transit
+                    // (as many as its endpoint's closes are billed past what was read).
+                    let known = Some(self.pool[f.serving].cancel_stops_billing);
+                    if open && close_at_cap(known) {
+                        let tokens = self.pool[f.serving].transit_tokens;
+                        f.transit_pico = transit_hold(f.out_pico, tokens);
+                        self.held += f.transit_pico;
+                    }
                     self.acc.advance(self.t);
                     self.acc.all_rate += rate;
                     if open {

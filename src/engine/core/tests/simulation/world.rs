@@ -28,6 +28,14 @@ pub(super) struct Behaviour {
     /// OpenRouter's routing a request falls through to the next candidate first, as
     /// `harvest sim` does.
     pub(super) capacity: Option<u32>,
+    /// Tokens one SSE event carries on average (the simulator's `tokens_per_event`): recorded
+    /// OpenRouter streams carry 2.7 at the median, Kimi K2.5's providers 4.1 to 4.4 over a
+    /// stream, Google's 6.5 (issue #51).
+    pub(super) tokens_per_event: f64,
+    /// Seconds the provider goes on decoding after a close before it notices, where a close
+    /// stops the bill: those tokens are billed (the simulator's `close_notice_ms`; no page
+    /// documents how fast a provider stops).
+    pub(super) notice_s: f64,
 }
 
 impl Behaviour {
@@ -141,7 +149,16 @@ impl World {
                 stops_billing: e.behaviour.cancel_stops_billing && !r2.random_bool(0.2),
                 bills_closes_from: None,
                 capacity: e.behaviour.capacity,
+                tokens_per_event: 1.0,
+                notice_s: 0.0,
             });
+        }
+        // The wire each endpoint streams on (issue #51 item 5): tokens an event as recorded
+        // streams carry them, and how late a close is noticed.
+        let mut r5 = SmallRng::seed_from_u64(seed.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ 0x7E5);
+        for b in &mut truth {
+            b.tokens_per_event = [1.0, 1.0, 2.7, 4.2, 4.4, 6.5, 8.0][r5.random_range(0..7)];
+            b.notice_s = [0.0, 0.05, 0.2, 0.5, 1.0, 2.0][r5.random_range(0..6)];
         }
         // Most worlds are small (many seeds a second); one in ten runs 2,000 streams.
         let sizes: &[u32] = &[10, 10, 20, 50, 50, 100, 200, 200, 500, 2000];
