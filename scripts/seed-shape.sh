@@ -8,7 +8,7 @@
 #   scripts/seed-shape.sh [--bin PATH] [--concurrency 2000] [--budget 20] [--prompts 40000]
 #                         [--speed-scale 1] [--max-tokens 16384] [--faults SPEC]
 #                         [--modes "expected hard"] [--keep DIR] [--deadline-s 1200]
-#                         [--all-stop] [--tokens-per-event N|mean:M]
+#                         [--all-stop] [--tokens-per-event N|mean:M] [--close-notice-ms MS]
 # --speed-scale 1 is each endpoint's real pace (its time to first token, its decode speed);
 # 0.2 runs five times faster. Without --bin it builds the release binary (a debug build
 # cannot feed 2,000 real-pace streams on two cores).
@@ -19,12 +19,14 @@
 #
 # --tokens-per-event: how many tokens each SSE event carries at every endpoint (the
 # simulator's own option; recorded real streams carry 2.7 at the median, Kimi's providers 4+).
+# --close-notice-ms: how late every endpoint that stops the bill at a close notices it (the
+# simulator's own option; the tokens decoded meanwhile are billed).
 #
 # Loopback only (127.0.0.1); bounded: each run stops at its budget or after --deadline-s.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="" N=40000 MAXTOK=16384 CONC=2000 BUDGET=20 SPEED=1 FAULTS="" KEEP="" DEADLINE=1200 ALLSTOP=""
-TPE=""
+TPE="" NOTICE=""
 MODES="expected hard"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +42,8 @@ while [ $# -gt 0 ]; do
     --deadline-s) DEADLINE="$2"; shift 2 ;;
     --all-stop) ALLSTOP=1; shift ;;
     --tokens-per-event) TPE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
+    --close-notice-ms) NOTICE="$2"; shift 2 ;;
+    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "seed-shape.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +63,17 @@ for MODE in $MODES; do
   if [ -n "$FAULTS" ]; then sim_args+=(--faults "$FAULTS"); else sim_args+=(--no-faults); fi
   if [ -n "$TPE" ]; then sim_args+=(--tokens-per-event "$TPE"); fi
   start_sim "$BIN" "$RUN/sim.log" "${sim_args[@]}"
+  if [ -n "$NOTICE" ]; then
+    # Through the control route (as `--close-notice-ms` does at start), so that binaries
+    # from before that flag run the same world.
+    python3 - "$PORT" "$NOTICE" <<'PY'
+import json, sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/sim/control",
+    data=json.dumps({"all": {"close_notice_ms": float(sys.argv[2])}}).encode(),
+    headers={"content-type": "application/json"}, method="POST")
+urllib.request.urlopen(req, timeout=5).read()
+PY
+  fi
   STOPLIST=""
   if [ -n "$ALLSTOP" ]; then
     python3 - "$PORT" <<'PY'

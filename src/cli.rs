@@ -290,6 +290,11 @@ pub struct SimArgs {
     /// per event, bursts included); by default each endpoint's from the provider table.
     #[arg(long, value_name = "N|mean:M")]
     pub tokens_per_event: Option<crate::sim::TokensPerEvent>,
+    /// How long every endpoint where a close stops the bill goes on decoding after a client
+    /// closes a stream before it notices, in milliseconds at its own pace (the tokens decoded
+    /// meanwhile are billed); by default each endpoint's from the provider table.
+    #[arg(long, value_name = "MS")]
+    pub close_notice_ms: Option<f64>,
     /// Append every billed generation to this JSONL file.
     #[arg(long, value_name = "FILE")]
     pub billing_log: Option<PathBuf>,

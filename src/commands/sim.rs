@@ -66,6 +66,17 @@ pub fn config(args: &SimArgs) -> anyhow::Result<SimConfig> {
             e.behaviour.tokens_per_event = t;
         }
     }
+    if let Some(ms) = args.close_notice_ms {
+        if !(ms.is_finite() && ms >= 0.0) {
+            return Err(BadInput(format!(
+                "--close-notice-ms must be a number of milliseconds >= 0, got {ms}"
+            ))
+            .into());
+        }
+        for e in &mut cfg.table.endpoints {
+            e.behaviour.close_notice_ms = ms;
+        }
+    }
     Ok(cfg)
 }
 
