@@ -130,6 +130,11 @@ pub(crate) use crate::close_reading::Close;
 pub(crate) struct Wire {
     pub(crate) per_event: Range,
     pub(crate) notice_tokens: f64,
+    /// Once the endpoint's closes are known to stop the bill: what one event carries at the
+    /// recent streams' median, and how far past what was received (counted so) its closes
+    /// were billed, with the cap's margin. A close within that stopped, whatever the range's
+    /// low end would make of it.
+    pub(crate) stops_within: Option<(f64, f64)>,
 }
 
 impl From<Range> for Wire {
@@ -137,6 +142,7 @@ impl From<Range> for Wire {
         Wire {
             per_event,
             notice_tokens: 0.0,
+            stops_within: None,
         }
     }
 }
@@ -148,17 +154,24 @@ impl Wire {
         Wire {
             per_event,
             notice_tokens: pace.unwrap_or(0.0).max(0.0) * NOTICE_S,
+            stops_within: None,
         }
     }
 
     /// An endpoint's wire with what its closes showed: past [`NOTICE_S`] at its pace, as far
     /// as its closes that stopped the bill were billed past what was received (with the cap's
-    /// margin, [`Transit::allowance`](super::close_transit::Transit)), once they are enough.
-    pub(crate) fn of(per_event: Range, transit: Option<&super::close_transit::Transit>) -> Wire {
+    /// margin, [`Transit::allowance`](super::close_transit::Transit)), once they are enough;
+    /// `estimate`: what one of its events carries (the recent streams' median), once learned.
+    pub(crate) fn of(
+        per_event: Range,
+        estimate: Option<f64>,
+        transit: Option<&super::close_transit::Transit>,
+    ) -> Wire {
         let w = Wire::at(per_event, transit.and_then(|t| t.pace()));
-        let past = transit.and_then(|t| t.learned_past()).unwrap_or(0.0);
+        let past = transit.and_then(|t| t.learned_past());
         Wire {
-            notice_tokens: w.notice_tokens.max(past),
+            notice_tokens: w.notice_tokens.max(past.unwrap_or(0.0)),
+            stops_within: estimate.zip(past),
             ..w
         }
     }
@@ -225,6 +238,7 @@ pub(crate) fn read_close(received: u64, billed: u64, wire: impl Into<Wire>) -> C
     let Wire {
         per_event,
         notice_tokens,
+        stops_within,
     } = wire.into();
     let events = received as f64;
     let transit = TRANSIT_TOKENS as f64;
@@ -233,7 +247,9 @@ pub(crate) fn read_close(received: u64, billed: u64, wire: impl Into<Wire>) -> C
     let least = events * per_event.lo + (transit * per_event.lo).max(notice_tokens);
     if billed_f > most + SLACK_TOKENS as f64 {
         Close::BilledPast
-    } else if billed_f <= least {
+    } else if billed_f <= least
+        || stops_within.is_some_and(|(k, past)| billed_f <= events * k + past)
+    {
         Close::Stopped
     } else {
         Close::Unclear
@@ -263,7 +279,7 @@ impl Core {
         let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
         let per_event = rate.map_or(wire_rate::PRIOR, wire_rate::TokensPerEvent::range);
         let estimate = rate.and_then(wire_rate::TokensPerEvent::estimate);
-        let wire = Wire::of(per_event, self.fleet.transit.get(tag));
+        let wire = Wire::of(per_event, estimate, self.fleet.transit.get(tag));
         let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
         let mut close = ev.add(received, billed, wire, learned);
         if close == Close::Stopped
@@ -271,13 +287,15 @@ impl Core {
         {
             self.learn_transit(i, &[(received, billed)], k);
         }
-        if close == Close::Unclear
-            && let Some(k) = estimate
-            && self.unclear_closes_read_together(i, k, now)
-        {
+        let read_together = close == Close::Unclear
+            && estimate.is_some_and(|k| self.unclear_closes_read_together(i, k, now));
+        if read_together {
             close = Close::Stopped;
         }
-        if check {
+        // Checks among the closes read together said nothing clear one by one, and that
+        // suspended the endpoint's trust: read together, they lift it as a check reading
+        // stopped does.
+        if check || read_together {
             self.checked(i, close, now);
         }
         self.settle_cancel_belief(i, (received, billed), now);
@@ -331,7 +349,7 @@ impl Core {
             return;
         };
         let (per_event, estimate) = (rate.range(), rate.estimate());
-        let wire = Wire::of(per_event, self.fleet.transit.get(&tag));
+        let wire = Wire::of(per_event, estimate, self.fleet.transit.get(&tag));
         let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
             return;
         };
@@ -547,7 +565,7 @@ mod tests {
         let mut stops_late = super::super::close_transit::Transit::default();
         (0..4).for_each(|_| stops_late.add_stream(2_500, std::time::Duration::from_secs(10)));
         (0..3).for_each(|_| stops_late.add_close(436.0));
-        let late = Wire::of(eight, Some(&stops_late));
+        let late = Wire::of(eight, Some(8.0), Some(&stops_late));
         assert_eq!(
             read_close(8, 500, late),
             Stopped,
@@ -560,10 +578,22 @@ mod tests {
         );
         assert_eq!(stops_late.allowance(8.0), 436.0 * 1.25);
         assert_eq!(
-            Wire::of(eight, None),
+            Wire::of(eight, Some(8.0), None),
             Wire::from(eight),
             "nothing known of the endpoint: the events' transit only"
         );
+        // The range's low end (six an event) would put 64 events at 384 tokens and a bill of
+        // 620 at 236 past, more than the 160 learned: read at the median (512 received, 108
+        // past), it stopped.
+        let mut learned = super::super::close_transit::Transit::default();
+        (0..3).for_each(|_| learned.add_close(128.0));
+        let by_median = Wire::of(eight, Some(8.0), Some(&learned));
+        assert_eq!(read_close(64, 620, by_median), Stopped);
+        assert_eq!(
+            read_close(64, 620, Wire::of(eight, None, Some(&learned))),
+            Unclear
+        );
+        assert_eq!(read_close(64, 3_000, by_median), BilledPast);
     }
 
     /// One close two seconds late looks like a short answer billed in full; a run of them
