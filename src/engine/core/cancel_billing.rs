@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::attempt_money::TRANSIT_TOKENS;
 use super::wire_rate::{self, Range};
 use super::{Clock, Core, Effect, reserve};
+use crate::store::output::{SpendEntry, SpendKind};
 
 /// Closes seen to stop the bill before an endpoint is trusted to stop it.
 pub(crate) const STOPS_NEEDED: u32 = 3;
@@ -176,6 +177,9 @@ impl Wire {
         }
     }
 }
+
+/// The id of a ledger line that records a close read again ([`Core::keep_readings`]).
+pub(crate) const CLOSE_READING: &str = "close-reading";
 
 /// Closes read unclear kept per endpoint for [`unclear_closes_stopped`].
 const KEPT_UNCLEAR: usize = 16;
@@ -360,6 +364,12 @@ impl Core {
         if let Some(k) = estimate {
             self.learn_transit(i, &stopped, k);
         }
+        self.keep_readings(
+            i,
+            stopped.len(),
+            "read again by its tokens an event, learned since",
+            now,
+        );
         self.settle_cancel_belief(i, last, now);
     }
 
@@ -396,6 +406,14 @@ impl Core {
         let closes = std::mem::take(&mut ev.unclear);
         ev.stopped += closes.len() as u32;
         self.learn_transit(i, &closes, per_event);
+        // The latest is the close being booked now: its own line says stopped.
+        let earlier = closes.len().saturating_sub(1);
+        self.keep_readings(
+            i,
+            earlier,
+            "read with the closes after it as a late stop",
+            now,
+        );
         let (lo, hi) = past
             .iter()
             .fold((f64::MAX, 0.0_f64), |(a, b), &p| (a.min(p), b.max(p)));
@@ -408,6 +426,22 @@ impl Core {
         );
         self.event(now, text);
         true
+    }
+
+    /// `n` closes at endpoint `i` whose lines read unclear were read since as stopping the
+    /// bill (`why`): a line each says so, so that a later start carries them
+    /// (`close_reading::ClosesSeen` counts the ledger's readings; without these, a start after
+    /// a run that trusted an endpoint this way checked it again from nothing).
+    fn keep_readings(&mut self, i: usize, n: usize, why: &str, now: &Clock) {
+        let tag = self.fleet.endpoints[i].tag.clone();
+        for _ in 0..n {
+            self.ledger(SpendEntry {
+                endpoint: Some(tag.clone()),
+                close: Some(Close::Stopped),
+                note: Some(format!("a close at {tag} {why}: it stopped the bill")),
+                ..SpendEntry::new(SpendKind::Adjustment, now.rfc3339(), CLOSE_READING, "")
+            });
+        }
     }
 
     /// Closes at endpoint `i` that stopped the bill (events received, tokens billed), its

@@ -476,6 +476,7 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         });
     }
     assert_eq!(h.core.fleet.cancel["moonshotai"].unread.len(), 3);
+    let mut effects = Vec::new();
     for (n, &key) in at_moonshot
         .iter()
         .take(wire_rate::STREAMS_NEEDED)
@@ -485,7 +486,8 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         if let AttemptOutcome::Done(c) = &mut r.outcome {
             c.events = 100;
         }
-        h.result(r);
+        let fx = h.result(r);
+        effects.extend(fx);
         h.live.spent_pico += Usd::from_f64(0.001).pico();
         let repriced = h.take_repriced();
         let heard = repriced.iter().find(|(i, _)| *i == moonshot);
@@ -512,6 +514,27 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         (ev.stopped, ev.unread.len()),
         (3, 0),
         "read again by the learned rate"
+    );
+    // Their lines said unclear when they were booked: a line each now says they stopped the
+    // bill, so that the directory's next start carries them (`close_reading::ClosesSeen`).
+    let kept: Vec<_> = (effects.iter())
+        .filter_map(|e| match e {
+            Effect::Ledger(l) if l.id == crate::engine::core::cancel_billing::CLOSE_READING => {
+                Some((l.endpoint.clone(), l.close, l.usd))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        vec![
+            (
+                Some("moonshotai".to_string()),
+                Some(Close::Stopped),
+                Usd::ZERO
+            );
+            3
+        ]
     );
     let learned = h.core.fleet.wire["moonshotai"].range();
     assert_eq!(read_close(64, 528, learned), Close::Stopped);
