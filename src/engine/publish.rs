@@ -23,7 +23,7 @@ use crate::policy::PolicyMode;
 const HISTORY_CAPACITY: usize = 360;
 const HISTORY_EVERY_S: f64 = 5.0;
 /// Events a snapshot carries (the core keeps more).
-const SNAPSHOT_EVENTS: usize = 50;
+pub(crate) const SNAPSHOT_EVENTS: usize = 50;
 
 /// How the run ends, as each dataset's time left is bounded by it.
 struct Ends<'a> {

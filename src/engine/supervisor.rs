@@ -596,10 +596,13 @@ impl Supervisor {
                 )
             })
             .await;
+            // The snapshot's window, with the line just said: as many as it keeps (a window
+            // of the snapshot's own length lost the run's first line, the hard budget's
+            // "checking ..." in `budget_cap`'s test, whenever transit passed the budget).
             let events = self.core.events();
             snap.events = events
                 .iter()
-                .skip(events.len().saturating_sub(snap.events.len().max(1)))
+                .skip(events.len().saturating_sub(super::publish::SNAPSHOT_EVENTS))
                 .cloned()
                 .collect();
         }

@@ -14,6 +14,17 @@ use harvest::sim::{self, ControlRequest, EndpointPatch, Outcome, SimConfig, SimH
 
 const MODEL: &str = "moonshotai/kimi-k2.5";
 
+/// `cfg` with one token an event and closes noticed at once at every endpoint (the built-in
+/// table streams several an event and notices late): for tests that count tokens by the
+/// events they read.
+fn one_token_an_event(mut cfg: SimConfig) -> SimConfig {
+    for e in &mut cfg.table.endpoints {
+        e.behaviour.tokens_per_event = sim::TokensPerEvent::Fixed(1);
+        e.behaviour.close_notice_ms = 0.0;
+    }
+    cfg
+}
+
 async fn start(cfg: SimConfig) -> (SimHandle, OpenRouterClient) {
     let sim = sim::start(cfg, 0).await.expect("simulator starts");
     let client = OpenRouterClient::new(ClientOptions::new(
@@ -171,8 +182,13 @@ async fn streamed_completion_is_served_and_billed_by_the_pinned_endpoint() {
     assert!(!c.content.is_empty());
     let reasoning = c.reasoning.as_deref().expect("Kimi reasons by default");
     assert!(!reasoning.is_empty());
-    // One event per token: what we counted is what the server reports.
-    assert_eq!(c.events, c.usage.completion_tokens);
+    // The table's Chutes streams several tokens an event (4.2 on average, bursts up to 64).
+    assert!(
+        c.events < c.usage.completion_tokens && c.events * 64 >= c.usage.completion_tokens,
+        "{} events for {} tokens",
+        c.events,
+        c.usage.completion_tokens
+    );
     assert!(c.usage.reasoning_tokens() > 0);
     assert!(c.finish_reason == "stop" || c.finish_reason == "length");
     // Cost: prompt at $0.45/M and completion at $2.20/M, to the picodollar.
@@ -548,7 +564,7 @@ async fn read_then_cancel(client: &OpenRouterClient, tag: &str, n: u64) -> u64 {
 
 #[tokio::test]
 async fn cancelling_stops_billing_only_where_the_provider_does() {
-    let mut cfg = SimConfig::fast_no_faults();
+    let mut cfg = one_token_an_event(SimConfig::fast_no_faults());
     cfg.speed_scale = 0.05; // 48 tok/s → ~1 ms a token: a 20,000-token answer takes ~20 s.
     let (sim, client) = start(cfg).await;
     sim.state
@@ -590,7 +606,7 @@ async fn cancelling_stops_billing_only_where_the_provider_does() {
 /// tokens at every speed scale.
 #[tokio::test]
 async fn a_close_noticed_late_bills_what_was_decoded_meanwhile() {
-    let mut cfg = SimConfig::fast_no_faults();
+    let mut cfg = one_token_an_event(SimConfig::fast_no_faults());
     cfg.speed_scale = 0.05;
     let (sim, client) = start(cfg).await;
     let tps = sim
