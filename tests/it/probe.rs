@@ -233,20 +233,7 @@ async fn probe_cancel_measures_who_stops_the_bill_and_writes_it_into_the_config(
     // Four times the providers' own pace: a close reaches the provider within a few tokens, as it
     // does at real pace (at full speed the whole answer is in the socket before it).
     set_speed(&sim, 0.25);
-    // One token an event, each close noticed at once: the probe reads its one close by the
-    // widest range of tokens an event (it learns no rate from one stream), so at the table's
-    // 4.2 an event a stop reads unclear (found, not fixed: the probe could learn the rate from
-    // an uncut stream at the endpoint first).
-    sim.state
-        .control(&sim::ControlRequest {
-            all: Some(sim::EndpointPatch {
-                tokens_per_event: Some(sim::TokensPerEvent::Fixed(1)),
-                close_notice_ms: Some(0.0),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .expect("control");
+    one_token_an_event(&sim);
     let s = setup();
     let prompts = write_prompts(&s.dir, "p", 4);
     let cfg = s.dir.join("harvest.toml");
@@ -297,6 +284,23 @@ async fn probe_cancel_measures_who_stops_the_bill_and_writes_it_into_the_config(
     assert_eq!(ledger.iter().filter(|e| e.id == "probe-cancel").count(), 3);
 }
 
+/// One token an event and each close noticed at once, at every endpoint: the probe reads its
+/// one close by the widest range of tokens an event (it learns no rate from one stream), so at
+/// the built-in table's several an event a stop reads unclear (found, not fixed: the probe
+/// could learn each endpoint's rate from an uncut stream there first).
+fn one_token_an_event(sim: &sim::SimHandle) {
+    sim.state
+        .control(&sim::ControlRequest {
+            all: Some(sim::EndpointPatch {
+                tokens_per_event: Some(sim::TokensPerEvent::Fixed(1)),
+                close_notice_ms: Some(0.0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .expect("control");
+}
+
 /// reliability-probe-5 P1: an endpoint the probe could not measure (here a 429 on its only
 /// try, at Chutes, which bills a close in full) is left out of the list it writes, named as not
 /// measured with why: a list turns the hard budget's own checks off, and an endpoint left out
@@ -317,6 +321,7 @@ async fn probe_cancel_writes_only_what_it_measured() {
     )
     .await;
     set_speed(&sim, 0.25);
+    one_token_an_event(&sim);
     let s = setup();
     let prompts = write_prompts(&s.dir, "p", 4);
     let cfg = s.dir.join("harvest.toml");
