@@ -26,6 +26,7 @@ mod dispatch;
 mod events;
 mod failure;
 mod journal;
+mod late_stop;
 mod outcome;
 pub(crate) mod params;
 mod port;

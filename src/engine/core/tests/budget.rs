@@ -519,7 +519,7 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
     // bill, so that the directory's next start carries them (`close_reading::ClosesSeen`).
     let kept: Vec<_> = (effects.iter())
         .filter_map(|e| match e {
-            Effect::Ledger(l) if l.id == crate::engine::core::cancel_billing::CLOSE_READING => {
+            Effect::Ledger(l) if l.id == crate::engine::core::late_stop::CLOSE_READING => {
                 Some((l.endpoint.clone(), l.close, l.usd))
             }
             _ => None,

@@ -2,7 +2,7 @@
 //! workers, clients or shared atomics). Checked on the source, so a change that slips I/O, a
 //! clock read or a driver's handle into a decision fails here.
 
-const SOURCES: [(&str, &str); 29] = [
+const SOURCES: [(&str, &str); 30] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("failure.rs", include_str!("../failure.rs")),
     ("row.rs", include_str!("../row.rs")),
@@ -26,6 +26,7 @@ const SOURCES: [(&str, &str); 29] = [
     ("verdict.rs", include_str!("../verdict.rs")),
     ("wire_rate.rs", include_str!("../wire_rate.rs")),
     ("close_transit.rs", include_str!("../close_transit.rs")),
+    ("late_stop.rs", include_str!("../late_stop.rs")),
     ("reserve.rs", include_str!("../reserve.rs")),
     ("attribution.rs", include_str!("../attribution.rs")),
     ("attempt_money.rs", include_str!("../attempt_money.rs")),
