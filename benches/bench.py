@@ -217,10 +217,11 @@ def raise_nofile() -> int:
 # the simulator
 
 
-def write_table(path: Path, mean: float, sigma: float) -> None:
+def write_table(path: Path, mean: float, sigma: float, tokens_per_event: str | None = None) -> None:
     """The benchmark's provider table: one endpoint of the embedded Kimi K2.5 table, with no
     capacity limit and no faults, and the requested output-length distribution (the simulator
-    draws lognormal lengths)."""
+    draws lognormal lengths). `tokens_per_event` ("N" or "mean:M"): what each SSE event
+    carries, in place of the table's (Chutes: a mean of 4.2, as recorded traffic shows)."""
     t = json.loads(TABLE.read_text())
     eps = [e for e in t["endpoints"] if e.get("tag") == ENDPOINT]
     if len(eps) != 1:
@@ -230,6 +231,10 @@ def write_table(path: Path, mean: float, sigma: float) -> None:
     ep["sim"]["faults"] = {}
     t["endpoints"] = [ep]
     t["output_tokens"] = {"mean": mean, "sigma": sigma}
+    if tokens_per_event:
+        kind, _, value = tokens_per_event.rpartition(":")
+        ep["sim"]["tokens_per_event"] = (
+            {"mean": float(value)} if kind == "mean" else {"fixed": int(value)})
     path.write_text(json.dumps(t, indent=1))
 
 
@@ -607,7 +612,7 @@ def mode_bench(a: argparse.Namespace, work: Path) -> int:
     cores = os.cpu_count() or 1
     concs = [int(c) for c in str(a.concurrency).split(",") if c.strip()]
     table_path = work / "table.json"
-    write_table(table_path, a.mean, a.sigma)
+    write_table(table_path, a.mean, a.sigma, a.tokens_per_event)
     results = []
     failed = False
     t_start = time.monotonic()
@@ -653,6 +658,7 @@ def mode_bench(a: argparse.Namespace, work: Path) -> int:
         "settings": {
             "output_tokens_mean": a.mean, "output_tokens_sigma": a.sigma,
             "max_tokens": a.max_tokens, "speed_scale": a.speed_scale, "seed": a.seed,
+            "tokens_per_event": a.tokens_per_event,
             "endpoint": ENDPOINT, "peer": "aiohttp + raw SSE (benches/peer/peer.py)",
         },
         "runs": results,
@@ -813,6 +819,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--speed-scale", type=float, default=0.0,
                    help="simulator pace: 0 = no artificial latency")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokens-per-event", default=None, metavar="N|mean:M",
+                   help="what each SSE event carries (default: the built-in table's, a mean of "
+                        "4.2 at Chutes, each event written when its last token is decoded)")
     p.add_argument("--tls", action="store_true",
                    help="HTTPS, as the real API: the simulator serves TLS (HTTP/2 and HTTP/1.1 "
                         "by ALPN) and both clients trust its CA")

@@ -35,11 +35,20 @@ pub struct ClosesSeen {
     pub billed_past: u32,
     /// When the latest of them was read (the line's `at`).
     pub last: Option<chrono::DateTime<chrono::Utc>>,
+    /// The longest a check of a close there took to be found at `/generation` (the lines'
+    /// `found_after_ms`): a new start's checks are overdue at twice it, not at a floor that a
+    /// lagging `/generation` passes (`cancel_check::overdue_after`).
+    pub found_within: Option<std::time::Duration>,
 }
 
 impl ClosesSeen {
-    /// One more reading, read at `at` (a line's RFC 3339 time; unreadable: not dated).
-    pub(crate) fn add(&mut self, close: Close, at: &str) {
+    /// One more reading, read at `at` (a line's RFC 3339 time; unreadable: not dated), of a
+    /// check found at `/generation` `found_after_ms` after its close (a check's line).
+    pub(crate) fn add(&mut self, close: Close, at: &str, found_after_ms: Option<u64>) {
+        if let Some(ms) = found_after_ms {
+            let d = std::time::Duration::from_millis(ms);
+            self.found_within = Some(self.found_within.map_or(d, |w| w.max(d)));
+        }
         match close {
             Close::Stopped => self.stopped += 1,
             Close::BilledPast => self.billed_past += 1,
@@ -70,7 +79,7 @@ mod tests {
         let seen = |readings: &[(Close, &str)]| {
             let mut s = ClosesSeen::default();
             for &(c, at) in readings {
-                s.add(c, at);
+                s.add(c, at, None);
             }
             s
         };
@@ -92,7 +101,7 @@ mod tests {
         for (what, readings, want) in cases {
             assert_eq!(seen(&readings).carried_at(now), want, "{what}");
         }
-        let s = seen(&[
+        let mut s = seen(&[
             (Stopped, "2026-12-06T09:00:00Z"),
             (Unclear, "2026-12-06T10:00:00Z"),
             (BilledPast, "2026-12-06T08:00:00Z"),
@@ -102,6 +111,14 @@ mod tests {
             s.last.map(|t| t.to_rfc3339()),
             Some("2026-12-06T09:00:00+00:00".to_string()),
             "an unclear reading neither counts nor dates"
+        );
+        assert_eq!(s.found_within, None, "no check among them");
+        s.add(Unclear, "2026-12-06T10:30:00Z", Some(21_500));
+        s.add(Stopped, "2026-12-06T10:40:00Z", Some(900));
+        assert_eq!(
+            s.found_within,
+            Some(std::time::Duration::from_millis(21_500)),
+            "the longest check's wait, an unclear one's too: the lag is the API's, not the reading's"
         );
     }
 

@@ -119,7 +119,7 @@ pub struct Completion {
     pub native_finish_reason: Option<String>,
     pub usage: Usage,
     pub usage_source: UsageSource,
-    /// Content + reasoning events received (≈ tokens streamed).
+    /// Content + reasoning events received (each carries one token or several).
     pub events: u64,
     pub ttft: Option<Duration>,
     pub latency: Duration,

@@ -241,6 +241,11 @@ pub struct SpendEntry {
     /// a later start of the directory carries (`close_reading`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub close: Option<crate::close_reading::Close>,
+    /// On a checked close's `adjustment` line: how long after the close `/generation` had its
+    /// record, in milliseconds. A later start of the directory times its own checks' look-ups
+    /// by it (`close_reading::ClosesSeen::found_within`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_after_ms: Option<u64>,
     /// On `complete` lines with the API's usage: what the stream carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streamed: Option<Streamed>,
@@ -296,6 +301,7 @@ impl SpendEntry {
             checkpoint: None,
             note: None,
             close: None,
+            found_after_ms: None,
             streamed: None,
         }
     }

@@ -212,6 +212,46 @@ async fn streamed_completion_is_served_and_billed_by_the_pinned_endpoint() {
     sim.stop().await;
 }
 
+/// At a finite pace an event goes out when its last token is decoded, whole: a provider that
+/// decodes tokens in bursts flushes each burst as one event. Only the last event of each kind
+/// (reasoning, then content) goes out part-filled, however the writes fall in time.
+#[tokio::test]
+async fn a_paced_stream_sends_each_event_whole_when_its_last_token_is_decoded() {
+    let mut cfg = SimConfig::fast_no_faults();
+    cfg.speed_scale = 0.02; // 48 tok/s → ~0.4 ms a token, writes at least 25 ms apart
+    for e in &mut cfg.table.endpoints {
+        e.behaviour.tokens_per_event = sim::TokensPerEvent::Fixed(4);
+    }
+    let (sim, client) = start(cfg).await;
+    sim.state
+        .control(&ControlRequest {
+            output_tokens_mean: Some(1_500.0),
+            output_tokens_sigma: Some(0.0),
+            ..Default::default()
+        })
+        .expect("control");
+    let c = client
+        .chat_stream(
+            &req("Explain EAGLE-3.", 4096, "chutes/int4"),
+            fast_timeouts(),
+        )
+        .await
+        .expect("stream starts")
+        .collect()
+        .await
+        .expect("complete");
+    let n = c.usage.completion_tokens;
+    let thinking = c.usage.reasoning_tokens().min(n);
+    assert!(thinking > 0 && n > thinking, "{thinking} of {n} thinking");
+    assert_eq!(
+        c.events,
+        thinking.div_ceil(4) + (n - thinking).div_ceil(4),
+        "{n} tokens, {thinking} thinking, in {} events",
+        c.events
+    );
+    sim.stop().await;
+}
+
 #[tokio::test]
 async fn non_streamed_completion_matches_the_streamed_text_for_greedy_requests() {
     let (sim, client) = start(SimConfig::fast_no_faults()).await;

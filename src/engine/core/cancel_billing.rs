@@ -279,6 +279,10 @@ impl Core {
                 continue;
             };
             let fresh = self.new_evidence(i);
+            if let Some(d) = seen.found_within {
+                let checks = self.fleet.checks.entry(tag.clone()).or_default();
+                checks.found_within = Some(checks.found_within.map_or(d, |w| w.max(d)));
+            }
             let ev = self.fleet.cancel.entry(tag.clone()).or_insert(fresh);
             ev.stopped += seen.stopped;
             ev.billed_past += seen.billed_past;
@@ -297,9 +301,15 @@ impl Core {
                      them; until then its streams reserve their worst case"
                 )
             };
+            let lag = seen.found_within.map_or(String::new(), |d| {
+                format!(
+                    "; its checks were found at /generation within {:.1}s of their close",
+                    d.as_secs_f64()
+                )
+            });
             let text = format!(
                 "{tag}: this directory's earlier runs read {} closes that stopped the bill and \
-                 {} billed past it within the day: {then}",
+                 {} billed past it within the day: {then}{lag}",
                 seen.stopped, seen.billed_past
             );
             self.event(now, text);

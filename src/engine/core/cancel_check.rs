@@ -243,18 +243,22 @@ impl Core {
         self.requeue_front(job, now);
     }
 
-    /// A look-up landed: whether it was a check's. The check is answered, and how long it
-    /// took is kept.
-    pub(super) fn check_looked_up(&mut self, generation_id: Option<&str>, now: &Clock) -> bool {
-        let Some(g) = generation_id else { return false };
-        let mut was = false;
+    /// A look-up landed: if it was a check's, how long after its close it was found. The
+    /// check is answered, and the longest such wait kept.
+    pub(super) fn check_looked_up(
+        &mut self,
+        generation_id: Option<&str>,
+        now: &Clock,
+    ) -> Option<Duration> {
+        let g = generation_id?;
+        let mut was = None;
         for checks in self.fleet.checks.values_mut() {
             if let Some(at) = checks.looking_up.iter().position(|(x, _)| x == g) {
                 let (_, closed) = checks.looking_up.swap_remove(at);
                 checks.pending = checks.pending.saturating_sub(1);
                 let took = now.mono.saturating_duration_since(closed);
                 checks.found_within = Some(checks.found_within.map_or(took, |d| d.max(took)));
-                was = true;
+                was = Some(took);
             }
         }
         was

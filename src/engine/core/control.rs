@@ -295,7 +295,8 @@ impl Core {
         now: &Clock,
     ) {
         self.release_open_bill(&entry);
-        let check = self.check_looked_up(entry.generation_id.as_deref(), now);
+        let found_after = self.check_looked_up(entry.generation_id.as_deref(), now);
+        let check = found_after.is_some();
         // A stream harvest closed: what it was billed says whether closing stopped the bill,
         // and its line keeps the reading for later starts (`close_reading`).
         let close = match (entry.kind, entry.endpoint.as_deref(), completion_tokens) {
@@ -311,6 +312,7 @@ impl Core {
             // A correction, not another failed attempt (the report counts errors by line).
             self.ledger(SpendEntry {
                 close,
+                found_after_ms: found_after.map(|d| d.as_millis() as u64),
                 ..entry.adjusted_to(actual, now.rfc3339())
             });
         }

@@ -93,7 +93,7 @@ impl Sender {
 }
 
 /// Paces one response: keep-alives during the wait for the first token, tokens at the
-/// endpoint's decode speed (due tokens go out together at most every `min_tick`), then the
+/// endpoint's decode speed (an event when its last token is decoded), then the
 /// finish and usage chunks and `[DONE]`, or the planned fault. Bills as the module doc says.
 pub(crate) async fn produce(
     state: Arc<SimState>,
@@ -113,7 +113,9 @@ pub(crate) async fn produce(
     } else {
         plan.reasoning_tokens
     };
-    let first_at = started + plan.ttft + plan.per_token.mul_f64(hidden as f64);
+    // Token j is decoded at `origin + j × per_token`; hidden reasoning is decoded unseen.
+    let origin = started + plan.ttft;
+    let first_at = origin + plan.per_token.mul_f64(hidden as f64);
     let mut p = Producer {
         state: &state,
         plan: &plan,
@@ -123,7 +125,7 @@ pub(crate) async fn produce(
         event: Event::default(),
     };
     let sent = match p.wait_first_token(&mut out, first_at).await {
-        Ok(()) => p.stream_tokens(&mut out, first_at, hidden).await,
+        Ok(()) => p.stream_tokens(&mut out, origin, hidden).await,
         Err(gone) => Err(gone),
     };
     match sent {
@@ -166,7 +168,7 @@ struct Event {
     text: String,
     reasoning: bool,
     tokens: u32,
-    /// The count this event goes out at.
+    /// The count this event goes out at (0 until drawn).
     holds: u32,
 }
 
@@ -204,11 +206,19 @@ impl Producer<'_> {
         }
     }
 
-    /// Sends the tokens at the endpoint's decode speed; returns how many were sent.
+    /// Sends the tokens at the endpoint's decode speed; returns how many were decoded.
+    ///
+    /// An event goes out when its last token is decoded, in a write of its own: a provider that
+    /// decodes speculatively accepts several tokens in one step and flushes them as one event,
+    /// and a streaming server writes each event as it has it. Writes of one stream are at
+    /// least `min_tick` apart (events due meanwhile go out together), which at real pace no
+    /// endpoint of the built-in table comes near. A close mid-event finds that step unfinished:
+    /// its tokens are not yet decoded, and a provider that stops the bill bills what it decodes
+    /// before it notices the close (`close_notice_tokens`).
     async fn stream_tokens(
         &mut self,
         out: &mut Sender,
-        first_at: Instant,
+        origin: Instant,
         hidden: u64,
     ) -> Result<u64, Gone> {
         let limit = self.limit();
@@ -220,42 +230,44 @@ impl Producer<'_> {
         } else {
             u64::MAX
         };
-        // The tokens due by now, counted from the first.
+        // The tokens decoded by now.
         let due = || {
-            let since = Instant::now().saturating_duration_since(first_at);
+            let since = Instant::now().saturating_duration_since(origin);
             ((since.as_secs_f64() / per_token.as_secs_f64()).floor() as u64 + 1).min(limit)
         };
         while i < limit {
             let end = if per_token.is_zero() {
                 limit
             } else {
-                let due = due();
-                if due <= i {
-                    let next_due = first_at + per_token.mul_f64(i as f64);
-                    let wake = next_due.max(Instant::now() + min_tick);
+                // The event being filled goes out with its last token.
+                let event_end = (i + self.event_left(&mut out.rng)).min(limit);
+                if due() < event_end {
+                    let last_due = origin + per_token.mul_f64((event_end - 1) as f64);
+                    let wake = last_due.max(Instant::now() + min_tick);
                     tokio::select! {
                         _ = tokio::time::sleep_until(wake.into()) => {}
-                        _ = out.tx.closed() => return Err(Gone::Client(i)),
+                        _ = out.tx.closed() => return Err(Gone::Client(self.decoded(i))),
                         _ = self.stopping.cancelled() => return Err(Gone::Stopping),
                     }
                     continue;
                 }
-                due
+                due()
             }
             .min(i + MAX_BATCH);
             let mut buf = String::with_capacity(((end - i) as usize) * 220);
             for j in i..end {
                 if j == keepalive_at && self.plan.stream {
-                    self.flush(&mut buf);
+                    // Between events: the event being filled is not in `buf` yet.
                     buf.push_str(KEEPALIVE);
                 }
                 self.word(j, &mut buf, &mut out.rng);
             }
-            // What is due goes out now, a part-filled event too: a provider flushes what it
-            // has decoded.
-            self.flush(&mut buf);
+            if end == limit {
+                // The answer's last event goes out part-filled.
+                self.flush(&mut buf);
+            }
             if !buf.is_empty() && !out.send(buf).await {
-                return Err(Gone::Client(end));
+                return Err(Gone::Client(self.decoded(end)));
             }
             i = end;
             if per_token.is_zero() {
@@ -263,6 +275,21 @@ impl Producer<'_> {
             }
         }
         Ok(i)
+    }
+
+    /// Of the first `pushed` tokens, those of events finished: the event being filled is a
+    /// step still decoding.
+    fn decoded(&self, pushed: u64) -> u64 {
+        pushed.saturating_sub(u64::from(self.event.tokens))
+    }
+
+    /// The tokens the event being filled still takes before it goes out (its count is drawn
+    /// with its first token, or here when the pacing asks first).
+    fn event_left(&mut self, rng: &mut SmallRng) -> u64 {
+        if self.event.holds == 0 {
+            self.event.holds = self.plan.tokens_per_event.draw(rng).max(1);
+        }
+        u64::from(self.event.holds.saturating_sub(self.event.tokens).max(1))
     }
 
     /// Token `j` joins the event being filled: one of the other kind, or a full one, goes out
@@ -273,8 +300,8 @@ impl Producer<'_> {
         }
         if self.event.tokens == 0 {
             self.event.reasoning = reasoning;
-            self.event.holds = self.plan.tokens_per_event.draw(rng);
         }
+        self.event_left(rng);
         self.event.text.push_str(escaped);
         self.event.tokens += 1;
         if self.event.tokens >= self.event.holds {
@@ -282,7 +309,8 @@ impl Producer<'_> {
         }
     }
 
-    /// The event being filled, as one SSE chunk into `buf`.
+    /// The event being filled, as one SSE chunk into `buf`; the next event's count is drawn
+    /// afresh.
     fn flush(&mut self, buf: &mut String) {
         if self.event.tokens == 0 {
             return;
@@ -294,6 +322,7 @@ impl Producer<'_> {
         }
         self.event.text.clear();
         self.event.tokens = 0;
+        self.event.holds = 0;
     }
 
     /// Token `j`: into the streamed event being filled, or onto the text (a whole body).

@@ -415,7 +415,7 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
             kept.push_back(w);
         }
         if let (SpendKind::Adjustment, Some(c), Some(t)) = (e.kind, e.close, &e.endpoint) {
-            scan.closes.entry(t.clone()).or_default().add(c, &e.at);
+            (scan.closes.entry(t.clone()).or_default()).add(c, &e.at, e.found_after_ms);
         }
         if e.attempt.as_deref() == Some(REBUILT) {
             if let (SpendKind::Complete, Some(g)) = (e.kind, &e.generation_id) {

@@ -327,7 +327,7 @@ fn the_readings_of_closes_are_tallied_by_endpoint() {
         ..SpendEntry::new(kind, at.into(), "p", "d")
     };
     #[rustfmt::skip]
-    let lines = [
+    let mut lines = [
         reading("chutes/int4", Some(Close::Stopped), SpendKind::Adjustment, "2026-12-06T09:00:00Z"),
         reading("chutes/int4", Some(Close::Stopped), SpendKind::Adjustment, "2026-12-06T10:00:00Z"),
         reading("chutes/int4", Some(Close::Unclear), SpendKind::Adjustment, "2026-12-06T11:00:00Z"),
@@ -337,6 +337,9 @@ fn the_readings_of_closes_are_tallied_by_endpoint() {
         // A reading only counts on the look-up's own line.
         reading("together/int4", Some(Close::Stopped), SpendKind::Cancelled, "2026-12-06T12:00:00Z"),
     ];
+    // Two checks' lines say how long `/generation` took to have them.
+    lines[1].found_after_ms = Some(3_200);
+    lines[2].found_after_ms = Some(18_000);
     let scan = scanned(&lines);
     let mut got: Vec<(String, u32, u32, Option<String>)> = (scan.closes.iter())
         .map(|(t, s)| {
@@ -366,6 +369,11 @@ fn the_readings_of_closes_are_tallied_by_endpoint() {
             ),
         ]
     );
+    assert_eq!(
+        scan.closes["chutes/int4"].found_within,
+        Some(std::time::Duration::from_millis(18_000))
+    );
+    assert_eq!(scan.closes["novita"].found_within, None);
 }
 
 #[test]

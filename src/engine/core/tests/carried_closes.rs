@@ -37,6 +37,7 @@ fn seen(
         stopped,
         billed_past: past,
         last: Some(h_wall - chrono::TimeDelta::hours(hours_ago)),
+        found_within: None,
     }
 }
 
@@ -175,4 +176,57 @@ fn the_expected_mode_weighs_carried_closes_as_its_own() {
             .any(|(i, e)| *i == chutes && !e.cancel_stops_billing),
         "the workers' pool hears it"
     );
+}
+
+/// How long earlier runs' checks took to be found at `/generation` times a new start's checks:
+/// with the API's records 20 s late, a recheck not found 25 s after its close is not overdue
+/// (twice 20 s), where a start that carried nothing would suspend the endpoint's trust at the
+/// 10 s floor and reserve worst cases for as long as the API lags (#51 item 6).
+#[test]
+fn a_carried_look_up_lag_times_the_new_starts_checks() {
+    for (found_within, suspended_at_25s) in [(Some(Duration::from_secs(20)), false), (None, true)] {
+        let mut carried = seen(t0_wall(), 5, 0, 1);
+        carried.found_within = found_within;
+        let (mut h, chutes) = chutes_hard(Some(carried));
+        let sent = h.dispatch();
+        if found_within.is_some() {
+            assert!(says(
+                &h,
+                "its closes are taken to stop the bill; its checks were found at /generation within 20.0s of their close"
+            ));
+        }
+        let check = sent
+            .iter()
+            .find(|d| d.check)
+            .expect("a recheck of the trusted endpoint");
+        h.result(AttemptResult {
+            key: check.key,
+            outcome: AttemptOutcome::Checked,
+            endpoint: Some(chutes),
+            streamed_tokens: 64,
+            booked_pico: 200_000_000,
+            generation_id: Some("gen-recheck".into()),
+            elapsed: Duration::from_secs(1),
+        });
+        assert_eq!(h.take_reconcile().len(), 1, "its look-up is out");
+        h.at(25.0).tick();
+        assert_eq!(
+            !h.core.endpoints()[chutes].cancel_stops_billing,
+            suspended_at_25s,
+            "{found_within:?}"
+        );
+        assert_eq!(
+            says(&h, "is not found at /generation 25s after the close"),
+            suspended_at_25s,
+            "{found_within:?}"
+        );
+        if found_within.is_some() {
+            h.at(41.0).tick();
+            assert!(!h.core.endpoints()[chutes].cancel_stops_billing);
+            assert!(says(
+                &h,
+                "is not found at /generation 41s after the close, where its earlier checks were found within 20.0s"
+            ));
+        }
+    }
 }
