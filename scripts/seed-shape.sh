@@ -5,13 +5,15 @@
 # mode it prints the figures issue #34 asks for: the time to within 0.5% of the budget, the
 # peak and mean streams in flight, and the spend against the simulator's bill.
 #
-#   scripts/seed-shape.sh [--bin PATH] [--concurrency 2000] [--budget 20] [--prompts 40000]
-#                         [--speed-scale 1] [--max-tokens 16384] [--faults SPEC]
+#   scripts/seed-shape.sh [--bin PATH] [--sim-bin PATH] [--concurrency 2000] [--budget 20]
+#                         [--prompts 40000] [--speed-scale 1] [--max-tokens 16384] [--faults SPEC]
 #                         [--modes "expected hard"] [--keep DIR] [--deadline-s 1200]
 #                         [--all-stop] [--tokens-per-event N|mean:M] [--close-notice-ms MS]
+#                         [--generation-lag-ms MS]
 # --speed-scale 1 is each endpoint's real pace (its time to first token, its decode speed);
 # 0.2 runs five times faster. Without --bin it builds the release binary (a debug build
-# cannot feed 2,000 real-pace streams on two cores).
+# cannot feed 2,000 real-pace streams on two cores). --sim-bin: the binary whose `harvest sim`
+# serves (default: --bin's), so that two engines are compared on one simulator.
 #
 # --all-stop: every endpoint stops billing when a stream is closed, in the simulator and in the
 # config's cancel_stops_billing (as `harvest probe --cancel --write-config` would write it):
@@ -21,12 +23,16 @@
 # simulator's own option; recorded real streams carry 2.7 at the median, Kimi's providers 4+).
 # --close-notice-ms: how late every endpoint that stops the bill at a close notices it (the
 # simulator's own option; the tokens decoded meanwhile are billed).
+# --generation-lag-ms: how long `/generation` answers 404 after a generation ends (the real
+# API's records come late; reliability-probe-5 P9 measured the run at a 20 s lag). Each mode
+# also prints its longest stretch with nothing in flight between its first request and the
+# budget: the hard budget's checks must not empty the run while their look-ups wait.
 #
 # Loopback only (127.0.0.1); bounded: each run stops at its budget or after --deadline-s.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="" N=40000 MAXTOK=16384 CONC=2000 BUDGET=20 SPEED=1 FAULTS="" KEEP="" DEADLINE=1200 ALLSTOP=""
-TPE="" NOTICE=""
+TPE="" NOTICE="" LAG="" SIMBIN=""
 MODES="expected hard"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,7 +49,9 @@ while [ $# -gt 0 ]; do
     --all-stop) ALLSTOP=1; shift ;;
     --tokens-per-event) TPE="$2"; shift 2 ;;
     --close-notice-ms) NOTICE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+    --sim-bin) SIMBIN="$2"; shift 2 ;;
+    --generation-lag-ms) LAG="$2"; shift 2 ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     *) echo "seed-shape.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -62,27 +70,14 @@ for MODE in $MODES; do
   sim_args=(--seed 7 --speed-scale "$SPEED" --billing-log "$RUN/bill.jsonl")
   if [ -n "$FAULTS" ]; then sim_args+=(--faults "$FAULTS"); else sim_args+=(--no-faults); fi
   if [ -n "$TPE" ]; then sim_args+=(--tokens-per-event "$TPE"); fi
-  start_sim "$BIN" "$RUN/sim.log" "${sim_args[@]}"
-  if [ -n "$NOTICE" ]; then
-    # Through the control route (as `--close-notice-ms` does at start), so that binaries
-    # from before that flag run the same world.
-    python3 - "$PORT" "$NOTICE" <<'PY'
-import json, sys, urllib.request
-req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/sim/control",
-    data=json.dumps({"all": {"close_notice_ms": float(sys.argv[2])}}).encode(),
-    headers={"content-type": "application/json"}, method="POST")
-urllib.request.urlopen(req, timeout=5).read()
-PY
-  fi
+  start_sim "${SIMBIN:-$BIN}" "$RUN/sim.log" "${sim_args[@]}"
+  # Through the control route (as `--close-notice-ms` does at start), so that binaries from
+  # before a flag run the same world.
+  if [ -n "$NOTICE" ]; then sim_control "{\"all\": {\"close_notice_ms\": $NOTICE}}"; fi
+  if [ -n "$LAG" ]; then sim_control "{\"generation_lag_ms\": $LAG}"; fi
   STOPLIST=""
   if [ -n "$ALLSTOP" ]; then
-    python3 - "$PORT" <<'PY'
-import json, sys, urllib.request
-req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/sim/control",
-    data=json.dumps({"all": {"cancel_stops_billing": True}}).encode(),
-    headers={"content-type": "application/json"}, method="POST")
-urllib.request.urlopen(req, timeout=5).read()
-PY
+    sim_control '{"all": {"cancel_stops_billing": true}}'
     TAGS=$("$BIN" providers moonshotai/kimi-k2.5 --base-url "http://127.0.0.1:$PORT/api/v1" --json \
       | python3 -c 'import json,sys; print(", ".join(json.dumps(e["tag"]) for e in json.load(sys.stdin)["endpoints"]))')
     STOPLIST="cancel_stops_billing = [$TAGS]"
@@ -131,11 +126,22 @@ reached = next((t for t, _, s in points if s >= budget * 0.995), None)
 end = points[-1][0] if points else 0
 flights = [f for _, f, _ in points]
 peak = max(flights, default=0)
+# The longest stretch with nothing in flight, from the first request to the budget (or the end).
+idle, run0 = 0, None
+first = next((t for t, f, _ in points if f > 0), None)
+for t, f, _ in points:
+    if first is None or t < first or (reached is not None and t > reached):
+        continue
+    if f == 0:
+        run0 = t if run0 is None else run0
+        idle = max(idle, t - run0 + 1)
+    else:
+        run0 = None
 mean = sum(flights) / len(flights) if flights else 0.0
 stretch = next((l.strip() for l in open(os.path.join(run, "run.log")) if l.startswith("budget: the last stretch")), "budget: no last stretch")
 print(f"{mode}: exit {rc}; within 0.5% of ${budget:g} after "
       f"{'%ds' % reached if reached is not None else 'never'} (last progress line {end}s); "
-      f"in flight peak {peak}, mean {mean:.0f}; rows {rows}; "
+      f"in flight peak {peak}, mean {mean:.0f}, longest at 0 {idle}s; rows {rows}; "
       f"ledger ${spent:.4f}, bill ${bill:.4f} ({(bill / budget - 1) * 100:+.2f}% of the budget)")
 print(f"{mode}: {stretch}")
 PY

@@ -113,7 +113,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let mut stops = None;
     if args.cancel {
         eprintln!("closing one stream at each endpoint, then looking each up at /generation ...");
-        report.cancel = probe::cancel::measure(&targets, &cancel_settings).await;
+        report.cancel = probe::cancel::measure(&targets, &report.endpoints, &cancel_settings).await;
         spend.extend(probe::cancel::spend_lines(
             &report.cancel,
             &targets,

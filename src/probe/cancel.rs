@@ -14,8 +14,10 @@ use futures::StreamExt;
 
 use crate::domain::{EndpointTag, Usd};
 use crate::engine::core::cancel_billing::{Close, read_close};
+use crate::engine::core::wire_rate::{PRIOR, Range};
 use crate::openrouter::{ChatRequest, Message, ProviderPreferences, StreamTimeouts};
 use crate::store::output::{SpendEntry, SpendKind};
+use crate::store::probe_file::EndpointScore;
 
 use super::{CancelFinding, CancelVerdict, Target};
 
@@ -58,10 +60,20 @@ pub fn estimate_cost(targets: &[Target], s: &CancelSettings) -> Usd {
 }
 
 /// Closes one stream at each target reached through OpenRouter (own servers have no
-/// `/generation`: their bill is the config's prices), all at once.
-pub async fn measure(targets: &[Target], s: &CancelSettings) -> Vec<CancelFinding> {
+/// `/generation`: their bill is the config's prices), all at once. `scores`: the fidelity
+/// probe's, whose tokens an event each close's events are read by.
+pub async fn measure(
+    targets: &[Target],
+    scores: &[EndpointScore],
+    s: &CancelSettings,
+) -> Vec<CancelFinding> {
+    let rate = |t: &Target| {
+        (scores.iter())
+            .find(|e| e.tag == t.tag.as_str())
+            .and_then(|e| e.tokens_per_event)
+    };
     futures::stream::iter(targets.iter().filter(|t| t.via_openrouter))
-        .map(|t| close_one(t, s))
+        .map(|t| close_one(t, rate(t), s))
         .buffer_unordered(16)
         .collect()
         .await
@@ -79,7 +91,9 @@ fn not_measured(t: &Target, received: u64, note: String) -> CancelFinding {
     }
 }
 
-async fn close_one(t: &Target, s: &CancelSettings) -> CancelFinding {
+/// `per_event`: the tokens an event the endpoint's uncut answers carried, when the probe saw
+/// enough of them.
+async fn close_one(t: &Target, per_event: Option<f64>, s: &CancelSettings) -> CancelFinding {
     let mut req = ChatRequest::new(
         t.model.clone(),
         vec![Message::user(LONG_PROMPT)],
@@ -146,12 +160,26 @@ async fn close_one(t: &Target, s: &CancelSettings) -> CancelFinding {
         // The answer ended before the close: nothing was closed.
         CancelVerdict::Unclear
     } else {
-        // One stream per endpoint teaches no rate: only what the widest range allows is read.
-        match read_close(received, billed, crate::engine::core::wire_rate::PRIOR) {
+        // The close's events are read at the tokens an event the endpoint's uncut answers
+        // carried, as a run reads them once learned; without them, only what the widest range
+        // allows is read (at several tokens an event a stop then reads unclear).
+        let wire = per_event.map_or(PRIOR, |m| Range::around(m, m));
+        match read_close(received, billed, wire) {
             Close::Stopped => CancelVerdict::Stops,
             Close::BilledPast => CancelVerdict::BillsPast,
             Close::Unclear => CancelVerdict::Unclear,
         }
+    };
+    let note = if ended {
+        Some("the answer ended before the close".to_string())
+    } else if verdict == CancelVerdict::Unclear && per_event.is_none() {
+        Some(format!(
+            "read by the widest range of tokens an event (1 to 8): the probe's answers here \
+             streamed fewer than {} events to learn its own from (--prompts, --max-tokens)",
+            super::RATE_EVENTS_NEEDED
+        ))
+    } else {
+        None
     };
     CancelFinding {
         tag: t.tag.clone(),
@@ -160,7 +188,7 @@ async fn close_one(t: &Target, s: &CancelSettings) -> CancelFinding {
         verdict,
         cost,
         generation_id: Some(id),
-        note: ended.then(|| "the answer ended before the close".to_string()),
+        note,
     }
 }
 

@@ -87,6 +87,8 @@ struct Sample {
     estimated_cost: bool,
     generation_id: Option<String>,
     prompt_tokens: u64,
+    /// What the answer's stream carried (tokens and events), by the API's usage.
+    streamed: Option<(u64, u64)>,
     /// Attempts that failed once a generation had begun (a stall, a cut stream) before the
     /// one that answered: the provider may bill them, so each is booked as a closed stream
     /// (its generation id and the events received), for the next start to look up
@@ -188,6 +190,8 @@ async fn ask(t: &Target, prompt: &str, s: &ProbeSettings) -> Sample {
                     estimated_cost: estimated,
                     generation_id: c.id.clone(),
                     prompt_tokens: c.usage.prompt_tokens,
+                    streamed: crate::engine::core::wire_rate::streamed(&c)
+                        .map(|w| (w.tokens, w.events)),
                     abandoned,
                 };
             }
@@ -431,6 +435,7 @@ fn score(
         errors: 0,
         last_error: None,
         cost: Usd::ZERO,
+        tokens_per_event: None,
     };
     let (mut exact, mut sim_sum, mut tokens, mut length, mut empty) = (0u64, 0.0, 0u64, 0u64, 0u64);
     for (p, sample) in row.iter().enumerate() {
@@ -467,8 +472,15 @@ fn score(
         score.exact_match_rate = Some(exact as f64 / score.compared as f64);
         score.similarity = Some(sim_sum / score.compared as f64);
     }
+    let streams: Vec<(u64, u64)> = row.iter().filter_map(|s| s.streamed).collect();
+    score.tokens_per_event = crate::engine::core::wire_rate::pooled(&streams, RATE_EVENTS_NEEDED);
     score
 }
+
+/// The events of the probe's answers at an endpoint that it takes to read its tokens an
+/// event (pooled: two default answers at 4.2 an event); `--cancel` reads one close by it, and
+/// by the widest range where there are fewer.
+pub(crate) const RATE_EVENTS_NEEDED: u64 = 24;
 
 /// The most common non-empty answer (ties: the first seen).
 fn majority<'a>(answers: impl Iterator<Item = &'a str>) -> Option<String> {

@@ -68,6 +68,10 @@ pub struct EndpointScore {
     /// The last error, for the operator.
     pub last_error: Option<String>,
     pub cost: Usd,
+    /// Tokens an SSE event carried over the probe's answers (24 events at least): what
+    /// `--cancel` reads its close's events by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_event: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

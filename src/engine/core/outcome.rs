@@ -297,7 +297,7 @@ impl Core {
         let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
         self.check_price(&ep, &c, now);
         // Read before the answer's text goes to its row: the ledger line keeps it too.
-        let wire = streamed(&c);
+        let wire = super::wire_rate::streamed(&c);
         self.learn_wire_rate(endpoint, &c, wire, now);
         // Paid for; now, is it an answer to keep? (Its text moves to the row.)
         let (text, thought) = (std::mem::take(&mut c.content), c.reasoning.take());
@@ -506,23 +506,4 @@ impl Core {
             record: Box::new(record),
         });
     }
-}
-
-/// What a completed stream carried, by the API's own usage (`None` without it: an estimate
-/// says nothing of the wire). Reasoning the endpoint did not stream is in neither its events
-/// nor its text, so it is left out of its tokens too.
-fn streamed(c: &Completion) -> Option<crate::store::output::Streamed> {
-    if c.usage_source != crate::openrouter::UsageSource::Reported {
-        return None;
-    }
-    let unstreamed = if c.reasoning.as_deref().is_none_or(str::is_empty) {
-        c.usage.reasoning_tokens()
-    } else {
-        0
-    };
-    Some(crate::store::output::Streamed {
-        events: c.events,
-        text_bytes: (c.content.len() + c.reasoning.as_deref().map_or(0, str::len)) as u64,
-        tokens: c.usage.completion_tokens.saturating_sub(unstreamed),
-    })
 }

@@ -93,9 +93,14 @@ impl TokensPerEvent {
         if !self.learned() {
             return None;
         }
+        self.median()
+    }
+
+    /// The recent streams' median (`None` before any).
+    fn median(&self) -> Option<f64> {
         let mut v: Vec<f64> = self.recent.iter().copied().collect();
         v.sort_by(f64::total_cmp);
-        Some(v[v.len() / 2])
+        v.get(v.len() / 2).copied()
     }
 
     /// What one event of a close carries: around the recent streams' median ([`BELOW`],
@@ -106,11 +111,52 @@ impl TokensPerEvent {
             return PRIOR;
         };
         let most = self.recent.iter().copied().fold(0.0, f64::max);
+        Range::around(median, most)
+    }
+}
+
+impl Range {
+    /// What one event of a close carries at an endpoint whose completed streams carried
+    /// `median` tokens an event, `most` at the most over a stream ([`BELOW`], [`ABOVE`]).
+    pub(crate) fn around(median: f64, most: f64) -> Range {
         Range {
             lo: (median * (1.0 - BELOW)).max(1.0),
             hi: (median * (1.0 + ABOVE)).max(most),
         }
     }
+}
+
+/// What a completed stream carried, by the API's own usage (`None` without it: an estimate
+/// says nothing of the wire). Reasoning the endpoint did not stream is in neither its events
+/// nor its text, so it is left out of its tokens too.
+pub(crate) fn streamed(
+    c: &crate::openrouter::Completion,
+) -> Option<crate::store::output::Streamed> {
+    if c.usage_source != crate::openrouter::UsageSource::Reported {
+        return None;
+    }
+    let unstreamed = if c.reasoning.as_deref().is_none_or(str::is_empty) {
+        c.usage.reasoning_tokens()
+    } else {
+        0
+    };
+    Some(crate::store::output::Streamed {
+        events: c.events,
+        text_bytes: (c.content.len() + c.reasoning.as_deref().map_or(0, str::len)) as u64,
+        tokens: c.usage.completion_tokens.saturating_sub(unstreamed),
+    })
+}
+
+/// Tokens an event over `streams` (tokens, events) pooled, once they hold `events_needed`
+/// events in all: a figure from a handful of short answers (`harvest probe`'s, 64 tokens
+/// each by default: 15 events at 4.2 an event, under what a run counts a stream by), where a
+/// run waits for [`STREAMS_NEEDED`] streams of [`MIN_EVENTS`]. A stream with fewer tokens than
+/// events counts otherwise, and is left out.
+pub(crate) fn pooled(streams: &[(u64, u64)], events_needed: u64) -> Option<f64> {
+    let (tokens, events) = (streams.iter())
+        .filter(|&&(t, e)| e > 0 && t >= e)
+        .fold((0, 0), |(t, e), &(tt, ee)| (t + tt, e + ee));
+    (events >= events_needed.max(1)).then(|| tokens as f64 / events as f64)
 }
 
 /// The run's recent completed streams: bytes of text a token, one figure a stream. Learned
@@ -152,6 +198,21 @@ impl BytesPerToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handful_of_short_answers_give_a_rate_pooled() {
+        #[rustfmt::skip]
+        let cases: [(&str, &[(u64, u64)], Option<f64>); 5] = [
+            ("three default probe answers at ~4.2 an event", &[(64, 15), (64, 16), (64, 15)], Some(192.0 / 46.0)),
+            ("one is too few", &[(64, 15)], None),
+            ("one an event", &[(64, 64)], Some(1.0)),
+            ("a stream counting otherwise is left out", &[(64, 15), (10, 40), (64, 16)], Some(128.0 / 31.0)),
+            ("nothing", &[], None),
+        ];
+        for (what, streams, want) in cases {
+            assert_eq!(pooled(streams, 24), want, "{what}");
+        }
+    }
 
     #[test]
     fn an_endpoints_rate_is_learned_from_its_completed_streams() {
