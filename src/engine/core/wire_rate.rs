@@ -202,11 +202,21 @@ mod tests {
     #[test]
     fn a_handful_of_short_answers_give_a_rate_pooled() {
         #[rustfmt::skip]
-        let cases: [(&str, &[(u64, u64)], Option<f64>); 5] = [
-            ("three default probe answers at ~4.2 an event", &[(64, 15), (64, 16), (64, 15)], Some(192.0 / 46.0)),
+        // (what, each stream's tokens and events, the rate)
+        type Case<'a> = (&'a str, &'a [(u64, u64)], Option<f64>);
+        let cases: [Case; 5] = [
+            (
+                "three default probe answers at ~4.2 an event",
+                &[(64, 15), (64, 16), (64, 15)],
+                Some(192.0 / 46.0),
+            ),
             ("one is too few", &[(64, 15)], None),
             ("one an event", &[(64, 64)], Some(1.0)),
-            ("a stream counting otherwise is left out", &[(64, 15), (10, 40), (64, 16)], Some(128.0 / 31.0)),
+            (
+                "a stream counting otherwise is left out",
+                &[(64, 15), (10, 40), (64, 16)],
+                Some(128.0 / 31.0),
+            ),
             ("nothing", &[], None),
         ];
         for (what, streams, want) in cases {
