@@ -128,10 +128,10 @@ flights = [f for _, f, _ in points]
 peak = max(flights, default=0)
 # The longest stretch with nothing in flight, from the first request to the budget (or the end).
 idle, run0 = 0, None
-first = next((t for t, f, _ in points if f > 0), None)
-for t, f, _ in points:
-    if first is None or t < first or (reached is not None and t > reached):
-        continue
+first = next((i for i, (_, f, _) in enumerate(points) if f > 0), len(points))
+for t, f, _ in points[first:]:
+    if reached is not None and t > reached:
+        break
     if f == 0:
         run0 = t if run0 is None else run0
         idle = max(idle, t - run0 + 1)
