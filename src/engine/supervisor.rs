@@ -124,9 +124,8 @@ pub(super) struct Supervisor {
     end_now: CancellationToken,
     /// What earlier runs left open with the API, settled at the start.
     leftovers: Leftovers,
-    /// `GET /key` usage at the start, and the base a key true-up counts from.
+    /// `GET /key` usage at the start.
     key_usage_start: Option<f64>,
-    key_base: Option<KeyBase>,
     /// Look-ups of a crash's leftovers that found no answer yet (their lines stay open).
     unsettled: usize,
     /// Look-ups of what an earlier run left (open attempts, closed streams, rebuilt lines)
@@ -191,7 +190,8 @@ impl Supervisor {
         .with_drain_grace(l.drain_grace)
         .with_carried_by_endpoint(&l.carried_by_endpoint)
         .with_closes_before(&l.closes_before, now.wall)
-        .with_streams_before(&l.streams_before);
+        .with_streams_before(&l.streams_before)
+        .with_key_base(l.key_base);
         Supervisor {
             core,
             publisher: Publisher::new(&now, n, l.key_usage_start),
@@ -203,7 +203,6 @@ impl Supervisor {
             end_now: CancellationToken::new(),
             leftovers: l.leftovers,
             key_usage_start: l.key_usage_start,
-            key_base: l.key_base,
             unsettled: 0,
             recovery_open: 0,
             tasks: JoinSet::new(),
@@ -328,6 +327,12 @@ impl Supervisor {
                     self.shared.held_pico.fetch_add(pico, Ordering::Relaxed);
                     Ok(())
                 }
+                Effect::TrueUp(usd) => {
+                    self.shared
+                        .spent_pico
+                        .fetch_add(usd.pico(), Ordering::Relaxed);
+                    Ok(())
+                }
                 Effect::Join(endpoint) => {
                     let pool = (self.shared.add_endpoint((*endpoint).clone()))
                         .map(|_| self.shared.endpoints());
@@ -393,9 +398,8 @@ impl Supervisor {
             // request booked at its $0.0009 expectation, billed $0.000003, kept for good once
             // a no-op run's start took a new base).
             let left_open = !self.leftovers.is_empty();
-            let waiting = (self.key_base.as_ref()).map_or(Usd::ZERO, |b| b.estimated);
-            let quiet = super::reconcile::start_is_quiet(left_open, waiting);
-            self.checkpoint(u, quiet, "start").await;
+            self.key_usage(u, super::core::settle::KeyMoment::Start { left_open })
+                .await;
         }
         if let Some(agreement) = self.probe.take() {
             self.step(Event::Probe(agreement)).await;

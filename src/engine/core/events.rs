@@ -62,13 +62,18 @@ pub(crate) enum Event {
     /// [`Landing::live_delta`] to the live spend first). A crash's open attempt is closed, a
     /// stream's booking adjusted to its bill, or its hold kept while nothing waits for it.
     Landed {
-        entry: SpendEntry,
+        entry: Box<SpendEntry>,
         landing: Landing,
         /// The completion tokens the API billed, when it says.
         completion_tokens: Option<u64>,
     },
-    /// A ledger line the driver composed (key checkpoints, the key true-up).
-    Line(SpendEntry),
+    /// `GET /key` said the key's usage was `usage` USD when the live spend was `spent`: a
+    /// checkpoint, and at the end the true-up of crash estimates ([`Core::key_usage`]).
+    KeyUsage {
+        usage: f64,
+        spent: crate::domain::Usd,
+        moment: super::settle::KeyMoment,
+    },
 }
 
 /// What the driver must do.
@@ -115,6 +120,8 @@ pub(crate) enum Effect {
     /// Add this many picodollars (or take them away) to what the dollar cap holds for streams
     /// that run to their end whatever happens: a crash's open attempts.
     Hold(i64),
+    /// Add this to the live spend the workers' dollar cap reads: a key true-up was booked.
+    TrueUp(crate::domain::Usd),
 }
 
 impl Core {
@@ -144,14 +151,18 @@ impl Core {
                 entry,
                 landing,
                 completion_tokens,
-            } => self.land(entry, landing, completion_tokens, now),
+            } => self.land(*entry, landing, completion_tokens, now),
             Event::CrashOpen(open) => {
                 // An endpoint's documented close is not taken before it is checked, for what
                 // an earlier run left as for new streams (that run held their worst case).
                 self.doubt_documented_closes(now);
                 self.hold_crash(open)
             }
-            Event::Line(entry) => self.ledger(entry),
+            Event::KeyUsage {
+                usage,
+                spent,
+                moment,
+            } => self.key_usage(usage, spent, moment, now),
         }
         if self.life.begun {
             self.doubt_documented_closes(now);

@@ -234,6 +234,8 @@ pub(crate) struct Core {
     reconcile_asked: usize,
     /// Where the ledger's money went, by endpoint.
     books: books::Books,
+    /// The key's last quiet checkpoint and the crash estimates booked since.
+    key: settle::KeyAccount,
     effects: Vec<Effect>,
 }
 
@@ -292,6 +294,7 @@ impl Core {
         let in_datasets = datasets.iter().map(|d| d.spent).sum();
         let mut core = Core {
             books: books::Books::new(carried_over, in_datasets),
+            key: settle::KeyAccount::default(),
             concurrency: cfg.concurrency,
             budget: budget::Budget {
                 budget_pico: cfg.budget().pico(),

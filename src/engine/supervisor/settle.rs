@@ -6,49 +6,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::domain::Usd;
-use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind};
-use crate::store::scan::KeyBase;
+use crate::store::output::SpendEntry;
 
-use super::super::core::settle::Landing;
-use super::super::core::{Clock, Event};
+use super::super::core::Event;
+use super::super::core::settle::{KeyMoment, Landing};
 use super::super::reconcile::{Recovery, open_part};
 use super::Supervisor;
 
 impl Supervisor {
-    /// A crash estimate booked now counts in the next key true-up.
-    pub(super) fn note_estimate(&mut self, usd: Usd) {
-        if let Some(b) = self.key_base.as_mut() {
-            b.estimated += usd;
-            b.estimated_lines += 1;
-        }
-    }
-
-    /// A `key_usage` line: the key's usage and the ledger's total now.
-    pub(super) async fn checkpoint(&mut self, key_usage_usd: f64, quiet: bool, what: &str) {
-        let now = Clock::now();
-        let checkpoint = KeyCheckpoint {
-            key_usage_usd,
-            ledger_usd: Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed)),
-            quiet,
-        };
-        if quiet {
-            self.key_base = Some(KeyBase {
-                checkpoint,
-                estimated: Usd::ZERO,
-                estimated_lines: 0,
-            });
-        }
-        self.step(Event::Line(SpendEntry {
-            checkpoint: Some(checkpoint),
-            ..SpendEntry::new(SpendKind::KeyUsage, now.rfc3339(), what, "")
-        }))
-        .await;
-    }
-
-    /// At the end of a run: the key's usage against the ledger since the last quiet
-    /// checkpoint. Crash estimates the key's count explains are trued up in one adjustment
-    /// line; what it cannot explain (a shared key) is said, and estimates stay. Then the end's
-    /// checkpoint. Returns the key's usage now.
+    /// At the end of a run: the key's usage, for the core's true-up of crash estimates and
+    /// the end's checkpoint ([`Event::KeyUsage`]). Returns the key's usage now.
     pub(super) async fn settle_with_key(&mut self) -> Option<f64> {
         if !self.shared.client.has_key() || self.key_usage_start.is_none() {
             return None;
@@ -64,47 +31,23 @@ impl Supervisor {
             // A stop-now while the key is asked: the true-up waits for the next run.
             () = end_now.cancelled() => return None,
         };
-        let now = Clock::now();
-        // Look-ups still open will book what the key may already count: a true-up now would
-        // put that down to the crash estimates and book it twice. It waits for a run that
-        // ends with nothing open.
-        let settled = self.unsettled == 0 && self.closed.out == 0 && self.recovery_open == 0;
-        if let Some(base) = self.key_base.filter(|_| settled) {
-            let ledger_now = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
-            match super::super::reconcile::key_verdict(&base, key_now, ledger_now) {
-                super::super::reconcile::KeyVerdict::Agrees => {}
-                super::super::reconcile::KeyVerdict::TrueUp { usd, note } => {
-                    self.shared
-                        .spent_pico
-                        .fetch_add(usd.pico(), Ordering::Relaxed);
-                    self.say(format!("{note}: {:+.6} USD booked", usd.as_f64()))
-                        .await;
-                    self.step(Event::Line(SpendEntry {
-                        usd,
-                        note: Some(note),
-                        ..SpendEntry::new(SpendKind::Adjustment, now.rfc3339(), "key-true-up", "")
-                    }))
-                    .await;
-                }
-                super::super::reconcile::KeyVerdict::Unexplained { usd } => {
-                    self.say(format!(
-                        "the key's usage and the ledger differ by {:+.6} USD since the last quiet checkpoint, more than crash estimates explain (a key shared with other work, or usage not counted yet): the estimates stay",
-                        usd.as_f64()
-                    ))
-                    .await
-                }
-            }
-        }
-        // Quiet only when nothing is left for a later look-up to book: a closed stream not
-        // looked up yet would be booked after this base, and a later true-up would count it
-        // twice.
-        let quiet = !self.stopping_now()
-            && self.core.in_flight() == 0
-            && self.unsettled == 0
-            && self.closed.out == 0
-            && self.recovery_open == 0;
-        self.checkpoint(key_now, quiet, "end").await;
+        let moment = KeyMoment::End {
+            look_ups_open: self.unsettled + self.closed.out + self.recovery_open,
+            stopping_now: self.stopping_now(),
+        };
+        self.key_usage(key_now, moment).await;
         Some(key_now)
+    }
+
+    /// The key's usage `usage` now, through the core's door.
+    pub(super) async fn key_usage(&mut self, usage: f64, moment: KeyMoment) {
+        let spent = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
+        self.step(Event::KeyUsage {
+            usage,
+            spent,
+            moment,
+        })
+        .await;
     }
 
     /// Books a look-up's landing (or an estimate given up to): its money joins the live
@@ -121,7 +64,7 @@ impl Supervisor {
             .spent_pico
             .fetch_add(delta.pico(), Ordering::Relaxed);
         self.step(Event::Landed {
-            entry,
+            entry: Box::new(entry),
             landing,
             completion_tokens,
         })
@@ -142,7 +85,6 @@ impl Supervisor {
             let mut total = Usd::ZERO;
             for (e, usd) in opening.estimates {
                 total += usd;
-                self.note_estimate(usd);
                 // Never started: the API cannot be asked, and it is booked as lost.
                 self.land(e, Landing::Lost(usd), None).await;
             }
@@ -242,7 +184,6 @@ impl Supervisor {
                 rec.total += *usd;
                 if matches!(landing, Landing::Lost(_)) {
                     rec.lost += 1;
-                    self.note_estimate(*usd);
                 } else {
                     rec.booked += 1;
                 }

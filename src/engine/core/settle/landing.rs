@@ -109,6 +109,7 @@ impl Core {
                 self.book_carried(entry, SpendKind::Recovered, usd, false, now);
             }
             Landing::Lost(usd) => {
+                self.key.estimated(usd);
                 self.release_open_bill(&entry);
                 self.book_carried(entry, SpendKind::Unknown, usd, true, now);
             }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use super::*;
 use crate::engine::core::settle::Landing;
 use crate::openrouter::ApiError;
-use crate::store::output::{SpendEntry, SpendKind};
+use crate::store::output::SpendKind;
 
 fn usd(x: f64) -> Usd {
     Usd::from_f64(x)
@@ -79,16 +79,30 @@ fn an_endpoints_spend_is_every_line_booked_there_and_they_sum_to_the_ledger() {
         .expect("the close at Together is looked up")
         .clone();
     lines.extend(ledger(&h.handle(Event::Landed {
-        entry: closed,
+        entry: Box::new(closed),
         landing: Landing::Closed(usd(0.0009)),
         completion_tokens: Some(90),
     })));
-    // The key's true-up names neither an endpoint nor a dataset.
-    let true_up = SpendEntry {
-        usd: usd(-0.0002),
-        ..SpendEntry::new(SpendKind::Adjustment, String::new(), "key-true-up", "")
+    // The key's true-up names neither an endpoint nor a dataset: a crash estimate of 0.0004
+    // since the base, and the key grew 0.0002 less than the ledger.
+    let base = crate::store::scan::KeyBase {
+        checkpoint: crate::store::output::KeyCheckpoint {
+            key_usage_usd: 0.0,
+            ledger_usd: Usd::ZERO,
+            quiet: true,
+        },
+        estimated: usd(0.0004),
+        estimated_lines: 1,
     };
-    lines.extend(ledger(&h.handle(Event::Line(true_up))));
+    h.core = h.core.with_key_base(Some(base));
+    lines.extend(ledger(&h.handle(Event::KeyUsage {
+        usage: 0.0,
+        spent: usd(0.0002),
+        moment: crate::engine::core::settle::KeyMoment::End {
+            look_ups_open: 0,
+            stopping_now: false,
+        },
+    })));
 
     let b = h.core.books();
     let at = |i: usize| b.at(i);
@@ -196,7 +210,7 @@ fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_b
     // The look-up lands: nothing is held any more.
     let (_, entry) = h.take_reconcile().pop().expect("the close is looked up");
     h.handle(Event::Landed {
-        entry,
+        entry: Box::new(entry),
         landing: Landing::Closed(usd(0.004)),
         completion_tokens: Some(1_200),
     });

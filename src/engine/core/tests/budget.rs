@@ -414,7 +414,7 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     );
     // One look-up lands: found at $0.002; its hold goes, and one request fits.
     let fx = h.handle(Event::Landed {
-        entry: open("g1"),
+        entry: Box::new(open("g1")),
         landing: Landing::Found(Usd::from_f64(0.002)),
         completion_tokens: None,
     });
@@ -424,7 +424,7 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
     // The other gives up for now: still held.
     let before = h.core.committed_pico(&h.live.clone());
     h.handle(Event::Landed {
-        entry: open("g2"),
+        entry: Box::new(open("g2")),
         landing: Landing::Open {
             refused: None,
             held: true,
@@ -465,12 +465,12 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
     use crate::store::output::{SpendEntry, SpendKind};
     for k in 0..3 {
         h.handle(Event::Landed {
-            entry: SpendEntry {
+            entry: Box::new(SpendEntry {
                 endpoint: Some("moonshotai".into()),
                 completion_tokens: 64,
                 generation_id: Some(format!("gen-close-{k}")),
                 ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
-            },
+            }),
             landing: Landing::Closed(Usd::from_f64(0.001)),
             completion_tokens: Some(528),
         });
@@ -649,7 +649,7 @@ fn streams_an_earlier_run_closed_hold_until_confirmed() {
     assert_eq!(h.dispatch().len(), 1, "room for one worst case beside it");
     // Its look-up finds the estimate right: the hold goes, and a zero adjustment confirms it.
     let fx = h.handle(Event::Landed {
-        entry: closed("g1", "moonshotai"),
+        entry: Box::new(closed("g1", "moonshotai")),
         landing: Landing::Closed(Usd::from_f64(0.0003)),
         completion_tokens: Some(100),
     });
@@ -726,7 +726,7 @@ fn a_close_billed_past_what_was_received_is_learned_at_once() {
     };
     // Billed as received (with the tokens in transit): nothing changes.
     h.handle(Event::Landed {
-        entry: close(100),
+        entry: Box::new(close(100)),
         landing: Landing::Closed(Usd::from_f64(0.0002)),
         completion_tokens: Some(120),
     });
@@ -735,7 +735,7 @@ fn a_close_billed_past_what_was_received_is_learned_at_once() {
     // Billed past the most 100 events can carry before Chutes' rate is learned (eight
     // tokens each, `wire_rate::PRIOR`): learned at once.
     h.handle(Event::Landed {
-        entry: close(100),
+        entry: Box::new(close(100)),
         landing: Landing::Closed(Usd::from_f64(0.004)),
         completion_tokens: Some(2_000),
     });
@@ -803,7 +803,7 @@ fn a_stream_cut_where_a_close_is_billed_in_full_holds_its_worst_case_until_looke
     assert_eq!(g, format!("gen-{}", sent[0].key));
     // Found billed at $0.004: booked, the hold goes, a request fits again.
     let fx = h.handle(Event::Landed {
-        entry,
+        entry: Box::new(entry),
         landing: Landing::Closed(Usd::from_f64(0.004)),
         completion_tokens: Some(1300),
     });
@@ -892,7 +892,7 @@ fn the_hard_budget_checks_a_documented_close_before_it_relies_on_it() {
     assert_eq!(looked.len(), 5);
     for (_, entry) in looked {
         h.handle(Event::Landed {
-            entry,
+            entry: Box::new(entry),
             landing: Landing::Closed(Usd::from_f64(0.0002)),
             completion_tokens: Some(66),
         });

@@ -138,7 +138,7 @@ fn an_endpoint_short_of_trust_is_checked_only_for_the_closes_it_lacks() {
     let mut readings = Vec::new();
     for (_, entry) in h.take_reconcile() {
         let fx = h.handle(Event::Landed {
-            entry,
+            entry: Box::new(entry),
             landing: Landing::Closed(Usd::from_f64(0.0002)),
             completion_tokens: Some(66),
         });

@@ -522,7 +522,7 @@ fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
             true => Landing::Lost(amount),
         };
         let effects = h.handle(Event::Landed {
-            entry: open_line("p1", "a"),
+            entry: Box::new(open_line("p1", "a")),
             landing,
             completion_tokens: None,
         });
@@ -590,7 +590,7 @@ fn an_adjustment_books_the_difference_and_confirms_a_close() {
         entry.usd = Usd::from_f64(booked);
         entry.generation_id = Some("gen-1".into());
         let effects = h.handle(Event::Landed {
-            entry,
+            entry: Box::new(entry),
             landing: Landing::Closed(Usd::from_f64(actual)),
             completion_tokens: None,
         });
@@ -774,7 +774,11 @@ fn nothing_is_sent_before_the_run_begins() {
         Event::Tick,
         Event::Wake,
         Event::Said("a crash left two requests open".into()),
-        Event::Line(open_line("x", "d0")),
+        Event::KeyUsage {
+            usage: 1.0,
+            spent: Usd::ZERO,
+            moment: crate::engine::core::settle::KeyMoment::Start { left_open: true },
+        },
         Event::Command(Command::SetConcurrency(3)),
     ];
     for e in before {

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::booked_cost::CostRefused;
-use crate::engine::core::settle::{Landing, Leftovers};
+use crate::engine::core::settle::{KeyMoment, Landing, Leftovers};
 use crate::store::output::{SpendEntry, SpendKind};
 use crate::store::scan::{DirScan, LedgerScan};
 
@@ -274,7 +274,7 @@ fn a_start_waits_for_bills_asked_again_only_where_they_may_make_room() {
         h.handle(Event::CrashOpen(vec![open("g1"), open("g2")]));
         for g in ["g1", "g2"] {
             h.handle(Event::Landed {
-                entry: open(g),
+                entry: Box::new(open(g)),
                 landing: Landing::Open {
                     refused: None,
                     held: true,
@@ -292,4 +292,107 @@ fn a_start_waits_for_bills_asked_again_only_where_they_may_make_room() {
         let said = (h.event_texts().iter()).any(|t| t.contains("waiting for their look-ups"));
         assert_eq!(said, !stops, "{what}: the log says why it waits");
     }
+}
+
+/// The key's usage through the door (`Event::KeyUsage`): a start's checkpoint is a true-up's
+/// base only with nothing left open and no crash estimate waiting; a crash's lost attempts
+/// count as estimates; at the end, with no look-up out, the estimates the key's count
+/// explains are trued up in one line and the live spend told ([`Effect::TrueUp`]).
+#[test]
+fn the_keys_count_trues_up_the_crash_estimates_it_explains() {
+    use crate::store::output::KeyCheckpoint;
+    use crate::store::scan::KeyBase;
+    let usd = Usd::from_f64;
+    let key = |h: &mut H, usage: f64, spent: f64, moment: KeyMoment| {
+        let fx = h.handle(Event::KeyUsage {
+            usage,
+            spent: usd(spent),
+            moment,
+        });
+        let lines: Vec<SpendEntry> = (fx.iter())
+            .filter_map(|e| match e {
+                Effect::Ledger(l) => Some(l.clone()),
+                _ => None,
+            })
+            .collect();
+        let told: Vec<Usd> = (fx.iter())
+            .filter_map(|e| match e {
+                Effect::TrueUp(u) => Some(*u),
+                _ => None,
+            })
+            .collect();
+        (lines, told)
+    };
+    let end = |look_ups_open| KeyMoment::End {
+        look_ups_open,
+        stopping_now: false,
+    };
+    let checkpoint = |l: &SpendEntry| {
+        l.checkpoint
+            .map(|c| (c.key_usage_usd, c.ledger_usd, c.quiet))
+    };
+
+    // A first start with nothing left: a quiet checkpoint, the base.
+    let mut h = core_in("hard");
+    let (lines, _) = key(&mut h, 1.0, 0.5, KeyMoment::Start { left_open: false });
+    assert_eq!(lines.len(), 1);
+    assert_eq!(checkpoint(&lines[0]), Some((1.0, usd(0.5), true)));
+    // A crash's request booked as lost at 0.02, billed 0.015 (the key grew 0.015).
+    h.handle(Event::Landed {
+        entry: Box::new(line(SpendKind::Started, "o", Some("moonshotai"), 20, 0.02)),
+        landing: Landing::Lost(usd(0.02)),
+        completion_tokens: None,
+    });
+    // With a look-up still out: no true-up, and the end is no base.
+    let (lines, told) = key(&mut h, 1.015, 0.52, end(1));
+    assert!(told.is_empty());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(checkpoint(&lines[0]), Some((1.015, usd(0.52), false)));
+    // With none: the estimate is trued up to what the key counted.
+    let (lines, told) = key(&mut h, 1.015, 0.52, end(0));
+    assert_eq!(told, [usd(-0.005)]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        (lines[0].kind, lines[0].id.as_str()),
+        (SpendKind::Adjustment, "key-true-up")
+    );
+    assert_eq!(lines[0].usd, usd(-0.005));
+    assert_eq!(
+        checkpoint(&lines[1]),
+        Some((1.015, usd(0.515), true)),
+        "after the true-up"
+    );
+    assert!(
+        h.event_texts().iter().any(|t| t.contains(
+            "the 1 requests crashes left unanswered, booked at 0.020000 USD expected, cost 0.015000"
+        )),
+        "{:?}",
+        h.event_texts()
+    );
+
+    // A start from a directory whose estimates wait for a true-up is no new base: a base after
+    // them would leave them out of every true-up.
+    let base = KeyBase {
+        checkpoint: KeyCheckpoint {
+            key_usage_usd: 1.0,
+            ledger_usd: usd(0.5),
+            quiet: true,
+        },
+        estimated: usd(0.02),
+        estimated_lines: 1,
+    };
+    let mut h = core_in("hard");
+    h.core = h.core.with_key_base(Some(base));
+    let (lines, _) = key(&mut h, 1.01, 0.52, KeyMoment::Start { left_open: false });
+    assert_eq!(checkpoint(&lines[0]), Some((1.01, usd(0.52), false)));
+    // A key that grew far more than the estimates explain (shared with other work): said, and
+    // the estimates stay.
+    let (lines, told) = key(&mut h, 2.0, 0.52, end(0));
+    assert!(told.is_empty());
+    assert_eq!(lines.len(), 1, "only the checkpoint: {lines:?}");
+    assert!(
+        (h.event_texts().iter()).any(|t| t.contains("more than crash estimates explain")),
+        "{:?}",
+        h.event_texts()
+    );
 }

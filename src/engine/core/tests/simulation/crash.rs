@@ -7,21 +7,20 @@
 //! each provider bills a dropped connection). The next start runs the store's own
 //! `repair::prepare` and scan, the core's settling ([`Leftovers`], `Core::opening`,
 //! `Core::landing`) with the real look-up pacing (`look_ups::Plan`) against a `/generation`
-//! that lags, and the key's true-up (`reconcile::key_verdict`). The checks then read the disk:
-//! every id ended once, the ledger is the bill, the hard budget held, across both processes.
+//! that lags, and the key's checkpoints and true-up through the core's door
+//! (`Event::KeyUsage`). The checks then read the disk: every id ended once, the ledger is the bill, the hard budget held, across both processes.
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use super::super::super::settle::{Landing, Leftovers};
+use super::super::super::settle::{KeyMoment, Landing, Leftovers};
 use super::super::*;
 use super::flight::Time;
 use super::run::Run;
 use crate::engine::look_ups::{Answer, LookedUp, Plan, Until};
 use crate::store::output::{
-    KeyCheckpoint, OutputRecord, RejectRecord, SpendEntry, SpendKind, ledger_path, output_path,
-    rejects_path,
+    OutputRecord, RejectRecord, SpendEntry, ledger_path, output_path, rejects_path,
 };
 
 /// The dataset's name in every world.
@@ -100,8 +99,6 @@ pub(super) struct Settling {
     plan: Plan,
     /// When the look-ups began, virtual seconds.
     began: f64,
-    /// The key's true-up base and the crash estimates booked since (`KeyBase`).
-    pub(super) key_base: Option<crate::store::scan::KeyBase>,
     /// Look-ups that left an attempt open (the key's true-up waits for a run with none).
     pub(super) unsettled: usize,
 }
@@ -183,7 +180,8 @@ impl Run {
         .with_drain_grace(Duration::from_secs_f64(self.world.drain_grace_s))
         .with_carried_by_endpoint(&scan.ledger.by_endpoint)
         .with_closes_before(&scan.ledger.closes, clock.wall)
-        .with_streams_before(&scan.ledger.streamed);
+        .with_streams_before(&scan.ledger.streamed)
+        .with_key_base(scan.ledger.key_base);
         let mut next = Run::new(&self.world, core, self.t0, self.process + 1);
         (next.t, next.began) = (t, t);
         next.disk = Some(disk.reopened());
@@ -195,43 +193,27 @@ impl Run {
         next.op.next = (self.world.ops.iter())
             .take_while(|(at, _)| *at < t)
             .count();
-        next.leftovers = Some((Leftovers::from_scan(&scan), scan.ledger.key_base));
+        next.leftovers = Some(Leftovers::from_scan(&scan));
         next
     }
 
     /// The start's settling of what the crash left, before its first request (the driver's
     /// `begin`): a checkpoint of the key, the estimates booked, the holds, the look-ups begun.
     pub(super) fn open_leftovers(&mut self) {
-        let Some((left, key_base)) = self.leftovers.take() else {
+        let Some(left) = self.leftovers.take() else {
             return;
         };
-        // As the driver's `begin`: quiet (a true-up's new base) only with nothing left open
-        // and no crash estimate waiting for a true-up.
-        let key_now = Usd::from_pico(self.out.bill_pico).as_f64();
-        let waiting = key_base.map_or(Usd::ZERO, |b| b.estimated);
-        let quiet = crate::engine::reconcile::start_is_quiet(!left.is_empty(), waiting);
-        let checkpoint = self.key_checkpoint(key_now, quiet);
-        let key_base = match quiet {
-            true => Some(crate::store::scan::KeyBase {
-                checkpoint,
-                estimated: Usd::ZERO,
-                estimated_lines: 0,
-            }),
-            false => key_base,
-        };
+        // As the driver's `begin`: the key's usage (the world's bill so far) through the door.
+        let left_open = !left.is_empty();
+        self.key_usage(KeyMoment::Start { left_open });
         let opening = self.core.opening(left, true);
         let mut settling = Settling {
             plan: Plan::new(Vec::new(), Until::AgedOut),
             began: self.t,
-            key_base,
             unsettled: 0,
         };
         for (e, usd) in opening.estimates {
             *self.out.seen.entry("crash estimate").or_default() += 1;
-            if let Some(b) = settling.key_base.as_mut() {
-                b.estimated += usd;
-                b.estimated_lines += 1;
-            }
             // Never started: the API cannot be asked, and it is booked as lost.
             self.land(e, Landing::Lost(usd), None);
         }
@@ -291,12 +273,6 @@ impl Run {
         let landing = self.core.landing(&entry, cost, self.clock().wall);
         *self.out.seen.entry(landing_kind(&landing)).or_default() += 1;
         match &landing {
-            Landing::Lost(usd) => {
-                if let Some(b) = s.key_base.as_mut() {
-                    b.estimated += *usd;
-                    b.estimated_lines += 1;
-                }
-            }
             Landing::Rebuilt(_) => {
                 self.out
                     .broken
@@ -312,7 +288,7 @@ impl Run {
     pub(super) fn land(&mut self, entry: SpendEntry, landing: Landing, tokens: Option<u64>) {
         self.spent += landing.live_delta(&entry).pico();
         self.step(Event::Landed {
-            entry,
+            entry: Box::new(entry),
             landing,
             completion_tokens: tokens,
         });
@@ -349,44 +325,26 @@ impl Run {
         let Some(s) = self.settling.take() else {
             return;
         };
-        let key_now = Usd::from_pico(self.out.bill_pico).as_f64();
-        if let Some(base) = s.key_base.filter(|_| s.unsettled == 0) {
-            let ledger_now = Usd::from_pico(self.spent);
-            use crate::engine::reconcile::{KeyVerdict, key_verdict};
-            match key_verdict(&base, key_now, ledger_now) {
-                KeyVerdict::Agrees => {}
-                KeyVerdict::TrueUp { usd, note } => {
-                    *self.out.seen.entry("key true-up").or_default() += 1;
-                    self.spent += usd.pico();
-                    let at = self.clock().rfc3339();
-                    self.step(Event::Line(SpendEntry {
-                        usd,
-                        note: Some(note),
-                        ..SpendEntry::new(SpendKind::Adjustment, at, "key-true-up", "")
-                    }));
-                }
-                KeyVerdict::Unexplained { usd } => self.out.broken.push(format!(
-                    "the key's usage and the ledger differ by {usd}, more than the crash \
-                     estimates explain"
-                )),
-            }
+        let said = self.core.events().len();
+        self.key_usage(KeyMoment::End {
+            look_ups_open: s.unsettled,
+            stopping_now: false,
+        });
+        let unexplained = (self.core.events().iter().skip(said))
+            .find(|e| e.text.contains("more than crash estimates explain"));
+        if let Some(e) = unexplained {
+            self.out.broken.push(e.text.clone());
         }
     }
 
-    /// A `key_usage` line: the key's usage (the world's bill) and the ledger now; `quiet`, a
-    /// true-up's base.
-    pub(super) fn key_checkpoint(&mut self, key_usage_usd: f64, quiet: bool) -> KeyCheckpoint {
-        let checkpoint = KeyCheckpoint {
-            key_usage_usd,
-            ledger_usd: Usd::from_pico(self.spent),
-            quiet,
-        };
-        let at = self.clock().rfc3339();
-        self.step(Event::Line(SpendEntry {
-            checkpoint: Some(checkpoint),
-            ..SpendEntry::new(SpendKind::KeyUsage, at, "start", "")
-        }));
-        checkpoint
+    /// `GET /key` as the driver asks it: the key's usage (the world's bill so far) and the
+    /// live spend, through the core's door.
+    pub(super) fn key_usage(&mut self, moment: KeyMoment) {
+        self.step(Event::KeyUsage {
+            usage: Usd::from_pico(self.out.bill_pico).as_f64(),
+            spent: Usd::from_pico(self.spent),
+            moment,
+        });
     }
 
     /// The checks of a crash world, from what is on disk once both processes are done: every

@@ -19,7 +19,7 @@ use super::crash::{Disk, Line, Settling};
 use super::flight::{Bill, Flight, Flights, Sums, Time};
 use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
-use crate::engine::core::settle::Leftovers;
+use crate::engine::core::settle::{KeyMoment, Leftovers};
 
 /// The driver's tick, seconds (`RunOptions::tick`'s default).
 const TICK_S: f64 = 0.2;
@@ -129,7 +129,7 @@ pub(super) struct Run {
     pub(super) crashed: bool,
     /// What the crash left, for the next start to settle ([`Run::open_leftovers`]), and the
     /// look-ups it runs.
-    pub(super) leftovers: Option<(Leftovers, Option<crate::store::scan::KeyBase>)>,
+    pub(super) leftovers: Option<Leftovers>,
     pub(super) settling: Option<Settling>,
 }
 
@@ -420,6 +420,10 @@ impl Run {
                     .push(std::cmp::Reverse((Time(at), self.rng.random(), i)));
             }
             Effect::Hold(pico) => self.held += pico,
+            Effect::TrueUp(usd) => {
+                *self.out.seen.entry("key true-up").or_default() += 1;
+                self.spent += usd.pico();
+            }
             // What the workers believe of an endpoint (its cancel billing, learned).
             Effect::Repriced { index, endpoint } => self.pool[index] = *endpoint,
             Effect::Turn(_) | Effect::Join(_) => {}
@@ -860,7 +864,7 @@ impl Run {
         let near = budget - budget / 200;
         if self.process == 1 && self.disk.is_some() {
             // A key checkpoint at the first start, quiet: the base of the key's true-up.
-            self.key_checkpoint(0.0, true);
+            self.key_usage(KeyMoment::Start { left_open: false });
         }
         self.open_leftovers();
         self.step(Event::Begin);
