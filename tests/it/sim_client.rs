@@ -40,6 +40,17 @@ fn req(prompt: &str, max_tokens: u32, pin: &str) -> ChatRequest {
         .with_provider(ProviderPreferences::pinned(pin))
 }
 
+/// `r` streamed to its end.
+async fn streamed(client: &OpenRouterClient, r: &ChatRequest) -> harvest::openrouter::Completion {
+    (client
+        .chat_stream(r, fast_timeouts())
+        .await
+        .expect("stream starts"))
+    .collect()
+    .await
+    .expect("complete")
+}
+
 fn fast_timeouts() -> StreamTimeouts {
     StreamTimeouts {
         first_token: Duration::from_secs(10),
@@ -125,18 +136,7 @@ async fn several_tokens_an_event_are_streamed_and_counted_as_tokens() {
             })
             .expect("control");
         let client = client.clone();
-        async move {
-            client
-                .chat_stream(
-                    &req("Explain EAGLE-3.", 4096, "chutes/int4"),
-                    fast_timeouts(),
-                )
-                .await
-                .expect("stream starts")
-                .collect()
-                .await
-                .expect("complete")
-        }
+        async move { streamed(&client, &req("Explain EAGLE-3.", 4096, "chutes/int4")).await }
     };
     let (sim, client) = start(SimConfig::fast_no_faults()).await;
     let one = collect(&sim, &client, TokensPerEvent::Fixed(1)).await;
@@ -167,16 +167,7 @@ async fn several_tokens_an_event_are_streamed_and_counted_as_tokens() {
 #[tokio::test]
 async fn streamed_completion_is_served_and_billed_by_the_pinned_endpoint() {
     let (sim, client) = start(SimConfig::fast_no_faults()).await;
-    let c = client
-        .chat_stream(
-            &req("Explain EAGLE-3.", 4096, "chutes/int4"),
-            fast_timeouts(),
-        )
-        .await
-        .expect("stream starts")
-        .collect()
-        .await
-        .expect("complete");
+    let c = streamed(&client, &req("Explain EAGLE-3.", 4096, "chutes/int4")).await;
     assert_eq!(c.provider.as_deref(), Some("Chutes"));
     assert!(c.id.as_deref().is_some_and(|i| i.starts_with("gen-")));
     assert!(!c.content.is_empty());
@@ -230,16 +221,7 @@ async fn a_paced_stream_sends_each_event_whole_when_its_last_token_is_decoded() 
             ..Default::default()
         })
         .expect("control");
-    let c = client
-        .chat_stream(
-            &req("Explain EAGLE-3.", 4096, "chutes/int4"),
-            fast_timeouts(),
-        )
-        .await
-        .expect("stream starts")
-        .collect()
-        .await
-        .expect("complete");
+    let c = streamed(&client, &req("Explain EAGLE-3.", 4096, "chutes/int4")).await;
     let n = c.usage.completion_tokens;
     let thinking = c.usage.reasoning_tokens().min(n);
     assert!(thinking > 0 && n > thinking, "{thinking} of {n} thinking");
@@ -258,13 +240,7 @@ async fn non_streamed_completion_matches_the_streamed_text_for_greedy_requests()
     let mut r = req("Prove sqrt(2) is irrational.", 300, "siliconflow/int4");
     r.temperature = Some(0.0);
     let a = client.chat(&r).await.expect("non-streamed");
-    let b = client
-        .chat_stream(&r, fast_timeouts())
-        .await
-        .expect("stream")
-        .collect()
-        .await
-        .expect("streamed");
+    let b = streamed(&client, &r).await;
     assert_eq!(a.provider.as_deref(), Some("SiliconFlow"));
     assert_eq!(a.content, b.content);
     assert_eq!(a.reasoning, b.reasoning);
