@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
@@ -34,7 +34,7 @@ use super::reason::StopReason;
 use super::shared::Shared;
 use super::snapshot::{RunState, Snapshot};
 use super::stats::Counters;
-use super::worker::{AttemptSpec, run_attempt};
+use super::worker::{AttemptSpec, Running, run_attempt};
 
 mod settle;
 
@@ -58,7 +58,7 @@ struct Readers(Vec<Option<PromptReader>>);
 struct DriverPort<'a> {
     readers: &'a mut Readers,
     shared: &'a Shared,
-    accrued: &'a HashMap<u64, Arc<AtomicI64>>,
+    running: &'a HashMap<u64, Arc<Running>>,
 }
 
 impl Port for DriverPort<'_> {
@@ -84,9 +84,15 @@ impl Port for DriverPort<'_> {
     }
 
     fn accrued_pico(&self, key: u64) -> i64 {
-        self.accrued
+        self.running
             .get(&key)
-            .map_or(0, |a| a.load(Ordering::Relaxed))
+            .map_or(0, |a| a.pico.load(Ordering::Relaxed))
+    }
+
+    fn streamed_tokens(&self, key: u64) -> u64 {
+        self.running
+            .get(&key)
+            .map_or(0, |a| a.tokens.load(Ordering::Relaxed))
     }
 }
 
@@ -134,7 +140,7 @@ pub(super) struct Supervisor {
     /// The attempts in flight.
     tasks: JoinSet<AttemptResult>,
     /// Each attempt's running cost, shared with its worker, by attempt key.
-    accrued: HashMap<u64, Arc<AtomicI64>>,
+    running: HashMap<u64, Arc<Running>>,
     /// Closed streams to look up (`GET /generation`), as the core asked: asked each tick.
     to_reconcile: Vec<(String, SpendEntry)>,
     /// Look-ups of the streams it closed, running.
@@ -206,7 +212,7 @@ impl Supervisor {
             unsettled: 0,
             recovery_open: 0,
             tasks: JoinSet::new(),
-            accrued: HashMap::new(),
+            running: HashMap::new(),
             to_reconcile: Vec::new(),
             closed: super::reconcile::Closed::new(),
             probe: (!l.probe.is_empty()).then_some(l.probe),
@@ -220,7 +226,7 @@ impl Supervisor {
             DriverPort {
                 readers: &mut self.readers,
                 shared: &self.shared,
-                accrued: &self.accrued,
+                running: &self.running,
             },
         )
     }
@@ -279,13 +285,13 @@ impl Supervisor {
             let written = match effect {
                 Effect::Spawn(d) => {
                     let written = self.writer.spend(&d.ledger).await;
-                    let accrued = Arc::new(AtomicI64::new(0));
-                    self.accrued.insert(d.key, accrued.clone());
+                    let running = Arc::new(Running::default());
+                    self.running.insert(d.key, running.clone());
                     let sh = &self.shared;
                     sh.held_pico
                         .fetch_add(d.held_worst.pico(), Ordering::Relaxed);
                     sh.count_dispatch(d.dataset, d.pinned);
-                    let spec = AttemptSpec { d: *d, accrued };
+                    let spec = AttemptSpec { d: *d, running };
                     let task = run_attempt(sh.clone(), spec, self.stop_now.clone());
                     self.tasks.spawn(task);
                     written
@@ -352,7 +358,7 @@ impl Supervisor {
         if let Some((d, pinned)) = self.core.attempt_info(r.key) {
             self.shared.count_result(&r, d, pinned);
         }
-        self.accrued.remove(&r.key);
+        self.running.remove(&r.key);
         self.step(Event::Result(Box::new(r))).await;
     }
 

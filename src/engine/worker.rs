@@ -5,7 +5,7 @@
 use std::ops::ControlFlow;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Instant;
 
@@ -21,8 +21,16 @@ use super::shared::Shared;
 /// the core to the worker, not its fields copied into another struct), and its running cost.
 pub(crate) struct AttemptSpec {
     pub d: Dispatch,
-    /// This attempt's running cost, also read by the supervisor for its reservations.
-    pub accrued: Arc<AtomicI64>,
+    /// This attempt's running cost and tokens, also read by the supervisor for the core.
+    pub running: Arc<Running>,
+}
+
+/// What an attempt has streamed so far, as the core reads it through its port: its running
+/// cost (its reservations) and its whole tokens received (how long its answer is already).
+#[derive(Debug, Default)]
+pub(crate) struct Running {
+    pub pico: AtomicI64,
+    pub tokens: AtomicU64,
 }
 
 impl AttemptSpec {
@@ -100,7 +108,7 @@ struct Track {
 
 /// Adds `pico` to the attempt's running cost and to the run's.
 fn accrue(shared: &Shared, spec: &AttemptSpec, pico: i64) {
-    let before = spec.accrued.fetch_add(pico, Ordering::Relaxed);
+    let before = spec.running.pico.fetch_add(pico, Ordering::Relaxed);
     let released = if spec.held_worst_pico() > 0 {
         attempt_money::hold_released(spec.held_worst_pico(), before, pico)
     } else {
@@ -213,6 +221,7 @@ fn count_tokens(
     };
     let n = now as i64 - track.tokens as i64;
     track.tokens = now;
+    spec.running.tokens.store(now, Ordering::Relaxed);
     accrue(shared, spec, track.price_out * n);
     let counters = [
         Some(&shared.totals),
@@ -345,7 +354,7 @@ fn settle(
     track: Track,
     started: Instant,
 ) -> AttemptResult {
-    let accrued = spec.accrued.load(Ordering::Relaxed);
+    let accrued = spec.running.pico.load(Ordering::Relaxed);
     let endpoint = track.endpoint.or_else(|| match &outcome {
         AttemptOutcome::Failed(e) => e
             .provider_name()
@@ -387,6 +396,7 @@ fn settle(
         outcome,
         endpoint,
         streamed_tokens: track.streamed,
+        received_tokens: track.tokens,
         booked_pico: booked,
         generation_id: track.generation_id,
         elapsed: started.elapsed(),

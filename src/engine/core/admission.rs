@@ -15,6 +15,8 @@ use super::{Clock, Core, DatasetBook, Effect, Job, Pending, Port};
 /// Which prompt goes next: each dataset's book, the retries waiting, the schedule's place.
 pub(super) struct Admission {
     pub(super) datasets: Vec<DatasetBook>,
+    /// How long each dataset's answers run (what a closed stream is expected to go on for).
+    pub(super) lengths: Vec<super::answer_lengths::AnswerLengths>,
     /// Jobs waiting for another attempt, the earliest due first.
     pub(super) retry: BinaryHeap<Reverse<Pending>>,
     /// Where the interleaved schedule takes the next fresh prompt.
@@ -38,18 +40,6 @@ impl Admission {
             Some(m) if ds.finished_here >= ds.in_flight.max(30) => m.max(1),
             Some(m) => m.max(prior),
             None => prior,
-        }
-    }
-
-    /// The mean answer of dataset `d`, tokens: of those finished here, or the expectation
-    /// while none has. Not floored by the prior as [`expected_output_tokens`]
-    /// (Self::expected_output_tokens) is for reservations: what a closed stream still going
-    /// on is estimated to add (`reserve::closed_expected`), an estimate and not a hold.
-    pub(super) fn mean_answer_tokens(&self, d: usize) -> u64 {
-        let ds = &self.datasets[d];
-        match ds.finished_here {
-            0 => self.expected_output_tokens(d),
-            n => (ds.output_tokens_here / n).max(1),
         }
     }
 

@@ -76,6 +76,9 @@ pub(crate) struct AttemptResult {
     /// The endpoint that served (pinned, or named by the stream), when known.
     pub endpoint: Option<usize>,
     pub streamed_tokens: u64,
+    /// The whole output tokens received (events and text at the endpoint's tokens an event):
+    /// what its running cost accrued by.
+    pub received_tokens: u64,
     /// What the worker booked into the confirmed spend: the reported cost of a finished
     /// response, our estimate for one we closed (cancelled, timed out), zero otherwise.
     pub booked_pico: i64,

@@ -367,21 +367,39 @@ impl Core {
 
     /// What a stream closed (or cut) is expected to be billed in all, picodollars
     /// ([`reserve::closed_expected`](super::reserve::closed_expected)): where its endpoint
-    /// bills a close in full, a mean answer past what it streamed; else its endpoint's tokens
-    /// in transit.
+    /// bills a close in full, what an answer that ran as long as it did runs on for (its
+    /// dataset's answer lengths, [`AnswerLengths`](super::answer_lengths::AnswerLengths), with
+    /// the streams in flight as at least as long as they have streamed; the expected answer
+    /// while none has ended); else its endpoint's tokens in transit. Priced at the endpoint that
+    /// served it, when the stream named one: a request OpenRouter routed was dispatched at the
+    /// dearest price of its set (at the simulator's endpoints 3.00 against 2.24 to 2.50 USD/M,
+    /// which put `status`'s open amount a quarter above the bill).
     pub(super) fn closed_expected(
         &self,
         f: &super::InFlight,
         r: &super::attempt::AttemptResult,
+        now: &super::Clock,
     ) -> i64 {
         let transit = r
             .endpoint
             .map_or(super::attempt_money::TRANSIT_TOKENS as f64, |e| {
                 self.fleet.endpoints[e].transit_tokens
             });
-        let mean = self.admission.mean_answer_tokens(f.job.dataset);
-        let rest = f.price_out.cost(mean).pico();
-        let transit = f.price_out.cost(transit.ceil() as u64).pico();
+        let d = f.job.dataset;
+        let running = self
+            .in_flight
+            .values()
+            .filter(|g| g.job.dataset == d)
+            .map(|g| g.streamed_tokens);
+        let rest = self.admission.lengths[d]
+            .rest_after(r.received_tokens, running)
+            .unwrap_or_else(|| self.admission.expected_output_tokens(d));
+        let price_out = r.endpoint.map_or(f.price_out, |e| {
+            let at = crate::pricing::hhmm(&now.wall);
+            self.fleet.endpoints[e].tariff.rates(f.prompt_tokens, at).completion
+        });
+        let rest = price_out.cost(rest).pico();
+        let transit = price_out.cost(transit.ceil() as u64).pico();
         let billed = self.close_billed(f, r);
         let bound = f.bill_bound.pico();
         super::reserve::closed_expected(billed, r.booked_pico, (rest, transit), bound)
@@ -413,6 +431,7 @@ impl Core {
             };
             f.expected_pico = f.fixed_pico + out;
             f.accrued_pico = port.accrued_pico(key);
+            f.streamed_tokens = port.streamed_tokens(key);
             let x = Exposure {
                 expected: f.expected_pico,
                 worst: f.worst_pico,

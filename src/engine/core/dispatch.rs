@@ -359,6 +359,7 @@ impl Core {
                 worst_pico: money.worst.pico(),
                 bill_bound: bound,
                 accrued_pico: 0,
+                streamed_tokens: 0,
                 billed_if_closed: money.billed_if_closed,
                 price_in: route.price_in,
                 price_out: route.price_out,

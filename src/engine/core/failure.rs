@@ -345,7 +345,9 @@ impl Core {
         error: Option<ErrorKind>,
         now: &Clock,
     ) {
-        let expected = self.closed_expected(f, r);
+        // It ran at least this long: so the table says when its own rest is reckoned.
+        self.admission.lengths[job.dataset].closed(r.received_tokens);
+        let expected = self.closed_expected(f, r, now);
         let entry = SpendEntry {
             endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
             usd: Usd::from_pico(r.booked_pico),

@@ -11,6 +11,7 @@
 
 pub(crate) mod account;
 mod admission;
+pub(super) mod answer_lengths;
 pub(crate) mod attempt;
 pub(crate) mod attempt_money;
 pub(crate) mod attribution;
@@ -186,6 +187,9 @@ struct InFlight {
     bill_bound: Usd,
     /// What it had streamed at the last tick, at its price (the tail's estimate reads it).
     accrued_pico: i64,
+    /// The whole output tokens it had received at the last tick (how long its answer already
+    /// is: [`AnswerLengths`](answer_lengths::AnswerLengths) counts it at least that long).
+    streamed_tokens: u64,
     /// It may be served where closing the stream does not stop the bill (pinned there, or
     /// routed by OpenRouter over a set that includes such an endpoint).
     billed_if_closed: bool,
@@ -333,6 +337,10 @@ impl Core {
                 sole: vec![0; n],
             },
             admission: admission::Admission {
+                lengths: datasets
+                    .iter()
+                    .map(|d| answer_lengths::AnswerLengths::new(d.params.max_tokens))
+                    .collect(),
                 datasets,
                 retry: BinaryHeap::new(),
                 next_dataset: 0,

@@ -52,6 +52,7 @@ impl Core {
         }
         match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
             AttemptOutcome::Done(mut c) => {
+                self.admission.lengths[job.dataset].ended(c.usage.completion_tokens);
                 // An answer to a request sent since the failures began: they were the prompts'
                 // own.
                 self.streak_met(f.sent, now);

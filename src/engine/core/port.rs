@@ -22,4 +22,7 @@ pub(crate) trait Port {
     fn live(&self) -> Live;
     /// What attempt `key` has streamed so far at its prices (its running cost), picodollars.
     fn accrued_pico(&self, key: u64) -> i64;
+    /// The whole output tokens attempt `key` has received so far (what its running cost
+    /// accrues by, at the price of the endpoint serving it, which the core may not know).
+    fn streamed_tokens(&self, key: u64) -> u64;
 }

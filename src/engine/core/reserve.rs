@@ -63,12 +63,10 @@ pub(crate) fn crash_hold(
 
 /// What a stream closed (or cut after tokens) is expected to be billed in all, before its
 /// look-up says: where its endpoint bills a close in full, what it was booked at and `rest`,
-/// one mean answer more (a stream still running has about as much left as a fresh answer: 78
-/// streams closed 30 s into a run at the simulator's endpoints that bill a close in full went
-/// on for 698 tokens on average past what they had received, where the answers that had
-/// finished averaged 706; the request's own expectation, two thousand tokens by the prior
-/// until a wave has finished, put `status`'s open amount at 2.7 times what the API then
-/// billed); where a close stops the bill, what it was booked at and the tokens in transit
+/// what an answer that ran as long runs on for (its dataset's life table of answer lengths,
+/// `answer_lengths`: one mean answer more put `status`'s open amount at 1.6 times what the
+/// API then billed once streams were counted in tokens, not events, and the request's own
+/// expectation at 2.7 times); where a close stops the bill, what it was booked at and the tokens in transit
 /// (`transit`, at its price). Never below its booking, never above `bound` (the most it can be
 /// billed). Written on its closed line as `expected_usd`: `status`'s open amount, a later
 /// start's hold and look-up order read it (issue #51: after `harvest stop` at endpoints that

@@ -3,6 +3,7 @@
 
 mod account;
 mod admission;
+mod answer_lengths;
 mod answers;
 mod attempt_money;
 mod books;
@@ -152,6 +153,7 @@ struct TestPort<'a> {
     src: &'a mut Source,
     live: &'a Live,
     accrued: &'a HashMap<u64, i64>,
+    tokens: &'a HashMap<u64, u64>,
 }
 
 impl Port for TestPort<'_> {
@@ -164,6 +166,9 @@ impl Port for TestPort<'_> {
     fn accrued_pico(&self, key: u64) -> i64 {
         self.accrued.get(&key).copied().unwrap_or(0)
     }
+    fn streamed_tokens(&self, key: u64) -> u64 {
+        self.tokens.get(&key).copied().unwrap_or(0)
+    }
 }
 
 /// A core under test, with its clock, prompt source and the workers' counters.
@@ -175,6 +180,8 @@ pub(super) struct H {
     pub live: Live,
     /// What each attempt has streamed so far (its running cost), picodollars, by key.
     pub accrued: HashMap<u64, i64>,
+    /// What each attempt has received so far, whole tokens, by key.
+    pub tokens: HashMap<u64, u64>,
     /// Effects of the last call other than spawns, look-ups and repricings.
     pub other: Vec<Effect>,
     /// Attempts the core started since the last [`H::dispatch`] (any event starts what fits
@@ -227,6 +234,7 @@ impl H {
                 endpoint_in_flight: vec![0; n],
             },
             accrued: HashMap::new(),
+            tokens: HashMap::new(),
             other: Vec::new(),
             spawned: Vec::new(),
             reconcile: Vec::new(),
@@ -243,6 +251,7 @@ impl H {
             src: &mut self.src,
             live: &self.live,
             accrued: &self.accrued,
+            tokens: &self.tokens,
         };
         let effects = self.core.handle(event, &mut port, &self.now);
         let mut rest = Vec::new();
@@ -371,6 +380,7 @@ pub(super) fn done(
         outcome: AttemptOutcome::Done(Box::new(c)),
         endpoint,
         streamed_tokens: tokens,
+        received_tokens: tokens,
         booked_pico: Usd::from_f64(usd).pico(),
         generation_id: Some(format!("gen-{key}")),
         elapsed: Duration::from_secs(2),
@@ -383,6 +393,7 @@ pub(super) fn failed(key: u64, endpoint: Option<usize>, err: ApiError) -> Attemp
         outcome: AttemptOutcome::Failed(err),
         endpoint,
         streamed_tokens: 0,
+        received_tokens: 0,
         booked_pico: 0,
         generation_id: None,
         elapsed: Duration::from_millis(100),
@@ -401,6 +412,7 @@ pub(super) fn cancelled(
         outcome: AttemptOutcome::Cancelled,
         endpoint,
         streamed_tokens: streamed,
+        received_tokens: streamed,
         booked_pico: Usd::from_f64(booked_usd).pico(),
         generation_id: Some(format!("gen-{key}")),
         elapsed: Duration::from_secs(1),

@@ -290,6 +290,7 @@ fn a_timeout_is_booked_cancelled_at_the_estimate_and_kept_for_reconciliation() {
         outcome: AttemptOutcome::Failed(ApiError::Timeout(TimeoutKind::Idle)),
         endpoint: sent[0].pinned,
         streamed_tokens: 300,
+        received_tokens: 300,
         booked_pico: booked.pico(),
         generation_id: Some("gen-t".into()),
         elapsed: Duration::from_secs(90),

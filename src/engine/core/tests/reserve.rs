@@ -45,11 +45,11 @@ fn what_a_request_reserves() {
 
 #[test]
 fn what_a_closed_stream_is_expected_to_be_billed() {
-    // (what, billed if closed, booked, a mean answer, transit, expected in all)
+    // (what, billed if closed, booked, the rest of such an answer, transit, expected in all)
     #[rustfmt::skip]
     let cases = [
-        ("billed in full, closed early: a mean answer more", true, 10, 60, 5, 70),
-        ("billed in full, closed late: a mean answer more all the same", true, 400, 60, 5, 460),
+        ("billed in full, closed early: the rest of the answer", true, 10, 60, 5, 70),
+        ("billed in full, closed late: the rest of the answer", true, 400, 60, 5, 460),
         ("billed in full, far past: never above the bound", true, 980, 60, 5, 1000),
         ("the close stops the bill: the tokens in transit", false, 10, 60, 5, 15),
         ("the close stops the bill, near the bound", false, 998, 60, 5, 1000),

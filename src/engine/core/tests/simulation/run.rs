@@ -78,6 +78,9 @@ impl Port for WorldPort<'_> {
     fn accrued_pico(&self, key: u64) -> i64 {
         self.flights.get(&key).map_or(0, |f| f.accrued(self.t))
     }
+    fn streamed_tokens(&self, key: u64) -> u64 {
+        self.flights.get(&key).map_or(0, |f| f.tokens(self.t))
+    }
 }
 
 /// The world run: the core, the clock, the flights and the books.
@@ -649,6 +652,7 @@ impl Run {
             outcome,
             endpoint: known.then_some(f.serving),
             streamed_tokens: f.events_of(f.tokens(self.t)),
+            received_tokens: f.tokens(self.t),
             booked_pico: accrued,
             generation_id: Some(generation_id),
             elapsed: Duration::from_secs_f64(self.t - f.t0),
@@ -779,6 +783,7 @@ impl Run {
             outcome,
             endpoint: Some(f.serving),
             streamed_tokens: f.events_of(f.fate.streams(f.len)),
+            received_tokens: f.fate.streams(f.len),
             booked_pico: booked,
             generation_id: Some(self.generation(key)),
             elapsed: Duration::from_secs_f64(f.end - f.t0),
