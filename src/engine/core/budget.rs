@@ -396,7 +396,10 @@ impl Core {
             .unwrap_or_else(|| self.admission.expected_output_tokens(d));
         let price_out = r.endpoint.map_or(f.price_out, |e| {
             let at = crate::pricing::hhmm(&now.wall);
-            self.fleet.endpoints[e].tariff.rates(f.prompt_tokens, at).completion
+            self.fleet.endpoints[e]
+                .tariff
+                .rates(f.prompt_tokens, at)
+                .completion
         });
         let rest = price_out.cost(rest).pico();
         let transit = price_out.cost(transit.ceil() as u64).pico();

@@ -39,7 +39,7 @@ fn a_memoryless_length_runs_on_for_its_mean_whatever_a_stream_has_streamed() {
     // Exponential answers of mean 800: a stream has as much left at 3,000 tokens as at 0.
     let t = table(8192, &exponential(4000, 800.0), &[]);
     for d in [0, 1000, 3000] {
-        let rest = t.rest_after(d, []).unwrap();
+        let rest = t.rest_after(d, []).expect("answers have ended");
         assert!(within(rest, 800.0, 0.06), "at {d}: {rest}");
     }
 }
@@ -48,11 +48,11 @@ fn a_memoryless_length_runs_on_for_its_mean_whatever_a_stream_has_streamed() {
 fn answers_of_one_length_leave_what_is_left_of_it() {
     // Every answer is 1,000 tokens (a bin is 32 wide at 4,096: known to within it).
     let t = table(4096, &[1000; 200], &[]);
-    let rest = t.rest_after(500, []).unwrap();
+    let rest = t.rest_after(500, []).expect("answers have ended");
     assert!(rest.abs_diff(500) <= 32, "{rest}");
     // Every answer runs to `max_tokens` (cut): a stream at 4,000 has 96 left.
     let cut = table(4096, &[4096; 50], &[]);
-    let rest = cut.rest_after(4000, []).unwrap();
+    let rest = cut.rest_after(4000, []).expect("answers have ended");
     assert!(rest.abs_diff(96) <= 32, "{rest}");
 }
 
@@ -70,13 +70,15 @@ fn the_long_answers_still_running_are_not_taken_for_the_short_ones_that_ended() 
         "{mean_ended}"
     );
     let t = table(8192, &ended, &[]);
-    let rest = t.rest_after(1500, running.iter().map(|_| 1500)).unwrap();
+    let rest = t
+        .rest_after(1500, running.iter().map(|_| 1500))
+        .expect("answers have ended");
     assert!(within(rest, 800.0, 0.10), "{rest}");
     // The same streams closed (at 1,500) rather than running say the same.
     let closed = table(8192, &ended, &vec![1500; running.len()]);
     assert_eq!(closed.rest_after(1500, []), Some(rest));
     // Without them the table knows only the short answers and says far less.
-    let short = t.rest_after(1500, []).unwrap();
+    let short = t.rest_after(1500, []).expect("answers have ended");
     assert!(short < 400, "{short}");
 }
 
