@@ -87,7 +87,7 @@ struct Track {
     endpoint: Option<usize>,
     /// The completion price accrued per token, in picodollars.
     price_out: i64,
-    /// Stream events received (what a close is read by: `core::cancel_billing::read_close`),
+    /// Stream events received (what a close is read by: `core::close_read::read_close`),
     /// and the UTF-8 bytes of their text.
     streamed: u64,
     text_bytes: u64,

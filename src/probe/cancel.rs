@@ -5,7 +5,7 @@
 //! stream's worst case where a close does not stop the bill, so the list decides how wide a
 //! run's last stretch may be: here each endpoint gets one stream asking for a long answer,
 //! closed after a few tokens, then looked up at `/generation` (tokens billed against tokens
-//! received, read by the run's own rule, `core::cancel_billing::read_close`). It costs at most
+//! received, read by the run's own rule, `core::close_read::read_close`). It costs at most
 //! one `max_tokens` answer per endpoint: cents.
 
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::domain::{EndpointTag, Usd};
-use crate::engine::core::cancel_billing::{Close, read_close};
+use crate::engine::core::close_read::{Close, read_close};
 use crate::engine::core::wire_rate::{PRIOR, Range};
 use crate::openrouter::{ChatRequest, Message, ProviderPreferences, StreamTimeouts};
 use crate::store::output::{SpendEntry, SpendKind};

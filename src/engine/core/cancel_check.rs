@@ -27,7 +27,7 @@ use super::{Clock, Core, InFlight, Job, RECONCILE_CAPACITY};
 
 /// Stream events (a token each at least) a checked stream receives before it is closed:
 /// enough that a bill of the whole answer reads as billed past the close
-/// ([`cancel_billing::read_close`]), few enough to cost little.
+/// ([`read_close`](super::close_read::read_close)), few enough to cost little.
 pub(crate) const CHECK_AFTER_TOKENS: u64 = 64;
 
 /// The checks of one endpoint.
@@ -63,12 +63,8 @@ pub(crate) fn overdue_after(found_within: Option<Duration>) -> Duration {
 /// another check of it is not found in time; `was`: suspended before): a check that says
 /// nothing clear suspends it, one that stops the bill lifts it unless another is overdue, and
 /// one billed past leaves it (the evidence doubts the endpoint for good anyway).
-pub(crate) fn suspended_after(
-    close: super::cancel_billing::Close,
-    overdue: bool,
-    was: bool,
-) -> bool {
-    use super::cancel_billing::Close;
+pub(crate) fn suspended_after(close: super::close_read::Close, overdue: bool, was: bool) -> bool {
+    use super::close_read::Close;
     match close {
         Close::Stopped => overdue,
         Close::Unclear => true,
@@ -268,7 +264,7 @@ impl Core {
     /// that says nothing clear suspends its trust (a short answer billed in full reads so: its
     /// bill is no proof the close stopped it); one that reads stopped, with no other check
     /// overdue, lifts the suspension. The caller settles the belief.
-    pub(super) fn checked(&mut self, i: usize, close: super::cancel_billing::Close, now: &Clock) {
+    pub(super) fn checked(&mut self, i: usize, close: super::close_read::Close, now: &Clock) {
         let tag = self.fleet.endpoints[i].tag.clone();
         let Some(checks) = self.fleet.checks.get_mut(&tag) else {
             return;
@@ -377,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_checks_reading_suspends_or_lifts_its_endpoints_trust() {
-        use super::super::cancel_billing::Close::{BilledPast, Stopped, Unclear};
+        use super::super::close_read::Close::{BilledPast, Stopped, Unclear};
         #[rustfmt::skip]
         let cases = [
             // (the check read, another overdue, suspended before, suspended after)

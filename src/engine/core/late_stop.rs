@@ -1,11 +1,11 @@
 //! A late stop, read from a run of closes: a provider that notices a close a second or two
 //! late bills about the same decoding past every close, where one that bills a close in full
 //! bills the rest of each natural answer, which varies as the answers do. One such close reads
-//! unclear ([`super::cancel_billing::read_close`]); six that agree read together as stopped,
+//! unclear ([`super::close_read::read_close`]); six that agree read together as stopped,
 //! teach the endpoint's transit, and get a ledger line each so that a later start carries them
 //! (issue #51 item 2).
 
-use super::cancel_billing::Close;
+use super::close_read::Close;
 use super::{Clock, Core};
 use crate::store::output::{SpendEntry, SpendKind};
 

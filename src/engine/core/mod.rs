@@ -19,6 +19,7 @@ mod books;
 mod budget;
 pub(crate) mod cancel_billing;
 pub(crate) mod cancel_check;
+pub(crate) mod close_read;
 pub(crate) mod close_transit;
 mod context;
 mod control;

@@ -442,7 +442,7 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
 /// good.
 #[test]
 fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
-    use crate::engine::core::cancel_billing::{Close, read_close};
+    use crate::engine::core::close_read::{Close, read_close};
     let cfg = config(
         "budget_usd = 100\nconcurrency = 20\nrouting = \"pinned\"\n\
          [policy]\nexclude = [\"chutes\", \"together\", \"novita\", \"baseten\"]",
