@@ -139,7 +139,7 @@ pub(super) struct Supervisor {
     recovery_open: usize,
     /// The attempts in flight.
     tasks: JoinSet<AttemptResult>,
-    /// Each attempt's running cost, shared with its worker, by attempt key.
+    /// Each attempt's running cost and tokens received, shared with its worker, by attempt key.
     running: HashMap<u64, Arc<Running>>,
     /// Closed streams to look up (`GET /generation`), as the core asked: asked each tick.
     to_reconcile: Vec<(String, SpendEntry)>,

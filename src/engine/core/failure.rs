@@ -345,7 +345,8 @@ impl Core {
         error: Option<ErrorKind>,
         now: &Clock,
     ) {
-        // It ran at least this long: so the table says when its own rest is reckoned.
+        // Counted before its own rest is reckoned: it ran at least this long, and a stream past
+        // every answer that ended would otherwise find none at risk there.
         self.admission.lengths[job.dataset].closed(r.received_tokens);
         let expected = self.closed_expected(f, r, now);
         let entry = SpendEntry {
