@@ -147,3 +147,47 @@ fn a_close_at_a_stop_expects_the_rest_the_running_streams_show() {
         );
     }
 }
+
+/// What a closed stream goes on to be billed is priced where it was served: OpenRouter routed
+/// it over a set and it was dispatched at the set's dearest price, but the stream named its
+/// endpoint (at the simulator's endpoints 3.00 against 2.24 to 2.50 USD/M: a quarter of
+/// `status`'s open amount). Unnamed, the dispatch's price stands.
+#[test]
+fn a_closed_streams_rest_is_priced_at_the_endpoint_that_served_it() {
+    use crate::engine::core::tests::*;
+    use crate::store::output::SpendKind;
+    // Two endpoints that bill a close in full, at 2.00 and 3.00 USD/M out; OpenRouter routes.
+    let mut cheap = ep("cheap/int4", "Cheap", "int4", 0.50, 2.00);
+    let mut dear = ep("dear/int4", "Dear", "int4", 0.50, 3.00);
+    cheap.cancel_stops_billing = false;
+    dear.cancel_stops_billing = false;
+    let top = "budget_mode = \"expected\"\n[request]\nmax_tokens = 4096";
+    // (what, the endpoint the stream named, USD per million its rest is priced at)
+    let cases = [
+        ("named the cheaper endpoint: its price", Some(0), 2.00),
+        ("named the dearer: its price", Some(1), 3.00),
+        ("named none: the dispatch's, the set's dearest", None, 3.00),
+    ];
+    for (what, named, per_million) in cases {
+        let mut h = H::new(config(top), vec![cheap.clone(), dear.clone()], &[&["a"]]);
+        let sent = h.dispatch();
+        assert_eq!(sent.len(), 1, "{what}");
+        let d = &sent[0];
+        assert_eq!(d.pinned, None, "{what}: routed");
+        assert_eq!(d.over.len(), 2, "{what}: over both");
+        // No answer has ended: the rest is the request's expectation, in tokens.
+        let booked = d.price_in.cost(d.prompt_tokens) + d.fee + d.price_out.cost(100);
+        let effects = h.result(cancelled(d.key, named, 100, booked.as_f64()));
+        let line = effects
+            .iter()
+            .find_map(|x| match x {
+                Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l),
+                _ => None,
+            })
+            .expect("a closed line");
+        let rest = line.expected_usd.expect("its expectation").pico() - line.usd.pico();
+        let tokens = h.core.admission.expected_output_tokens(0);
+        let price = crate::domain::Price::per_million_f64(per_million).expect("a price");
+        assert_eq!(rest, price.cost(tokens).pico(), "{what}");
+    }
+}
