@@ -257,6 +257,18 @@ impl Closed {
     }
 
     /// Ends every look-up still running: their streams keep their estimates.
+    /// `entry` (asked, not confirmed) is now expected to cost `expected` in all
+    /// ([`Landing::Open`](super::core::settle::Landing)'s `reckoned`): what the unconfirmed
+    /// may still add follows.
+    pub(super) fn reckoned(&mut self, entry: &SpendEntry, expected: crate::domain::Usd) {
+        let was = open_part(entry);
+        let now = open_part(&SpendEntry {
+            expected_usd: Some(expected),
+            ..entry.clone()
+        });
+        self.unconfirmed.1 = (self.unconfirmed.1 - was + now).max(crate::domain::Usd::ZERO);
+    }
+
     pub(super) fn abort(&mut self) {
         self.tasks.abort_all();
     }

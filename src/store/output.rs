@@ -176,6 +176,11 @@ pub enum SpendKind {
     /// ledger's total then (`checkpoint`), so that crash estimates can be trued up against what
     /// the key was billed.
     KeyUsage,
+    /// Zero dollars: a closed stream `/generation` still did not know when its run stopped
+    /// asking, its expected cost reckoned again (`expected_usd`) from how long it has gone
+    /// unknown (a generation billed in full is recorded when it ends, so it was still
+    /// running). `status`'s open amount and a later start's hold read the last such line.
+    Reckoned,
 }
 
 /// On `complete` lines: what the stream carried, the run's own measure of its wire that a
@@ -249,6 +254,11 @@ pub struct SpendEntry {
     /// On `complete` lines with the API's usage: what the stream carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streamed: Option<Streamed>,
+    /// On `cancelled` lines: the whole tokens harvest had received when it closed the stream
+    /// (`completion_tokens` there counts its events). Absent from ledgers written before it
+    /// was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_tokens: Option<u64>,
 }
 
 /// The turns file's name in an output directory (`turns_file.rs` reads it).
@@ -303,6 +313,7 @@ impl SpendEntry {
             close: None,
             found_after_ms: None,
             streamed: None,
+            received_tokens: None,
         }
     }
 }
@@ -334,6 +345,23 @@ impl SpendEntry {
             estimated: false,
             error: None,
             checkpoint: None,
+            ..self
+        }
+    }
+
+    /// The `reckoned` line that says this closed stream is now expected to cost `expected` in
+    /// all, at `at`: zero dollars, the close's own fields kept (its attempt is what a later
+    /// scan finds it by).
+    pub(crate) fn reckoned(self, expected: Usd, at: String, why: &str) -> Self {
+        SpendEntry {
+            at,
+            kind: SpendKind::Reckoned,
+            usd: Usd::ZERO,
+            expected_usd: Some(expected),
+            estimated: true,
+            error: None,
+            checkpoint: None,
+            note: Some(why.to_string()),
             ..self
         }
     }

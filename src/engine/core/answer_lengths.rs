@@ -45,6 +45,11 @@ impl AnswerLengths {
         }
     }
 
+    /// The request's `max_tokens`: no answer runs longer.
+    pub(super) fn max_tokens(&self) -> u64 {
+        self.max_tokens
+    }
+
     fn bin(&self, tokens: u64) -> usize {
         let i = tokens.min(self.max_tokens - 1) / self.width;
         (i as usize).min(BINS - 1)

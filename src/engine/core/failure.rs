@@ -355,6 +355,7 @@ impl Core {
             expected_usd: Some(Usd::from_pico(expected)),
             prompt_tokens: f.prompt_tokens,
             completion_tokens: r.streamed_tokens,
+            received_tokens: Some(r.received_tokens),
             estimated: true,
             generation_id: r.generation_id.clone(),
             attempt: Some(f.attempt.clone()),

@@ -158,6 +158,7 @@ impl Supervisor {
                     refused: None,
                     held: true,
                     asked_again: true,
+                    reckoned: None,
                 };
                 self.land(entry, landing, None).await;
                 return;
@@ -317,7 +318,12 @@ impl Supervisor {
         // hold stays, and the next start asks again.
         let landing = self.core.landing(&entry, cost, chrono::Utc::now());
         match &landing {
-            Landing::Open { held, .. } => self.unsettled += usize::from(*held),
+            Landing::Open { held, reckoned, .. } => {
+                self.unsettled += usize::from(*held);
+                if let Some(expected) = reckoned {
+                    self.closed.reckoned(&entry, *expected);
+                }
+            }
             _ => {
                 self.closed.fixed += 1;
                 self.closed.confirmed(&entry);

@@ -488,6 +488,13 @@ pub fn scan_ledger(dir: &Path, mut each: impl FnMut(&SpendEntry)) -> Result<Ledg
                     closed.insert(a);
                 }
             }
+            // A closed stream still unknown when its run stopped asking, reckoned again:
+            // what a look-up may still add is read from the last reckoning.
+            SpendKind::Reckoned => {
+                if let (Some(u), Some(x)) = (unconfirmed.get_mut(&a), e.expected_usd) {
+                    u.expected_usd = Some(x);
+                }
+            }
             SpendKind::Adjustment | SpendKind::Other | SpendKind::KeyUsage => {}
         }
     })?;

@@ -245,7 +245,41 @@ fn closed_streams_wait_for_a_confirming_adjustment() {
         Vec<SpendEntry>,
         Vec<(&'static str, Option<f64>)>,
     );
+    let reckoned = |attempt: &str, usd: f64| SpendEntry {
+        expected_usd: Some(Usd::from_f64(usd)),
+        ..line(attempt, Reckoned, true, true)
+    };
     let table: Vec<Case> = vec![
+        (
+            "still unknown when its run stopped asking, reckoned again: the last reckoning",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Started, false, true),
+                line("a", Cancelled, true, true),
+                reckoned("a", 0.8),
+                reckoned("a", 0.9),
+            ],
+            vec![("a", Some(0.9))],
+        ),
+        (
+            "reckoned, then confirmed by its adjustment",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Cancelled, true, true),
+                reckoned("a", 0.8),
+                line("a", Adjustment, false, true),
+            ],
+            vec![],
+        ),
+        (
+            "another attempt's reckoning says nothing of it",
+            vec![
+                line("a", Dispatched, false, false),
+                line("a", Cancelled, true, true),
+                reckoned("b", 0.9),
+            ],
+            vec![("a", Some(0.5))],
+        ),
         (
             "closed at an estimate, never looked up",
             vec![

@@ -26,11 +26,14 @@ pub(crate) enum Landing {
     Rebuilt(Usd),
     /// Not settled now: unknown to the API yet, or (`refused`) a figure that cannot be a bill.
     /// An attempt that holds money (`held`) keeps its hold; `asked_again` by the look-ups'
-    /// later passes (unknown on its first ask), or not by this run (the next start asks).
+    /// later passes (unknown on its first ask), or not by this run (the next start asks). A
+    /// closed stream still unknown has its expected cost `reckoned` again from how long it
+    /// has been unknown ([`Core::reckon_unknown_close`]), when that says more.
     Open {
         refused: Option<CostRefused>,
         held: bool,
         asked_again: bool,
+        reckoned: Option<Usd>,
     },
 }
 
@@ -51,11 +54,13 @@ impl Core {
                     refused: Some(why),
                     held: false,
                     asked_again: false,
+                    reckoned: None,
                 },
                 None => Landing::Open {
                     refused: None,
                     held: false,
                     asked_again: false,
+                    reckoned: None,
                 },
             };
         }
@@ -71,11 +76,13 @@ impl Core {
                 refused: None,
                 held: true,
                 asked_again: false,
+                reckoned: self.reckon_unknown_close(entry, now),
             },
             Settle::Refused(why) => Landing::Open {
                 refused: Some(why),
                 held: true,
                 asked_again: false,
+                reckoned: None,
             },
         }
     }
@@ -126,7 +133,12 @@ impl Core {
                 refused,
                 held,
                 asked_again,
+                reckoned,
             } => {
+                if let Some(expected) = reckoned {
+                    let why = "still unknown at /generation when the run stopped asking";
+                    self.ledger(entry.clone().reckoned(expected, now.rfc3339(), why));
+                }
                 if let Some(why) = refused {
                     let g = entry.generation_id.as_deref().unwrap_or("?");
                     let text = format!(

@@ -429,6 +429,7 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
             refused: None,
             held: true,
             asked_again: false,
+            reckoned: None,
         },
         completion_tokens: None,
     });

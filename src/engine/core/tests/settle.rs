@@ -75,6 +75,7 @@ fn each_look_up_is_booked_by_its_own_rule() {
                 refused: None,
                 held: true,
                 asked_again: false,
+                reckoned: None,
             },
         ),
         (
@@ -91,6 +92,7 @@ fn each_look_up_is_booked_by_its_own_rule() {
                 refused: Some(CostRefused::Negative(-0.01)),
                 held: true,
                 asked_again: false,
+                reckoned: None,
             },
         ),
         (
@@ -129,6 +131,7 @@ fn each_look_up_is_booked_by_its_own_rule() {
                 refused: None,
                 held: false,
                 asked_again: false,
+                reckoned: None,
             },
         ),
     ];
@@ -279,6 +282,7 @@ fn a_start_waits_for_bills_asked_again_only_where_they_may_make_room() {
                     refused: None,
                     held: true,
                     asked_again,
+                    reckoned: None,
                 },
                 completion_tokens: None,
             });
@@ -394,5 +398,119 @@ fn the_keys_count_trues_up_the_crash_estimates_it_explains() {
         (h.event_texts().iter()).any(|t| t.contains("more than crash estimates explain")),
         "{:?}",
         h.event_texts()
+    );
+}
+
+/// A stream closed where the close is billed in full and still unknown to `/generation` when
+/// the run stops asking was still running there (the API records a generation when it ends):
+/// its expectation is reckoned again past what it has run on since, and a `reckoned` line
+/// says so. Where that says nothing more, nothing is written.
+#[test]
+fn a_close_still_unknown_is_expected_to_have_run_on() {
+    let top = "budget_mode = \"expected\"\nconcurrency = 20\nrouting = \"pinned\"\n\
+               [request]\nmax_tokens = 4096\n[policy]\nexclude = [\"chutes\", \"together\"]";
+    let ids: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut h = H::new(config(top), kimi(), &[&ids]);
+    let sent = h.dispatch();
+    let moonshot = h.index("moonshotai");
+    let cost =
+        |d: &Dispatch, n: u64| d.price_in.cost(d.prompt_tokens) + d.fee + d.price_out.cost(n);
+    // Ten answers end at Moonshot (1,000 to 1,900 tokens), each decoded at 50 tokens a second.
+    for (i, d) in sent[..10].iter().enumerate() {
+        let n = 1000 + 100 * i as u64;
+        let mut r = done(d.key, Some(moonshot), n, cost(d, n).as_f64(), "stop");
+        if let AttemptOutcome::Done(c) = &mut r.outcome {
+            c.latency = Duration::from_millis(300) + Duration::from_secs_f64(n as f64 / 50.0);
+        }
+        h.result(r);
+    }
+    let pace = h.core.fleet.transit["moonshotai"].pace().expect("learned");
+    assert!((pace - 50.0).abs() < 0.5, "{pace}");
+    // A stream closed there at 1,200 tokens.
+    let d = &sent[10];
+    let effects = h.result(cancelled(
+        d.key,
+        Some(moonshot),
+        1200,
+        cost(d, 1200).as_f64(),
+    ));
+    let closed = effects
+        .iter()
+        .find_map(|x| match x {
+            Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l.clone()),
+            _ => None,
+        })
+        .expect("a closed line");
+    assert_eq!(
+        closed.received_tokens,
+        Some(1200),
+        "its received tokens are on its line"
+    );
+    let wrote = closed.expected_usd.expect("its expectation");
+    let closed_at = h.now.wall;
+    let after = |secs: i64| closed_at + chrono::TimeDelta::seconds(secs);
+    let reckon = |h: &H, e: &SpendEntry, secs| match h.core.landing(e, None, after(secs)) {
+        Landing::Open { reckoned, .. } => reckoned,
+        other => panic!("an unknown close is left open, not {other:?}"),
+    };
+    // Unknown 8 s after the close: it has run on for 400 tokens at least, and of the answers
+    // that ended those past 1,600 run on longer than those past 1,200.
+    let later = reckon(&h, &closed, 8).expect("reckoned again");
+    let price = crate::domain::Price::per_million_f64(3.0).expect("Moonshot's price");
+    assert!(later > wrote, "{later:?} against {wrote:?}");
+    assert!(
+        later - closed.usd >= price.cost(400),
+        "at least what it ran on: {later:?}"
+    );
+    assert!(
+        later <= closed.worst_usd.expect("a bound"),
+        "never past its worst case"
+    );
+    // (what, the line, seconds unknown)
+    let cases = [
+        (
+            "unknown 60 s: 3,000 tokens more would be past max_tokens: its absence is the API's",
+            closed.clone(),
+            60,
+        ),
+        (
+            "a line that predates the received count",
+            SpendEntry {
+                received_tokens: None,
+                ..closed.clone()
+            },
+            8,
+        ),
+        (
+            "at an endpoint where a close stops the bill: an unknown close says nothing",
+            SpendEntry {
+                endpoint: Some("chutes/int4".into()),
+                ..closed.clone()
+            },
+            8,
+        ),
+    ];
+    for (what, e, secs) in cases {
+        assert_eq!(reckon(&h, &e, secs), None, "{what}");
+    }
+    // Booked through the door: a zero-dollar `reckoned` line of the same attempt.
+    let landing = h.core.landing(&closed, None, after(8));
+    h.now = h.t0.after(Duration::from_secs(8));
+    let effects = h.handle(Event::Landed {
+        entry: Box::new(closed.clone()),
+        landing,
+        completion_tokens: None,
+    });
+    let line = effects
+        .iter()
+        .find_map(|x| match x {
+            Effect::Ledger(l) if l.kind == SpendKind::Reckoned => Some(l),
+            _ => None,
+        })
+        .expect("a reckoned line");
+    assert_eq!(
+        (line.usd, line.expected_usd, &line.attempt),
+        (Usd::ZERO, Some(later), &closed.attempt)
     );
 }

@@ -260,6 +260,7 @@ impl Run {
                     refused: None,
                     held: true,
                     asked_again: true,
+                    reckoned: None,
                 };
                 return self.land(entry, open, None);
             }
