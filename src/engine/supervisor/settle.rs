@@ -10,7 +10,7 @@ use crate::store::output::SpendEntry;
 
 use super::super::core::Event;
 use super::super::core::settle::{KeyMoment, Landing};
-use super::super::reconcile::{Recovery, open_part};
+use super::super::reconcile::Recovery;
 use super::Supervisor;
 
 impl Supervisor {
@@ -320,9 +320,7 @@ impl Supervisor {
         match &landing {
             Landing::Open { held, reckoned, .. } => {
                 self.unsettled += usize::from(*held);
-                if let Some(expected) = reckoned {
-                    self.closed.reckoned(&entry, *expected);
-                }
+                self.closed.unknown(&entry, *reckoned);
             }
             _ => {
                 self.closed.fixed += 1;
@@ -346,9 +344,8 @@ impl Supervisor {
         if !self.shared.client.has_key() || self.stopping_now() {
             self.closed.abort();
             // What was closed since the last tick was never asked: unconfirmed all the same.
-            let left = std::mem::take(&mut self.to_reconcile);
-            self.closed.unconfirmed.0 += left.len();
-            self.closed.unconfirmed.1 += left.iter().map(|(_, e)| open_part(e)).sum();
+            self.closed
+                .never_asked(std::mem::take(&mut self.to_reconcile));
             return self.unconfirmed_left("stopped now").await;
         }
         let items = std::mem::take(&mut self.to_reconcile);
@@ -368,6 +365,7 @@ impl Supervisor {
             self.closed_landed(l).await;
         }
         self.closed.abort();
+        self.reckon_not_heard().await;
         if self.closed.fixed > 0 {
             self.say(format!(
                 "reconciled {} closed streams with /generation: {:+.6} USD",
@@ -384,13 +382,34 @@ impl Supervisor {
         self.unconfirmed_left(&why).await;
     }
 
+    /// At the end, the closed streams whose look-ups were still out when the run stopped
+    /// asking: unknown all the same, each reckoned again by how long it has gone unknown
+    /// ([`Landing::Open`]'s `reckoned`; it holds nothing more at the end).
+    async fn reckon_not_heard(&mut self) {
+        let now = chrono::Utc::now();
+        for entry in self.closed.not_heard() {
+            let reckoned = self.core.reckon_unknown_close(&entry, now);
+            self.closed.unknown(&entry, reckoned);
+            if reckoned.is_none() {
+                continue;
+            }
+            let landing = Landing::Open {
+                refused: None,
+                held: false,
+                asked_again: false,
+                reckoned,
+            };
+            self.land(entry, landing, None).await;
+        }
+    }
+
     /// The end of the run with closed streams `/generation` has not confirmed: each stays
     /// booked at its estimate, and what they may still add (by what each endpoint does with
     /// a close) is said and joins the summary's open look-ups, for the next start or
     /// `harvest status --reconcile` to settle (a drain after 25 s whose closes were still
     /// unknown ended with its ledger 24% under the bill and said nothing of it).
     async fn unconfirmed_left(&mut self, why: &str) {
-        let (n, more) = self.closed.unconfirmed;
+        let (n, more) = self.closed.unconfirmed();
         if n == 0 {
             return;
         }
