@@ -9,15 +9,17 @@
 #
 #   scripts/stop-expected.sh [--bin PATH] [--speed-scale 1] [--concurrency 100]
 #                            [--max-tokens 4096] [--stop-after-s 30] [--budget-mode expected]
-#                            [--now] [--keep DIR]
+#                            [--now] [--seed 7] [--keep DIR]
 # --now stops at once (`harvest stop --now`: every stream closed, no look-up waited for);
-# without it the run drains for harvest's grace (30 s) and then closes what is left.
+# without it the run drains for harvest's grace (30 s) and then closes what is left. --seed is
+# the simulator's: each seed draws other answer lengths, so the ratio of one run is one draw
+# (100 streams' rests vary by a tenth or more), and several seeds say how the estimate holds.
 #
 # Loopback only (127.0.0.1); bounded: the run is stopped after --stop-after-s, its drain by
 # harvest's own grace, and the look-ups by 600 s.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="" SPEED=1 CONC=100 MAXTOK=4096 AFTER=30 MODE=expected KEEP="" NOW=""
+BIN="" SPEED=1 CONC=100 MAXTOK=4096 AFTER=30 MODE=expected KEEP="" NOW="" SEED=7
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN="$2"; shift 2 ;;
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     --budget-mode) MODE="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
     --now) NOW="--now"; shift ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    --seed) SEED="$2"; shift 2 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "stop-expected.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -40,7 +43,7 @@ fi
 WORK="${KEEP:-$(mktemp -d)}"
 mkdir -p "$WORK"
 write_prompts "$WORK/prompts.jsonl" 5000 "Work through problem {i} and explain each step."
-start_sim "$BIN" "$WORK/sim.log" --seed 7 --speed-scale "$SPEED" --no-faults \
+start_sim "$BIN" "$WORK/sim.log" --seed "$SEED" --speed-scale "$SPEED" --no-faults \
   --billing-log "$WORK/bill.jsonl"
 cat >"$WORK/harvest.toml" <<TOML
 model = "moonshotai/kimi-k2.5"
