@@ -13,21 +13,151 @@ use super::super::reason::StopReason;
 use super::{Clock, Core, DatasetBook, Effect, Job, Pending, Port};
 
 /// Which prompt goes next: each dataset's book, the retries waiting, the schedule's place.
+/// Its fields are its own: the rest of the core asks and tells it through the methods below
+/// (issue #52 item 2).
 pub(super) struct Admission {
-    pub(super) datasets: Vec<DatasetBook>,
+    datasets: Vec<DatasetBook>,
     /// How long each dataset's answers run (what a closed stream is expected to go on for).
-    pub(super) lengths: Vec<super::answer_lengths::AnswerLengths>,
+    lengths: Vec<super::answer_lengths::AnswerLengths>,
     /// Jobs waiting for another attempt, the earliest due first.
-    pub(super) retry: BinaryHeap<Reverse<Pending>>,
+    retry: BinaryHeap<Reverse<Pending>>,
     /// Where the interleaved schedule takes the next fresh prompt.
-    pub(super) next_dataset: usize,
+    next_dataset: usize,
     /// This process's shard of the prompts (`--shard K/N`).
-    pub(super) shard: Option<(u32, u32)>,
+    shard: Option<(u32, u32)>,
     /// Retries scheduled so far.
-    pub(super) retries: u64,
+    retries: u64,
 }
 
 impl Admission {
+    /// Over `datasets`, nothing sent yet; `shard` is this process's share of the prompts.
+    pub(super) fn new(datasets: Vec<DatasetBook>, shard: Option<(u32, u32)>) -> Admission {
+        let lengths = (datasets.iter())
+            .map(|d| super::answer_lengths::AnswerLengths::new(d.params.max_tokens))
+            .collect();
+        Admission {
+            datasets,
+            lengths,
+            retry: BinaryHeap::new(),
+            next_dataset: 0,
+            shard,
+            retries: 0,
+        }
+    }
+
+    /// Every dataset's book, in the config's order.
+    pub(super) fn datasets(&self) -> &[DatasetBook] {
+        &self.datasets
+    }
+
+    /// Dataset `d`'s book.
+    pub(super) fn dataset(&self, d: usize) -> &DatasetBook {
+        &self.datasets[d]
+    }
+
+    /// Which dataset is named `name`.
+    pub(super) fn dataset_named(&self, name: &str) -> Option<usize> {
+        self.datasets.iter().position(|d| d.name == name)
+    }
+
+    /// How long dataset `d`'s answers have run this run.
+    pub(super) fn lengths(&self, d: usize) -> &super::answer_lengths::AnswerLengths {
+        &self.lengths[d]
+    }
+
+    /// A request of dataset `d` left.
+    pub(super) fn sent(&mut self, d: usize) {
+        self.datasets[d].in_flight += 1;
+    }
+
+    /// A request of dataset `d` came back, whatever it brought.
+    pub(super) fn came_back(&mut self, d: usize) {
+        self.datasets[d].in_flight -= 1;
+    }
+
+    /// An answer of dataset `d` ended after `tokens` completion tokens (its life table's
+    /// record, [`AnswerLengths::ended`](super::answer_lengths::AnswerLengths::ended)).
+    pub(super) fn ended(&mut self, d: usize, tokens: u64) {
+        self.lengths[d].ended(tokens);
+    }
+
+    /// A stream of dataset `d` was closed (or cut) after `tokens`: it ran at least that long.
+    pub(super) fn closed(&mut self, d: usize, tokens: u64) {
+        self.lengths[d].closed(tokens);
+    }
+
+    /// An answer of dataset `d` was kept (a row, or a turn of one): `tokens` of output.
+    pub(super) fn answered(&mut self, d: usize, tokens: u64) {
+        let ds = &mut self.datasets[d];
+        ds.output_tokens += tokens;
+        ds.finished_here += 1;
+        ds.output_tokens_here += tokens;
+    }
+
+    /// A row of dataset `d` was written.
+    pub(super) fn row_written(&mut self, d: usize) {
+        let ds = &mut self.datasets[d];
+        ds.done += 1;
+        ds.rows_here += 1;
+    }
+
+    /// A prompt of dataset `d` ended in a reject.
+    pub(super) fn rejected(&mut self, d: usize) {
+        self.datasets[d].rejected += 1;
+    }
+
+    /// Another attempt was scheduled.
+    pub(super) fn retry_scheduled(&mut self) {
+        self.retries += 1;
+    }
+
+    /// Retries scheduled so far.
+    pub(super) fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// A job of dataset `d` waits for its systematic failure's verdict (`waits`), or no
+    /// longer does.
+    pub(super) fn waits_for_verdict(&mut self, d: usize, waits: bool) {
+        let n = &mut self.datasets[d].retries_pending;
+        if waits {
+            *n += 1;
+        } else {
+            *n -= 1;
+        }
+    }
+
+    /// When the earliest job waiting for another attempt is due.
+    pub(super) fn next_retry_due(&self) -> Option<std::time::Instant> {
+        self.retry.peek().map(|Reverse(p)| p.not_before)
+    }
+
+    /// No job waits for another attempt.
+    pub(super) fn no_retry_waiting(&self) -> bool {
+        self.retry.is_empty()
+    }
+
+    /// Books `usd` to the dataset named `name`; false when the run has none of that name.
+    pub(super) fn book(&mut self, name: &str, usd: crate::domain::Usd) -> bool {
+        match self.datasets.iter_mut().find(|d| d.name == name) {
+            Some(d) => {
+                d.spent += usd;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The order dataset `d` is sent in ([`DatasetBook::sends`]), taken while a route is
+    /// chosen for it (the router borrows the whole core) and given back after.
+    pub(super) fn take_sends(&mut self, d: usize) -> Vec<&'static str> {
+        std::mem::take(&mut self.datasets[d].sends)
+    }
+
+    pub(super) fn give_back_sends(&mut self, d: usize, sends: Vec<&'static str>) {
+        self.datasets[d].sends = sends;
+    }
+
     /// Output tokens a request of dataset `d` is expected to produce. Short answers finish
     /// first, so the mean of the first finishers is biased low: until as many have finished as
     /// are in flight (a whole wave), the estimate is never below a prior of

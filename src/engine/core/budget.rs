@@ -266,7 +266,7 @@ impl Core {
     /// What one open attempt holds: by its dataset's `max_tokens` and its endpoint's prices
     /// and billing (the dearest allowed, billed when closed, when OpenRouter chose).
     fn crash_hold_of(&self, e: &crate::store::output::SpendEntry) -> i64 {
-        let max_tokens = (self.admission.datasets.iter())
+        let max_tokens = (self.admission.datasets().iter())
             .find(|d| d.name == e.dataset)
             .map_or(0, |d| u64::from(d.params.max_tokens));
         let (price_in, price_out, billed) = self.open_terms(e);
@@ -391,7 +391,7 @@ impl Core {
             .values()
             .filter(|g| g.job.dataset == d)
             .map(|g| g.streamed_tokens);
-        let rest = self.admission.lengths[d]
+        let rest = (self.admission.lengths(d))
             .rest_after(r.received_tokens, running)
             .unwrap_or_else(|| self.admission.expected_output_tokens(d));
         let price_out = r.endpoint.map_or(f.price_out, |e| {
@@ -411,7 +411,7 @@ impl Core {
     /// What in-flight requests are still expected to cost, with today's expectations: the
     /// observed mean output length replaces the guess each was dispatched with.
     pub(super) fn recompute_reserved(&mut self, port: &dyn Port) {
-        let expected: Vec<u64> = (0..self.admission.datasets.len())
+        let expected: Vec<u64> = (0..self.admission.datasets().len())
             .map(|d| self.admission.expected_output_tokens(d))
             .collect();
         let mut total = 0;

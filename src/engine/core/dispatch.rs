@@ -126,7 +126,7 @@ impl Core {
                 break;
             }
             let mut job = job;
-            if self.admission.datasets[job.dataset].turns == Turns::All && job.row_owed.is_none() {
+            if self.admission.dataset(job.dataset).turns == Turns::All && job.row_owed.is_none() {
                 // The row starts: its later turns' money is held for them from now.
                 job.row_owed = Some(priced.money.expected);
                 self.budget.owed_pico += claim.ahead.pico();
@@ -145,10 +145,10 @@ impl Core {
         // No more failures can join the held ones: nothing runs, and nothing more will be sent
         // (every dataset read and nothing queued, or the run is stopping). A pause, a rate cap
         // or a moment without a route is not that.
-        let read_out = (0..self.admission.datasets.len())
-            .all(|d| self.admission.datasets[d].exhausted || !self.admission.admitting(d));
+        let read_out = (0..self.admission.datasets().len())
+            .all(|d| self.admission.dataset(d).exhausted || !self.admission.admitting(d));
         if self.in_flight.is_empty()
-            && ((self.admission.retry.is_empty() && read_out) || self.life.stopping.is_some())
+            && ((self.admission.no_retry_waiting() && read_out) || self.life.stopping.is_some())
         {
             self.settle_streak(now);
         }
@@ -158,9 +158,9 @@ impl Core {
     /// down, or does not list them): the job waits a second, and the log says why once.
     fn wait_for_eligible(&mut self, job: Job, now: &Clock) {
         let d = job.dataset;
-        let name = self.admission.datasets[d].name.clone();
+        let name = self.admission.dataset(d).name.clone();
         if self.journal.first(Once::NoEligible(name.clone())) {
-            let sends = self.admission.datasets[d].sends.join(", ");
+            let sends = self.admission.dataset(d).sends.join(", ");
             let text = format!(
                 "dataset {name}: no endpoint that may serve now lists every parameter its \
                  requests send ({sends}), and with [provider] require_parameters OpenRouter \
@@ -182,7 +182,7 @@ impl Core {
         let expected_out = self.admission.expected_output_tokens(job.dataset);
         let expected =
             route.price_in.cost(prompt_tokens) + route.price_out.cost(expected_out) + rates.request;
-        let max_tokens = u64::from(self.admission.datasets[job.dataset].params.max_tokens);
+        let max_tokens = u64::from(self.admission.dataset(job.dataset).params.max_tokens);
         let worst =
             route.price_in.cost(prompt_tokens) + route.price_out.cost(max_tokens) + rates.request;
         let billed_if_closed = self.billed_if_closed(&route);
@@ -206,7 +206,7 @@ impl Core {
     /// The turns a multi-turn row still needs after this request, when this request starts
     /// it (its first in this run): the budget must hold room for them too.
     fn later_turns(&self, job: &Job) -> u64 {
-        if self.admission.datasets[job.dataset].turns != Turns::All || job.row_owed.is_some() {
+        if self.admission.dataset(job.dataset).turns != Turns::All || job.row_owed.is_some() {
             return 0;
         }
         let n = turns::turns_to_generate(&job.prompt);
@@ -216,7 +216,7 @@ impl Core {
     /// What the job's next request sends: its prompt, or (every turn regenerated) the prompt
     /// up to its next assistant turn on the history written so far.
     pub(super) fn request_messages(&self, job: &Job) -> Vec<Message> {
-        match self.admission.datasets[job.dataset].turns {
+        match self.admission.dataset(job.dataset).turns {
             Turns::All => turns::next_request(&job.prompt, &job.done_turns),
             Turns::Last => job.prompt.messages.clone(),
         }
@@ -246,7 +246,9 @@ impl Core {
     ) {
         let expected = money.expected;
         let d = job.dataset;
-        let mut req = self.admission.datasets[d]
+        let mut req = self
+            .admission
+            .dataset(d)
             .params
             .chat_request(&self.cfg.model, messages);
         let pinned = route.pinned;
@@ -295,7 +297,7 @@ impl Core {
         // where the reservation's estimate (four characters a token) undercounts text such as
         // CJK.
         let prompt_bound = prompt_token_bound(&req.messages) + params.to_string().len() as u64;
-        let max_tokens = u64::from(self.admission.datasets[d].params.max_tokens);
+        let max_tokens = u64::from(self.admission.dataset(d).params.max_tokens);
         let bill_bound = route.price_in.cost(prompt_bound) + route.price_out.cost(max_tokens) + fee;
         let bound = bill_bound.max(money.worst);
         let openrouter = pinned.is_none_or(|e| self.fleet.endpoints[e].custom.is_none());
@@ -316,10 +318,10 @@ impl Core {
                 SpendKind::Dispatched,
                 now.rfc3339(),
                 job.prompt.id.clone(),
-                self.admission.datasets[d].name.clone(),
+                self.admission.dataset(d).name.clone(),
             )
         };
-        self.admission.datasets[d].in_flight += 1;
+        self.admission.sent(d);
         self.budget.reserved_pico += money.reserve.pico();
         self.effects.push(Effect::Spawn(Box::new(Dispatch {
             key,

@@ -157,7 +157,7 @@ impl Core {
         if f.over.is_empty() {
             return None;
         }
-        let sends = &self.admission.datasets[f.job.dataset].sends;
+        let sends = &self.admission.dataset(f.job.dataset).sends;
         // The endpoint its last attempt failed at is left out by the retry rule, not by a
         // narrowing: it does not make a request narrowed.
         let wider = (0..self.fleet.endpoints.len()).any(|i| {
@@ -204,7 +204,7 @@ impl Core {
                 SpendKind::Failed,
                 now.rfc3339(),
                 job.prompt.id.clone(),
-                self.admission.datasets[job.dataset].name.clone(),
+                self.admission.dataset(job.dataset).name.clone(),
             )
         }
     }
@@ -212,7 +212,7 @@ impl Core {
     /// Why an error that stops dispatch stops the run: the key refused, a request the key's
     /// limit cannot cover, or the account out of credit.
     fn stop_reason(&self, job: &Job, f: &InFlight, err: &ApiError) -> StopReason {
-        let max_tokens = self.admission.datasets[job.dataset].params.max_tokens;
+        let max_tokens = self.admission.dataset(job.dataset).params.max_tokens;
         match err.kind() {
             ErrorKind::Auth => StopReason::KeyRefused {
                 variable: self.cfg.api_key_env.clone(),
@@ -251,7 +251,7 @@ impl Core {
                 SpendKind::Failed,
                 now.rfc3339(),
                 job.prompt.id.clone(),
-                self.admission.datasets[job.dataset].name.clone(),
+                self.admission.dataset(job.dataset).name.clone(),
             )
         });
         let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
@@ -293,7 +293,7 @@ impl Core {
             err.retry_after(),
             unit,
         );
-        self.admission.retries += 1;
+        self.admission.retry_scheduled();
         self.push_retry(job, now.mono + wait);
     }
 
@@ -306,12 +306,12 @@ impl Core {
         now: &Clock,
     ) {
         let d = job.dataset;
-        self.admission.datasets[d].rejected += 1;
+        self.admission.rejected(d);
         // A row of several turns says which one failed; the turns before it were paid for.
         let n = turns::turns_to_generate(&job.prompt);
         let later = n.saturating_sub(job.done_turns.len() + 1);
         self.budget.release_owed(&job, later as u64);
-        let error = if self.admission.datasets[d].turns == Turns::All && n > 1 {
+        let error = if self.admission.dataset(d).turns == Turns::All && n > 1 {
             format!("turn {} of {n}: {error}", job.done_turns.len() + 1)
         } else {
             error
@@ -347,7 +347,7 @@ impl Core {
     ) {
         // Counted before its own rest is reckoned: it ran at least this long, and a stream past
         // every answer that ended would otherwise find none at risk there.
-        self.admission.lengths[job.dataset].closed(r.received_tokens);
+        self.admission.closed(job.dataset, r.received_tokens);
         let expected = self.closed_expected(f, r, now);
         let entry = SpendEntry {
             endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
@@ -365,7 +365,7 @@ impl Core {
                 SpendKind::Cancelled,
                 now.rfc3339(),
                 job.prompt.id.clone(),
-                self.admission.datasets[job.dataset].name.clone(),
+                self.admission.dataset(job.dataset).name.clone(),
             )
         };
         if let Some(g) = &r.generation_id

@@ -44,8 +44,7 @@ pub(crate) mod turns;
 pub(crate) mod verdict;
 pub(crate) mod wire_rate;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -337,17 +336,7 @@ impl Core {
                 ep_in_flight: vec![0; n],
                 sole: vec![0; n],
             },
-            admission: admission::Admission {
-                lengths: datasets
-                    .iter()
-                    .map(|d| answer_lengths::AnswerLengths::new(d.params.max_tokens))
-                    .collect(),
-                datasets,
-                retry: BinaryHeap::new(),
-                next_dataset: 0,
-                shard,
-                retries: 0,
-            },
+            admission: admission::Admission::new(datasets, shard),
             cfg,
             life: Lifecycle {
                 drain_grace: crate::engine::DRAIN_GRACE,
@@ -378,11 +367,7 @@ impl Core {
 
     /// A ledger line to write; the spend of its dataset and of its endpoint follows it.
     fn ledger(&mut self, entry: SpendEntry) {
-        let dataset = (self.admission.datasets.iter_mut()).find(|d| d.name == entry.dataset);
-        let in_dataset = dataset.is_some();
-        if let Some(d) = dataset {
-            d.spent += entry.usd;
-        }
+        let in_dataset = self.admission.book(&entry.dataset, entry.usd);
         let endpoint = (entry.endpoint.as_deref())
             .and_then(|t| self.fleet.endpoints.iter().position(|e| e.tag == t));
         self.books.book(endpoint, in_dataset, entry.usd);
@@ -482,8 +467,7 @@ impl Core {
         }
         // A request put back for want of room waits for money to settle (a result, a look-up,
         // the tick), not for the clock: a wake now would spin.
-        let retry = (self.admission.retry.peek())
-            .map(|Reverse(p)| p.not_before)
+        let retry = (self.admission.next_retry_due())
             .filter(|t| !(self.budget.waiting_for_room && *t <= now.mono));
         let send = self.budget.next_send_at.filter(|t| *t > now.mono);
         let due = match (retry, send) {
@@ -532,7 +516,7 @@ impl Core {
         self.admission.dataset_finished(d)
     }
     pub(crate) fn datasets(&self) -> &[DatasetBook] {
-        &self.admission.datasets
+        self.admission.datasets()
     }
     pub(crate) fn endpoints(&self) -> &Arc<Vec<RunEndpoint>> {
         &self.fleet.endpoints
@@ -593,11 +577,11 @@ impl Core {
     }
 
     pub(crate) fn retries(&self) -> u64 {
-        self.admission.retries
+        self.admission.retries()
     }
     #[cfg(test)]
     pub(crate) fn retry_queue_empty(&self) -> bool {
-        self.admission.retry.is_empty()
+        self.admission.no_retry_waiting()
     }
     /// Where the ledger's money went.
     pub(crate) fn books(&self) -> &books::Books {

@@ -44,7 +44,7 @@ impl Core {
         }
         let mut job = f.job.clone();
         job.attempts += 1;
-        self.admission.datasets[job.dataset].in_flight -= 1;
+        self.admission.came_back(job.dataset);
         if let Some(e) = f.check
             && !matches!(r.outcome, AttemptOutcome::Checked)
         {
@@ -52,7 +52,7 @@ impl Core {
         }
         match std::mem::replace(&mut r.outcome, AttemptOutcome::Cancelled) {
             AttemptOutcome::Done(mut c) => {
-                self.admission.lengths[job.dataset].ended(c.usage.completion_tokens);
+                self.admission.ended(job.dataset, c.usage.completion_tokens);
                 // An answer to a request sent since the failures began: they were the prompts'
                 // own.
                 self.streak_met(f.sent, now);
@@ -99,7 +99,7 @@ impl Core {
         }
         let cut = matches!(shape, Shape::CutThinking { .. });
         if let CutNews::Rising(share) = self.cut_watch.note(cut) {
-            let max_tokens = self.admission.datasets[dataset].params.max_tokens;
+            let max_tokens = self.admission.dataset(dataset).params.max_tokens;
             self.event(
                 now,
                 format!(
@@ -422,7 +422,7 @@ impl Core {
                 SpendKind::Complete,
                 now.rfc3339(),
                 job.prompt.id.clone(),
-                self.admission.datasets[job.dataset].name.clone(),
+                self.admission.dataset(job.dataset).name.clone(),
             )
         });
     }
@@ -435,9 +435,9 @@ impl Core {
             on_length: self.cfg.retry.on_length,
             on_empty: self.cfg.on_empty,
             max_attempts: self.cfg.retry.max_attempts,
-            max_tokens: self.admission.datasets[d].params.max_tokens,
+            max_tokens: self.admission.dataset(d).params.max_tokens,
         };
-        let last_turn = !(self.admission.datasets[d].turns == Turns::All
+        let last_turn = !(self.admission.dataset(d).turns == Turns::All
             && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt));
         if matches!(shape, Shape::CutThinking { .. }) && !last_turn {
             // An empty assistant turn is no history to answer the next user turn on.
@@ -467,10 +467,8 @@ impl Core {
         let d = job.dataset;
         let turn = row::turn_record(&c, served, job.attempts, kept.split);
         let completion_tokens = c.usage.completion_tokens;
-        let ds = &mut self.admission.datasets[d];
-        ds.output_tokens += completion_tokens;
-        ds.finished_here += 1;
-        ds.output_tokens_here += completion_tokens;
+        self.admission.answered(d, completion_tokens);
+        let ds = self.admission.dataset(d);
         let all_turns = ds.turns == Turns::All;
         if all_turns && job.done_turns.len() + 1 < turns::turns_to_generate(&job.prompt) {
             // Not the last turn: kept in the turns file (a run stopped now continues the row
@@ -498,9 +496,7 @@ impl Core {
             (all_turns, turn),
             (&self.cfg.model, now.rfc3339(), params.clone()),
         );
-        let ds = &mut self.admission.datasets[d];
-        ds.done += 1;
-        ds.rows_here += 1;
+        self.admission.row_written(d);
         self.effects.push(Effect::Output {
             dataset: d,
             endpoint,

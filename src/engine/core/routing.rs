@@ -338,14 +338,14 @@ impl Core {
         stoppable_only: bool,
         only: Option<usize>,
     ) -> Option<Route> {
-        let sends = std::mem::take(&mut self.admission.datasets[job.dataset].sends);
+        let sends = self.admission.take_sends(job.dataset);
         let among = Among {
             stoppable_only,
             sends: Some(&sends),
             only,
         };
         let route = self.route_among(now, job.failed_at, among);
-        self.admission.datasets[job.dataset].sends = sends;
+        self.admission.give_back_sends(job.dataset, sends);
         route
     }
 

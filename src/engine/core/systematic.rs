@@ -92,7 +92,7 @@ impl Core {
             self.streak.since = Some(now.mono);
             self.streak.account_wide = err.is_account_restriction();
         }
-        self.admission.datasets[job.dataset].retries_pending += 1;
+        self.admission.waits_for_verdict(job.dataset, true);
         self.streak.held.push(Held {
             job,
             why,
@@ -181,7 +181,7 @@ impl Core {
     /// The held failures were the account's: their prompts go back to the queue, pending.
     fn requeue_held(&mut self, now: &Clock) {
         for h in std::mem::take(&mut self.streak.held) {
-            self.admission.datasets[h.job.dataset].retries_pending -= 1;
+            self.admission.waits_for_verdict(h.job.dataset, false);
             self.requeue_front(h.job, now);
         }
         self.end_streak();
@@ -190,7 +190,7 @@ impl Core {
     /// The streak is over: the held failures were the prompts' own; rejected.
     pub(super) fn write_held(&mut self, now: &Clock) {
         for h in std::mem::take(&mut self.streak.held) {
-            self.admission.datasets[h.job.dataset].retries_pending -= 1;
+            self.admission.waits_for_verdict(h.job.dataset, false);
             self.reject(h.job, h.why, h.label, h.cause, now);
         }
         self.end_streak();

@@ -50,8 +50,8 @@ impl Core {
             return None;
         }
         let pace = self.fleet.transit.get(tag)?.pace()?;
-        let d = (self.admission.datasets.iter()).position(|b| b.name == entry.dataset)?;
-        let lengths = &self.admission.lengths[d];
+        let d = self.admission.dataset_named(&entry.dataset)?;
+        let lengths = self.admission.lengths(d);
         // The longest the run has seen `/generation` take to record a close: the lag of its
         // records (none seen: none assumed, which reckons the most run on).
         let lag = (self.fleet.checks.values())

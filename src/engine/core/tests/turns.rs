@@ -70,13 +70,13 @@ fn each_turn_is_one_request_on_the_regenerated_history_and_one_row_at_the_end() 
             want.push(format!("user:u{}", k + 2));
         }
         assert_eq!(sent(&d[0]), want, "turn {}", i + 1);
-        assert_eq!(h.core.admission.datasets[0].done, 0);
+        assert_eq!(h.core.datasets()[0].done, 0);
         fx = h.result(done(d[0].key, d[0].pinned, 100 + i as u64, 0.01, "stop"));
         answers.push(format!("answer {}", d[0].key));
         assert_eq!(outputs(&fx), usize::from(i == 2), "turn {}", i + 1);
         // Every turn's tokens count against the budget as soon as it is answered.
         let so_far: u64 = (0..=i as u64).map(|k| 100 + k).sum();
-        assert_eq!(h.core.admission.datasets[0].output_tokens, so_far);
+        assert_eq!(h.core.datasets()[0].output_tokens, so_far);
     }
     let record = fx
         .iter()
@@ -121,7 +121,7 @@ fn each_turn_is_one_request_on_the_regenerated_history_and_one_row_at_the_end() 
         .map(|a| a.replace("answer ", "gen-"))
         .collect();
     assert_eq!(gens, want);
-    assert_eq!(h.core.admission.datasets[0].done, 1);
+    assert_eq!(h.core.datasets()[0].done, 1);
     assert!(h.core.admission.all_finished());
 }
 
@@ -163,10 +163,11 @@ fn a_turn_that_fails_for_good_rejects_the_row_naming_the_turn() {
     let r = reject_errors(&fx);
     assert_eq!(r.len(), 1, "{fx:?}");
     assert!(r[0].starts_with("turn 2 of 3:"), "{}", r[0]);
-    assert_eq!(h.core.admission.datasets[0].rejected, 1);
-    assert_eq!(h.core.admission.datasets[0].done, 0);
+    assert_eq!(h.core.datasets()[0].rejected, 1);
+    assert_eq!(h.core.datasets()[0].done, 0);
     assert_eq!(
-        h.core.admission.datasets[0].output_tokens, 100,
+        h.core.datasets()[0].output_tokens,
+        100,
         "the paid turn counts"
     );
 }
@@ -283,11 +284,15 @@ fn a_row_an_earlier_run_left_in_progress_continues_from_its_last_finished_turn()
         ),
     ];
     for (name, conversation, requests) in cases {
-        let mut h = harness(Turns::All, None);
+        // The earlier run's turns, as a start reads them into the dataset's book.
         let p = three_turns("p1");
-        h.core.admission.datasets[0]
-            .in_progress
+        let cfg = config("routing = \"pinned\"\nconcurrency = 4");
+        let mut b = book("d0", &cfg);
+        b.turns = Turns::All;
+        b.in_progress
             .insert("p1".into(), earlier_turns(&p, conversation));
+        let src = Source(vec![VecDeque::from([Ok(three_turns("p1"))])]);
+        let mut h = H::with_books(cfg, kimi(), vec![b], src);
         let mut fx = Vec::new();
         let mut sent_first = Vec::new();
         for i in 0..requests {
@@ -329,10 +334,7 @@ fn a_row_an_earlier_run_left_in_progress_continues_from_its_last_finished_turn()
             // The row costs what every turn cost, the earlier run's included.
             assert_eq!(record.cost_usd, Usd::from_f64(0.05), "{name}");
         }
-        assert!(
-            h.core.admission.datasets[0].in_progress.is_empty(),
-            "{name}: taken"
-        );
+        assert!(h.core.datasets()[0].in_progress.is_empty(), "{name}: taken");
     }
 }
 
@@ -438,7 +440,7 @@ fn a_row_rejected_midway_gives_back_what_it_held_for_its_later_turns() {
             http(500, None, "upstream died"),
         ));
     }
-    assert_eq!(h.core.admission.datasets[0].rejected, 1);
+    assert_eq!(h.core.datasets()[0].rejected, 1);
     assert_eq!(h.core.budget.owed_pico, 0);
 }
 
