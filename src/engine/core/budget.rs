@@ -14,37 +14,39 @@ use super::reserve::{Exposure, reservation};
 use super::{Clock, Core, Live, Port};
 
 /// The money side of the run: the budget, what in-flight requests reserve of it, the pacing.
+/// Its fields are its own: the rest of the core asks and tells it through the methods below
+/// (issue #52 item 2).
 pub(super) struct Budget {
-    pub(super) budget_pico: i64,
+    budget_pico: i64,
     /// What in-flight requests are still expected to cost (or, where closing them would not
     /// stop the bill, their worst case), picodollars.
-    pub(super) reserved_pico: i64,
+    reserved_pico: i64,
     /// Under a requests-per-second cap, the earliest time of the next request.
-    pub(super) next_send_at: Option<Instant>,
+    next_send_at: Option<Instant>,
     /// When worst-case reservations first held a request back (the budget's last stretch).
-    pub(super) last_stretch: Option<Instant>,
+    last_stretch: Option<Instant>,
     /// What earlier runs of the output directory spent.
-    pub(super) carried_over: Usd,
+    carried_over: Usd,
     /// The account's in-flight budget, learned from its 402s.
-    pub(super) account: super::account::AccountGate,
+    account: super::account::AccountGate,
     /// OpenRouter streams in flight (own servers' not counted).
-    pub(super) or_in_flight: u32,
+    or_in_flight: u32,
     /// What the later turns of the multi-turn rows in progress are expected to cost: new work
     /// does not take it, so that a budget stop leaves rows finished rather than started.
-    pub(super) owed_pico: i64,
+    owed_pico: i64,
     /// Requests sent in the last stretch where a close stops the bill, narrowed there because
     /// their worst case did not fit as routed.
-    pub(super) stretch_narrowed: u64,
+    stretch_narrowed: u64,
     /// Requests sent in the last stretch with their worst case reserved.
-    pub(super) stretch_worst: u64,
+    stretch_worst: u64,
     /// The last dispatch round ended for want of room in the budget: a queued request waits
     /// for a result, a look-up or a tick, not for the clock (no wake of its own).
-    pub(super) waiting_for_room: bool,
+    waiting_for_room: bool,
     /// Bills not known yet, by generation id: an attempt a crash left open, or a stream closed
     /// or cut where the provider may bill it in full.
-    pub(super) open_bills: std::collections::HashMap<String, OpenBill>,
+    open_bills: std::collections::HashMap<String, OpenBill>,
     /// The sum of those holds, picodollars.
-    pub(super) open_bills_pico: i64,
+    open_bills_pico: i64,
 }
 
 /// A bill not known yet: what it holds until its look-up lands, what it will likely come to
@@ -94,6 +96,139 @@ pub(super) enum Fits {
 }
 
 impl Budget {
+    /// A budget of `budget` with nothing in flight; `carried_over` is what earlier runs of
+    /// the directory spent; `learn_inflight` lets the account's gate learn its ceiling.
+    pub(super) fn new(budget: Usd, carried_over: Usd, learn_inflight: bool) -> Budget {
+        Budget {
+            budget_pico: budget.pico(),
+            reserved_pico: 0,
+            next_send_at: None,
+            last_stretch: None,
+            carried_over,
+            account: super::account::AccountGate::new(learn_inflight),
+            or_in_flight: 0,
+            owed_pico: 0,
+            stretch_narrowed: 0,
+            stretch_worst: 0,
+            open_bills: std::collections::HashMap::new(),
+            waiting_for_room: false,
+            open_bills_pico: 0,
+        }
+    }
+
+    /// The dollar budget, picodollars.
+    pub(super) fn budget_pico(&self) -> i64 {
+        self.budget_pico
+    }
+
+    /// What in-flight requests reserve, picodollars.
+    #[cfg(test)]
+    pub(super) fn reserved_pico(&self) -> i64 {
+        self.reserved_pico
+    }
+
+    /// What earlier runs of the directory spent, and the crash look-ups booked since.
+    pub(super) fn carried_over(&self) -> Usd {
+        self.carried_over
+    }
+
+    /// A crash's leftover was booked at `usd`: carried like an earlier run's spend.
+    pub(super) fn carry(&mut self, usd: Usd) {
+        self.carried_over += usd;
+    }
+
+    /// A request left reserving `reserve` picodollars (through OpenRouter: `openrouter`).
+    pub(super) fn dispatched(&mut self, reserve: i64, openrouter: bool) {
+        self.reserved_pico += reserve;
+        if openrouter {
+            self.or_in_flight += 1;
+        }
+    }
+
+    /// A request that reserved `reserved` came back: its cost is in the spend now.
+    pub(super) fn returned(&mut self, reserved: i64, openrouter: bool) {
+        self.reserved_pico -= reserved;
+        if openrouter {
+            self.or_in_flight = self.or_in_flight.saturating_sub(1);
+        }
+    }
+
+    /// A request in flight now reserves `more` picodollars (its worst case, once a close is
+    /// known not to stop its bill).
+    pub(super) fn reserve_more(&mut self, more: i64) {
+        self.reserved_pico += more;
+    }
+
+    /// OpenRouter streams in flight.
+    pub(super) fn or_in_flight(&self) -> u32 {
+        self.or_in_flight
+    }
+
+    /// The account's gate: its learned ceiling, its 402s, its pause.
+    pub(super) fn account(&self) -> &super::account::AccountGate {
+        &self.account
+    }
+
+    pub(super) fn account_mut(&mut self) -> &mut super::account::AccountGate {
+        &mut self.account
+    }
+
+    /// A dispatch round begins: nothing waits for room yet.
+    pub(super) fn round_begins(&mut self) {
+        self.waiting_for_room = false;
+    }
+
+    /// The round ended for want of room: a queued request waits for money to settle.
+    pub(super) fn waits_for_room(&mut self) {
+        self.waiting_for_room = true;
+    }
+
+    /// Whether the last round ended for want of room.
+    pub(super) fn waiting_for_room(&self) -> bool {
+        self.waiting_for_room
+    }
+
+    /// Under a requests-per-second cap, the earliest time of the next request.
+    pub(super) fn next_send_at(&self) -> Option<Instant> {
+        self.next_send_at
+    }
+
+    /// Whether the run is in the budget's last stretch.
+    pub(super) fn in_last_stretch(&self) -> bool {
+        self.last_stretch.is_some()
+    }
+
+    /// How long the run has been in the last stretch, once it entered it.
+    pub(super) fn last_stretch_for(&self, now: &Clock) -> Option<Duration> {
+        (self.last_stretch).map(|t| now.mono.saturating_duration_since(t))
+    }
+
+    /// A request of the last stretch went where a close stops the bill (`narrowed`), or
+    /// reserving its worst case.
+    pub(super) fn sent_in_stretch(&mut self, narrowed: bool) {
+        if narrowed {
+            self.stretch_narrowed += 1;
+        } else {
+            self.stretch_worst += 1;
+        }
+    }
+
+    /// Requests of the last stretch: narrowed, and at their worst case.
+    pub(super) fn stretch_shares(&self) -> (u64, u64) {
+        (self.stretch_narrowed, self.stretch_worst)
+    }
+
+    /// A multi-turn row began: `ahead` picodollars are held for its later turns.
+    pub(super) fn row_owes(&mut self, ahead: i64) {
+        self.owed_pico += ahead;
+    }
+
+    /// What the later turns of the rows in progress are expected to cost, picodollars.
+    #[cfg(test)]
+    pub(super) fn owed_pico(&self) -> i64 {
+        self.owed_pico
+    }
+
     /// Spent + accrued + what in-flight requests are still expected to cost, picodollars.
     pub(super) fn committed_pico(&self, live: &Live) -> i64 {
         live.spent_pico + live.accrued_pico + self.reserved_pico + self.open_bills_pico

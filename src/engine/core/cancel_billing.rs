@@ -339,7 +339,7 @@ impl Core {
                 continue;
             }
             f.billed_if_closed = true;
-            self.budget.reserved_pico += f.worst_pico - f.reserved_pico;
+            self.budget.reserve_more(f.worst_pico - f.reserved_pico);
             f.reserved_pico = f.worst_pico;
         }
     }

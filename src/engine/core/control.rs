@@ -152,7 +152,7 @@ impl Core {
         self.suspend_overdue_trust(now);
         self.recompute_reserved(port);
         self.update_datasets(now);
-        if let Some(change) = self.budget.account.tick(self.concurrency, now.mono) {
+        if let Some(change) = self.budget.account_mut().tick(self.concurrency, now.mono) {
             self.event(now, change.to_string());
         }
     }
@@ -281,7 +281,7 @@ impl Core {
         estimated: bool,
         now: &Clock,
     ) {
-        self.budget.carried_over += usd;
+        self.budget.carry(usd);
         self.ledger(open.closed_as(kind, usd, estimated, now.rfc3339()));
     }
 

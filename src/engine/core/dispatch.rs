@@ -50,7 +50,7 @@ impl Core {
         self.fleet
             .ep_in_flight
             .resize(self.fleet.endpoints.len(), 0);
-        self.budget.waiting_for_room = false;
+        self.budget.round_begins();
         while self.can_dispatch(now) {
             // Nothing to route to: do not even take a job.
             if self.route(now, None).is_none() {
@@ -75,11 +75,11 @@ impl Core {
             let mut priced = self.price(&job, route, prompt_tokens, now);
             // The last stretch (`reserve::in_last_stretch`), begun or coming with this request.
             let stretch = in_last_stretch(
-                self.budget.last_stretch.is_some(),
+                self.budget.in_last_stretch(),
                 self.budget.has_room(&priced.claim(&job, later), &live),
                 priced.money.worst.pico(),
                 self.concurrency,
-                self.budget.budget_pico - self.budget.committed_pico(&live),
+                self.budget.budget_pico() - self.budget.committed_pico(&live),
             );
             // There, a check of a documented close the hard budget wants goes first, to that
             // endpoint alone (`cancel_check`). While checks are out, other requests go as
@@ -110,13 +110,13 @@ impl Core {
                 let choice = stretch_route(self.cfg.budget_mode, true, true, fits_stoppable);
                 if let (StretchRoute::Stoppable, Some(p)) = (choice, stoppable) {
                     self.enter_last_stretch(&live, now);
-                    self.budget.stretch_narrowed += 1;
+                    self.budget.sent_in_stretch(true);
                     priced = p;
                 }
             }
             let claim = priced.claim(&job, later);
             if self.fits(claim, (&live, &*port), now) != Fits::Yes {
-                self.budget.waiting_for_room = true;
+                self.budget.waits_for_room();
                 self.requeue_front(job, now);
                 // New work waits for the rows in progress: a next turn already due goes out
                 // now (it is queued ahead of the job just put back).
@@ -129,12 +129,12 @@ impl Core {
             if self.admission.dataset(job.dataset).turns == Turns::All && job.row_owed.is_none() {
                 // The row starts: its later turns' money is held for them from now.
                 job.row_owed = Some(priced.money.expected);
-                self.budget.owed_pico += claim.ahead.pico();
+                self.budget.row_owes(claim.ahead.pico());
             }
-            if self.budget.last_stretch.is_some()
+            if self.budget.in_last_stretch()
                 && reserves_worst_case(self.cfg.budget_mode, priced.money.billed_if_closed)
             {
-                self.budget.stretch_worst += 1;
+                self.budget.sent_in_stretch(false);
             }
             let check = check.map(|(e, _)| e);
             if let Some(e) = check {
@@ -301,9 +301,6 @@ impl Core {
         let bill_bound = route.price_in.cost(prompt_bound) + route.price_out.cost(max_tokens) + fee;
         let bound = bill_bound.max(money.worst);
         let openrouter = pinned.is_none_or(|e| self.fleet.endpoints[e].custom.is_none());
-        if openrouter {
-            self.budget.or_in_flight += 1;
-        }
         self.seq += 1;
         let key = self.seq;
         let attempt = format!("{}-{key}", self.run_id);
@@ -322,7 +319,7 @@ impl Core {
             )
         };
         self.admission.sent(d);
-        self.budget.reserved_pico += money.reserve.pico();
+        self.budget.dispatched(money.reserve.pico(), openrouter);
         self.effects.push(Effect::Spawn(Box::new(Dispatch {
             key,
             dataset: d,

@@ -256,13 +256,22 @@ impl Core {
         });
         let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
         // The refused one was running too when the account counted.
-        let running = self.budget.or_in_flight + 1;
-        if let Some(change) = self.budget.account.on_budget_402(running, wait, now.mono) {
+        let running = self.budget.or_in_flight() + 1;
+        if let Some(change) = self
+            .budget
+            .account_mut()
+            .on_budget_402(running, wait, now.mono)
+        {
             self.event(now, change.to_string());
         }
         // Due when OpenRouter may be asked again (an own server may take it sooner as a
         // fresh prompt would not: it waits its turn at the head of the retries).
-        let due = now.mono + self.budget.account.paused_for(now.mono).unwrap_or_default();
+        let due = now.mono
+            + self
+                .budget
+                .account()
+                .paused_for(now.mono)
+                .unwrap_or_default();
         self.push_retry(job, due);
     }
 

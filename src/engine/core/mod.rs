@@ -300,21 +300,11 @@ impl Core {
             books: books::Books::new(carried_over, in_datasets),
             key: settle::KeyAccount::default(),
             concurrency: cfg.concurrency,
-            budget: budget::Budget {
-                budget_pico: cfg.budget().pico(),
-                reserved_pico: 0,
-                next_send_at: None,
-                last_stretch: None,
+            budget: budget::Budget::new(
+                cfg.budget(),
                 carried_over,
-                account: account::AccountGate::new(cfg.retry.learn_inflight_budget),
-                or_in_flight: 0,
-                owed_pico: 0,
-                stretch_narrowed: 0,
-                stretch_worst: 0,
-                open_bills: HashMap::new(),
-                waiting_for_room: false,
-                open_bills_pico: 0,
-            },
+                cfg.retry.learn_inflight_budget,
+            ),
             fleet: routing::Fleet {
                 health: (0..n)
                     .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
@@ -448,7 +438,7 @@ impl Core {
             now,
             format!(
                 "dollar budget reached ({}): closing {n} in-flight requests where that stops the bill; the others run to the end (they are paid for)",
-                Usd::from_pico(self.budget.budget_pico)
+                Usd::from_pico(self.budget.budget_pico())
             ),
         );
         self.begin_stop(now, StopReason::DollarBudget);
@@ -468,8 +458,8 @@ impl Core {
         // A request put back for want of room waits for money to settle (a result, a look-up,
         // the tick), not for the clock: a wake now would spin.
         let retry = (self.admission.next_retry_due())
-            .filter(|t| !(self.budget.waiting_for_room && *t <= now.mono));
-        let send = self.budget.next_send_at.filter(|t| *t > now.mono);
+            .filter(|t| !(self.budget.waiting_for_room() && *t <= now.mono));
+        let send = self.budget.next_send_at().filter(|t| *t > now.mono);
         let due = match (retry, send) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -560,15 +550,13 @@ impl Core {
     /// How long the run has been in the dollar budget's last stretch (worst-case
     /// reservations holding requests back), once it entered it.
     pub(crate) fn last_stretch(&self, now: &Clock) -> Option<std::time::Duration> {
-        self.budget
-            .last_stretch
-            .map(|t| now.mono.saturating_duration_since(t))
+        self.budget.last_stretch_for(now)
     }
 
     /// Requests of the last stretch: how many went where a close stops the bill (narrowed
     /// there), how many reserved their worst case.
     pub(crate) fn stretch_shares(&self) -> (u64, u64) {
-        (self.budget.stretch_narrowed, self.budget.stretch_worst)
+        self.budget.stretch_shares()
     }
 
     /// The recent share of answers cut while thinking, while it is high enough to warn of.
@@ -588,14 +576,14 @@ impl Core {
         &self.books
     }
     pub(crate) fn carried_over(&self) -> Usd {
-        self.budget.carried_over
+        self.budget.carried_over()
     }
     pub(crate) fn budget_pico(&self) -> i64 {
-        self.budget.budget_pico
+        self.budget.budget_pico()
     }
     #[cfg(test)]
     pub(crate) fn reserved_pico(&self) -> i64 {
-        self.budget.reserved_pico
+        self.budget.reserved_pico()
     }
     pub(crate) fn events(&self) -> &VecDeque<EventLine> {
         self.journal.events()
@@ -603,7 +591,7 @@ impl Core {
 
     /// The account's gate: the learned ceiling on OpenRouter streams, its 402s, its pause.
     pub(crate) fn account(&self) -> &account::AccountGate {
-        &self.budget.account
+        self.budget.account()
     }
 
     /// Events logged since the start (the log keeps the last ones).

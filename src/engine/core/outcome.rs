@@ -38,10 +38,7 @@ impl Core {
             *n = n.saturating_sub(1);
         }
         // Its cost is in the spend now (the worker booked it): none of it stays reserved.
-        self.budget.reserved_pico -= f.reserved_pico;
-        if f.openrouter {
-            self.budget.or_in_flight = self.budget.or_in_flight.saturating_sub(1);
-        }
+        self.budget.returned(f.reserved_pico, f.openrouter);
         let mut job = f.job.clone();
         job.attempts += 1;
         self.admission.came_back(job.dataset);

@@ -265,8 +265,8 @@ impl Core {
                 Some(
                     t.max(
                         self.budget
-                            .account
-                            .open_at(self.budget.or_in_flight, now.mono)?,
+                            .account()
+                            .open_at(self.budget.or_in_flight(), now.mono)?,
                     ),
                 )
             })
@@ -388,8 +388,8 @@ impl Core {
         // The account's in-flight budget holds OpenRouter traffic; own servers go on.
         if !self
             .budget
-            .account
-            .admits(self.budget.or_in_flight, now.mono)
+            .account()
+            .admits(self.budget.or_in_flight(), now.mono)
         {
             candidates.retain(|&i| self.fleet.endpoints[i].custom.is_some());
         }

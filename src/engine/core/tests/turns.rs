@@ -413,7 +413,8 @@ fn a_budget_stop_finishes_the_rows_started_and_starts_none_it_cannot_finish() {
         Some(&crate::engine::reason::StopReason::DollarBudget)
     );
     assert_eq!(
-        h.core.budget.owed_pico, 0,
+        h.core.budget.owed_pico(),
+        0,
         "nothing held once the row is written"
     );
 }
@@ -424,10 +425,11 @@ fn a_row_rejected_midway_gives_back_what_it_held_for_its_later_turns() {
     let mut h = harness(Turns::All, None);
     let d = h.dispatch();
     let each = d[0].ledger.expected_usd.expect("expected").pico();
-    assert_eq!(h.core.budget.owed_pico, 2 * each, "two later turns held");
+    assert_eq!(h.core.budget.owed_pico(), 2 * each, "two later turns held");
     h.result(done(d[0].key, d[0].pinned, 100, 0.01, "stop"));
     assert_eq!(
-        h.core.budget.owed_pico, each,
+        h.core.budget.owed_pico(),
+        each,
         "the second turn went out: one left"
     );
     let max = h.core.cfg.retry.max_attempts;
@@ -441,7 +443,7 @@ fn a_row_rejected_midway_gives_back_what_it_held_for_its_later_turns() {
         ));
     }
     assert_eq!(h.core.datasets()[0].rejected, 1);
-    assert_eq!(h.core.budget.owed_pico, 0);
+    assert_eq!(h.core.budget.owed_pico(), 0);
 }
 
 /// Where a paid answer went (a turn, a row, a reject) and its `complete` ledger line, in the
