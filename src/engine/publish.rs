@@ -317,6 +317,7 @@ impl Publisher {
             uptime_30m: listed.uptime_30m,
             allowed: off.is_none(),
             included: core.permitted(i),
+            idle: off.is_none().then(|| core.idle_reason(i)).flatten(),
             off,
             operator: core.operator(i),
             policy_off: core.policy_verdict(i).cloned(),

@@ -1,4 +1,5 @@
-//! Why, as types: why an endpoint takes no requests ([`OffReason`]) and why a run stopped
+//! Why, as types: why an endpoint takes no requests ([`OffReason`]), why one that may gets none
+//! ([`IdleReason`]), and why a run stopped
 //! ([`StopReason`]). The engine decides them; the TUI, headless lines, `status --json` and the
 //! exit code read the types, and `Display` makes the text. No front end parses these back.
 
@@ -32,6 +33,27 @@ impl OffReason {
     /// include mark follows this.
     pub fn is_choice(&self) -> bool {
         matches!(self, OffReason::Operator | OffReason::Policy { .. })
+    }
+}
+
+/// Why an endpoint that may serve (no [`OffReason`]) gets no request all the same.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum IdleReason {
+    /// Under OpenRouter's routing with `require_parameters`, every dataset with work left sends
+    /// a parameter its listing does not list (`params`), so OpenRouter would send it nothing
+    /// (issue #53: Moonshot AI, allowed and 99.9% up, got no request in 10 minutes with a
+    /// blank reason; why went to stderr once at the start).
+    Unlisted { params: Vec<String> },
+}
+
+impl fmt::Display for IdleReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdleReason::Unlisted { params } => {
+                write!(f, "no {} (require_parameters)", params.join(", "))
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use crate::config::BudgetMode;
 use crate::domain::Usd;
 
 use super::health::BreakerState;
-use super::reason::{OffReason, StopReason};
+use super::reason::{IdleReason, OffReason, StopReason};
 use crate::policy::{Exclusion, Fidelity, PolicyMode};
 
 /// Where the run is.
@@ -93,6 +93,9 @@ pub struct EndpointSnap {
     /// Why it serves no request now, when it does not.
     #[serde(default)]
     pub off: Option<OffReason>,
+    /// Why it gets no request though it may serve (`off` is `None`), when that is known.
+    #[serde(default)]
+    pub idle: Option<IdleReason>,
     /// The operator's own choice, when they made one (overrides the policy).
     pub operator: Option<bool>,
     /// Why the policy in force excludes it, the operator's choice aside: with

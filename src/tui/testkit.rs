@@ -38,6 +38,7 @@ pub fn endpoint(
         allowed: true,
         included: true,
         off: None,
+        idle: None,
         operator: None,
         policy_off: None,
         breaker: BreakerState::Closed,

@@ -230,6 +230,29 @@ impl Core {
         self.fleet.off_reason(i, now)
     }
 
+    /// Why endpoint `i` gets no request though it may serve: every dataset with work left
+    /// sends what it cannot take ([`Core::takes`]). Datasets done are not asked (a listing that
+    /// lacks what only they sent idles it no more).
+    pub(crate) fn idle_reason(&self, i: usize) -> Option<crate::engine::reason::IdleReason> {
+        let live: Vec<&super::DatasetBook> = (0..self.admission.datasets().len())
+            .filter(|&d| !self.admission.dataset_finished(d))
+            .map(|d| self.admission.dataset(d))
+            .collect();
+        if live.is_empty() || live.iter().any(|d| self.takes(i, &d.sends)) {
+            return None;
+        }
+        let listed = self.fleet.endpoints[i].supported_parameters.as_deref();
+        let mut params: Vec<String> = Vec::new();
+        for d in &live {
+            for p in super::params::unlisted(&d.sends, listed) {
+                if !params.iter().any(|x| x == p) {
+                    params.push(p.to_string());
+                }
+            }
+        }
+        Some(crate::engine::reason::IdleReason::Unlisted { params })
+    }
+
     /// The most requests endpoint `i` may have in flight: an own server's `concurrency`, or
     /// the config's `endpoint_concurrency` for it.
     fn cap(&self, i: usize) -> Option<u32> {

@@ -45,8 +45,8 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             "native precision, lossless upcast, re-quantized, unknown",
         ),
         (
-            "why off",
-            "operator, policy: ..., down: (API uptime), breaker Ns",
+            "why idle",
+            "off: operator, policy, down, breaker; idle: no <param>",
         ),
         ("█ ▒ ░", "spent, projected, rest of the budget"),
         (

@@ -90,7 +90,7 @@ impl Col {
             Col::Len => "len",
             Col::Trunc => "trunc",
             Col::Spent => "spent",
-            Col::Why => "why off",
+            Col::Why => "why idle",
         }
     }
 
@@ -194,8 +194,11 @@ fn text(c: Col, e: &EndpointSnap, quant_w: u16) -> String {
 
 /// Why the endpoint is off, and the mark of an inclusion against the policy (it stays while
 /// the row serves: `operator: in (policy: unknown quant)`).
+/// Why the row serves nothing: it is off (and why), or it may serve and gets nothing (and
+/// why); and the mark of an inclusion against the policy.
 fn why(e: &EndpointSnap) -> String {
-    let off = e.off.as_ref().map(ToString::to_string);
+    let off = (e.off.as_ref().map(ToString::to_string))
+        .or_else(|| e.idle.as_ref().map(ToString::to_string));
     let over = override_of(e).map(|x| format!("operator: in ({x})"));
     match (off, over) {
         (Some(o), Some(v)) => format!("{o}; {v}"),
@@ -304,6 +307,8 @@ fn cell(
             let style = match e.off {
                 // Serving against the policy: the mark stands out.
                 None if override_of(e).is_some() => t.warn,
+                // Allowed and idle: the operator may want to act on it.
+                None if e.idle.is_some() => t.warn,
                 _ => why_style(t, e.off.as_ref()),
             };
             Line::styled(fit_reason(&raw, w), style)

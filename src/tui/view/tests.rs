@@ -80,7 +80,7 @@ fn screen_80x24() {
             .contains("concurrency set to 2000")
     );
 
-    // Providers: include mark, price, quantization mark, uptime, tok/s, spend, why off.
+    // Providers: include mark, price, quantization mark, uptime, tok/s, spend, why idle.
     let chutes = line_with(&s, "Chutes");
     for want in ["[x]", "int4", "*", "2.20", "99.1%", "9,840", "$11.92"] {
         assert!(chutes.contains(want), "Chutes row lacks {want:?}: {chutes}");
@@ -155,7 +155,7 @@ fn screen_160x48() {
     let hdr = line_with(&s, "provider");
     for col in [
         "tag", "quant", "$/M in", "$/M out", "api", "up30m", "fly", "done", "err", "tok/s",
-        "ttft50", "len", "trunc", "spent", "why off",
+        "ttft50", "len", "trunc", "spent", "why idle",
     ] {
         assert!(hdr.contains(col), "no {col:?} column: {hdr}");
     }
@@ -474,4 +474,28 @@ fn the_header_says_when_the_last_streams_are_the_tail() {
             assert_eq!(header.contains("proj $41.28"), w > 80, "{w}: {header}");
         }
     }
+}
+
+/// An allowed endpoint that gets nothing says why in its row, in full where the screen is
+/// wide and cut to its column at 80 (issue #53 item 3: Moonshot AI, `[x]` and 99.9% up, got no
+/// request in 10 minutes with a blank reason).
+#[test]
+fn an_allowed_endpoint_that_gets_nothing_says_why() {
+    let mut snap = kimi_snapshot();
+    let m = (snap.endpoints.iter_mut())
+        .find(|e| e.provider == "Moonshot AI")
+        .expect("Moonshot's row");
+    m.idle = Some(crate::engine::reason::IdleReason::Unlisted {
+        params: vec!["temperature".into()],
+    });
+    let st = state_with(snap);
+    let wide = text(&draw(&st, 160, 48));
+    let row = line_with(&wide, "Moonshot AI");
+    assert!(
+        row.contains("[x]") && row.contains("no temperature (require_parameters)"),
+        "{row}"
+    );
+    let narrow = text(&draw(&st, 80, 24));
+    let row = line_with(&narrow, "Moonshot AI");
+    assert!(row.contains("no temperat"), "{row}");
 }

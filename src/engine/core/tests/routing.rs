@@ -537,3 +537,68 @@ fn a_due_retry_with_nothing_to_route_to_waits_for_what_can_change() {
     }
     assert_eq!(h.core.next_wake(&h.now), None);
 }
+
+/// An endpoint that may serve but does not list a parameter every dataset sends gets nothing
+/// under OpenRouter's routing with `require_parameters`: the snapshot says why, where before
+/// the row's reason was blank and the why went to stderr once (issue #53 item 3).
+#[test]
+fn an_endpoint_that_lacks_what_every_dataset_sends_says_why_it_idles() {
+    let all = ["max_tokens", "temperature", "reasoning"];
+    let no_temperature = ["max_tokens", "reasoning"];
+    // (what, routing, require_parameters, Moonshot's listing, the reason)
+    let cases: [(&str, &str, bool, Option<&[&str]>, Option<&str>); 5] = [
+        (
+            "lists everything sent: serves",
+            "openrouter",
+            true,
+            Some(&all),
+            None,
+        ),
+        (
+            "lacks temperature, which every request sends",
+            "openrouter",
+            true,
+            Some(&no_temperature),
+            Some("no temperature (require_parameters)"),
+        ),
+        (
+            "without require_parameters OpenRouter may send it all the same",
+            "openrouter",
+            false,
+            Some(&no_temperature),
+            None,
+        ),
+        (
+            "pinned requests go without what it does not list",
+            "pinned",
+            true,
+            Some(&no_temperature),
+            None,
+        ),
+        (
+            "a listing that says nothing: nothing known to be missing",
+            "openrouter",
+            true,
+            None,
+            None,
+        ),
+    ];
+    for (what, routing, require, listing, want) in cases {
+        let cfg = config(&format!(
+            "routing = \"{routing}\"\n[provider]\nrequire_parameters = {require}\n\
+             [request]\nmax_tokens = 4096\ntemperature = 0.6\nreasoning = {{ effort = \"low\" }}"
+        ));
+        let mut eps = kimi();
+        let i = eps
+            .iter()
+            .position(|e| e.tag == "moonshotai")
+            .expect("Moonshot");
+        eps[i].supported_parameters = listing.map(|l| l.iter().map(|p| p.to_string()).collect());
+        let h = H::new(cfg, eps, &[&["p1"]]);
+        assert_eq!(
+            h.core.idle_reason(i).map(|r| r.to_string()).as_deref(),
+            want,
+            "{what}"
+        );
+    }
+}
