@@ -546,7 +546,14 @@ fn an_endpoint_that_lacks_what_every_dataset_sends_says_why_it_idles() {
     let all = ["max_tokens", "temperature", "reasoning"];
     let no_temperature = ["max_tokens", "reasoning"];
     // (what, routing, require_parameters, Moonshot's listing, the reason)
-    let cases: [(&str, &str, bool, Option<&[&str]>, Option<&str>); 5] = [
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        bool,
+        Option<&'a [&'a str]>,
+        Option<&'a str>,
+    );
+    let cases: [Case; 5] = [
         (
             "lists everything sent: serves",
             "openrouter",
