@@ -36,6 +36,13 @@ pub(crate) enum Action {
     Confirm,
     /// While a key that lowers fidelity waits: any other key (it does nothing else).
     Cancel,
+    /// `l`: the full-screen log.
+    Log,
+    /// In the log: a page back, a page on.
+    PageUp,
+    PageDown,
+    /// In the log: only the events of the selected endpoint, or all again.
+    OnlySelected,
 }
 
 /// Which keys are live.
@@ -46,6 +53,8 @@ pub(crate) enum Mode {
     QuitDialog,
     /// A key that lowers fidelity (this one) waits for its confirmation.
     Confirm(char),
+    /// The full-screen log is open: its keys scroll and filter it, and any way out closes it.
+    Log,
 }
 
 /// The action of a key press, if any. Releases (kitty protocol, Windows) act on nothing.
@@ -75,6 +84,17 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Esc | KeyCode::Char('q') => Some(Action::Back),
             _ => None,
         },
+        Mode::Log => match key.code {
+            KeyCode::Up | KeyCode::Char('k') => Some(Action::Up),
+            KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
+            KeyCode::PageUp | KeyCode::Char('b') => Some(Action::PageUp),
+            KeyCode::PageDown | KeyCode::Char(' ') => Some(Action::PageDown),
+            KeyCode::Home | KeyCode::Char('g') => Some(Action::First),
+            KeyCode::End | KeyCode::Char('G') => Some(Action::Last),
+            KeyCode::Char('e') => Some(Action::OnlySelected),
+            KeyCode::Esc | KeyCode::Char('l' | 'q') => Some(Action::Back),
+            _ => None,
+        },
         Mode::Normal => match key.code {
             KeyCode::Up | KeyCode::Char('k') => Some(Action::Up),
             KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
@@ -89,6 +109,7 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Char('+' | '=') => Some(Action::MoreConcurrency),
             KeyCode::Char('-' | '_') => Some(Action::LessConcurrency),
             KeyCode::Tab | KeyCode::BackTab => Some(Action::SwitchPane),
+            KeyCode::Char('l') => Some(Action::Log),
             KeyCode::Char('?') | KeyCode::F(1) => Some(Action::Help),
             KeyCode::Char('q') => Some(Action::Quit),
             KeyCode::Esc => Some(Action::Back),
@@ -159,6 +180,12 @@ pub(crate) const HINTS: &[KeyHint] = &[
         labels: ["pane", "pane", ""],
         help_keys: "tab",
         help: "switch pane: providers / datasets",
+    },
+    KeyHint {
+        keys: ["l", "l", ""],
+        labels: ["log", "log", ""],
+        help_keys: "l",
+        help: "the whole event log: PgUp PgDn g G scroll, e one endpoint",
     },
     KeyHint {
         keys: ["?", "?", "?"],

@@ -3,10 +3,11 @@
 //! status message. Plain data; [`super::update`] changes it, the views read it.
 
 use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::engine::control::{Command, ShutdownMode};
-use crate::engine::snapshot::{EndpointSnap, RunState, Snapshot};
+use crate::engine::snapshot::{EndpointSnap, EventLine, RunState, Snapshot};
 
 use super::theme::Theme;
 
@@ -126,6 +127,52 @@ pub struct Confirm {
 /// Snapshots a status message stays for (about three seconds).
 pub(crate) const STATUS_TTL: u8 = 15;
 
+/// The events a view keeps for its full-screen log: hours of a busy run (a few hundred bytes
+/// each), beyond which the oldest go (and are counted as missed).
+pub(crate) const HISTORY_CAP: usize = 20_000;
+
+/// The run's events as this view has seen them: each snapshot carries only the last ones (a
+/// screen's worth), the full-screen log shows them all. Events logged before this view began,
+/// or between two snapshots past what one carries, are counted as `missed` (`harvest.log` in
+/// the output directory has every one).
+#[derive(Clone, Debug, Default)]
+pub struct EventHistory {
+    pub lines: VecDeque<EventLine>,
+    pub missed: u64,
+    /// The snapshot's `events_total` when last read.
+    seen: u64,
+}
+
+impl EventHistory {
+    /// Takes the events of `s` this view has not seen yet.
+    pub fn read(&mut self, s: &Snapshot) {
+        // A snapshot of an older run (or none yet) counts from zero again.
+        let total = s.events_total.max(s.events.len() as u64);
+        if total < self.seen {
+            self.seen = 0;
+        }
+        let new = total - self.seen;
+        let carried = (new as usize).min(s.events.len());
+        self.missed += new - carried as u64;
+        self.lines
+            .extend(s.events[s.events.len() - carried..].iter().cloned());
+        while self.lines.len() > HISTORY_CAP {
+            self.lines.pop_front();
+            self.missed += 1;
+        }
+        self.seen = total;
+    }
+}
+
+/// The full-screen log, while open.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogView {
+    /// Rows scrolled back from the newest (0: the newest line is at the bottom).
+    pub back: usize,
+    /// Only the events that name this endpoint (its tag or provider), when set.
+    pub only: Option<(String, String)>,
+}
+
 #[derive(Clone, Debug)]
 pub struct UiState {
     pub snapshot: Arc<Snapshot>,
@@ -148,6 +195,10 @@ pub struct UiState {
     /// The engine's pid when this TUI is a viewer attached over the control socket (`q`
     /// then offers to detach, leaving the run going).
     pub attached: Option<u32>,
+    /// Every event this view has seen, for the full-screen log.
+    pub history: EventHistory,
+    /// The full-screen log (`l`), while open.
+    pub log: Option<LogView>,
 }
 
 impl UiState {
@@ -166,7 +217,10 @@ impl UiState {
             status: None,
             size: (0, 0),
             attached: None,
+            history: EventHistory::default(),
+            log: None,
         };
+        s.history.read(&s.snapshot.clone());
         s.fix_selection();
         s
     }

@@ -13,6 +13,7 @@ use super::keymap::{self, Action, Mode};
 use super::state::{Pane, UiState};
 
 mod fidelity;
+mod log;
 
 /// What happened.
 #[derive(Clone, Debug)]
@@ -39,6 +40,7 @@ pub fn concurrency_step(limit: u32) -> u32 {
 pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
     match msg {
         Msg::Snapshot(s) => {
+            state.history.read(&s);
             state.snapshot = s;
             state.fix_selection();
             if state.finished() {
@@ -64,6 +66,7 @@ pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
             let mode = match &state.confirm {
                 _ if state.quit_dialog => Mode::QuitDialog,
                 Some(c) => Mode::Confirm(c.key),
+                None if state.log.is_some() => Mode::Log,
                 None => Mode::Normal,
             };
             match keymap::action(k, mode) {
@@ -75,7 +78,12 @@ pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
 }
 
 fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
+    if state.log.is_some() {
+        return log::act(state, a);
+    }
     match a {
+        Action::Log => log::open(state),
+        Action::PageUp | Action::PageDown | Action::OnlySelected => Vec::new(),
         Action::Up => move_by(state, -1),
         Action::Down => move_by(state, 1),
         Action::First => move_by(state, i64::MIN),

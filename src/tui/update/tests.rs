@@ -350,3 +350,94 @@ fn only_snapshots_that_change_the_screen_draw_a_frame() {
     e.endpoints[0].in_flight += 1;
     assert!(shows_change(&b, &e));
 }
+
+fn event(at_s: f64, text: &str) -> crate::engine::snapshot::EventLine {
+    crate::engine::snapshot::EventLine {
+        at_s,
+        text: text.into(),
+    }
+}
+
+/// The snapshot carries the last events only; the view keeps every one it has seen, and counts
+/// those it never saw (before it began, or more between two snapshots than one carries).
+#[test]
+fn the_view_keeps_every_event_it_has_seen_and_counts_the_ones_it_missed() {
+    let mut st = with_state(|s| {
+        s.events = vec![event(1.0, "e3"), event(2.0, "e4")];
+        s.events_total = 4;
+    });
+    let texts =
+        |st: &UiState| -> Vec<String> { st.history.lines.iter().map(|e| e.text.clone()).collect() };
+    assert_eq!(
+        (texts(&st), st.history.missed),
+        (vec!["e3".into(), "e4".into()], 2)
+    );
+    // (what, the snapshot's last events, its total, the history after, missed after)
+    type Case = (&'static str, Vec<&'static str>, u64, Vec<&'static str>, u64);
+    let cases: Vec<Case> = vec![
+        ("nothing new", vec!["e3", "e4"], 4, vec!["e3", "e4"], 2),
+        ("one new", vec!["e4", "e5"], 5, vec!["e3", "e4", "e5"], 2),
+        (
+            "four new, two carried",
+            vec!["e8", "e9"],
+            9,
+            vec!["e3", "e4", "e5", "e8", "e9"],
+            4,
+        ),
+    ];
+    for (what, last, total, want, missed) in cases {
+        let mut snap = (*st.snapshot).clone();
+        snap.events = last.iter().map(|t| event(9.0, t)).collect();
+        snap.events_total = total;
+        update(&mut st, Msg::Snapshot(Arc::new(snap)));
+        assert_eq!(texts(&st), want, "{what}");
+        assert_eq!(st.history.missed, missed, "{what}");
+    }
+}
+
+/// `l` opens the full-screen log; its keys scroll it and show one endpoint's events; any way
+/// out closes it, and Ctrl-C still reaches the quit dialog.
+#[test]
+fn the_log_opens_scrolls_filters_and_closes() {
+    let mut st = with_state(|_| {});
+    st.size = (100, 30);
+    update(&mut st, key('l'));
+    assert_eq!(st.log, Some(Default::default()), "open, at its end");
+    let back = |st: &UiState| st.log.as_ref().map(|l| l.back);
+    // (key, rows back after)
+    let keys = [
+        (code(KeyCode::Up), 1),
+        (key('k'), 2),
+        (code(KeyCode::Down), 1),
+        (code(KeyCode::PageUp), 28),
+        (code(KeyCode::PageDown), 1),
+        (key('G'), 0),
+        (key('g'), usize::MAX),
+        (code(KeyCode::End), 0),
+    ];
+    for (k, want) in keys {
+        update(&mut st, k);
+        assert_eq!(back(&st), Some(want));
+    }
+    // The selected row (the first, Chutes) alone, and all again.
+    update(&mut st, key('e'));
+    let only = st.log.as_ref().and_then(|l| l.only.clone());
+    assert_eq!(only, Some(("chutes/int4".into(), "Chutes".into())));
+    update(&mut st, key('e'));
+    assert_eq!(st.log.as_ref().and_then(|l| l.only.clone()), None);
+    // Keys of the main screen do nothing here: space does not toggle a row.
+    let before = st.snapshot.clone();
+    assert!(update(&mut st, key('p')).is_empty(), "p does not pause");
+    assert!(Arc::ptr_eq(&before, &st.snapshot));
+    update(&mut st, code(KeyCode::Esc));
+    assert_eq!(st.log, None, "Esc closes it");
+    update(&mut st, key('l'));
+    update(&mut st, key('l'));
+    assert_eq!(st.log, None, "l again closes it");
+    update(&mut st, key('l'));
+    update(&mut st, ctrl_c());
+    assert!(
+        st.log.is_none() && st.quit_dialog,
+        "Ctrl-C: the quit dialog"
+    );
+}

@@ -13,6 +13,7 @@ mod footer;
 mod grid;
 mod header;
 mod help;
+mod log;
 mod providers;
 mod quit;
 pub(crate) mod text;
@@ -145,6 +146,14 @@ pub fn render(frame: &mut Frame, state: &UiState) {
     let area = frame.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         too_small::render(frame, area, state);
+        confirm::render(frame, area, state);
+        if state.quit_dialog {
+            quit::render(frame, area, state);
+        }
+        return;
+    }
+    if let Some(log) = &state.log {
+        log::render(frame, area, state, log);
         confirm::render(frame, area, state);
         if state.quit_dialog {
             quit::render(frame, area, state);

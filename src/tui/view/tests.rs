@@ -499,3 +499,53 @@ fn an_allowed_endpoint_that_gets_nothing_says_why() {
     let row = line_with(&narrow, "Moonshot AI");
     assert!(row.contains("no temperat"), "{row}");
 }
+
+/// An event longer than the pane is cut there with `…`; the full-screen log shows all of it,
+/// wrapped, and `e` keeps only the events that name the selected endpoint.
+#[test]
+fn the_full_log_shows_the_whole_text_the_pane_cut() {
+    use crate::engine::snapshot::EventLine;
+    let long = "parasail/int4: 5 checked closes billed past what was received (first at 12:03:55, \
+                the last at 12:09:41): closing a stream there does not stop its bill, so under \
+                the hard budget its requests reserve their worst case from now on (END)";
+    let mut snap = kimi_snapshot();
+    snap.events.push(EventLine {
+        at_s: 801.0,
+        text: long.into(),
+    });
+    snap.events_total += 1;
+    let mut st = state_with(snap);
+    let main = text(&draw(&st, 100, 30));
+    let cut = line_with(&main, "parasail/int4: 5 checked");
+    assert!(
+        cut.contains('…') && !cut.contains("(END)"),
+        "the pane cuts it: {cut}"
+    );
+    st.log = Some(Default::default());
+    let log = text(&draw(&st, 100, 30));
+    // The wrapped rows, joined, hold every word of the event.
+    let joined: Vec<&str> = (log.lines())
+        .skip_while(|l| !l.contains("parasail/int4: 5 checked"))
+        .take_while(|l| !l.contains("Esc back"))
+        .flat_map(|l| l.trim_matches(|c| c == '│' || c == ' ').split_whitespace())
+        .collect();
+    let words: Vec<&str> = long.split_whitespace().collect();
+    assert!(
+        joined.windows(words.len()).any(|w| w == words.as_slice()),
+        "every word, in order:\n{log}"
+    );
+    assert!(log.contains("Events: 6"), "{log}");
+    assert!(log.lines().all(|l| l.chars().count() <= 100));
+    // Only the events naming the selected endpoint (Chutes selected: none of these do; then
+    // parasail/int4).
+    st.log = Some(crate::tui::state::LogView {
+        back: 0,
+        only: Some(("parasail/int4".into(), "Parasail".into())),
+    });
+    let only = text(&draw(&st, 100, 30));
+    assert!(
+        only.contains("Events naming parasail/int4: 2 of 6"),
+        "{only}"
+    );
+    assert!(!only.contains("concurrency set to 2000"), "{only}");
+}

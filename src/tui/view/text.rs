@@ -83,6 +83,42 @@ pub(crate) fn clean_cut(s: &str, w: u16) -> String {
     truncate(&clean(s), w)
 }
 
+/// `s` in lines of at most `w` cells, broken at spaces where it can be (a word longer than a
+/// line is broken where the line ends). Nothing is lost: the lines joined by spaces are `s`
+/// with its runs of spaces at the breaks taken out.
+pub(crate) fn wrap(s: &str, w: u16) -> Vec<String> {
+    let w = usize::from(w.max(1));
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut used = 0;
+    for word in s.split(' ').filter(|x| !x.is_empty()) {
+        let ww = Span::raw(word).width();
+        if used > 0 && used + 1 + ww <= w {
+            line.push(' ');
+            line.push_str(word);
+            used += 1 + ww;
+            continue;
+        }
+        if used > 0 {
+            lines.push(std::mem::take(&mut line));
+            used = 0;
+        }
+        for c in word.chars() {
+            let cw = char_width(c);
+            if used + cw > w && used > 0 {
+                lines.push(std::mem::take(&mut line));
+                used = 0;
+            }
+            line.push(c);
+            used += cw;
+        }
+    }
+    if used > 0 || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 /// `s` cut to `w` cells, ending in `…` when cut.
 pub(crate) fn truncate(s: &str, w: u16) -> String {
     let w = usize::from(w);
@@ -324,6 +360,34 @@ pub(crate) fn bar(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrapping_breaks_at_spaces_and_keeps_every_word() {
+        // (what, text, width, lines)
+        let cases: [(&str, &str, u16, &[&str]); 6] = [
+            ("fits", "a closed stream", 20, &["a closed stream"]),
+            ("at a space", "a closed stream", 8, &["a closed", "stream"]),
+            (
+                "a word longer than a line",
+                "gen-0123456789",
+                5,
+                &["gen-0", "12345", "6789"],
+            ),
+            ("runs of spaces at a break go", "ab   cd", 3, &["ab", "cd"]),
+            (
+                "wide characters count two",
+                "深度求索 x",
+                4,
+                &["深度", "求索", "x"],
+            ),
+            ("nothing: one empty line", "", 10, &[""]),
+        ];
+        for (what, text, w, want) in cases {
+            let got = wrap(text, w);
+            assert_eq!(got, want, "{what}");
+            assert!(got.iter().all(|l| width(l) <= w), "{what}: within {w}");
+        }
+    }
 
     #[test]
     fn truncation_and_formats() {
