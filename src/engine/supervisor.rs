@@ -333,7 +333,7 @@ impl Supervisor {
                     self.shared.held_pico.fetch_add(pico, Ordering::Relaxed);
                     Ok(())
                 }
-                Effect::TrueUp(usd) => {
+                Effect::Spent(usd) => {
                     self.shared
                         .spent_pico
                         .fetch_add(usd.pico(), Ordering::Relaxed);

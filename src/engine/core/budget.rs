@@ -493,7 +493,11 @@ impl Core {
     /// Whether a stream closed (or cut) may be billed for what its provider goes on to generate:
     /// its endpoint bills a close in full, or OpenRouter chose among endpoints of which one
     /// does and the stream did not say which.
-    fn close_billed(&self, f: &super::InFlight, r: &super::attempt::AttemptResult) -> bool {
+    pub(super) fn close_billed(
+        &self,
+        f: &super::InFlight,
+        r: &super::attempt::AttemptResult,
+    ) -> bool {
         match r.endpoint {
             Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
             None => f.billed_if_closed,

@@ -120,8 +120,10 @@ pub(crate) enum Effect {
     /// Add this many picodollars (or take them away) to what the dollar cap holds for streams
     /// that run to their end whatever happens: a crash's open attempts.
     Hold(i64),
-    /// Add this to the live spend the workers' dollar cap reads: a key true-up was booked.
-    TrueUp(crate::domain::Usd),
+    /// Add this to the live spend the workers' dollar cap reads: money the core booked that no
+    /// worker accrued (a key true-up; the answer a provider goes on to bill for a stream closed
+    /// before it named its generation).
+    Spent(crate::domain::Usd),
 }
 
 impl Core {

@@ -383,7 +383,34 @@ impl Core {
             self.look_up(g.clone(), entry.clone());
             self.hold_closed(f, r, expected);
         }
+        let unseen = (r.generation_id.is_none() && self.close_billed(f, r)).then(|| {
+            let lost =
+                super::reserve::crash_hold(self.cfg.budget_mode, true, expected, f.worst_pico);
+            let more = Usd::from_pico((lost - r.booked_pico).max(0));
+            SpendEntry {
+                note: Some(
+                    "closed before it named its generation, where a close may be billed in \
+                     full: nothing to look up; booked as a lost attempt until the key's \
+                     true-up"
+                        .into(),
+                ),
+                ..entry
+                    .clone()
+                    .closed_as(SpendKind::Unknown, more, true, now.rfc3339())
+            }
+        });
         self.ledger(entry);
+        // A stream closed before its first chunk has no generation id (the API sends it with
+        // the first chunk, no header), so no look-up can say what it cost; where the close
+        // may be billed in full the provider answers on and bills it all (scripts/
+        // stop-expected.sh --now --seed 23: AtlasCloud billed 628 tokens for a stream closed
+        // 204 ms in, booked at nothing). Booked as a crash's lost attempt is: at its
+        // expectation, its worst case under the hard budget.
+        if let Some(line) = unseen.filter(|l| l.usd > Usd::ZERO) {
+            self.key.estimated(line.usd);
+            self.effects.push(Effect::Spent(line.usd));
+            self.ledger(line);
+        }
     }
 }
 

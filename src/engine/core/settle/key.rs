@@ -62,7 +62,7 @@ impl Core {
     /// waits for a true-up (a base after them would leave them out of every true-up). At the
     /// end, with no look-up out (one still out would book what the key may already count, and
     /// a true-up now would book it twice): the crash estimates the key's count explains are
-    /// trued up in one adjustment line ([`Effect::TrueUp`] adds it to the live spend), what
+    /// trued up in one adjustment line ([`Effect::Spent`] adds it to the live spend), what
     /// it cannot explain (a shared key) is said and the estimates stay; then the end's
     /// checkpoint, quiet when nothing is in flight or out.
     pub(in crate::engine::core) fn key_usage(
@@ -87,7 +87,7 @@ impl Core {
                         KeyVerdict::Agrees => {}
                         KeyVerdict::TrueUp { usd, note } => {
                             spent += usd;
-                            self.effects.push(Effect::TrueUp(usd));
+                            self.effects.push(Effect::Spent(usd));
                             self.event(now, format!("{note}: {:+.6} USD booked", usd.as_f64()));
                             self.ledger(SpendEntry {
                                 usd,

@@ -301,7 +301,7 @@ fn a_start_waits_for_bills_asked_again_only_where_they_may_make_room() {
 /// The key's usage through the door (`Event::KeyUsage`): a start's checkpoint is a true-up's
 /// base only with nothing left open and no crash estimate waiting; a crash's lost attempts
 /// count as estimates; at the end, with no look-up out, the estimates the key's count
-/// explains are trued up in one line and the live spend told ([`Effect::TrueUp`]).
+/// explains are trued up in one line and the live spend told ([`Effect::Spent`]).
 #[test]
 fn the_keys_count_trues_up_the_crash_estimates_it_explains() {
     use crate::store::output::KeyCheckpoint;
@@ -321,7 +321,7 @@ fn the_keys_count_trues_up_the_crash_estimates_it_explains() {
             .collect();
         let told: Vec<Usd> = (fx.iter())
             .filter_map(|e| match e {
-                Effect::TrueUp(u) => Some(*u),
+                Effect::Spent(u) => Some(*u),
                 _ => None,
             })
             .collect();
@@ -513,4 +513,94 @@ fn a_close_still_unknown_is_expected_to_have_run_on() {
         (line.usd, line.expected_usd, &line.attempt),
         (Usd::ZERO, Some(later), &closed.attempt)
     );
+}
+
+/// A stream closed before its first chunk has no generation id, so no look-up can say what it
+/// cost. Where a close may be billed in full the provider answers on and bills it all: booked
+/// at once as a lost attempt is (its expectation; its worst case under the hard budget), an
+/// estimate the key's true-up corrects, and the live spend told. Where every endpoint it could
+/// be at stops the bill, or it named its generation (a look-up settles it), nothing more.
+#[test]
+fn a_stream_closed_before_it_named_its_generation_is_booked_as_a_lost_attempt() {
+    let mut stops = ep("stops/int4", "Stops", "int4", 0.50, 2.00);
+    let mut bills = ep("bills/int4", "Bills", "int4", 0.50, 3.00);
+    stops.cancel_stops_billing = true;
+    bills.cancel_stops_billing = false;
+    // (what, budget mode, endpoints, a generation id, the lost attempt booked: expectation
+    // or worst case)
+    type Case = (
+        &'static str,
+        &'static str,
+        Vec<RunEndpoint>,
+        bool,
+        Option<bool>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "routed where one bills a close: its expectation",
+            "expected",
+            vec![stops.clone(), bills.clone()],
+            false,
+            Some(false),
+        ),
+        (
+            "the same under the hard budget: its worst case",
+            "hard",
+            vec![stops.clone(), bills.clone()],
+            false,
+            Some(true),
+        ),
+        (
+            "where every endpoint stops the bill at a close: nothing more",
+            "expected",
+            vec![stops.clone()],
+            false,
+            None,
+        ),
+        (
+            "it named its generation: a look-up settles it",
+            "expected",
+            vec![stops.clone(), bills.clone()],
+            true,
+            None,
+        ),
+    ];
+    for (what, mode, eps, named, want) in cases {
+        let top = format!("budget_mode = \"{mode}\"\n[request]\nmax_tokens = 4096");
+        let mut h = H::new(config(&top), eps, &[&["a"]]);
+        let sent = h.dispatch();
+        assert_eq!(sent.len(), 1, "{what}");
+        let d = &sent[0];
+        let mut r = cancelled(d.key, None, 0, 0.0);
+        if !named {
+            r.generation_id = None;
+        }
+        let effects = h.result(r);
+        let closed = effects.iter().find_map(|x| match x {
+            Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l.clone()),
+            _ => None,
+        });
+        let closed = closed.expect("its close is booked");
+        let lost = effects.iter().find_map(|x| match x {
+            Effect::Ledger(l) if l.kind == SpendKind::Unknown => Some(l.usd),
+            _ => None,
+        });
+        let told = effects.iter().find_map(|x| match x {
+            Effect::Spent(u) => Some(*u),
+            _ => None,
+        });
+        let want = want.map(|worst| {
+            if worst {
+                assert!(
+                    d.held_worst > Usd::ZERO,
+                    "{what}: the hard budget held its worst case"
+                );
+                d.held_worst
+            } else {
+                closed.expected_usd.expect("its expectation")
+            }
+        });
+        assert_eq!(lost, want, "{what}");
+        assert_eq!(told, want, "{what}: the live spend is told as much");
+    }
 }

@@ -423,7 +423,7 @@ impl Run {
                     .push(std::cmp::Reverse((Time(at), self.rng.random(), i)));
             }
             Effect::Hold(pico) => self.held += pico,
-            Effect::TrueUp(usd) => {
+            Effect::Spent(usd) => {
                 *self.out.seen.entry("key true-up").or_default() += 1;
                 self.spent += usd.pico();
             }
