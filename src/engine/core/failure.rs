@@ -383,7 +383,10 @@ impl Core {
             self.look_up(g.clone(), entry.clone());
             self.hold_closed(f, r, expected);
         }
-        let unseen = (r.generation_id.is_none() && self.close_billed(f, r)).then(|| {
+        // Only a stream harvest closed itself (the cap, a stop, a drain's end): a timeout may
+        // be an error answer or a connection never made, which no provider bills.
+        let ours = error.is_none();
+        let unseen = (ours && r.generation_id.is_none() && self.close_billed(f, r)).then(|| {
             let lost =
                 super::reserve::crash_hold(self.cfg.budget_mode, true, expected, f.worst_pico);
             let more = Usd::from_pico((lost - r.booked_pico).max(0));
@@ -408,6 +411,7 @@ impl Core {
         // expectation, its worst case under the hard budget.
         if let Some(line) = unseen.filter(|l| l.usd > Usd::ZERO) {
             self.key.estimated(line.usd);
+            self.key.unseen_close(now);
             self.effects.push(Effect::Spent(line.usd));
             self.ledger(line);
         }

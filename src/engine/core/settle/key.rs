@@ -32,6 +32,10 @@ pub(crate) enum KeyMoment {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyAccount {
     base: Option<KeyBase>,
+    /// When the last stream closed before it named its generation was closed (booked at an
+    /// estimate): until [`UNKNOWN_AFTER`](crate::engine::reconcile::UNKNOWN_AFTER) past it,
+    /// the provider may still be answering it, so the key's count does not yet hold its bill.
+    last_unseen: Option<std::time::Instant>,
 }
 
 impl KeyAccount {
@@ -41,6 +45,19 @@ impl KeyAccount {
             b.estimated += usd;
             b.estimated_lines += 1;
         }
+    }
+
+    /// A stream closed before it named its generation was booked at an estimate now.
+    pub(in crate::engine::core) fn unseen_close(&mut self, now: &Clock) {
+        self.last_unseen = Some(now.mono);
+    }
+
+    /// Whether such an estimate is young enough that its bill may still be on its way: a
+    /// true-up now would take it back, and the provider's bill, landing later, would be
+    /// booked nowhere.
+    fn unseen_pending(&self, now: &Clock) -> bool {
+        let after = crate::engine::reconcile::UNKNOWN_AFTER;
+        (self.last_unseen).is_some_and(|t| now.mono.saturating_duration_since(t) < after)
     }
 
     /// Crash estimates booked since the base, waiting for a true-up.
@@ -53,7 +70,10 @@ impl Core {
     /// The output directory's last quiet key checkpoint and the crash estimates booked since
     /// (`LedgerScan::key_base`).
     pub(crate) fn with_key_base(mut self, base: Option<KeyBase>) -> Self {
-        self.key = KeyAccount { base };
+        self.key = KeyAccount {
+            base,
+            last_unseen: None,
+        };
         self
     }
 
@@ -82,7 +102,9 @@ impl Core {
                 stopping_now,
             } => {
                 let mut spent = spent;
-                if let Some(base) = self.key.base.filter(|_| look_ups_open == 0) {
+                // A close whose bill may still come counts as a look-up still out.
+                let open = look_ups_open + usize::from(self.key.unseen_pending(now));
+                if let Some(base) = self.key.base.filter(|_| open == 0) {
                     match key_verdict(&base, usage, spent) {
                         KeyVerdict::Agrees => {}
                         KeyVerdict::TrueUp { usd, note } => {
@@ -112,7 +134,7 @@ impl Core {
                         ),
                     }
                 }
-                let quiet = !stopping_now && self.in_flight() == 0 && look_ups_open == 0;
+                let quiet = !stopping_now && self.in_flight() == 0 && open == 0;
                 self.key_checkpoint(usage, spent, quiet, "end", now);
             }
         }

@@ -28,11 +28,12 @@ pub(crate) fn decoded_while_unknown(unknown_for: Duration, lag: Duration, pace: 
 }
 
 impl Core {
-    /// `entry`'s expected cost at `now`, reckoned again, when its look-up found nothing: a
-    /// closed stream at an endpoint that bills a close in full, whose received tokens, pace
-    /// and dataset are known. `None` where nothing more can be said: the close stops the bill
-    /// there (an unknown close says nothing of its length), the line predates the received
-    /// count, the pace is not learned, or the stream would by now have reached `max_tokens`
+    /// `entry`'s expected cost at `now`, reckoned again, when its look-up found nothing and
+    /// that says more than its close did: a closed stream at an endpoint that bills a close in
+    /// full, whose received tokens, pace and dataset are known. `None` where nothing more can
+    /// be said: the close stops the bill there (an unknown close says nothing of its length),
+    /// the line predates the received count, the pace is not learned, it is unknown no longer
+    /// than the API's lag, or the stream would by now have reached `max_tokens`
     /// (its record's absence is then a lagging or losing API, not an answer still running:
     /// the API's own rules for those apply, [`UNKNOWN_AFTER`](crate::engine::reconcile)).
     pub(crate) fn reckon_unknown_close(
@@ -52,13 +53,20 @@ impl Core {
         let pace = self.fleet.transit.get(tag)?.pace()?;
         let d = self.admission.dataset_named(&entry.dataset)?;
         let lengths = self.admission.lengths(d);
-        // The longest the run has seen `/generation` take to record a close: the lag of its
-        // records (none seen: none assumed, which reckons the most run on).
-        let lag = (self.fleet.checks.values())
-            .filter_map(|c| c.found_within)
+        // The longest the run has seen `/generation` take to record a close where closing
+        // stops the bill: the lag of its records (a close billed in full is recorded only
+        // when its answer ends, a minute on). None seen: none assumed, which reckons the most
+        // run on.
+        let lag = (self.fleet.endpoints.iter())
+            .filter(|x| x.cancel_stops_billing)
+            .filter_map(|x| self.fleet.checks.get(&x.tag)?.found_within)
             .max()
             .unwrap_or_default();
         let ran_on = decoded_while_unknown(crate::engine::reconcile::age(entry, now), lag, pace);
+        if ran_on == 0 {
+            // Within the lag: its absence says nothing yet.
+            return None;
+        }
         let at_least = received + ran_on;
         if at_least >= lengths.max_tokens() {
             return None;
@@ -81,8 +89,10 @@ impl Core {
             (price.cost(rest).pico(), 0),
             bound,
         );
+        // Only what says more: a life table that has learned since the close may say less of
+        // the same stream, but the close's own figure stands for it then.
         let expected = Usd::from_pico(expected);
-        (Some(expected) != entry.expected_usd).then_some(expected)
+        (entry.expected_usd.is_none_or(|was| expected > was)).then_some(expected)
     }
 }
 

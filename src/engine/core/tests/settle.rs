@@ -470,6 +470,11 @@ fn a_close_still_unknown_is_expected_to_have_run_on() {
     // (what, the line, seconds unknown)
     let cases = [
         (
+            "asked at once: its absence says nothing yet",
+            closed.clone(),
+            0,
+        ),
+        (
             "unknown 60 s: 3,000 tokens more would be past max_tokens: its absence is the API's",
             closed.clone(),
             60,
@@ -603,4 +608,83 @@ fn a_stream_closed_before_it_named_its_generation_is_booked_as_a_lost_attempt() 
         assert_eq!(lost, want, "{what}");
         assert_eq!(told, want, "{what}: the live spend is told as much");
     }
+}
+
+/// A timeout is not a close of harvest's: an error answer or a connection never made, which no
+/// provider bills. And a close booked as a lost attempt holds the key's true-up while its bill
+/// may still come: a true-up at the run's end would take the estimate back, and the bill,
+/// landing later, would be booked nowhere.
+#[test]
+fn a_lost_close_is_not_trued_up_before_its_bill_can_have_come() {
+    use crate::openrouter::{ApiError, TimeoutKind};
+    let mut stops = ep("stops/int4", "Stops", "int4", 0.50, 2.00);
+    let mut bills = ep("bills/int4", "Bills", "int4", 0.50, 3.00);
+    stops.cancel_stops_billing = true;
+    bills.cancel_stops_billing = false;
+    let top = "budget_mode = \"expected\"\n[request]\nmax_tokens = 4096";
+    let mut h = H::new(config(top), vec![stops, bills], &[&["a", "b"]]);
+    let key = |h: &mut H, usage: f64, spent: Usd, moment: KeyMoment| -> Vec<SpendEntry> {
+        let fx = h.handle(Event::KeyUsage {
+            usage,
+            spent,
+            moment,
+        });
+        (fx.into_iter())
+            .filter_map(|e| match e {
+                Effect::Ledger(l) => Some(l),
+                _ => None,
+            })
+            .collect()
+    };
+    key(
+        &mut h,
+        1.0,
+        Usd::ZERO,
+        KeyMoment::Start { left_open: false },
+    );
+    let sent = h.dispatch();
+    assert_eq!(sent.len(), 2);
+    // A timeout before the first chunk: no lost attempt.
+    let lost = |fx: &[Effect]| {
+        fx.iter().find_map(|x| match x {
+            Effect::Ledger(l) if l.kind == SpendKind::Unknown => Some(l.usd),
+            _ => None,
+        })
+    };
+    let timeout = failed(sent[0].key, None, ApiError::Timeout(TimeoutKind::Idle));
+    assert_eq!(
+        lost(&h.result(timeout)),
+        None,
+        "a timeout books no lost attempt"
+    );
+    // harvest closes the other before its first chunk: a lost attempt.
+    let mut r = cancelled(sent[1].key, None, 0, 0.0);
+    r.generation_id = None;
+    let spent = lost(&h.result(r)).expect("our close is booked as a lost attempt");
+    let end = KeyMoment::End {
+        look_ups_open: 0,
+        stopping_now: false,
+    };
+    let trued_up = |lines: &[SpendEntry]| lines.iter().any(|l| l.id == "key-true-up");
+    let quiet = |lines: &[SpendEntry]| {
+        lines
+            .iter()
+            .find_map(|l| l.checkpoint.map(|c| c.quiet))
+            .expect("a checkpoint")
+    };
+    // The run ends a minute on, the key's count without that bill yet.
+    h.at(60.0);
+    let lines = key(&mut h, 1.0, spent, end);
+    assert!(
+        !trued_up(&lines),
+        "no true-up while its bill may come: {lines:?}"
+    );
+    assert!(!quiet(&lines), "nor a base that would leave it out");
+    // Past UNKNOWN_AFTER (another end, as a later run's), the key's count is trued up to.
+    h.at(16.0 * 60.0);
+    let lines = key(&mut h, 1.0, spent, end);
+    assert!(
+        trued_up(&lines),
+        "trued up once its bill would have come: {lines:?}"
+    );
 }

@@ -380,6 +380,9 @@ impl Run {
             Effect::Ledger(l) | Effect::BookKept(l) => {
                 (l.kind as u8, l.usd.pico(), &l.id).hash(&mut self.hasher);
                 self.out.ledger_pico += l.usd.pico();
+                if l.id == "key-true-up" {
+                    *self.out.seen.entry("key true-up").or_default() += 1;
+                }
             }
             Effect::Output { record, .. } => {
                 record.id.hash(&mut self.hasher);
@@ -423,10 +426,7 @@ impl Run {
                     .push(std::cmp::Reverse((Time(at), self.rng.random(), i)));
             }
             Effect::Hold(pico) => self.held += pico,
-            Effect::Spent(usd) => {
-                *self.out.seen.entry("key true-up").or_default() += 1;
-                self.spent += usd.pico();
-            }
+            Effect::Spent(usd) => self.spent += usd.pico(),
             // What the workers believe of an endpoint (its cancel billing, learned).
             Effect::Repriced { index, endpoint } => self.pool[index] = *endpoint,
             Effect::Turn(_) | Effect::Join(_) => {}
