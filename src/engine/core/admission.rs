@@ -318,7 +318,7 @@ impl Core {
             return Some((why, "input"));
         }
         let estimate = super::dispatch::estimate_prompt_tokens(&p.messages);
-        let contexts = self.fleet.endpoints.iter().map(|e| e.context_length);
+        let contexts = self.fleet.endpoints().iter().map(|e| e.context_length);
         let largest = super::context::beyond_every_context(estimate, contexts)?;
         Some((
             format!(

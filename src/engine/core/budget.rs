@@ -444,7 +444,7 @@ impl Core {
         &self,
         e: &crate::store::output::SpendEntry,
     ) -> (crate::domain::Price, crate::domain::Price, bool) {
-        let eps = &self.fleet.endpoints;
+        let eps = self.fleet.endpoints();
         let at = e
             .endpoint
             .as_deref()
@@ -499,7 +499,7 @@ impl Core {
         r: &super::attempt::AttemptResult,
     ) -> bool {
         match r.endpoint {
-            Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
+            Some(e) => !self.fleet.endpoint(e).cancel_stops_billing,
             None => f.billed_if_closed,
         }
     }
@@ -522,7 +522,7 @@ impl Core {
         let transit = r
             .endpoint
             .map_or(super::attempt_money::TRANSIT_TOKENS as f64, |e| {
-                self.fleet.endpoints[e].transit_tokens
+                self.fleet.endpoint(e).transit_tokens
             });
         let d = f.job.dataset;
         let running = self
@@ -535,7 +535,8 @@ impl Core {
             .unwrap_or_else(|| self.admission.expected_output_tokens(d));
         let price_out = r.endpoint.map_or(f.price_out, |e| {
             let at = crate::pricing::hhmm(&now.wall);
-            self.fleet.endpoints[e]
+            self.fleet
+                .endpoint(e)
                 .tariff
                 .rates(f.prompt_tokens, at)
                 .completion

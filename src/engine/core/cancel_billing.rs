@@ -144,15 +144,18 @@ impl Core {
         check: bool,
         now: &Clock,
     ) -> Option<Close> {
-        let i = self.fleet.endpoints.iter().position(|e| e.tag == tag)?;
-        let was = self.fleet.endpoints[i].cancel_stops_billing;
-        let rate = self.fleet.wire.get(tag);
+        let i = self.fleet.endpoints().iter().position(|e| e.tag == tag)?;
+        let was = self.fleet.endpoint(i).cancel_stops_billing;
+        let rate = self.fleet.wire(tag);
         let learned = rate.is_some_and(wire_rate::TokensPerEvent::learned);
         let per_event = rate.map_or(wire_rate::PRIOR, wire_rate::TokensPerEvent::range);
         let estimate = rate.and_then(wire_rate::TokensPerEvent::estimate);
-        let trusted = (self.fleet.cancel.get(tag)).is_some_and(Evidence::trusted_on_evidence);
-        let wire = Wire::of(per_event, estimate, self.fleet.transit.get(tag), trusted);
-        let ev = (self.fleet.cancel.entry(tag.to_string())).or_insert(Evidence::new(was));
+        let trusted = self
+            .fleet
+            .cancel(tag)
+            .is_some_and(Evidence::trusted_on_evidence);
+        let wire = Wire::of(per_event, estimate, self.fleet.transit(tag), trusted);
+        let ev = self.fleet.cancel_or(tag.to_string(), Evidence::new(was));
         let mut close = ev.add(received, billed, wire, learned);
         if close == Close::Stopped
             && let Some(k) = estimate
@@ -181,21 +184,21 @@ impl Core {
     /// stretch's rechecks still test it); one seen to bill past a close is doubted from the
     /// start; one short of trust is checked only for the closes it lacks.
     pub(super) fn carry_closes(&mut self, now: &Clock) {
-        for (tag, seen) in std::mem::take(&mut self.fleet.closes_before) {
-            let Some(i) = self.fleet.endpoints.iter().position(|e| e.tag == tag) else {
+        for (tag, seen) in self.fleet.take_closes_before() {
+            let Some(i) = self.fleet.endpoints().iter().position(|e| e.tag == tag) else {
                 continue;
             };
             let fresh = self.new_evidence(i);
             if let Some(d) = seen.found_within {
-                let checks = self.fleet.checks.entry(tag.clone()).or_default();
+                let checks = self.fleet.checks_of(tag.clone());
                 checks.found_within = Some(checks.found_within.map_or(d, |w| w.max(d)));
             }
-            let ev = self.fleet.cancel.entry(tag.clone()).or_insert(fresh);
+            let ev = self.fleet.cancel_or(tag.clone(), fresh);
             ev.stopped += seen.stopped;
             ev.billed_past += seen.billed_past;
             let (believed, documented) = (ev.believed(), ev.documented);
             let short = ev.stops_needed().saturating_sub(ev.stopped);
-            if believed != self.fleet.endpoints[i].cancel_stops_billing {
+            if believed != self.fleet.endpoint(i).cancel_stops_billing {
                 self.set_cancel_belief(i, believed);
             }
             let then = if believed {
@@ -226,14 +229,17 @@ impl Core {
     /// Endpoint `i`'s tokens an event are now learned: the closes that said nothing under the
     /// prior are read by them.
     pub(super) fn reread_closes(&mut self, i: usize, now: &Clock) {
-        let tag = self.fleet.endpoints[i].tag.clone();
-        let Some(rate) = self.fleet.wire.get(&tag) else {
+        let tag = self.fleet.endpoint(i).tag.clone();
+        let Some(rate) = self.fleet.wire(&tag) else {
             return;
         };
         let (per_event, estimate) = (rate.range(), rate.estimate());
-        let trusted = (self.fleet.cancel.get(&tag)).is_some_and(Evidence::trusted_on_evidence);
-        let wire = Wire::of(per_event, estimate, self.fleet.transit.get(&tag), trusted);
-        let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
+        let trusted = self
+            .fleet
+            .cancel(&tag)
+            .is_some_and(Evidence::trusted_on_evidence);
+        let wire = Wire::of(per_event, estimate, self.fleet.transit(&tag), trusted);
+        let Some(ev) = self.fleet.cancel_mut(&tag) else {
             return;
         };
         let Some(&last) = ev.unread.last() else {
@@ -259,8 +265,8 @@ impl Core {
         if stopped.is_empty() {
             return;
         }
-        let tag = self.fleet.endpoints[i].tag.clone();
-        let transit = self.fleet.transit.entry(tag).or_default();
+        let tag = self.fleet.endpoint(i).tag.clone();
+        let transit = self.fleet.transit_of(tag);
         for &(received, billed) in stopped {
             transit.add_close(billed as f64 - received as f64 * per_event);
         }
@@ -270,14 +276,14 @@ impl Core {
     /// What endpoint `i`'s closes now say, if it changed the run's belief: the workers' pool
     /// and the event log hear it (`last`: the latest close, events received and tokens billed).
     fn settle_cancel_belief(&mut self, i: usize, (received, billed): (u64, u64), now: &Clock) {
-        let tag = self.fleet.endpoints[i].tag.clone();
-        let was = self.fleet.endpoints[i].cancel_stops_billing;
-        let Some(ev) = self.fleet.cancel.get(&tag) else {
+        let tag = self.fleet.endpoint(i).tag.clone();
+        let was = self.fleet.endpoint(i).cancel_stops_billing;
+        let Some(ev) = self.fleet.cancel(&tag) else {
             return;
         };
         // A check not found in time, or one whose bill said nothing clear, suspends the trust
         // the endpoint's earlier checks earned.
-        let suspended = self.fleet.checks.get(&tag).is_some_and(|c| c.suspended);
+        let suspended = self.fleet.checks(&tag).is_some_and(|c| c.suspended);
         let now_believed = ev.believed() && !suspended;
         let (stopped, past) = (ev.stopped, ev.billed_past);
         if now_believed == was {
@@ -312,7 +318,7 @@ impl Core {
     /// workers' pool hears it, and where it does not, the streams in flight there reserve their
     /// worst case.
     pub(super) fn set_cancel_belief(&mut self, i: usize, stops: bool) {
-        let mut pool = self.fleet.endpoints.as_ref().clone();
+        let mut pool = self.fleet.endpoints().as_ref().clone();
         pool[i].cancel_stops_billing = stops;
         self.effects.push(Effect::Repriced {
             index: i,

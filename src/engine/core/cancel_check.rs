@@ -122,13 +122,14 @@ impl Core {
         if self.cfg.budget_mode != BudgetMode::Hard || self.cfg.cancel_stops_billing.is_some() {
             return;
         }
-        for i in 0..self.fleet.endpoints.len() {
-            let e = &self.fleet.endpoints[i];
-            if !self.doubts_documented(i) || self.fleet.cancel.contains_key(&e.tag) {
+        for i in 0..self.fleet.endpoints().len() {
+            let e = self.fleet.endpoint(i);
+            if !self.doubts_documented(i) || self.fleet.cancel(&e.tag).is_some() {
                 continue;
             }
             let (tag, documented) = (e.tag.clone(), e.cancel_stops_billing);
-            self.fleet.cancel.insert(tag.clone(), self.new_evidence(i));
+            let fresh = self.new_evidence(i);
+            self.fleet.set_cancel(tag.clone(), fresh);
             if documented {
                 self.set_cancel_belief(i, false);
                 // Said of the endpoints the run may use; one the operator includes later is
@@ -159,14 +160,14 @@ impl Core {
     pub(super) fn doubts_documented(&self, i: usize) -> bool {
         self.cfg.budget_mode == BudgetMode::Hard
             && self.cfg.cancel_stops_billing.is_none()
-            && self.fleet.endpoints[i].custom.is_none()
+            && self.fleet.endpoint(i).custom.is_none()
     }
 
     /// Endpoint `i`'s evidence before any close there is read: its documented word (or the
     /// operator's), taken or, where [`doubts_documented`](Self::doubts_documented), waiting
     /// for checks.
     pub(super) fn new_evidence(&self, i: usize) -> Evidence {
-        let mut ev = Evidence::new(self.fleet.endpoints[i].cancel_stops_billing);
+        let mut ev = Evidence::new(self.fleet.endpoint(i).cancel_stops_billing);
         ev.trust_documented = !self.doubts_documented(i);
         ev
     }
@@ -177,12 +178,12 @@ impl Core {
     /// spare sends no check and closes nothing.
     pub(super) fn check_route(&mut self, now: &Clock, job: &Job) -> Option<(usize, super::Route)> {
         let mode = self.cfg.budget_mode;
-        let wanted: Vec<usize> = (0..self.fleet.endpoints.len())
+        let wanted: Vec<usize> = (0..self.fleet.endpoints().len())
             .filter(|&i| {
-                let tag = &self.fleet.endpoints[i].tag;
-                let ev = self.fleet.cancel.get(tag);
+                let tag = &self.fleet.endpoint(i).tag;
+                let ev = self.fleet.cancel(tag);
                 let documented = ev.is_some_and(|e| e.documented);
-                let checks = self.fleet.checks.get(tag).cloned().unwrap_or_default();
+                let checks = self.fleet.checks(tag).cloned().unwrap_or_default();
                 let since = checks
                     .last_sent
                     .map(|t| now.mono.saturating_duration_since(t));
@@ -196,12 +197,12 @@ impl Core {
 
     /// A check of endpoint `i`'s close leaves.
     pub(super) fn check_sent(&mut self, i: usize, now: &Clock) {
-        let tag = self.fleet.endpoints[i].tag.clone();
+        let tag = self.fleet.endpoint(i).tag.clone();
         // A recheck of a trusted endpoint is not this news.
-        if !self.fleet.endpoints[i].cancel_stops_billing {
+        if !self.fleet.endpoint(i).cancel_stops_billing {
             self.announce_checks(&tag, now);
         }
-        let checks = self.fleet.checks.entry(tag).or_default();
+        let checks = self.fleet.checks_of(tag);
         checks.asked += 1;
         checks.pending += 1;
         checks.last_sent = Some(now.mono);
@@ -210,8 +211,8 @@ impl Core {
     /// A check at endpoint `i` ended without being closed for it (an answer shorter than the
     /// check's tokens, a failure, a stop): it did not count, and another may go.
     pub(super) fn check_ended(&mut self, i: usize) {
-        let tag = self.fleet.endpoints[i].tag.clone();
-        let checks = self.fleet.checks.entry(tag).or_default();
+        let tag = self.fleet.endpoint(i).tag.clone();
+        let checks = self.fleet.checks_of(tag);
         checks.pending = checks.pending.saturating_sub(1);
         checks.asked = checks.asked.saturating_sub(1);
     }
@@ -228,8 +229,8 @@ impl Core {
         let looked_up = r.generation_id.is_some() && self.reconcile_asked < RECONCILE_CAPACITY;
         self.book_closed(&job, f, r, None, now);
         if let Some(e) = f.check {
-            let tag = self.fleet.endpoints[e].tag.clone();
-            let checks = self.fleet.checks.entry(tag).or_default();
+            let tag = self.fleet.endpoint(e).tag.clone();
+            let checks = self.fleet.checks_of(tag);
             match r.generation_id.clone().filter(|_| looked_up) {
                 Some(g) => checks.looking_up.push((g, now.mono)),
                 None => checks.pending = checks.pending.saturating_sub(1),
@@ -248,7 +249,7 @@ impl Core {
     ) -> Option<Duration> {
         let g = generation_id?;
         let mut was = None;
-        for checks in self.fleet.checks.values_mut() {
+        for checks in self.fleet.all_checks_mut() {
             if let Some(at) = checks.looking_up.iter().position(|(x, _)| x == g) {
                 let (_, closed) = checks.looking_up.swap_remove(at);
                 checks.pending = checks.pending.saturating_sub(1);
@@ -265,8 +266,8 @@ impl Core {
     /// bill is no proof the close stopped it); one that reads stopped, with no other check
     /// overdue, lifts the suspension. The caller settles the belief.
     pub(super) fn checked(&mut self, i: usize, close: super::close_read::Close, now: &Clock) {
-        let tag = self.fleet.endpoints[i].tag.clone();
-        let Some(checks) = self.fleet.checks.get_mut(&tag) else {
+        let tag = self.fleet.endpoint(i).tag.clone();
+        let Some(checks) = self.fleet.checks_mut(&tag) else {
             return;
         };
         let limit = overdue_after(checks.found_within);
@@ -280,12 +281,12 @@ impl Core {
     /// case from now on (a provider that began billing closes in full after its checks:
     /// reliability-probe-5 P16).
     pub(super) fn suspend_overdue_trust(&mut self, now: &Clock) {
-        for i in 0..self.fleet.endpoints.len() {
-            let tag = self.fleet.endpoints[i].tag.clone();
-            if !self.fleet.endpoints[i].cancel_stops_billing {
+        for i in 0..self.fleet.endpoints().len() {
+            let tag = self.fleet.endpoint(i).tag.clone();
+            if !self.fleet.endpoint(i).cancel_stops_billing {
                 continue;
             }
-            let Some(checks) = self.fleet.checks.get_mut(&tag) else {
+            let Some(checks) = self.fleet.checks_mut(&tag) else {
                 continue;
             };
             let limit = overdue_after(checks.found_within);

@@ -40,7 +40,7 @@ impl Core {
             }
             Command::SetEndpoint { tag, allowed } => {
                 for i in self.endpoint_indices(&tag) {
-                    self.fleet.operator[i] = allowed;
+                    self.fleet.set_operator(i, allowed);
                 }
                 let who = by.map_or("operator".to_string(), |v| v.to_string());
                 let text = match allowed {
@@ -60,7 +60,7 @@ impl Core {
                 let undone = self.fleet.set_mode(mode);
                 let text = match mode {
                     PolicyMode::Faithful => {
-                        format!("policy: faithful (native {})", self.fleet.native)
+                        format!("policy: faithful (native {})", self.fleet.native())
                     }
                     PolicyMode::Any => "policy: any quantization".to_string(),
                 };
@@ -138,7 +138,7 @@ impl Core {
 
     fn endpoint_indices(&self, tag: &str) -> Vec<usize> {
         self.fleet
-            .endpoints
+            .endpoints()
             .iter()
             .enumerate()
             .filter(|(_, e)| e.tag == tag)
@@ -171,14 +171,14 @@ impl Core {
     /// workers' pool), endpoints that left (no longer routed to) and came back. An endpoint it
     /// shows for the first time goes to the driver to join the pool ([`Effect::Join`]).
     pub(super) fn listing(&mut self, listing: Vec<RunEndpoint>, now: &Clock) {
-        let eps = self.fleet.endpoints.clone();
+        let eps = self.fleet.endpoints().clone();
         for (i, e) in eps.iter().enumerate().filter(|(_, e)| e.custom.is_none()) {
             let found = listing
                 .iter()
                 .find(|l| l.tag == e.tag && l.provider == e.provider);
             match found {
                 Some(l) => {
-                    if !self.fleet.listed[i].present {
+                    if !self.fleet.listed(i).present {
                         self.event(now, format!("{} is listed again", e.tag));
                     }
                     if l.tariff != e.tariff {
@@ -188,7 +188,7 @@ impl Core {
                             e.tag, l.price_in, l.price_out, e.price_in, e.price_out
                         );
                         self.event(now, text);
-                        let mut pool = self.fleet.endpoints.as_ref().clone();
+                        let mut pool = self.fleet.endpoints().as_ref().clone();
                         pool[i].price_in = l.price_in;
                         pool[i].price_out = l.price_out;
                         pool[i].tariff = l.tariff.clone();
@@ -198,14 +198,14 @@ impl Core {
                         });
                         self.fleet.set_endpoints(Arc::new(pool));
                     }
-                    self.fleet.listed[i] = Listed {
+                    *self.fleet.listed_mut(i) = Listed {
                         status: l.status,
                         uptime_30m: l.uptime_30m,
                         present: true,
                     };
                 }
-                None if self.fleet.listed[i].present => {
-                    self.fleet.listed[i].present = false;
+                None if self.fleet.listed(i).present => {
+                    self.fleet.listed_mut(i).present = false;
                     self.event(
                         now,
                         format!(
@@ -221,7 +221,7 @@ impl Core {
             let known = eps.iter().any(|e| e.tag == l.tag);
             if !known && self.journal.first(Once::NewEndpoint(l.tag.clone())) {
                 // The run's text already says what a token of it holds, whoever serves it.
-                l.bytes_per_token = self.fleet.text.estimate();
+                l.bytes_per_token = self.fleet.text().estimate();
                 self.effects.push(Effect::Join(Box::new(l)));
             }
         }
@@ -248,23 +248,18 @@ impl Core {
             return;
         };
         self.fleet.set_endpoints(endpoints);
-        while self.fleet.operator.len() < self.fleet.endpoints.len() {
-            self.fleet.operator.push(None);
-            self.fleet.health.push(Health::new(
-                self.cfg.breaker.failures,
-                self.cfg.breaker.cooldown(),
-            ));
-            self.fleet.listed.push(Listed {
+        let breaker = (self.cfg.breaker.failures, self.cfg.breaker.cooldown());
+        self.fleet.grow(
+            || Health::new(breaker.0, breaker.1),
+            || Listed {
                 status: e.status,
                 uptime_30m: e.uptime_30m,
                 present: true,
-            });
-            self.fleet.ep_in_flight.push(0);
-            self.fleet.sole.push(0);
-        }
+            },
+        );
         self.fleet.refresh_verdicts();
-        let i = self.fleet.endpoints.len() - 1;
-        let verdict = match self.fleet.verdicts.get(i).and_then(Option::as_ref) {
+        let i = self.fleet.endpoints().len() - 1;
+        let verdict = match self.fleet.verdict(i) {
             None => "allowed by the policy".to_string(),
             Some(x) => format!("not used ({x}); space includes it"),
         };

@@ -46,10 +46,7 @@ impl Core {
     /// bad prompt lines met on the way.
     pub(super) fn dispatch(&mut self, port: &mut dyn Port, now: &Clock) {
         let live = port.live();
-        self.fleet.ep_in_flight.clone_from(&live.endpoint_in_flight);
-        self.fleet
-            .ep_in_flight
-            .resize(self.fleet.endpoints.len(), 0);
+        self.fleet.read_in_flight(&live.endpoint_in_flight);
         self.budget.round_begins();
         while self.can_dispatch(now) {
             // Nothing to route to: do not even take a job.
@@ -226,12 +223,12 @@ impl Core {
     /// bill: its pinned endpoint's terms, or any of those OpenRouter may pick.
     fn billed_if_closed(&self, route: &Route) -> bool {
         match route.pinned {
-            Some(e) => !self.fleet.endpoints[e].cancel_stops_billing,
+            Some(e) => !self.fleet.endpoint(e).cancel_stops_billing,
             None if route.over.is_empty() => true,
             None => route
                 .over
                 .iter()
-                .any(|&e| !self.fleet.endpoints[e].cancel_stops_billing),
+                .any(|&e| !self.fleet.endpoint(e).cancel_stops_billing),
         }
     }
 
@@ -253,7 +250,7 @@ impl Core {
             .chat_request(&self.cfg.model, messages);
         let pinned = route.pinned;
         if let Some(e) = pinned {
-            let ep = &self.fleet.endpoints[e];
+            let ep = self.fleet.endpoint(e);
             if let Some(c) = &ep.custom {
                 req.model = c.model.clone();
                 for (k, v) in &c.extra {
@@ -270,16 +267,13 @@ impl Core {
             for p in super::params::unlisted(&sent, ep.supported_parameters.as_deref()) {
                 req.drop_parameter(p);
             }
-            self.fleet.health[e].on_dispatch();
-            if let Some(n) = self.fleet.ep_in_flight.get_mut(e) {
-                *n += 1;
-            }
+            self.fleet.health_mut(e).on_dispatch();
+            self.fleet.count_in_flight(e);
         }
         if pinned.is_none()
             && let [only] = route.over[..]
-            && let Some(n) = self.fleet.sole.get_mut(only)
         {
-            *n += 1;
+            self.fleet.count_sole(only, true);
         }
         req.provider = route.prefs;
         // The parameters as they leave (after any dropping, an own server's fields included),
@@ -300,12 +294,12 @@ impl Core {
         let max_tokens = u64::from(self.admission.dataset(d).params.max_tokens);
         let bill_bound = route.price_in.cost(prompt_bound) + route.price_out.cost(max_tokens) + fee;
         let bound = bill_bound.max(money.worst);
-        let openrouter = pinned.is_none_or(|e| self.fleet.endpoints[e].custom.is_none());
+        let openrouter = pinned.is_none_or(|e| self.fleet.endpoint(e).custom.is_none());
         self.seq += 1;
         let key = self.seq;
         let attempt = format!("{}-{key}", self.run_id);
         let ledger = SpendEntry {
-            endpoint: pinned.map(|e| self.fleet.endpoints[e].tag.clone()),
+            endpoint: pinned.map(|e| self.fleet.endpoint(e).tag.clone()),
             prompt_tokens,
             estimated: true,
             attempt: Some(attempt.clone()),

@@ -130,7 +130,7 @@ impl Core {
     /// Decides on `event` at `now`, then (once begun) starts what fits; returns what the
     /// driver must do. The core's only door that changes it.
     pub(crate) fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
-        if !self.fleet.closes_before.is_empty() {
+        if self.fleet.has_closes_before() {
             self.carry_closes(now);
         }
         match event {
@@ -145,7 +145,7 @@ impl Core {
             Event::Listing(endpoints) => self.listing(endpoints, now),
             Event::Joined { endpoint, pool } => self.endpoint_added(&endpoint, pool, now),
             Event::Probe(agreement) => {
-                self.fleet.probe = agreement;
+                self.fleet.set_probe(agreement);
                 self.fleet.refresh_verdicts();
             }
             Event::Quality(findings) => self.note_quality(findings, now),

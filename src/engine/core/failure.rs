@@ -38,13 +38,13 @@ impl Core {
         if let Some(e) = endpoint {
             if kind == ErrorKind::RateLimited {
                 let wait = err.retry_after().unwrap_or(Duration::from_secs(2));
-                self.fleet.health[e].on_rate_limited(now.mono, wait);
+                self.fleet.health_mut(e).on_rate_limited(now.mono, wait);
                 // Sent to it alone (pinned, or `only` of one), the request tells how many it
                 // took at once: that many, for now. Routed over several, it does not.
                 let alone = f.endpoint.is_some() || f.over.len() == 1;
                 if alone {
                     let there = self.fleet.load_at(e);
-                    self.fleet.health[e].learn_ceiling(there);
+                    self.fleet.health_mut(e).learn_ceiling(there);
                 }
             } else if err.is_retryable() {
                 self.endpoint_failed(e, kind.label(), now);
@@ -73,11 +73,11 @@ impl Core {
             }
             self.ledger(line);
         }
-        let own_server = endpoint.filter(|&e| self.fleet.endpoints[e].custom.is_some());
+        let own_server = endpoint.filter(|&e| self.fleet.endpoint(e).custom.is_some());
         if let (Some(e), true) = (own_server, err.stops_dispatch()) {
             // One of the operator's own servers refused us: take it out, go on.
-            let tag = self.fleet.endpoints[e].tag.clone();
-            self.fleet.operator[e] = Some(false);
+            let tag = self.fleet.endpoint(e).tag.clone();
+            self.fleet.set_operator(e, Some(false));
             self.event(
                 now,
                 format!("{tag} refused the request ({err}): excluded; check its api_key_env"),
@@ -85,15 +85,15 @@ impl Core {
             job.failed_at = endpoint;
             self.schedule_retry(job, &err, now);
         } else if let (Some(e), ErrorKind::NotFound) = (f.endpoint, kind)
-            && self.fleet.endpoints[e].custom.is_none()
+            && self.fleet.endpoint(e).custom.is_none()
             && !err.is_account_restriction()
             && job.attempts < self.cfg.retry.max_attempts
         {
             // A pinned endpoint OpenRouter no longer has: out of routing until the listing
             // shows it again; the prompt goes elsewhere.
-            if self.fleet.listed[e].present {
-                let tag = self.fleet.endpoints[e].tag.clone();
-                self.fleet.listed[e].present = false;
+            if self.fleet.listed(e).present {
+                let tag = self.fleet.endpoint(e).tag.clone();
+                self.fleet.listed_mut(e).present = false;
                 self.event(
                     now,
                     format!("{tag} is not served any more ({err}): taken out of routing"),
@@ -114,8 +114,8 @@ impl Core {
             // wider; when the wide request meets the same 404, that one is systematic.
             self.note_narrowed_restriction(&err, gone.len());
             for e in gone {
-                let tag = self.fleet.endpoints[e].tag.clone();
-                self.fleet.listed[e].present = false;
+                let tag = self.fleet.endpoint(e).tag.clone();
+                self.fleet.listed_mut(e).present = false;
                 self.event(
                     now,
                     format!(
@@ -160,16 +160,16 @@ impl Core {
         let sends = &self.admission.dataset(f.job.dataset).sends;
         // The endpoint its last attempt failed at is left out by the retry rule, not by a
         // narrowing: it does not make a request narrowed.
-        let wider = (0..self.fleet.endpoints.len()).any(|i| {
+        let wider = (0..self.fleet.endpoints().len()).any(|i| {
             !f.over.contains(&i)
                 && f.job.failed_at != Some(i)
-                && self.fleet.listed[i].present
+                && self.fleet.listed(i).present
                 && self.fleet.permitted(i)
-                && self.fleet.endpoints[i].custom.is_none()
+                && self.fleet.endpoint(i).custom.is_none()
                 && self.takes(i, sends)
         });
         let gone: Vec<usize> = (f.over.iter().copied())
-            .filter(|&i| self.fleet.listed[i].present)
+            .filter(|&i| self.fleet.listed(i).present)
             .collect();
         wider.then_some(gone)
     }
@@ -179,7 +179,7 @@ impl Core {
     fn blamed(&self, f: &InFlight, err: &ApiError) -> Option<usize> {
         let name = err.provider_name()?;
         let mut named = (f.over.iter().copied())
-            .filter(|&i| self.fleet.endpoints[i].provider.eq_ignore_ascii_case(name));
+            .filter(|&i| self.fleet.endpoint(i).provider.eq_ignore_ascii_case(name));
         let one = named.next()?;
         named.next().is_none().then_some(one)
     }
@@ -194,7 +194,7 @@ impl Core {
         now: &Clock,
     ) -> SpendEntry {
         SpendEntry {
-            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+            endpoint: r.endpoint.map(|e| self.fleet.endpoint(e).tag.clone()),
             completion_tokens: r.streamed_tokens,
             generation_id: r.generation_id.clone(),
             attempt: Some(f.attempt.clone()),
@@ -244,7 +244,7 @@ impl Core {
     ) {
         job.attempts -= 1;
         self.ledger(SpendEntry {
-            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+            endpoint: r.endpoint.map(|e| self.fleet.endpoint(e).tag.clone()),
             attempt: Some(f.attempt.clone()),
             error: Some(ErrorKind::InFlightBudget.to_string()),
             ..SpendEntry::new(
@@ -278,9 +278,9 @@ impl Core {
     /// A failure the endpoint is to blame for, of kind `label`: counted by its breaker.
     pub(super) fn endpoint_failed(&mut self, e: usize, label: &str, now: &Clock) {
         if let Some(HealthEvent::Opened { failures, cooldown }) =
-            self.fleet.health[e].on_failure(now.mono)
+            self.fleet.health_mut(e).on_failure(now.mono)
         {
-            let tag = self.fleet.endpoints[e].tag.clone();
+            let tag = self.fleet.endpoint(e).tag.clone();
             self.event(
                 now,
                 format!(
@@ -359,7 +359,7 @@ impl Core {
         self.admission.closed(job.dataset, r.received_tokens);
         let expected = self.closed_expected(f, r, now);
         let entry = SpendEntry {
-            endpoint: r.endpoint.map(|e| self.fleet.endpoints[e].tag.clone()),
+            endpoint: r.endpoint.map(|e| self.fleet.endpoint(e).tag.clone()),
             usd: Usd::from_pico(r.booked_pico),
             expected_usd: Some(Usd::from_pico(expected)),
             prompt_tokens: f.prompt_tokens,

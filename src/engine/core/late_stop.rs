@@ -59,8 +59,8 @@ impl Core {
         per_event: f64,
         now: &Clock,
     ) -> bool {
-        let tag = self.fleet.endpoints[i].tag.clone();
-        let Some(ev) = self.fleet.cancel.get(&tag) else {
+        let tag = self.fleet.endpoint(i).tag.clone();
+        let Some(ev) = self.fleet.cancel(&tag) else {
             return false;
         };
         if ev.billed_past > 0 || ev.unclear.len() < CLUSTER_NEEDED {
@@ -75,13 +75,13 @@ impl Core {
             .collect();
         let mut middle = received.clone();
         middle.sort_by(f64::total_cmp);
-        let transit = self.fleet.transit.get(&tag);
+        let transit = self.fleet.transit(&tag);
         let natural = transit.and_then(|t| t.natural_rest_spread(middle[middle.len() / 2]));
         let pace = transit.and_then(|t| t.pace());
         if !unclear_closes_stopped(&past, natural, pace) {
             return false;
         }
-        let Some(ev) = self.fleet.cancel.get_mut(&tag) else {
+        let Some(ev) = self.fleet.cancel_mut(&tag) else {
             return false;
         };
         let closes = std::mem::take(&mut ev.unclear);
@@ -114,7 +114,7 @@ impl Core {
     /// (`close_reading::ClosesSeen` counts the ledger's readings; without these, a start after
     /// a run that trusted an endpoint this way checked it again from nothing).
     pub(super) fn keep_readings(&mut self, i: usize, n: usize, why: &str, now: &Clock) {
-        let tag = self.fleet.endpoints[i].tag.clone();
+        let tag = self.fleet.endpoint(i).tag.clone();
         for _ in 0..n {
             self.ledger(SpendEntry {
                 endpoint: Some(tag.clone()),

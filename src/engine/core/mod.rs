@@ -286,15 +286,6 @@ impl Core {
                 .chat_request(&cfg.model, Vec::new())
                 .parameters_sent();
         }
-        let n = endpoints.len();
-        let listed = endpoints
-            .iter()
-            .map(|e| Listed {
-                status: e.status,
-                uptime_30m: e.uptime_30m,
-                present: true,
-            })
-            .collect();
         let in_datasets = datasets.iter().map(|d| d.spent).sum();
         let mut core = Core {
             books: books::Books::new(carried_over, in_datasets),
@@ -305,27 +296,12 @@ impl Core {
                 carried_over,
                 cfg.retry.learn_inflight_budget,
             ),
-            fleet: routing::Fleet {
-                health: (0..n)
-                    .map(|_| Health::new(cfg.breaker.failures, cfg.breaker.cooldown()))
-                    .collect(),
-                reach: routing::Fleet::reach_of(&endpoints),
+            fleet: routing::Fleet::new(
                 endpoints,
                 policy,
                 native,
-                operator: vec![None; n],
-                listed,
-                verdicts: Vec::new(),
-                probe: HashMap::new(),
-                cancel: HashMap::new(),
-                closes_before: Vec::new(),
-                checks: HashMap::new(),
-                wire: HashMap::new(),
-                text: Default::default(),
-                transit: HashMap::new(),
-                ep_in_flight: vec![0; n],
-                sole: vec![0; n],
-            },
+                Health::new(cfg.breaker.failures, cfg.breaker.cooldown()),
+            ),
             admission: admission::Admission::new(datasets, shard),
             cfg,
             life: Lifecycle {
@@ -359,14 +335,14 @@ impl Core {
     fn ledger(&mut self, entry: SpendEntry) {
         let in_dataset = self.admission.book(&entry.dataset, entry.usd);
         let endpoint = (entry.endpoint.as_deref())
-            .and_then(|t| self.fleet.endpoints.iter().position(|e| e.tag == t));
+            .and_then(|t| self.fleet.endpoints().iter().position(|e| e.tag == t));
         self.books.book(endpoint, in_dataset, entry.usd);
         self.effects.push(Effect::Ledger(entry));
     }
 
     /// Earlier runs' spend by endpoint tag (their ledger's lines), for the providers' `spent`.
     pub(crate) fn with_carried_by_endpoint(mut self, by_tag: &HashMap<String, Usd>) -> Self {
-        let eps = self.fleet.endpoints.clone();
+        let eps = self.fleet.endpoints().clone();
         self.books
             .carry_by_tag(eps.iter().map(|e| e.tag.as_str()), by_tag);
         self
@@ -385,7 +361,7 @@ impl Core {
             .map(|(tag, seen)| (tag.clone(), seen.clone()))
             .collect();
         carried.sort_by(|a, b| a.0.cmp(&b.0));
-        self.fleet.closes_before = carried;
+        self.fleet.set_closes_before(carried);
         self
     }
 
@@ -509,22 +485,22 @@ impl Core {
         self.admission.datasets()
     }
     pub(crate) fn endpoints(&self) -> &Arc<Vec<RunEndpoint>> {
-        &self.fleet.endpoints
+        self.fleet.endpoints()
     }
     pub(crate) fn listed(&self, i: usize) -> &Listed {
-        &self.fleet.listed[i]
+        self.fleet.listed(i)
     }
     pub(crate) fn operator(&self, i: usize) -> Option<bool> {
-        self.fleet.operator[i]
+        self.fleet.operator(i)
     }
     pub(crate) fn health(&self, i: usize) -> &Health {
-        &self.fleet.health[i]
+        self.fleet.health(i)
     }
     pub(crate) fn policy(&self) -> &PolicyConfig {
-        &self.fleet.policy
+        self.fleet.policy()
     }
     pub(crate) fn native(&self) -> &Quantization {
-        &self.fleet.native
+        self.fleet.native()
     }
     pub(crate) fn config(&self) -> &Config {
         &self.cfg

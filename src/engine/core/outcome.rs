@@ -33,9 +33,8 @@ impl Core {
         };
         if f.endpoint.is_none()
             && let [only] = f.over[..]
-            && let Some(n) = self.fleet.sole.get_mut(only)
         {
-            *n = n.saturating_sub(1);
+            self.fleet.count_sole(only, false);
         }
         // Its cost is in the spend now (the worker booked it): none of it stays reserved.
         self.budget.returned(f.reserved_pico, f.openrouter);
@@ -85,12 +84,12 @@ impl Core {
         if let Some(e) = endpoint {
             if shape != Shape::Empty {
                 // An answer: a ceiling its 429s taught rises by one.
-                self.fleet.health[e].raise_ceiling();
+                self.fleet.health_mut(e).raise_ceiling();
             }
             if shape == Shape::Empty {
                 self.endpoint_failed(e, ErrorKind::Empty.label(), now);
-            } else if let Some(HealthEvent::Closed) = self.fleet.health[e].on_success() {
-                let tag = self.fleet.endpoints[e].tag.clone();
+            } else if let Some(HealthEvent::Closed) = self.fleet.health_mut(e).on_success() {
+                let tag = self.fleet.endpoint(e).tag.clone();
                 self.event(now, format!("breaker closed: {tag} answered again"));
             }
         }
@@ -170,12 +169,13 @@ impl Core {
         let Some(s) = wire else { return };
         let (text, streamed) = (s.text_bytes, s.tokens);
         self.learn_text_rate(text, streamed);
-        let tag = self.fleet.endpoints[i].tag.clone();
+        let tag = self.fleet.endpoint(i).tag.clone();
         if let Some(ttft) = c.ttft {
-            (self.fleet.transit.entry(tag.clone()).or_default())
+            self.fleet
+                .transit_of(tag.clone())
                 .add_stream(streamed, c.latency.saturating_sub(ttft));
         }
-        let rate = self.fleet.wire.entry(tag).or_default();
+        let rate = self.fleet.wire_of(tag);
         let was_learned = rate.learned();
         rate.add(streamed, c.events);
         let learned_now = !was_learned && rate.learned();
@@ -201,11 +201,11 @@ impl Core {
         let mut tags: Vec<&String> = streams.keys().collect();
         tags.sort();
         for tag in tags {
-            let at = self.fleet.endpoints.iter().position(|e| &e.tag == tag);
+            let at = self.fleet.endpoints().iter().position(|e| &e.tag == tag);
             for s in &streams[tag] {
-                self.fleet.text.add(s.text_bytes, s.tokens);
+                self.fleet.text_mut().add(s.text_bytes, s.tokens);
                 if at.is_some() {
-                    let rate = self.fleet.wire.entry(tag.clone()).or_default();
+                    let rate = self.fleet.wire_of(tag.clone());
                     rate.add(s.tokens, s.events);
                 }
             }
@@ -223,21 +223,21 @@ impl Core {
     /// own tokens an event are learned. When it moves by more than a tenth, the workers' pool
     /// hears it, for every endpoint.
     fn learn_text_rate(&mut self, bytes: u64, tokens: u64) {
-        self.fleet.text.add(bytes, tokens);
+        self.fleet.text_mut().add(bytes, tokens);
         self.publish_text_rate();
     }
 
     /// The run's bytes a token to every endpoint's pool entry, when it moved by more than a
     /// tenth since the workers last heard it.
     fn publish_text_rate(&mut self) {
-        let now = self.fleet.text.estimate();
-        let Some(was) = self.fleet.endpoints.first().map(|e| e.bytes_per_token) else {
+        let now = self.fleet.text().estimate();
+        let Some(was) = self.fleet.endpoints().first().map(|e| e.bytes_per_token) else {
             return;
         };
         if (now - was).abs() <= 0.1 * was {
             return;
         }
-        let mut pool = self.fleet.endpoints.as_ref().clone();
+        let mut pool = self.fleet.endpoints().as_ref().clone();
         for (index, e) in pool.iter_mut().enumerate() {
             e.bytes_per_token = now;
             self.effects.push(super::Effect::Repriced {
@@ -252,10 +252,13 @@ impl Core {
     /// (once learned) and the tokens in transit the cap holds for a stream it would close.
     /// Published when either moves by more than a tenth.
     pub(super) fn publish_wire(&mut self, i: usize) {
-        let tag = &self.fleet.endpoints[i].tag;
-        let per_event = self.fleet.wire.get(tag).and_then(|r| r.estimate());
-        let transit = (self.fleet.transit.get(tag)).map(|t| t.allowance(per_event.unwrap_or(1.0)));
-        let e = &self.fleet.endpoints[i];
+        let tag = &self.fleet.endpoint(i).tag;
+        let per_event = self.fleet.wire(tag).and_then(|r| r.estimate());
+        let transit = self
+            .fleet
+            .transit(tag)
+            .map(|t| t.allowance(per_event.unwrap_or(1.0)));
+        let e = self.fleet.endpoint(i);
         let moved = |now: Option<f64>, was: f64| now.is_some_and(|k| (k - was).abs() > 0.1 * was);
         let rate_moved = match (per_event, e.tokens_per_event) {
             (Some(k), Some(was)) => moved(Some(k), was),
@@ -264,7 +267,7 @@ impl Core {
         if !rate_moved && !moved(transit, e.transit_tokens) {
             return;
         }
-        let mut pool = self.fleet.endpoints.as_ref().clone();
+        let mut pool = self.fleet.endpoints().as_ref().clone();
         if per_event.is_some() {
             pool[i].tokens_per_event = per_event;
         }
@@ -292,7 +295,7 @@ impl Core {
         sent: Sent<'_>,
         now: &Clock,
     ) {
-        let ep = endpoint.map(|e| self.fleet.endpoints[e].clone());
+        let ep = endpoint.map(|e| self.fleet.endpoint(e).clone());
         self.check_price(&ep, &c, now);
         // Read before the answer's text goes to its row: the ledger line keeps it too.
         let wire = super::wire_rate::streamed(&c);

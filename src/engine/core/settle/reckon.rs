@@ -46,20 +46,20 @@ impl Core {
         }
         let received = entry.received_tokens?;
         let tag = entry.endpoint.as_deref()?;
-        let at = (self.fleet.endpoints.iter()).find(|x| x.tag == tag)?;
+        let at = (self.fleet.endpoints().iter()).find(|x| x.tag == tag)?;
         if at.cancel_stops_billing {
             return None;
         }
-        let pace = self.fleet.transit.get(tag)?.pace()?;
+        let pace = self.fleet.transit(tag)?.pace()?;
         let d = self.admission.dataset_named(&entry.dataset)?;
         let lengths = self.admission.lengths(d);
         // The longest the run has seen `/generation` take to record a close where closing
         // stops the bill: the lag of its records (a close billed in full is recorded only
         // when its answer ends, a minute on). None seen: none assumed, which reckons the most
         // run on.
-        let lag = (self.fleet.endpoints.iter())
+        let lag = (self.fleet.endpoints().iter())
             .filter(|x| x.cancel_stops_billing)
-            .filter_map(|x| self.fleet.checks.get(&x.tag)?.found_within)
+            .filter_map(|x| self.fleet.checks(&x.tag)?.found_within)
             .max()
             .unwrap_or_default();
         let ran_on = decoded_while_unknown(crate::engine::reconcile::age(entry, now), lag, pace);

@@ -476,7 +476,15 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
             completion_tokens: Some(528),
         });
     }
-    assert_eq!(h.core.fleet.cancel["moonshotai"].unread.len(), 3);
+    assert_eq!(
+        h.core
+            .fleet
+            .cancel("moonshotai")
+            .expect("its evidence")
+            .unread
+            .len(),
+        3
+    );
     let mut effects = Vec::new();
     for (n, &key) in at_moonshot
         .iter()
@@ -510,7 +518,7 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
         }
     }
     assert_eq!(h.core.endpoints()[moonshot].tokens_per_event, Some(8.0));
-    let ev = &h.core.fleet.cancel["moonshotai"];
+    let ev = h.core.fleet.cancel("moonshotai").expect("its evidence");
     assert_eq!(
         (ev.stopped, ev.unread.len()),
         (3, 0),
@@ -537,7 +545,7 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
             3
         ]
     );
-    let learned = h.core.fleet.wire["moonshotai"].range();
+    let learned = h.core.fleet.wire("moonshotai").expect("its rate").range();
     assert_eq!(read_close(64, 528, learned), Close::Stopped);
     assert_eq!(read_close(64, 528, wire_rate::PRIOR), Close::Unclear);
     // Read as stopped, the three closes also say how far past what was received the endpoint

@@ -654,7 +654,7 @@ fn a_routed_429_rests_the_provider_it_names() {
     );
     let together = h.index("together/int4");
     assert_eq!(h.core.off_reason(together, &now), None, "only chutes rests");
-    assert_eq!(h.core.fleet.health[chutes].ceiling(), None);
+    assert_eq!(h.core.fleet.health(chutes).ceiling(), None);
 }
 
 /// A request pinned to an endpoint (or sent to it alone) that meets a 429 tells how many of
@@ -679,7 +679,7 @@ fn a_429_of_a_request_sent_to_one_endpoint_teaches_its_ceiling() {
         Some(chutes),
         http(429, Some("1"), "slow"),
     ));
-    assert_eq!(h.core.fleet.health[chutes].ceiling(), Some(20));
+    assert_eq!(h.core.fleet.health(chutes).ceiling(), Some(20));
     // Past its rest, with room for 40 and 19 of ours still there: one more goes, not 21.
     h.command(crate::engine::Command::SetConcurrency(40));
     h.at(2.0);
@@ -687,5 +687,5 @@ fn a_429_of_a_request_sent_to_one_endpoint_teaches_its_ceiling() {
     // An answer from it: one more.
     let k = sent[1].key;
     h.result(done(k, Some(chutes), 10, 0.001, "stop"));
-    assert_eq!(h.core.fleet.health[chutes].ceiling(), Some(21));
+    assert_eq!(h.core.fleet.health(chutes).ceiling(), Some(21));
 }

@@ -425,7 +425,13 @@ fn a_close_still_unknown_is_expected_to_have_run_on() {
         }
         h.result(r);
     }
-    let pace = h.core.fleet.transit["moonshotai"].pace().expect("learned");
+    let pace = h
+        .core
+        .fleet
+        .transit("moonshotai")
+        .expect("its transit")
+        .pace()
+        .expect("learned");
     assert!((pace - 50.0).abs() < 0.5, "{pace}");
     // A stream closed there at 1,200 tokens.
     let d = &sent[10];

@@ -277,7 +277,10 @@ fn a_404_from_harvests_own_narrowing_is_never_systematic() {
     let now = h.now;
     for i in 0..h.core.endpoints().len() {
         if i != chutes {
-            h.core.fleet.health[i].on_rate_limited(now.mono, Duration::from_secs(30));
+            h.core
+                .fleet
+                .health_mut(i)
+                .on_rate_limited(now.mono, Duration::from_secs(30));
         }
     }
     let sent = h.dispatch();
@@ -339,7 +342,10 @@ fn a_retry_away_from_its_last_failure_and_a_retryable_404_take_nothing_out() {
     let mut h = run_with("concurrency = 1\n[retry]\nstop_after_same_error = 20", 3);
     for i in 0..h.core.endpoints().len() {
         if i != chutes {
-            h.core.fleet.health[i].on_rate_limited(h.now.mono, Duration::from_secs(30));
+            h.core
+                .fleet
+                .health_mut(i)
+                .on_rate_limited(h.now.mono, Duration::from_secs(30));
         }
     }
     let sent = h.dispatch();
@@ -376,7 +382,10 @@ fn a_404_stop_after_privacy_404s_to_narrowed_requests_names_the_privacy_settings
             let now = h.now;
             for i in 0..h.core.endpoints().len() {
                 if i != chutes {
-                    h.core.fleet.health[i].on_rate_limited(now.mono, Duration::from_secs(30));
+                    h.core
+                        .fleet
+                        .health_mut(i)
+                        .on_rate_limited(now.mono, Duration::from_secs(30));
                 }
             }
             let sent = h.dispatch();
