@@ -27,6 +27,7 @@ pub(crate) mod cut_watch;
 mod dispatch;
 mod events;
 mod failure;
+mod fleet;
 mod journal;
 mod late_stop;
 mod outcome;
@@ -214,7 +215,7 @@ pub(crate) struct Core {
     /// Which prompt goes next, and each dataset's book.
     admission: admission::Admission,
     /// The run's endpoints and how each stands.
-    fleet: routing::Fleet,
+    fleet: fleet::Fleet,
     /// The dollar budget, the request rate and the account's in-flight gate.
     budget: budget::Budget,
     /// Paused, begun, stopping.
@@ -296,7 +297,7 @@ impl Core {
                 carried_over,
                 cfg.retry.learn_inflight_budget,
             ),
-            fleet: routing::Fleet::new(
+            fleet: fleet::Fleet::new(
                 endpoints,
                 policy,
                 native,
