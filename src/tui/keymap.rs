@@ -55,6 +55,11 @@ pub(crate) enum Mode {
     Confirm(char),
     /// The full-screen log is open: its keys scroll and filter it, and any way out closes it.
     Log,
+    /// The help is open: any key closes it, and does nothing behind it.
+    Help,
+    /// The terminal is below the smallest screen: only `q` (and Esc) act, since the rows other
+    /// keys would act on cannot be seen.
+    TooSmall,
 }
 
 /// The action of a key press, if any. Releases (kitty protocol, Windows) act on nothing.
@@ -82,6 +87,12 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Char('n' | 'N') => Some(Action::StopNow),
             KeyCode::Char('x' | 'X') => Some(Action::Detach),
             KeyCode::Esc | KeyCode::Char('q') => Some(Action::Back),
+            _ => None,
+        },
+        Mode::Help => Some(Action::Back),
+        Mode::TooSmall => match key.code {
+            KeyCode::Char('q') => Some(Action::Quit),
+            KeyCode::Esc => Some(Action::Back),
             _ => None,
         },
         Mode::Log => match key.code {
@@ -190,8 +201,8 @@ pub(crate) const HINTS: &[KeyHint] = &[
     KeyHint {
         keys: ["?", "?", "?"],
         labels: ["help", "help", "help"],
-        help_keys: "?  Esc",
-        help: "this help / close it",
+        help_keys: "?",
+        help: "this help (any key closes it)",
     },
     KeyHint {
         keys: ["q", "q", "q"],

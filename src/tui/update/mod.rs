@@ -32,6 +32,12 @@ pub enum UiEffect {
     Quit,
 }
 
+/// Whether the terminal is below the smallest screen the TUI draws (a size not known yet,
+/// before the first resize, is not).
+fn too_small((w, h): (u16, u16)) -> bool {
+    (w, h) != (0, 0) && (w < super::view::MIN_WIDTH || h < super::view::MIN_HEIGHT)
+}
+
 /// The concurrency step of `+` and `-`: 10% of the limit, at least 1.
 pub fn concurrency_step(limit: u32) -> u32 {
     (limit / 10).max(1)
@@ -66,6 +72,8 @@ pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
             let mode = match &state.confirm {
                 _ if state.quit_dialog => Mode::QuitDialog,
                 Some(c) => Mode::Confirm(c.key),
+                None if state.help => Mode::Help,
+                None if too_small(state.size) => Mode::TooSmall,
                 None if state.log.is_some() => Mode::Log,
                 None => Mode::Normal,
             };

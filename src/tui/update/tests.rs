@@ -291,9 +291,10 @@ fn help_toggles() {
         assert_eq!(update(&mut st, msg), vec![]);
         assert_eq!(st.help, open);
     }
-    // Keys act at once with help open.
+    // With help open a key closes it and acts on nothing behind it.
     update(&mut st, key('?'));
-    assert_eq!(update(&mut st, key('p')), send(Command::Pause));
+    assert_eq!(update(&mut st, key('p')), vec![]);
+    assert!(!st.help);
 }
 
 #[test]
@@ -440,4 +441,62 @@ fn the_log_opens_scrolls_filters_and_closes() {
         st.log.is_none() && st.quit_dialog,
         "Ctrl-C: the quit dialog"
     );
+}
+
+/// With the help open any key closes it and does nothing behind it (a key that acted on a row
+/// the help box hides surprised an operator); Ctrl-C still reaches the quit dialog.
+#[test]
+fn any_key_closes_the_help_and_acts_on_nothing_behind_it() {
+    // (key, what it would have done behind the help)
+    let keys = [
+        (key('p'), "pause"),
+        (key(' '), "exclude the selected row"),
+        (key('+'), "raise concurrency"),
+        (key('q'), "open the quit dialog"),
+        (key('?'), "nothing: it is the help's own key"),
+    ];
+    for (k, behind) in keys {
+        let mut st = with_state(|_| {});
+        let selected = st.selected.clone();
+        update(&mut st, key('?'));
+        assert!(st.help, "? opens the help");
+        let fx = update(&mut st, k);
+        assert!(fx.is_empty(), "nothing sent ({behind})");
+        assert!(!st.help, "any key closes the help ({behind})");
+        assert!(!st.quit_dialog && st.confirm.is_none(), "{behind}");
+        assert_eq!(st.selected, selected, "{behind}");
+    }
+    let mut st = with_state(|_| {});
+    update(&mut st, key('?'));
+    update(&mut st, ctrl_c());
+    assert!(st.quit_dialog, "Ctrl-C: the quit dialog");
+}
+
+/// Below the smallest screen the rows cannot be seen, so only `q` (and Ctrl-C) act: a key
+/// that moved the selection or toggled a row would act on what the operator cannot see.
+#[test]
+fn below_the_smallest_screen_only_q_acts() {
+    let mut st = with_state(|_| {});
+    update(&mut st, Msg::Resize(60, 20));
+    let selected = st.selected.clone();
+    for k in [
+        key('j'),
+        key(' '),
+        key('p'),
+        key('a'),
+        key('+'),
+        key('l'),
+        key('?'),
+    ] {
+        assert!(update(&mut st, k).is_empty());
+    }
+    assert_eq!(st.selected, selected, "the selection stayed");
+    assert!(!st.help && st.log.is_none() && st.confirm.is_none());
+    update(&mut st, key('q'));
+    assert!(st.quit_dialog, "q opens the quit dialog");
+    // Back at full size, keys act again.
+    update(&mut st, code(KeyCode::Esc));
+    update(&mut st, Msg::Resize(80, 24));
+    update(&mut st, key('j'));
+    assert_ne!(st.selected, selected, "j moves the selection");
 }

@@ -71,7 +71,7 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             .padding(Padding::horizontal(1))
             .border_style(t.border_focused)
             .title(Span::styled(" Help ", t.title))
-            .title_bottom(Line::styled(" Esc or ? closes ", t.dim).right_aligned()),
+            .title_bottom(Line::styled(" any key closes ", t.dim).right_aligned()),
         t.overlay,
     );
 }
