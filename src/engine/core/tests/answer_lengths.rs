@@ -132,13 +132,7 @@ fn a_close_at_a_stop_expects_the_rest_the_running_streams_show() {
         let d = &sent[10];
         let booked = cost(d, 1500);
         let effects = h.result(cancelled(d.key, e, 1500, booked.as_f64()));
-        let line = effects
-            .iter()
-            .find_map(|x| match x {
-                Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l),
-                _ => None,
-            })
-            .expect("a closed line");
+        let line = line_of(&effects, SpendKind::Cancelled).expect("a closed line");
         let rest = line.expected_usd.expect("its expectation").pico() - line.usd.pico();
         let tokens = rest / d.price_out.pico_per_token();
         assert!(
@@ -178,13 +172,7 @@ fn a_closed_streams_rest_is_priced_at_the_endpoint_that_served_it() {
         // No answer has ended: the rest is the request's expectation, in tokens.
         let booked = d.price_in.cost(d.prompt_tokens) + d.fee + d.price_out.cost(100);
         let effects = h.result(cancelled(d.key, named, 100, booked.as_f64()));
-        let line = effects
-            .iter()
-            .find_map(|x| match x {
-                Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l),
-                _ => None,
-            })
-            .expect("a closed line");
+        let line = line_of(&effects, SpendKind::Cancelled).expect("a closed line");
         let rest = line.expected_usd.expect("its expectation").pico() - line.usd.pico();
         let tokens = h.core.admission.expected_output_tokens(0);
         let price = crate::domain::Price::per_million_f64(per_million).expect("a price");

@@ -425,6 +425,17 @@ pub(super) fn http(status: u16, retry_after: Option<&str>, message: &str) -> Api
     ApiError::from_response_body(status, retry_after, body.to_string().as_bytes())
 }
 
+/// The first ledger line of `kind` among `effects`.
+pub(super) fn line_of(
+    effects: &[Effect],
+    kind: crate::store::output::SpendKind,
+) -> Option<&crate::store::output::SpendEntry> {
+    effects.iter().find_map(|x| match x {
+        Effect::Ledger(l) if l.kind == kind => Some(l),
+        _ => None,
+    })
+}
+
 /// The ledger lines among `effects`, as (kind, usd).
 pub(super) fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind, Usd)> {
     effects

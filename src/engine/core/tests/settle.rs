@@ -441,13 +441,7 @@ fn a_close_still_unknown_is_expected_to_have_run_on() {
         1200,
         cost(d, 1200).as_f64(),
     ));
-    let closed = effects
-        .iter()
-        .find_map(|x| match x {
-            Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l.clone()),
-            _ => None,
-        })
-        .expect("a closed line");
+    let closed = (line_of(&effects, SpendKind::Cancelled).cloned()).expect("a closed line");
     assert_eq!(
         closed.received_tokens,
         Some(1200),
@@ -587,15 +581,8 @@ fn a_stream_closed_before_it_named_its_generation_is_booked_as_a_lost_attempt() 
             r.generation_id = None;
         }
         let effects = h.result(r);
-        let closed = effects.iter().find_map(|x| match x {
-            Effect::Ledger(l) if l.kind == SpendKind::Cancelled => Some(l.clone()),
-            _ => None,
-        });
-        let closed = closed.expect("its close is booked");
-        let lost = effects.iter().find_map(|x| match x {
-            Effect::Ledger(l) if l.kind == SpendKind::Unknown => Some(l.usd),
-            _ => None,
-        });
+        let closed = (line_of(&effects, SpendKind::Cancelled).cloned()).expect("its close");
+        let lost = line_of(&effects, SpendKind::Unknown).map(|l| l.usd);
         let told = effects.iter().find_map(|x| match x {
             Effect::Spent(u) => Some(*u),
             _ => None,
