@@ -10,6 +10,7 @@ pub(crate) mod control;
 pub(crate) mod core;
 pub(crate) mod endpoint;
 pub(crate) mod health;
+mod live_money;
 mod look_ups;
 pub(crate) mod outlook;
 pub(crate) mod pool;

@@ -1,17 +1,17 @@
 //! What every worker shares with the driver: the API client and the own servers' clients, the
 //! run's endpoint pool (which grows when the listing shows a new endpoint), the writer for
-//! `started` lines, the money counters (spent, accrued, the dollar cap's trip) and the views'
+//! `started` lines, the live money ([`LiveMoney`]: spent, accrued, the dollar cap) and the views'
 //! counters, with the one place that adds what the driver saw to them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::openrouter::{ErrorKind, OpenRouterClient, StreamTimeouts};
 
-use super::alarm::Alarm;
 use super::endpoint::RunEndpoint;
+use super::live_money::LiveMoney;
 use super::stats::Counters;
 use crate::answer_shape::Shape;
 
@@ -30,18 +30,8 @@ pub(crate) struct Shared {
     pub endpoint_stats: Vec<Counters>,
     pub dataset_stats: Vec<Counters>,
     pub totals: Counters,
-    /// Picodollars streamed by requests in flight (their running cost).
-    pub accrued_pico: AtomicI64,
-    /// Picodollars confirmed: finished requests at their reported cost, cancelled ones at our
-    /// estimate, plus what earlier runs spent.
-    pub spent_pico: AtomicI64,
-    pub budget_pico: i64,
-    /// The rest of the worst cases of the streams in flight that run to their end at the cap
-    /// (billed in full when closed, under the hard budget), picodollars.
-    pub held_pico: AtomicI64,
-    /// Raised when spent + accrued + held reaches the budget
-    /// ([`crate::engine::core::attempt_money::cap_reached`]).
-    pub budget_hit: Alarm,
+    /// Spent, accrued, the dollar cap's sum and its alarm.
+    pub money: LiveMoney,
     pub timeouts: StreamTimeouts,
     pub total_timeout: Duration,
     pub attempts_started: AtomicU64,
@@ -59,37 +49,6 @@ impl Shared {
     /// The run's bytes of text a token, as the workers count by it now.
     pub(crate) fn bytes_per_token(&self) -> f64 {
         f64::from_bits(self.text_bytes_per_token.load(Ordering::Relaxed))
-    }
-
-    /// Adds `pico` to the running cost, `released` of it taken from the held worst cases;
-    /// trips the dollar cap when it is reached.
-    pub(super) fn accrue(&self, pico: i64, released: i64) {
-        if pico == 0 {
-            return;
-        }
-        if pico < 0 {
-            // A count taken back (`worker::count_tokens`, only of a stream that holds nothing):
-            // the cap's sum fell.
-            self.accrued_pico.fetch_add(pico, Ordering::Relaxed);
-            return;
-        }
-        // The hold gives way first: between the two, the cap's sum dips (the next check
-        // catches it) rather than spikes (which would trip the cap for good).
-        let held = if released == 0 {
-            self.held_pico.load(Ordering::Relaxed)
-        } else {
-            self.held_pico.fetch_sub(released, Ordering::Relaxed) - released
-        };
-        let accrued = self.accrued_pico.fetch_add(pico, Ordering::Relaxed) + pico;
-        self.check_cap(accrued, held);
-    }
-
-    /// Trips the dollar cap when spent + `accrued` + `held` reaches the budget.
-    pub(super) fn check_cap(&self, accrued: i64, held: i64) {
-        let spent = self.spent_pico.load(Ordering::Relaxed);
-        if super::core::attempt_money::cap_reached(spent, accrued, held, self.budget_pico) {
-            self.budget_hit.raise();
-        }
     }
 
     pub(crate) fn endpoint_by_provider(&self, name: &str) -> Option<usize> {

@@ -75,8 +75,8 @@ impl Port for DriverPort<'_> {
     fn live(&self) -> Live {
         let sh = self.shared;
         Live {
-            spent_pico: sh.spent_pico.load(Ordering::Relaxed),
-            accrued_pico: sh.accrued_pico.load(Ordering::Relaxed),
+            spent_pico: sh.money.spent_pico(),
+            accrued_pico: sh.money.accrued_pico(),
             endpoint_in_flight: (0..sh.endpoints().len())
                 .map(|i| Counters::get(&sh.endpoint_stats[i].in_flight))
                 .collect(),
@@ -288,8 +288,7 @@ impl Supervisor {
                     let running = Arc::new(Running::default());
                     self.running.insert(d.key, running.clone());
                     let sh = &self.shared;
-                    sh.held_pico
-                        .fetch_add(d.held_worst.pico(), Ordering::Relaxed);
+                    sh.money.hold(d.held_worst.pico());
                     sh.count_dispatch(d.dataset, d.pinned);
                     let spec = AttemptSpec { d: *d, running };
                     let task = run_attempt(sh.clone(), spec, self.stop_now.clone());
@@ -330,13 +329,11 @@ impl Supervisor {
                     // No check of the cap here: a crash's holds alone close no stream (none is
                     // a live one), and the run waits for their look-ups rather than stop; the
                     // next token any stream accrues is checked against them.
-                    self.shared.held_pico.fetch_add(pico, Ordering::Relaxed);
+                    self.shared.money.hold(pico);
                     Ok(())
                 }
                 Effect::Spent(usd) => {
-                    self.shared
-                        .spent_pico
-                        .fetch_add(usd.pico(), Ordering::Relaxed);
+                    self.shared.money.book(usd.pico());
                     Ok(())
                 }
                 Effect::Join(endpoint) => {
@@ -462,7 +459,7 @@ impl Supervisor {
                         self.step(Event::Failed(format!("an attempt task failed: {e}"))).await;
                     }
                 },
-                () = shared.budget_hit.watch(), if !budget_handled => {
+                () = shared.money.cap().watch(), if !budget_handled => {
                     budget_handled = true;
                     self.step(Event::BudgetHit).await;
                 }

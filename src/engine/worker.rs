@@ -35,7 +35,7 @@ pub(crate) struct Running {
 
 impl AttemptSpec {
     /// Its worst case held against the dollar cap (the supervisor added it to
-    /// `Shared::held_pico` at the spawn); zero for a stream the cap closes.
+    /// the live money's hold at the spawn, `LiveMoney::hold`); zero for a stream the cap closes.
     fn held_worst_pico(&self) -> i64 {
         self.d.held_worst.pico()
     }
@@ -114,7 +114,7 @@ fn accrue(shared: &Shared, spec: &AttemptSpec, pico: i64) {
     } else {
         0
     };
-    shared.accrue(pico, released);
+    shared.money.accrue(pico, released);
 }
 
 /// Sends the request and streams the answer, accruing its cost token by token; all of it by
@@ -167,7 +167,7 @@ async fn stream_answer(
                 // read. One that runs to its end at the cap holds none: nothing is in transit
                 // past a close that does not come.
                 track.transit = attempt_money::transit_hold(track.price_out, track.transit_tokens);
-                shared.held_pico.fetch_add(track.transit, Ordering::Relaxed);
+                shared.money.hold(track.transit);
                 reserved_to_close.store(true, Ordering::Relaxed);
             }
             // The rest of the stream in one loop per wake-up (`ChatStream::drive`).
@@ -322,7 +322,7 @@ async fn race_the_cap(
 ) -> AttemptOutcome {
     let mut work = pin!(work);
     let mut stop = pin!(stop_now.watch());
-    let mut cap = pin!(shared.budget_hit.watch());
+    let mut cap = pin!(shared.money.cap().watch());
     let mut past_cap = false;
     std::future::poll_fn(|cx| {
         if stop.as_mut().poll(cx).is_ready() {
@@ -368,8 +368,9 @@ fn settle(
         }
         (_, e) => e,
     };
-    // Book the attempt's cost before its running cost leaves the in-flight sum, so that
-    // spent + accrued never dips and the dollar cap never misses a beat.
+    // What the attempt is booked at, what its running cost was, and what is left of its hold
+    // leave or join the live money together (`LiveMoney::end_attempt`): the cap's sum moves
+    // once, by the net.
     let ending = match &outcome {
         AttemptOutcome::Done(c) => Ending::Done {
             final_pico: final_cost(shared, c, endpoint).pico(),
@@ -383,14 +384,9 @@ fn settle(
         },
     };
     let booked = attempt_money::booked(ending, accrued);
-    // What is left of its held worst case leaves the hold first: the cap's sum may dip for a
-    // moment (the next token is checked), but never counts the unused worst case beside the
-    // booked cost, which could trip it for good.
+    // What is left of its held worst case, and of its tokens in transit.
     let left = (spec.held_worst_pico() - accrued).max(0) + track.transit;
-    let held = shared.held_pico.fetch_sub(left, Ordering::Relaxed) - left;
-    shared.spent_pico.fetch_add(booked, Ordering::Relaxed);
-    let in_flight = shared.accrued_pico.fetch_sub(accrued, Ordering::Relaxed) - accrued;
-    shared.check_cap(in_flight, held);
+    shared.money.end_attempt(booked, accrued, left);
     AttemptResult {
         key: spec.d.key,
         outcome,

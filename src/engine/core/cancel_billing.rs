@@ -170,6 +170,14 @@ impl Core {
         // Checks among the closes read together said nothing clear one by one, and that
         // suspended the endpoint's trust: read together, they lift it as a check reading
         // stopped does.
+        tracing::debug!(
+            endpoint = tag,
+            received,
+            billed,
+            check,
+            ?close,
+            "a close read at /generation"
+        );
         if check || read_together {
             self.checked(i, close, now);
         }

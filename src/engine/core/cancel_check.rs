@@ -202,6 +202,7 @@ impl Core {
         if !self.fleet.endpoint(i).cancel_stops_billing {
             self.announce_checks(&tag, now);
         }
+        tracing::debug!(endpoint = tag, "a check of the close leaves");
         let checks = self.fleet.checks_of(tag);
         checks.asked += 1;
         checks.pending += 1;

@@ -19,7 +19,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -29,8 +29,8 @@ use crate::domain::Usd;
 use crate::openrouter::OpenRouterClient;
 use crate::store::writer::Writer;
 
-use super::alarm::Alarm;
 use super::endpoint::RunEndpoint;
+use super::live_money::LiveMoney;
 use super::shared::Shared;
 use super::stats::Counters;
 use super::{EngineError, EngineHandle, RunOptions, supervisor};
@@ -119,7 +119,7 @@ fn shared(
         .map_or(super::core::wire_rate::PRIOR_BYTES_PER_TOKEN, |e| {
             e.bytes_per_token
         });
-    let shared = Arc::new(Shared {
+    Arc::new(Shared {
         writer: writer.clone(),
         client: client.clone(),
         own_clients,
@@ -131,19 +131,11 @@ fn shared(
         totals: Counters::default(),
         endpoint_list: std::sync::RwLock::new(Arc::new(endpoints)),
         by_provider: std::sync::RwLock::new(by_provider),
-        accrued_pico: AtomicI64::new(0),
-        held_pico: AtomicI64::new(0),
-        spent_pico: AtomicI64::new(carried.pico()),
-        budget_pico: budget.pico(),
-        budget_hit: Alarm::new(),
+        money: LiveMoney::new(budget, carried),
         timeouts: cfg.timeouts.stream(),
         total_timeout: cfg.timeouts.total(),
         attempts_started: AtomicU64::new(0),
         finishing_past_cap: AtomicU64::new(0),
         text_bytes_per_token: AtomicU64::new(text_rate.to_bits()),
-    });
-    if carried >= budget {
-        shared.budget_hit.raise();
-    }
-    shared
+    })
 }

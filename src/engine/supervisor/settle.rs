@@ -2,7 +2,6 @@
 //! work as look-ups land), what closed streams really cost (`GET /generation` at the end), and
 //! the key's own count (checkpoints, and the true-up of crash estimates).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::domain::Usd;
@@ -41,7 +40,7 @@ impl Supervisor {
 
     /// The key's usage `usage` now, through the core's door.
     pub(super) async fn key_usage(&mut self, usage: f64, moment: KeyMoment) {
-        let spent = Usd::from_pico(self.shared.spent_pico.load(Ordering::Relaxed));
+        let spent = Usd::from_pico(self.shared.money.spent_pico());
         self.step(Event::KeyUsage {
             usage,
             spent,
@@ -60,9 +59,7 @@ impl Supervisor {
         completion_tokens: Option<u64>,
     ) -> Usd {
         let delta = landing.live_delta(&entry);
-        self.shared
-            .spent_pico
-            .fetch_add(delta.pico(), Ordering::Relaxed);
+        self.shared.money.book(delta.pico());
         self.step(Event::Landed {
             entry: Box::new(entry),
             landing,
