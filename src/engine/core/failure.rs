@@ -386,17 +386,24 @@ impl Core {
         // Only a stream harvest closed itself (the cap, a stop, a drain's end): a timeout may
         // be an error answer or a connection never made, which no provider bills.
         let ours = error.is_none();
-        let unseen = (ours && r.generation_id.is_none() && self.close_billed(f, r)).then(|| {
-            let lost =
-                super::reserve::crash_hold(self.cfg.budget_mode, true, expected, f.worst_pico);
+        let billed_in_full = self.close_billed(f, r);
+        let unseen = (ours && r.generation_id.is_none()).then(|| {
+            let (lost, note) = if billed_in_full {
+                let lost =
+                    super::reserve::crash_hold(self.cfg.budget_mode, true, expected, f.worst_pico);
+                let note = "closed before it named its generation, where a close may be billed \
+                            in full: nothing to look up; booked as a lost attempt until the \
+                            key's true-up";
+                (lost, note)
+            } else {
+                let note = "closed before it named its generation: nothing to look up; what its \
+                            provider decoded before it noticed the close is booked at the \
+                            endpoint's tokens in transit until the key's true-up";
+                (expected, note)
+            };
             let more = Usd::from_pico((lost - r.booked_pico).max(0));
             SpendEntry {
-                note: Some(
-                    "closed before it named its generation, where a close may be billed in \
-                     full: nothing to look up; booked as a lost attempt until the key's \
-                     true-up"
-                        .into(),
-                ),
+                note: Some(note.into()),
                 ..entry
                     .clone()
                     .closed_as(SpendKind::Unknown, more, true, now.rfc3339())
@@ -408,10 +415,16 @@ impl Core {
         // may be billed in full the provider answers on and bills it all (scripts/
         // stop-expected.sh --now --seed 23: AtlasCloud billed 628 tokens for a stream closed
         // 204 ms in, booked at nothing). Booked as a crash's lost attempt is: at its
-        // expectation, its worst case under the hard budget.
+        // expectation, its worst case under the hard budget. Where a close stops the bill,
+        // the tokens decoded before the provider noticed are billed all the same (booked at
+        // nothing, they were the key's usage that no estimate explained, and the seeded
+        // world 1142 lost its true-up of every crash estimate to them); that bill is known
+        // as soon as the provider stops, so it holds the key's true-up back no longer.
         if let Some(line) = unseen.filter(|l| l.usd > Usd::ZERO) {
             self.key.estimated(line.usd);
-            self.key.unseen_close(now);
+            if billed_in_full {
+                self.key.unseen_close(now);
+            }
             self.effects.push(Effect::Spent(line.usd));
             self.ledger(line);
         }

@@ -556,11 +556,12 @@ fn a_stream_closed_before_it_named_its_generation_is_booked_as_a_lost_attempt() 
             Some(true),
         ),
         (
-            "where every endpoint stops the bill at a close: nothing more",
-            "expected",
+            "where every endpoint stops the bill at a close: what was decoded before the \
+             provider noticed, at the endpoint's transit (its expectation past the booking)",
+            "hard",
             vec![stops.clone()],
             false,
-            None,
+            Some(false),
         ),
         (
             "it named its generation: a look-up settles it",
@@ -601,6 +602,49 @@ fn a_stream_closed_before_it_named_its_generation_is_booked_as_a_lost_attempt() 
         assert_eq!(lost, want, "{what}");
         assert_eq!(told, want, "{what}: the live spend is told as much");
     }
+}
+
+/// A close before the first chunk where the close stops the bill is booked at the tokens in
+/// transit (the seeded world 1142: booked at nothing, the provider's bill for what it decoded
+/// before it noticed was key usage no estimate explained, and the end's true-up of every crash
+/// estimate was refused). Its bill is known as soon as the provider stops, so the end trues
+/// it up at once.
+#[test]
+fn a_close_before_the_first_chunk_at_a_stopper_is_trued_up_at_the_end() {
+    let mut stops = ep("stops/int4", "Stops", "int4", 0.50, 2.00);
+    stops.cancel_stops_billing = true;
+    let top = "budget_mode = \"expected\"\n[request]\nmax_tokens = 4096";
+    let mut h = H::new(config(top), vec![stops], &[&["a"]]);
+    h.handle(Event::KeyUsage {
+        usage: 1.0,
+        spent: Usd::ZERO,
+        moment: KeyMoment::Start { left_open: false },
+    });
+    let sent = h.dispatch();
+    let mut r = cancelled(sent[0].key, None, 0, 0.0);
+    r.generation_id = None;
+    let fx = h.result(r);
+    let transit = (line_of(&fx, SpendKind::Unknown).map(|l| l.usd)).expect("booked at its transit");
+    assert!(transit > Usd::ZERO);
+    // A minute on, the key counts what the provider billed: a fifth more than the estimate.
+    h.at(60.0);
+    let billed = Usd::from_pico(transit.pico() * 6 / 5);
+    let fx = h.handle(Event::KeyUsage {
+        usage: 1.0 + billed.as_f64(),
+        spent: transit,
+        moment: KeyMoment::End {
+            look_ups_open: 0,
+            stopping_now: false,
+        },
+    });
+    let true_up = (fx.iter()).find_map(|e| match e {
+        Effect::Ledger(l) if l.id == "key-true-up" => Some(l.usd),
+        _ => None,
+    });
+    let off = (true_up.expect("trued up at the end") - (billed - transit))
+        .pico()
+        .abs();
+    assert!(off <= 1_000_000, "{true_up:?} against {billed:?} billed");
 }
 
 /// A timeout is not a close of harvest's: an error answer or a connection never made, which no

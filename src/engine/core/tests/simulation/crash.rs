@@ -331,6 +331,17 @@ impl Run {
             look_ups_open: s.unsettled,
             stopping_now: false,
         });
+        if s.unsettled == 0 {
+            // A stream closed before its first chunk where a close may be billed in full holds
+            // the true-up back for `UNKNOWN_AFTER` (its provider may still be answering): the
+            // end of a later run trues up, that long after, against the same base and
+            // estimates a fresh scan of the directory gives.
+            self.t += crate::engine::reconcile::UNKNOWN_AFTER.as_secs_f64();
+            self.key_usage(KeyMoment::End {
+                look_ups_open: 0,
+                stopping_now: false,
+            });
+        }
         let unexplained = (self.core.events().iter().skip(said))
             .find(|e| e.text.contains("more than crash estimates explain"));
         if let Some(e) = unexplained {

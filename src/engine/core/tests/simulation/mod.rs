@@ -110,6 +110,10 @@ fn seeded_worlds_keep_every_promise() {
             "drain",
             "stop now",
             "dollar cap",
+            // A stream closed before its first chunk (no generation to look up), and a close
+            // still unknown when the end stops asking, reckoned again.
+            "closed before its first chunk",
+            "close reckoned at the end",
             // Crash worlds (`crash.rs`): a process died, torn lines were cut, kept answers
             // booked from their rows, what it left found at `/generation` or estimated and
             // trued up against the key.
