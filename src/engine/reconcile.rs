@@ -200,29 +200,14 @@ pub(crate) fn open_part(e: &SpendEntry) -> crate::domain::Usd {
     }
 }
 
-/// Look-ups of the streams this run closed, asked while it runs (a batch each tick), so that
-/// what closing really cost is booked, and learned from, as it lands.
+/// The GETs of the streams this run closed, asked while it runs (a batch each tick, as the
+/// core asks: [`Closes`](super::core::settle::Closes) keeps what they settle).
 pub(super) struct Closed {
     tx: tokio::sync::mpsc::UnboundedSender<LookedUp>,
     pub rx: tokio::sync::mpsc::UnboundedReceiver<LookedUp>,
     tasks: tokio::task::JoinSet<()>,
     /// Asked and not back yet.
     pub out: usize,
-    /// Found at the API, and what their costs changed against the estimates.
-    pub fixed: u64,
-    pub delta: crate::domain::Usd,
-    /// Asked and not confirmed yet (out, or unknown when asked), by generation id: each may
-    /// still add to the ledger ([`open_part`]: where a close is billed in full, the rest of
-    /// its answer), and is reckoned again when the run stops asking.
-    unconfirmed: std::collections::HashMap<String, Unconfirmed>,
-}
-
-/// A closed stream asked about and not confirmed.
-struct Unconfirmed {
-    entry: SpendEntry,
-    /// Its look-up came back unknown (and its expectation was reckoned again then), rather
-    /// than being ended still out.
-    heard: bool,
 }
 
 impl Closed {
@@ -233,9 +218,6 @@ impl Closed {
             rx,
             tasks: tokio::task::JoinSet::new(),
             out: 0,
-            fixed: 0,
-            delta: crate::domain::Usd::ZERO,
-            unconfirmed: std::collections::HashMap::new(),
         }
     }
 
@@ -252,55 +234,8 @@ impl Closed {
             return;
         }
         self.out += items.len();
-        self.never_asked(items.clone());
         let tx = self.tx.clone();
         self.tasks.spawn(forward(client, items, until, tx));
-    }
-
-    /// `items` stay unconfirmed without being asked (a stop-now ends the run first).
-    pub(super) fn never_asked(&mut self, items: Vec<(String, SpendEntry)>) {
-        for (g, entry) in items {
-            let heard = false;
-            self.unconfirmed.insert(g, Unconfirmed { entry, heard });
-        }
-    }
-
-    /// `e`'s look-up found what it cost: confirmed.
-    pub(super) fn confirmed(&mut self, e: &SpendEntry) {
-        if let Some(g) = &e.generation_id {
-            self.unconfirmed.remove(g);
-        }
-    }
-
-    /// `e`'s look-up came back unknown; its expectation is now `reckoned` in all, when that
-    /// was reckoned again ([`Landing::Open`](super::core::settle::Landing)).
-    pub(super) fn unknown(&mut self, e: &SpendEntry, reckoned: Option<crate::domain::Usd>) {
-        let Some(u) = (e.generation_id.as_ref()).and_then(|g| self.unconfirmed.get_mut(g)) else {
-            return;
-        };
-        u.heard = true;
-        if reckoned.is_some() {
-            u.entry.expected_usd = reckoned;
-        }
-    }
-
-    /// Those whose look-ups were ended still out: nothing came back to reckon them by.
-    pub(super) fn not_heard(&self) -> Vec<SpendEntry> {
-        let mut v: Vec<SpendEntry> = (self.unconfirmed.values())
-            .filter(|u| !u.heard)
-            .map(|u| u.entry.clone())
-            .collect();
-        // In the order they were closed: the same run writes the same lines.
-        v.sort_by(|a, b| (&a.at, &a.attempt).cmp(&(&b.at, &b.attempt)));
-        v
-    }
-
-    /// How many are unconfirmed, and what they may still add to the ledger.
-    pub(super) fn unconfirmed(&self) -> (usize, crate::domain::Usd) {
-        let more = (self.unconfirmed.values())
-            .map(|u| open_part(&u.entry))
-            .sum();
-        (self.unconfirmed.len(), more)
     }
 
     /// Ends every look-up still running: their streams keep their estimates.

@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::domain::Usd;
-use crate::store::output::SpendEntry;
 use crate::store::prompts::{Prompt, PromptError, PromptReader};
 use crate::store::scan::KeyBase;
 use crate::store::writer::Writer;
@@ -141,8 +140,6 @@ pub(super) struct Supervisor {
     tasks: JoinSet<AttemptResult>,
     /// Each attempt's running cost and tokens received, shared with its worker, by attempt key.
     running: HashMap<u64, Arc<Running>>,
-    /// Closed streams to look up (`GET /generation`), as the core asked: asked each tick.
-    to_reconcile: Vec<(String, SpendEntry)>,
     /// Look-ups of the streams it closed, running.
     closed: super::reconcile::Closed,
     /// `harvest probe`'s agreement per endpoint, handed to the core as the run begins.
@@ -213,7 +210,6 @@ impl Supervisor {
             recovery_open: 0,
             tasks: JoinSet::new(),
             running: HashMap::new(),
-            to_reconcile: Vec::new(),
             closed: super::reconcile::Closed::new(),
             probe: (!l.probe.is_empty()).then_some(l.probe),
         }
@@ -314,11 +310,12 @@ impl Supervisor {
                     self.stop_now.raise();
                     Ok(())
                 }
-                Effect::Reconcile {
-                    generation_id,
-                    entry,
-                } => {
-                    self.to_reconcile.push((generation_id, entry));
+                Effect::LookUp { items, until } => {
+                    // Without a key nothing can be asked: they stay unconfirmed.
+                    if self.shared.client.has_key() {
+                        let client = self.shared.client.clone();
+                        self.closed.ask(client, items, until);
+                    }
                     Ok(())
                 }
                 Effect::Repriced { index, endpoint } => {
@@ -495,7 +492,6 @@ impl Supervisor {
                     let lag = at.elapsed().as_secs_f64() * 1000.0;
                     self.publisher.loop_lag_ms = lag.max(self.publisher.loop_lag_ms * 0.8);
                     self.step(Event::Tick).await;
-                    self.ask_closed();
                     let snap = Arc::new(self.snapshot());
                     self.step(Event::Quality(super::quality::deviations(&snap.endpoints))).await;
                     state_writer.offer(&snap);
@@ -562,18 +558,7 @@ impl Supervisor {
         publish: &watch::Sender<Arc<Snapshot>>,
         state_writer: super::publish::StateWriter,
     ) -> RunSummary {
-        let look_ups = self.closed_look_ups();
-        if look_ups > 0 {
-            // Said and shown at once: the views would otherwise sit still while it lasts.
-            self.say(format!(
-                "looking up what {look_ups} closed streams cost at /generation (up to {}s; stop \
-                 now to leave them at their estimates)",
-                super::reconcile::CLOSED_DEADLINE.as_secs()
-            ))
-            .await;
-            publish.send_replace(Arc::new(self.snapshot()));
-        }
-        self.reconcile_closed().await;
+        self.reconcile_closed(publish).await;
         let key_now = self.settle_with_key().await;
         if let Err(e) = self.writer.flush().await {
             self.step(Event::Failed(e.to_string())).await;

@@ -67,6 +67,12 @@ pub(crate) enum Event {
         /// The completion tokens the API billed, when it says.
         completion_tokens: Option<u64>,
     },
+    /// The run's work is over: the streams closed last are asked about
+    /// ([`Core::end_look_ups`]).
+    EndLookUps,
+    /// The end stopped waiting for its look-ups of closed streams, as it says
+    /// ([`Core::look_ups_ended`]).
+    LookUpsEnded(super::settle::LookUpsEnd),
     /// `GET /key` said the key's usage was `usage` USD when the live spend was `spent`: a
     /// checkpoint, and at the end the true-up of crash estimates ([`Core::key_usage`]).
     KeyUsage {
@@ -103,11 +109,11 @@ pub(crate) enum Effect {
     Turn(Box<TurnLine>),
     /// Close every attempt in flight (stop now).
     CancelInFlight,
-    /// Ask `GET /generation` at the end of the run what this closed stream really cost; the
-    /// answer comes back as [`Event::Adjusted`].
-    Reconcile {
-        generation_id: String,
-        entry: SpendEntry,
+    /// Ask `GET /generation` what these closed streams (by generation id) really cost, in the
+    /// background until `until`; each answer comes back as [`Event::Landed`].
+    LookUp {
+        items: Vec<(String, SpendEntry)>,
+        until: crate::engine::reconcile::Until,
     },
     /// Endpoint `index` has new prices: put its new entry in the pool the workers read.
     Repriced {
@@ -153,7 +159,12 @@ impl Core {
                 entry,
                 landing,
                 completion_tokens,
-            } => self.land(*entry, landing, completion_tokens, now),
+            } => {
+                self.close_landed(&entry, &landing);
+                self.land(*entry, landing, completion_tokens, now)
+            }
+            Event::EndLookUps => self.end_look_ups(now),
+            Event::LookUpsEnded(how) => self.look_ups_ended(how, now),
             Event::CrashOpen(open) => {
                 // An endpoint's documented close is not taken before it is checked, for what
                 // an earlier run left as for new streams (that run held their worst case).
@@ -170,6 +181,7 @@ impl Core {
             self.doubt_documented_closes(now);
             self.dispatch(port, now);
         }
+        self.ask_closed();
         std::mem::take(&mut self.effects)
     }
 }

@@ -235,8 +235,10 @@ pub(crate) struct Core {
     streak: systematic::Streak,
     /// The recent share of answers cut while thinking.
     cut_watch: cut_watch::CutWatch,
-    /// Streams we closed and asked the driver to look up (see [`Effect::Reconcile`]).
+    /// Streams we closed and asked the driver to look up (see [`Effect::LookUp`]).
     reconcile_asked: usize,
+    /// Those closed streams' look-ups: waiting for a batch, unconfirmed, reckoned at the end.
+    closes: settle::Closes,
     /// Where the ledger's money went, by endpoint.
     books: books::Books,
     /// The key's last quiet checkpoint and the crash estimates booked since.
@@ -291,6 +293,7 @@ impl Core {
         let mut core = Core {
             books: books::Books::new(carried_over, in_datasets),
             key: settle::KeyAccount::default(),
+            closes: settle::Closes::default(),
             concurrency: cfg.concurrency,
             budget: budget::Budget::new(
                 cfg.budget(),
@@ -369,10 +372,7 @@ impl Core {
     /// Asks the driver to look up at the end of the run what a stream really cost.
     fn look_up(&mut self, generation_id: String, entry: SpendEntry) {
         self.reconcile_asked += 1;
-        self.effects.push(Effect::Reconcile {
-            generation_id,
-            entry,
-        });
+        self.closes.wait(generation_id, entry);
     }
 
     /// Stops dispatching, for `reason` (the first reason wins).

@@ -274,32 +274,10 @@ impl Supervisor {
         ).await;
     }
 
-    /// How many closed streams the end of the run will wait for (see
-    /// [`Self::reconcile_closed`]).
-    pub(super) fn closed_look_ups(&self) -> usize {
-        if !self.shared.client.has_key() || self.stopping_now() {
-            return 0;
-        }
-        self.to_reconcile.len() + self.closed.out
-    }
-
-    /// Starts looking up the streams closed since the last call (each tick): in the background
-    /// until each is found or ages out.
-    pub(super) fn ask_closed(&mut self) {
-        if self.to_reconcile.is_empty() || !self.shared.client.has_key() {
-            return;
-        }
-        let items = std::mem::take(&mut self.to_reconcile);
-        self.closed.ask(
-            self.shared.client.clone(),
-            items,
-            super::super::reconcile::Until::AgedOut,
-        );
-    }
-
     /// A closed stream's look-up landed: the API's cost replaces the estimate (an adjustment
     /// line), and what it billed against what was received teaches whether closing there
-    /// stops the bill.
+    /// stops the bill. Not known (the run stops waiting for it) or a figure that cannot be a
+    /// bill: its hold stays, and the next start asks again.
     pub(super) async fn closed_landed(&mut self, looked_up: super::super::reconcile::LookedUp) {
         let super::super::reconcile::LookedUp::Done {
             entry,
@@ -311,112 +289,53 @@ impl Supervisor {
             return;
         };
         self.closed.out = self.closed.out.saturating_sub(1);
-        // Not known (the run stops waiting for it) or a figure that cannot be a bill: its
-        // hold stays, and the next start asks again.
         let landing = self.core.landing(&entry, cost, chrono::Utc::now());
-        match &landing {
-            Landing::Open { held, reckoned, .. } => {
-                self.unsettled += usize::from(*held);
-                self.closed.unknown(&entry, *reckoned);
-            }
-            _ => {
-                self.closed.fixed += 1;
-                self.closed.confirmed(&entry);
-            }
+        if let Landing::Open { held, .. } = &landing {
+            self.unsettled += usize::from(*held);
         }
-        let settled = !matches!(landing, Landing::Open { .. });
-        let delta = self.land(entry, landing, completion_tokens).await;
-        if settled {
-            self.closed.delta += delta;
-        }
+        self.land(entry, landing, completion_tokens).await;
     }
 
-    /// At the end: asks about the streams closed last and waits for the look-ups still
-    /// running, so the ledger matches the bill and not our estimate. Bounded: a look-up the
-    /// API is slow to answer keeps its estimate rather than hold the end of the run; skipped
-    /// after a stop-now (the operator wants out, and the estimates stand), and a stop-now
-    /// during it ends it.
-    pub(super) async fn reconcile_closed(&mut self) {
-        use super::super::reconcile::{CLOSED_DEADLINE, Until};
-        if !self.shared.client.has_key() || self.stopping_now() {
+    /// At the end: the core asks about the streams closed last, and the driver waits for the
+    /// look-ups still running, so the ledger matches the bill and not our estimate. Bounded: a
+    /// look-up the API is slow to answer keeps its estimate rather than hold the end of the
+    /// run; skipped after a stop-now (the operator wants out, and the estimates stand), and a
+    /// stop-now during it ends it. What is left unconfirmed joins the summary's open look-ups.
+    pub(super) async fn reconcile_closed(
+        &mut self,
+        publish: &tokio::sync::watch::Sender<std::sync::Arc<crate::engine::snapshot::Snapshot>>,
+    ) {
+        use super::super::core::settle::LookUpsEnd;
+        use super::super::reconcile::CLOSED_DEADLINE;
+        let how = if !self.shared.client.has_key() || self.stopping_now() {
             self.closed.abort();
-            // What was closed since the last tick was never asked: unconfirmed all the same.
-            self.closed
-                .never_asked(std::mem::take(&mut self.to_reconcile));
-            return self.unconfirmed_left("stopped now").await;
-        }
-        let items = std::mem::take(&mut self.to_reconcile);
-        self.closed.ask(
-            self.shared.client.clone(),
-            items,
-            Until::Deadline(CLOSED_DEADLINE),
-        );
-        let until = tokio::time::Instant::now() + CLOSED_DEADLINE;
-        let end_now = self.end_now.clone();
-        while self.closed.out > 0 {
-            let next = tokio::select! {
-                next = tokio::time::timeout_at(until, self.closed.rx.recv()) => next,
-                () = end_now.cancelled() => break,
-            };
-            let Ok(Some(l)) = next else { break };
-            self.closed_landed(l).await;
-        }
-        self.closed.abort();
-        self.reckon_not_heard().await;
-        if self.closed.fixed > 0 {
-            self.say(format!(
-                "reconciled {} closed streams with /generation: {:+.6} USD",
-                self.closed.fixed,
-                self.closed.delta.as_f64()
-            ))
-            .await;
-        }
-        let why = if self.end_now.is_cancelled() {
-            "stopped now".to_string()
+            LookUpsEnd::NotAsked
         } else {
-            format!("not known within {}s", CLOSED_DEADLINE.as_secs())
-        };
-        self.unconfirmed_left(&why).await;
-    }
-
-    /// At the end, the closed streams whose look-ups were still out when the run stopped
-    /// asking: unknown all the same, each reckoned again by how long it has gone unknown
-    /// ([`Landing::Open`]'s `reckoned`; it holds nothing more at the end).
-    async fn reckon_not_heard(&mut self) {
-        let now = chrono::Utc::now();
-        for entry in self.closed.not_heard() {
-            let reckoned = self.core.reckon_unknown_close(&entry, now);
-            self.closed.unknown(&entry, reckoned);
-            if reckoned.is_none() {
-                continue;
+            let said = self.core.events_total();
+            self.step(Event::EndLookUps).await;
+            if self.core.events_total() > said {
+                // Shown at once: the views would otherwise sit still while it lasts.
+                publish.send_replace(std::sync::Arc::new(self.snapshot()));
             }
-            let landing = Landing::Open {
-                refused: None,
-                held: false,
-                asked_again: false,
-                reckoned,
-            };
-            self.land(entry, landing, None).await;
-        }
-    }
-
-    /// The end of the run with closed streams `/generation` has not confirmed: each stays
-    /// booked at its estimate, and what they may still add (by what each endpoint does with
-    /// a close) is said and joins the summary's open look-ups, for the next start or
-    /// `harvest status --reconcile` to settle (a drain after 25 s whose closes were still
-    /// unknown ended with its ledger 24% under the bill and said nothing of it).
-    async fn unconfirmed_left(&mut self, why: &str) {
-        let (n, more) = self.closed.unconfirmed();
-        if n == 0 {
-            return;
-        }
-        self.say(format!(
-            "{n} closed streams not confirmed at /generation ({why}): booked at their \
-             estimates, expected {:.4} USD more than that, until the next start (or `harvest \
-             status --reconcile`) asks again",
-            more.as_f64()
-        ))
-        .await;
+            let until = tokio::time::Instant::now() + CLOSED_DEADLINE;
+            let end_now = self.end_now.clone();
+            while self.closed.out > 0 {
+                let next = tokio::select! {
+                    next = tokio::time::timeout_at(until, self.closed.rx.recv()) => next,
+                    () = end_now.cancelled() => break,
+                };
+                let Ok(Some(l)) = next else { break };
+                self.closed_landed(l).await;
+            }
+            self.closed.abort();
+            if self.end_now.is_cancelled() {
+                LookUpsEnd::StoppedNow
+            } else {
+                LookUpsEnd::Deadline
+            }
+        };
+        self.step(Event::LookUpsEnded(how)).await;
+        let (n, more) = self.core.closes_unconfirmed();
         let open = &mut self.publisher.open_look_ups;
         open.count += n as u64;
         open.expected += more;

@@ -263,10 +263,7 @@ impl H {
                     }
                     self.spawned.push(*d);
                 }
-                Effect::Reconcile {
-                    generation_id,
-                    entry,
-                } => self.reconcile.push((generation_id, entry)),
+                Effect::LookUp { items, .. } => self.reconcile.extend(items),
                 Effect::Repriced { index, endpoint } => self.repriced.push((index, *endpoint)),
                 other => rest.push(other),
             }
@@ -281,6 +278,8 @@ impl H {
 
     /// Closed streams the core asked to look up since the last call.
     pub(super) fn take_reconcile(&mut self) -> Vec<(String, crate::store::output::SpendEntry)> {
+        let now = self.core.ask_closed_now();
+        self.reconcile.extend(now);
         std::mem::take(&mut self.reconcile)
     }
 

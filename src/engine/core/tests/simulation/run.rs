@@ -19,7 +19,7 @@ use super::crash::{Disk, Line, Settling};
 use super::flight::{Bill, Flight, Flights, Sums, Time};
 use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
-use crate::engine::core::settle::{KeyMoment, Landing, Leftovers};
+use crate::engine::core::settle::{KeyMoment, Leftovers, LookUpsEnd};
 use crate::engine::reconcile::CLOSED_DEADLINE;
 use crate::store::output::SpendKind;
 
@@ -404,6 +404,13 @@ impl Run {
                 if l.id == "key-true-up" {
                     *self.out.seen.entry("key true-up").or_default() += 1;
                 }
+                if l.kind == SpendKind::Reckoned {
+                    *self
+                        .out
+                        .seen
+                        .entry("close reckoned at the end")
+                        .or_default() += 1;
+                }
             }
             Effect::Output { record, .. } => {
                 record.id.hash(&mut self.hasher);
@@ -434,17 +441,17 @@ impl Run {
                     self.close(k, AttemptOutcome::Cancelled);
                 }
             }
-            Effect::Reconcile {
-                generation_id,
-                entry,
-            } => {
-                // Known to `GET /generation` a moment after the provider ends it.
-                let at =
-                    (self.billed.get(&generation_id)).map_or(self.t, |b| b.visible_at) + self.lag();
-                let i = self.lookups.len();
-                self.lookups.push((generation_id, entry));
-                self.lookup_due
-                    .push(std::cmp::Reverse((Time(at), self.rng.random(), i)));
+            Effect::LookUp { items, .. } => {
+                for (generation_id, entry) in items {
+                    // Known to `GET /generation` a moment after the provider ends it.
+                    let visible =
+                        (self.billed.get(&generation_id)).map_or(self.t, |b| b.visible_at);
+                    let at = (visible + self.lag()).max(self.t);
+                    let i = self.lookups.len();
+                    self.lookups.push((generation_id, entry));
+                    self.lookup_due
+                        .push(std::cmp::Reverse((Time(at), self.rng.random(), i)));
+                }
             }
             Effect::Hold(pico) => self.held += pico,
             Effect::Spent(usd) => self.spent += usd.pico(),
@@ -1034,49 +1041,37 @@ impl Run {
         self.out.trace = self.hasher.finish();
     }
 
-    /// The end of the run, as the driver's `reconcile_closed`: the look-ups the API answers
-    /// within [`CLOSED_DEADLINE`] land (after a stop-now none is asked); those still out then
-    /// are reckoned again by how long they have gone unknown (`reckon_not_heard`), and land
-    /// later, as the next start (or `harvest status --reconcile`) books them.
+    /// The end of the run, as the driver's `reconcile_closed`: the core asks about the
+    /// streams closed last (after a stop-now, nothing), the look-ups the API answers within
+    /// [`CLOSED_DEADLINE`] land, the core hears how the end stopped asking (and reckons what
+    /// is still unknown), and the rest land later, as the next start (or `harvest status
+    /// --reconcile`) books them.
     fn end_look_ups(&mut self) {
-        let asks = !self.core.stopped_now();
-        let until = self.t + CLOSED_DEADLINE.as_secs_f64();
-        let mut later = Vec::new();
-        while let Some(std::cmp::Reverse((Time(at), _, i))) = self.lookup_due.pop() {
-            if asks && at <= until {
+        let how = if self.core.stopped_now() {
+            // Nothing is asked now; the next start asks about what was closed last.
+            let never_asked = self.core.ask_closed_now();
+            let until = crate::engine::reconcile::Until::AgedOut;
+            self.perform(Effect::LookUp {
+                items: never_asked,
+                until,
+            });
+            LookUpsEnd::NotAsked
+        } else {
+            self.step(Event::EndLookUps);
+            let until = self.t + CLOSED_DEADLINE.as_secs_f64();
+            while let Some(std::cmp::Reverse((Time(at), _, i))) = self.lookup_due.peek().copied() {
+                if at > until {
+                    self.t = until;
+                    break;
+                }
+                self.lookup_due.pop();
                 self.t = self.t.max(at);
                 self.look_up(i);
-            } else {
-                later.push((at, i));
             }
-        }
-        if asks && !later.is_empty() {
-            self.t = self.t.max(until);
-            let wall = self.clock().wall;
-            let mut not_heard: Vec<usize> = later.iter().map(|&(_, i)| i).collect();
-            // In the order they were closed, as the driver reckons them.
-            not_heard.sort_unstable();
-            for i in not_heard {
-                let entry = self.lookups[i].1.clone();
-                let Some(reckoned) = self.core.reckon_unknown_close(&entry, wall) else {
-                    continue;
-                };
-                *self
-                    .out
-                    .seen
-                    .entry("close reckoned at the end")
-                    .or_default() += 1;
-                let landing = Landing::Open {
-                    refused: None,
-                    held: false,
-                    asked_again: false,
-                    reckoned: Some(reckoned),
-                };
-                self.land(entry, landing, None);
-            }
-        }
-        later.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (at, i) in later {
+            LookUpsEnd::Deadline
+        };
+        self.step(Event::LookUpsEnded(how));
+        while let Some(std::cmp::Reverse((Time(at), _, i))) = self.lookup_due.pop() {
             self.t = self.t.max(at);
             self.look_up(i);
         }
