@@ -349,7 +349,7 @@ pub struct SimArgs {
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
-    /// Prompt files, one dataset each (JSONL, plain, .gz or .zst).
+    /// Prompt files, one dataset each (JSONL, plain, .gz or .zst, or Parquet).
     pub prompts: Vec<PathBuf>,
     /// Model id.
     #[arg(long, default_value = "moonshotai/kimi-k2.5")]
@@ -402,7 +402,8 @@ pub struct RunArgs {
     /// Run as shard K of N (0-based, e.g. 0/4): only the prompts whose id hashes to K, into
     /// its own directory (`output_dir/shard-K-of-N`), with its share of the budget. `auto`
     /// takes K and N from a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, with --shards N) or a
-    /// Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT).
+    /// Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, and SLURM_ARRAY_TASK_MIN
+    /// when the array does not start at 0).
     #[arg(long, value_name = "K/N|auto")]
     pub shard: Option<String>,
     /// How many shards the job has, for `--shard auto` under a Kubernetes Indexed Job (its

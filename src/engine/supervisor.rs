@@ -280,14 +280,17 @@ impl Supervisor {
         for effect in effects {
             let written = match effect {
                 Effect::Spawn(d) => {
-                    let written = self.writer.spend(&d.ledger).await;
+                    let (written, handed) = match self.writer.spend_handed(&d.ledger).await {
+                        Ok(rx) => (Ok(()), Some(rx)),
+                        Err(e) => (Err(e), None),
+                    };
                     let running = Arc::new(Running::default());
                     self.running.insert(d.key, running.clone());
                     let sh = &self.shared;
                     sh.money.hold(d.held_worst.pico());
                     sh.count_dispatch(d.dataset, d.pinned);
                     let spec = AttemptSpec { d: *d, running };
-                    let task = run_attempt(sh.clone(), spec, self.stop_now.clone());
+                    let task = run_attempt(sh.clone(), spec, self.stop_now.clone(), handed);
                     self.tasks.spawn(task);
                     written
                 }

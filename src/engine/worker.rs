@@ -46,8 +46,16 @@ pub(crate) async fn run_attempt(
     shared: Arc<Shared>,
     spec: AttemptSpec,
     stop_now: Arc<Alarm>,
+    handed: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> AttemptResult {
     let started = Instant::now();
+    // The request leaves only once its `dispatched` line is with the OS
+    // (`Writer::spend_handed`): a crash may then lose the answer, never the record that the
+    // request was sent. A writer gone first sends nothing (the run is failing on it).
+    let handed = match handed {
+        Some(rx) => rx.await.is_ok(),
+        None => false,
+    };
     let deadline = tokio::time::Instant::now() + shared.total_timeout;
     shared.attempts_started.fetch_add(1, Ordering::Relaxed);
     // The serving endpoint as soon as it is known, for the decision at the dollar cap.
@@ -70,8 +78,12 @@ pub(crate) async fn run_attempt(
         transit: 0,
     };
     let serving = (&known, &reserved_to_close);
-    let work = stream_answer(&shared, &spec, &mut track, serving, deadline);
-    let outcome = race_the_cap(&shared, &stop_now, serving, work).await;
+    let outcome = if handed {
+        let work = stream_answer(&shared, &spec, &mut track, serving, deadline);
+        race_the_cap(&shared, &stop_now, serving, work).await
+    } else {
+        AttemptOutcome::Cancelled
+    };
     let attributed = known.load(Ordering::Relaxed);
     if spec.d.pinned.is_none() && attributed != usize::MAX {
         shared.endpoint_stats[attributed]

@@ -21,6 +21,9 @@ enum Op {
     Output(usize, String),
     Reject(usize, String),
     Spend(String),
+    /// A ledger line whose sender waits until it is handed to the OS: an attempt's
+    /// `dispatched` line, before its request may leave.
+    SpendHanded(String, oneshot::Sender<()>),
     /// A kept answer's `complete` line: on disk after the records queued before it.
     BookKept(String),
     Turn(String),
@@ -142,6 +145,17 @@ impl Writer {
     pub async fn spend(&self, e: &SpendEntry) -> Result<(), StoreError> {
         let line = jsonl(e)?;
         self.send(Op::Spend(line)).await
+    }
+
+    /// An attempt's `dispatched` line: the answer says when it is handed to the OS, after which
+    /// a crash (even `kill -9`) cannot lose it. Its request must not leave before: a `kill -9`
+    /// while the line was still queued left a request the API billed and no line a later start
+    /// could book it from (CI of stop 66, `detach::a_detached_run_outlives_its_viewers…`).
+    pub async fn spend_handed(&self, e: &SpendEntry) -> Result<oneshot::Receiver<()>, StoreError> {
+        let line = jsonl(e)?;
+        let (tx, rx) = oneshot::channel();
+        self.send(Op::SpendHanded(line, tx)).await?;
+        Ok(rx)
     }
 
     /// A kept answer's `complete` line, which reaches the disk after the records sent before it
@@ -274,6 +288,7 @@ fn write_batches<W: Durable>(f: &mut Files<W>, rx: &mut mpsc::Receiver<Op>) -> s
     while let Some(first) = rx.blocking_recv() {
         let mut op = Some(first);
         let mut waiters = Vec::new();
+        let mut handed = Vec::new();
         // Drain what is queued now: one batch, then one flush to the OS.
         while let Some(o) = op.take() {
             match o {
@@ -281,12 +296,20 @@ fn write_batches<W: Durable>(f: &mut Files<W>, rx: &mut mpsc::Receiver<Op>) -> s
                 Op::Reject(d, line) => write_record(&mut f.ledger, &mut f.rejects[d], &line)?,
                 Op::Turn(line) => write_record(&mut f.ledger, &mut f.turns, &line)?,
                 Op::Spend(line) => write_line(&mut f.ledger, &line)?,
+                Op::SpendHanded(line, tx) => {
+                    write_line(&mut f.ledger, &line)?;
+                    handed.push(tx);
+                }
                 Op::BookKept(line) => after.extend_from_slice(line.as_bytes()),
                 Op::Flush(w) => waiters.push(w),
             }
             op = rx.try_recv().ok();
         }
         f.ledger.flush()?;
+        for tx in handed {
+            // Its attempt may have been given up meanwhile: nobody waits then.
+            let _ = tx.send(());
+        }
         flush_records(f)?;
         if !after.is_empty() {
             f.ledger.write_all(&after)?;
@@ -341,6 +364,71 @@ mod tests {
         fn sync(&self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// A `dispatched` line handed with [`Writer::spend_handed`] is answered once it is with the
+    /// OS, and never when its write failed: its request must not leave before a kill can no
+    /// longer lose it.
+    #[test]
+    fn a_handed_line_is_answered_only_once_the_os_has_it() {
+        let os = Os::default();
+        let w = |name| BufWriter::with_capacity(1 << 16, Watched(name, os.clone()));
+        let mut f = Files {
+            outputs: vec![w("rows")],
+            rejects: vec![w("rejects")],
+            ledger: w("ledger"),
+            turns: w("turns"),
+            raw: Vec::new(),
+        };
+        let (tx, mut rx) = mpsc::channel(8);
+        let (handed, mut answer) = oneshot::channel();
+        tx.try_send(Op::SpendHanded("dispatched 1\n".into(), handed))
+            .map_err(|_| ())
+            .expect("room");
+        drop(tx);
+        write_batches(&mut f, &mut rx).expect("written");
+        assert_eq!(answer.try_recv(), Ok(()));
+        let writes = os.0.lock().expect("the log").clone();
+        assert!(
+            writes
+                .iter()
+                .any(|(n, t)| *n == "ledger" && t == "dispatched 1\n")
+        );
+
+        // A ledger the OS refuses: no answer (the sender is dropped with the failed batch).
+        struct Refused;
+        impl Write for Refused {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk full"))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Durable for Refused {
+            fn sync(&self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let r = || BufWriter::with_capacity(1 << 16, Refused);
+        let mut f = Files {
+            outputs: vec![r()],
+            rejects: vec![r()],
+            ledger: r(),
+            turns: r(),
+            raw: Vec::new(),
+        };
+        let (tx, mut rx) = mpsc::channel(8);
+        let (handed, mut answer) = oneshot::channel();
+        tx.try_send(Op::SpendHanded("dispatched 2\n".into(), handed))
+            .map_err(|_| ())
+            .expect("room");
+        drop(tx);
+        assert!(write_batches(&mut f, &mut rx).is_err());
+        assert!(
+            answer.try_recv().is_err(),
+            "no answer for a line the OS refused"
+        );
     }
 
     /// The order a kill must never break, whatever the buffers' sizes (one batch, buffers that

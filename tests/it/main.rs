@@ -19,6 +19,7 @@ mod estimate;
 mod export;
 mod hangup;
 mod hardening;
+mod help_docs;
 mod init;
 mod integrity;
 mod key_redaction;
