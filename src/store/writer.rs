@@ -366,20 +366,24 @@ mod tests {
         }
     }
 
+    /// The writer's files, each buffered over what `make` gives for its name.
+    fn files<W: Durable>(make: impl Fn(&'static str) -> BufWriter<W>) -> Files<W> {
+        Files {
+            outputs: vec![make("rows")],
+            rejects: vec![make("rejects")],
+            ledger: make("ledger"),
+            turns: make("turns"),
+            raw: Vec::new(),
+        }
+    }
+
     /// A `dispatched` line handed with [`Writer::spend_handed`] is answered once it is with the
     /// OS, and never when its write failed: its request must not leave before a kill can no
     /// longer lose it.
     #[test]
     fn a_handed_line_is_answered_only_once_the_os_has_it() {
         let os = Os::default();
-        let w = |name| BufWriter::with_capacity(1 << 16, Watched(name, os.clone()));
-        let mut f = Files {
-            outputs: vec![w("rows")],
-            rejects: vec![w("rejects")],
-            ledger: w("ledger"),
-            turns: w("turns"),
-            raw: Vec::new(),
-        };
+        let mut f = files(|name| BufWriter::with_capacity(1 << 16, Watched(name, os.clone())));
         let (tx, mut rx) = mpsc::channel(8);
         let (handed, mut answer) = oneshot::channel();
         tx.try_send(Op::SpendHanded("dispatched 1\n".into(), handed))
@@ -410,14 +414,7 @@ mod tests {
                 Ok(())
             }
         }
-        let r = || BufWriter::with_capacity(1 << 16, Refused);
-        let mut f = Files {
-            outputs: vec![r()],
-            rejects: vec![r()],
-            ledger: r(),
-            turns: r(),
-            raw: Vec::new(),
-        };
+        let mut f = files(|_| BufWriter::with_capacity(1 << 16, Refused));
         let (tx, mut rx) = mpsc::channel(8);
         let (handed, mut answer) = oneshot::channel();
         tx.try_send(Op::SpendHanded("dispatched 2\n".into(), handed))
@@ -439,14 +436,7 @@ mod tests {
     fn what_a_kill_may_find_on_disk_is_always_in_the_order_a_start_can_book() {
         for capacity in [1 << 16, 300, 40] {
             let os = Os::default();
-            let w = |name| BufWriter::with_capacity(capacity, Watched(name, os.clone()));
-            let mut f = Files {
-                outputs: vec![w("rows")],
-                rejects: vec![w("rejects")],
-                ledger: w("ledger"),
-                turns: w("turns"),
-                raw: Vec::new(),
-            };
+            let mut f = files(|name| BufWriter::with_capacity(capacity, Watched(name, os.clone())));
             let (tx, mut rx) = mpsc::channel(256);
             let line = |s: String| s + "\n";
             let mut must = Vec::new();

@@ -141,10 +141,10 @@ impl Core {
         self.closes.landed(entry, landing);
     }
 
-    /// The run's work is over: the streams closed last are asked about, for at most
-    /// [`CLOSED_DEADLINE`], and the log says so (the views would otherwise sit still while it
-    /// lasts). The driver waits for the look-ups out, then says how it stopped
-    /// ([`Core::look_ups_ended`]).
+    /// The run's work is over: every close was asked about when it was decided, and the
+    /// driver now waits for the look-ups still out, for at most [`CLOSED_DEADLINE`]; the log
+    /// says so (the views would otherwise sit still while it lasts). Then the driver says how
+    /// it stopped ([`Core::look_ups_ended`]).
     pub(in crate::engine::core) fn end_look_ups(&mut self, now: &Clock) {
         let n = self.closes.pending();
         if n == 0 {
@@ -158,11 +158,6 @@ impl Core {
                 CLOSED_DEADLINE.as_secs()
             ),
         );
-        let items = self.closes.batch();
-        if !items.is_empty() {
-            let until = Until::Deadline(CLOSED_DEADLINE);
-            self.effects.push(Effect::LookUp { items, until });
-        }
     }
 
     /// The end stopped asking, as `how` says: the closes whose look-ups were still out are
@@ -173,10 +168,7 @@ impl Core {
     /// after 25 s whose closes were still unknown ended with its ledger 24% under the bill and
     /// said nothing of it.
     pub(in crate::engine::core) fn look_ups_ended(&mut self, how: LookUpsEnd, now: &Clock) {
-        if how == LookUpsEnd::NotAsked {
-            // What was closed since the last tick was never asked: unconfirmed all the same.
-            self.closes.batch();
-        } else {
+        if how != LookUpsEnd::NotAsked {
             for entry in self.closes.not_heard() {
                 let reckoned = self.reckon_unknown_close(&entry, now.wall);
                 if reckoned.is_none() {
@@ -220,11 +212,5 @@ impl Core {
     /// This run's closed streams not confirmed yet, and what they may still add to the ledger.
     pub(crate) fn closes_unconfirmed(&self) -> (usize, Usd) {
         self.closes.unconfirmed()
-    }
-
-    /// Asks now about the streams closed since the last tick, as the tick would.
-    #[cfg(test)]
-    pub(crate) fn ask_closed_now(&mut self) -> Vec<(String, SpendEntry)> {
-        self.closes.batch()
     }
 }

@@ -278,8 +278,6 @@ impl H {
 
     /// Closed streams the core asked to look up since the last call.
     pub(super) fn take_reconcile(&mut self) -> Vec<(String, crate::store::output::SpendEntry)> {
-        let now = self.core.ask_closed_now();
-        self.reconcile.extend(now);
         std::mem::take(&mut self.reconcile)
     }
 

@@ -725,3 +725,75 @@ fn a_lost_close_is_not_trued_up_before_its_bill_can_have_come() {
         "trued up once its bill would have come: {lines:?}"
     );
 }
+
+/// The end of a run with a closed stream at an endpoint that bills a close in full, as the
+/// driver may end its look-ups: nothing asked (a stop-now first), the deadline passing with the
+/// look-up still out, or the look-up landing first. What is said, what stays unconfirmed for
+/// the next start, and what the end asks, are the core's (`settle/closes.rs`).
+#[test]
+fn the_end_of_a_run_settles_its_closed_streams_as_its_look_ups_went() {
+    use crate::engine::core::settle::LookUpsEnd;
+    let mut bills = ep("bills/int4", "Bills", "int4", 0.50, 3.00);
+    bills.cancel_stops_billing = false;
+    // (what, how the end stopped asking, whether the look-up landed first, said, unconfirmed)
+    let cases = [
+        (
+            "a stop-now: nothing asked",
+            LookUpsEnd::NotAsked,
+            false,
+            "not confirmed at /generation (stopped now)",
+            1,
+        ),
+        (
+            "the deadline with the look-up out",
+            LookUpsEnd::Deadline,
+            false,
+            "not confirmed at /generation (not known within 8s)",
+            1,
+        ),
+        (
+            "the look-up landed first",
+            LookUpsEnd::Deadline,
+            true,
+            "reconciled 1 closed streams with /generation",
+            0,
+        ),
+    ];
+    for (what, how, landed, said, left) in cases {
+        let top = "budget_mode = \"expected\"\n[request]\nmax_tokens = 4096";
+        let mut h = H::new(config(top), vec![bills.clone()], &[&["a"]]);
+        let sent = h.dispatch();
+        assert_eq!(sent.len(), 1, "{what}");
+        h.result(cancelled(sent[0].key, Some(0), 40, 0.0001));
+        // Asked as soon as the close is decided, in the background until it ages out.
+        let asked = h.take_reconcile();
+        assert_eq!(asked.len(), 1, "{what}: asked at once");
+        if landed {
+            let entry = asked[0].1.clone();
+            let landing = Landing::Closed(Usd::from_f64(0.0002));
+            h.handle(Event::Landed {
+                entry: Box::new(entry),
+                landing,
+                completion_tokens: Some(60),
+            });
+        }
+        h.at(30.0);
+        let fx = h.handle(Event::EndLookUps);
+        let end_asks = fx.iter().any(|e| matches!(e, Effect::LookUp { .. }));
+        assert!(
+            !end_asks,
+            "{what}: asked already, when its close was decided"
+        );
+        let announced = (h.event_texts().iter()).any(|t| t.starts_with("looking up what 1 closed"));
+        assert_eq!(announced, !landed, "{what}: the end says what it waits for");
+        h.handle(Event::LookUpsEnded(how));
+        assert!(
+            h.event_texts().iter().any(|t| t.contains(said)),
+            "{what}: {:?}",
+            h.event_texts()
+        );
+        let (n, more) = h.core.closes_unconfirmed();
+        assert_eq!(n, left, "{what}");
+        assert_eq!(more > Usd::ZERO, left > 0, "{what}: what it may still add");
+    }
+}

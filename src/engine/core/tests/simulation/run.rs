@@ -1048,13 +1048,7 @@ impl Run {
     /// --reconcile`) books them.
     fn end_look_ups(&mut self) {
         let how = if self.core.stopped_now() {
-            // Nothing is asked now; the next start asks about what was closed last.
-            let never_asked = self.core.ask_closed_now();
-            let until = crate::engine::reconcile::Until::AgedOut;
-            self.perform(Effect::LookUp {
-                items: never_asked,
-                until,
-            });
+            // Nothing more is waited for; what is out lands later, as the next start asks.
             LookUpsEnd::NotAsked
         } else {
             self.step(Event::EndLookUps);
