@@ -47,8 +47,6 @@ pub(super) struct Publisher {
     last_history: f64,
     pub loop_lag_ms: f64,
     pub key_usage_start: Option<f64>,
-    /// Set by the supervisor as the crash's look-ups land.
-    pub open_look_ups: super::snapshot::OpenLookUps,
 }
 
 impl Publisher {
@@ -63,7 +61,6 @@ impl Publisher {
             last_history: -HISTORY_EVERY_S,
             loop_lag_ms: 0.0,
             key_usage_start,
-            open_look_ups: Default::default(),
         }
     }
 
@@ -186,7 +183,7 @@ impl Publisher {
             last_stretch_s: core.last_stretch(now).map(|d| d.as_secs_f64()),
             stretch_stoppable: core.stretch_shares().0,
             stretch_worst: core.stretch_shares().1,
-            open_look_ups: self.open_look_ups,
+            open_look_ups: core.open_look_ups(),
             datasets,
             endpoints,
             events: events

@@ -110,81 +110,47 @@ async fn forward(
     }
 }
 
-/// The look-ups of what a crash left open, running beside the new work.
-#[derive(Default)]
-pub(super) struct Recovery {
-    pub rx: Option<tokio::sync::mpsc::UnboundedReceiver<LookedUp>>,
-    pub task: Option<tokio::task::JoinHandle<()>>,
-    pub asked: usize,
-    pub booked: usize,
-    /// Booked as lost attempts ([`Core::lost_cost`](super::core::Core)), unknown to the API
-    /// past [`UNKNOWN_AFTER`].
-    pub lost: usize,
-    pub total: crate::domain::Usd,
-    /// What the requests looked up were expected to cost when sent, and of it, that of those
-    /// whose look-up came back (the rest is what pending look-ups stand for).
-    pub expected: crate::domain::Usd,
-    pub expected_back: crate::domain::Usd,
-    /// Look-ups that came back (found, lost, or still unknown and left open).
-    pub back: usize,
-    /// Ids whose first ask is answered (found then, or still unknown and asked again later):
-    /// the first pass is over when every id's is.
-    pub first_answers: usize,
-    /// The crash's open attempts not settled yet (looked up still, or left open), and what
-    /// they were expected to cost.
-    pub open: (usize, crate::domain::Usd),
-    /// Of the look-ups, those of streams an earlier run closed and no look-up confirmed.
-    pub closed_asked: usize,
-    /// Those the API answered (or that aged out keeping their estimates), and what its
-    /// costs add to the estimates.
-    pub closed_confirmed: usize,
-    pub closed_delta: crate::domain::Usd,
-    /// Of the look-ups, those of lines `--repair` rebuilt from the outputs.
-    pub rebuilt_asked: usize,
-    /// Rebuilt lines the API confirmed, and what its costs add to the outputs' costs.
-    pub confirmed: usize,
-    pub confirmed_delta: crate::domain::Usd,
+/// The look-ups of what earlier runs left open, asked once at the start and running beside
+/// the new work until each is found or ages out; the channel closes when all are in.
+pub(super) struct Background {
+    pub rx: tokio::sync::mpsc::UnboundedReceiver<LookedUp>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-impl Recovery {
-    /// Starts looking up `items` on a task of its own, in the order given (a crash's open
-    /// attempts, most likely billed first; then `closed_asked` closed streams to confirm; then
-    /// `rebuilt_asked` rebuilt lines), until each is found or ages out; results arrive on `rx`.
+impl Background {
+    /// Starts looking up `items` on a task of its own, in the order given; results arrive on
+    /// `rx`.
     pub(super) fn start(
         client: OpenRouterClient,
         items: Vec<(String, SpendEntry)>,
-        closed_asked: usize,
-        rebuilt_asked: usize,
-    ) -> Recovery {
-        let asked = items.len() - closed_asked - rebuilt_asked;
-        let expected = items.iter().map(|(_, e)| open_part(e)).sum();
-        let open_expected = (items[..asked + closed_asked].iter())
-            .map(|(_, e)| open_part(e))
-            .sum();
+        until: Until,
+    ) -> Background {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let task = tokio::spawn(forward(client, items, Until::AgedOut, tx));
-        Recovery {
-            rx: Some(rx),
-            task: Some(task),
-            asked,
-            closed_asked,
-            rebuilt_asked,
-            expected,
-            open: (asked + closed_asked, open_expected),
-            ..Recovery::default()
+        let task = tokio::spawn(forward(client, items, until, tx));
+        Background { rx, task }
+    }
+
+    /// Ends the look-ups still running: their lines stay open for the next start.
+    pub(super) fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// The GETs to `/generation` the core asked for ([`Effect::LookUp`](super::core::Effect)),
+/// by whose they are; each answer goes back through the core's door.
+pub(super) struct LookUps {
+    /// This run's closed streams, a batch a tick.
+    pub closes: Closed,
+    /// What earlier runs left (`None` once all are in, or when none was asked).
+    pub leftovers: Option<Background>,
+}
+
+impl LookUps {
+    pub(super) fn new() -> LookUps {
+        LookUps {
+            closes: Closed::new(),
+            leftovers: None,
         }
-    }
-
-    /// Every id was asked once and answered (or settled without being asked).
-    pub(super) fn first_pass_done(&self) -> bool {
-        self.first_answers >= self.asked + self.closed_asked + self.rebuilt_asked
-    }
-
-    /// A crash's open attempt was settled (found, or booked as lost), or a closed stream
-    /// confirmed.
-    pub(super) fn settled(&mut self, e: &SpendEntry) {
-        self.open.0 = self.open.0.saturating_sub(1);
-        self.open.1 = self.open.1 - open_part(e);
     }
 }
 

@@ -26,7 +26,7 @@ use super::alarm::Alarm;
 use super::control::Command;
 use super::core::DatasetBook;
 use super::core::attempt::AttemptResult;
-use super::core::settle::Leftovers;
+use super::core::settle::{Asked, Leftovers};
 use super::core::{Clock, Core, Effect, Event, Live, Port};
 use super::publish::Publisher;
 use super::reason::StopReason;
@@ -35,7 +35,7 @@ use super::snapshot::{RunState, Snapshot};
 use super::stats::Counters;
 use super::worker::{AttemptSpec, Running, run_attempt};
 
-mod settle;
+mod asking;
 
 /// `engine::EngineHandle` writes the final state through here.
 pub(super) use super::publish::write_state;
@@ -127,21 +127,12 @@ pub(super) struct Supervisor {
     /// Cancelled by a stop-now that came after the work was over, while look-ups ran: what
     /// is still being looked up is left as it is (see [`Supervisor::stopping_now`]).
     end_now: CancellationToken,
-    /// What earlier runs left open with the API, settled at the start.
-    leftovers: Leftovers,
-    /// `GET /key` usage at the start.
-    key_usage_start: Option<f64>,
-    /// Look-ups of a crash's leftovers that found no answer yet (their lines stay open).
-    unsettled: usize,
-    /// Look-ups of what an earlier run left (open attempts, closed streams, rebuilt lines)
-    /// still running when the work was done: left for the next start.
-    recovery_open: usize,
     /// The attempts in flight.
     tasks: JoinSet<AttemptResult>,
     /// Each attempt's running cost and tokens received, shared with its worker, by attempt key.
     running: HashMap<u64, Arc<Running>>,
-    /// Look-ups of the streams it closed, running.
-    closed: super::reconcile::Closed,
+    /// The look-ups at `/generation` the core asked for, running.
+    look_ups: super::reconcile::LookUps,
     /// `harvest probe`'s agreement per endpoint, handed to the core as the run begins.
     probe: Option<HashMap<String, f64>>,
 }
@@ -194,7 +185,9 @@ impl Supervisor {
         .with_carried_by_endpoint(&l.carried_by_endpoint)
         .with_closes_before(&l.closes_before, now.wall)
         .with_streams_before(&l.streams_before)
-        .with_key_base(l.key_base);
+        .with_key_base(l.key_base)
+        .with_key_at_start(l.key_usage_start)
+        .with_leftovers(l.leftovers);
         Supervisor {
             core,
             publisher: Publisher::new(&now, n, l.key_usage_start),
@@ -204,13 +197,9 @@ impl Supervisor {
             state_path: l.state_path,
             stop_now: Arc::new(Alarm::new()),
             end_now: CancellationToken::new(),
-            leftovers: l.leftovers,
-            key_usage_start: l.key_usage_start,
-            unsettled: 0,
-            recovery_open: 0,
             tasks: JoinSet::new(),
             running: HashMap::new(),
-            closed: super::reconcile::Closed::new(),
+            look_ups: super::reconcile::LookUps::new(),
             probe: (!l.probe.is_empty()).then_some(l.probe),
         }
     }
@@ -313,11 +302,18 @@ impl Supervisor {
                     self.stop_now.raise();
                     Ok(())
                 }
-                Effect::LookUp { items, until } => {
+                Effect::LookUp { items, until, of } => {
                     // Without a key nothing can be asked: they stay unconfirmed.
                     if self.shared.client.has_key() {
                         let client = self.shared.client.clone();
-                        self.closed.ask(client, items, until);
+                        match of {
+                            Asked::Closes => self.look_ups.closes.ask(client, items, until),
+                            Asked::Leftovers => {
+                                let asking =
+                                    super::reconcile::Background::start(client, items, until);
+                                self.look_ups.leftovers = Some(asking);
+                            }
+                        }
                     }
                     Ok(())
                 }
@@ -375,39 +371,26 @@ impl Supervisor {
         publish: watch::Sender<Arc<Snapshot>>,
         tick_every: Duration,
     ) -> RunSummary {
-        let mut recovery = self.begin().await;
+        self.begin().await;
         let mut state_writer = super::publish::StateWriter::new(self.state_path.clone());
-        self.work(
-            &mut commands,
-            (&publish, &mut state_writer),
-            tick_every,
-            &mut recovery,
-        )
-        .await;
+        self.work(&mut commands, (&publish, &mut state_writer), tick_every)
+            .await;
         let listener = self.listen_for_stop_now(commands);
-        self.finish_recovery(recovery).await;
+        self.finish_leftovers().await;
         let summary = self.end(&publish, state_writer).await;
         listener.abort();
         summary
     }
 
-    /// Before the first request: the key's usage now, the probe's agreement, and what an
-    /// earlier run's crash left (booked, or looked up beside the new work).
-    async fn begin(&mut self) -> super::reconcile::Recovery {
-        if let Some(u) = self.key_usage_start {
-            // Quiet when no crash left anything open: a sound base for a later true-up. Not
-            // while crash estimates since the last base still wait for one: a base now would
-            // be after them, and no true-up could reach them (the detached-run test: a kill's
-            // request booked at its $0.0009 expectation, billed $0.000003, kept for good once
-            // a no-op run's start took a new base).
-            let left_open = !self.leftovers.is_empty();
-            self.key_usage(u, super::core::settle::KeyMoment::Start { left_open })
-                .await;
-        }
+    /// Before the first request: the probe's agreement, then the key's checkpoint and what
+    /// earlier runs left (booked, held, and looked up beside the new work), as the core
+    /// decides ([`Event::Open`]).
+    async fn begin(&mut self) {
         if let Some(agreement) = self.probe.take() {
             self.step(Event::Probe(agreement)).await;
         }
-        self.settle_crash().await
+        let can_look_up = self.shared.client.has_key();
+        self.step(Event::Open { can_look_up }).await;
     }
 
     /// The work: events from the operator, the attempts, the crash's look-ups, the dollar cap,
@@ -420,7 +403,6 @@ impl Supervisor {
             &mut super::publish::StateWriter,
         ),
         tick_every: Duration,
-        recovery: &mut super::reconcile::Recovery,
     ) {
         let mut tick = tokio::time::interval(tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -440,18 +422,12 @@ impl Supervisor {
                     None => commands_open = false,
                 },
                 found = async {
-                    match recovery.rx.as_mut() {
-                        Some(rx) => rx.recv().await,
+                    match self.look_ups.leftovers.as_mut() {
+                        Some(asking) => asking.rx.recv().await,
                         None => std::future::pending().await,
                     }
-                }, if recovery.rx.is_some() => match found {
-                    Some(f) => self.recovered(recovery, f).await,
-                    None => {
-                        recovery.rx = None;
-                        self.recovery_done(recovery).await;
-                    }
-                },
-                Some(l) = self.closed.rx.recv() => self.closed_landed(l).await,
+                }, if self.look_ups.leftovers.is_some() => self.leftover_looked_up(found).await,
+                Some(l) = self.look_ups.closes.rx.recv() => self.close_looked_up(l).await,
                 Some(res) = self.tasks.join_next(), if !self.tasks.is_empty() => match res {
                     Ok(r) => self.on_result(r).await,
                     Err(e) => {
@@ -504,56 +480,6 @@ impl Supervisor {
         }
     }
 
-    /// The crash's look-ups still running when the work is over.
-    async fn finish_recovery(&mut self, mut recovery: super::reconcile::Recovery) {
-        // Look-ups still running never hold the run: those that land within a short grace
-        // are booked, the rest stay open (their `started` lines) for the next start or
-        // `harvest status --reconcile`, and one line says so. A stop-now takes no grace, and
-        // one that comes during it ends it.
-        if let Some(mut rx) = recovery.rx.take() {
-            let (grace, first_pass) = if self.stopping_now() {
-                (Duration::ZERO, Duration::ZERO)
-            } else {
-                (
-                    super::reconcile::END_GRACE,
-                    super::reconcile::FIRST_PASS_GRACE,
-                )
-            };
-            let began = tokio::time::Instant::now();
-            let end_now = self.end_now.clone();
-            let mut all_in = false;
-            loop {
-                // Every id gets its first ask (the billed ones are found then) unless that
-                // takes longer than the first pass's grace.
-                let until = began
-                    + if recovery.first_pass_done() {
-                        grace
-                    } else {
-                        first_pass
-                    };
-                let next = tokio::select! {
-                    next = tokio::time::timeout_at(until, rx.recv()) => next,
-                    () = end_now.cancelled() => break,
-                };
-                match next {
-                    Ok(Some(f)) => self.recovered(&mut recovery, f).await,
-                    Ok(None) => {
-                        all_in = true;
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-            if let Some(t) = recovery.task.take() {
-                t.abort();
-            }
-            self.recovery_done(&recovery).await;
-            if !all_in {
-                self.recovery_left(&recovery).await;
-            }
-        }
-    }
-
     /// The end of the run: what closed streams cost, the key's count, the last writes, the
     /// final state and the summary.
     async fn end(
@@ -561,7 +487,7 @@ impl Supervisor {
         publish: &watch::Sender<Arc<Snapshot>>,
         state_writer: super::publish::StateWriter,
     ) -> RunSummary {
-        self.reconcile_closed(publish).await;
+        self.finish_closes(publish).await;
         let key_now = self.settle_with_key().await;
         if let Err(e) = self.writer.flush().await {
             self.step(Event::Failed(e.to_string())).await;

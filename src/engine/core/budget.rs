@@ -47,6 +47,10 @@ pub(super) struct Budget {
     open_bills: std::collections::HashMap<String, OpenBill>,
     /// The sum of those holds, picodollars.
     open_bills_pico: i64,
+    /// Money booked in this event that no worker accrued, told to the live spend by an
+    /// [`Effect::Spent`](super::Effect) the driver performs once the event is decided: until
+    /// then the workers' counters lack it, and what this event starts must count it.
+    unpublished_pico: i64,
 }
 
 /// A bill not known yet: what it holds until its look-up lands, what it will likely come to
@@ -113,6 +117,7 @@ impl Budget {
             open_bills: std::collections::HashMap::new(),
             waiting_for_room: false,
             open_bills_pico: 0,
+            unpublished_pico: 0,
         }
     }
 
@@ -125,6 +130,23 @@ impl Budget {
     #[cfg(test)]
     pub(super) fn reserved_pico(&self) -> i64 {
         self.reserved_pico
+    }
+
+    /// `pico` was booked in this event and is told to the live spend once it is decided.
+    pub(super) fn unpublished(&mut self, pico: i64) {
+        self.unpublished_pico += pico;
+    }
+
+    /// The live spend as it will be once this event's [`Effect::Spent`](super::Effect) are
+    /// performed (the driver performs every event's effects before the next event).
+    pub(super) fn with_unpublished(&self, mut live: Live) -> Live {
+        live.spent_pico += self.unpublished_pico;
+        live
+    }
+
+    /// A new event: the last one's effects are performed.
+    pub(super) fn published(&mut self) {
+        self.unpublished_pico = 0;
     }
 
     /// What earlier runs of the directory spent, and the crash look-ups booked since.

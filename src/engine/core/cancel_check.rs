@@ -23,7 +23,7 @@ use crate::config::BudgetMode;
 
 use super::cancel_billing::{self, Evidence};
 use super::journal::Once;
-use super::{Clock, Core, InFlight, Job, RECONCILE_CAPACITY};
+use super::{Clock, Core, InFlight, Job};
 
 /// Stream events (a token each at least) a checked stream receives before it is closed:
 /// enough that a bill of the whole answer reads as billed past the close
@@ -227,7 +227,7 @@ impl Core {
         r: &super::attempt::AttemptResult,
         now: &Clock,
     ) {
-        let looked_up = r.generation_id.is_some() && self.reconcile_asked < RECONCILE_CAPACITY;
+        let looked_up = r.generation_id.is_some() && self.settle.may_ask();
         self.book_closed(&job, f, r, None, now);
         if let Some(e) = f.check {
             let tag = self.fleet.endpoint(e).tag.clone();

@@ -45,7 +45,7 @@ impl Core {
     /// Reads the workers' counters and starts what fits: [`Effect::Spawn`]s, and rejects of
     /// bad prompt lines met on the way.
     pub(super) fn dispatch(&mut self, port: &mut dyn Port, now: &Clock) {
-        let live = port.live();
+        let live = self.budget.with_unpublished(port.live());
         self.fleet.read_in_flight(&live.endpoint_in_flight);
         self.budget.round_begins();
         while self.can_dispatch(now) {

@@ -14,13 +14,21 @@ use super::super::control::Command;
 use super::super::endpoint::RunEndpoint;
 use super::super::quality::Finding;
 use super::attempt::{AttemptResult, Dispatch};
-use super::settle::Landing;
+use crate::engine::look_ups::LookedUp;
+
+use super::settle::Asked;
 use super::{Clock, Core, Port};
 
 /// What happened, for the core to decide on.
 #[derive(Debug)]
 pub(crate) enum Event {
     // The driver.
+    /// Before the first request: the key's checkpoint, and what earlier runs left booked,
+    /// held and asked about (none asked when `can_look_up` is false: no key to ask with);
+    /// see [`Core::open_leftovers`].
+    Open {
+        can_look_up: bool,
+    },
     /// What an earlier run's crash left is booked: requests may start.
     Begin,
     /// Time passed (a retry fell due, the request-rate cap opened): only start what fits.
@@ -54,18 +62,17 @@ pub(crate) enum Event {
     Quality(Vec<Finding>),
 
     // Settling money with the API.
-    /// The attempts an earlier run's crash left open, before their look-ups: each holds money
-    /// against the budget until its look-up lands.
-    CrashOpen(Vec<SpendEntry>),
-    /// A look-up of `entry` at `GET /generation` landed, or what an earlier run left is given
-    /// up on: booked as [`Core::landing`] decided (the driver adds
-    /// [`Landing::live_delta`] to the live spend first). A crash's open attempt is closed, a
-    /// stream's booking adjusted to its bill, or its hold kept while nothing waits for it.
-    Landed {
-        entry: Box<SpendEntry>,
-        landing: Landing,
-        /// The completion tokens the API billed, when it says.
-        completion_tokens: Option<u64>,
+    /// A look-up at `GET /generation` that [`Effect::LookUp`] asked for `of` came back:
+    /// booked as [`Core::landing`] decides. A crash's open attempt is closed, a stream's
+    /// booking adjusted to its bill, or its hold kept while nothing waits for it.
+    LookedUp {
+        of: Asked,
+        answer: Box<LookedUp>,
+    },
+    /// The look-ups of what earlier runs left are all in (`all_in`), or the driver stopped
+    /// waiting for them once the work was over ([`Core::leftovers_ended`]).
+    LeftoversEnded {
+        all_in: bool,
     },
     /// The run's work is over: the streams closed last are asked about
     /// ([`Core::end_look_ups`]).
@@ -109,11 +116,13 @@ pub(crate) enum Effect {
     Turn(Box<TurnLine>),
     /// Close every attempt in flight (stop now).
     CancelInFlight,
-    /// Ask `GET /generation` what these closed streams (by generation id) really cost, in the
-    /// background until `until`; each answer comes back as [`Event::Landed`].
+    /// Ask `GET /generation` what these generations (by id; streams closed, or what earlier
+    /// runs left, as `of` says) really cost, in the background until `until`; each answer
+    /// comes back as [`Event::LookedUp`].
     LookUp {
         items: Vec<(String, SpendEntry)>,
         until: crate::engine::reconcile::Until,
+        of: Asked,
     },
     /// Endpoint `index` has new prices: put its new entry in the pool the workers read.
     Repriced {
@@ -136,10 +145,12 @@ impl Core {
     /// Decides on `event` at `now`, then (once begun) starts what fits; returns what the
     /// driver must do. The core's only door that changes it.
     pub(crate) fn handle(&mut self, event: Event, port: &mut dyn Port, now: &Clock) -> Vec<Effect> {
+        self.budget.published();
         if self.fleet.has_closes_before() {
             self.carry_closes(now);
         }
         match event {
+            Event::Open { can_look_up } => self.open_leftovers(can_look_up, now),
             Event::Begin => self.life.begun = true,
             Event::Wake => {}
             Event::Tick => self.tick(&*port, now),
@@ -155,22 +166,10 @@ impl Core {
                 self.fleet.refresh_verdicts();
             }
             Event::Quality(findings) => self.note_quality(findings, now),
-            Event::Landed {
-                entry,
-                landing,
-                completion_tokens,
-            } => {
-                self.close_landed(&entry, &landing);
-                self.land(*entry, landing, completion_tokens, now)
-            }
+            Event::LookedUp { of, answer } => self.looked_up(of, *answer, now),
+            Event::LeftoversEnded { all_in } => self.leftovers_ended(all_in, now),
             Event::EndLookUps => self.end_look_ups(now),
             Event::LookUpsEnded(how) => self.look_ups_ended(how, now),
-            Event::CrashOpen(open) => {
-                // An endpoint's documented close is not taken before it is checked, for what
-                // an earlier run left as for new streams (that run held their worst case).
-                self.doubt_documented_closes(now);
-                self.hold_crash(open)
-            }
             Event::KeyUsage {
                 usage,
                 spent,

@@ -17,7 +17,7 @@ use super::super::health::{HealthEvent, backoff};
 use super::super::reason::StopReason;
 use super::attempt::AttemptResult;
 use super::attempt_money::cut_after_tokens;
-use super::{Clock, Core, Effect, InFlight, Job, RECONCILE_CAPACITY, turns};
+use super::{Clock, Core, Effect, InFlight, Job, turns};
 
 impl Core {
     pub(super) fn on_failure(
@@ -67,7 +67,7 @@ impl Core {
             let line = self.failed_line(&job, f, r, kind, now);
             if r.streamed_tokens > 0
                 && let Some(g) = &r.generation_id
-                && self.reconcile_asked < RECONCILE_CAPACITY
+                && self.settle.may_ask()
             {
                 self.look_up(g.clone(), line.clone());
             }
@@ -378,7 +378,7 @@ impl Core {
             )
         };
         if let Some(g) = &r.generation_id
-            && self.reconcile_asked < RECONCILE_CAPACITY
+            && self.settle.may_ask()
         {
             self.look_up(g.clone(), entry.clone());
             self.hold_closed(f, r, expected);
@@ -421,11 +421,11 @@ impl Core {
         // world 1142 lost its true-up of every crash estimate to them); that bill is known
         // as soon as the provider stops, so it holds the key's true-up back no longer.
         if let Some(line) = unseen.filter(|l| l.usd > Usd::ZERO) {
-            self.key.estimated(line.usd);
+            self.settle.estimated(line.usd);
             if billed_in_full {
-                self.key.unseen_close(now);
+                self.settle.unseen_close(now);
             }
-            self.effects.push(Effect::Spent(line.usd));
+            self.spend_live(line.usd);
             self.ledger(line);
         }
     }

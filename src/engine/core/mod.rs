@@ -71,9 +71,6 @@ pub(crate) use port::{Live, Port};
 pub(crate) use routing::Route;
 pub(crate) use verdict::reject_kinds;
 
-/// Most closed streams looked up for reconciliation (a cap hit closes at most `concurrency`).
-const RECONCILE_CAPACITY: usize = 100_000;
-
 /// A prompt waiting for (another) attempt.
 #[derive(Clone, Debug)]
 pub(crate) struct Job {
@@ -235,14 +232,11 @@ pub(crate) struct Core {
     streak: systematic::Streak,
     /// The recent share of answers cut while thinking.
     cut_watch: cut_watch::CutWatch,
-    /// Streams we closed and asked the driver to look up (see [`Effect::LookUp`]).
-    reconcile_asked: usize,
-    /// Those closed streams' look-ups: waiting for a batch, unconfirmed, reckoned at the end.
-    closes: settle::Closes,
+    /// Money that outlives a stream or a process: this run's closes' look-ups, what earlier
+    /// runs left, the key's checkpoints.
+    settle: settle::Settlement,
     /// Where the ledger's money went, by endpoint.
     books: books::Books,
-    /// The key's last quiet checkpoint and the crash estimates booked since.
-    key: settle::KeyAccount,
     effects: Vec<Effect>,
 }
 
@@ -292,8 +286,6 @@ impl Core {
         let in_datasets = datasets.iter().map(|d| d.spent).sum();
         let mut core = Core {
             books: books::Books::new(carried_over, in_datasets),
-            key: settle::KeyAccount::default(),
-            closes: settle::Closes::default(),
             concurrency: cfg.concurrency,
             budget: budget::Budget::new(
                 cfg.budget(),
@@ -316,7 +308,7 @@ impl Core {
             in_flight: HashMap::new(),
             journal: journal::Journal::new(now.mono),
             rng: SmallRng::seed_from_u64(0x4841_5256),
-            reconcile_asked: 0,
+            settle: settle::Settlement::default(),
             run_id,
             effects: Vec::new(),
             streak: systematic::Streak::default(),
@@ -371,8 +363,7 @@ impl Core {
 
     /// Asks the driver to look up at the end of the run what a stream really cost.
     fn look_up(&mut self, generation_id: String, entry: SpendEntry) {
-        self.reconcile_asked += 1;
-        self.closes.wait(generation_id, entry);
+        self.settle.ask_about(generation_id, entry);
     }
 
     /// Stops dispatching, for `reason` (the first reason wins).

@@ -15,7 +15,7 @@ use crate::engine::reconcile::{CLOSED_DEADLINE, Until, open_part};
 use crate::store::output::SpendEntry;
 
 use super::super::{Clock, Core, Effect};
-use super::Landing;
+use super::{Asked, Landing};
 
 /// How the end of a run stopped asking about its closed streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +41,8 @@ pub(crate) struct Closes {
     /// Found at the API, and what their costs changed against the estimates.
     fixed: u64,
     delta: Usd,
+    /// The end stopped asking: what is unconfirmed now stays so for this run.
+    ended: bool,
 }
 
 /// A closed stream asked about and not confirmed.
@@ -54,7 +56,7 @@ struct Unconfirmed {
 
 impl Closes {
     /// Stream `g` was closed and booked at `entry`: asked about with the next batch.
-    pub(in crate::engine::core) fn wait(&mut self, g: String, entry: SpendEntry) {
+    pub(super) fn wait(&mut self, g: String, entry: SpendEntry) {
         self.waiting.push((g, entry));
     }
 
@@ -127,18 +129,22 @@ impl Core {
     /// on checks whose look-ups landed late, and world 872's true-up was refused; asked at
     /// once, both hold.)
     pub(in crate::engine::core) fn ask_closed(&mut self) {
-        if self.closes.waiting.is_empty() {
+        if self.settle.closes.waiting.is_empty() {
             return;
         }
-        let items = self.closes.batch();
+        let items = self.settle.closes.batch();
         let until = Until::AgedOut;
-        self.effects.push(Effect::LookUp { items, until });
+        self.effects.push(Effect::LookUp {
+            items,
+            until,
+            of: Asked::Closes,
+        });
     }
 
     /// A look-up landed as `landing`: if it was of one of this run's closes, it is confirmed,
     /// or known to be unknown still.
     pub(in crate::engine::core) fn close_landed(&mut self, entry: &SpendEntry, landing: &Landing) {
-        self.closes.landed(entry, landing);
+        self.settle.closes.landed(entry, landing);
     }
 
     /// The run's work is over: every close was asked about when it was decided, and the
@@ -146,7 +152,7 @@ impl Core {
     /// says so (the views would otherwise sit still while it lasts). Then the driver says how
     /// it stopped ([`Core::look_ups_ended`]).
     pub(in crate::engine::core) fn end_look_ups(&mut self, now: &Clock) {
-        let n = self.closes.pending();
+        let n = self.settle.closes.pending();
         if n == 0 {
             return;
         }
@@ -168,8 +174,9 @@ impl Core {
     /// after 25 s whose closes were still unknown ended with its ledger 24% under the bill and
     /// said nothing of it.
     pub(in crate::engine::core) fn look_ups_ended(&mut self, how: LookUpsEnd, now: &Clock) {
+        self.settle.closes.ended = true;
         if how != LookUpsEnd::NotAsked {
-            for entry in self.closes.not_heard() {
+            for entry in self.settle.closes.not_heard() {
                 let reckoned = self.reckon_unknown_close(&entry, now.wall);
                 if reckoned.is_none() {
                     continue;
@@ -180,19 +187,19 @@ impl Core {
                     asked_again: false,
                     reckoned,
                 };
-                self.closes.landed(&entry, &landing);
+                self.settle.closes.landed(&entry, &landing);
                 self.land(entry, landing, None, now);
             }
         }
-        if self.closes.fixed > 0 {
+        if self.settle.closes.fixed > 0 {
             let text = format!(
                 "reconciled {} closed streams with /generation: {:+.6} USD",
-                self.closes.fixed,
-                self.closes.delta.as_f64()
+                self.settle.closes.fixed,
+                self.settle.closes.delta.as_f64()
             );
             self.event(now, text);
         }
-        let (n, more) = self.closes.unconfirmed();
+        let (n, more) = self.settle.closes.unconfirmed();
         if n == 0 {
             return;
         }
@@ -208,9 +215,11 @@ impl Core {
         );
         self.event(now, text);
     }
+}
 
-    /// This run's closed streams not confirmed yet, and what they may still add to the ledger.
-    pub(crate) fn closes_unconfirmed(&self) -> (usize, Usd) {
-        self.closes.unconfirmed()
+impl Closes {
+    /// The end stopped asking about this run's closes.
+    pub(super) fn ended(&self) -> bool {
+        self.ended
     }
 }

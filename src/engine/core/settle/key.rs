@@ -12,17 +12,18 @@ use crate::engine::reconcile::{KeyVerdict, key_verdict, start_is_quiet};
 use crate::store::output::{KeyCheckpoint, SpendEntry, SpendKind};
 use crate::store::scan::KeyBase;
 
-use super::super::{Clock, Core, Effect};
+use super::super::{Clock, Core};
 
 /// When the key's usage was asked, with what only the driver knows then.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum KeyMoment {
     /// Before the first request; `left_open`: an earlier run's crash left attempts open.
     Start { left_open: bool },
-    /// At the end: `look_ups_open` look-ups (of closed streams, of a crash's leftovers) are
-    /// still out, and whether the run is stopping now.
+    /// At the end: `look_ups_out` of the driver's look-ups of closed streams are still out
+    /// (the core adds those of earlier runs' leftovers it left, [`Core::look_ups_left`]), and
+    /// whether the run is stopping now.
     End {
-        look_ups_open: usize,
+        look_ups_out: usize,
         stopping_now: bool,
     },
 }
@@ -36,11 +37,15 @@ pub(crate) struct KeyAccount {
     /// estimate): until [`UNKNOWN_AFTER`](crate::engine::reconcile::UNKNOWN_AFTER) past it,
     /// the provider may still be answering it, so the key's count does not yet hold its bill.
     last_unseen: Option<std::time::Instant>,
+    /// The key's usage at the start (`GET /key`), until the start's checkpoint is written;
+    /// and whether there was one (without it, the end asks nothing: no true-up, no checkpoint).
+    at_start: Option<f64>,
+    asked_at_start: bool,
 }
 
 impl KeyAccount {
     /// A crash estimate booked now counts in the next true-up.
-    pub(in crate::engine::core) fn estimated(&mut self, usd: Usd) {
+    pub(super) fn estimated(&mut self, usd: Usd) {
         if let Some(b) = self.base.as_mut() {
             b.estimated += usd;
             b.estimated_lines += 1;
@@ -48,7 +53,7 @@ impl KeyAccount {
     }
 
     /// A stream closed before it named its generation was booked at an estimate now.
-    pub(in crate::engine::core) fn unseen_close(&mut self, now: &Clock) {
+    pub(super) fn unseen_close(&mut self, now: &Clock) {
         self.last_unseen = Some(now.mono);
     }
 
@@ -58,6 +63,11 @@ impl KeyAccount {
     fn unseen_pending(&self, now: &Clock) -> bool {
         let after = crate::engine::reconcile::UNKNOWN_AFTER;
         (self.last_unseen).is_some_and(|t| now.mono.saturating_duration_since(t) < after)
+    }
+
+    /// The key's usage at the start, once (for the start's checkpoint).
+    pub(super) fn take_start(&mut self) -> Option<f64> {
+        self.at_start.take()
     }
 
     /// Crash estimates booked since the base, waiting for a true-up.
@@ -70,11 +80,22 @@ impl Core {
     /// The output directory's last quiet key checkpoint and the crash estimates booked since
     /// (`LedgerScan::key_base`).
     pub(crate) fn with_key_base(mut self, base: Option<KeyBase>) -> Self {
-        self.key = KeyAccount {
-            base,
-            last_unseen: None,
-        };
+        self.settle.key.base = base;
         self
+    }
+
+    /// The key's usage at the start (`GET /key`, `None` when it was not asked or not
+    /// answered): the start's checkpoint ([`Event::Open`](super::super::Event::Open)).
+    pub(crate) fn with_key_at_start(mut self, usage: Option<f64>) -> Self {
+        self.settle.key.at_start = usage;
+        self.settle.key.asked_at_start = usage.is_some();
+        self
+    }
+
+    /// The end of the run asks the key's usage (for the true-up and the end's checkpoint):
+    /// only where the start had it.
+    pub(crate) fn asks_key_at_end(&self) -> bool {
+        self.settle.key.asked_at_start
     }
 
     /// The key's usage was `usage` USD when the live spend was `spent`. At the start, a
@@ -94,22 +115,24 @@ impl Core {
     ) {
         match moment {
             KeyMoment::Start { left_open } => {
-                let quiet = start_is_quiet(left_open, self.key.waiting());
+                let quiet = start_is_quiet(left_open, self.settle.key.waiting());
                 self.key_checkpoint(usage, spent, quiet, "start", now);
             }
             KeyMoment::End {
-                look_ups_open,
+                look_ups_out,
                 stopping_now,
             } => {
                 let mut spent = spent;
                 // A close whose bill may still come counts as a look-up still out.
-                let open = look_ups_open + usize::from(self.key.unseen_pending(now));
-                if let Some(base) = self.key.base.filter(|_| open == 0) {
+                let open = look_ups_out
+                    + self.look_ups_left()
+                    + usize::from(self.settle.key.unseen_pending(now));
+                if let Some(base) = self.settle.key.base.filter(|_| open == 0) {
                     match key_verdict(&base, usage, spent) {
                         KeyVerdict::Agrees => {}
                         KeyVerdict::TrueUp { usd, note } => {
                             spent += usd;
-                            self.effects.push(Effect::Spent(usd));
+                            self.spend_live(usd);
                             self.event(now, format!("{note}: {:+.6} USD booked", usd.as_f64()));
                             self.ledger(SpendEntry {
                                 usd,
@@ -149,7 +172,7 @@ impl Core {
             quiet,
         };
         if quiet {
-            self.key.base = Some(KeyBase {
+            self.settle.key.base = Some(KeyBase {
                 checkpoint,
                 estimated: Usd::ZERO,
                 estimated_lines: 0,

@@ -8,7 +8,7 @@ use crate::engine::reconcile::{Settle, settle};
 use crate::store::output::{SpendEntry, SpendKind};
 use crate::store::scan::REBUILT;
 
-use super::super::{Clock, Core};
+use super::super::{Clock, Core, Effect};
 
 /// What a look-up's answer books.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,6 +101,32 @@ impl Landing {
 }
 
 impl Core {
+    /// Tells the live spend the workers' dollar cap reads of `usd` booked that no worker
+    /// accrued ([`Effect::Spent`]); what this event starts counts it already.
+    pub(in crate::engine::core) fn spend_live(&mut self, usd: Usd) {
+        self.budget.unpublished(usd.pico());
+        self.effects.push(Effect::Spent(usd));
+    }
+
+    /// Books `landing` as [`Core::land`] does, and adds what it books to the live spend the
+    /// workers' dollar cap reads ([`Effect::Spent`], performed before any request this event
+    /// starts: the core starts what fits only after it decided). Returns what it added.
+    pub(in crate::engine::core) fn land_live(
+        &mut self,
+        entry: SpendEntry,
+        landing: Landing,
+        completion_tokens: Option<u64>,
+        now: &Clock,
+    ) -> Usd {
+        let delta = landing.live_delta(&entry);
+        self.close_landed(&entry, &landing);
+        self.land(entry, landing, completion_tokens, now);
+        if delta != Usd::ZERO {
+            self.spend_live(delta);
+        }
+        delta
+    }
+
     /// Books `landing` of `entry`'s look-up (the API billed `completion_tokens`, when it said):
     /// its ledger line, its hold released or kept ([`super::super::Event::Landed`]).
     pub(in crate::engine::core) fn land(
@@ -116,7 +142,7 @@ impl Core {
                 self.book_carried(entry, SpendKind::Recovered, usd, false, now);
             }
             Landing::Lost(usd) => {
-                self.key.estimated(usd);
+                self.settle.key.estimated(usd);
                 self.release_open_bill(&entry);
                 self.book_carried(entry, SpendKind::Unknown, usd, true, now);
             }

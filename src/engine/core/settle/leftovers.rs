@@ -126,3 +126,21 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+impl Leftovers {
+    /// Open attempts (`started` lines, their answers nowhere) and closed streams no look-up
+    /// confirmed, as a directory's scan leaves them.
+    pub(crate) fn of(orphans: Vec<SpendEntry>, closed: Vec<SpendEntry>) -> Leftovers {
+        Leftovers {
+            orphans,
+            closed,
+            ..Leftovers::default()
+        }
+    }
+
+    /// Requests sent that never started: a start books each as a lost attempt.
+    pub(crate) fn never_started(&self) -> usize {
+        self.unknown.len()
+    }
+}

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::engine::core::settle::Landing;
+use crate::engine::core::settle::Asked;
 use crate::openrouter::ApiError;
 use crate::store::output::SpendKind;
 
@@ -78,10 +78,9 @@ fn an_endpoints_spend_is_every_line_booked_there_and_they_sum_to_the_ledger() {
         .find(|(_, e)| e.endpoint.as_deref() == Some("together/int4"))
         .expect("the close at Together is looked up")
         .clone();
-    lines.extend(ledger(&h.handle(Event::Landed {
-        entry: Box::new(closed),
-        landing: Landing::Closed(usd(0.0009)),
-        completion_tokens: Some(90),
+    lines.extend(ledger(&h.handle(Event::LookedUp {
+        of: Asked::Closes,
+        answer: found(closed, Some(0.0009), Some(90)),
     })));
     // The key's true-up names neither an endpoint nor a dataset: a crash estimate of 0.0004
     // since the base, and the key grew 0.0002 less than the ledger.
@@ -99,7 +98,7 @@ fn an_endpoints_spend_is_every_line_booked_there_and_they_sum_to_the_ledger() {
         usage: 0.0,
         spent: usd(0.0002),
         moment: crate::engine::core::settle::KeyMoment::End {
-            look_ups_open: 0,
+            look_ups_out: 0,
             stopping_now: false,
         },
     })));
@@ -209,10 +208,9 @@ fn a_stopping_runs_projection_is_its_streams_and_the_worst_case_holds_the_open_b
     );
     // The look-up lands: nothing is held any more.
     let (_, entry) = h.take_reconcile().pop().expect("the close is looked up");
-    h.handle(Event::Landed {
-        entry: Box::new(entry),
-        landing: Landing::Closed(usd(0.004)),
-        completion_tokens: Some(1_200),
+    h.handle(Event::LookedUp {
+        of: Asked::Closes,
+        answer: found(entry, Some(0.004), Some(1_200)),
     });
     h.live.spent_pico += usd(0.003).pico();
     assert_eq!(h.core.worst_case_pico(&h.live), usd(0.0065).pico());

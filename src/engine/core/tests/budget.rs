@@ -4,7 +4,7 @@
 use super::super::Event;
 use super::*;
 use crate::engine::Command;
-use crate::engine::core::settle::Landing;
+use crate::engine::core::settle::{Asked, Leftovers};
 use crate::engine::core::wire_rate;
 use crate::engine::reason::StopReason;
 
@@ -394,7 +394,8 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
         attempt: Some(format!("old-{g}")),
         ..SpendEntry::new(SpendKind::Started, "t".into(), format!("x{g}"), "d0")
     };
-    let fx = h.handle(Event::CrashOpen(vec![open("g1"), open("g2")]));
+    h.core = (h.core).with_leftovers(Leftovers::of(vec![open("g1"), open("g2")], vec![]));
+    let fx = h.handle(Event::Open { can_look_up: true });
     let held: i64 = fx
         .iter()
         .filter_map(|e| match e {
@@ -413,25 +414,18 @@ fn a_crashs_open_attempts_hold_their_worst_case_until_looked_up() {
         "it waits for the look-ups, not stops"
     );
     // One look-up lands: found at $0.002; its hold goes, and one request fits.
-    let fx = h.handle(Event::Landed {
-        entry: Box::new(open("g1")),
-        landing: Landing::Found(Usd::from_f64(0.002)),
-        completion_tokens: None,
+    let fx = h.handle(Event::LookedUp {
+        of: Asked::Leftovers,
+        answer: found(open("g1"), Some(0.002), None),
     });
     assert!(fx.iter().any(|e| matches!(e, Effect::Hold(p) if *p < 0)));
     h.live.spent_pico += Usd::from_f64(0.002).pico();
     assert_eq!(h.dispatch().len(), 1, "room for one worst case again");
     // The other gives up for now: still held.
     let before = h.core.committed_pico(&h.live.clone());
-    h.handle(Event::Landed {
-        entry: Box::new(open("g2")),
-        landing: Landing::Open {
-            refused: None,
-            held: true,
-            asked_again: false,
-            reckoned: None,
-        },
-        completion_tokens: None,
+    h.handle(Event::LookedUp {
+        of: Asked::Leftovers,
+        answer: found(open("g2"), None, None),
     });
     assert_eq!(h.core.committed_pico(&h.live.clone()), before, "still held");
 }
@@ -465,15 +459,18 @@ fn an_endpoints_tokens_an_event_are_learned_and_its_closes_read_by_them() {
     // Three closes there before any stream completed: unclear under the prior's range, kept.
     use crate::store::output::{SpendEntry, SpendKind};
     for k in 0..3 {
-        h.handle(Event::Landed {
-            entry: Box::new(SpendEntry {
-                endpoint: Some("moonshotai".into()),
-                completion_tokens: 64,
-                generation_id: Some(format!("gen-close-{k}")),
-                ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
-            }),
-            landing: Landing::Closed(Usd::from_f64(0.001)),
-            completion_tokens: Some(528),
+        h.handle(Event::LookedUp {
+            of: Asked::Closes,
+            answer: found(
+                SpendEntry {
+                    endpoint: Some("moonshotai".into()),
+                    completion_tokens: 64,
+                    generation_id: Some(format!("gen-close-{k}")),
+                    ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
+                },
+                Some(0.001),
+                Some(528),
+            ),
         });
     }
     assert_eq!(
@@ -645,10 +642,12 @@ fn streams_an_earlier_run_closed_hold_until_confirmed() {
             })
             .sum()
     };
-    let fx = h.handle(Event::CrashOpen(vec![
-        closed("g1", "moonshotai"),
-        closed("g2", "chutes/int4"),
-    ]));
+    let left = Leftovers::of(
+        vec![],
+        vec![closed("g1", "moonshotai"), closed("g2", "chutes/int4")],
+    );
+    h.core = h.core.with_leftovers(left);
+    let fx = h.handle(Event::Open { can_look_up: true });
     let held = holds(&fx);
     // Moonshot's worst case ($3/M x 8,192 = $0.0246 and the prompt) less the $0.0003 booked.
     assert!(
@@ -657,10 +656,9 @@ fn streams_an_earlier_run_closed_hold_until_confirmed() {
     );
     assert_eq!(h.dispatch().len(), 1, "room for one worst case beside it");
     // Its look-up finds the estimate right: the hold goes, and a zero adjustment confirms it.
-    let fx = h.handle(Event::Landed {
-        entry: Box::new(closed("g1", "moonshotai")),
-        landing: Landing::Closed(Usd::from_f64(0.0003)),
-        completion_tokens: Some(100),
+    let fx = h.handle(Event::LookedUp {
+        of: Asked::Leftovers,
+        answer: found(closed("g1", "moonshotai"), Some(0.0003), Some(100)),
     });
     assert_eq!(holds(&fx), -held, "the hold released");
     let confirm: Vec<_> = (fx.iter())
@@ -734,19 +732,17 @@ fn a_close_billed_past_what_was_received_is_learned_at_once() {
         ..SpendEntry::new(SpendKind::Cancelled, String::new(), "z", "d0")
     };
     // Billed as received (with the tokens in transit): nothing changes.
-    h.handle(Event::Landed {
-        entry: Box::new(close(100)),
-        landing: Landing::Closed(Usd::from_f64(0.0002)),
-        completion_tokens: Some(120),
+    h.handle(Event::LookedUp {
+        of: Asked::Closes,
+        answer: found(close(100), Some(0.0002), Some(120)),
     });
     assert!(h.take_repriced().is_empty());
     assert_eq!(h.core.reserved_pico(), reserved_before);
     // Billed past the most 100 events can carry before Chutes' rate is learned (eight
     // tokens each, `wire_rate::PRIOR`): learned at once.
-    h.handle(Event::Landed {
-        entry: Box::new(close(100)),
-        landing: Landing::Closed(Usd::from_f64(0.004)),
-        completion_tokens: Some(2_000),
+    h.handle(Event::LookedUp {
+        of: Asked::Closes,
+        answer: found(close(100), Some(0.004), Some(2_000)),
     });
     let repriced = h.take_repriced();
     assert_eq!(repriced.len(), 1);
@@ -812,10 +808,9 @@ fn a_stream_cut_where_a_close_is_billed_in_full_holds_its_worst_case_until_looke
     let (g, entry) = h.take_reconcile().pop().expect("looked up");
     assert_eq!(g, format!("gen-{}", sent[0].key));
     // Found billed at $0.004: booked, the hold goes, a request fits again.
-    let fx = h.handle(Event::Landed {
-        entry: Box::new(entry),
-        landing: Landing::Closed(Usd::from_f64(0.004)),
-        completion_tokens: Some(1300),
+    let fx = h.handle(Event::LookedUp {
+        of: Asked::Closes,
+        answer: found(entry, Some(0.004), Some(1300)),
     });
     assert!(
         fx.iter()
@@ -902,10 +897,9 @@ fn the_hard_budget_checks_a_documented_close_before_it_relies_on_it() {
     let looked = h.take_reconcile();
     assert_eq!(looked.len(), 5);
     for (_, entry) in looked {
-        h.handle(Event::Landed {
-            entry: Box::new(entry),
-            landing: Landing::Closed(Usd::from_f64(0.0002)),
-            completion_tokens: Some(66),
+        h.handle(Event::LookedUp {
+            of: Asked::Closes,
+            answer: found(entry, Some(0.0002), Some(66)),
         });
     }
     assert!(

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::close_reading::{Close, ClosesSeen};
-use crate::engine::core::settle::Landing;
+use crate::engine::core::settle::Asked;
 use crate::store::output::SpendKind;
 
 /// Under the hard budget with only the documents' word, at Chutes alone, with room for
@@ -138,10 +138,9 @@ fn an_endpoint_short_of_trust_is_checked_only_for_the_closes_it_lacks() {
     }
     let mut readings = Vec::new();
     for (_, entry) in h.take_reconcile() {
-        let fx = h.handle(Event::Landed {
-            entry: Box::new(entry),
-            landing: Landing::Closed(Usd::from_f64(0.0002)),
-            completion_tokens: Some(66),
+        let fx = h.handle(Event::LookedUp {
+            of: Asked::Closes,
+            answer: found(entry, Some(0.0002), Some(66)),
         });
         readings.extend(fx.iter().filter_map(|e| match e {
             Effect::Ledger(l) if l.kind == SpendKind::Adjustment => Some(l.close),

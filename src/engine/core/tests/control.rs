@@ -3,7 +3,7 @@
 
 use super::super::Event;
 use super::*;
-use crate::engine::core::settle::Landing;
+use crate::engine::core::settle::Asked;
 use crate::engine::quality::{Deviation, Finding};
 use crate::engine::reason::{OffReason, StopReason};
 use crate::engine::{Command, ShutdownMode};
@@ -510,21 +510,29 @@ fn crash_leftovers_are_booked_into_carried_over_and_the_ledger() {
     let cfg = config("");
     let b = book("a", &cfg);
     let mut h = H::with_books(cfg, kimi(), vec![b], Source::default());
+    // The API's cost; unknown for months: its expectation (the expected budget).
     let cases = [
-        ("recovered from the API", SpendKind::Recovered, 0.003, false),
-        ("unknown: our estimate", SpendKind::Unknown, 0.004, true),
+        (
+            "recovered from the API",
+            SpendKind::Recovered,
+            Some(0.003),
+            0.003,
+            false,
+        ),
+        (
+            "unknown: our estimate",
+            SpendKind::Unknown,
+            None,
+            0.004,
+            true,
+        ),
     ];
     let mut total = Usd::ZERO;
-    for (name, kind, usd, estimated) in cases {
+    for (name, kind, cost, usd, estimated) in cases {
         let amount = Usd::from_f64(usd);
-        let landing = match estimated {
-            false => Landing::Found(amount),
-            true => Landing::Lost(amount),
-        };
-        let effects = h.handle(Event::Landed {
-            entry: Box::new(open_line("p1", "a")),
-            landing,
-            completion_tokens: None,
+        let effects = h.handle(Event::LookedUp {
+            of: Asked::Leftovers,
+            answer: found(open_line("p1", "a"), cost, None),
         });
         total += amount;
         assert_eq!(ledger(&effects), vec![(kind, amount)], "{name}: one line");
@@ -589,10 +597,9 @@ fn an_adjustment_books_the_difference_and_confirms_a_close() {
         entry.kind = kind;
         entry.usd = Usd::from_f64(booked);
         entry.generation_id = Some("gen-1".into());
-        let effects = h.handle(Event::Landed {
-            entry: Box::new(entry),
-            landing: Landing::Closed(Usd::from_f64(actual)),
-            completion_tokens: None,
+        let effects = h.handle(Event::LookedUp {
+            of: Asked::Closes,
+            answer: found(entry, Some(actual), None),
         });
         let want_lines: Vec<(SpendKind, Usd)> = want
             .map(|d| (SpendKind::Adjustment, Usd::from_f64(d)))

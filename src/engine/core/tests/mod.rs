@@ -433,6 +433,22 @@ pub(super) fn line_of(
     })
 }
 
+/// The answer of a look-up at `/generation` of `entry`: the API's `cost` (`None`: unknown
+/// when the look-ups stopped asking) and the completion tokens it billed.
+pub(super) fn found(
+    entry: crate::store::output::SpendEntry,
+    cost: Option<f64>,
+    completion_tokens: Option<u64>,
+) -> Box<crate::engine::look_ups::LookedUp> {
+    Box::new(crate::engine::look_ups::LookedUp::Done {
+        entry,
+        cost,
+        completion_tokens,
+        said_before: false,
+        unreached: None,
+    })
+}
+
 /// The ledger lines among `effects`, as (kind, usd).
 pub(super) fn ledger(effects: &[Effect]) -> Vec<(crate::store::output::SpendKind, Usd)> {
     effects

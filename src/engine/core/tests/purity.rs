@@ -2,7 +2,7 @@
 //! workers, clients or shared atomics). Checked on the source, so a change that slips I/O, a
 //! clock read or a driver's handle into a decision fails here.
 
-const SOURCES: [(&str, &str); 39] = [
+const SOURCES: [(&str, &str); 40] = [
     ("mod.rs", include_str!("../mod.rs")),
     ("failure.rs", include_str!("../failure.rs")),
     ("row.rs", include_str!("../row.rs")),
@@ -45,6 +45,7 @@ const SOURCES: [(&str, &str); 39] = [
         include_str!("../settle/leftovers.rs"),
     ),
     ("settle/reckon.rs", include_str!("../settle/reckon.rs")),
+    ("settle/recovery.rs", include_str!("../settle/recovery.rs")),
 ];
 
 /// I/O, clocks and waiting; and what belongs to the driver (the workers, their clients, the

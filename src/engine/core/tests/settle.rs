@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::booked_cost::CostRefused;
+use crate::engine::core::settle::Asked;
 use crate::engine::core::settle::{KeyMoment, Landing, Leftovers};
 use crate::store::output::{SpendEntry, SpendKind};
 use crate::store::scan::{DirScan, LedgerScan};
@@ -274,17 +275,19 @@ fn a_start_waits_for_bills_asked_again_only_where_they_may_make_room() {
             expected_usd: Some(Usd::from_f64(expected)),
             ..SpendEntry::new(SpendKind::Started, "t".into(), format!("x{g}"), "d0")
         };
-        h.handle(Event::CrashOpen(vec![open("g1"), open("g2")]));
+        h.core = (h.core).with_leftovers(Leftovers::of(vec![open("g1"), open("g2")], vec![]));
+        h.handle(Event::Open { can_look_up: true });
         for g in ["g1", "g2"] {
-            h.handle(Event::Landed {
-                entry: Box::new(open(g)),
-                landing: Landing::Open {
-                    refused: None,
-                    held: true,
-                    asked_again,
-                    reckoned: None,
-                },
-                completion_tokens: None,
+            // Unknown on the first ask: asked again by later passes; or, unknown when the
+            // look-ups stopped, not asked again by this run.
+            let answer = if asked_again {
+                Box::new(crate::engine::look_ups::LookedUp::NotOnFirstPass(open(g)))
+            } else {
+                found(open(g), None, None)
+            };
+            h.handle(Event::LookedUp {
+                of: Asked::Leftovers,
+                answer,
             });
         }
         assert_eq!(
@@ -327,8 +330,8 @@ fn the_keys_count_trues_up_the_crash_estimates_it_explains() {
             .collect();
         (lines, told)
     };
-    let end = |look_ups_open| KeyMoment::End {
-        look_ups_open,
+    let end = |look_ups_out| KeyMoment::End {
+        look_ups_out,
         stopping_now: false,
     };
     let checkpoint = |l: &SpendEntry| {
@@ -342,10 +345,14 @@ fn the_keys_count_trues_up_the_crash_estimates_it_explains() {
     assert_eq!(lines.len(), 1);
     assert_eq!(checkpoint(&lines[0]), Some((1.0, usd(0.5), true)));
     // A crash's request booked as lost at 0.02, billed 0.015 (the key grew 0.015).
-    h.handle(Event::Landed {
-        entry: Box::new(line(SpendKind::Started, "o", Some("moonshotai"), 20, 0.02)),
-        landing: Landing::Lost(usd(0.02)),
-        completion_tokens: None,
+    // Unknown at /generation 20 minutes on: booked as lost, at its expectation.
+    h.handle(Event::LookedUp {
+        of: Asked::Leftovers,
+        answer: found(
+            line(SpendKind::Started, "o", Some("moonshotai"), 20, 0.02),
+            None,
+            None,
+        ),
     });
     // With a look-up still out: no true-up, and the end is no base.
     let (lines, told) = key(&mut h, 1.015, 0.52, end(1));
@@ -500,12 +507,10 @@ fn a_close_still_unknown_is_expected_to_have_run_on() {
         assert_eq!(reckon(&h, &e, secs), None, "{what}");
     }
     // Booked through the door: a zero-dollar `reckoned` line of the same attempt.
-    let landing = h.core.landing(&closed, None, after(8));
     h.now = h.t0.after(Duration::from_secs(8));
-    let effects = h.handle(Event::Landed {
-        entry: Box::new(closed.clone()),
-        landing,
-        completion_tokens: None,
+    let effects = h.handle(Event::LookedUp {
+        of: Asked::Closes,
+        answer: found(closed.clone(), None, None),
     });
     let line = effects
         .iter()
@@ -633,7 +638,7 @@ fn a_close_before_the_first_chunk_at_a_stopper_is_trued_up_at_the_end() {
         usage: 1.0 + billed.as_f64(),
         spent: transit,
         moment: KeyMoment::End {
-            look_ups_open: 0,
+            look_ups_out: 0,
             stopping_now: false,
         },
     });
@@ -699,7 +704,7 @@ fn a_lost_close_is_not_trued_up_before_its_bill_can_have_come() {
     r.generation_id = None;
     let spent = lost(&h.result(r)).expect("our close is booked as a lost attempt");
     let end = KeyMoment::End {
-        look_ups_open: 0,
+        look_ups_out: 0,
         stopping_now: false,
     };
     let trued_up = |lines: &[SpendEntry]| lines.iter().any(|l| l.id == "key-true-up");
@@ -770,11 +775,9 @@ fn the_end_of_a_run_settles_its_closed_streams_as_its_look_ups_went() {
         assert_eq!(asked.len(), 1, "{what}: asked at once");
         if landed {
             let entry = asked[0].1.clone();
-            let landing = Landing::Closed(Usd::from_f64(0.0002));
-            h.handle(Event::Landed {
-                entry: Box::new(entry),
-                landing,
-                completion_tokens: Some(60),
+            h.handle(Event::LookedUp {
+                of: Asked::Closes,
+                answer: found(entry, Some(0.0002), Some(60)),
             });
         }
         h.at(30.0);
@@ -792,8 +795,12 @@ fn the_end_of_a_run_settles_its_closed_streams_as_its_look_ups_went() {
             "{what}: {:?}",
             h.event_texts()
         );
-        let (n, more) = h.core.closes_unconfirmed();
-        assert_eq!(n, left, "{what}");
-        assert_eq!(more > Usd::ZERO, left > 0, "{what}: what it may still add");
+        let open = h.core.open_look_ups();
+        assert_eq!(open.count, left, "{what}: left open for the next start");
+        assert_eq!(
+            open.expected > Usd::ZERO,
+            left > 0,
+            "{what}: what it may still add"
+        );
     }
 }

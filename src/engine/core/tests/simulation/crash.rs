@@ -14,11 +14,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use super::super::super::settle::{KeyMoment, Landing, Leftovers};
+use super::super::super::settle::{Asked, KeyMoment, Leftovers};
 use super::super::*;
 use super::flight::Time;
 use super::run::Run;
-use crate::engine::look_ups::{Answer, LookedUp, Plan, Until};
+use crate::engine::look_ups::{Answer, Plan, Until};
 use crate::store::output::{
     OutputRecord, RejectRecord, SpendEntry, ledger_path, output_path, rejects_path,
 };
@@ -99,8 +99,6 @@ pub(super) struct Settling {
     plan: Plan,
     /// When the look-ups began, virtual seconds.
     began: f64,
-    /// Look-ups that left an attempt open (the key's true-up waits for a run with none).
-    pub(super) unsettled: usize,
 }
 
 impl Settling {
@@ -140,6 +138,8 @@ impl Run {
     /// scans it as `harvest run` does, and a fresh core starts from what it holds.
     pub(super) fn restart(mut self) -> Run {
         let crash = self.crash().cloned().expect("a crash world");
+        // What the process that died had settled of what an earlier one left.
+        self.count_settlings();
         let disk = self.disk.take().expect("a crash world's disk");
         let dir = disk.path().to_path_buf();
         let names = [DATASET.to_string()];
@@ -167,6 +167,9 @@ impl Run {
             ..DatasetBook::default()
         };
         let carried = scan.carried();
+        let left = Leftovers::from_scan(&scan);
+        // Requests sent that never started: booked as lost attempts at the start.
+        *self.out.seen.entry("crash estimate").or_default() += left.never_started() as u64;
         let clock = self.t0.after(Duration::from_secs_f64(t));
         let core = Core::new(
             cfg,
@@ -181,7 +184,10 @@ impl Run {
         .with_carried_by_endpoint(&scan.ledger.by_endpoint)
         .with_closes_before(&scan.ledger.closes, clock.wall)
         .with_streams_before(&scan.ledger.streamed)
-        .with_key_base(scan.ledger.key_base);
+        .with_key_base(scan.ledger.key_base)
+        // The key's usage when it starts: the world's bill so far.
+        .with_key_at_start(Some(Usd::from_pico(self.out.bill_pico).as_f64()))
+        .with_leftovers(left);
         let mut next = Run::new(&self.world, core, self.t0, self.process + 1);
         (next.t, next.began) = (t, t);
         next.disk = Some(disk.reopened());
@@ -193,45 +199,32 @@ impl Run {
         next.op.next = (self.world.ops.iter())
             .take_while(|(at, _)| *at < t)
             .count();
-        next.leftovers = Some(Leftovers::from_scan(&scan));
         next
     }
 
     /// The start's settling of what the crash left, before its first request (the driver's
-    /// `begin`): a checkpoint of the key, the estimates booked, the holds, the look-ups begun.
+    /// `begin`): the key's checkpoint, the estimates booked, the holds, the look-ups begun,
+    /// all through the core's door.
     pub(super) fn open_leftovers(&mut self) {
-        let Some(left) = self.leftovers.take() else {
-            return;
-        };
-        // As the driver's `begin`: the key's usage (the world's bill so far) through the door.
-        let left_open = !left.is_empty();
-        self.key_usage(KeyMoment::Start { left_open });
-        let opening = self.core.opening(left, true);
-        let mut settling = Settling {
-            plan: Plan::new(Vec::new(), Until::AgedOut),
-            began: self.t,
-            unsettled: 0,
-        };
-        for (e, usd) in opening.estimates {
-            *self.out.seen.entry("crash estimate").or_default() += 1;
-            // Never started: the API cannot be asked, and it is booked as lost.
-            self.land(e, Landing::Lost(usd), None);
-        }
-        if !opening.held.is_empty() {
-            self.step(Event::CrashOpen(opening.held));
-        }
+        self.step(Event::Open { can_look_up: true });
+    }
+
+    /// The look-ups the core asked for what earlier runs left: paced as the driver's are.
+    pub(super) fn ask_about_leftovers(&mut self, items: Vec<(String, SpendEntry)>) {
         let wall = self.clock().wall;
-        let items = (opening.look_ups.into_iter())
+        let items = (items.into_iter())
             .map(|(g, e)| {
                 let age = crate::engine::reconcile::age(&e, wall);
                 (g, e, age)
             })
             .collect();
-        settling.plan = Plan::new(items, Until::AgedOut);
-        self.settling = Some(settling);
+        self.settling = Some(Settling {
+            plan: Plan::new(items, Until::AgedOut),
+            began: self.t,
+        });
     }
 
-    /// Asks what the plan lets it ask now; each answer lands at once.
+    /// Asks what the plan lets it ask now; each answer lands at once, through the core's door.
     pub(super) fn ask_leftovers(&mut self) {
         let Some(mut s) = self.settling.take() else {
             return;
@@ -245,54 +238,30 @@ impl Run {
                 _ => Answer::NotYet,
             };
             for landed in s.plan.answered(item, answer, now) {
-                self.landed(&mut s, landed);
+                self.step(Event::LookedUp {
+                    of: Asked::Leftovers,
+                    answer: Box::new(landed),
+                });
             }
         }
         self.settling = Some(s);
     }
 
-    /// One look-up of what the crash left came back: booked as the core decides, as the
-    /// driver books it (`supervisor/settle.rs`, `recovered_one`).
-    fn landed(&mut self, s: &mut Settling, landed: LookedUp) {
-        let (entry, cost, tokens) = match landed {
-            LookedUp::NotOnFirstPass(entry) => {
-                let open = Landing::Open {
-                    refused: None,
-                    held: true,
-                    asked_again: true,
-                    reckoned: None,
-                };
-                return self.land(entry, open, None);
-            }
-            LookedUp::Done {
-                entry,
-                cost,
-                completion_tokens,
-                ..
-            } => (entry, cost, completion_tokens),
-        };
-        let landing = self.core.landing(&entry, cost, self.clock().wall);
-        *self.out.seen.entry(landing_kind(&landing)).or_default() += 1;
-        match &landing {
-            Landing::Rebuilt(_) => {
-                self.out
-                    .broken
-                    .push("a rebuilt line in a world without --repair".into());
-            }
-            Landing::Open { held: true, .. } => s.unsettled += 1,
-            _ => {}
+    /// What this process's core settled of what earlier runs left, for the coverage count.
+    pub(super) fn count_settlings(&mut self) {
+        let c = self.core.recovery_counts();
+        for (what, n) in [
+            ("crash found", c.found),
+            ("crash lost", c.lost),
+            ("crash close", c.closed_confirmed),
+        ] {
+            *self.out.seen.entry(what).or_default() += n as u64;
         }
-        self.land(entry, landing, tokens);
-    }
-
-    /// Books a landing as the driver does: the live spend first, then the core.
-    pub(super) fn land(&mut self, entry: SpendEntry, landing: Landing, tokens: Option<u64>) {
-        self.spent += landing.live_delta(&entry).pico();
-        self.step(Event::Landed {
-            entry: Box::new(entry),
-            landing,
-            completion_tokens: tokens,
-        });
+        if c.confirmed > 0 {
+            self.out
+                .broken
+                .push("a rebuilt line in a world without --repair".into());
+        }
     }
 
     /// The end of the next start: its look-ups run to their end (those a real run leaves open
@@ -323,22 +292,26 @@ impl Run {
             self.t = self.t.max(at);
             self.look_up(i);
         }
-        let Some(s) = self.settling.take() else {
-            return;
-        };
+        // As the driver's `finish_leftovers`: all in (when any were asked).
+        if self.settling.take().is_some() {
+            self.step(Event::LeftoversEnded { all_in: true });
+        }
+        if !self.crashed {
+            self.count_settlings();
+        }
         let said = self.core.events().len();
         self.key_usage(KeyMoment::End {
-            look_ups_open: s.unsettled,
+            look_ups_out: 0,
             stopping_now: false,
         });
-        if s.unsettled == 0 {
+        if self.core.look_ups_left() == 0 {
             // A stream closed before its first chunk where a close may be billed in full holds
             // the true-up back for `UNKNOWN_AFTER` (its provider may still be answering): the
             // end of a later run trues up, that long after, against the same base and
             // estimates a fresh scan of the directory gives.
             self.t += crate::engine::reconcile::UNKNOWN_AFTER.as_secs_f64();
             self.key_usage(KeyMoment::End {
-                look_ups_open: 0,
+                look_ups_out: 0,
                 stopping_now: false,
             });
         }
@@ -398,17 +371,6 @@ impl Run {
     /// The world's `/generation` lag: a second, or the crash world's.
     pub(super) fn lag(&self) -> f64 {
         self.world.crashes.first().map_or(1.0, |c| c.lag_s)
-    }
-}
-
-/// A landing's name in the coverage count.
-fn landing_kind(l: &Landing) -> &'static str {
-    match l {
-        Landing::Found(_) => "crash found",
-        Landing::Lost(_) => "crash lost",
-        Landing::Closed(_) => "crash close",
-        Landing::Rebuilt(_) => "rebuilt",
-        Landing::Open { .. } => "crash open",
     }
 }
 

@@ -19,7 +19,8 @@ use super::crash::{Disk, Line, Settling};
 use super::flight::{Bill, Flight, Flights, Sums, Time};
 use super::world::{Fate, Op, World};
 use crate::config::BudgetMode;
-use crate::engine::core::settle::{KeyMoment, Leftovers, LookUpsEnd};
+use crate::engine::core::settle::{Asked, LookUpsEnd};
+use crate::engine::look_ups::LookedUp;
 use crate::engine::reconcile::CLOSED_DEADLINE;
 use crate::store::output::SpendKind;
 
@@ -146,9 +147,8 @@ pub(super) struct Run {
     pub(super) disk: Option<Disk>,
     /// The process died (a crash world's crash came).
     pub(super) crashed: bool,
-    /// What the crash left, for the next start to settle ([`Run::open_leftovers`]), and the
-    /// look-ups it runs.
-    pub(super) leftovers: Option<Leftovers>,
+    /// The look-ups of what the crash left, as the next start runs them
+    /// ([`Run::open_leftovers`]).
     pub(super) settling: Option<Settling>,
 }
 
@@ -190,7 +190,9 @@ pub(super) fn run(world: &World) -> Outcome {
         "sim".into(),
         &t0,
     )
-    .with_drain_grace(std::time::Duration::from_secs_f64(world.drain_grace_s));
+    .with_drain_grace(std::time::Duration::from_secs_f64(world.drain_grace_s))
+    // A crash world's first start reads the key (nothing billed yet): the true-up's base.
+    .with_key_at_start((!world.crashes.is_empty()).then_some(0.0));
     let mut run = Run::new(world, core, t0, 1);
     if !world.crashes.is_empty() {
         run.disk = Some(Disk::new());
@@ -271,7 +273,6 @@ impl Run {
             steps: 0,
             disk: None,
             crashed: false,
-            leftovers: None,
             settling: None,
         }
     }
@@ -303,7 +304,7 @@ impl Run {
         (self.t.to_bits(), std::mem::discriminant(&event)).hash(&mut self.hasher);
         match &event {
             Event::Result(r) => (r.key, r.booked_pico).hash(&mut self.hasher),
-            Event::Landed { landing, .. } => format!("{landing:?}").hash(&mut self.hasher),
+            Event::LookedUp { answer, .. } => format!("{answer:?}").hash(&mut self.hasher),
             _ => {}
         }
         let now = self.clock();
@@ -441,6 +442,11 @@ impl Run {
                     self.close(k, AttemptOutcome::Cancelled);
                 }
             }
+            Effect::LookUp {
+                items,
+                of: Asked::Leftovers,
+                ..
+            } => self.ask_about_leftovers(items),
             Effect::LookUp { items, .. } => {
                 for (generation_id, entry) in items {
                     // Known to `GET /generation` a moment after the provider ends it.
@@ -902,19 +908,21 @@ impl Run {
         let (generation_id, entry) = self.lookups[i].clone();
         let b = self.billed.get(&generation_id).copied();
         let actual = Usd::from_pico(b.map_or(0, |b| b.pico));
-        let landing = self
-            .core
-            .landing(&entry, Some(actual.as_f64()), self.clock().wall);
-        self.land(entry, landing, b.map(|b| b.tokens));
+        self.step(Event::LookedUp {
+            of: Asked::Closes,
+            answer: Box::new(LookedUp::Done {
+                entry,
+                cost: Some(actual.as_f64()),
+                completion_tokens: b.map(|b| b.tokens),
+                said_before: false,
+                unreached: None,
+            }),
+        });
     }
 
     pub(super) fn go(&mut self) {
         let budget = Usd::from_f64(self.world.budget_usd).pico();
         let near = budget - budget / 200;
-        if self.process == 1 && self.disk.is_some() {
-            // A key checkpoint at the first start, quiet: the base of the key's true-up.
-            self.key_usage(KeyMoment::Start { left_open: false });
-        }
         self.open_leftovers();
         self.step(Event::Begin);
         let mut next_tick = self.t + TICK_S;
