@@ -7,8 +7,9 @@
 //! - [`update`]: the pure reducer `update(state, msg) -> effects`; [`state`] holds what it
 //!   changes; [`keymap`] maps keys to actions and lists the hints.
 //! - [`view`]: pure drawing of one frame from the state; [`theme`]: 16 ANSI colours, or none
-//!   under `NO_COLOR`.
+//!   under `NO_COLOR`; [`glyphs`]: UTF-8, or ASCII alone where the locale takes no UTF-8.
 
+pub(crate) mod glyphs;
 pub(crate) mod keymap;
 pub(crate) mod run;
 pub(crate) mod state;

@@ -12,6 +12,9 @@ use crate::policy::Fidelity;
 pub struct Theme {
     /// Whether colours are in use (false under `NO_COLOR`).
     pub color: bool,
+    /// Whether the screen is drawn in ASCII alone (the locale takes no UTF-8:
+    /// [`super::glyphs`]).
+    pub ascii: bool,
     pub text: Style,
     pub dim: Style,
     pub bold: Style,
@@ -43,9 +46,13 @@ pub struct Theme {
 }
 
 impl Theme {
-    /// Colours unless `NO_COLOR` is set to a non-empty value (<https://no-color.org>).
+    /// Colours unless `NO_COLOR` is set to a non-empty value (<https://no-color.org>); ASCII
+    /// alone unless the locale takes UTF-8.
     pub fn from_env() -> Self {
-        Self::from_no_color(std::env::var_os("NO_COLOR").as_deref())
+        Theme {
+            ascii: !super::glyphs::utf8_from_env(),
+            ..Self::from_no_color(std::env::var_os("NO_COLOR").as_deref())
+        }
     }
 
     /// The choice [`Theme::from_env`] makes, for a given value of `NO_COLOR`.
@@ -62,6 +69,7 @@ impl Theme {
         let bold = plain.add_modifier(Modifier::BOLD);
         Theme {
             color: true,
+            ascii: false,
             text: plain,
             dim: plain.fg(Color::DarkGray),
             bold,
@@ -98,6 +106,7 @@ impl Theme {
         let reversed = bold.add_modifier(Modifier::REVERSED);
         Theme {
             color: false,
+            ascii: false,
             text: plain,
             dim,
             bold,

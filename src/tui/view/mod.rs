@@ -141,8 +141,16 @@ pub(crate) fn plan(area: Rect, s: &Snapshot) -> Plan {
     }
 }
 
-/// Draws the whole screen.
+/// Draws the whole screen (in ASCII alone where the locale takes no UTF-8).
 pub fn render(frame: &mut Frame, state: &UiState) {
+    render_views(frame, state);
+    if state.theme.ascii {
+        super::glyphs::asciify(frame.buffer_mut());
+    }
+}
+
+/// The views over the screen.
+fn render_views(frame: &mut Frame, state: &UiState) {
     let area = frame.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         too_small::render(frame, area, state);
@@ -217,6 +225,8 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
     }
 }
 
+#[cfg(test)]
+mod ascii_tests;
 #[cfg(test)]
 mod fidelity_tests;
 #[cfg(test)]
