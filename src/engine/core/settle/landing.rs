@@ -128,7 +128,7 @@ impl Core {
     }
 
     /// Books `landing` of `entry`'s look-up (the API billed `completion_tokens`, when it said):
-    /// its ledger line, its hold released or kept ([`super::super::Event::Landed`]).
+    /// its ledger line, its hold released or kept ([`super::super::Event::LookedUp`]).
     pub(in crate::engine::core) fn land(
         &mut self,
         entry: SpendEntry,

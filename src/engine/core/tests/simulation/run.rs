@@ -902,8 +902,8 @@ impl Run {
         self.step(Event::Command(command));
     }
 
-    /// The look-up `i` lands: what the world billed, and the tokens it billed, booked as the
-    /// core decides and the driver books it (`supervisor/settle.rs`, `closed_landed`).
+    /// The look-up `i` lands: what the world billed, and the tokens it billed, handed to the
+    /// core as the driver hands it (`supervisor/asking.rs`, `close_looked_up`).
     pub(super) fn look_up(&mut self, i: usize) {
         let (generation_id, entry) = self.lookups[i].clone();
         let b = self.billed.get(&generation_id).copied();
@@ -1049,7 +1049,7 @@ impl Run {
         self.out.trace = self.hasher.finish();
     }
 
-    /// The end of the run, as the driver's `reconcile_closed`: the core asks about the
+    /// The end of the run, as the driver's `finish_closes`: the core asks about the
     /// streams closed last (after a stop-now, nothing), the look-ups the API answers within
     /// [`CLOSED_DEADLINE`] land, the core hears how the end stopped asking (and reckons what
     /// is still unknown), and the rest land later, as the next start (or `harvest status
