@@ -402,14 +402,14 @@ impl Core {
                 (expected, note)
             };
             let more = Usd::from_pico((lost - r.booked_pico).max(0));
-            SpendEntry {
+            let line = SpendEntry {
                 note: Some(note.into()),
                 ..entry
                     .clone()
-                    .closed_as(SpendKind::Unknown, more, true, now.rfc3339())
-            }
+                    .closed_as(SpendKind::Unknown, entry.usd + more, true, now.rfc3339())
+            };
+            (line, more)
         });
-        self.ledger(entry);
         // A stream closed before its first chunk has no generation id (the API sends it with
         // the first chunk, no header), so no look-up can say what it cost; where the close
         // may be billed in full the provider answers on and bills it all (scripts/
@@ -420,13 +420,20 @@ impl Core {
         // nothing, they were the key's usage that no estimate explained, and the seeded
         // world 1142 lost its true-up of every crash estimate to them); that bill is known
         // as soon as the provider stops, so it holds the key's true-up back no longer.
-        if let Some(line) = unseen.filter(|l| l.usd > Usd::ZERO) {
-            self.settle.estimated(line.usd);
-            if billed_in_full {
-                self.settle.unseen_close(now);
+        // One line, whole: a crash between a `cancelled` line and an `unknown` line of the
+        // rest once left the attempt closed at what it had streamed, with no estimate for the
+        // key's true-up to correct.
+        match unseen.filter(|(_, more)| *more > Usd::ZERO) {
+            Some((line, more)) => {
+                self.settle.estimated(line.usd);
+                if billed_in_full {
+                    self.settle.unseen_close(now);
+                }
+                // What it streamed the worker booked in the live spend; the rest is told.
+                self.spend_live(more);
+                self.ledger(line);
             }
-            self.spend_live(line.usd);
-            self.ledger(line);
+            None => self.ledger(entry),
         }
     }
 }

@@ -587,25 +587,32 @@ fn a_stream_closed_before_it_named_its_generation_is_booked_as_a_lost_attempt() 
             r.generation_id = None;
         }
         let effects = h.result(r);
-        let closed = (line_of(&effects, SpendKind::Cancelled).cloned()).expect("its close");
+        // One line closes the attempt, whole: a crash between two could lose the estimate.
+        let lines = ledger(&effects);
+        assert_eq!(lines.len(), 1, "{what}: {lines:?}");
         let lost = line_of(&effects, SpendKind::Unknown).map(|l| l.usd);
         let told = effects.iter().find_map(|x| match x {
             Effect::Spent(u) => Some(*u),
             _ => None,
         });
-        let want = want.map(|worst| {
-            if worst {
+        assert_eq!(told, lost, "{what}: the live spend is told as much");
+        match want {
+            None => assert_eq!(lines[0].0, SpendKind::Cancelled, "{what}"),
+            Some(true) => {
                 assert!(
                     d.held_worst > Usd::ZERO,
                     "{what}: the hard budget held its worst case"
                 );
-                d.held_worst
-            } else {
-                closed.expected_usd.expect("its expectation")
+                assert_eq!(lost, Some(d.held_worst), "{what}");
             }
-        });
-        assert_eq!(lost, want, "{what}");
-        assert_eq!(told, want, "{what}: the live spend is told as much");
+            Some(false) => {
+                let lost = lost.expect("booked as a lost attempt");
+                assert!(
+                    lost > Usd::ZERO && (d.held_worst == Usd::ZERO || lost < d.held_worst),
+                    "{what}: its expectation, not its worst case: {lost:?}"
+                );
+            }
+        }
     }
 }
 
