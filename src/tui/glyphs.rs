@@ -100,7 +100,13 @@ mod tests {
     #[test]
     fn the_locale_says_whether_the_terminal_takes_utf8() {
         // (what, LC_ALL, LC_CTYPE, LANG, UTF-8)
-        type Case<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>, bool);
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            bool,
+        );
         let cases: [Case; 9] = [
             ("LANG in UTF-8", None, None, Some("en_US.UTF-8"), true),
             ("lower case, no dash", None, None, Some("C.utf8"), true),

@@ -137,6 +137,8 @@ pub struct Remote {
     pub others: u32,
     /// Why the engine did not take a command: shown in the footer.
     pub notices: mpsc::Receiver<String>,
+    /// Said in the footer instead of whose run this is (a viewer attached again).
+    pub said: Option<String>,
 }
 
 /// Runs the TUI until the operator's shutdown has finished (the snapshot says Stopped or
@@ -153,7 +155,7 @@ pub async fn run_tui(
     let mut notices = None;
     if let Some(r) = remote {
         state.attached = Some(r.pid);
-        state.set_status(attached_status(&r));
+        state.set_status(r.said.clone().unwrap_or_else(|| attached_status(&r)));
         notices = Some(r.notices);
     }
     let term = TerminalGuard::enter()?;

@@ -521,3 +521,92 @@ async fn harvest_stop_drains_within_the_runs_own_grace() {
         "nothing closed is rejected: {rejects}"
     );
 }
+
+/// The pid of the `harvest attach` a tmux session runs (a child of the pane's shell).
+fn viewer_pid(tmux: &Tmux, session: &str) -> u32 {
+    let panes = tmux.run(&["list-panes", "-t", session, "-F", "#{pane_pid}"]);
+    let shell = String::from_utf8_lossy(&panes.stdout).trim().to_string();
+    let children = Command::new("pgrep")
+        .args(["-P", &shell])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&children.stdout)
+        .lines()
+        .filter_map(|p| p.trim().parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "harvest")
+        })
+        .unwrap_or_else(|| panic!("no harvest under the pane's shell {shell}"))
+}
+
+/// A viewer that reads nothing for a while (a suspended or swamped terminal) is dropped by the
+/// engine once a write to it has waited 5 s; when it reads again it attaches again by itself,
+/// says so, and goes on showing the run to its end. It used to say "the run went away" and
+/// exit 1 while the run was live (the cockpit review, issue #53).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_the_engine_dropped_attaches_again() {
+    if !Tmux::available() {
+        crate::common::tmux::missing("the reattach test");
+        return;
+    }
+    let sim = paced_sim(1.0, 150.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        PROMPTS,
+        &sim.base_url(),
+        KEY_VAR,
+        "concurrency = 20\noutput_dir = \"out\"\n[request]\nmax_tokens = 300",
+        "T",
+    );
+    let out: PathBuf = dir.path().join("out");
+    let tmux = Tmux::new("harvest-reattach-test");
+    let mut cleanup = Cleanup { pids: Vec::new() };
+    let pid = detach(&config);
+    cleanup.pids.push(pid);
+
+    attach(&tmux, "v", &out);
+    wait_screen(&tmux, "v", "the providers table", 30, |s| {
+        s.contains("Providers")
+    })
+    .await;
+    // The viewer stops reading, as a suspended terminal's process does.
+    let viewer = viewer_pid(&tmux, "v");
+    cleanup.pids.push(viewer);
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &viewer.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(ok.success(), "kill {sig} {viewer}");
+    };
+    signal("-STOP");
+    // The engine drops it once a write to it has waited its 5 s (its log says so).
+    let log = out.join("harvest.log");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("dropped: it read nothing")) {
+        assert!(
+            Instant::now() < deadline,
+            "the engine never dropped the stopped viewer"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    signal("-CONT");
+    wait_screen(&tmux, "v", "the viewer to attach again", 30, |s| {
+        s.contains("attached again") && s.contains("Providers")
+    })
+    .await;
+    wait_status(&out, "the viewer counted again", 20, |s| {
+        s["engine"]["viewers"] == 1
+    })
+    .await;
+    // The run goes on and ends; the viewer shows its end as any viewer does.
+    let (code, o, e) = harvest(&["stop", "--now", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "stop: {o}{e}");
+    let s = wait_screen(&tmux, "v", "the viewer to end", 30, |s| {
+        s.contains("ATTACH-EXIT=")
+    })
+    .await;
+    assert!(s.contains("ATTACH-EXIT=0"), "{s}");
+    assert!(s.contains("STOPPED"), "the viewer printed the summary: {s}");
+}
