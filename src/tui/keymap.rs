@@ -38,7 +38,7 @@ pub(crate) enum Action {
     Cancel,
     /// `l`: the full-screen log.
     Log,
-    /// In the log: a page back, a page on.
+    /// A page back, a page on (the focused table's rows on screen; in the log, its lines).
     PageUp,
     PageDown,
     /// In the log: only the events of the selected endpoint, or all again.
@@ -111,6 +111,8 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
             KeyCode::Home | KeyCode::Char('g') => Some(Action::First),
             KeyCode::End | KeyCode::Char('G') => Some(Action::Last),
+            KeyCode::PageUp => Some(Action::PageUp),
+            KeyCode::PageDown => Some(Action::PageDown),
             KeyCode::Char(' ') => Some(Action::Toggle),
             KeyCode::Char('f') => Some(Action::PresetFaithful),
             KeyCode::Char('a') => Some(Action::PresetAny),
@@ -148,7 +150,7 @@ pub(crate) const HINTS: &[KeyHint] = &[
         keys: ["↑↓/jk", "↑↓", "jk"],
         labels: ["move", "move", "move"],
         help_keys: "↑ ↓  j k  g G",
-        help: "move the selection (g / G: first / last)",
+        help: "move the selection (PgUp PgDn a page, g G first / last)",
     },
     KeyHint {
         keys: ["space", "space", "space"],

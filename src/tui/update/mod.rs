@@ -91,7 +91,9 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
     }
     match a {
         Action::Log => log::open(state),
-        Action::PageUp | Action::PageDown | Action::OnlySelected => Vec::new(),
+        Action::OnlySelected => Vec::new(),
+        Action::PageUp => move_by(state, -table_page(state)),
+        Action::PageDown => move_by(state, table_page(state)),
         Action::Up => move_by(state, -1),
         Action::Down => move_by(state, 1),
         Action::First => move_by(state, i64::MIN),
@@ -243,6 +245,18 @@ fn shutdown(state: &mut UiState, mode: ShutdownMode) -> Vec<UiEffect> {
 }
 
 /// Moves the selection of the focused pane by `delta` rows, clamped to the table.
+/// Rows a page moves in the focused table: its rows on screen (its height less its borders
+/// and header), at least one.
+fn table_page(state: &UiState) -> i64 {
+    let (w, h) = state.size;
+    let plan = super::view::plan(ratatui::layout::Rect::new(0, 0, w, h), &state.snapshot);
+    let table = match state.focus {
+        Pane::Providers => plan.providers,
+        Pane::Datasets => plan.datasets,
+    };
+    i64::from(table.height.saturating_sub(3)).max(1)
+}
+
 fn move_by(state: &mut UiState, delta: i64) -> Vec<UiEffect> {
     let clamp = |cur: Option<usize>, len: usize| -> Option<usize> {
         if len == 0 {

@@ -70,6 +70,48 @@ fn moves_clamp_at_both_ends() {
     }
 }
 
+/// PgUp and PgDn move the selection by the rows the focused table shows, clamped at its ends:
+/// on a 24-row screen the providers table shows a few of the 11 rows, on a 60-row one all.
+#[test]
+fn page_keys_move_by_the_rows_on_screen() {
+    let mut st = state_with(kimi_snapshot());
+    let at = |st: &UiState| {
+        order(st)
+            .iter()
+            .position(|t| Some(t) == st.selected.as_ref())
+    };
+    for (w, h) in [(80u16, 24u16), (120, 30), (200, 60)] {
+        update(&mut st, Msg::Resize(w, h));
+        update(&mut st, key('g'));
+        let page = table_page(&st) as usize;
+        assert!(page >= 1, "{w}x{h}");
+        update(&mut st, code(KeyCode::PageDown));
+        assert_eq!(at(&st), Some(page.min(10)), "{w}x{h}: a page on");
+        update(&mut st, code(KeyCode::PageDown));
+        assert_eq!(
+            at(&st),
+            Some((2 * page).min(10)),
+            "{w}x{h}: another, clamped"
+        );
+        update(&mut st, code(KeyCode::PageUp));
+        assert_eq!(
+            at(&st),
+            Some((2 * page).min(10).saturating_sub(page)),
+            "{w}x{h}: a page back"
+        );
+        update(&mut st, code(KeyCode::PageUp));
+        assert_eq!(at(&st), Some(0), "{w}x{h}: clamped at the first row");
+    }
+    // The page is the table's rows on screen: of 30 endpoints, fewer on a short screen than
+    // on a tall one.
+    let mut st = state_with(super::super::testkit::busy_snapshot());
+    update(&mut st, Msg::Resize(80, 24));
+    let short = table_page(&st);
+    update(&mut st, Msg::Resize(200, 60));
+    let tall = table_page(&st);
+    assert!(short < tall, "{short} {tall}");
+}
+
 /// Space makes the row the opposite of what the viewer sees, absolutely: a second viewer's
 /// press at the same time asks for the same, not for an undo. (Including a row the policy
 /// excludes asks first: `fidelity_tests.rs`; here it is confirmed by a second space.)
