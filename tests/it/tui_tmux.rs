@@ -125,3 +125,46 @@ fn check_outputs(out: &Path) {
     assert_eq!(state["done"].as_u64(), Some(recs.len() as u64));
     assert_eq!(state["in_flight"].as_u64(), Some(0), "drained");
 }
+
+/// Started in a locale without UTF-8 (`LC_ALL=C`), the screen holds ASCII alone: the borders
+/// and the budget gauge are drawn with `+ - |` and `#`, not sent as UTF-8 a client without it
+/// shows as rows of `_` (issue #53). The demo, on its embedded simulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_locale_gets_an_ascii_screen() {
+    if !Tmux::available() {
+        crate::common::tmux::missing("the ASCII screen test");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let tmux = Tmux::new("harvest-ascii-test");
+    let cmd = format!(
+        "{} demo --out {}; echo HARVEST-EXIT=$?; sleep 600",
+        env!("CARGO_BIN_EXE_harvest"),
+        dir.path().join("demo").display()
+    );
+    let env = ["LC_ALL=C".to_string(), "LANG=C".to_string()];
+    tmux.session("c", &env, &cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let s = tmux
+        .wait_for("c", "the running demo with money spent", deadline, |s| {
+            s.contains("Providers") && s.contains("RUNNING") && s.contains("##")
+        })
+        .await;
+    for (n, line) in s.lines().enumerate() {
+        assert!(line.is_ascii(), "line {n} is not ASCII: {line}\n{s}");
+    }
+    assert!(
+        s.contains('+') && s.contains('|') && s.contains("--"),
+        "ASCII borders: {s}"
+    );
+    // Leave the demo as an operator would: stop now, and it exits by itself.
+    assert!(tmux.run(&["send-keys", "-t", "c", "q"]).status.success());
+    tmux.wait_for("c", "the quit dialog", deadline, |s| s.contains("stop now"))
+        .await;
+    assert!(tmux.run(&["send-keys", "-t", "c", "n"]).status.success());
+    let end = Instant::now() + Duration::from_secs(60);
+    tmux.wait_for("c", "the demo to exit", end, |s| {
+        s.contains("HARVEST-EXIT=")
+    })
+    .await;
+}
