@@ -43,6 +43,12 @@ pub(crate) enum Action {
     PageDown,
     /// In the log: only the events of the selected endpoint, or all again.
     OnlySelected,
+    /// `/`: type a filter of the providers table.
+    Filter,
+    /// While the filter is typed: a character of it, the last one taken back, done.
+    Type(char),
+    Erase,
+    KeepFilter,
 }
 
 /// Which keys are live.
@@ -55,6 +61,9 @@ pub(crate) enum Mode {
     Confirm(char),
     /// The full-screen log is open: its keys scroll and filter it, and any way out closes it.
     Log,
+    /// The providers' filter is being typed: characters go into it, Enter keeps it, Esc
+    /// clears it; the arrows still move.
+    Filter,
     /// The help is open: any key closes it, and does nothing behind it.
     Help,
     /// The terminal is below the smallest screen: only `q` (and Esc) act, since the rows other
@@ -106,7 +115,19 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Esc | KeyCode::Char('l' | 'q') => Some(Action::Back),
             _ => None,
         },
+        Mode::Filter => match key.code {
+            KeyCode::Char(c) => Some(Action::Type(c)),
+            KeyCode::Backspace => Some(Action::Erase),
+            KeyCode::Enter => Some(Action::KeepFilter),
+            KeyCode::Esc => Some(Action::Back),
+            KeyCode::Up => Some(Action::Up),
+            KeyCode::Down => Some(Action::Down),
+            KeyCode::PageUp => Some(Action::PageUp),
+            KeyCode::PageDown => Some(Action::PageDown),
+            _ => None,
+        },
         Mode::Normal => match key.code {
+            KeyCode::Char('/') => Some(Action::Filter),
             KeyCode::Up | KeyCode::Char('k') => Some(Action::Up),
             KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
             KeyCode::Home | KeyCode::Char('g') => Some(Action::First),
@@ -193,6 +214,12 @@ pub(crate) const HINTS: &[KeyHint] = &[
         labels: ["pane", "pane", ""],
         help_keys: "tab",
         help: "switch pane: providers / datasets",
+    },
+    KeyHint {
+        keys: ["/", "", ""],
+        labels: ["filter", "", ""],
+        help_keys: "/",
+        help: "filter providers by tag or name (Enter keeps, Esc clears)",
     },
     KeyHint {
         keys: ["l", "l", ""],

@@ -199,6 +199,24 @@ pub struct UiState {
     pub history: EventHistory,
     /// The full-screen log (`l`), while open.
     pub log: Option<LogView>,
+    /// The providers table's filter (`/`), while set.
+    pub filter: Option<Filter>,
+}
+
+/// The providers table's filter: only rows whose tag or provider holds `text`, in any case.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub text: String,
+    /// Keys type into it, until Enter keeps it or Esc clears it.
+    pub typing: bool,
+}
+
+impl Filter {
+    /// Whether `e`'s row is shown.
+    fn shows(&self, e: &EndpointSnap) -> bool {
+        let needle = self.text.to_lowercase();
+        e.tag.to_lowercase().contains(&needle) || e.provider.to_lowercase().contains(&needle)
+    }
 }
 
 impl UiState {
@@ -219,15 +237,20 @@ impl UiState {
             attached: None,
             history: EventHistory::default(),
             log: None,
+            filter: None,
         };
         s.history.read(&s.snapshot.clone());
         s.fix_selection();
         s
     }
 
-    /// The endpoints in table order.
+    /// The endpoints in table order, those the filter shows.
     pub fn endpoints(&self) -> Vec<&EndpointSnap> {
-        sorted_endpoints(&self.snapshot, self.sort)
+        let mut rows = sorted_endpoints(&self.snapshot, self.sort);
+        if let Some(f) = &self.filter {
+            rows.retain(|e| f.shows(e));
+        }
+        rows
     }
 
     /// Row of the selected endpoint in table order.
@@ -247,7 +270,7 @@ impl UiState {
         let keep = self
             .selected
             .as_deref()
-            .is_some_and(|t| self.snapshot.endpoints.iter().any(|e| e.tag == t));
+            .is_some_and(|t| self.endpoints().iter().any(|e| e.tag == t));
         if !keep {
             self.selected = self.endpoints().first().map(|e| e.tag.clone());
         }

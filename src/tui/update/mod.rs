@@ -75,6 +75,7 @@ pub fn update(state: &mut UiState, msg: Msg) -> Vec<UiEffect> {
                 None if state.help => Mode::Help,
                 None if too_small(state.size) => Mode::TooSmall,
                 None if state.log.is_some() => Mode::Log,
+                None if state.filter.as_ref().is_some_and(|f| f.typing) => Mode::Filter,
                 None => Mode::Normal,
             };
             match keymap::action(k, mode) {
@@ -92,6 +93,7 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
     match a {
         Action::Log => log::open(state),
         Action::OnlySelected => Vec::new(),
+        Action::Filter | Action::Type(_) | Action::Erase | Action::KeepFilter => filter(state, a),
         Action::PageUp => move_by(state, -table_page(state)),
         Action::PageDown => move_by(state, table_page(state)),
         Action::Up => move_by(state, -1),
@@ -127,8 +129,10 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
         Action::Back => {
             if state.quit_dialog {
                 state.quit_dialog = false;
-            } else {
+            } else if state.help {
                 state.help = false;
+            } else if state.filter.take().is_some() {
+                state.fix_selection();
             }
             Vec::new()
         }
@@ -245,6 +249,31 @@ fn shutdown(state: &mut UiState, mode: ShutdownMode) -> Vec<UiEffect> {
 }
 
 /// Moves the selection of the focused pane by `delta` rows, clamped to the table.
+/// The providers' filter: `/` starts typing it (where it was), characters and Backspace edit
+/// it, Enter keeps it (an empty one is none). The selection stays on a shown row.
+fn filter(state: &mut UiState, a: Action) -> Vec<UiEffect> {
+    let f = state.filter.get_or_insert_with(Default::default);
+    match a {
+        Action::Filter => {
+            f.typing = true;
+            state.focus = Pane::Providers;
+        }
+        Action::Type(c) => f.text.push(c),
+        Action::Erase => {
+            f.text.pop();
+        }
+        Action::KeepFilter => {
+            f.typing = false;
+            if f.text.is_empty() {
+                state.filter = None;
+            }
+        }
+        _ => {}
+    }
+    state.fix_selection();
+    Vec::new()
+}
+
 /// Rows a page moves in the focused table: its rows on screen (its height less its borders
 /// and header), at least one.
 fn table_page(state: &UiState) -> i64 {

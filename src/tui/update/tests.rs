@@ -112,6 +112,75 @@ fn page_keys_move_by_the_rows_on_screen() {
     assert!(short < tall, "{short} {tall}");
 }
 
+/// `/` filters the providers table by tag or provider name as it is typed (any case);
+/// Backspace takes back, Enter keeps it while keys act again, Esc clears it. The selection
+/// stays on a shown row, and `q` typed into the filter is a letter, not the quit dialog.
+#[test]
+fn slash_filters_the_providers_as_typed() {
+    let mut st = state_with(kimi_snapshot());
+    update(&mut st, key('G'));
+    assert_eq!(st.selected.as_deref(), Some("venice"));
+    update(&mut st, key('/'));
+    for c in "INT4".chars() {
+        update(&mut st, key(c));
+    }
+    assert_eq!(
+        order(&st),
+        [
+            "chutes/int4",
+            "siliconflow/int4",
+            "atlas-cloud/int4",
+            "parasail/int4",
+            "moonshotai/int4"
+        ],
+        "rows whose tag holds int4, any case"
+    );
+    assert_eq!(
+        st.selected.as_deref(),
+        Some("chutes/int4"),
+        "the selection moves to a shown row"
+    );
+    update(&mut st, code(KeyCode::Down));
+    assert_eq!(
+        st.selected.as_deref(),
+        Some("siliconflow/int4"),
+        "arrows move"
+    );
+    update(&mut st, key('q'));
+    assert!(!st.quit_dialog, "q is typed, not the quit dialog");
+    assert!(order(&st).is_empty(), "int4q matches nothing");
+    update(&mut st, code(KeyCode::Backspace));
+    assert_eq!(order(&st).len(), 5, "taken back");
+    update(&mut st, code(KeyCode::Enter));
+    assert_eq!(
+        st.filter.as_ref().map(|f| (f.text.as_str(), f.typing)),
+        Some(("INT4", false)),
+        "kept"
+    );
+    // Nothing was shown a moment ago: the selection is the first shown row again.
+    update(&mut st, key('j'));
+    assert_eq!(
+        st.selected.as_deref(),
+        Some("siliconflow/int4"),
+        "keys act again, among the shown rows"
+    );
+    update(&mut st, code(KeyCode::Esc));
+    assert_eq!(st.filter, None, "Esc clears it");
+    assert_eq!(order(&st), BY_PRICE, "every row again");
+    assert_eq!(st.selected.as_deref(), Some("siliconflow/int4"), "kept");
+    // By the provider's name too; an empty filter kept is none.
+    update(&mut st, key('/'));
+    for c in "moon".chars() {
+        update(&mut st, key(c));
+    }
+    assert_eq!(order(&st), ["moonshotai/int4"]);
+    for _ in 0..4 {
+        update(&mut st, code(KeyCode::Backspace));
+    }
+    update(&mut st, code(KeyCode::Enter));
+    assert_eq!(st.filter, None);
+}
+
 /// Space makes the row the opposite of what the viewer sees, absolutely: a second viewer's
 /// press at the same time asks for the same, not for an undo. (Including a row the policy
 /// excludes asks first: `fidelity_tests.rs`; here it is confirmed by a second space.)

@@ -24,8 +24,6 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             Span::raw(h.help),
         ]));
     }
-    lines.push(Line::raw(""));
-    lines.push(Line::styled("Marks", t.title));
     let legend: [(&str, &str); 8] = [
         (
             "booked strm",
@@ -54,6 +52,13 @@ pub(super) fn render(frame: &mut Frame, area: Rect, state: &UiState) {
             "failed attempts and their main kind (429, 5xx, mid...)",
         ),
     ];
+    // A blank line before the marks where the screen has the row for it (at 80x24 it has not,
+    // and the last mark would be cut).
+    let rows = lines.len() + 1 + legend.len() + 2;
+    if rows < usize::from(area.height) {
+        lines.push(Line::raw(""));
+    }
+    lines.push(Line::styled("Marks", t.title));
     for (k, v) in legend {
         lines.push(Line::from(vec![
             Span::styled(format!(" {k:<key_w$}  "), t.bold),

@@ -443,6 +443,17 @@ fn title(state: &UiState, with_model: bool, room: usize) -> Line<'static> {
             allowed,
             s.endpoints.len()
         )));
+        if let Some(f) = &state.filter {
+            let cursor = if f.typing { "_" } else { "" };
+            v.push(Span::styled(
+                format!(
+                    " /{}{cursor} {} shown ",
+                    clean(&f.text),
+                    state.endpoints().len()
+                ),
+                t.bold,
+            ));
+        }
         if with_native && let Some(n) = &native_span {
             v.push(n.clone());
         }

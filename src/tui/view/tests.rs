@@ -549,3 +549,22 @@ fn the_full_log_shows_the_whole_text_the_pane_cut() {
     );
     assert!(!only.contains("concurrency set to 2000"), "{only}");
 }
+
+/// A filter shows in the providers' title (with a cursor while it is typed) and how many rows
+/// it shows; the rows it hides are not drawn.
+#[test]
+fn the_providers_filter_is_shown_in_the_title() {
+    let mut st = state_with(kimi_snapshot());
+    st.filter = Some(super::super::state::Filter {
+        text: "int4".into(),
+        typing: true,
+    });
+    st.fix_selection();
+    let s = text(&draw(&st, 160, 48));
+    let title = line_with(&s, "Providers");
+    assert!(title.contains("/int4_ 5 shown"), "{title}");
+    assert!(s.contains("parasail/int4") && !s.contains("venice"), "{s}");
+    st.filter.as_mut().expect("set").typing = false;
+    let s = text(&draw(&st, 160, 48));
+    assert!(line_with(&s, "Providers").contains("/int4 5 shown"), "{s}");
+}
