@@ -28,6 +28,7 @@ mod dispatch;
 mod events;
 mod failure;
 mod fleet;
+mod held_bills;
 mod journal;
 mod late_stop;
 mod outcome;
