@@ -121,6 +121,46 @@ fn attach(tmux: &Tmux, session: &str, out: &Path) {
     tmux.session(session, &[], &cmd);
 }
 
+/// A run of `PROMPTS` detached against its own simulator at real pace (answers of ~150
+/// tokens stream for seconds each), with its config and output directory, a tmux server for
+/// its viewers, and the engines to kill if an assertion fails.
+struct Detached {
+    sim: harvest::sim::SimHandle,
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    out: PathBuf,
+    tmux: Tmux,
+    cleanup: Cleanup,
+    pid: u32,
+}
+
+async fn detached(tmux_socket: &'static str) -> Detached {
+    let sim = paced_sim(1.0, 150.0).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        dir.path(),
+        PROMPTS,
+        &sim.base_url(),
+        KEY_VAR,
+        "concurrency = 20\noutput_dir = \"out\"\n[request]\nmax_tokens = 300",
+        "T",
+    );
+    let out: PathBuf = dir.path().join("out");
+    let tmux = Tmux::new(tmux_socket);
+    let mut cleanup = Cleanup { pids: Vec::new() };
+    let pid = detach(&config);
+    cleanup.pids.push(pid);
+    Detached {
+        sim,
+        _dir: dir,
+        config,
+        out,
+        tmux,
+        cleanup,
+        pid,
+    }
+}
+
 /// Every id in exactly one place, outputs or rejects; returns how many are.
 fn one_row_per_id(out: &Path) -> usize {
     let rows: Vec<OutputRecord> = read_jsonl(&out.join("T.jsonl"));
@@ -142,23 +182,15 @@ async fn a_detached_run_outlives_its_viewers_and_is_stopped_from_another_shell()
         crate::common::tmux::missing("the detached-run test");
         return;
     }
-    // Real pace: answers of ~150 tokens stream for seconds each.
-    let sim = paced_sim(1.0, 150.0).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = write_job(
-        dir.path(),
-        PROMPTS,
-        &sim.base_url(),
-        KEY_VAR,
-        "concurrency = 20\noutput_dir = \"out\"\n[request]\nmax_tokens = 300",
-        "T",
-    );
-    let out: PathBuf = dir.path().join("out");
-    let tmux = Tmux::new("harvest-detach-test");
-    let mut cleanup = Cleanup { pids: Vec::new() };
-
-    let pid = detach(&config);
-    cleanup.pids.push(pid);
+    let Detached {
+        sim,
+        _dir,
+        config,
+        out,
+        tmux,
+        mut cleanup,
+        pid,
+    } = detached("harvest-detach-test").await;
 
     // The socket is its owner's only.
     let sock = out.join("harvest.sock");
@@ -549,21 +581,15 @@ async fn a_viewer_the_engine_dropped_attaches_again() {
         crate::common::tmux::missing("the reattach test");
         return;
     }
-    let sim = paced_sim(1.0, 150.0).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let config = write_job(
-        dir.path(),
-        PROMPTS,
-        &sim.base_url(),
-        KEY_VAR,
-        "concurrency = 20\noutput_dir = \"out\"\n[request]\nmax_tokens = 300",
-        "T",
-    );
-    let out: PathBuf = dir.path().join("out");
-    let tmux = Tmux::new("harvest-reattach-test");
-    let mut cleanup = Cleanup { pids: Vec::new() };
-    let pid = detach(&config);
-    cleanup.pids.push(pid);
+    // The simulator and the directory live as long as the bindings.
+    let Detached {
+        sim: _sim,
+        _dir,
+        out,
+        tmux,
+        mut cleanup,
+        ..
+    } = detached("harvest-reattach-test").await;
 
     attach(&tmux, "v", &out);
     wait_screen(&tmux, "v", "the providers table", 30, |s| {

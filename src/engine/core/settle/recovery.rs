@@ -100,6 +100,24 @@ impl Recovery {
     }
 }
 
+/// "`what`: `n` of `asked` confirmed at /generation (`delta` against `against`)", and, when
+/// some were not, what the others do (`others`) until the next start asks again.
+fn confirmed_line(
+    what: &str,
+    (n, asked, delta): (usize, usize, Usd),
+    (against, others): (&str, &str),
+) -> String {
+    let rest = if n < asked {
+        format!("; the others {others} and the next start asks again")
+    } else {
+        String::new()
+    };
+    format!(
+        "{what}: {n} of {asked} confirmed at /generation ({:+.6} USD against {against}){rest}",
+        delta.as_f64()
+    )
+}
+
 impl Core {
     /// What earlier runs of the directory left open (`Leftovers::from_scan`), settled at
     /// [`Event::Open`](super::super::Event::Open).
@@ -285,31 +303,17 @@ impl Core {
         let rec = &self.settle.recovery;
         let mut said = Vec::new();
         if rec.closed_asked > 0 {
-            said.push(format!(
-                "streams an earlier run closed: {} of {} confirmed at /generation ({:+.6} USD \
-                 against their estimates){}",
-                rec.closed_confirmed,
-                rec.closed_asked,
-                rec.closed_delta.as_f64(),
-                if rec.closed_confirmed < rec.closed_asked {
-                    "; the others hold their money and the next start asks again"
-                } else {
-                    ""
-                }
+            said.push(confirmed_line(
+                "streams an earlier run closed",
+                (rec.closed_confirmed, rec.closed_asked, rec.closed_delta),
+                ("their estimates", "hold their money"),
             ));
         }
         if rec.rebuilt_asked > 0 {
-            said.push(format!(
-                "rebuilt ledger lines: {} of {} confirmed at /generation ({:+.6} USD against \
-                 the outputs' costs){}",
-                rec.confirmed,
-                rec.rebuilt_asked,
-                rec.confirmed_delta.as_f64(),
-                if rec.confirmed < rec.rebuilt_asked {
-                    "; the others keep the outputs' costs and the next start asks again"
-                } else {
-                    ""
-                }
+            said.push(confirmed_line(
+                "rebuilt ledger lines",
+                (rec.confirmed, rec.rebuilt_asked, rec.confirmed_delta),
+                ("the outputs' costs", "keep the outputs' costs"),
             ));
         }
         if rec.asked > 0 {

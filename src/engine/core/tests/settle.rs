@@ -811,3 +811,138 @@ fn the_end_of_a_run_settles_its_closed_streams_as_its_look_ups_went() {
         );
     }
 }
+
+/// A start settles what an earlier run left through the door: `Event::Open` books the request
+/// that never started, holds and asks about the open attempts and the unconfirmed close (most
+/// likely billed first); each answer is booked and counted; and `Event::LeftoversEnded` says
+/// what they found and, when the work was over first, what is left for the next start, which
+/// the open look-ups then count.
+#[test]
+fn a_start_settles_what_an_earlier_run_left_as_the_answers_land() {
+    use crate::engine::look_ups::LookedUp;
+    use crate::store::scan::{DirScan, LedgerScan};
+    let scan = || {
+        let ledger = LedgerScan {
+            unknown: vec![line(
+                SpendKind::Dispatched,
+                "u",
+                Some("moonshotai"),
+                5,
+                0.003,
+            )],
+            open: vec![
+                line(SpendKind::Started, "a", Some("chutes/int4"), 5, 0.002),
+                line(SpendKind::Started, "b", Some("moonshotai"), 5, 0.004),
+            ],
+            closed_unconfirmed: vec![SpendEntry {
+                usd: Usd::from_f64(0.001),
+                estimated: true,
+                ..line(SpendKind::Cancelled, "c", Some("moonshotai"), 5, 0.006)
+            }],
+            ..LedgerScan::default()
+        };
+        DirScan {
+            ledger,
+            ..DirScan::default()
+        }
+    };
+    // (what, answers: (id, cost) in the order they land, all in, said, open look-ups after)
+    type Case<'a> = (
+        &'a str,
+        &'a [(&'a str, Option<f64>)],
+        bool,
+        &'a [&'a str],
+        u64,
+    );
+    let cases: [Case; 3] = [
+        (
+            "every answer in",
+            &[("b", Some(0.0035)), ("a", Some(0.0015)), ("c", Some(0.005))],
+            true,
+            &[
+                "streams an earlier run closed: 1 of 1 confirmed at /generation (+0.004000 USD",
+                "looked up 2 requests an earlier run left in flight: 2 found at the API, 0 \
+                 unknown",
+            ],
+            0,
+        ),
+        (
+            "the work ended with two still out",
+            &[("b", Some(0.0035))],
+            false,
+            &[
+                "looked up 2 requests an earlier run left in flight: 1 found at the API",
+                "streams an earlier run closed: 0 of 1 confirmed at /generation (+0.000000 USD \
+                 against their estimates); the others hold their money",
+                "2 look-ups of requests an earlier run left open were still running when the \
+                 work was done",
+            ],
+            2,
+        ),
+        (
+            "one unknown on its first ask, asked again",
+            &[("b", Some(0.0035)), ("a", None), ("c", Some(0.005))],
+            false,
+            &[
+                "1 found at the API, 0 unknown",
+                "the others are too recent to give up on",
+            ],
+            1,
+        ),
+    ];
+    for (what, answers, all_in, said, left) in cases {
+        let mut h = core_in("hard");
+        h.core = h.core.with_leftovers(Leftovers::from_scan(&scan()));
+        let fx = h.handle(Event::Open { can_look_up: true });
+        assert_eq!(
+            ledger(&fx).first().map(|(k, _)| *k),
+            Some(SpendKind::Unknown),
+            "{what}: the request that never started is booked as lost"
+        );
+        let asked: Vec<String> = (h.take_reconcile().into_iter())
+            .map(|(_, e)| e.id)
+            .collect();
+        assert_eq!(
+            asked,
+            ["b", "a", "c"],
+            "{what}: likely billed, dearest, then the close"
+        );
+        assert!(
+            h.event_texts()
+                .iter()
+                .any(|t| t.contains("2 requests in flight")),
+            "{what}"
+        );
+        let entry = |id: &str| match id {
+            "c" => scan().ledger.closed_unconfirmed[0].clone(),
+            _ => (scan().ledger.open.into_iter())
+                .find(|e| e.id == id)
+                .expect("an open attempt"),
+        };
+        for (id, cost) in answers.iter().copied() {
+            let answer = match cost {
+                Some(_) => found(entry(id), cost, None),
+                None => Box::new(LookedUp::NotOnFirstPass(entry(id))),
+            };
+            h.handle(Event::LookedUp {
+                of: Asked::Leftovers,
+                answer,
+            });
+        }
+        h.handle(Event::LeftoversEnded { all_in });
+        let texts = h.event_texts();
+        for s in said {
+            assert!(
+                texts.iter().any(|t| t.contains(s)),
+                "{what}: {s}\n{texts:#?}"
+            );
+        }
+        if all_in {
+            assert!(
+                !texts.iter().any(|t| t.contains("still running")),
+                "{what}: {texts:#?}"
+            );
+        }
+        assert_eq!(h.core.open_look_ups().count, left, "{what}");
+    }
+}
