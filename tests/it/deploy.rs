@@ -484,6 +484,12 @@ fn a_slurm_task_requeues_itself_when_its_time_is_up_and_harvest_stopped_before_d
         );
         let asked = std::fs::read_to_string(&asked).unwrap_or_default();
         assert_eq!(asked.trim(), requeue.unwrap_or(""), "{case}: {err}");
+        // Said before the requeue is asked: Slurm may end the script as it requeues the task.
+        assert_eq!(
+            err.contains("drained; requeueing task 7_2"),
+            requeue.is_some(),
+            "{case}: {err}"
+        );
         if scontrol_exit != 0 {
             assert!(
                 err.contains("sbatch the array again to resume"),

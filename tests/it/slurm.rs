@@ -292,7 +292,7 @@ async fn the_sbatch_array_on_a_real_slurm_answers_each_id_once_and_resumes_past_
         let slurms = log
             .matches("(scheduler stop: SIGTERM from Slurm, resumes when resubmitted)")
             .count();
-        let requeued = log.matches("drained and task").count();
+        let requeued = log.matches("drained; requeueing task").count();
         assert!(
             restarts >= 1 && stops == restarts && slurms == restarts && requeued == restarts,
             "task {id}: {restarts} restarts, {stops} stops, {slurms} of them Slurm's, \
