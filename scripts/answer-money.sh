@@ -6,13 +6,15 @@
 #
 #   scripts/answer-money.sh [--bin PATH] [--prompts 300] [--max-tokens 256] [--concurrency 100]
 #                           [--budget 50] [--faults SPEC] [--keep DIR] [--sim-bin PATH]
+#                           [--replay DIR] [--tools]
 # --sim-bin serves the simulator from another binary: to compare an older harvest (--bin)
-# against the same simulator.
+# against the same simulator. --replay serves the recorded bodies of DIR in turn (`harvest sim
+# --replay`: real answers, tool calls among them), --tools offers the requests a tool.
 #
 # Loopback only (127.0.0.1); bounded: the run stops at its budget or after --deadline-s (600).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="" SIMBIN="" N=300 MAXTOK=256 CONC=100 BUDGET=50 FAULTS="" KEEP="" DEADLINE=600
+BIN="" SIMBIN="" N=300 MAXTOK=256 CONC=100 BUDGET=50 FAULTS="" KEEP="" DEADLINE=600 REPLAY="" TOOLS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN="$2"; shift 2 ;;
@@ -24,7 +26,9 @@ while [ $# -gt 0 ]; do
     --faults) FAULTS="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
     --deadline-s) DEADLINE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    --replay) REPLAY="$2"; shift 2 ;;
+    --tools) TOOLS='extra = { tools = [{ type = "function", function = { name = "add", description = "Adds two numbers", parameters = { type = "object", properties = { a = { type = "number" }, b = { type = "number" } } } } }] }'; shift ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "answer-money.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +43,7 @@ mkdir -p "$WORK"
 write_prompts "$WORK/prompts.jsonl" "$N" "Explain idea number {i} step by step."
 sim_args=(--seed 7 --speed-scale 0 --no-faults --billing-log "$WORK/bill.jsonl")
 [ -n "$FAULTS" ] && sim_args+=(--faults "$FAULTS")
+[ -n "$REPLAY" ] && sim_args+=(--replay "$REPLAY")
 start_sim "$SIMBIN" "$WORK/sim.log" "${sim_args[@]}"
 cat >"$WORK/harvest.toml" <<TOML
 model = "moonshotai/kimi-k2.5"
@@ -50,6 +55,7 @@ concurrency = $CONC
 catalog_refresh_s = 0
 [request]
 max_tokens = $MAXTOK
+$TOOLS
 [[dataset]]
 name = "a"
 prompts = "prompts.jsonl"
@@ -75,10 +81,11 @@ spent = sum(e["usd"] for e in ledger)
 kept_cost = sum(r["cost_usd"] for r in rows)
 cut_thinking = sum(1 for r in rows if r.get("cut_thinking"))
 truncated = sum(1 for r in rows if r.get("truncated"))
+calls = sum(1 for r in rows if r["conversations"][-1].get("tool_calls"))
 kinds = collections.Counter(r["error_kind"] for r in rejects)
 print(f"job: {n} prompts, max_tokens {maxtok}, exit {rc}")
 print(f"requests: {requests} ({requests / max(n, 1):.2f} per prompt)")
-print(f"rows kept: {len(rows)} (truncated {truncated}, of which cut while thinking {cut_thinking}); rejects: {dict(kinds) or 0}")
+print(f"rows kept: {len(rows)} (truncated {truncated}, of which cut while thinking {cut_thinking}; tool calls {calls}); rejects: {dict(kinds) or 0}")
 print(f"ledger: {spent:.6f} USD; simulator bill: {bill:.6f} USD ({spent - bill:+.6f})")
 print(f"kept rows hold {kept_cost:.6f} USD; spend per kept row {spent / max(len(rows), 1):.6f} USD; "
       f"bill per request {bill / max(requests, 1):.6f} USD")

@@ -218,10 +218,14 @@ fn filtered(r: &OutputRecord, foreign: &[usize], o: &Options) -> Option<String> 
              data.train_only_last_turn)"
         ));
     }
-    if r.finish_reason == "tool_calls" {
+    if r.finish_reason == "tool_calls"
+        && answers()
+            .next_back()
+            .is_none_or(|t| t.tool_calls.is_empty())
+    {
         return Some(
-            "the answer is a tool call (finish_reason tool_calls), which harvest does not \
-             record: the row would train an empty answer"
+            "the answer is a tool call (finish_reason tool_calls) written by a harvest that did \
+             not record the calls: the row would train an empty answer"
                 .into(),
         );
     }
@@ -531,6 +535,7 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
                 role: "system".into(),
                 content: text.clone(),
                 reasoning_content: None,
+                tool_calls: Vec::new(),
             },
         );
     }
@@ -554,6 +559,9 @@ fn answer_rows(job: &Job, name: &str, mut r: OutputRecord, sample_room: usize) -
     };
     if let Err(why) = validate_row(&sf, rules) {
         return AnswerRows::one(ERROR, refused("error", why));
+    }
+    if let Some(why) = rows::unwritable(&sf, o.format) {
+        return AnswerRows::one(SKIPPED, refused("skipped", why));
     }
     // Validated whole, then exploded: SpecForge's order (regenerate, validate, expand).
     let parts = if o.explode_turns {

@@ -20,8 +20,12 @@ pub(super) fn specforge_row(r: &OutputRecord) -> Value {
         .iter()
         .map(|t| {
             if t.role == "assistant" {
-                json!({"role": t.role, "content": t.content,
-                        "reasoning_content": t.reasoning_content.as_deref().unwrap_or("")})
+                let mut turn = json!({"role": t.role, "content": t.content,
+                        "reasoning_content": t.reasoning_content.as_deref().unwrap_or("")});
+                if !t.tool_calls.is_empty() {
+                    turn["tool_calls"] = json!(t.tool_calls);
+                }
+                turn
             } else {
                 json!({"role": t.role, "content": t.content})
             }
@@ -115,7 +119,13 @@ pub(super) fn messages_as_written(sf: &Value, format: Format) -> Value {
     match format {
         Format::Sharegpt => Value::Array(
             conv.iter()
-                .map(|t| json!({"role": t["role"], "content": t["content"]}))
+                .map(|t| {
+                    let mut m = json!({"role": t["role"], "content": t["content"]});
+                    if let Some(calls) = t.get("tool_calls") {
+                        m["tool_calls"] = calls.clone();
+                    }
+                    m
+                })
                 .collect(),
         ),
         Format::Specforge | Format::Openai | Format::Text => Value::Array(conv.clone()),
@@ -135,23 +145,69 @@ pub(super) fn success_row(sf: Value, format: Format, text: Option<String>, tools
             sf
         }
         Format::Specforge => sf,
+        // OpenAI's fine-tuning rows: `tools` beside `messages`, as a list.
+        Format::Openai if !tools.is_null() => {
+            json!({"id": sf["id"], "messages": sf["conversations"], "tools": tools})
+        }
         Format::Openai => json!({"id": sf["id"], "messages": sf["conversations"]}),
         Format::Text => json!({"id": sf["id"], "text": text}),
         Format::Sharegpt => {
             let empty = Vec::new();
             let turns: Vec<Value> = (sf["conversations"].as_array().unwrap_or(&empty).iter())
-                .map(|t| {
-                    let from = match t["role"].as_str().unwrap_or_default() {
-                        "user" => "human",
-                        "assistant" => "gpt",
-                        other => other,
-                    };
-                    json!({"from": from, "value": t["content"]})
+                .map(|t| match t["tool_calls"].as_array() {
+                    Some(calls) if !calls.is_empty() => {
+                        json!({"from": "function_call", "value": sharegpt_calls(calls)})
+                    }
+                    _ => {
+                        let from = match t["role"].as_str().unwrap_or_default() {
+                            "user" => "human",
+                            "assistant" => "gpt",
+                            other => other,
+                        };
+                        json!({"from": from, "value": t["content"]})
+                    }
                 })
                 .collect();
-            json!({"id": sf["id"], "conversations": turns})
+            let mut row = json!({"id": sf["id"], "conversations": turns});
+            if !tools.is_null() {
+                row["tools"] = json!(tools.to_string());
+            }
+            row
         }
     }
+}
+
+/// A turn's tool calls as LLaMA-Factory's ShareGPT reads a `function_call` turn's value: the
+/// JSON text of `{"name", "arguments"}` (a list of them for several calls), the arguments as
+/// an object where the model wrote valid JSON, else as the text it wrote.
+fn sharegpt_calls(calls: &[Value]) -> String {
+    let one = |c: &Value| {
+        let args = c["function"]["arguments"].as_str().unwrap_or_default();
+        let arguments = serde_json::from_str::<Value>(args).unwrap_or_else(|_| json!(args));
+        json!({"name": c["function"]["name"], "arguments": arguments})
+    };
+    match calls {
+        [c] => one(c).to_string(),
+        many => Value::Array(many.iter().map(one).collect()).to_string(),
+    }
+}
+
+/// Why a row cannot be written in `format`, or `None`: a ShareGPT `function_call` turn holds
+/// the calls only, so an answer with text before its calls would lose the text.
+pub(super) fn unwritable(sf: &Value, format: Format) -> Option<String> {
+    if format != Format::Sharegpt {
+        return None;
+    }
+    let empty = Vec::new();
+    let conv = sf["conversations"].as_array().unwrap_or(&empty);
+    let i = conv.iter().position(|t| {
+        t["tool_calls"].as_array().is_some_and(|c| !c.is_empty())
+            && t["content"].as_str().is_some_and(|c| !c.trim().is_empty())
+    })?;
+    Some(format!(
+        "conversations[{i}] has text and tool calls, and a ShareGPT function_call turn holds \
+         the calls only: --format openai or specforge keeps both"
+    ))
 }
 
 /// Flat scalar columns of where the answer came from, added to a success row.

@@ -1,7 +1,8 @@
 //! SpecForge's gate for training rows, as its own scripts state it
 //! (sgl-project/SpecForge `scripts/conversation_validation.py` and
 //! `scripts/validate_regenerated_data.py`): a non-empty string `id`, `status == "success"`,
-//! a non-empty list of messages, each with non-empty string `content`; `system` only before the
+//! a non-empty list of messages, each with non-empty string `content` (an assistant turn that
+//! is tool calls may have none); `system` only before the
 //! first `user`; then `user` and `assistant` strictly alternating from `user`; at least one
 //! assistant message and the last one an assistant; `reasoning_content` a string or null,
 //! non-empty with `--expect-reasoning`, empty with `--expect-non-reasoning`; with
@@ -45,10 +46,18 @@ pub(crate) fn validate_conversation(messages: &Value) -> Result<(), String> {
             return Err(format!("message {i} must be an object"));
         };
         let role = obj.get("role").and_then(Value::as_str);
+        // An assistant turn that is tool calls may have no text: SpecForge's parser reads such
+        // turns (specforge/data/parse.py, its tool_calls handling); the scripts' rule above
+        // predates them.
+        let calls = role == Some("assistant")
+            && obj
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .is_some_and(|c| !c.is_empty());
         let content_ok = obj
             .get("content")
             .and_then(Value::as_str)
-            .is_some_and(|c| !c.trim().is_empty());
+            .is_some_and(|c| calls || !c.trim().is_empty());
         if !content_ok {
             return Err(format!("message {i} content must be a non-empty string"));
         }

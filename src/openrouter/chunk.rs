@@ -61,6 +61,10 @@ pub(super) struct Delta<'a> {
     /// every reasoning chunk, and parsing it twice was a third of the chunk's cost.
     #[serde(default, borrow)]
     pub(super) reasoning_details: Option<&'a RawValue>,
+    /// Fragments of the answer's tool calls (`tool_call.rs` puts them together): kept raw,
+    /// parsed only in the chunks that have them.
+    #[serde(default, borrow)]
+    pub(super) tool_calls: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -15,6 +15,7 @@ pub mod response;
 pub(crate) mod roots;
 mod scrub;
 pub mod sse;
+mod tool_call;
 mod transport;
 
 pub use catalog::{
@@ -30,4 +31,5 @@ pub use request::{
     Reasoning,
 };
 pub use response::{Completion, CostDetails, Progress, StreamAccumulator, Usage, UsageSource};
+pub use tool_call::{FunctionCall, ToolCall};
 pub use transport::direct::{Connector, TimedConnector, connector, h2_windows, tls_config};

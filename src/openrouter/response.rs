@@ -11,6 +11,7 @@ use crate::domain::Usd;
 use super::chunk::{Chunk, Delta, ReasoningDetail};
 use super::chunk_prefix::ChunkPrefix;
 use super::error::ApiError;
+use super::tool_call::{ToolCall, ToolCalls};
 
 /// Token counts and cost as the API reports them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -115,6 +116,8 @@ pub struct Completion {
     pub content: String,
     /// Reasoning text, when the model returned any.
     pub reasoning: Option<String>,
+    /// The tool calls the model made, in the order it made them.
+    pub tool_calls: Vec<ToolCall>,
     pub finish_reason: String,
     pub native_finish_reason: Option<String>,
     pub usage: Usage,
@@ -152,6 +155,7 @@ pub struct StreamAccumulator {
     model: Option<String>,
     content: String,
     reasoning: String,
+    tool_calls: ToolCalls,
     finish_reason: Option<String>,
     native_finish_reason: Option<String>,
     usage: Option<Usage>,
@@ -318,6 +322,21 @@ impl StreamAccumulator {
                 }
             }
         }
+        if let Some(raw) = delta.tool_calls {
+            let bytes = self
+                .tool_calls
+                .add(raw.get())
+                .map_err(|e| ApiError::Decode {
+                    what: "stream chunk",
+                    detail: format!("{e} in tool_calls {}", snippet(raw.get())),
+                })?;
+            // A call's name and arguments are tokens the model wrote, counted as its text is.
+            if bytes > 0 {
+                progress.token_events = 1;
+                progress.content_events = 1;
+                progress.text_bytes = progress.text_bytes.saturating_add(bytes);
+            }
+        }
         Ok(progress)
     }
 
@@ -352,15 +371,16 @@ impl StreamAccumulator {
                 UsageSource::CountedEvents,
             ),
         };
-        // A complete answer without text (a tool call only, hidden or encrypted reasoning) is
-        // still a billed answer: it goes out as one, for the core to book at its `usage.cost`
-        // and judge as empty.
+        // A complete answer without text (hidden or encrypted reasoning) is still a billed
+        // answer: it goes out as one, for the core to book at its `usage.cost` and judge as
+        // empty. A tool call is an answer with its calls.
         Ok(Completion {
             id: self.id,
             provider: self.provider,
             model: self.model,
             content: self.content,
             reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
+            tool_calls: self.tool_calls.into_calls(),
             finish_reason,
             native_finish_reason: self.native_finish_reason,
             usage,

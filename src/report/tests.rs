@@ -11,6 +11,7 @@ fn record(id: &str, tag: &str, out: u64, ttft: u64, latency: u64, finish: &str) 
             role: "assistant".into(),
             content: "x".into(),
             reasoning_content: None,
+            tool_calls: Vec::new(),
         }],
         provider: tag.into(),
         endpoint_tag: Some(tag.into()),

@@ -80,7 +80,7 @@ pub(crate) fn book_kept_answers(dir: &Path, scan: &DirScan) -> Result<KeptBookin
             Ok(_) => booking.lines.push(kept_line(
                 &k.attempt,
                 &k.record,
-                (&k.content, k.reasoning.as_deref()),
+                (&k.content, k.reasoning.as_deref(), &k.calls),
                 &k.at,
             )),
             Err(why) => booking.refused.push(RefusedKept {
@@ -105,7 +105,8 @@ pub(crate) fn book_kept_answers(dir: &Path, scan: &DirScan) -> Result<KeptBookin
             let Some(e) = attempt else { return };
             match crate::booked_cost::check_usd(t.record.cost_usd, e.worst_usd) {
                 Ok(_) => {
-                    let text = (t.content.as_str(), t.reasoning_content.as_deref());
+                    // A turn before the last is never a tool call (`outcome.rs`).
+                    let text = (t.content.as_str(), t.reasoning_content.as_deref(), &[][..]);
                     booking.lines.push(kept_line(e, &t.record, text, &start));
                 }
                 // The turn's attempt stays open: its generation is not among the outputs, so
@@ -125,7 +126,7 @@ pub(crate) fn book_kept_answers(dir: &Path, scan: &DirScan) -> Result<KeptBookin
 fn kept_line(
     attempt: &SpendEntry,
     t: &TurnRecord,
-    (content, reasoning): (&str, Option<&str>),
+    (content, reasoning, calls): (&str, Option<&str>, &[crate::openrouter::ToolCall]),
     at: &str,
 ) -> SpendEntry {
     SpendEntry {
@@ -138,7 +139,7 @@ fn kept_line(
         attempt: attempt.attempt.clone(),
         // As the answer's own line said it: a paid answer with nothing in it (judged, as the
         // core does, once thinking inline in the text was moved out).
-        error: (Shape::of(&t.finish_reason, content, reasoning) == Shape::Empty)
+        error: (Shape::of(&t.finish_reason, content, reasoning, calls) == Shape::Empty)
             .then(|| ErrorKind::Empty.to_string()),
         note: Some("booked at the start from the kept answer: a crash cut its line".into()),
         ..SpendEntry::new(
@@ -376,11 +377,13 @@ mod tests {
                 role: "user".into(),
                 content: "more".into(),
                 reasoning_content: None,
+                tool_calls: Vec::new(),
             },
             Turn {
                 role: "assistant".into(),
                 content: "again".into(),
                 reasoning_content: None,
+                tool_calls: Vec::new(),
             },
         ]);
         let e = rec("e", 2_000_000);

@@ -11,12 +11,15 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Usd;
 
 /// One turn of the `conversations` list (SpecForge / EAGLE-3 trainers read this shape).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
     pub role: String,
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// The tool calls of an assistant turn, in the API's shape (`tool_call.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::openrouter::ToolCall>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -447,11 +450,13 @@ pub(crate) mod tests {
                     role: "user".into(),
                     content: "hi".into(),
                     reasoning_content: None,
+                    tool_calls: Vec::new(),
                 },
                 Turn {
                     role: "assistant".into(),
                     content: "hello".into(),
                     reasoning_content: Some("think".into()),
+                    tool_calls: Vec::new(),
                 },
             ],
             provider: "Chutes".into(),

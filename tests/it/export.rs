@@ -630,7 +630,46 @@ pub(crate) async fn tools_run(
     Vec<serde_json::Value>,
     Vec<harvest::store::output::OutputRecord>,
 ) {
-    let sim = fast_sim(30.0).await;
+    tools_run_at(d, fast_sim(30.0).await).await
+}
+
+/// [`tools_run`] where every answer is a tool call: `harvest sim --replay` serving Kimi K2.5's
+/// recorded tool-call streams at Chutes (one call with reasoning, two parallel calls) in turn.
+pub(crate) async fn tool_calls_run(
+    d: &Path,
+) -> (
+    std::path::PathBuf,
+    Vec<serde_json::Value>,
+    Vec<harvest::store::output::OutputRecord>,
+) {
+    let recorded = d.join("recorded");
+    std::fs::create_dir_all(&recorded).expect("dir");
+    for f in [
+        "kimi_k25_chutes_reasoning_tool_call.sse",
+        "kimi_k25_chutes_parallel_tool_calls.sse",
+    ] {
+        std::fs::copy(
+            fixture(&format!("tests/fixtures/recorded/{f}")),
+            recorded.join(f),
+        )
+        .expect("copy");
+    }
+    let mut cfg = harvest::sim::SimConfig::fast_no_faults();
+    cfg.replay = Some(std::sync::Arc::new(
+        harvest::sim::replay::Replay::load(&recorded).expect("replay"),
+    ));
+    let sim = harvest::sim::start(cfg, 0).await.expect("sim");
+    tools_run_at(d, sim).await
+}
+
+async fn tools_run_at(
+    d: &Path,
+    sim: harvest::sim::SimHandle,
+) -> (
+    std::path::PathBuf,
+    Vec<serde_json::Value>,
+    Vec<harvest::store::output::OutputRecord>,
+) {
     let prompts: String = (0..4)
         .map(|i| format!("{{\"id\": \"w{i}\", \"prompt\": \"weather in city {i}?\"}}\n"))
         .collect();
@@ -680,6 +719,93 @@ async fn the_tools_a_run_offered_are_in_the_training_text() {
         let tools: serde_json::Value =
             serde_json::from_str(r["tools"].as_str().expect("a tools column")).expect("JSON");
         assert_eq!(tools[0]["function"]["name"], "get_weather", "{r}");
+    }
+}
+
+/// Answers that are tool calls (Kimi K2.5's, recorded at Chutes) are rows with their calls: on
+/// the last assistant turn as the API returned them (ids, names, arguments as written), in
+/// the training text between the K2.5 template's tool-call tokens, in SpecForge's and OpenAI's
+/// rows beside the tools offered, and as ShareGPT `function_call` turns (issue #54 item 5).
+/// Before, each was a paid empty answer, retried, and skipped by the export.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_call_answers_are_rows_with_their_calls() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let d = dir.path();
+    let (out, rows, answers) = tool_calls_run(d).await;
+    assert_eq!(answers.len(), 4);
+    for a in &answers {
+        let last = a.conversations.last().expect("a turn");
+        assert_eq!(
+            (a.finish_reason.as_str(), a.attempts),
+            ("tool_calls", 1),
+            "{}",
+            a.id
+        );
+        assert!(!last.tool_calls.is_empty(), "{}", a.id);
+        let text = rows
+            .iter()
+            .find(|r| r["id"] == a.id.as_str())
+            .and_then(|r| r["text"].as_str())
+            .expect("exported");
+        for c in &last.tool_calls {
+            let rendered = format!(
+                "<|tool_call_begin|>{}<|tool_call_argument_begin|>{}<|tool_call_end|>",
+                c.id, c.function.arguments
+            );
+            assert!(text.contains(&rendered), "{}: {rendered} in {text}", a.id);
+        }
+    }
+    let calls: Vec<Vec<String>> = (answers.iter())
+        .map(|a| {
+            let last = a.conversations.last().expect("turn");
+            last.tool_calls.iter().map(|c| c.id.clone()).collect()
+        })
+        .collect();
+    assert!(
+        calls.contains(&vec!["functions.weather:0".to_string()]),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&vec![
+            "functions.add:0".to_string(),
+            "functions.multiply:1".to_string()
+        ]),
+        "{calls:?}"
+    );
+    // SpecForge's row: the calls on the assistant turn, arguments as a string.
+    let to = d.join("specforge");
+    let (counts, _) = export_json(&out, &to, &[]);
+    assert_eq!(counts["success"].as_u64(), Some(4), "{counts}");
+    let sf: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
+    for r in &sf {
+        let turn = &r["conversations"][1];
+        assert_eq!(turn["role"], "assistant", "{r}");
+        let call = &turn["tool_calls"][0];
+        assert_eq!(call["type"], "function", "{r}");
+        assert!(call["function"]["arguments"].is_string(), "{r}");
+        assert!(r["tools"].is_string(), "{r}");
+    }
+    // OpenAI's: the tools as a list beside the messages.
+    let to = d.join("openai");
+    export_json(&out, &to, &["--format", "openai"]);
+    let oa: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
+    for r in &oa {
+        assert_eq!(r["tools"][0]["function"]["name"], "get_weather", "{r}");
+        assert!(r["messages"][1]["tool_calls"].is_array(), "{r}");
+    }
+    // ShareGPT's: a function_call turn, its value the calls' JSON, and the tools column.
+    let to = d.join("sharegpt");
+    export_json(&out, &to, &["--format", "sharegpt"]);
+    let sg: Vec<serde_json::Value> = crate::common::read_jsonl(&to.join("A.jsonl"));
+    assert_eq!(sg.len(), 4);
+    for r in &sg {
+        let turn = &r["conversations"][1];
+        assert_eq!(turn["from"], "function_call", "{r}");
+        let value: serde_json::Value =
+            serde_json::from_str(turn["value"].as_str().expect("text")).expect("JSON");
+        let first = if value.is_array() { &value[0] } else { &value };
+        assert!(first["arguments"].is_object(), "{r}");
+        assert!(r["tools"].is_string(), "{r}");
     }
 }
 

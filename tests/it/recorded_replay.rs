@@ -64,6 +64,17 @@ struct Observed {
     /// The last `usage` object of the body, if any chunk had one.
     #[serde(default)]
     usage: Option<Value>,
+    /// The tool calls put back together by the manifest's Python (by `index`, arguments
+    /// concatenated).
+    #[serde(default)]
+    tool_calls: Vec<ObservedCall>,
+}
+
+#[derive(Deserialize)]
+struct ObservedCall {
+    id: String,
+    name: String,
+    arguments: String,
 }
 
 /// What kind of response a fixture is, from its recorded status and content type.
@@ -278,6 +289,34 @@ fn check_completion(entry: &Entry, c: &Completion) {
             "{file}: provider"
         );
     }
+    // The calls as the recording's own Python put them together, byte for byte.
+    let calls: Vec<(&str, &str, &str, &str)> = (c.tool_calls.iter())
+        .map(|t| {
+            let f = &t.function;
+            (
+                t.id.as_str(),
+                t.kind.as_str(),
+                f.name.as_str(),
+                f.arguments.as_str(),
+            )
+        })
+        .collect();
+    let want: Vec<(&str, &str, &str, &str)> = (entry.observed.tool_calls.iter())
+        .map(|t| {
+            (
+                t.id.as_str(),
+                "function",
+                t.name.as_str(),
+                t.arguments.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(calls, want, "{file}: tool_calls");
+    assert_eq!(
+        !calls.is_empty(),
+        entry.expect.tool_calls,
+        "{file}: expect.tool_calls"
+    );
 }
 
 /// A stream with an error chunk: a mid-stream failure with the chunk's code and message.
@@ -473,6 +512,7 @@ fn tool_call_only_answers_are_billed_answers() {
         });
         assert_eq!(c.finish_reason, "tool_calls", "{file}: finish_reason");
         assert!(c.content.is_empty(), "{file}: content {:?}", c.content);
+        assert!(!c.tool_calls.is_empty(), "{file}: the answer is its calls");
         let cost = entry
             .expect
             .usage_cost
@@ -574,6 +614,21 @@ async fn a_run_against_replayed_real_traffic_books_what_it_is_billed() {
         .collect();
     assert_eq!(outputs.len() + rejects.len(), 60, "{text}");
     assert_eq!(ids.len(), 60, "every id in one place");
+    // A tool-call answer is a row with its calls, never an empty answer retried.
+    let calls = |o: &harvest::store::output::OutputRecord| {
+        o.conversations.last().map_or(0, |t| t.tool_calls.len())
+    };
+    let tool_rows: Vec<usize> = (outputs.iter())
+        .filter(|o| o.finish_reason == "tool_calls")
+        .map(calls)
+        .collect();
+    assert!(!tool_rows.is_empty(), "no tool-call row: {text}");
+    assert!(tool_rows.iter().all(|&n| n > 0), "{tool_rows:?}");
+    assert!(tool_rows.contains(&2), "the parallel calls: {tool_rows:?}");
+    assert!(
+        rejects.iter().all(|r| r.error_kind != "empty"),
+        "{rejects:?}"
+    );
     // The real 400 body's own cause reaches the reject.
     assert!(
         rejects

@@ -330,7 +330,8 @@ impl Core {
             );
             self.event(now, text);
         }
-        let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref());
+        let calls = std::mem::take(&mut c.tool_calls);
+        let shape = Shape::of(&c.finish_reason, &content, reasoning.as_deref(), &calls);
         let mark = self.effects.len();
         self.book_answer(
             &job,
@@ -343,6 +344,7 @@ impl Core {
         let kept = row::Kept {
             content,
             reasoning,
+            calls,
             split,
             shape,
         };
@@ -460,6 +462,19 @@ impl Core {
                     "cut while thinking at max_tokens {} before the last turn: raise \
                      max_tokens, then run with --retry-rejects",
                     rules.max_tokens
+                ),
+            };
+        }
+        if shape == Shape::Calls && !last_turn {
+            // The next request would send the calls with no tool's answer after them, which
+            // the API refuses: the prompt's next turn is the user's.
+            return Verdict::Reject {
+                kind: super::verdict::TOOL_CALL_MID,
+                why: format!(
+                    "the model answered turn {} of {} with a tool call, and the prompt's next                      turn is the user's, not the tool's answer: turns = \"all\" cannot go on \
+                     from it (turns = \"last\" keeps the prompt's own turns)",
+                    job.done_turns.len() + 1,
+                    turns::turns_to_generate(&job.prompt)
                 ),
             };
         }

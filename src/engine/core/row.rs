@@ -14,6 +14,8 @@ use super::{Job, turns};
 pub(super) struct Kept {
     pub content: String,
     pub reasoning: Option<String>,
+    /// Its tool calls (only the last turn of a row has any: `outcome.rs`).
+    pub calls: Vec<crate::openrouter::ToolCall>,
     /// Its thinking came inline and was moved to `reasoning`.
     pub split: bool,
     pub shape: crate::answer_shape::Shape,
@@ -88,6 +90,7 @@ pub(super) fn record(
         role: "assistant".into(),
         content: kept.content,
         reasoning_content: kept.reasoning,
+        tool_calls: kept.calls,
     };
     let conversations = turns::conversation(&job.prompt, &job.done_turns, last);
     let cost_estimated = last_turn.cost_estimated;

@@ -111,6 +111,7 @@ pub(crate) fn conversation(prompt: &Prompt, done: &[DoneTurn], last: Turn) -> Ve
                 role: "assistant".into(),
                 content: t.content.clone(),
                 reasoning_content: t.reasoning.clone(),
+                tool_calls: Vec::new(),
             });
             continue;
         }
@@ -118,6 +119,7 @@ pub(crate) fn conversation(prompt: &Prompt, done: &[DoneTurn], last: Turn) -> Ve
             role: m.role.clone(),
             content: m.content.clone(),
             reasoning_content: None,
+            tool_calls: Vec::new(),
         });
     }
     out.push(last);
@@ -291,6 +293,7 @@ mod tests {
             role: "assistant".into(),
             content: "g2".into(),
             reasoning_content: None,
+            tool_calls: Vec::new(),
         };
         let conv = conversation(&p, &turns, last);
         let shown: Vec<_> = conv

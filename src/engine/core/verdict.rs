@@ -1,5 +1,5 @@
-//! Whether a paid answer is kept: its [`Shape`] (whole, cut at `max_tokens`, cut while
-//! thinking, empty, filtered) and the [`Verdict`] the config gives that shape. Pure and
+//! Whether a paid answer is kept: its [`Shape`] (whole, tool calls, cut at `max_tokens`, cut
+//! while thinking, empty, filtered) and the [`Verdict`] the config gives that shape. Pure and
 //! table-tested (`core/tests/verdict.rs`); the outcome room books the answer first, whatever
 //! the verdict, and the driver's counters read the same shape.
 //!
@@ -38,7 +38,7 @@ pub(crate) fn verdict(shape: Shape, rules: AnswerRules, attempts: u32) -> Verdic
     let retries_left = attempts < rules.max_attempts;
     let plural = if attempts == 1 { "" } else { "s" };
     match shape {
-        Shape::Whole => Verdict::Keep,
+        Shape::Whole | Shape::Calls => Verdict::Keep,
         Shape::Filtered => Verdict::Reject {
             kind: crate::openrouter::ErrorKind::ContentPolicy.label(),
             why: "finish_reason content_filter: the provider filtered the answer".into(),
@@ -77,8 +77,7 @@ pub(crate) fn verdict(shape: Shape, rules: AnswerRules, attempts: u32) -> Verdic
             OnEmpty::Retry | OnEmpty::Reject => Verdict::Reject {
                 kind: crate::openrouter::ErrorKind::Empty.label(),
                 why: format!(
-                    "empty answer content (reasoning only, a tool call only, or hidden \
-                     reasoning) after {attempts} attempt{plural}"
+                    "empty answer content (reasoning only, or hidden reasoning) after {attempts} attempt{plural}"
                 ),
             },
         },
@@ -89,6 +88,9 @@ pub(crate) fn verdict(shape: Shape, rules: AnswerRules, attempts: u32) -> Verdic
 pub(crate) const LENGTH: &str = "length";
 /// The kind of an answer cut at `max_tokens` before any content, in rejects, stats and report.
 pub(crate) const CUT_THINKING: &str = "cut-thinking";
+/// The kind of a tool call before a conversation's last turn (`turns = "all"`): no tool's
+/// answer follows it to go on from.
+pub(crate) const TOOL_CALL_MID: &str = "tool-call-mid-conversation";
 
 /// Every `error_kind` a reject can carry: the error kinds', these rules' own, and `input` (a
 /// prompt-file line that is no prompt, `on_bad_line = "skip"`).
@@ -97,6 +99,6 @@ pub(crate) fn reject_kinds() -> Vec<&'static str> {
         .iter()
         .map(|k| k.label())
         .collect();
-    kinds.extend([LENGTH, CUT_THINKING, "input"]);
+    kinds.extend([LENGTH, CUT_THINKING, TOOL_CALL_MID, "input"]);
     kinds
 }

@@ -140,9 +140,13 @@ pub(crate) fn streamed(
     } else {
         0
     };
+    // A call's name and arguments are streamed tokens too, counted as the stream counted them.
+    let calls: usize = (c.tool_calls.iter())
+        .map(|t| t.function.name.len() + t.function.arguments.len())
+        .sum();
     Some(crate::store::output::Streamed {
         events: c.events,
-        text_bytes: (c.content.len() + c.reasoning.as_deref().map_or(0, str::len)) as u64,
+        text_bytes: (c.content.len() + c.reasoning.as_deref().map_or(0, str::len) + calls) as u64,
         tokens: c.usage.completion_tokens.saturating_sub(unstreamed),
     })
 }

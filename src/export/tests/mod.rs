@@ -13,11 +13,13 @@ fn rec(id: &str, content: &str, reasoning: Option<&str>, truncated: bool) -> Out
                 role: "user".into(),
                 content: "question".into(),
                 reasoning_content: None,
+                tool_calls: Vec::new(),
             },
             Turn {
                 role: "assistant".into(),
                 content: content.into(),
                 reasoning_content: reasoning.map(str::to_string),
+                tool_calls: Vec::new(),
             },
         ],
         provider: "Chutes".into(),
@@ -122,6 +124,7 @@ fn turn(role: &str, content: &str, reasoning: Option<&str>) -> Turn {
         role: role.into(),
         content: content.into(),
         reasoning_content: reasoning.map(str::to_string),
+        tool_calls: Vec::new(),
     }
 }
 
@@ -135,6 +138,7 @@ fn each_row_lands_in_one_file_with_its_reason() {
         role: "system".into(),
         content: "late".into(),
         reasoning_content: None,
+        tool_calls: Vec::new(),
     });
     let rows = vec![
         rec("good", "answer", Some("thinking"), false),
@@ -371,6 +375,7 @@ fn a_system_turn_for_rows_without_one() {
             role: "system".into(),
             content: "own".into(),
             reasoning_content: None,
+            tool_calls: Vec::new(),
         },
     );
     write_lines(

@@ -16,9 +16,10 @@ pub struct KeptOpen {
     pub attempt: SpendEntry,
     /// Where the answer came from and what it cost, as its record says.
     pub record: TurnRecord,
-    /// Its text and reasoning, for the empty rule.
+    /// Its text, reasoning and tool calls, for the empty rule.
     pub content: String,
     pub reasoning: Option<String>,
+    pub calls: Vec<crate::openrouter::ToolCall>,
     /// When its record was written.
     pub at: String,
 }
@@ -69,6 +70,7 @@ impl<'a> KeptMatcher<'a> {
             record,
             content: m.content.clone(),
             reasoning: m.reasoning_content.clone(),
+            calls: m.tool_calls.clone(),
             at: at.to_string(),
         });
     }

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::export::{TEMPLATES, fixture, multi_turn_run, renderings, tools_run};
+use crate::export::{TEMPLATES, fixture, multi_turn_run, renderings, tool_calls_run, tools_run};
 
 /// The peers' Python, with Jinja2; fails the test without it.
 fn peer_python() -> PathBuf {
@@ -160,13 +160,44 @@ async fn the_tools_a_run_offered_render_as_python_does() {
     peer_python();
     let dir = tempfile::tempdir().expect("tmp");
     let (_, rows, answers) = tools_run(dir.path()).await;
+    renders_as_python(&rows, &answers);
+}
+
+/// A run whose every answer is a tool call (Kimi K2.5's recorded streams, replayed): each row's
+/// text, its calls between the template's tool-call tokens, is what Python renders from the
+/// same turns (issue #54 item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/peers.sh install (the peers' Python with Jinja2): cargo test --locked --test it -- --ignored peers::"]
+async fn the_tool_calls_a_run_kept_render_as_python_does() {
+    peer_python();
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_, rows, answers) = tool_calls_run(dir.path()).await;
+    assert!(
+        answers.iter().all(|a| a
+            .conversations
+            .last()
+            .is_some_and(|t| !t.tool_calls.is_empty())),
+        "every answer a tool call"
+    );
+    renders_as_python(&rows, &answers);
+}
+
+/// Each exported row's text equals Python's rendering of its record's turns (calls included)
+/// with the tools the run offered, through the built-in K2.5 template.
+fn renders_as_python(rows: &[serde_json::Value], answers: &[harvest::store::output::OutputRecord]) {
     let jobs: Vec<serde_json::Value> = answers
         .iter()
         .map(|a| {
             let messages: Vec<serde_json::Value> = (a.conversations.iter())
                 .map(|t| match t.role.as_str() {
-                    "assistant" => serde_json::json!({"role": "assistant", "content": t.content,
-                        "reasoning_content": t.reasoning_content.clone().unwrap_or_default()}),
+                    "assistant" => {
+                        let mut m = serde_json::json!({"role": "assistant", "content": t.content,
+                        "reasoning_content": t.reasoning_content.clone().unwrap_or_default()});
+                        if !t.tool_calls.is_empty() {
+                            m["tool_calls"] = serde_json::json!(t.tool_calls);
+                        }
+                        m
+                    }
                     _ => serde_json::json!({"role": t.role, "content": t.content}),
                 })
                 .collect();

@@ -358,6 +358,7 @@ pub(super) fn done(
         model: Some("moonshotai/kimi-k2.5".into()),
         content: format!("answer {key}"),
         reasoning: Some("thinking".into()),
+        tool_calls: Vec::new(),
         finish_reason: finish.into(),
         native_finish_reason: None,
         usage: Usage {

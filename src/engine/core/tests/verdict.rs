@@ -10,6 +10,32 @@ use crate::engine::core::verdict::{AnswerRules, CUT_THINKING, Verdict, verdict};
 
 #[test]
 fn the_shape_of_an_answer() {
+    let call = [crate::openrouter::ToolCall {
+        id: "functions.add:0".into(),
+        kind: "function".into(),
+        function: crate::openrouter::FunctionCall {
+            name: "add".into(),
+            arguments: "{\"a\": 2}".into(),
+        },
+    }];
+    // (finish, content, reasoning, calls, shape)
+    let with_calls = [
+        ("tool_calls", "", Some("plan"), Shape::Calls),
+        ("tool_calls", "", None, Shape::Calls),
+        ("tool_calls", "Let me look.", None, Shape::Calls),
+        // Some providers finish a call with `stop`.
+        ("stop", "", None, Shape::Calls),
+        // Cut inside its arguments: a part of what the model wrote, as a cut text is.
+        ("length", "", Some("plan"), Shape::Cut),
+        ("content_filter", "", None, Shape::Filtered),
+    ];
+    for (finish, content, reasoning, want) in with_calls {
+        assert_eq!(
+            Shape::of(finish, content, reasoning, &call),
+            want,
+            "{finish} {content:?} {reasoning:?} with a call"
+        );
+    }
     let cases = [
         ("stop", "The answer.", Some("plan"), Shape::Whole),
         ("stop", "The answer.", None, Shape::Whole),
@@ -30,12 +56,13 @@ fn the_shape_of_an_answer() {
         ("length", "", None, Shape::CutThinking { reasoning: false }),
         ("stop", "", Some("all thought, no answer"), Shape::Empty),
         ("stop", "  \t", None, Shape::Empty),
+        // A finish of tool_calls with no call streamed: nothing to keep.
         ("tool_calls", "", None, Shape::Empty),
         ("content_filter", "partial", None, Shape::Filtered),
     ];
     for (finish, content, reasoning, want) in cases {
         assert_eq!(
-            Shape::of(finish, content, reasoning),
+            Shape::of(finish, content, reasoning, &[]),
             want,
             "{finish} {content:?} {reasoning:?}"
         );
@@ -200,8 +227,9 @@ type OutputRecordRef = crate::store::output::OutputRecord;
 
 #[test]
 fn a_billed_answer_without_text_is_booked_at_its_bill_and_counted_against_its_endpoint() {
-    // Tool calls only, with `usage.cost`: booked every time, retried per `on_empty`, then
-    // rejected; the endpoint's breaker counts each (3 failures open it).
+    // A finish of tool_calls with no call in the stream, with `usage.cost`: booked every
+    // time, retried per `on_empty`, then rejected; the endpoint's breaker counts each (3
+    // failures open it).
     let cfg = config(
         "routing = \"pinned\"\n[retry]\nmax_attempts = 3\nbase_delay_ms = 10\n[breaker]\nfailures = 3",
     );
@@ -263,4 +291,58 @@ fn many_answers_cut_while_thinking_are_said_once_with_the_fix() {
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("raise max_tokens") && said[0].contains("--retry-truncated"));
     assert!(h.core.cut_thinking_alarm().is_some_and(|s| s >= 0.2));
+}
+
+/// An answer that is tool calls, as Kimi K2.5 at Chutes sends one: kept in one request, its
+/// calls on the row's last turn, booked once, the endpoint's answer (not its failure). Before
+/// (issue #54 item 5) it was an empty answer: booked, retried, then rejected.
+#[test]
+fn a_tool_call_answer_is_kept_with_its_calls_in_one_request() {
+    let cfg = config("routing = \"pinned\"\n[retry]\nmax_attempts = 3\nbase_delay_ms = 10");
+    let mut h = H::new(cfg, kimi(), &[&["a"]]);
+    let sent = h.dispatch();
+    let mut r = answer(
+        sent[0].key,
+        sent[0].pinned,
+        "",
+        Some("plan"),
+        "tool_calls",
+        0.0002,
+    );
+    let calls = vec![
+        crate::openrouter::ToolCall {
+            id: "functions.add:0".into(),
+            kind: "function".into(),
+            function: crate::openrouter::FunctionCall {
+                name: "add".into(),
+                arguments: "{\"a\": 2, \"b\": 3}".into(),
+            },
+        },
+        crate::openrouter::ToolCall {
+            id: "functions.multiply:1".into(),
+            kind: "function".into(),
+            function: crate::openrouter::FunctionCall {
+                name: "multiply".into(),
+                arguments: "{\"a\": 2, \"b\": 3}".into(),
+            },
+        },
+    ];
+    if let AttemptOutcome::Done(c) = &mut r.outcome {
+        c.tool_calls = calls.clone();
+    }
+    let fx = h.result(r);
+    let kept: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Output { record, .. } => record.conversations.last().cloned(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{fx:?}");
+    assert_eq!(kept[0].tool_calls, calls);
+    assert_eq!(kept[0].reasoning_content.as_deref(), Some("plan"));
+    assert!(rejects(&fx).is_empty());
+    assert_eq!(ledger(&fx).len(), 1, "booked once");
+    h.at(100.0);
+    assert!(h.dispatch().is_empty(), "not sent again");
 }

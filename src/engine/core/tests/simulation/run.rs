@@ -724,6 +724,7 @@ impl Run {
                     model: Some("moonshotai/kimi-k2.5".into()),
                     content: format!("answer {key}"),
                     reasoning: Some("thinking".into()),
+                    tool_calls: Vec::new(),
                     finish_reason: if f.len >= u64::from(self.world.max_tokens) {
                         "length".into()
                     } else {
