@@ -117,14 +117,15 @@ pub(super) fn messages_as_written(sf: &Value, format: Format) -> Value {
     let empty = Vec::new();
     let conv = sf["conversations"].as_array().unwrap_or(&empty);
     match format {
+        // A `function_call` turn (the calls, as written) keeps its `from` as its role, as
+        // SpecForge's parser reads it: a turn it does not supervise.
         Format::Sharegpt => Value::Array(
             conv.iter()
-                .map(|t| {
-                    let mut m = json!({"role": t["role"], "content": t["content"]});
-                    if let Some(calls) = t.get("tool_calls") {
-                        m["tool_calls"] = calls.clone();
+                .map(|t| match t["tool_calls"].as_array() {
+                    Some(calls) if !calls.is_empty() => {
+                        json!({"role": "function_call", "content": sharegpt_calls(calls)})
                     }
-                    m
+                    _ => json!({"role": t["role"], "content": t["content"]}),
                 })
                 .collect(),
         ),

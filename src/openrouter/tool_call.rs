@@ -10,6 +10,7 @@
 //! Gemini sends each call whole in one fragment.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// One tool call the model made: what a row keeps on its assistant turn.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,25 +41,33 @@ fn function_kind() -> String {
 }
 
 /// One `delta.tool_calls` entry (or a whole `message.tool_calls` entry, which has the same
-/// fields).
-#[derive(Debug, Deserialize)]
+/// fields), read leniently: the answer is paid for, so a fragment off the contract (arguments
+/// sent as a JSON object, as some OpenAI-compatible servers do; a field of another type) is
+/// read for what it holds rather than failing the stream.
 struct Fragment {
-    #[serde(default)]
-    index: Option<usize>,
-    #[serde(default)]
+    index: Option<u64>,
     id: Option<String>,
-    #[serde(default, rename = "type")]
     kind: Option<String>,
-    #[serde(default)]
-    function: Option<FragmentFunction>,
+    name: Option<String>,
+    arguments: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct FragmentFunction {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
+impl Fragment {
+    fn of(v: &Value) -> Fragment {
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        let f = &v["function"];
+        Fragment {
+            index: v["index"].as_u64(),
+            id: text(&v["id"]).filter(|id| !id.is_empty()),
+            kind: text(&v["type"]).filter(|k| !k.is_empty()),
+            name: text(&f["name"]).filter(|n| !n.is_empty()),
+            arguments: match &f["arguments"] {
+                Value::Null => None,
+                Value::String(a) => Some(a.clone()),
+                other => Some(other.to_string()),
+            },
+        }
+    }
 }
 
 /// The calls of one answer as their fragments arrive.
@@ -66,65 +75,70 @@ struct FragmentFunction {
 pub(super) struct ToolCalls {
     calls: Vec<ToolCall>,
     /// Each call's `index` as the stream named it (parallel to `calls`).
-    indices: Vec<Option<usize>>,
+    indices: Vec<Option<u64>>,
 }
 
 impl ToolCalls {
-    /// Adds the fragments of one delta's `tool_calls` (a JSON array); returns the bytes of
-    /// name and arguments they carried (what the live count of a stream's tokens reads).
+    /// Adds the fragments of one delta's `tool_calls` (a JSON array; a lone object is read as
+    /// one fragment, anything else holds none); returns the bytes of name and arguments they
+    /// carried (what the live count of a stream's tokens reads). An error only where the text
+    /// is not JSON at all.
     pub(super) fn add(&mut self, raw: &str) -> Result<u32, serde_json::Error> {
-        let fragments: Vec<Fragment> = serde_json::from_str(raw)?;
+        let value: Value = serde_json::from_str(raw)?;
+        let fragments: Vec<Fragment> = match &value {
+            Value::Array(all) => all.iter().map(Fragment::of).collect(),
+            Value::Object(_) => vec![Fragment::of(&value)],
+            _ => Vec::new(),
+        };
         let mut bytes = 0usize;
         for f in fragments {
             let at = self.call_of(&f);
             let call = &mut self.calls[at];
-            if let Some(id) = f.id.filter(|id| !id.is_empty())
+            if let Some(id) = f.id
                 && call.id.is_empty()
             {
                 call.id = id;
             }
-            if let Some(kind) = f.kind.filter(|k| !k.is_empty()) {
+            if let Some(kind) = f.kind {
                 call.kind = kind;
             }
-            if let Some(func) = f.function {
-                if let Some(name) = func.name.filter(|n| !n.is_empty())
-                    && call.function.name.is_empty()
-                {
-                    bytes += name.len();
-                    call.function.name = name;
-                }
-                if let Some(args) = func.arguments {
-                    bytes += args.len();
-                    call.function.arguments.push_str(&args);
-                }
+            if let Some(name) = f.name
+                && call.function.name.is_empty()
+            {
+                bytes += name.len();
+                call.function.name = name;
+            }
+            if let Some(args) = f.arguments {
+                bytes += args.len();
+                call.function.arguments.push_str(&args);
             }
         }
         Ok(u32::try_from(bytes).unwrap_or(u32::MAX))
     }
 
-    /// Where a fragment goes: the call of its `index`; without one, a fragment with a new id
-    /// starts a call and any other continues the last.
+    /// Where a fragment goes: the last call of its `index` (without one, the last call), unless
+    /// the fragment brings an id other than that call's, which starts a new call (a server that
+    /// numbers parallel calls all 0 would otherwise glue their arguments together).
     fn call_of(&mut self, f: &Fragment) -> usize {
-        let found = match f.index {
-            Some(i) => self.indices.iter().position(|&k| k == Some(i)),
-            None => match (&f.id, self.calls.last()) {
-                (Some(id), Some(last))
-                    if !id.is_empty() && !last.id.is_empty() && *id != last.id =>
-                {
-                    None
-                }
-                (_, Some(_)) => Some(self.calls.len() - 1),
-                (_, None) => None,
-            },
+        let last = match f.index {
+            Some(i) => self.indices.iter().rposition(|&k| k == Some(i)),
+            None => self.calls.len().checked_sub(1),
         };
-        found.unwrap_or_else(|| {
-            self.calls.push(ToolCall {
-                kind: function_kind(),
-                ..ToolCall::default()
-            });
-            self.indices.push(f.index);
-            self.calls.len() - 1
-        })
+        let other_id = |at: usize| {
+            let id = &self.calls[at].id;
+            f.id.as_ref().is_some_and(|new| !id.is_empty() && new != id)
+        };
+        match last {
+            Some(at) if !other_id(at) => at,
+            _ => {
+                self.calls.push(ToolCall {
+                    kind: function_kind(),
+                    ..ToolCall::default()
+                });
+                self.indices.push(f.index);
+                self.calls.len() - 1
+            }
+        }
     }
 
     pub(super) fn into_calls(self) -> Vec<ToolCall> {
@@ -202,7 +216,26 @@ mod tests {
                 ],
                 vec![call("a", "f", "{}")],
             ),
-            ("no fragments", vec!["[]"], vec![]),
+            (
+                "parallel calls all at index 0, told apart by their ids",
+                vec![
+                    r#"[{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}]"#,
+                    r#"[{"index":0,"function":{"arguments":"}"}}]"#,
+                    r#"[{"index":0,"id":"b","function":{"name":"g","arguments":"{}"}}]"#,
+                ],
+                vec![call("a", "f", "{}"), call("b", "g", "{}")],
+            ),
+            (
+                "arguments sent as an object, a lone fragment not in a list",
+                vec![r#"{"index":0,"id":"a","function":{"name":"f","arguments":{"x":1}}}"#],
+                vec![call("a", "f", r#"{"x":1}"#)],
+            ),
+            (
+                "fields of other types are read for what they hold",
+                vec![r#"[{"index":"0","id":7,"function":{"name":"f","arguments":null}}]"#],
+                vec![call("", "f", "")],
+            ),
+            ("no fragments", vec!["[]", "null", "\"text\""], vec![]),
         ];
         for (what, deltas, want) in cases {
             assert_eq!(put_together(&deltas), want, "{what}");
@@ -221,7 +254,7 @@ mod tests {
                 .expect("ok"),
             2
         );
-        assert!(calls.add(r#"{"index":0}"#).is_err(), "not an array");
+        assert!(calls.add("{not json").is_err(), "not JSON");
     }
 
     #[test]

@@ -381,7 +381,7 @@ impl Core {
     ) -> bool {
         let shape = kept.shape;
         self.note_answer_shape(shape, job.dataset, endpoint, now);
-        match self.answer_verdict(&job, shape) {
+        match self.answer_verdict(&job, shape, !kept.calls.is_empty()) {
             Verdict::Keep => {}
             Verdict::Retry => {
                 let err = match shape {
@@ -442,9 +442,10 @@ impl Core {
         });
     }
 
-    /// Whether an answer of `shape` is kept, retried or rejected: the rules of `[retry]` and
-    /// `on_empty`, and (every turn regenerated) no turn cut while thinking before the last.
-    fn answer_verdict(&self, job: &Job, shape: Shape) -> Verdict {
+    /// Whether an answer of `shape` (with tool calls or not) is kept, retried or rejected: the
+    /// rules of `[retry]` and `on_empty`, and (every turn regenerated) no turn cut while
+    /// thinking, and none with calls, before the last.
+    fn answer_verdict(&self, job: &Job, shape: Shape, calls: bool) -> Verdict {
         let d = job.dataset;
         let rules = AnswerRules {
             on_length: self.cfg.retry.on_length,
@@ -465,13 +466,15 @@ impl Core {
                 ),
             };
         }
-        if shape == Shape::Calls && !last_turn {
+        if calls && !last_turn && shape != Shape::Filtered {
             // The next request would send the calls with no tool's answer after them, which
-            // the API refuses: the prompt's next turn is the user's.
+            // the API refuses (or, without them, an answer that is not what the model wrote):
+            // the prompt's next turn is the user's. A call cut at max_tokens too.
             return Verdict::Reject {
                 kind: super::verdict::TOOL_CALL_MID,
                 why: format!(
-                    "the model answered turn {} of {} with a tool call, and the prompt's next                      turn is the user's, not the tool's answer: turns = \"all\" cannot go on \
+                    "the model answered turn {} of {} with a tool call, and the prompt's next \
+                     turn is the user's, not the tool's answer: turns = \"all\" cannot go on \
                      from it (turns = \"last\" keeps the prompt's own turns)",
                     job.done_turns.len() + 1,
                     turns::turns_to_generate(&job.prompt)

@@ -496,29 +496,40 @@ fn a_kept_answer_goes_to_its_turn_or_row_before_its_ledger_line() {
 }
 
 /// A tool call before the last turn: the next request would send it with no tool's answer
-/// after it, so the row is rejected, naming the turn, and nothing more is sent for it.
+/// after it, so the row is rejected, naming the turn, and nothing more is sent for it; a call
+/// cut at max_tokens (kept as a cut answer on a last turn) and one with text too.
 #[test]
 fn a_tool_call_before_the_last_turn_rejects_the_row() {
-    let mut h = harness(Turns::All, None);
-    let d = h.dispatch();
-    assert_eq!(d.len(), 1);
-    let mut r = done(d[0].key, d[0].pinned, 20, 0.001, "tool_calls");
-    if let AttemptOutcome::Done(c) = &mut r.outcome {
-        c.content = String::new();
-        c.tool_calls = vec![crate::openrouter::ToolCall {
-            id: "functions.f:0".into(),
-            kind: "function".into(),
-            function: crate::openrouter::FunctionCall {
-                name: "f".into(),
-                arguments: "{}".into(),
-            },
-        }];
+    for (finish, content) in [
+        ("tool_calls", ""),
+        ("length", ""),
+        ("tool_calls", "Let me look."),
+    ] {
+        let mut h = harness(Turns::All, None);
+        let d = h.dispatch();
+        assert_eq!(d.len(), 1);
+        let mut r = done(d[0].key, d[0].pinned, 20, 0.001, finish);
+        if let AttemptOutcome::Done(c) = &mut r.outcome {
+            c.content = content.to_string();
+            c.tool_calls = vec![crate::openrouter::ToolCall {
+                id: "functions.f:0".into(),
+                kind: "function".into(),
+                function: crate::openrouter::FunctionCall {
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                },
+            }];
+        }
+        let fx = h.result(r);
+        assert_eq!(
+            rejects(&fx),
+            vec!["tool-call-mid-conversation"],
+            "{finish} {fx:?}"
+        );
+        let why = reject_errors(&fx).join(" ");
+        assert!(why.contains("turn 1 of 3") && !why.contains("  "), "{why}");
+        assert_eq!(ledger(&fx).len(), 1, "booked");
+        h.at(100.0);
+        assert!(h.dispatch().is_empty(), "nothing more for the row");
     }
-    let fx = h.result(r);
-    assert_eq!(rejects(&fx), vec!["tool-call-mid-conversation"], "{fx:?}");
-    let why = reject_errors(&fx).join(" ");
-    assert!(why.contains("turn 1 of 3"), "{why}");
-    assert_eq!(ledger(&fx).len(), 1, "booked");
-    h.at(100.0);
-    assert!(h.dispatch().is_empty(), "nothing more for the row");
 }
