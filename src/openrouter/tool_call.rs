@@ -40,6 +40,21 @@ fn function_kind() -> String {
     "function".into()
 }
 
+#[cfg(test)]
+impl ToolCall {
+    /// A function call, for tests.
+    pub(crate) fn function(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            kind: function_kind(),
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
+        }
+    }
+}
+
 /// One `delta.tool_calls` entry (or a whole `message.tool_calls` entry, which has the same
 /// fields), read leniently: the answer is paid for, so a fragment off the contract (arguments
 /// sent as a JSON object, as some OpenAI-compatible servers do; a field of another type) is
@@ -159,14 +174,7 @@ mod tests {
     }
 
     fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            kind: "function".into(),
-            function: FunctionCall {
-                name: name.into(),
-                arguments: arguments.into(),
-            },
-        }
+        ToolCall::function(id, name, arguments)
     }
 
     #[test]

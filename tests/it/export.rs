@@ -620,28 +620,23 @@ async fn the_show_into_a_pipe_is_the_text_file_byte_for_byte() {
     }
 }
 
-/// A run of four prompts whose requests offered a `get_weather` tool (`[request] extra = {
-/// tools = [...] }`), exported with `--format text --chat-template kimi-k2.5-final-turn` into
-/// `d/text`: the output directory, the text rows, and the run's answers.
-pub(crate) async fn tools_run(
-    d: &Path,
-) -> (
+/// A tools run's output directory, its rows exported as text, and its records.
+pub(crate) type ToolsRun = (
     std::path::PathBuf,
     Vec<serde_json::Value>,
     Vec<harvest::store::output::OutputRecord>,
-) {
+);
+
+/// A run of four prompts whose requests offered a `get_weather` tool (`[request] extra = {
+/// tools = [...] }`), exported with `--format text --chat-template kimi-k2.5-final-turn` into
+/// `d/text`: the output directory, the text rows, and the run's answers.
+pub(crate) async fn tools_run(d: &Path) -> ToolsRun {
     tools_run_at(d, fast_sim(30.0).await).await
 }
 
 /// [`tools_run`] where every answer is a tool call: `harvest sim --replay` serving Kimi K2.5's
 /// recorded tool-call streams at Chutes (one call with reasoning, two parallel calls) in turn.
-pub(crate) async fn tool_calls_run(
-    d: &Path,
-) -> (
-    std::path::PathBuf,
-    Vec<serde_json::Value>,
-    Vec<harvest::store::output::OutputRecord>,
-) {
+pub(crate) async fn tool_calls_run(d: &Path) -> ToolsRun {
     let recorded = d.join("recorded");
     std::fs::create_dir_all(&recorded).expect("dir");
     for f in [
@@ -662,14 +657,7 @@ pub(crate) async fn tool_calls_run(
     tools_run_at(d, sim).await
 }
 
-async fn tools_run_at(
-    d: &Path,
-    sim: harvest::sim::SimHandle,
-) -> (
-    std::path::PathBuf,
-    Vec<serde_json::Value>,
-    Vec<harvest::store::output::OutputRecord>,
-) {
+async fn tools_run_at(d: &Path, sim: harvest::sim::SimHandle) -> ToolsRun {
     let prompts: String = (0..4)
         .map(|i| format!("{{\"id\": \"w{i}\", \"prompt\": \"weather in city {i}?\"}}\n"))
         .collect();

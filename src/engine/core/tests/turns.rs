@@ -511,14 +511,11 @@ fn a_tool_call_before_the_last_turn_rejects_the_row() {
         let mut r = done(d[0].key, d[0].pinned, 20, 0.001, finish);
         if let AttemptOutcome::Done(c) = &mut r.outcome {
             c.content = content.to_string();
-            c.tool_calls = vec![crate::openrouter::ToolCall {
-                id: "functions.f:0".into(),
-                kind: "function".into(),
-                function: crate::openrouter::FunctionCall {
-                    name: "f".into(),
-                    arguments: "{}".into(),
-                },
-            }];
+            c.tool_calls = vec![crate::openrouter::ToolCall::function(
+                "functions.f:0",
+                "f",
+                "{}",
+            )];
         }
         let fx = h.result(r);
         assert_eq!(

@@ -10,14 +10,11 @@ use crate::engine::core::verdict::{AnswerRules, CUT_THINKING, Verdict, verdict};
 
 #[test]
 fn the_shape_of_an_answer() {
-    let call = [crate::openrouter::ToolCall {
-        id: "functions.add:0".into(),
-        kind: "function".into(),
-        function: crate::openrouter::FunctionCall {
-            name: "add".into(),
-            arguments: "{\"a\": 2}".into(),
-        },
-    }];
+    let call = [crate::openrouter::ToolCall::function(
+        "functions.add:0",
+        "add",
+        "{\"a\": 2}",
+    )];
     // (finish, content, reasoning, calls, shape)
     let with_calls = [
         ("tool_calls", "", Some("plan"), Shape::Calls),
@@ -310,22 +307,12 @@ fn a_tool_call_answer_is_kept_with_its_calls_in_one_request() {
         0.0002,
     );
     let calls = vec![
-        crate::openrouter::ToolCall {
-            id: "functions.add:0".into(),
-            kind: "function".into(),
-            function: crate::openrouter::FunctionCall {
-                name: "add".into(),
-                arguments: "{\"a\": 2, \"b\": 3}".into(),
-            },
-        },
-        crate::openrouter::ToolCall {
-            id: "functions.multiply:1".into(),
-            kind: "function".into(),
-            function: crate::openrouter::FunctionCall {
-                name: "multiply".into(),
-                arguments: "{\"a\": 2, \"b\": 3}".into(),
-            },
-        },
+        crate::openrouter::ToolCall::function("functions.add:0", "add", "{\"a\": 2, \"b\": 3}"),
+        crate::openrouter::ToolCall::function(
+            "functions.multiply:1",
+            "multiply",
+            "{\"a\": 2, \"b\": 3}",
+        ),
     ];
     if let AttemptOutcome::Done(c) = &mut r.outcome {
         c.tool_calls = calls.clone();
