@@ -16,6 +16,9 @@ pub(crate) enum Action {
     PresetAny,
     SortNext,
     SortReverse,
+    /// `<` `>`: sort by the column left or right of the one sorted by.
+    SortLeft,
+    SortRight,
     PauseResume,
     MoreConcurrency,
     LessConcurrency,
@@ -139,6 +142,8 @@ pub(crate) fn action(key: KeyEvent, mode: Mode) -> Option<Action> {
             KeyCode::Char('a') => Some(Action::PresetAny),
             KeyCode::Char('s') => Some(Action::SortNext),
             KeyCode::Char('S') => Some(Action::SortReverse),
+            KeyCode::Char('<') => Some(Action::SortLeft),
+            KeyCode::Char('>') => Some(Action::SortRight),
             KeyCode::Char('p') => Some(Action::PauseResume),
             KeyCode::Char('+' | '=') => Some(Action::MoreConcurrency),
             KeyCode::Char('-' | '_') => Some(Action::LessConcurrency),
@@ -194,8 +199,8 @@ pub(crate) const HINTS: &[KeyHint] = &[
     KeyHint {
         keys: ["s", "s", "s"],
         labels: ["sort", "sort", "sort"],
-        help_keys: "s  S",
-        help: "sort providers by the next column / reverse the order",
+        help_keys: "s S < >",
+        help: "sort by the next column / reverse / column left, right",
     },
     KeyHint {
         keys: ["p", "p", "p"],

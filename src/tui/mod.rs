@@ -12,6 +12,7 @@
 pub(crate) mod glyphs;
 pub(crate) mod keymap;
 pub(crate) mod run;
+pub(crate) mod sort;
 pub(crate) mod state;
 pub(crate) mod theme;
 pub(crate) mod thread;

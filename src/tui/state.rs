@@ -2,13 +2,13 @@
 //! so it stays on the same row when the order changes), sort, focus, overlays and a transient
 //! status message. Plain data; [`super::update`] changes it, the views read it.
 
-use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::engine::control::{Command, ShutdownMode};
 use crate::engine::snapshot::{EndpointSnap, EventLine, RunState, Snapshot};
 
+use super::sort::{Sort, sorted_endpoints};
 use super::theme::Theme;
 
 /// The pane that arrows act on.
@@ -16,90 +16,6 @@ use super::theme::Theme;
 pub enum Pane {
     Providers,
     Datasets,
-}
-
-/// Columns the providers table sorts by (`s` cycles them in this order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortColumn {
-    PriceOut,
-    Provider,
-    TokPerS,
-    Spent,
-    Errors,
-    Done,
-}
-
-impl SortColumn {
-    pub const ALL: [SortColumn; 6] = [
-        SortColumn::PriceOut,
-        SortColumn::Provider,
-        SortColumn::TokPerS,
-        SortColumn::Spent,
-        SortColumn::Errors,
-        SortColumn::Done,
-    ];
-
-    pub fn next(self) -> SortColumn {
-        let i = Self::ALL.iter().position(|c| *c == self).unwrap_or(0);
-        Self::ALL[(i + 1) % Self::ALL.len()]
-    }
-
-    /// The direction a column is first sorted in: cheapest and A-Z first, biggest first for
-    /// the observed figures.
-    pub fn natural(self) -> SortDir {
-        match self {
-            SortColumn::PriceOut | SortColumn::Provider => SortDir::Asc,
-            _ => SortDir::Desc,
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            SortColumn::PriceOut => "$/M out",
-            SortColumn::Provider => "provider",
-            SortColumn::TokPerS => "tok/s",
-            SortColumn::Spent => "spent",
-            SortColumn::Errors => "errors",
-            SortColumn::Done => "done",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortDir {
-    Asc,
-    Desc,
-}
-
-impl SortDir {
-    pub fn flip(self) -> SortDir {
-        match self {
-            SortDir::Asc => SortDir::Desc,
-            SortDir::Desc => SortDir::Asc,
-        }
-    }
-
-    pub fn arrow(self) -> &'static str {
-        match self {
-            SortDir::Asc => "↑",
-            SortDir::Desc => "↓",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sort {
-    pub column: SortColumn,
-    pub dir: SortDir,
-}
-
-impl Default for Sort {
-    fn default() -> Self {
-        Sort {
-            column: SortColumn::PriceOut,
-            dir: SortDir::Asc,
-        }
-    }
 }
 
 /// A transient line in the footer: what a key did, or why it could not.
@@ -301,33 +217,4 @@ impl UiState {
 /// decides it; space flips exactly this.
 pub(crate) fn included(e: &EndpointSnap) -> bool {
     e.included
-}
-
-/// The endpoints in the order of `sort`; ties by tag, so the order is stable between
-/// snapshots.
-pub(crate) fn sorted_endpoints(s: &Snapshot, sort: Sort) -> Vec<&EndpointSnap> {
-    let mut v: Vec<&EndpointSnap> = s.endpoints.iter().collect();
-    v.sort_by(|a, b| {
-        let o = match sort.column {
-            SortColumn::PriceOut => a
-                .price_out_per_m
-                .total_cmp(&b.price_out_per_m)
-                .then(a.price_in_per_m.total_cmp(&b.price_in_per_m)),
-            SortColumn::Provider => a.provider.to_lowercase().cmp(&b.provider.to_lowercase()),
-            SortColumn::TokPerS => a.tok_per_s.total_cmp(&b.tok_per_s),
-            SortColumn::Spent => a.spent.cmp(&b.spent),
-            SortColumn::Errors => a.errors.cmp(&b.errors),
-            SortColumn::Done => a.done.cmp(&b.done),
-        };
-        let o = match sort.dir {
-            SortDir::Asc => o,
-            SortDir::Desc => o.reverse(),
-        };
-        if o == Ordering::Equal {
-            a.tag.cmp(&b.tag)
-        } else {
-            o
-        }
-    });
-    v
 }

@@ -107,13 +107,19 @@ fn act(state: &mut UiState, a: Action) -> Vec<UiEffect> {
             };
             Vec::new()
         }
-        Action::SortNext | Action::SortReverse => {
-            if a == Action::SortNext {
-                let c = state.sort.column.next();
-                state.sort.column = c;
-                state.sort.dir = c.natural();
-            } else {
-                state.sort.dir = state.sort.dir.flip();
+        Action::SortNext | Action::SortReverse | Action::SortLeft | Action::SortRight => {
+            let column = match a {
+                Action::SortNext => Some(state.sort.column.next()),
+                Action::SortLeft => Some(state.sort.column.step(-1)),
+                Action::SortRight => Some(state.sort.column.step(1)),
+                _ => None,
+            };
+            match column {
+                Some(c) => {
+                    state.sort.column = c;
+                    state.sort.dir = c.natural();
+                }
+                None => state.sort.dir = state.sort.dir.flip(),
             }
             state.set_status(format!(
                 "sorted by {} {}",

@@ -2,7 +2,8 @@
 
 use crossterm::event::{KeyCode, KeyModifiers};
 
-use super::super::state::{STATUS_TTL, SortColumn, SortDir};
+use super::super::sort::{SortColumn, SortDir};
+use super::super::state::STATUS_TTL;
 use super::super::testkit::{kimi_snapshot, state_with};
 use super::*;
 
@@ -245,6 +246,87 @@ fn s_cycles_the_sort_column_and_s_shift_reverses() {
     update(&mut st, key('S'));
     assert_eq!(st.sort.dir, SortDir::Desc);
     assert_eq!(order(&st)[0], "venice");
+}
+
+/// `<` `>` choose any column of the table, left or right of the one sorted by, each in its
+/// natural direction, wrapping at the ends; the status line says which.
+#[test]
+fn angle_brackets_sort_by_any_column_left_or_right() {
+    let mut st = state_with(kimi_snapshot());
+    assert_eq!(st.sort.column, SortColumn::PriceOut);
+    let right = [
+        (SortColumn::Up, SortDir::Desc),
+        (SortColumn::Fly, SortDir::Desc),
+        (SortColumn::Done, SortDir::Desc),
+        (SortColumn::Errors, SortDir::Desc),
+        (SortColumn::TokPerS, SortDir::Desc),
+        (SortColumn::Ttft, SortDir::Asc),
+        (SortColumn::Len, SortDir::Desc),
+        (SortColumn::Trunc, SortDir::Desc),
+        (SortColumn::Spent, SortDir::Desc),
+        (SortColumn::Provider, SortDir::Asc),
+        (SortColumn::Tag, SortDir::Asc),
+        (SortColumn::Quant, SortDir::Asc),
+        (SortColumn::PriceIn, SortDir::Asc),
+        (SortColumn::PriceOut, SortDir::Asc),
+    ];
+    for (col, dir) in right {
+        assert_eq!(update(&mut st, key('>')), vec![]);
+        assert_eq!((st.sort.column, st.sort.dir), (col, dir));
+    }
+    update(&mut st, key('<'));
+    assert_eq!(st.sort.column, SortColumn::PriceIn);
+    assert_eq!(
+        st.status.as_ref().map(|s| s.text.as_str()),
+        Some("sorted by $/M in ↑")
+    );
+    // From a column outside `s`'s cycle, `s` starts it again.
+    update(&mut st, key('s'));
+    assert_eq!(st.sort.column, SortColumn::PriceOut);
+}
+
+/// Sorted by TTFT, quickest first: endpoints with no TTFT yet come last, and stay last when
+/// the order is reversed; ties go by tag.
+#[test]
+fn a_missing_figure_sorts_last_either_way() {
+    let mut snap = kimi_snapshot();
+    for (i, e) in snap.endpoints.iter_mut().enumerate() {
+        e.ttft_p50_ms = match i % 3 {
+            0 => None,
+            1 => Some(900),
+            _ => Some(400 + i as u64),
+        };
+    }
+    let missing: std::collections::BTreeSet<String> = (snap.endpoints.iter())
+        .filter(|e| e.ttft_p50_ms.is_none())
+        .map(|e| e.tag.clone())
+        .collect();
+    let mut st = state_with(snap);
+    while st.sort.column != SortColumn::Ttft {
+        update(&mut st, key('>'));
+    }
+    for dir in [SortDir::Asc, SortDir::Desc] {
+        assert_eq!(st.sort.dir, dir);
+        let rows = st.endpoints();
+        let n = rows.len() - missing.len();
+        assert!(
+            rows[n..].iter().all(|e| missing.contains(&e.tag)),
+            "{dir:?}"
+        );
+        let ttfts: Vec<u64> = rows[..n].iter().filter_map(|e| e.ttft_p50_ms).collect();
+        let mut want = ttfts.clone();
+        want.sort_unstable();
+        if dir == SortDir::Desc {
+            want.reverse();
+        }
+        assert_eq!(ttfts, want, "{dir:?}");
+        let tied: Vec<&str> = (rows[..n].iter())
+            .filter(|e| e.ttft_p50_ms == Some(900))
+            .map(|e| e.tag.as_str())
+            .collect();
+        assert!(tied.is_sorted(), "{tied:?}");
+        update(&mut st, key('S'));
+    }
 }
 
 #[test]

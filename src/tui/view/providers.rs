@@ -14,7 +14,8 @@ use crate::engine::reason::OffReason;
 use crate::engine::snapshot::EndpointSnap;
 use crate::policy::{Exclusion, Fidelity};
 
-use super::super::state::{Pane, SortColumn, UiState, included};
+use super::super::sort::SortColumn;
+use super::super::state::{Pane, UiState, included};
 use super::super::theme::Theme;
 use super::grid::{self, Row};
 use super::text::{
@@ -126,13 +127,21 @@ impl Col {
 
     fn sort(self) -> Option<SortColumn> {
         match self {
-            Col::PriceOut => Some(SortColumn::PriceOut),
             Col::Provider => Some(SortColumn::Provider),
-            Col::TokS => Some(SortColumn::TokPerS),
-            Col::Spent => Some(SortColumn::Spent),
-            Col::Err => Some(SortColumn::Errors),
+            Col::Tag => Some(SortColumn::Tag),
+            Col::Quant => Some(SortColumn::Quant),
+            Col::PriceIn => Some(SortColumn::PriceIn),
+            Col::PriceOut => Some(SortColumn::PriceOut),
+            Col::Up => Some(SortColumn::Up),
+            Col::Fly => Some(SortColumn::Fly),
             Col::Done => Some(SortColumn::Done),
-            _ => None,
+            Col::Err => Some(SortColumn::Errors),
+            Col::TokS => Some(SortColumn::TokPerS),
+            Col::Ttft => Some(SortColumn::Ttft),
+            Col::Len => Some(SortColumn::Len),
+            Col::Trunc => Some(SortColumn::Trunc),
+            Col::Spent => Some(SortColumn::Spent),
+            Col::Mark | Col::Api | Col::Why => None,
         }
     }
 }
