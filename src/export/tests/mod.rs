@@ -1,6 +1,7 @@
 //! `harvest export` on hand-made output directories: each row in one file with its reason,
 //! explosion, the system turn, the formats and provenance.
 
+use super::validate::{Rules, validate_row};
 use super::*;
 use crate::domain::Usd;
 use crate::store::output::{RecordUsage, Turn};

@@ -358,4 +358,6 @@ fn as_shown(s: &Snapshot) -> Snapshot {
 #[cfg(test)]
 mod fidelity_tests;
 #[cfg(test)]
+mod sort_tests;
+#[cfg(test)]
 mod tests;
