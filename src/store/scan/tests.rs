@@ -1,6 +1,7 @@
 //! The directory scan's tests: torn tails, damage, the ledger's open lines and checkpoints.
 
 use super::*;
+use crate::store::output::{SpendKind, ledger_path};
 
 #[derive(Debug, PartialEq, serde::Deserialize)]
 struct Id {
