@@ -117,15 +117,18 @@ pub(super) fn messages_as_written(sf: &Value, format: Format) -> Value {
     let empty = Vec::new();
     let conv = sf["conversations"].as_array().unwrap_or(&empty);
     match format {
-        // A `function_call` turn (the calls, as written) keeps its `from` as its role, as
-        // SpecForge's parser reads it: a turn it does not supervise.
+        // The turns as written, read back: a `function_call` turn keeps its `from` as its
+        // role, as SpecForge's parser reads it (a turn it does not supervise).
         Format::Sharegpt => Value::Array(
             conv.iter()
-                .map(|t| match t["tool_calls"].as_array() {
-                    Some(calls) if !calls.is_empty() => {
-                        json!({"role": "function_call", "content": sharegpt_calls(calls)})
-                    }
-                    _ => json!({"role": t["role"], "content": t["content"]}),
+                .map(|t| {
+                    let w = sharegpt_turn(t);
+                    let role = match w["from"].as_str().unwrap_or_default() {
+                        "human" => "user",
+                        "gpt" => "assistant",
+                        other => other,
+                    };
+                    json!({"role": role, "content": w["value"]})
                 })
                 .collect(),
         ),
@@ -155,25 +158,31 @@ pub(super) fn success_row(sf: Value, format: Format, text: Option<String>, tools
         Format::Sharegpt => {
             let empty = Vec::new();
             let turns: Vec<Value> = (sf["conversations"].as_array().unwrap_or(&empty).iter())
-                .map(|t| match t["tool_calls"].as_array() {
-                    Some(calls) if !calls.is_empty() => {
-                        json!({"from": "function_call", "value": sharegpt_calls(calls)})
-                    }
-                    _ => {
-                        let from = match t["role"].as_str().unwrap_or_default() {
-                            "user" => "human",
-                            "assistant" => "gpt",
-                            other => other,
-                        };
-                        json!({"from": from, "value": t["content"]})
-                    }
-                })
+                .map(sharegpt_turn)
                 .collect();
             let mut row = json!({"id": sf["id"], "conversations": turns});
             if !tools.is_null() {
                 row["tools"] = json!(tools.to_string());
             }
             row
+        }
+    }
+}
+
+/// One turn of a SpecForge row as ShareGPT writes it: `from`/`value`, the calls of a tool-call
+/// turn as a `function_call` turn.
+fn sharegpt_turn(t: &Value) -> Value {
+    match t["tool_calls"].as_array() {
+        Some(calls) if !calls.is_empty() => {
+            json!({"from": "function_call", "value": sharegpt_calls(calls)})
+        }
+        _ => {
+            let from = match t["role"].as_str().unwrap_or_default() {
+                "user" => "human",
+                "assistant" => "gpt",
+                other => other,
+            };
+            json!({"from": from, "value": t["content"]})
         }
     }
 }

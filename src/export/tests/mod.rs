@@ -395,6 +395,29 @@ fn a_system_turn_for_rows_without_one() {
     assert_eq!(first, vec!["You are a helpful assistant.", "own"]);
 }
 
+/// A ShareGPT row with calls is rendered as the trainer reads what was written: the
+/// `function_call` turn's value as its content, `from` mapped back to a role.
+#[test]
+fn a_sharegpt_row_is_rendered_as_it_is_written() {
+    let mut r = rec("x", "", Some("thinking"), false);
+    r.conversations[1].tool_calls = vec![crate::openrouter::ToolCall::function(
+        "functions.add:0",
+        "add",
+        "{\"a\": 2}",
+    )];
+    let sf = rows::specforge_row(&r);
+    let written = rows::success_row(sf.clone(), Format::Sharegpt, None, &Value::Null);
+    let call = json!({"name": "add", "arguments": {"a": 2}}).to_string();
+    assert_eq!(
+        written["conversations"],
+        json!([{"from": "human", "value": "question"}, {"from": "function_call", "value": call}])
+    );
+    assert_eq!(
+        rows::messages_as_written(&sf, Format::Sharegpt),
+        json!([{"role": "user", "content": "question"}, {"role": "function_call", "content": call}])
+    );
+}
+
 #[test]
 fn formats_and_provenance() {
     let r = rec("x", "answer", Some("thinking"), false);
